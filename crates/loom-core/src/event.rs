@@ -1,0 +1,829 @@
+//! The event envelope and its payloads: the only facts Loom persists.
+//!
+//! The layout follows the reference journal byte for byte in field order: the envelope
+//! (`event_id, ts, schema_version, tenant_id, session_id, run_id, root_run_id, span_id,
+//! parent_span_id, type, category, status, agent, role, facets, payload, seq`) and each payload
+//! with `type` first. `type`, `category`, `status` and `facets` are *derived* from the payload;
+//! [`Event::from_json`] recomputes them and refuses an event whose envelope contradicts its
+//! payload. Readers ignore unknown fields, so adding an optional field never breaks old readers.
+
+use chrono::{DateTime, SecondsFormat, Utc};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde_json::{Map, Value, json};
+
+use crate::{
+    content::Message,
+    state::RunStatus,
+    tool::{ToolKind, ToolOutput},
+    usage::Usage,
+};
+
+/// The schema version Loom writes and reads.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// The family of an event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Category {
+    /// Run life cycle.
+    Run,
+    /// Messages.
+    Message,
+    /// Model calls.
+    Model,
+    /// Tool calls.
+    Tool,
+    /// Contracts and judges.
+    Guard,
+    /// Policy decisions and budgets.
+    Policy,
+    /// Human approvals.
+    Approval,
+    /// Idempotency records.
+    Idempotency,
+    /// Stored files.
+    Artifact,
+    /// Session maintenance.
+    Session,
+    /// Circuit breakers.
+    Circuit,
+}
+
+/// The health of an event, derived from its payload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EventStatus {
+    /// Nothing to report.
+    Ok,
+    /// Worth a look.
+    Warning,
+    /// Something failed.
+    Error,
+}
+
+/// A journaled fact.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Event {
+    /// UUIDv7, chosen when the event is built.
+    pub event_id: String,
+    /// When it was built (UTC, microseconds).
+    #[serde(serialize_with = "ser_ts", deserialize_with = "de_ts")]
+    pub ts: DateTime<Utc>,
+    /// Always [`SCHEMA_VERSION`].
+    pub schema_version: u32,
+    /// Tenant.
+    pub tenant_id: String,
+    /// Session (equal to `run_id` for a run without session).
+    pub session_id: String,
+    /// Run.
+    pub run_id: String,
+    /// Root of the run tree.
+    pub root_run_id: String,
+    /// Span of the event.
+    pub span_id: String,
+    /// Parent span.
+    pub parent_span_id: Option<String>,
+    /// Payload type string (derived).
+    #[serde(rename = "type")]
+    pub event_type: String,
+    /// Category (derived).
+    pub category: Category,
+    /// Status (derived).
+    pub status: EventStatus,
+    /// Agent running.
+    pub agent: Option<String>,
+    /// Model slot ("main", a role name, "judge:<n>") for model events.
+    pub role: Option<String>,
+    /// Scalar summary of the payload (derived), for queries and traces.
+    pub facets: Map<String, Value>,
+    /// What happened.
+    pub payload: Payload,
+    /// Position in the session journal, from 1, assigned by the store (0 until appended).
+    #[serde(default)]
+    pub seq: u64,
+}
+
+/// Where an event sits: everything in the envelope that is not derived from the payload.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Envelope {
+    /// Event id.
+    pub event_id: String,
+    /// Timestamp.
+    pub ts: DateTime<Utc>,
+    /// Tenant.
+    pub tenant_id: String,
+    /// Session.
+    pub session_id: String,
+    /// Run.
+    pub run_id: String,
+    /// Root run.
+    pub root_run_id: String,
+    /// Span.
+    pub span_id: String,
+    /// Parent span.
+    pub parent_span_id: Option<String>,
+    /// Agent.
+    pub agent: Option<String>,
+    /// Role.
+    pub role: Option<String>,
+}
+
+/// A journal line that cannot be accepted.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum EventReadError {
+    /// Not an event at all.
+    #[error("unreadable event: {0}")]
+    Json(String),
+    /// A schema version this build does not read.
+    #[error(
+        "event {event_id}: unsupported event schema version {found} (expected {SCHEMA_VERSION})"
+    )]
+    Version {
+        /// The event.
+        event_id: String,
+        /// The version found.
+        found: u32,
+    },
+    /// The envelope contradicts the payload.
+    #[error("event {event_id} (seq {seq}): field '{field}' contradicts the payload")]
+    Inconsistent {
+        /// The event.
+        event_id: String,
+        /// Its seq.
+        seq: u64,
+        /// The contradicting field.
+        field: &'static str,
+    },
+    /// The payload breaks an invariant.
+    #[error("event {event_id} (seq {seq}): {reason}")]
+    Invalid {
+        /// The event.
+        event_id: String,
+        /// Its seq.
+        seq: u64,
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+impl Event {
+    /// Builds an event from its envelope and payload, deriving type, category, status and facets.
+    pub fn new(envelope: Envelope, payload: Payload) -> Event {
+        Event {
+            event_id: envelope.event_id,
+            ts: envelope.ts,
+            schema_version: SCHEMA_VERSION,
+            tenant_id: envelope.tenant_id,
+            session_id: envelope.session_id,
+            run_id: envelope.run_id,
+            root_run_id: envelope.root_run_id,
+            span_id: envelope.span_id,
+            parent_span_id: envelope.parent_span_id,
+            event_type: payload.type_name().to_owned(),
+            category: payload.category(),
+            status: payload.status(),
+            agent: envelope.agent,
+            role: envelope.role,
+            facets: payload.facets(),
+            payload,
+            seq: 0,
+        }
+    }
+
+    /// Parses one journal line and checks it: schema version, derived fields, invariants.
+    pub fn from_json(line: &str) -> Result<Event, EventReadError> {
+        let event: Event = serde_json::from_str(line).map_err(|e| {
+            let id = serde_json::from_str::<Value>(line)
+                .ok()
+                .and_then(|v| v.get("event_id").and_then(Value::as_str).map(str::to_owned));
+            match id {
+                Some(id) => EventReadError::Json(format!("event {id}: {e}")),
+                None => EventReadError::Json(e.to_string()),
+            }
+        })?;
+        event.check()?;
+        Ok(event)
+    }
+
+    /// Checks the derived fields and the payload invariants.
+    pub fn check(&self) -> Result<(), EventReadError> {
+        if self.schema_version != SCHEMA_VERSION {
+            return Err(EventReadError::Version {
+                event_id: self.event_id.clone(),
+                found: self.schema_version,
+            });
+        }
+        let inconsistent = |field| EventReadError::Inconsistent {
+            event_id: self.event_id.clone(),
+            seq: self.seq,
+            field,
+        };
+        if self.event_type != self.payload.type_name() {
+            return Err(inconsistent("type"));
+        }
+        if self.category != self.payload.category() {
+            return Err(inconsistent("category"));
+        }
+        if self.status != self.payload.status() {
+            return Err(inconsistent("status"));
+        }
+        if self.facets != self.payload.facets() {
+            return Err(inconsistent("facets"));
+        }
+        if let Err(reason) = self.payload.check() {
+            return Err(EventReadError::Invalid {
+                event_id: self.event_id.clone(),
+                seq: self.seq,
+                reason,
+            });
+        }
+        Ok(())
+    }
+
+    /// The event as one compact JSON line (without the newline).
+    pub fn to_json(&self) -> String {
+        // Serializing plain data with string keys cannot fail.
+        serde_json::to_string(self).unwrap_or_default()
+    }
+}
+
+fn ser_ts<S: Serializer>(ts: &DateTime<Utc>, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&ts.to_rfc3339_opts(SecondsFormat::Micros, true))
+}
+
+fn de_ts<'de, D: Deserializer<'de>>(d: D) -> Result<DateTime<Utc>, D::Error> {
+    let text = String::deserialize(d)?;
+    DateTime::parse_from_rfc3339(&text)
+        .map(|t| t.with_timezone(&Utc))
+        .map_err(serde::de::Error::custom)
+}
+
+/// The payloads, discriminated by `type`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type")]
+#[allow(clippy::large_enum_variant)]
+pub enum Payload {
+    /// A run begins.
+    #[serde(rename = "run.started")]
+    RunStarted(RunStarted),
+    /// A step (one effect) begins.
+    #[serde(rename = "step.started")]
+    StepStarted(StepStarted),
+    /// A step ends.
+    #[serde(rename = "step.completed")]
+    StepCompleted(StepCompleted),
+    /// The run changes state.
+    #[serde(rename = "run.transitioned")]
+    RunTransitioned(RunTransitioned),
+    /// The run completed.
+    #[serde(rename = "run.completed")]
+    RunCompleted(RunCompleted),
+    /// The run failed.
+    #[serde(rename = "run.failed")]
+    RunFailed(RunFailed),
+    /// The run was cancelled.
+    #[serde(rename = "run.cancelled")]
+    RunCancelled(RunCancelled),
+    /// A worker holds the run.
+    #[serde(rename = "run.claimed")]
+    RunClaimed(RunClaimed),
+    /// A user message.
+    #[serde(rename = "message.user")]
+    MessageUser(MessageUser),
+    /// A model answered.
+    #[serde(rename = "model.responded")]
+    ModelResponded(ModelResponded),
+    /// A tool call was launched.
+    #[serde(rename = "tool.called")]
+    ToolCalled(ToolCalled),
+    /// A tool call ended (or was refused before launch).
+    #[serde(rename = "tool.completed")]
+    ToolCompleted(ToolCompleted),
+}
+
+/// Who the run is for.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunContext {
+    /// Tenant.
+    pub tenant_id: String,
+    /// End user, if known.
+    #[serde(default)]
+    pub user_id: Option<String>,
+    /// Caller metadata.
+    #[serde(default)]
+    pub metadata: Map<String, Value>,
+}
+
+/// Limits of one run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunBudget {
+    /// Dollars.
+    #[serde(default)]
+    pub max_cost: Option<f64>,
+    /// Tokens.
+    #[serde(default)]
+    pub max_tokens: Option<u64>,
+    /// Model calls.
+    #[serde(default)]
+    pub max_calls: Option<u64>,
+}
+
+/// `run.started`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunStarted {
+    /// "normal" or "compaction".
+    pub kind: String,
+    /// Who the run is for.
+    pub context: RunContext,
+    /// Parent run of a sub-agent run.
+    #[serde(default)]
+    pub parent_run_id: Option<String>,
+    /// Call of the parent that opened it.
+    #[serde(default)]
+    pub parent_call_id: Option<String>,
+    /// Depth in the run tree.
+    #[serde(default)]
+    pub depth: u32,
+    /// Who triggered it.
+    #[serde(default)]
+    pub triggered_by: Option<String>,
+    /// Trigger name.
+    #[serde(default)]
+    pub trigger: Option<String>,
+    /// "auto", "force" or "skip".
+    #[serde(default = "auto")]
+    pub judges: String,
+    /// Run budget.
+    #[serde(default)]
+    pub budget: Option<RunBudget>,
+    /// Session state written by the application.
+    #[serde(default, skip_serializing_if = "Map::is_empty")]
+    pub state: Map<String, Value>,
+}
+
+fn auto() -> String {
+    "auto".into()
+}
+
+/// What a step does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Effect {
+    /// One model call.
+    ModelCall,
+    /// One batch of tool calls.
+    ToolBatch,
+    /// The last answer, without tools.
+    Finalize,
+    /// Waiting for a child run.
+    WaitChild,
+}
+
+impl Effect {
+    /// Journal string.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Effect::ModelCall => "model_call",
+            Effect::ToolBatch => "tool_batch",
+            Effect::Finalize => "finalize",
+            Effect::WaitChild => "wait_child",
+        }
+    }
+}
+
+/// `step.started`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StepStarted {
+    /// Step number, from 1.
+    pub step_no: u32,
+    /// State the step starts from.
+    pub state: RunStatus,
+    /// What it does.
+    pub effect: Effect,
+}
+
+/// How a step ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// Fine.
+    Ok,
+    /// Failed.
+    Error,
+    /// Cancelled.
+    Cancelled,
+}
+
+/// `step.completed`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StepCompleted {
+    /// Step number.
+    pub step_no: u32,
+    /// Duration in milliseconds.
+    pub duration_ms: f64,
+    /// Events written inside the step.
+    #[serde(default)]
+    pub events_emitted: u32,
+    /// How it ended.
+    pub outcome: Outcome,
+}
+
+/// `run.transitioned`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunTransitioned {
+    /// Previous state.
+    pub from_state: RunStatus,
+    /// New state.
+    pub to_state: RunStatus,
+    /// Step after which it happens.
+    #[serde(default)]
+    pub step_no: u32,
+    /// Event type or reason that caused it.
+    pub cause_type: String,
+    /// Event that caused it.
+    #[serde(default)]
+    pub cause_event_id: Option<String>,
+}
+
+/// `run.completed`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunCompleted {
+    /// Final answer (null when a terminal tool result is the answer).
+    pub output: Option<Message>,
+    /// The `tool.completed` whose result is the answer.
+    #[serde(default)]
+    pub output_event_id: Option<String>,
+    /// Orchestrator model calls.
+    pub iterations: u32,
+    /// Usage of the whole run.
+    pub usage: Usage,
+    /// Cost in dollars.
+    pub cost_usd: f64,
+    /// Structured answer.
+    #[serde(default)]
+    pub data: Option<Value>,
+    /// Kept despite its contract or judge.
+    #[serde(default)]
+    pub unverified: bool,
+    /// Replaced by a fallback message.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub fallback: bool,
+}
+
+/// `run.failed`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunFailed {
+    /// Classification ("timeout", "model.auth", …).
+    pub error_type: String,
+    /// Message.
+    pub error: String,
+    /// Orchestrator model calls.
+    pub iterations: u32,
+    /// Usage.
+    pub usage: Usage,
+    /// Cost.
+    pub cost_usd: f64,
+}
+
+/// `run.cancelled`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunCancelled {
+    /// "requested" or "parent".
+    pub reason: String,
+    /// Who cancelled.
+    #[serde(default)]
+    pub by: Option<String>,
+    /// Orchestrator model calls.
+    pub iterations: u32,
+    /// Usage.
+    pub usage: Usage,
+    /// Cost.
+    pub cost_usd: f64,
+    /// Open approvals withdrawn.
+    #[serde(default)]
+    pub withdrawn: Vec<String>,
+}
+
+/// `run.claimed`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunClaimed {
+    /// The worker.
+    pub worker_id: String,
+    /// End of the lease.
+    #[serde(serialize_with = "ser_ts", deserialize_with = "de_ts")]
+    pub lease_until: DateTime<Utc>,
+}
+
+/// `message.user`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MessageUser {
+    /// The message.
+    pub message: Message,
+    /// "request" or "repair".
+    #[serde(default = "request")]
+    pub kind: String,
+    /// Policy behind a repair.
+    #[serde(default)]
+    pub policy: Option<String>,
+    /// Whether tools stay offered.
+    #[serde(default = "yes")]
+    pub tools: bool,
+}
+
+fn request() -> String {
+    "request".into()
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// `model.responded`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ModelResponded {
+    /// Provider model name.
+    pub model_id: String,
+    /// Config model id.
+    #[serde(default)]
+    pub model: Option<String>,
+    /// Provider.
+    pub provider: String,
+    /// The answer.
+    pub message: Message,
+    /// Tokens.
+    pub usage: Usage,
+    /// Cost.
+    pub cost_usd: f64,
+    /// Why it stopped.
+    pub stop_reason: crate::model::StopReason,
+    /// Latency.
+    pub latency_ms: f64,
+    /// Attempts made.
+    #[serde(default = "one")]
+    pub attempts: u32,
+    /// SHA-256 of the canonical request.
+    #[serde(default)]
+    pub request_hash: Option<String>,
+    /// Per-part hashes of the request.
+    #[serde(default)]
+    pub request_parts: Map<String, Value>,
+    /// Role call this answers.
+    #[serde(default)]
+    pub call_id: Option<String>,
+    /// Judge this answers.
+    #[serde(default)]
+    pub judge: Option<String>,
+}
+
+fn one() -> u32 {
+    1
+}
+
+/// `tool.called`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolCalled {
+    /// Call id.
+    pub call_id: String,
+    /// Tool.
+    pub tool_name: String,
+    /// Tool family.
+    pub tool_kind: ToolKind,
+    /// Arguments as written by the model.
+    pub arguments: Value,
+    /// `$ref`s resolved.
+    #[serde(default)]
+    pub refs: Vec<Value>,
+    /// Relaunched on resume.
+    #[serde(default)]
+    pub resumed: bool,
+    /// Child run of a sub-agent call.
+    #[serde(default)]
+    pub child_run_id: Option<String>,
+}
+
+/// `tool.completed`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolCompleted {
+    /// Call id.
+    pub call_id: String,
+    /// Tool.
+    pub tool_name: String,
+    /// Result.
+    pub output: ToolOutput,
+    /// Latency.
+    pub latency_ms: f64,
+    /// Bytes of the output's JSON.
+    pub size: u64,
+    /// Usage of a sub-agent.
+    #[serde(default)]
+    pub usage: Option<Usage>,
+    /// Cost of a sub-agent or role.
+    #[serde(default)]
+    pub cost_usd: f64,
+}
+
+impl Payload {
+    /// The `type` string.
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            Payload::RunStarted(_) => "run.started",
+            Payload::StepStarted(_) => "step.started",
+            Payload::StepCompleted(_) => "step.completed",
+            Payload::RunTransitioned(_) => "run.transitioned",
+            Payload::RunCompleted(_) => "run.completed",
+            Payload::RunFailed(_) => "run.failed",
+            Payload::RunCancelled(_) => "run.cancelled",
+            Payload::RunClaimed(_) => "run.claimed",
+            Payload::MessageUser(_) => "message.user",
+            Payload::ModelResponded(_) => "model.responded",
+            Payload::ToolCalled(_) => "tool.called",
+            Payload::ToolCompleted(_) => "tool.completed",
+        }
+    }
+
+    /// The category.
+    pub fn category(&self) -> Category {
+        match self {
+            Payload::MessageUser(_) => Category::Message,
+            Payload::ModelResponded(_) => Category::Model,
+            Payload::ToolCalled(_) | Payload::ToolCompleted(_) => Category::Tool,
+            _ => Category::Run,
+        }
+    }
+
+    /// The status.
+    pub fn status(&self) -> EventStatus {
+        match self {
+            Payload::StepCompleted(p) if p.outcome != Outcome::Ok => EventStatus::Error,
+            Payload::RunCompleted(p) if p.unverified || p.fallback => EventStatus::Warning,
+            Payload::RunFailed(_) => EventStatus::Error,
+            Payload::RunCancelled(_) => EventStatus::Warning,
+            Payload::ToolCompleted(p) if p.output.is_error => EventStatus::Error,
+            _ => EventStatus::Ok,
+        }
+    }
+
+    /// The facets, in the reference's order.
+    pub fn facets(&self) -> Map<String, Value> {
+        let mut f = Map::new();
+        match self {
+            Payload::RunStarted(p) => {
+                f.insert("kind".into(), json!(p.kind));
+                if p.judges != "auto" {
+                    f.insert("judges".into(), json!(p.judges));
+                }
+                if let Some(trigger) = &p.trigger {
+                    f.insert("trigger".into(), json!(trigger));
+                }
+            }
+            Payload::StepStarted(p) => {
+                f.insert("effect".into(), json!(p.effect));
+            }
+            Payload::StepCompleted(p) => {
+                f.insert("outcome".into(), json!(p.outcome));
+                f.insert("duration_ms".into(), json!(p.duration_ms));
+            }
+            Payload::RunTransitioned(p) => {
+                f.insert("from_state".into(), json!(p.from_state));
+                f.insert("to_state".into(), json!(p.to_state));
+            }
+            Payload::RunCompleted(p) => {
+                f.insert("iterations".into(), json!(p.iterations));
+                f.insert("cost_usd".into(), json!(p.cost_usd));
+                if p.unverified {
+                    f.insert("unverified".into(), json!(true));
+                }
+                if p.fallback {
+                    f.insert("fallback".into(), json!(true));
+                }
+            }
+            Payload::RunFailed(p) => {
+                f.insert("error_type".into(), json!(p.error_type));
+            }
+            Payload::RunCancelled(p) => {
+                f.insert("reason".into(), json!(p.reason));
+            }
+            Payload::RunClaimed(p) => {
+                f.insert("worker_id".into(), json!(p.worker_id));
+            }
+            Payload::MessageUser(p) => {
+                if p.kind == "repair" {
+                    f.insert("kind".into(), json!(p.kind));
+                }
+            }
+            Payload::ModelResponded(p) => {
+                f.insert("model_id".into(), json!(p.model_id));
+                f.insert("provider".into(), json!(p.provider));
+                f.insert("stop_reason".into(), json!(p.stop_reason));
+                f.insert("cost_usd".into(), json!(p.cost_usd));
+                f.insert("latency_ms".into(), json!(p.latency_ms));
+                f.insert("tokens".into(), json!(p.usage.total_tokens()));
+                if let Some(model) = &p.model {
+                    f.insert("model".into(), json!(model));
+                }
+                if let Some(judge) = &p.judge {
+                    f.insert("judge".into(), json!(judge));
+                }
+            }
+            Payload::ToolCalled(p) => {
+                f.insert("tool_name".into(), json!(p.tool_name));
+                f.insert("tool_kind".into(), json!(p.tool_kind));
+            }
+            Payload::ToolCompleted(p) => {
+                f.insert("tool_name".into(), json!(p.tool_name));
+                f.insert("latency_ms".into(), json!(p.latency_ms));
+                f.insert("size".into(), json!(p.size));
+                f.insert("is_error".into(), json!(p.output.is_error));
+                if p.output.offloaded.is_some() {
+                    f.insert("offloaded".into(), json!(true));
+                }
+            }
+        }
+        f
+    }
+
+    /// Payload invariants: well-formed messages, no file bytes in the journal.
+    pub fn check(&self) -> Result<(), String> {
+        let message = match self {
+            Payload::MessageUser(p) => Some(&p.message),
+            Payload::ModelResponded(p) => Some(&p.message),
+            Payload::RunCompleted(p) => p.output.as_ref(),
+            _ => None,
+        };
+        if let Some(message) = message {
+            message.check()?;
+        }
+        if let Payload::ToolCompleted(p) = self {
+            if p.output
+                .blocks
+                .iter()
+                .any(|b| matches!(b.kind, crate::BlockKind::InlineData { .. }))
+            {
+                return Err("file bytes are not allowed in the journal".into());
+            }
+        }
+        Ok(())
+    }
+
+    /// The events of this payload that close a run.
+    pub fn is_closing(&self) -> bool {
+        matches!(
+            self,
+            Payload::RunCompleted(_) | Payload::RunFailed(_) | Payload::RunCancelled(_)
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LINE: &str = r#"{"event_id":"01a2272b-2a5d-7c60-ae0f-8690fd14d194","ts":"2026-11-29T11:57:50.044443Z","schema_version":1,"tenant_id":"default","session_id":"plain-run-1","run_id":"plain-run-1","root_run_id":"plain-run-1","span_id":"01a2272b-2a58-7207-9988-3ca389305581","parent_span_id":"01a2272b-2a56-7cc7-a088-a8f4c887158b","type":"tool.completed","category":"tool","status":"ok","agent":"demo","role":null,"facets":{"tool_name":"calculer","latency_ms":0.351611999974466,"size":164,"is_error":false},"payload":{"type":"tool.completed","call_id":"fake_0_0","tool_name":"calculer","output":{"blocks":[{"cache_breakpoint":false,"provider_meta":{},"type":"text","text":"87"}],"data":null,"is_error":false,"artifacts":[],"offloaded":null,"unverified":false},"latency_ms":0.351611999974466,"size":164,"usage":null,"cost_usd":0.0},"seq":10}"#;
+
+    #[test]
+    fn reference_line_round_trips_byte_for_byte() {
+        let event = Event::from_json(LINE).unwrap();
+        assert_eq!(event.seq, 10);
+        assert_eq!(event.to_json(), LINE);
+    }
+
+    #[test]
+    fn unknown_fields_are_ignored() {
+        let line = LINE.replace(r#""seq":10"#, r#""seq":10,"later":{"x":1}"#);
+        assert!(Event::from_json(&line).is_ok());
+    }
+
+    #[test]
+    fn contradicting_envelope_is_refused_with_the_event_named() {
+        let line = LINE.replace(r#""status":"ok""#, r#""status":"error""#);
+        let err = Event::from_json(&line).unwrap_err();
+        assert!(matches!(
+            err,
+            EventReadError::Inconsistent {
+                field: "status",
+                ..
+            }
+        ));
+        assert!(
+            err.to_string()
+                .contains("01a2272b-2a5d-7c60-ae0f-8690fd14d194")
+        );
+        let line = LINE.replace(r#""size":164,"is_error""#, r#""size":165,"is_error""#);
+        assert!(matches!(
+            Event::from_json(&line).unwrap_err(),
+            EventReadError::Inconsistent {
+                field: "facets",
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn other_schema_versions_are_refused() {
+        let line = LINE.replace(r#""schema_version":1"#, r#""schema_version":2"#);
+        assert!(matches!(
+            Event::from_json(&line).unwrap_err(),
+            EventReadError::Version { found: 2, .. }
+        ));
+    }
+}

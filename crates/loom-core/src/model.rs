@@ -1,0 +1,434 @@
+//! The model port: requests, streamed chunks, errors classified by kind, and the accumulator
+//! that turns a stream into a complete answer.
+//!
+//! Streaming is the primitive. A complete answer is always the collected stream, so every
+//! provider implements one method, [`ModelClient::stream`].
+
+use std::{fmt, time::Duration};
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::{
+    BoxStream,
+    content::{Block, BlockKind, Message, Role},
+    usage::Usage,
+};
+
+/// A tool as offered to a model.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolDefinition {
+    /// Name.
+    pub name: String,
+    /// Description.
+    pub description: String,
+    /// JSON Schema of the arguments.
+    pub input_schema: Value,
+}
+
+/// Whether the model may, must or must not call tools.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ToolChoice {
+    /// The model decides.
+    Auto,
+    /// No tool call allowed.
+    None,
+    /// At least one tool call required.
+    Required,
+}
+
+/// A provider-neutral model request.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ModelRequest {
+    /// Provider model name.
+    pub model_id: String,
+    /// System prompt.
+    pub system: String,
+    /// Conversation.
+    pub messages: Vec<Message>,
+    /// Offered tools.
+    pub tools: Vec<ToolDefinition>,
+    /// Tool choice.
+    pub tool_choice: ToolChoice,
+    /// Output token cap.
+    pub max_tokens: Option<u32>,
+    /// Provider parameters, passed through as given.
+    pub params: Map<String, Value>,
+    /// JSON Schema the answer must follow, when the provider can enforce it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub output_schema: Option<Value>,
+}
+
+/// Why the model stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StopReason {
+    /// It finished its answer.
+    End,
+    /// It wants tool results.
+    ToolUse,
+    /// It hit the token cap.
+    MaxTokens,
+    /// It refused.
+    Refusal,
+}
+
+impl StopReason {
+    /// The journal string.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StopReason::End => "end",
+            StopReason::ToolUse => "tool_use",
+            StopReason::MaxTokens => "max_tokens",
+            StopReason::Refusal => "refusal",
+        }
+    }
+}
+
+/// One piece of a streamed answer.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ModelChunk {
+    /// Visible text.
+    TextDelta(String),
+    /// Reasoning text; `start` opens a new reasoning block.
+    ReasoningDelta {
+        /// Text.
+        text: String,
+        /// Whether this opens a new block.
+        start: bool,
+        /// Provider data to keep with the block.
+        provider_meta: Map<String, Value>,
+    },
+    /// A tool call begins.
+    ToolCallStarted {
+        /// Position of the call in the answer.
+        index: usize,
+        /// Provider call id.
+        call_id: String,
+        /// Tool name.
+        name: String,
+    },
+    /// A fragment of a call's JSON arguments (split anywhere).
+    ToolArgsDelta {
+        /// Position of the call.
+        index: usize,
+        /// Raw fragment.
+        json_fragment: String,
+    },
+    /// A tool call is complete.
+    ToolCallEnded {
+        /// Position of the call.
+        index: usize,
+    },
+    /// Token usage (may arrive more than once; the last one wins per field).
+    Usage(Usage),
+    /// The answer is complete.
+    Stopped {
+        /// Why.
+        reason: StopReason,
+        /// The provider model that answered.
+        model_id: String,
+    },
+}
+
+/// Kinds of model error. The engine decides retries and fallbacks from the kind alone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ModelErrorKind {
+    /// Rate limits, 5xx, timeouts, network: worth retrying.
+    Transient,
+    /// Provider overloaded: worth retrying.
+    Overloaded,
+    /// Credit or quota exhausted.
+    QuotaExhausted,
+    /// The prompt does not fit.
+    ContextOverflow,
+    /// Refused by a content filter.
+    ContentFiltered,
+    /// Bad or missing key.
+    Auth,
+    /// The request is wrong; retrying will not help.
+    InvalidRequest,
+    /// The answer was cut by the token cap.
+    Truncated,
+    /// Every model of the chain was skipped.
+    Unavailable,
+}
+
+impl ModelErrorKind {
+    /// The snake_case name used in events (`model.<kind>` error types).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ModelErrorKind::Transient => "transient",
+            ModelErrorKind::Overloaded => "overloaded",
+            ModelErrorKind::QuotaExhausted => "quota_exhausted",
+            ModelErrorKind::ContextOverflow => "context_overflow",
+            ModelErrorKind::ContentFiltered => "content_filtered",
+            ModelErrorKind::Auth => "auth",
+            ModelErrorKind::InvalidRequest => "invalid_request",
+            ModelErrorKind::Truncated => "truncated",
+            ModelErrorKind::Unavailable => "unavailable",
+        }
+    }
+
+    /// Whether the same call may succeed if tried again.
+    pub fn is_retryable(self) -> bool {
+        matches!(self, ModelErrorKind::Transient | ModelErrorKind::Overloaded)
+    }
+}
+
+/// A model call that failed.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{kind}: {message}")]
+pub struct ModelError {
+    /// Classification.
+    pub kind: ModelErrorKind,
+    /// What the provider said, or what went wrong.
+    pub message: String,
+    /// HTTP status, when there was one.
+    pub http_status: Option<u16>,
+    /// Delay the provider asked for.
+    pub retry_after: Option<Duration>,
+}
+
+impl fmt::Display for ModelErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl ModelError {
+    /// An error of this kind.
+    pub fn new(kind: ModelErrorKind, message: impl Into<String>) -> ModelError {
+        ModelError {
+            kind,
+            message: message.into(),
+            http_status: None,
+            retry_after: None,
+        }
+    }
+}
+
+/// The model port. Object-safe: the engine holds `Arc<dyn ModelClient>`.
+pub trait ModelClient: Send + Sync + fmt::Debug {
+    /// Provider name journaled in `model.responded.provider` ("fake", "anthropic", "openai").
+    fn provider(&self) -> &str;
+
+    /// Streams the answer to `request`. The stream ends after [`ModelChunk::Stopped`]; a stream
+    /// that ends without it is a transient error.
+    fn stream(&self, request: ModelRequest) -> BoxStream<'static, Result<ModelChunk, ModelError>>;
+}
+
+/// A complete answer built from a stream.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelResponse {
+    /// The assistant message.
+    pub message: Message,
+    /// Usage reported.
+    pub usage: Usage,
+    /// Stop reason.
+    pub stop_reason: StopReason,
+    /// Provider model that answered.
+    pub model_id: String,
+}
+
+/// Builds a [`ModelResponse`] from chunks, in any provider's order.
+#[derive(Debug, Default)]
+pub struct ResponseAccumulator {
+    blocks: Vec<Block>,
+    calls: Vec<(usize, String, String, String)>,
+    usage: Usage,
+    stopped: Option<(StopReason, String)>,
+}
+
+impl ResponseAccumulator {
+    /// An empty accumulator.
+    pub fn new() -> ResponseAccumulator {
+        ResponseAccumulator::default()
+    }
+
+    /// Adds one chunk.
+    pub fn push(&mut self, chunk: ModelChunk) {
+        match chunk {
+            ModelChunk::TextDelta(text) => match self.blocks.last_mut() {
+                Some(Block {
+                    kind: BlockKind::Text { text: last },
+                    ..
+                }) => last.push_str(&text),
+                _ => self.blocks.push(Block::text(text)),
+            },
+            ModelChunk::ReasoningDelta {
+                text,
+                start,
+                provider_meta,
+            } => {
+                let append = !start
+                    && matches!(
+                        self.blocks.last(),
+                        Some(Block {
+                            kind: BlockKind::Reasoning { .. },
+                            ..
+                        })
+                    );
+                if append {
+                    if let Some(block) = self.blocks.last_mut() {
+                        if let BlockKind::Reasoning { text: last, .. } = &mut block.kind {
+                            last.push_str(&text);
+                        }
+                        block.provider_meta.extend(provider_meta);
+                    }
+                } else {
+                    let mut block = Block::new(BlockKind::Reasoning {
+                        text,
+                        model_id: None,
+                    });
+                    block.provider_meta = provider_meta;
+                    self.blocks.push(block);
+                }
+            }
+            ModelChunk::ToolCallStarted {
+                index,
+                call_id,
+                name,
+            } => {
+                self.calls.push((index, call_id, name, String::new()));
+            }
+            ModelChunk::ToolArgsDelta {
+                index,
+                json_fragment,
+            } => {
+                if let Some(call) = self.calls.iter_mut().rev().find(|c| c.0 == index) {
+                    call.3.push_str(&json_fragment);
+                }
+            }
+            ModelChunk::ToolCallEnded { .. } => {}
+            ModelChunk::Usage(usage) => {
+                let merge = |old: u64, new: u64| if new > 0 { new } else { old };
+                self.usage.input_tokens = merge(self.usage.input_tokens, usage.input_tokens);
+                self.usage.output_tokens = merge(self.usage.output_tokens, usage.output_tokens);
+                self.usage.cache_read_tokens =
+                    merge(self.usage.cache_read_tokens, usage.cache_read_tokens);
+                self.usage.cache_write_tokens =
+                    merge(self.usage.cache_write_tokens, usage.cache_write_tokens);
+                self.usage.reasoning_tokens =
+                    merge(self.usage.reasoning_tokens, usage.reasoning_tokens);
+            }
+            ModelChunk::Stopped { reason, model_id } => self.stopped = Some((reason, model_id)),
+        }
+    }
+
+    /// The complete answer, or a transient error when the stream ended without its stop signal.
+    pub fn finish(self) -> Result<ModelResponse, ModelError> {
+        let Some((stop_reason, model_id)) = self.stopped else {
+            return Err(ModelError::new(
+                ModelErrorKind::Transient,
+                "stream interrupted: the provider closed the stream without an end signal",
+            ));
+        };
+        let mut blocks = self.blocks;
+        let mut seen: Vec<String> = Vec::new();
+        for (_, call_id, name, raw) in self.calls {
+            let arguments = if raw.trim().is_empty() {
+                Value::Object(Map::new())
+            } else {
+                match serde_json::from_str::<Value>(&raw) {
+                    Ok(value @ Value::Object(_)) => value,
+                    _ => serde_json::json!({ "_loom_invalid_json": raw }),
+                }
+            };
+            let mut id = call_id;
+            if seen.contains(&id) {
+                let mut n = 2;
+                while seen.contains(&format!("{id}_{n}")) {
+                    n += 1;
+                }
+                id = format!("{id}_{n}");
+            }
+            seen.push(id.clone());
+            blocks.push(Block::tool_call(id, name, arguments));
+        }
+        for block in &mut blocks {
+            if let BlockKind::Reasoning { model_id: m, .. } = &mut block.kind {
+                *m = Some(model_id.clone());
+            }
+        }
+        blocks.retain(|b| !matches!(&b.kind, BlockKind::Text { text } if text.is_empty()));
+        if blocks.is_empty() {
+            blocks.push(Block::text(""));
+        }
+        Ok(ModelResponse {
+            message: Message {
+                role: Role::Assistant,
+                blocks,
+            },
+            usage: self.usage,
+            stop_reason,
+            model_id,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accumulates_text_and_split_arguments() {
+        let mut acc = ResponseAccumulator::new();
+        acc.push(ModelChunk::TextDelta("Je ".into()));
+        acc.push(ModelChunk::TextDelta("calcule.".into()));
+        acc.push(ModelChunk::ToolCallStarted {
+            index: 0,
+            call_id: "c1".into(),
+            name: "t".into(),
+        });
+        acc.push(ModelChunk::ToolArgsDelta {
+            index: 0,
+            json_fragment: "{\"a\": \"é".into(),
+        });
+        acc.push(ModelChunk::ToolArgsDelta {
+            index: 0,
+            json_fragment: "\"}".into(),
+        });
+        acc.push(ModelChunk::ToolCallEnded { index: 0 });
+        acc.push(ModelChunk::Stopped {
+            reason: StopReason::ToolUse,
+            model_id: "m".into(),
+        });
+        let response = acc.finish().unwrap();
+        assert_eq!(response.message.text(), "Je calcule.");
+        let calls: Vec<_> = response.message.tool_calls().collect();
+        assert_eq!(calls[0].2["a"], "é");
+    }
+
+    #[test]
+    fn invalid_json_and_duplicate_ids() {
+        let mut acc = ResponseAccumulator::new();
+        for _ in 0..2 {
+            acc.push(ModelChunk::ToolCallStarted {
+                index: 0,
+                call_id: "c".into(),
+                name: "t".into(),
+            });
+            acc.push(ModelChunk::ToolArgsDelta {
+                index: 0,
+                json_fragment: "{oops".into(),
+            });
+        }
+        acc.push(ModelChunk::Stopped {
+            reason: StopReason::ToolUse,
+            model_id: "m".into(),
+        });
+        let response = acc.finish().unwrap();
+        let calls: Vec<_> = response.message.tool_calls().collect();
+        assert_eq!(calls[1].0, "c_2");
+        assert_eq!(calls[0].2["_loom_invalid_json"], "{oops");
+    }
+
+    #[test]
+    fn missing_stop_is_transient() {
+        let acc = ResponseAccumulator::new();
+        assert_eq!(acc.finish().unwrap_err().kind, ModelErrorKind::Transient);
+    }
+}

@@ -1,0 +1,106 @@
+//! Ports: the object-safe traits through which the engine reaches storage and time.
+//!
+//! The model port lives in [`crate::model`] and the tool port in [`crate::tool`]. Every port is
+//! used as `Arc<dyn Port>`; adapters implement them in their own crates.
+
+use std::fmt;
+
+use chrono::{DateTime, Utc};
+
+use crate::{
+    BoxFuture,
+    event::{Event, EventReadError},
+};
+
+/// Why a journal operation failed, classified by kind.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The journal advanced since the writer read it: nothing was written; re-read and retry.
+    #[error(
+        "sequence conflict in {tenant_id}/{session_id}: expected last seq {expected}, found {found}"
+    )]
+    Conflict {
+        /// Tenant.
+        tenant_id: String,
+        /// Session.
+        session_id: String,
+        /// What the writer expected.
+        expected: u64,
+        /// What the journal holds.
+        found: u64,
+    },
+    /// A batch that mixes journals, or ids the store cannot hold.
+    #[error("invalid append: {0}")]
+    Invalid(String),
+    /// A complete line of the journal cannot be read.
+    #[error("journal {path} is corrupted at line {line}: {source}")]
+    Corrupted {
+        /// Journal file (or name).
+        path: String,
+        /// Line number, from 1.
+        line: usize,
+        /// Why.
+        source: EventReadError,
+    },
+    /// The storage itself failed.
+    #[error("journal IO error on {path}: {source}")]
+    Io {
+        /// Path involved.
+        path: String,
+        /// Cause.
+        source: std::io::Error,
+    },
+}
+
+/// A session journal known to a store.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SessionSummary {
+    /// Session id.
+    pub session_id: String,
+    /// Last seq.
+    pub last_seq: u64,
+    /// Last write.
+    pub updated_at: Option<DateTime<Utc>>,
+}
+
+/// The journal port: one append-only sequence of events per `(tenant, session)`.
+///
+/// `append` assigns `seq` under optimistic concurrency: the batch is written only if the
+/// journal's last seq is still `expected_last_seq`, else nothing is written and
+/// [`StoreError::Conflict`] is returned. A batch is written whole or not at all.
+pub trait EventStore: Send + Sync + fmt::Debug {
+    /// Appends `batch` (all of one tenant and session) after `expected_last_seq`, returning the
+    /// events with their seq.
+    fn append(
+        &self,
+        batch: Vec<Event>,
+        expected_last_seq: u64,
+    ) -> BoxFuture<'_, Result<Vec<Event>, StoreError>>;
+
+    /// Events of a session with `seq > after_seq`, in seq order.
+    fn read<'a>(
+        &'a self,
+        tenant_id: &'a str,
+        session_id: &'a str,
+        after_seq: u64,
+    ) -> BoxFuture<'a, Result<Vec<Event>, StoreError>>;
+
+    /// The last seq of a session (0 when empty or absent).
+    fn last_seq<'a>(
+        &'a self,
+        tenant_id: &'a str,
+        session_id: &'a str,
+    ) -> BoxFuture<'a, Result<u64, StoreError>>;
+
+    /// The sessions of a tenant, most recent first.
+    fn sessions<'a>(
+        &'a self,
+        tenant_id: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<SessionSummary>, StoreError>>;
+}
+
+/// The clock port: the only source of wall-clock time for the engine.
+pub trait Clock: Send + Sync + fmt::Debug {
+    /// Now, in UTC.
+    fn now(&self) -> DateTime<Utc>;
+}

@@ -1,0 +1,403 @@
+//! Tools: the port ([`Tool`]), their declarations, the context they receive and what they return.
+//!
+//! A tool is anything that implements [`Tool`]. Most users never implement it by hand: the
+//! `#[tool]` attribute of the facade turns a plain function into an [`FnTool`].
+
+use std::{fmt, sync::Arc, time::Duration};
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::{BoxFuture, content::Block};
+
+/// What a tool call may change in the world.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum SideEffects {
+    /// Reads only: safe to run again.
+    #[default]
+    None,
+    /// Changes something that can be undone.
+    Reversible,
+    /// Changes something for good (an e-mail sent).
+    Irreversible,
+}
+
+/// Whether a human must approve a call before it runs.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum Approval {
+    /// Never asked.
+    #[default]
+    Never,
+    /// Always asked.
+    Always,
+    /// A policy decides per call.
+    Policy,
+}
+
+/// What to do on resume with a call that was interrupted mid-flight.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum OnUnknown {
+    /// Tell the model the outcome is unknown.
+    #[default]
+    Error,
+    /// Ask a human before any new attempt.
+    Pause,
+}
+
+/// The family a tool belongs to, as journaled in `tool.called.tool_kind`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolKind {
+    /// A tool written in the host language (Rust here; "python" in the reference journals).
+    Python,
+    /// A tool of an MCP server.
+    Mcp,
+    /// A role (a model called like a tool).
+    Role,
+    /// A sub-agent.
+    Agent,
+    /// A built-in tool.
+    Builtin,
+}
+
+/// The declarations of a tool: set in code, overridable per agent in YAML.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ToolDeclarations {
+    /// What a call may change.
+    pub side_effects: SideEffects,
+    /// Whether a human approves calls.
+    pub approval: Approval,
+    /// Whether running a call twice has the effect of running it once.
+    pub idempotent: bool,
+    /// What to do with an interrupted call.
+    pub on_unknown: OnUnknown,
+    /// Per-call timeout; the execution default applies when absent.
+    pub timeout: Option<Duration>,
+    /// Result size (characters) above which the result is moved out of the context.
+    pub offload_over: Option<u64>,
+}
+
+/// Everything the engine and the model need to know about a tool.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolSpec {
+    /// Name offered to the model (`^[A-Za-z0-9_-]{1,64}$`).
+    pub name: String,
+    /// Description offered to the model.
+    pub description: String,
+    /// JSON Schema of the arguments (`type: object`).
+    pub input_schema: Value,
+    /// The tool family.
+    pub kind: ToolKind,
+    /// Declarations.
+    pub declarations: ToolDeclarations,
+}
+
+/// What a tool receives besides its arguments.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolContext {
+    /// Tenant of the run.
+    pub tenant_id: String,
+    /// Session of the run.
+    pub session_id: String,
+    /// The run.
+    pub run_id: String,
+    /// The call id, as written by the model.
+    pub call_id: String,
+    /// Technical idempotency key: `sha256("<run_id>:<call_id>")`, stable across resumes.
+    pub idempotency_key: String,
+}
+
+/// The result of a tool call, as journaled in `tool.completed.output`.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct ToolOutput {
+    /// Content shown to the model.
+    #[serde(default)]
+    pub blocks: Vec<Block>,
+    /// Structured data, when the tool returned a value.
+    #[serde(default)]
+    pub data: Option<Value>,
+    /// Whether this is an error the model should read.
+    #[serde(default)]
+    pub is_error: bool,
+    /// Artifact URIs produced.
+    #[serde(default)]
+    pub artifacts: Vec<String>,
+    /// URI of the full content when it was moved out of the context.
+    #[serde(default)]
+    pub offloaded: Option<String>,
+    /// Whether a contract could not verify it.
+    #[serde(default)]
+    pub unverified: bool,
+    /// Whether it was replaced by a fallback message.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub fallback: bool,
+    /// Session-state writes proposed by the tool.
+    #[serde(default, skip_serializing_if = "Map::is_empty")]
+    pub state: Map<String, Value>,
+    /// Session-state writes refused, with their reason.
+    #[serde(default, skip_serializing_if = "Map::is_empty")]
+    pub state_refused: Map<String, Value>,
+}
+
+impl ToolOutput {
+    /// A text result.
+    pub fn text(text: impl Into<String>) -> ToolOutput {
+        ToolOutput {
+            blocks: vec![Block::text(text)],
+            ..ToolOutput::default()
+        }
+    }
+
+    /// A structured result: a JSON block and `data`.
+    pub fn json(data: Value) -> ToolOutput {
+        ToolOutput {
+            blocks: vec![Block::json(data.clone())],
+            data: Some(data),
+            ..ToolOutput::default()
+        }
+    }
+
+    /// An error result the model can read and act on.
+    pub fn error(message: impl Into<String>) -> ToolOutput {
+        ToolOutput {
+            blocks: vec![Block::text(message)],
+            is_error: true,
+            ..ToolOutput::default()
+        }
+    }
+
+    /// The text shown to the model: text blocks, then JSON blocks rendered compactly.
+    pub fn visible_text(&self) -> String {
+        let mut parts = Vec::new();
+        for block in &self.blocks {
+            match &block.kind {
+                crate::BlockKind::Text { text } => parts.push(text.clone()),
+                crate::BlockKind::Json { data } => parts.push(data.to_string()),
+                crate::BlockKind::Artifact { uri, .. } => parts.push(uri.clone()),
+                _ => {}
+            }
+        }
+        parts.join("\n")
+    }
+}
+
+/// An error a tool returns for the model to read.
+///
+/// Its message goes back to the model as an `is_error` result: write it so the model can act
+/// ("unknown customer 'X'; known customers: A, B"), not as a stack trace.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct ToolError {
+    /// The model-facing message.
+    pub message: String,
+}
+
+impl ToolError {
+    /// A tool error with this message.
+    pub fn new(message: impl Into<String>) -> ToolError {
+        ToolError {
+            message: message.into(),
+        }
+    }
+
+    /// A tool error from anything displayable (the `#[tool]` attribute uses it for typed errors).
+    pub fn from_display(error: impl fmt::Display) -> ToolError {
+        ToolError::new(error.to_string())
+    }
+}
+
+/// The tool port. Object-safe: the engine holds `Arc<dyn Tool>`.
+pub trait Tool: Send + Sync + fmt::Debug {
+    /// What the tool is.
+    fn spec(&self) -> &ToolSpec;
+
+    /// Runs one call. `arguments` were validated against the spec's schema.
+    fn call(
+        &self,
+        ctx: ToolContext,
+        arguments: Value,
+    ) -> BoxFuture<'_, Result<ToolOutput, ToolError>>;
+}
+
+/// The function behind an [`FnTool`].
+pub type ToolFn =
+    dyn Fn(ToolContext, Value) -> BoxFuture<'static, Result<ToolOutput, ToolError>> + Send + Sync;
+
+/// A tool made of a spec and a function; what `#[tool]` produces.
+#[derive(Clone)]
+pub struct FnTool {
+    spec: ToolSpec,
+    function: Arc<ToolFn>,
+}
+
+impl fmt::Debug for FnTool {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FnTool")
+            .field("spec", &self.spec)
+            .finish_non_exhaustive()
+    }
+}
+
+impl FnTool {
+    /// A tool from its spec and function.
+    pub fn new(
+        spec: ToolSpec,
+        function: impl Fn(ToolContext, Value) -> BoxFuture<'static, Result<ToolOutput, ToolError>>
+        + Send
+        + Sync
+        + 'static,
+    ) -> FnTool {
+        FnTool {
+            spec,
+            function: Arc::new(function),
+        }
+    }
+
+    /// Replaces the declarations (builder style).
+    pub fn with_declarations(mut self, declarations: ToolDeclarations) -> FnTool {
+        self.spec.declarations = declarations;
+        self
+    }
+
+    /// Mutable access to the declarations.
+    pub fn declarations_mut(&mut self) -> &mut ToolDeclarations {
+        &mut self.spec.declarations
+    }
+
+    /// Renames the tool.
+    pub fn named(mut self, name: impl Into<String>) -> FnTool {
+        self.spec.name = name.into();
+        self
+    }
+}
+
+impl Tool for FnTool {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    fn call(
+        &self,
+        ctx: ToolContext,
+        arguments: Value,
+    ) -> BoxFuture<'_, Result<ToolOutput, ToolError>> {
+        (self.function)(ctx, arguments)
+    }
+}
+
+/// Turns what a tool function returns into a [`ToolOutput`].
+pub trait IntoToolOutput {
+    /// The conversion.
+    fn into_tool_output(self) -> ToolOutput;
+}
+
+impl IntoToolOutput for ToolOutput {
+    fn into_tool_output(self) -> ToolOutput {
+        self
+    }
+}
+
+impl IntoToolOutput for String {
+    fn into_tool_output(self) -> ToolOutput {
+        ToolOutput::text(self)
+    }
+}
+
+impl IntoToolOutput for &str {
+    fn into_tool_output(self) -> ToolOutput {
+        ToolOutput::text(self)
+    }
+}
+
+impl IntoToolOutput for () {
+    fn into_tool_output(self) -> ToolOutput {
+        ToolOutput::default()
+    }
+}
+
+/// A serializable value returned as a structured result (JSON block and `data`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Json<T>(pub T);
+
+impl<T: Serialize> IntoToolOutput for Json<T> {
+    fn into_tool_output(self) -> ToolOutput {
+        match serde_json::to_value(&self.0) {
+            Ok(value) => ToolOutput::json(value),
+            Err(error) => ToolOutput::error(format!(
+                "the tool's result could not be serialized: {error}"
+            )),
+        }
+    }
+}
+
+impl IntoToolOutput for Value {
+    fn into_tool_output(self) -> ToolOutput {
+        ToolOutput::json(self)
+    }
+}
+
+/// The JSON Schema of an argument type, cleaned for models: no `$schema`, no `title`.
+pub fn schema_for<T: schemars::JsonSchema>() -> Value {
+    let schema = schemars::SchemaGenerator::new(schemars::generate::SchemaSettings::draft2020_12())
+        .into_root_schema_for::<T>();
+    let mut value = schema.to_value();
+    if let Value::Object(map) = &mut value {
+        map.remove("$schema");
+        map.remove("title");
+        map.remove("description");
+    }
+    value
+}
+
+/// The description carried by an argument type's doc comment, if any.
+pub fn schema_description<T: schemars::JsonSchema>() -> Option<String> {
+    let schema = schemars::SchemaGenerator::default().into_root_schema_for::<T>();
+    schema
+        .get("description")
+        .and_then(Value::as_str)
+        .map(str::to_owned)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn output_serializes_in_journal_order() {
+        let json = serde_json::to_string(&ToolOutput::text("87")).unwrap();
+        assert_eq!(
+            json,
+            r#"{"blocks":[{"cache_breakpoint":false,"provider_meta":{},"type":"text","text":"87"}],"data":null,"is_error":false,"artifacts":[],"offloaded":null,"unverified":false}"#
+        );
+        // The reference journal records this output's size as 164 bytes.
+        assert_eq!(json.len(), 164);
+    }
+
+    #[derive(serde::Deserialize, schemars::JsonSchema)]
+    #[allow(dead_code)]
+    /// Some arguments.
+    struct Args {
+        /// An amount.
+        amount: f64,
+    }
+
+    #[test]
+    fn schemas_are_clean() {
+        let schema = schema_for::<Args>();
+        assert_eq!(schema["type"], "object");
+        assert!(schema.get("title").is_none());
+        assert_eq!(
+            schema_description::<Args>().as_deref(),
+            Some("Some arguments.")
+        );
+    }
+}
