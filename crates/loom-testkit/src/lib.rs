@@ -1,1 +1,221 @@
-//! placeholder
+//! # loom-testkit
+//!
+//! Test doubles for Loom's ports: a manual clock, scripted and misbehaving models, and tools
+//! that sleep, fail or panic. Deterministic by construction: nothing here reads the wall clock
+//! or the network.
+
+use std::{
+    fmt,
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicI64, AtomicUsize, Ordering},
+    },
+    time::Duration,
+};
+
+use chrono::{DateTime, TimeZone, Utc};
+use futures_util::stream;
+use loom_core::{
+    BoxStream,
+    model::{ModelChunk, ModelClient, ModelError, ModelRequest},
+    ports::Clock,
+    tool::{FnTool, ToolDeclarations, ToolError, ToolKind, ToolOutput, ToolSpec},
+};
+pub use loom_models::FakeModel;
+use serde_json::{Map, Value, json};
+
+/// A clock that starts at a fixed instant and advances one microsecond per reading, so
+/// timestamps are deterministic and strictly increasing.
+#[derive(Debug)]
+pub struct ManualClock {
+    micros: AtomicI64,
+}
+
+impl ManualClock {
+    /// A clock at 2026-11-29T12:00:00Z.
+    pub fn new() -> ManualClock {
+        let start = Utc
+            .with_ymd_and_hms(2026, 11, 29, 12, 0, 0)
+            .single()
+            .map_or(0, |t| t.timestamp_micros());
+        ManualClock {
+            micros: AtomicI64::new(start),
+        }
+    }
+
+    /// Moves the clock forward.
+    pub fn advance(&self, by: Duration) {
+        self.micros.fetch_add(
+            i64::try_from(by.as_micros()).unwrap_or(i64::MAX),
+            Ordering::SeqCst,
+        );
+    }
+}
+
+impl Default for ManualClock {
+    fn default() -> ManualClock {
+        ManualClock::new()
+    }
+}
+
+impl Clock for ManualClock {
+    fn now(&self) -> DateTime<Utc> {
+        let micros = self.micros.fetch_add(1, Ordering::SeqCst);
+        DateTime::from_timestamp_micros(micros).unwrap_or_default()
+    }
+}
+
+/// A fake model from a JSON script (see [`FakeModel`] for the reply keys).
+pub fn scripted(name: &str, script: Value) -> Arc<dyn ModelClient> {
+    let mut params = Map::new();
+    params.insert("script".into(), script);
+    match FakeModel::from_params(name, &params) {
+        Ok(model) => Arc::new(model),
+        Err(error) => panic!("invalid test script: {error}"),
+    }
+}
+
+/// A model that never answers (until dropped): for cancellation and timeout tests.
+#[derive(Debug, Default)]
+pub struct HangingModel {
+    /// How many calls reached it.
+    pub calls: AtomicUsize,
+}
+
+impl ModelClient for HangingModel {
+    fn provider(&self) -> &str {
+        "fake"
+    }
+
+    fn stream(&self, _request: ModelRequest) -> BoxStream<'static, Result<ModelChunk, ModelError>> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        Box::pin(stream::pending())
+    }
+}
+
+/// A model that records every request it receives and answers with an inner model.
+pub struct RecordingModel {
+    inner: Arc<dyn ModelClient>,
+    /// The requests received, in order.
+    pub requests: Mutex<Vec<ModelRequest>>,
+}
+
+impl fmt::Debug for RecordingModel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RecordingModel").finish_non_exhaustive()
+    }
+}
+
+impl RecordingModel {
+    /// Records requests sent to `inner`.
+    pub fn new(inner: Arc<dyn ModelClient>) -> RecordingModel {
+        RecordingModel {
+            inner,
+            requests: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// A copy of the requests received.
+    pub fn requests(&self) -> Vec<ModelRequest> {
+        self.requests.lock().map(|r| r.clone()).unwrap_or_default()
+    }
+}
+
+impl ModelClient for RecordingModel {
+    fn provider(&self) -> &str {
+        self.inner.provider()
+    }
+
+    fn stream(&self, request: ModelRequest) -> BoxStream<'static, Result<ModelChunk, ModelError>> {
+        if let Ok(mut requests) = self.requests.lock() {
+            requests.push(request.clone());
+        }
+        self.inner.stream(request)
+    }
+}
+
+fn spec(name: &str, description: &str, input_schema: Value) -> ToolSpec {
+    ToolSpec {
+        name: name.into(),
+        description: description.into(),
+        input_schema,
+        kind: ToolKind::Python,
+        declarations: ToolDeclarations::default(),
+    }
+}
+
+/// A tool that sleeps `ms` milliseconds (argument `ms`, else `default_ms`) then answers its name.
+pub fn sleep_tool(name: &str, default_ms: u64) -> FnTool {
+    let label = name.to_owned();
+    FnTool::new(
+        spec(
+            name,
+            "Sleeps, then answers.",
+            json!({"type": "object", "properties": {"ms": {"type": "integer"}}}),
+        ),
+        move |_, args| {
+            let label = label.clone();
+            Box::pin(async move {
+                let ms = args.get("ms").and_then(Value::as_u64).unwrap_or(default_ms);
+                tokio::time::sleep(Duration::from_millis(ms)).await;
+                Ok(ToolOutput::text(format!("{label} done")))
+            })
+        },
+    )
+}
+
+/// A tool that adds `a` and `b` (both required numbers, nothing else allowed).
+pub fn add_tool() -> FnTool {
+    FnTool::new(
+        spec(
+            "add",
+            "Adds two numbers.",
+            json!({
+                "type": "object",
+                "properties": {"a": {"type": "number"}, "b": {"type": "number"}},
+                "required": ["a", "b"],
+                "additionalProperties": false
+            }),
+        ),
+        |_, args| {
+            Box::pin(async move {
+                let a = args.get("a").and_then(Value::as_f64).unwrap_or_default();
+                let b = args.get("b").and_then(Value::as_f64).unwrap_or_default();
+                Ok(ToolOutput::text(format!("{}", a + b)))
+            })
+        },
+    )
+}
+
+/// A tool that always returns a model-facing error.
+pub fn failing_tool(name: &str, message: &str) -> FnTool {
+    let message = message.to_owned();
+    FnTool::new(
+        spec(name, "Always fails.", json!({"type": "object"})),
+        move |_, _| {
+            let message = message.clone();
+            Box::pin(async move { Err(ToolError::new(message)) })
+        },
+    )
+}
+
+/// A tool that panics.
+pub fn panicking_tool(name: &str) -> FnTool {
+    FnTool::new(spec(name, "Panics.", json!({"type": "object"})), |_, _| {
+        Box::pin(async move { panic!("boom") })
+    })
+}
+
+/// A tool that counts its calls and answers the call's idempotency key.
+pub fn counting_tool(name: &str, counter: Arc<AtomicUsize>) -> FnTool {
+    FnTool::new(
+        spec(name, "Counts calls.", json!({"type": "object"})),
+        move |ctx, _| {
+            let counter = counter.clone();
+            Box::pin(async move {
+                counter.fetch_add(1, Ordering::SeqCst);
+                Ok(ToolOutput::text(ctx.idempotency_key))
+            })
+        },
+    )
+}

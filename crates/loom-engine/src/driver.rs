@@ -1,0 +1,762 @@
+//! The driver: begin a run, then advance it one step at a time until it closes.
+
+use std::{
+    future::Future,
+    time::{Duration, Instant},
+};
+
+use futures_util::StreamExt;
+use loom_core::{
+    Event, Message, RunState, RunStatus,
+    content::BlockKind,
+    event::{
+        Effect, Envelope, MessageUser, ModelResponded, Outcome, Payload, RunCancelled, RunClaimed,
+        RunCompleted, RunContext, RunFailed, RunStarted, RunTransitioned, StepCompleted,
+        StepStarted,
+    },
+    ids::is_safe_id,
+    model::{ModelError, ModelResponse, ResponseAccumulator, StopReason},
+    state::session_history,
+};
+use tokio_util::sync::CancellationToken;
+
+use crate::{
+    AgentRuntime, BeginRun, Engine, EngineError, RunRef, request, tools, writer::SessionWriter,
+};
+
+/// Receives what a run produces, as it happens: journaled events (after they are durable) and
+/// text deltas streamed by the model (before the answer is journaled).
+pub trait Observer: Send + Sync {
+    /// An event was appended to the journal.
+    fn event(&self, _event: &Event) {}
+    /// The model streamed some text for `run_id`.
+    fn text_delta(&self, _run_id: &str, _text: &str) {}
+}
+
+impl Observer for () {}
+
+/// How a step's effect ended.
+pub(crate) enum StepEnd<T> {
+    Done(T),
+    Cancelled,
+    TimedOut,
+}
+
+/// Runs `future` unless the run is cancelled or its time budget runs out.
+pub(crate) async fn guarded<T>(
+    future: impl Future<Output = T>,
+    cancel: &CancellationToken,
+    budget: Option<Duration>,
+) -> StepEnd<T> {
+    let timed = async {
+        match budget {
+            Some(limit) => tokio::time::timeout(limit, future)
+                .await
+                .map_or(StepEnd::TimedOut, StepEnd::Done),
+            None => StepEnd::Done(future.await),
+        }
+    };
+    tokio::select! {
+        biased;
+        () = cancel.cancelled() => StepEnd::Cancelled,
+        end = timed => end,
+    }
+}
+
+impl Engine {
+    /// Opens a run: writes `run.started` and `message.user` in one batch.
+    ///
+    /// Nothing is written when the ids are unusable, the chosen run id exists in the session,
+    /// or the session's journal cannot be folded.
+    pub async fn begin(
+        &self,
+        agent: &AgentRuntime,
+        begin: BeginRun,
+    ) -> Result<RunRef, EngineError> {
+        begin.message.check().map_err(EngineError::Invalid)?;
+        for (what, id) in [
+            ("tenant", Some(&begin.tenant_id)),
+            ("session", begin.session_id.as_ref()),
+            ("run", begin.run_id.as_ref()),
+        ] {
+            if let Some(id) = id {
+                if !is_safe_id(id) {
+                    return Err(EngineError::Invalid(format!(
+                        "{what} id '{id}' is not usable: expected [A-Za-z0-9][A-Za-z0-9._-]{{0,127}}"
+                    )));
+                }
+            }
+        }
+        let run_id = begin.run_id.clone().unwrap_or_else(|| self.ids.uuid());
+        let session_id = begin.session_id.clone().unwrap_or_else(|| run_id.clone());
+        let events = self.store.read(&begin.tenant_id, &session_id, 0).await?;
+        if events.iter().any(|e| e.run_id == run_id) {
+            return Err(EngineError::RunExists { run_id, session_id });
+        }
+        session_history(&events)?;
+        let last_seq = events.last().map_or(0, |e| e.seq);
+        let run = RunRef {
+            tenant_id: begin.tenant_id.clone(),
+            session_id,
+            run_id,
+        };
+        let span = self.ids.uuid();
+        let envelope = |payload| self.event(&run, &agent.name, &span, None, None, payload);
+        let batch = vec![
+            envelope(Payload::RunStarted(RunStarted {
+                kind: "normal".into(),
+                context: RunContext {
+                    tenant_id: begin.tenant_id,
+                    user_id: begin.user_id,
+                    metadata: begin.metadata,
+                },
+                parent_run_id: None,
+                parent_call_id: None,
+                depth: 0,
+                triggered_by: None,
+                trigger: None,
+                judges: "auto".into(),
+                budget: None,
+                state: Default::default(),
+            })),
+            envelope(Payload::MessageUser(MessageUser {
+                message: begin.message,
+                kind: "request".into(),
+                policy: None,
+                tools: true,
+            })),
+        ];
+        match self.store.append(batch, last_seq).await {
+            Ok(_) => Ok(run),
+            Err(loom_core::ports::StoreError::Conflict { .. }) => {
+                // Another writer got in first; a second attempt re-checks the run id.
+                Err(EngineError::Contention(run.session_id))
+            }
+            Err(other) => Err(other.into()),
+        }
+    }
+
+    /// Drives a run until it closes (or can no longer advance), returning its final state.
+    ///
+    /// `observer` sees every event once durable and the model's text deltas; `cancel` stops the
+    /// run between or during steps, closing it as `cancelled`.
+    pub async fn drive(
+        &self,
+        run: &RunRef,
+        agent: &AgentRuntime,
+        observer: &dyn Observer,
+        cancel: &CancellationToken,
+    ) -> Result<RunState, EngineError> {
+        let events = self.store.read(&run.tenant_id, &run.session_id, 0).await?;
+        let mut state = RunState::fold(&run.run_id, &events)?;
+        if state.finished {
+            return Ok(state);
+        }
+        let start_seq = events
+            .iter()
+            .find(|e| e.run_id == run.run_id)
+            .map_or(0, |e| e.seq);
+        let earlier: Vec<Event> = events
+            .iter()
+            .filter(|e| e.seq < start_seq)
+            .cloned()
+            .collect();
+        let history = session_history(&earlier)?;
+        let last_seq = events.last().map_or(0, |e| e.seq);
+        let mut writer = SessionWriter::new(
+            self.store.as_ref(),
+            run,
+            &self.worker_id,
+            observer,
+            last_seq,
+        );
+        let mut last_ids = LastIds::default();
+        for event in events.iter().filter(|e| e.run_id == run.run_id) {
+            last_ids.note(event);
+        }
+        let mut driver = Driver {
+            engine: self,
+            run,
+            agent,
+            history,
+            last_ids,
+            cancel,
+            observer,
+        };
+        if !state.status.is_terminal() {
+            driver.claim(&mut state, &mut writer).await?;
+        }
+        while !state.finished {
+            let before = state.last_seq;
+            driver.step(&mut state, &mut writer).await?;
+            if state.last_seq == before {
+                return Err(EngineError::NoProgress(run.run_id.clone()));
+            }
+        }
+        Ok(state)
+    }
+
+    /// Closes a run that is not being driven by this process as cancelled.
+    /// Returns `false` when the run had already closed.
+    pub async fn cancel_idle(
+        &self,
+        run: &RunRef,
+        agent_name: &str,
+        by: Option<String>,
+    ) -> Result<bool, EngineError> {
+        let events = self.store.read(&run.tenant_id, &run.session_id, 0).await?;
+        let state = RunState::fold(&run.run_id, &events)?;
+        if state.finished || state.status.is_terminal() {
+            return Ok(false);
+        }
+        let batch = self.cancellation(run, agent_name, &state, by);
+        self.store
+            .append(batch, events.last().map_or(0, |e| e.seq))
+            .await?;
+        Ok(true)
+    }
+
+    fn cancellation(
+        &self,
+        run: &RunRef,
+        agent: &str,
+        state: &RunState,
+        by: Option<String>,
+    ) -> Vec<Event> {
+        let span = state.run_span_id.clone();
+        vec![
+            self.event(
+                run,
+                agent,
+                &span,
+                None,
+                None,
+                Payload::RunTransitioned(RunTransitioned {
+                    from_state: state.status,
+                    to_state: RunStatus::Cancelled,
+                    step_no: state.step,
+                    cause_type: "cancel".into(),
+                    cause_event_id: None,
+                }),
+            ),
+            self.event(
+                run,
+                agent,
+                &span,
+                None,
+                None,
+                Payload::RunCancelled(RunCancelled {
+                    reason: "requested".into(),
+                    by,
+                    iterations: state.iterations,
+                    usage: state.usage,
+                    cost_usd: state.cost_usd,
+                    withdrawn: Vec::new(),
+                }),
+            ),
+        ]
+    }
+
+    pub(crate) fn event(
+        &self,
+        run: &RunRef,
+        agent: &str,
+        span: &str,
+        parent_span: Option<&str>,
+        role: Option<&str>,
+        payload: Payload,
+    ) -> Event {
+        Event::new(
+            Envelope {
+                event_id: self.ids.uuid(),
+                ts: self.clock.now(),
+                tenant_id: run.tenant_id.clone(),
+                session_id: run.session_id.clone(),
+                run_id: run.run_id.clone(),
+                root_run_id: run.run_id.clone(),
+                span_id: span.to_owned(),
+                parent_span_id: parent_span.map(str::to_owned),
+                agent: Some(agent.to_owned()),
+                role: role.map(str::to_owned),
+            },
+            payload,
+        )
+    }
+}
+
+/// One pilot of one run.
+pub(crate) struct Driver<'a> {
+    pub(crate) engine: &'a Engine,
+    pub(crate) run: &'a RunRef,
+    pub(crate) agent: &'a AgentRuntime,
+    history: Vec<Message>,
+    last_ids: LastIds,
+    pub(crate) cancel: &'a CancellationToken,
+    observer: &'a dyn Observer,
+}
+
+impl Driver<'_> {
+    /// Builds an event of this run.
+    pub(crate) fn event(
+        &self,
+        span: &str,
+        parent: Option<&str>,
+        role: Option<&str>,
+        payload: Payload,
+    ) -> Event {
+        self.engine
+            .event(self.run, &self.agent.name, span, parent, role, payload)
+    }
+
+    /// Writes `batch`, then applies it to `state`.
+    pub(crate) async fn write(
+        &mut self,
+        state: &mut RunState,
+        writer: &mut SessionWriter<'_>,
+        batch: Vec<Event>,
+    ) -> Result<Vec<Event>, EngineError> {
+        let written = writer.append(batch).await?;
+        for event in &written {
+            state.apply(event)?;
+            self.last_ids.note(event);
+        }
+        Ok(written)
+    }
+
+    /// Takes the lease, refusing when another worker holds a live one.
+    async fn claim(
+        &mut self,
+        state: &mut RunState,
+        writer: &mut SessionWriter<'_>,
+    ) -> Result<(), EngineError> {
+        let now = self.engine.clock.now();
+        if let Some(claim) = &state.claim {
+            if claim.worker_id != self.engine.worker_id && claim.lease_until > now {
+                return Err(EngineError::ClaimConflict {
+                    run_id: self.run.run_id.clone(),
+                    worker_id: claim.worker_id.clone(),
+                    lease_until: claim.lease_until.to_rfc3339(),
+                });
+            }
+        }
+        self.write_claim(state, writer).await
+    }
+
+    async fn write_claim(
+        &mut self,
+        state: &mut RunState,
+        writer: &mut SessionWriter<'_>,
+    ) -> Result<(), EngineError> {
+        let lease =
+            chrono::Duration::from_std(self.engine.lease).unwrap_or(chrono::Duration::seconds(60));
+        let payload = Payload::RunClaimed(RunClaimed {
+            worker_id: self.engine.worker_id.clone(),
+            lease_until: self.engine.clock.now() + lease,
+        });
+        let span = state.run_span_id.clone();
+        let event = self.event(&span, None, None, payload);
+        self.write(state, writer, vec![event]).await.map(drop)
+    }
+
+    /// Renews the lease when less than two thirds of it remain.
+    async fn renew(
+        &mut self,
+        state: &mut RunState,
+        writer: &mut SessionWriter<'_>,
+    ) -> Result<(), EngineError> {
+        let Some(claim) = &state.claim else {
+            return Ok(());
+        };
+        let third = chrono::Duration::from_std(self.engine.lease / 3)
+            .unwrap_or(chrono::Duration::seconds(20));
+        if claim.lease_until - self.engine.clock.now() < third * 2 {
+            self.write_claim(state, writer).await?;
+        }
+        Ok(())
+    }
+
+    /// One step: a decision if the state calls for one, else the state's effect.
+    async fn step(
+        &mut self,
+        state: &mut RunState,
+        writer: &mut SessionWriter<'_>,
+    ) -> Result<(), EngineError> {
+        if let Some(batch) = self.decide(state) {
+            return self.write(state, writer, batch).await.map(drop);
+        }
+        if self.cancel.is_cancelled() {
+            let batch = self
+                .engine
+                .cancellation(self.run, &self.agent.name, state, None);
+            return self.write(state, writer, batch).await.map(drop);
+        }
+        if let Some(limit) = self.agent.timeout {
+            let spent = Duration::from_secs_f64(state.active_ms.max(0.0) / 1000.0);
+            if spent >= limit {
+                let message = format!(
+                    "maximum time of {} s exceeded: {:.1} s of piloting already spent before the next step",
+                    fmt_secs(limit),
+                    spent.as_secs_f64()
+                );
+                let batch = self.failure(state, "timeout", "timeout", &message);
+                return self.write(state, writer, batch).await.map(drop);
+            }
+        }
+        self.renew(state, writer).await?;
+        match state.status {
+            RunStatus::ReadyForModel => self.model_step(state, writer, Effect::ModelCall).await,
+            RunStatus::Finalizing => self.model_step(state, writer, Effect::Finalize).await,
+            RunStatus::AwaitingTools => tools::batch(self, state, writer).await,
+            other => Err(EngineError::Invalid(format!(
+                "run {}: the state {other} cannot advance in this version",
+                self.run.run_id
+            ))),
+        }
+    }
+
+    /// The decision the state calls for, written outside any step.
+    fn decide(&self, state: &RunState) -> Option<Vec<Event>> {
+        let span = state.run_span_id.clone();
+        let closing = |payload| vec![self.event(&span, None, None, payload)];
+        match state.status {
+            RunStatus::Completed => Some(closing(self.completed(state))),
+            RunStatus::Failed => Some(closing(Payload::RunFailed(RunFailed {
+                error_type: state
+                    .error_type
+                    .clone()
+                    .unwrap_or_else(|| "Interrupted".into()),
+                error: "run interrupted after it failed".into(),
+                iterations: state.iterations,
+                usage: state.usage,
+                cost_usd: state.cost_usd,
+            }))),
+            RunStatus::Cancelled => Some(
+                self.engine
+                    .cancellation(self.run, &self.agent.name, state, None)
+                    .split_off(1),
+            ),
+            RunStatus::ReadyForModel | RunStatus::Finalizing
+                if state
+                    .messages
+                    .last()
+                    .is_some_and(|m| m.role == loom_core::Role::Assistant) =>
+            {
+                let cause = self.last_ids.model.clone();
+                if !state.pending_calls.is_empty() && state.status == RunStatus::ReadyForModel {
+                    Some(vec![self.transition(
+                        state,
+                        RunStatus::AwaitingTools,
+                        "model.responded",
+                        cause,
+                    )])
+                } else {
+                    let done =
+                        self.transition(state, RunStatus::Completed, "model.responded", cause);
+                    Some(vec![
+                        done,
+                        self.event(&span, None, None, self.completed(state)),
+                    ])
+                }
+            }
+            RunStatus::AwaitingTools if state.pending_calls.is_empty() => {
+                let to = if state.iterations >= self.agent.max_iterations {
+                    RunStatus::Finalizing
+                } else {
+                    RunStatus::ReadyForModel
+                };
+                Some(vec![self.transition(
+                    state,
+                    to,
+                    "tool.completed",
+                    self.last_ids.tool.clone(),
+                )])
+            }
+            _ => None,
+        }
+    }
+
+    fn completed(&self, state: &RunState) -> Payload {
+        let output = state
+            .messages
+            .iter()
+            .rev()
+            .find(|m| m.role == loom_core::Role::Assistant)
+            .cloned();
+        Payload::RunCompleted(RunCompleted {
+            output,
+            output_event_id: None,
+            iterations: state.iterations,
+            usage: state.usage,
+            cost_usd: state.cost_usd,
+            data: None,
+            unverified: false,
+            fallback: false,
+        })
+    }
+
+    pub(crate) fn transition(
+        &self,
+        state: &RunState,
+        to: RunStatus,
+        cause: &str,
+        cause_event_id: Option<String>,
+    ) -> Event {
+        let span = state.run_span_id.clone();
+        self.event(
+            &span,
+            None,
+            None,
+            Payload::RunTransitioned(RunTransitioned {
+                from_state: state.status,
+                to_state: to,
+                step_no: state.step,
+                cause_type: cause.into(),
+                cause_event_id,
+            }),
+        )
+    }
+
+    /// A transition to `failed` and the closing `run.failed`.
+    pub(crate) fn failure(
+        &self,
+        state: &RunState,
+        cause: &str,
+        error_type: &str,
+        error: &str,
+    ) -> Vec<Event> {
+        let span = state.run_span_id.clone();
+        vec![
+            self.transition(state, RunStatus::Failed, cause, None),
+            self.event(
+                &span,
+                None,
+                None,
+                Payload::RunFailed(RunFailed {
+                    error_type: error_type.into(),
+                    error: error.into(),
+                    iterations: state.iterations,
+                    usage: state.usage,
+                    cost_usd: state.cost_usd,
+                }),
+            ),
+        ]
+    }
+
+    /// The time left before the run's timeout, if it has one.
+    pub(crate) fn budget(&self, state: &RunState) -> Option<Duration> {
+        self.agent.timeout.map(|limit| {
+            limit.saturating_sub(Duration::from_secs_f64(state.active_ms.max(0.0) / 1000.0))
+        })
+    }
+
+    /// Closes a step whose effect was interrupted: cancelled, or out of time.
+    pub(crate) async fn interrupted(
+        &mut self,
+        state: &mut RunState,
+        writer: &mut SessionWriter<'_>,
+        step: &StepSpan,
+        emitted: u32,
+        timed_out: bool,
+    ) -> Result<(), EngineError> {
+        let outcome = if timed_out {
+            Outcome::Error
+        } else {
+            Outcome::Cancelled
+        };
+        let mut batch = vec![step.completed(self, state, emitted, outcome)];
+        if timed_out {
+            let limit = self.agent.timeout.unwrap_or_default();
+            let message = format!(
+                "maximum time of {} s exceeded: step {} was interrupted ({:.1} s of completed steps)",
+                fmt_secs(limit),
+                step.step_no,
+                state.active_ms / 1000.0
+            );
+            let mut projected = state.clone();
+            projected.step = step.step_no;
+            batch.extend(self.failure(&projected, "timeout", "timeout", &message));
+        } else {
+            batch.extend(
+                self.engine
+                    .cancellation(self.run, &self.agent.name, state, None),
+            );
+        }
+        self.write(state, writer, batch).await.map(drop)
+    }
+
+    /// One model call (`model_call`, or `finalize` without tools).
+    async fn model_step(
+        &mut self,
+        state: &mut RunState,
+        writer: &mut SessionWriter<'_>,
+        effect: Effect,
+    ) -> Result<(), EngineError> {
+        let step = StepSpan::open(self, state, effect);
+        self.write(state, writer, vec![step.started(self, state, effect)])
+            .await?;
+        let finalizing = effect == Effect::Finalize;
+        let request = request::build(self.agent, &self.history, state.conversation(), finalizing);
+        let (request_hash, request_parts) = request::request_hash(&request);
+        let started = Instant::now();
+        let run_id = self.run.run_id.clone();
+        let observer = self.observer;
+        let client = self.agent.main.client.clone();
+        let call = async move {
+            let mut stream = client.stream(request);
+            let mut acc = ResponseAccumulator::new();
+            while let Some(chunk) = stream.next().await {
+                let chunk = chunk?;
+                if let loom_core::model::ModelChunk::TextDelta(text) = &chunk {
+                    observer.text_delta(&run_id, text);
+                }
+                acc.push(chunk);
+            }
+            acc.finish()
+        };
+        let outcome = guarded(call, self.cancel, self.budget(state)).await;
+        let latency_ms = started.elapsed().as_secs_f64() * 1000.0;
+        match outcome {
+            StepEnd::Done(Ok(response)) => {
+                let response = if finalizing {
+                    without_calls(response)
+                } else {
+                    response
+                };
+                let cost = self.agent.main.pricing.cost(&response.usage);
+                let responded = self.event(
+                    &step.span,
+                    Some(&state.run_span_id),
+                    Some("main"),
+                    Payload::ModelResponded(ModelResponded {
+                        model_id: response.model_id,
+                        model: Some(self.agent.main.config_id.clone()),
+                        provider: self.agent.main.client.provider().to_owned(),
+                        message: response.message,
+                        usage: response.usage,
+                        cost_usd: cost,
+                        stop_reason: response.stop_reason,
+                        latency_ms,
+                        attempts: 1,
+                        request_hash: Some(request_hash),
+                        request_parts,
+                        call_id: None,
+                        judge: None,
+                    }),
+                );
+                self.write(state, writer, vec![responded]).await?;
+                let done = step.completed(self, state, 1, Outcome::Ok);
+                self.write(state, writer, vec![done]).await.map(drop)
+            }
+            StepEnd::Done(Err(error)) => self.model_failed(state, writer, &step, error).await,
+            StepEnd::Cancelled => self.interrupted(state, writer, &step, 0, false).await,
+            StepEnd::TimedOut => self.interrupted(state, writer, &step, 0, true).await,
+        }
+    }
+
+    async fn model_failed(
+        &mut self,
+        state: &mut RunState,
+        writer: &mut SessionWriter<'_>,
+        step: &StepSpan,
+        error: ModelError,
+    ) -> Result<(), EngineError> {
+        let error_type = format!("model.{}", error.kind.as_str());
+        let mut batch = vec![step.completed(self, state, 0, Outcome::Error)];
+        batch.extend(self.failure(state, &error_type, &error_type, &error.message));
+        self.write(state, writer, batch).await.map(drop)
+    }
+}
+
+/// The ids of the last decisive events, for `cause_event_id`.
+#[derive(Debug, Default)]
+pub(crate) struct LastIds {
+    pub(crate) model: Option<String>,
+    pub(crate) tool: Option<String>,
+}
+
+impl LastIds {
+    pub(crate) fn note(&mut self, event: &Event) {
+        match &event.payload {
+            Payload::ModelResponded(p) if p.call_id.is_none() && p.judge.is_none() => {
+                self.model = Some(event.event_id.clone());
+            }
+            Payload::ToolCompleted(_) => self.tool = Some(event.event_id.clone()),
+            _ => {}
+        }
+    }
+}
+
+/// The span and number of a step being executed.
+pub(crate) struct StepSpan {
+    pub(crate) span: String,
+    pub(crate) step_no: u32,
+    started: Instant,
+}
+
+impl StepSpan {
+    pub(crate) fn open(driver: &Driver<'_>, state: &RunState, _effect: Effect) -> StepSpan {
+        StepSpan {
+            span: driver.engine.ids.uuid(),
+            step_no: state.step + 1,
+            started: Instant::now(),
+        }
+    }
+
+    pub(crate) fn started(&self, driver: &Driver<'_>, state: &RunState, effect: Effect) -> Event {
+        driver.event(
+            &self.span,
+            Some(&state.run_span_id),
+            None,
+            Payload::StepStarted(StepStarted {
+                step_no: self.step_no,
+                state: state.status,
+                effect,
+            }),
+        )
+    }
+
+    pub(crate) fn completed(
+        &self,
+        driver: &Driver<'_>,
+        state: &RunState,
+        emitted: u32,
+        outcome: Outcome,
+    ) -> Event {
+        driver.event(
+            &self.span,
+            Some(&state.run_span_id),
+            None,
+            Payload::StepCompleted(StepCompleted {
+                step_no: self.step_no,
+                duration_ms: self.started.elapsed().as_secs_f64() * 1000.0,
+                events_emitted: emitted,
+                outcome,
+            }),
+        )
+    }
+}
+
+/// A finalizing answer keeps its text and drops any tool call.
+fn without_calls(mut response: ModelResponse) -> ModelResponse {
+    response
+        .message
+        .blocks
+        .retain(|b| !matches!(b.kind, BlockKind::ToolCall { .. }));
+    if response.message.blocks.is_empty() {
+        response.message.blocks.push(loom_core::Block::text(""));
+    }
+    if response.stop_reason == StopReason::ToolUse {
+        response.stop_reason = StopReason::End;
+    }
+    response
+}
+
+/// Seconds as the user wrote them: `30`, `0.2`.
+pub(crate) fn fmt_secs(duration: Duration) -> String {
+    let secs = duration.as_secs_f64();
+    if secs.fract() == 0.0 {
+        format!("{secs:.0}")
+    } else {
+        format!("{secs}")
+    }
+}
