@@ -1,0 +1,603 @@
+//! The run loop, end to end on the memory journal: event sequences, tools, limits, cancellation,
+//! sessions and resumption.
+
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicUsize, Ordering},
+    },
+    time::Duration,
+};
+
+use loom_core::{
+    Event, Message, RunStatus,
+    content::BlockKind,
+    event::Payload,
+    model::{ModelClient, ToolChoice},
+    ports::EventStore,
+    tool::{FnTool, Tool},
+};
+use loom_engine::{
+    AgentRuntime, BeginRun, BoundTool, DEFAULT_TOOL_TIMEOUT, Engine, EngineError, ModelBinding,
+    RunRef,
+};
+use loom_journal::MemoryStore;
+use loom_testkit::{
+    HangingModel, ManualClock, RecordingModel, add_tool, counting_tool, failing_tool,
+    panicking_tool, scripted, sleep_tool,
+};
+use serde_json::{Map, json};
+use tokio_util::sync::CancellationToken;
+
+fn agent(model: Arc<dyn ModelClient>, tools: Vec<FnTool>) -> AgentRuntime {
+    AgentRuntime {
+        name: "demo".into(),
+        system: "Tu es un assistant.".into(),
+        main: ModelBinding {
+            config_id: "FAKE".into(),
+            model_id: "fake-1".into(),
+            client: model,
+            pricing: loom_core::Pricing {
+                input: 3.0,
+                output: 15.0,
+                ..Default::default()
+            },
+            max_tokens: None,
+            params: Map::new(),
+        },
+        tools: tools
+            .into_iter()
+            .map(|t| {
+                let declarations = t.spec().declarations.clone();
+                let description = t.spec().description.clone();
+                BoundTool::new(Arc::new(t), declarations, description).unwrap()
+            })
+            .collect(),
+        max_iterations: 10,
+        timeout: None,
+        tool_timeout: DEFAULT_TOOL_TIMEOUT,
+        validate_arguments: true,
+    }
+}
+
+fn engine() -> (Engine, Arc<MemoryStore>) {
+    let store = Arc::new(MemoryStore::new());
+    (
+        Engine::new(store.clone(), Arc::new(ManualClock::new())),
+        store,
+    )
+}
+
+fn begin(message: &str) -> BeginRun {
+    BeginRun {
+        tenant_id: "default".into(),
+        session_id: None,
+        run_id: None,
+        user_id: None,
+        metadata: Map::new(),
+        message: Message::user(message),
+    }
+}
+
+async fn run(
+    engine: &Engine,
+    agent: &AgentRuntime,
+    request: BeginRun,
+) -> (RunRef, loom_core::RunState) {
+    let run = engine.begin(agent, request).await.unwrap();
+    let state = engine
+        .drive(&run, agent, &(), &CancellationToken::new())
+        .await
+        .unwrap();
+    (run, state)
+}
+
+async fn events(store: &MemoryStore, run: &RunRef) -> Vec<Event> {
+    store
+        .read(&run.tenant_id, &run.session_id, 0)
+        .await
+        .unwrap()
+}
+
+fn types(events: &[Event]) -> Vec<String> {
+    events.iter().map(|e| e.event_type.clone()).collect()
+}
+
+fn calc_script() -> serde_json::Value {
+    json!([
+        {"text": "Je calcule.", "tool_calls": [{"name": "add", "arguments": {"a": 12, "b": 7}}]},
+        {"text": "Cela fait {{ tool_result }}."}
+    ])
+}
+
+#[tokio::test]
+async fn one_tool_run_writes_the_reference_sequence() {
+    let (engine, store) = engine();
+    let agent = agent(scripted("fake-1", calc_script()), vec![add_tool()]);
+    let (run, state) = run(&engine, &agent, begin("12 + 7 ?")).await;
+    assert_eq!(state.status, RunStatus::Completed);
+    assert_eq!(state.output_text().as_deref(), Some("Cela fait 19."));
+    let events = events(&store, &run).await;
+    assert_eq!(
+        types(&events),
+        [
+            "run.started",
+            "message.user",
+            "run.claimed",
+            "step.started",
+            "model.responded",
+            "step.completed",
+            "run.transitioned",
+            "step.started",
+            "tool.called",
+            "tool.completed",
+            "step.completed",
+            "run.transitioned",
+            "step.started",
+            "model.responded",
+            "step.completed",
+            "run.transitioned",
+            "run.completed",
+        ]
+    );
+    let seqs: Vec<u64> = events.iter().map(|e| e.seq).collect();
+    assert_eq!(seqs, (1..=17).collect::<Vec<_>>());
+    // Spans: steps under the run span, tool events under their step span.
+    let run_span = &events[0].span_id;
+    assert!(events[3].parent_span_id.as_ref() == Some(run_span));
+    assert_eq!(events[8].parent_span_id.as_ref(), Some(&events[7].span_id));
+    assert_eq!(events[4].role.as_deref(), Some("main"));
+    // Transitions name their cause.
+    let Payload::RunTransitioned(t) = &events[6].payload else {
+        panic!()
+    };
+    assert_eq!(
+        t.cause_event_id.as_deref(),
+        Some(events[4].event_id.as_str())
+    );
+    let Payload::RunTransitioned(t) = &events[11].payload else {
+        panic!()
+    };
+    assert_eq!(
+        t.cause_event_id.as_deref(),
+        Some(events[9].event_id.as_str())
+    );
+    // Every event re-reads cleanly from its own JSON.
+    for event in &events {
+        assert_eq!(&Event::from_json(&event.to_json()).unwrap(), event);
+    }
+    // Cost comes from pricing and usage.
+    let Payload::RunCompleted(done) = &events[16].payload else {
+        panic!()
+    };
+    assert_eq!(done.iterations, 2);
+    assert!(done.usage.input_tokens > 0 && done.cost_usd > 0.0);
+    let expected =
+        (done.usage.input_tokens as f64 * 3.0 + done.usage.output_tokens as f64 * 15.0) / 1e6;
+    assert!((done.cost_usd - expected).abs() < 1e-12);
+}
+
+#[tokio::test]
+async fn parallel_results_are_journaled_as_they_finish_and_sent_in_call_order() {
+    let (engine, store) = engine();
+    let model = Arc::new(RecordingModel::new(scripted(
+        "fake-1",
+        json!([
+            {"tool_calls": [
+                {"name": "slow", "arguments": {"ms": 150}},
+                {"name": "fast", "arguments": {"ms": 1}}
+            ]},
+            {"text": "fini"}
+        ]),
+    )));
+    let agent = agent(
+        model.clone(),
+        vec![sleep_tool("slow", 150), sleep_tool("fast", 1)],
+    );
+    let (run, state) = run(&engine, &agent, begin("go")).await;
+    assert_eq!(state.status, RunStatus::Completed);
+    let events = events(&store, &run).await;
+    let tool_events: Vec<(String, String)> = events
+        .iter()
+        .filter_map(|e| match &e.payload {
+            Payload::ToolCalled(p) => Some(("called".into(), p.tool_name.clone())),
+            Payload::ToolCompleted(p) => Some(("completed".into(), p.tool_name.clone())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        tool_events,
+        [
+            ("called".into(), "slow".into()),
+            ("called".into(), "fast".into()),
+            ("completed".into(), "fast".into()),
+            ("completed".into(), "slow".into()),
+        ]
+    );
+    let requests = model.requests();
+    let results = requests[1].messages.last().unwrap();
+    let order: Vec<&str> = results
+        .blocks
+        .iter()
+        .filter_map(|b| match &b.kind {
+            BlockKind::ToolResult { call_id, .. } => Some(call_id.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(order, ["fake_0_0", "fake_0_1"]);
+}
+
+#[tokio::test]
+async fn max_iterations_leads_to_one_final_answer_without_tools() {
+    let (engine, _store) = engine();
+    let model = Arc::new(RecordingModel::new(scripted(
+        "fake-1",
+        json!([
+            {"tool_calls": [{"name": "add", "arguments": {"a": 1, "b": 1}}]},
+            {"tool_calls": [{"name": "add", "arguments": {"a": 2, "b": 2}}]},
+            {"text": "encore", "forced": "Voici ce que j'ai.", "tool_calls": [{"name": "add", "arguments": {"a": 3, "b": 3}}]}
+        ]),
+    )));
+    let mut agent = agent(model.clone(), vec![add_tool()]);
+    agent.max_iterations = 2;
+    let (_, state) = run(&engine, &agent, begin("boucle")).await;
+    assert_eq!(state.status, RunStatus::Completed);
+    assert_eq!(state.iterations, 3);
+    assert_eq!(state.output_text().as_deref(), Some("Voici ce que j'ai."));
+    let last = model.requests().pop().unwrap();
+    assert_eq!(last.tool_choice, ToolChoice::None);
+    assert_eq!(
+        last.messages.last().unwrap().text(),
+        loom_core::model::FINALIZE_HINT
+    );
+}
+
+#[tokio::test]
+async fn invalid_arguments_and_unknown_tools_are_refused_before_launch() {
+    let (engine, store) = engine();
+    let model = scripted(
+        "fake-1",
+        json!([
+            {"tool_calls": [
+                {"name": "add", "arguments": {"a": "un", "wrong": 2}},
+                {"name": "nope", "arguments": {}}
+            ]},
+            {"text": "désolé"}
+        ]),
+    );
+    let agent = agent(model, vec![add_tool()]);
+    let (run, state) = run(&engine, &agent, begin("x")).await;
+    assert_eq!(state.status, RunStatus::Completed);
+    let events = events(&store, &run).await;
+    assert!(
+        !events
+            .iter()
+            .any(|e| matches!(e.payload, Payload::ToolCalled(_)))
+    );
+    let outputs: Vec<String> = events
+        .iter()
+        .filter_map(|e| match &e.payload {
+            Payload::ToolCompleted(p) => {
+                assert!(p.output.is_error);
+                assert_eq!(e.status, loom_core::EventStatus::Error);
+                Some(p.output.visible_text())
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(outputs.len(), 2);
+    assert!(
+        outputs[0].starts_with("Arguments do not match the tool's schema:\n- (root): "),
+        "{}",
+        outputs[0]
+    );
+    assert!(
+        outputs[0].contains("\"b\" is a required property"),
+        "{}",
+        outputs[0]
+    );
+    assert!(outputs[0].contains("- /a: "), "{}", outputs[0]);
+    assert_eq!(outputs[1], "Unknown tool: 'nope'. Available tools: add.");
+}
+
+#[tokio::test]
+async fn tool_errors_panics_and_timeouts_become_error_results() {
+    let (engine, store) = engine();
+    let model = scripted(
+        "fake-1",
+        json!([
+            {"tool_calls": [
+                {"name": "broken", "arguments": {}},
+                {"name": "crash", "arguments": {}},
+                {"name": "slow", "arguments": {"ms": 5000}}
+            ]},
+            {"text": "ok"}
+        ]),
+    );
+    let mut slow = sleep_tool("slow", 5000);
+    slow.declarations_mut().timeout = Some(Duration::from_millis(50));
+    let agent = agent(
+        model,
+        vec![
+            failing_tool("broken", "client inconnu : 'X'"),
+            panicking_tool("crash"),
+            slow,
+        ],
+    );
+    let (run, state) = run(&engine, &agent, begin("x")).await;
+    assert_eq!(state.status, RunStatus::Completed);
+    let mut outputs: Vec<(String, String)> = events(&store, &run)
+        .await
+        .iter()
+        .filter_map(|e| match &e.payload {
+            Payload::ToolCompleted(p) => Some((p.tool_name.clone(), p.output.visible_text())),
+            _ => None,
+        })
+        .collect();
+    outputs.sort();
+    assert_eq!(
+        outputs,
+        [
+            ("broken".into(), "client inconnu : 'X'".into()),
+            (
+                "crash".into(),
+                "The tool crash stopped abnormally: boom".into()
+            ),
+            ("slow".into(), "Timed out: no answer in 0.05 s.".into()),
+        ]
+    );
+}
+
+#[tokio::test]
+async fn agent_timeout_fails_the_run_mid_step() {
+    let (engine, store) = engine();
+    let mut agent = agent(Arc::new(HangingModel::default()), vec![]);
+    agent.timeout = Some(Duration::from_millis(100));
+    let (run, state) = run(&engine, &agent, begin("x")).await;
+    assert_eq!(state.status, RunStatus::Failed);
+    assert_eq!(state.error_type.as_deref(), Some("timeout"));
+    assert!(
+        state
+            .error
+            .as_deref()
+            .unwrap()
+            .starts_with("maximum time of 0.1 s exceeded: step 1 was interrupted")
+    );
+    let events = events(&store, &run).await;
+    assert_eq!(
+        types(&events)[3..],
+        [
+            "step.started",
+            "step.completed",
+            "run.transitioned",
+            "run.failed"
+        ]
+    );
+}
+
+#[tokio::test]
+async fn cancellation_closes_the_run_during_a_step() {
+    let (engine, store) = engine();
+    let agent = agent(Arc::new(HangingModel::default()), vec![]);
+    let run = engine.begin(&agent, begin("x")).await.unwrap();
+    let cancel = CancellationToken::new();
+    let trigger = cancel.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        trigger.cancel();
+    });
+    let state = engine.drive(&run, &agent, &(), &cancel).await.unwrap();
+    assert_eq!(state.status, RunStatus::Cancelled);
+    assert!(state.finished);
+    let events = events(&store, &run).await;
+    assert_eq!(
+        types(&events)[3..],
+        [
+            "step.started",
+            "step.completed",
+            "run.transitioned",
+            "run.cancelled"
+        ]
+    );
+    let Payload::StepCompleted(step) = &events[4].payload else {
+        panic!()
+    };
+    assert_eq!(step.outcome, loom_core::event::Outcome::Cancelled);
+}
+
+#[tokio::test]
+async fn cancelling_an_idle_run_closes_it_once() {
+    let (engine, _store) = engine();
+    let agent = agent(scripted("fake-1", calc_script()), vec![add_tool()]);
+    let run = engine.begin(&agent, begin("x")).await.unwrap();
+    assert!(
+        engine
+            .cancel_idle(&run, "demo", Some("alice".into()))
+            .await
+            .unwrap()
+    );
+    assert!(!engine.cancel_idle(&run, "demo", None).await.unwrap());
+    let state = engine
+        .drive(&run, &agent, &(), &CancellationToken::new())
+        .await
+        .unwrap();
+    assert_eq!(state.status, RunStatus::Cancelled);
+}
+
+#[tokio::test]
+async fn model_errors_fail_the_run_with_their_kind() {
+    let (engine, _store) = engine();
+    let agent = agent(scripted("fake-1", json!([{"error": "auth"}])), vec![]);
+    let (_, state) = run(&engine, &agent, begin("x")).await;
+    assert_eq!(state.status, RunStatus::Failed);
+    assert_eq!(state.error_type.as_deref(), Some("model.auth"));
+}
+
+#[tokio::test]
+async fn a_session_rereads_its_conversation() {
+    let (engine, store) = engine();
+    let model = Arc::new(RecordingModel::new(scripted("fake-1", calc_script())));
+    let agent = agent(model.clone(), vec![add_tool()]);
+    let mut first = begin("12 + 7 ?");
+    first.session_id = Some("s1".into());
+    let (run1, _) = run(&engine, &agent, first).await;
+    let mut second = begin("Et encore ?");
+    second.session_id = Some("s1".into());
+    let (run2, state) = run(&engine, &agent, second).await;
+    assert_eq!(state.status, RunStatus::Completed);
+    assert_eq!(run1.session_id, run2.session_id);
+    let request = &model.requests()[2];
+    // user, assistant(call), tool(result), assistant, then the new user message.
+    assert_eq!(request.messages.len(), 5);
+    assert_eq!(request.messages[4].text(), "Et encore ?");
+    let all = events(&store, &run2).await;
+    assert_eq!(all.len(), 34);
+    assert_eq!(all.last().unwrap().seq, 34);
+    // A chosen run id that exists is refused and nothing is written.
+    let mut again = begin("x");
+    again.session_id = Some("s1".into());
+    again.run_id = Some(run1.run_id.clone());
+    assert!(matches!(
+        engine.begin(&agent, again).await,
+        Err(EngineError::RunExists { .. })
+    ));
+    assert_eq!(events(&store, &run2).await.len(), 34);
+}
+
+#[tokio::test]
+async fn a_live_claim_of_another_worker_is_a_conflict() {
+    let (engine, store) = engine();
+    let agent = agent(scripted("fake-1", calc_script()), vec![add_tool()]);
+    let run = engine.begin(&agent, begin("x")).await.unwrap();
+    // Another worker (another engine over the same journal) holds the run.
+    let other = Engine::new(store.clone(), Arc::new(ManualClock::new()));
+    let gate = CancellationToken::new();
+    gate.cancel();
+    let _ = other.drive(&run, &agent, &(), &gate).await.unwrap();
+    // The first worker's claim was written then the run cancelled: drive a fresh run instead.
+    let run = engine.begin(&agent, begin("y")).await.unwrap();
+    let claim = {
+        let events = events(&store, &run).await;
+        let mut claim = events[0].clone();
+        claim.payload = Payload::RunClaimed(loom_core::event::RunClaimed {
+            worker_id: "worker-elsewhere".into(),
+            lease_until: chrono::Utc::now() + chrono::Duration::hours(1),
+        });
+        Event::new(
+            loom_core::event::Envelope {
+                event_id: "01a2272b-0000-7000-8000-000000000001".into(),
+                ts: claim.ts,
+                tenant_id: claim.tenant_id.clone(),
+                session_id: claim.session_id.clone(),
+                run_id: claim.run_id.clone(),
+                root_run_id: claim.root_run_id.clone(),
+                span_id: claim.span_id.clone(),
+                parent_span_id: None,
+                agent: claim.agent.clone(),
+                role: None,
+            },
+            claim.payload,
+        )
+    };
+    store.append(vec![claim], 2).await.unwrap();
+    let before = events(&store, &run).await.len();
+    let err = engine
+        .drive(&run, &agent, &(), &CancellationToken::new())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, EngineError::ClaimConflict { ref worker_id, .. } if worker_id == "worker-elsewhere")
+    );
+    assert_eq!(events(&store, &run).await.len(), before);
+}
+
+#[tokio::test]
+async fn resuming_after_a_crash_mid_call_reruns_only_safe_tools() {
+    for (idempotent_or_pure, expect_rerun) in [(true, true), (false, false)] {
+        let (engine, store) = engine();
+        let counter = Arc::new(AtomicUsize::new(0));
+        let mut tool = counting_tool("send", counter.clone());
+        if !idempotent_or_pure {
+            tool.declarations_mut().side_effects = loom_core::tool::SideEffects::Irreversible;
+        }
+        let agent = agent(
+            scripted(
+                "fake-1",
+                json!([{"tool_calls": [{"name": "send", "arguments": {}}]}, {"text": "fini"}]),
+            ),
+            vec![tool],
+        );
+        let (run, _) = run(&engine, &agent, begin("x")).await;
+        // Rebuild the journal as a crash right after tool.called would have left it.
+        let all = events(&store, &run).await;
+        let cut = all
+            .iter()
+            .position(|e| matches!(e.payload, Payload::ToolCalled(_)))
+            .unwrap()
+            + 1;
+        let crashed = MemoryStore::new();
+        for event in &all[..cut] {
+            let mut fresh = event.clone();
+            fresh.seq = 0;
+            crashed.append(vec![fresh], event.seq - 1).await.unwrap();
+        }
+        let crashed = Arc::new(crashed);
+        // The crashed worker's lease (60 s) has run out when another process resumes.
+        let later = Arc::new(ManualClock::new());
+        later.advance(Duration::from_secs(120));
+        let resumed = Engine::new(crashed.clone(), later);
+        let before = counter.load(Ordering::SeqCst);
+        let state = resumed
+            .drive(&run, &agent, &(), &CancellationToken::new())
+            .await
+            .unwrap();
+        assert_eq!(state.status, RunStatus::Completed);
+        let after: Vec<Event> = crashed.read("default", &run.session_id, 0).await.unwrap();
+        let completed = after
+            .iter()
+            .find_map(|e| match &e.payload {
+                Payload::ToolCompleted(p) => Some(p.output.clone()),
+                _ => None,
+            })
+            .unwrap();
+        if expect_rerun {
+            assert_eq!(counter.load(Ordering::SeqCst), before + 1);
+            assert!(
+                after
+                    .iter()
+                    .any(|e| matches!(&e.payload, Payload::ToolCalled(p) if p.resumed))
+            );
+            assert!(!completed.is_error);
+        } else {
+            assert_eq!(counter.load(Ordering::SeqCst), before);
+            assert!(completed.is_error);
+            assert_eq!(completed.visible_text(), loom_engine::UNKNOWN_STATE);
+        }
+    }
+}
+
+#[tokio::test]
+async fn the_idempotency_key_is_stable_for_a_call() {
+    let (engine, store) = engine();
+    let counter = Arc::new(AtomicUsize::new(0));
+    let agent = agent(
+        scripted(
+            "fake-1",
+            json!([{"tool_calls": [{"name": "count", "arguments": {}}]}, {"text": "fini"}]),
+        ),
+        vec![counting_tool("count", counter)],
+    );
+    let (run, _) = run(&engine, &agent, begin("x")).await;
+    let output = events(&store, &run)
+        .await
+        .iter()
+        .find_map(|e| match &e.payload {
+            Payload::ToolCompleted(p) => Some(p.output.visible_text()),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(
+        output,
+        loom_engine::idempotency_key(&run.run_id, "fake_0_0")
+    );
+}
