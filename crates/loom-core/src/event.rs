@@ -753,14 +753,13 @@ impl Payload {
         if let Some(message) = message {
             message.check()?;
         }
-        if let Payload::ToolCompleted(p) = self {
-            if p.output
+        if let Payload::ToolCompleted(p) = self
+            && p.output
                 .blocks
                 .iter()
                 .any(|b| matches!(b.kind, crate::BlockKind::InlineData { .. }))
-            {
-                return Err("file bytes are not allowed in the journal".into());
-            }
+        {
+            return Err("file bytes are not allowed in the journal".into());
         }
         Ok(())
     }

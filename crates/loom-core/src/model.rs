@@ -369,6 +369,10 @@ impl ResponseAccumulator {
     }
 }
 
+/// The last user message of a finalizing call (never journaled): the model must answer now.
+pub const FINALIZE_HINT: &str = "You can no longer call tools. Answer the request now, in text, \
+with the information already obtained; if you could not do everything, say what remains to be done.";
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -432,7 +436,3 @@ mod tests {
         assert_eq!(acc.finish().unwrap_err().kind, ModelErrorKind::Transient);
     }
 }
-
-/// The last user message of a finalizing call (never journaled): the model must answer now.
-pub const FINALIZE_HINT: &str = "You can no longer call tools. Answer the request now, in text, \
-with the information already obtained; if you could not do everything, say what remains to be done.";

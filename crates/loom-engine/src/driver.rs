@@ -79,12 +79,12 @@ impl Engine {
             ("session", begin.session_id.as_ref()),
             ("run", begin.run_id.as_ref()),
         ] {
-            if let Some(id) = id {
-                if !is_safe_id(id) {
-                    return Err(EngineError::Invalid(format!(
-                        "{what} id '{id}' is not usable: expected [A-Za-z0-9][A-Za-z0-9._-]{{0,127}}"
-                    )));
-                }
+            if let Some(id) = id
+                && !is_safe_id(id)
+            {
+                return Err(EngineError::Invalid(format!(
+                    "{what} id '{id}' is not usable: expected [A-Za-z0-9][A-Za-z0-9._-]{{0,127}}"
+                )));
             }
         }
         let run_id = begin.run_id.clone().unwrap_or_else(|| self.ids.uuid());
@@ -330,14 +330,15 @@ impl Driver<'_> {
         writer: &mut SessionWriter<'_>,
     ) -> Result<(), EngineError> {
         let now = self.engine.clock.now();
-        if let Some(claim) = &state.claim {
-            if claim.worker_id != self.engine.worker_id && claim.lease_until > now {
-                return Err(EngineError::ClaimConflict {
-                    run_id: self.run.run_id.clone(),
-                    worker_id: claim.worker_id.clone(),
-                    lease_until: claim.lease_until.to_rfc3339(),
-                });
-            }
+        if let Some(claim) = &state.claim
+            && claim.worker_id != self.engine.worker_id
+            && claim.lease_until > now
+        {
+            return Err(EngineError::ClaimConflict {
+                run_id: self.run.run_id.clone(),
+                worker_id: claim.worker_id.clone(),
+                lease_until: claim.lease_until.to_rfc3339(),
+            });
         }
         self.write_claim(state, writer).await
     }

@@ -1,6 +1,9 @@
 //! The run loop, end to end on the memory journal: event sequences, tools, limits, cancellation,
 //! sessions and resumption.
 
+// Helpers outside #[test] functions unwrap too: a panic there is a failed test.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::{
     sync::{
         Arc,

@@ -1,1 +1,60 @@
-//! placeholder
+//! # loom-journal
+//!
+//! The journals of Loom: two implementations of the [`EventStore`] port.
+//!
+//! - [`MemoryStore`]: in-process, lost at exit; for tests and ephemeral runs.
+//! - [`JsonlStore`]: one file per session at `<root>/<tenant>/<session>.jsonl`, one event per
+//!   line (the compact JSON of [`Event::to_json`], newline-terminated).
+//!
+//! Both stores behave the same way: `append(batch, expected_last_seq)` checks that every event
+//! of the batch belongs to one `(tenant, session)` journal with safe ids
+//! ([`loom_core::ids::is_safe_id`]), then, under an exclusive lock, compares the journal's last
+//! seq with `expected_last_seq`. If they differ, nothing is written and
+//! [`StoreError::Conflict`] is returned; otherwise the batch receives seq `last + 1, last + 2, …`
+//! and is written whole. A writer that lost a race therefore gets a conflict, never a gap or a
+//! duplicate seq.
+//!
+//! ## What the JSONL store flushes to disk, and why that is enough
+//!
+//! Every append runs under an exclusive OS file lock on the journal file (so several processes
+//! may share a root) and performs, in order:
+//!
+//! 1. **one `write_all`** of all the lines of the batch at the end of the journal (if it fails
+//!    midway the file is truncated back to its previous length);
+//! 2. **`fsync` of the journal file** (`sync_data`) before `append` returns;
+//! 3. **`fsync` of the tenant directory** when the batch is the first content of the file (the
+//!    file was just created), and of the root directory when the tenant directory was just
+//!    created, so that a new session file — its directory entry — survives a crash; without it
+//!    the data could be durable while the name pointing to it is lost.
+//!
+//! When a torn last line is repaired (see below), the torn bytes are appended to
+//! `<session>.jsonl.corrupt` and that file is fsynced *before* the journal is truncated, so no
+//! byte ever written is lost. Nothing else is flushed: reads, `last_seq` and `sessions` only
+//! read.
+//!
+//! These flushes are enough for Loom's guarantees because the engine **appends every event
+//! before it applies it**: `append` returns only once the batch is on disk, so after a crash the
+//! journal holds at least every fact the engine acted on. A crash during an append can only
+//! leave the *last* batch incomplete — a batch the engine had not yet applied, since `append`
+//! had not returned — and that shows as a torn last line (bytes not ending with `'\n'`):
+//!
+//! - on read it is ignored, with a `tracing` warning;
+//! - at the next append it is moved aside to `<session>.jsonl.corrupt` and the journal is
+//!   truncated to its last complete line before writing, so the next seq follows that line.
+//!
+//! A *complete* line that cannot be read (bad JSON, unsupported version, envelope contradicting
+//! its payload, foreign session, seq out of order) is never skipped: it is reported as
+//! [`StoreError::Corrupted`] with its line number. Journals are independent files, so one
+//! corrupted session never affects another.
+//!
+//! [`Event::to_json`]: loom_core::event::Event::to_json
+//! [`EventStore`]: loom_core::ports::EventStore
+//! [`StoreError::Conflict`]: loom_core::ports::StoreError::Conflict
+//! [`StoreError::Corrupted`]: loom_core::ports::StoreError::Corrupted
+
+mod check;
+mod jsonl;
+mod memory;
+
+pub use jsonl::JsonlStore;
+pub use memory::MemoryStore;

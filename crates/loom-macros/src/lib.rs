@@ -1,8 +1,45 @@
-//! The `#[tool]` attribute.
+//! The `#[tool]` attribute: a plain Rust function becomes a Loom tool.
+//!
+//! Use it through the facade (`#[loom_ia::tool]`); see [`macro@tool`].
+
+mod description;
+mod expand;
+mod options;
+
 use proc_macro::TokenStream;
 
-/// Turns a function into a Loom tool.
+/// Turns a plain function (sync or async) into a Loom tool.
+///
+/// The function is kept as written (minus the helper attributes the macro consumes) and a
+/// sibling function `<name>_tool() -> loom_ia::FnTool`, with the same visibility, builds the tool.
+///
+/// ```ignore
+/// /// Calcule le prix TTC à partir d'un montant HT et d'un taux de TVA en pourcentage.
+/// #[loom_ia::tool(side_effects = "none", idempotent)]
+/// fn prix_ttc(montant_ht: f64, taux_tva: f64) -> Result<String, PrixError> {
+///     /* ... */
+/// }
+///
+/// let tool = prix_ttc_tool();
+/// ```
+///
+/// - **Name**: the function's name, or `name = "..."` (`^[A-Za-z0-9_-]{1,64}$`).
+/// - **Description**: the function's doc comment (paragraphs separated by a blank line; the
+///   lines of a paragraph joined by a space). Without one, the description of the `#[args]`
+///   struct's doc comment.
+/// - **Arguments**: each parameter becomes a property of the input schema (`Option<T>` ones are
+///   optional; doc comments, `#[serde(..)]` and `#[schemars(..)]` attributes on a parameter are
+///   moved onto that property). A parameter whose type is `ToolContext` (or `&ToolContext`) is
+///   injected instead. A parameter marked `#[args]` receives the whole arguments object, its type
+///   implementing `serde::Deserialize` and `schemars::JsonSchema`.
+/// - **Result**: `T` or `Result<T, E>` with `E: Display`. `String`, `&str`, `()`, `ToolOutput`,
+///   `Value`, `Json<_>` and `impl IntoToolOutput` convert through `IntoToolOutput`; any other `T`
+///   is serialized as a structured result (a JSON block and `data`).
+/// - **Options**: `name = "..."`, `side_effects = "none" | "reversible" | "irreversible"`,
+///   `approval = "never" | "always" | "policy"`, `idempotent` (or `idempotent = true|false`),
+///   `on_unknown = "error" | "pause"`, `timeout = <seconds>` (integer or float),
+///   `offload_over = <characters>`, `crate = <path>` (default `::loom_ia`).
 #[proc_macro_attribute]
-pub fn tool(_attr: TokenStream, item: TokenStream) -> TokenStream {
-    item
+pub fn tool(attr: TokenStream, item: TokenStream) -> TokenStream {
+    expand::tool(attr.into(), item.into()).into()
 }

@@ -259,7 +259,7 @@ fn turn_index(messages: &[Message]) -> usize {
     messages
         .iter()
         .rev()
-        .take_while(|m| !(m.role == Role::User && !is_engine_note(m)))
+        .take_while(|m| m.role != Role::User || is_engine_note(m))
         .filter(|m| m.role == Role::Assistant)
         .count()
 }

@@ -1,0 +1,615 @@
+//! The JSONL store: one append-only file per session.
+
+use std::{
+    fs::{self, File, OpenOptions},
+    io::{self, BufRead, BufReader, Read, Seek, SeekFrom, Write},
+    path::{Path, PathBuf},
+    time::SystemTime,
+};
+
+use loom_core::{
+    BoxFuture,
+    event::{Event, EventReadError},
+    ports::{EventStore, SessionSummary, StoreError},
+};
+use tracing::warn;
+
+use crate::check::{assign_seq, batch_journal, conflict, safe_id};
+
+/// Bytes read by the first backward step when looking for the last line of a journal (the
+/// step doubles until the line is found).
+const TAIL_CHUNK: usize = 16 * 1024;
+
+/// Extension of a journal file.
+const EXTENSION: &str = "jsonl";
+
+/// An [`EventStore`] keeping one file per session at `<root>/<tenant>/<session>.jsonl`, one event
+/// per line (the compact JSON of [`Event::to_json`], newline-terminated).
+///
+/// Appends hold an exclusive OS lock on the file (reads a shared one), so several stores, in
+/// one process or several, may share a root. See the crate documentation for what is flushed
+/// to disk and how torn or corrupted lines are handled.
+///
+/// - `read` parses and checks every complete line (cost linear in the file); `append` and
+///   `last_seq` only read the file backwards to its last complete line.
+/// - `sessions` orders journals by file mtime, most recent first; a journal whose last line is
+///   corrupted is left out of the list with a warning rather than failing the whole listing.
+///
+/// All file IO runs on tokio's blocking pool, so the futures must be polled inside a tokio
+/// runtime.
+#[derive(Debug, Clone)]
+pub struct JsonlStore {
+    root: PathBuf,
+}
+
+impl JsonlStore {
+    /// A store rooted at `root` (created, with tenant directories, at the first append).
+    pub fn new(root: impl Into<PathBuf>) -> JsonlStore {
+        JsonlStore { root: root.into() }
+    }
+
+    /// The directory holding the tenant directories.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+}
+
+impl EventStore for JsonlStore {
+    fn append(
+        &self,
+        batch: Vec<Event>,
+        expected_last_seq: u64,
+    ) -> BoxFuture<'_, Result<Vec<Event>, StoreError>> {
+        let root = self.root.clone();
+        Box::pin(async move {
+            let where_ = root.clone();
+            blocking(&where_, move || {
+                append_blocking(&root, batch, expected_last_seq)
+            })
+            .await
+        })
+    }
+
+    fn read<'a>(
+        &'a self,
+        tenant_id: &'a str,
+        session_id: &'a str,
+        after_seq: u64,
+    ) -> BoxFuture<'a, Result<Vec<Event>, StoreError>> {
+        Box::pin(async move {
+            let journal = Journal::new(&self.root, tenant_id, session_id)?;
+            let path = journal.path.clone();
+            blocking(&path, move || journal.read(after_seq)).await
+        })
+    }
+
+    fn last_seq<'a>(
+        &'a self,
+        tenant_id: &'a str,
+        session_id: &'a str,
+    ) -> BoxFuture<'a, Result<u64, StoreError>> {
+        Box::pin(async move {
+            let journal = Journal::new(&self.root, tenant_id, session_id)?;
+            let path = journal.path.clone();
+            blocking(&path, move || {
+                journal.summary().map(|s| s.map_or(0, |s| s.1.last_seq))
+            })
+            .await
+        })
+    }
+
+    fn sessions<'a>(
+        &'a self,
+        tenant_id: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<SessionSummary>, StoreError>> {
+        Box::pin(async move {
+            safe_id("tenant", tenant_id)?;
+            let root = self.root.clone();
+            let tenant = tenant_id.to_owned();
+            let dir = root.join(&tenant);
+            blocking(&dir, move || sessions_blocking(&root, &tenant)).await
+        })
+    }
+}
+
+/// Runs `f` on the blocking pool.
+async fn blocking<T, F>(path: &Path, f: F) -> Result<T, StoreError>
+where
+    T: Send + 'static,
+    F: FnOnce() -> Result<T, StoreError> + Send + 'static,
+{
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|err| StoreError::Io {
+            path: path.display().to_string(),
+            source: io::Error::other(err),
+        })?
+}
+
+/// Wraps an IO error with its path.
+fn io_error(path: &Path) -> impl Fn(io::Error) -> StoreError + '_ {
+    move |source| StoreError::Io {
+        path: path.display().to_string(),
+        source,
+    }
+}
+
+/// One session journal file.
+#[derive(Debug)]
+struct Journal {
+    tenant_id: String,
+    session_id: String,
+    path: PathBuf,
+}
+
+/// The end of a journal, found by reading it backwards.
+#[derive(Debug, PartialEq)]
+struct Tail {
+    /// Length of the complete lines: up to and including the last `'\n'`.
+    complete_len: u64,
+    /// Offset and bytes (without the `'\n'`) of the last complete line.
+    last_line: Option<(u64, Vec<u8>)>,
+}
+
+impl Journal {
+    /// The journal of `(tenant, session)` under `root`, once both ids are known to be safe.
+    fn new(root: &Path, tenant_id: &str, session_id: &str) -> Result<Journal, StoreError> {
+        safe_id("tenant", tenant_id)?;
+        safe_id("session", session_id)?;
+        Ok(Journal {
+            tenant_id: tenant_id.to_owned(),
+            session_id: session_id.to_owned(),
+            path: root
+                .join(tenant_id)
+                .join(format!("{session_id}.{EXTENSION}")),
+        })
+    }
+
+    fn io(&self) -> impl Fn(io::Error) -> StoreError + '_ {
+        io_error(&self.path)
+    }
+
+    fn corrupted(&self, line: usize, source: EventReadError) -> StoreError {
+        StoreError::Corrupted {
+            path: self.path.display().to_string(),
+            line,
+            source,
+        }
+    }
+
+    /// Parses one complete line (without its `'\n'`) and checks it belongs to this journal.
+    fn decode(&self, bytes: &[u8]) -> Result<Event, EventReadError> {
+        let text = std::str::from_utf8(bytes)
+            .map_err(|err| EventReadError::Json(format!("invalid UTF-8: {err}")))?;
+        let event = Event::from_json(text)?;
+        let invalid = |reason: String| EventReadError::Invalid {
+            event_id: event.event_id.clone(),
+            seq: event.seq,
+            reason,
+        };
+        if event.tenant_id != self.tenant_id || event.session_id != self.session_id {
+            return Err(invalid(format!(
+                "belongs to journal {}/{}",
+                event.tenant_id, event.session_id
+            )));
+        }
+        if event.seq == 0 {
+            return Err(invalid("journaled without a seq".into()));
+        }
+        Ok(event)
+    }
+
+    /// Opens the file for reading under a shared lock (`None` when it does not exist).
+    fn open_shared(&self) -> Result<Option<File>, StoreError> {
+        let file = match File::open(&self.path) {
+            Ok(file) => file,
+            Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(err) => return Err(self.io()(err)),
+        };
+        file.lock_shared().map_err(self.io())?;
+        Ok(Some(file))
+    }
+
+    /// Events with `seq > after`, checking every complete line; a torn last line is ignored.
+    fn read(&self, after: u64) -> Result<Vec<Event>, StoreError> {
+        let Some(file) = self.open_shared()? else {
+            return Ok(Vec::new());
+        };
+        let mut reader = BufReader::with_capacity(64 * 1024, &file);
+        let mut events = Vec::new();
+        let mut line = Vec::new();
+        let mut line_no = 0usize;
+        loop {
+            line.clear();
+            let read = reader.read_until(b'\n', &mut line).map_err(self.io())?;
+            if read == 0 {
+                break;
+            }
+            if line.pop() != Some(b'\n') {
+                warn!(
+                    path = %self.path.display(),
+                    bytes = read,
+                    "journal ends with a torn line (interrupted write); ignoring it"
+                );
+                break;
+            }
+            line_no += 1;
+            let event = self
+                .decode(&line)
+                .and_then(|event| {
+                    if event.seq == line_no as u64 {
+                        Ok(event)
+                    } else {
+                        Err(EventReadError::Invalid {
+                            reason: format!("seq {} where {line_no} was expected", event.seq),
+                            event_id: event.event_id,
+                            seq: event.seq,
+                        })
+                    }
+                })
+                .map_err(|source| self.corrupted(line_no, source))?;
+            if event.seq > after {
+                events.push(event);
+            }
+        }
+        Ok(events)
+    }
+
+    /// The file's mtime and summary (`None` when the file does not exist).
+    fn summary(&self) -> Result<Option<(SystemTime, SessionSummary)>, StoreError> {
+        let Some(mut file) = self.open_shared()? else {
+            return Ok(None);
+        };
+        let meta = file.metadata().map_err(self.io())?;
+        let tail = scan_tail(&mut file, meta.len(), TAIL_CHUNK).map_err(self.io())?;
+        if tail.complete_len < meta.len() {
+            warn!(
+                path = %self.path.display(),
+                bytes = meta.len() - tail.complete_len,
+                "journal ends with a torn line (interrupted write); ignoring it"
+            );
+        }
+        let last = self.last_event(&mut file, &tail)?;
+        let summary = SessionSummary {
+            session_id: self.session_id.clone(),
+            last_seq: last.as_ref().map_or(0, |event| event.seq),
+            updated_at: last.map(|event| event.ts),
+        };
+        let mtime = meta.modified().unwrap_or(SystemTime::UNIX_EPOCH);
+        Ok(Some((mtime, summary)))
+    }
+
+    /// The event on the last complete line, if any.
+    fn last_event(&self, file: &mut File, tail: &Tail) -> Result<Option<Event>, StoreError> {
+        let Some((offset, bytes)) = &tail.last_line else {
+            return Ok(None);
+        };
+        match self.decode(bytes) {
+            Ok(event) => Ok(Some(event)),
+            Err(source) => {
+                let line = line_number(file, *offset).map_err(self.io())?;
+                Err(self.corrupted(line, source))
+            }
+        }
+    }
+
+    /// Opens the file for appending, creating it (and its tenant directory) when missing.
+    fn open_for_append(&self) -> Result<File, StoreError> {
+        let open = || {
+            OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(&self.path)
+        };
+        match open() {
+            Ok(file) => Ok(file),
+            Err(err) if err.kind() == io::ErrorKind::NotFound => {
+                let Some(dir) = self.path.parent() else {
+                    return Err(self.io()(err));
+                };
+                let root = dir.parent().unwrap_or(Path::new("."));
+                fs::create_dir_all(root).map_err(io_error(root))?;
+                match fs::create_dir(dir) {
+                    // A new tenant directory: make its name durable in the root.
+                    Ok(()) => sync_dir(root)?,
+                    Err(err) if err.kind() == io::ErrorKind::AlreadyExists => {}
+                    Err(err) => return Err(io_error(dir)(err)),
+                }
+                open().map_err(self.io())
+            }
+            Err(err) => Err(self.io()(err)),
+        }
+    }
+
+    /// Appends `batch` after `expected`, under the exclusive lock.
+    fn append(&self, mut batch: Vec<Event>, expected: u64) -> Result<Vec<Event>, StoreError> {
+        let mut file = self.open_for_append()?;
+        file.lock().map_err(self.io())?;
+        let len = file.metadata().map_err(self.io())?.len();
+        let tail = scan_tail(&mut file, len, TAIL_CHUNK).map_err(self.io())?;
+        let last = self
+            .last_event(&mut file, &tail)?
+            .map_or(0, |event| event.seq);
+        if last != expected {
+            return Err(conflict(&self.tenant_id, &self.session_id, expected, last));
+        }
+        if tail.complete_len < len {
+            self.set_aside(&mut file, tail.complete_len, len)?;
+        }
+        assign_seq(&mut batch, last);
+        let mut lines = String::new();
+        for event in &batch {
+            let json = event.to_json();
+            if json.is_empty() {
+                return Err(StoreError::Invalid(format!(
+                    "event {} cannot be serialized",
+                    event.event_id
+                )));
+            }
+            lines.push_str(&json);
+            lines.push('\n');
+        }
+        self.write_at_end(&mut file, tail.complete_len, lines.as_bytes())?;
+        // First content of a new file: make its name durable in the tenant directory.
+        if tail.complete_len == 0
+            && let Some(dir) = self.path.parent()
+        {
+            sync_dir(dir)?;
+        }
+        Ok(batch)
+    }
+
+    /// Writes `bytes` at `base` (the end of the file) and syncs them, truncating back to `base`
+    /// if anything fails.
+    fn write_at_end(&self, file: &mut File, base: u64, bytes: &[u8]) -> Result<(), StoreError> {
+        let result = file
+            .seek(SeekFrom::Start(base))
+            .and_then(|_| file.write_all(bytes))
+            .and_then(|()| file.sync_data());
+        if let Err(err) = result {
+            if let Err(undo) = file.set_len(base).and_then(|()| file.sync_data()) {
+                warn!(
+                    path = %self.path.display(),
+                    error = %undo,
+                    "could not truncate the journal back after a failed write"
+                );
+            }
+            return Err(self.io()(err));
+        }
+        Ok(())
+    }
+
+    /// Moves the torn bytes `[complete_len, len)` to `<session>.jsonl.corrupt` (appended, then
+    /// synced) and truncates the journal to its last complete line.
+    fn set_aside(&self, file: &mut File, complete_len: u64, len: u64) -> Result<(), StoreError> {
+        let mut torn = Vec::new();
+        file.seek(SeekFrom::Start(complete_len))
+            .and_then(|_| file.take(len - complete_len).read_to_end(&mut torn))
+            .map_err(self.io())?;
+        torn.push(b'\n');
+        let aside = self.path.with_extension(format!("{EXTENSION}.corrupt"));
+        let mut out = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&aside)
+            .map_err(io_error(&aside))?;
+        let was_empty = out.metadata().map_err(io_error(&aside))?.len() == 0;
+        out.write_all(&torn)
+            .and_then(|()| out.sync_data())
+            .map_err(io_error(&aside))?;
+        if was_empty && let Some(dir) = aside.parent() {
+            sync_dir(dir)?;
+        }
+        file.set_len(complete_len)
+            .and_then(|()| file.sync_data())
+            .map_err(self.io())?;
+        warn!(
+            path = %self.path.display(),
+            bytes = len - complete_len,
+            moved_to = %aside.display(),
+            "journal ended with a torn line (interrupted write); moved it aside"
+        );
+        Ok(())
+    }
+}
+
+fn append_blocking(
+    root: &Path,
+    batch: Vec<Event>,
+    expected: u64,
+) -> Result<Vec<Event>, StoreError> {
+    let Some((tenant_id, session_id)) = batch_journal(&batch)? else {
+        return Ok(batch);
+    };
+    Journal::new(root, &tenant_id, &session_id)?.append(batch, expected)
+}
+
+fn sessions_blocking(root: &Path, tenant_id: &str) -> Result<Vec<SessionSummary>, StoreError> {
+    let dir = root.join(tenant_id);
+    let entries = match fs::read_dir(&dir) {
+        Ok(entries) => entries,
+        Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(err) => return Err(io_error(&dir)(err)),
+    };
+    let mut found = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(io_error(&dir))?;
+        let name = entry.file_name();
+        let Some(session_id) = name
+            .to_str()
+            .and_then(|name| name.strip_suffix(".jsonl"))
+            .filter(|session| loom_core::ids::is_safe_id(session))
+        else {
+            continue;
+        };
+        let journal = Journal::new(root, tenant_id, session_id)?;
+        match journal.summary() {
+            Ok(Some(summary)) if summary.1.last_seq > 0 => found.push(summary),
+            // Absent, or empty: created by an append that then met a conflict.
+            Ok(_) => {}
+            // One unreadable journal must not hide the others.
+            Err(err) => warn!(error = %err, "skipping an unreadable journal in the session list"),
+        }
+    }
+    found.sort_by(|(a_time, a), (b_time, b)| {
+        b_time
+            .cmp(a_time)
+            .then_with(|| b.updated_at.cmp(&a.updated_at))
+            .then_with(|| a.session_id.cmp(&b.session_id))
+    });
+    Ok(found.into_iter().map(|(_, summary)| summary).collect())
+}
+
+/// Syncs a directory, making the names it holds durable (a no-op where directories cannot be
+/// opened as files).
+fn sync_dir(dir: &Path) -> Result<(), StoreError> {
+    if cfg!(unix) {
+        File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(io_error(dir))?;
+    }
+    Ok(())
+}
+
+/// Finds the last complete line of the first `len` bytes of `file` by reading backwards from
+/// the end, `chunk` bytes first, doubling at each step: the cost is that of the last line (plus
+/// a torn tail), not of the file.
+fn scan_tail<R: Read + Seek>(file: &mut R, len: u64, chunk: usize) -> io::Result<Tail> {
+    // `buf` holds the bytes `[start, len)`.
+    let mut start = len;
+    let mut buf: Vec<u8> = Vec::new();
+    let mut step = chunk.max(1) as u64;
+    loop {
+        if let Some(end) = buf.iter().rposition(|&b| b == b'\n') {
+            let complete_len = start + end as u64 + 1;
+            if let Some(before) = buf[..end].iter().rposition(|&b| b == b'\n') {
+                let line = buf[before + 1..end].to_vec();
+                return Ok(Tail {
+                    complete_len,
+                    last_line: Some((start + before as u64 + 1, line)),
+                });
+            }
+            if start == 0 {
+                buf.truncate(end);
+                return Ok(Tail {
+                    complete_len,
+                    last_line: Some((0, buf)),
+                });
+            }
+        } else if start == 0 {
+            return Ok(Tail {
+                complete_len: 0,
+                last_line: None,
+            });
+        }
+        let size = step.min(start);
+        start -= size;
+        let mut head = vec![0; usize::try_from(size).map_err(io::Error::other)?];
+        file.seek(SeekFrom::Start(start))?;
+        file.read_exact(&mut head)?;
+        head.extend_from_slice(&buf);
+        buf = head;
+        step = step.saturating_mul(2);
+    }
+}
+
+/// The number (from 1) of the line starting at byte `offset`; only used to report corruption.
+fn line_number<R: Read + Seek>(file: &mut R, offset: u64) -> io::Result<usize> {
+    file.seek(SeekFrom::Start(0))?;
+    let mut reader = BufReader::new(file.take(offset));
+    let mut newlines = 0;
+    loop {
+        let buf = reader.fill_buf()?;
+        if buf.is_empty() {
+            return Ok(newlines + 1);
+        }
+        newlines += buf.iter().filter(|&&b| b == b'\n').count();
+        let consumed = buf.len();
+        reader.consume(consumed);
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use std::io::Cursor;
+
+    use super::*;
+
+    /// The tail computed the slow way.
+    fn naive(bytes: &[u8]) -> Tail {
+        let Some(end) = bytes.iter().rposition(|&b| b == b'\n') else {
+            return Tail {
+                complete_len: 0,
+                last_line: None,
+            };
+        };
+        let start = bytes[..end]
+            .iter()
+            .rposition(|&b| b == b'\n')
+            .map_or(0, |p| p + 1);
+        Tail {
+            complete_len: end as u64 + 1,
+            last_line: Some((start as u64, bytes[start..end].to_vec())),
+        }
+    }
+
+    #[test]
+    fn tail_scan_matches_the_naive_scan_for_every_chunk_size() {
+        let long = "x".repeat(40);
+        let cases: Vec<String> = vec![
+            String::new(),
+            "\n".into(),
+            "\n\n".into(),
+            "abc".into(),
+            "abc\n".into(),
+            "abc\ndef\n".into(),
+            "abc\ndef".into(),
+            "abc\ndef\ngh".into(),
+            format!("{long}\n{long}\n"),
+            format!("a\n{long}\n{long}"),
+            format!("{long}{long}\n"),
+            format!("{long}"),
+        ];
+        for case in &cases {
+            for chunk in [1, 2, 3, 5, 8, 13, 64, TAIL_CHUNK] {
+                let mut cursor = Cursor::new(case.as_bytes());
+                let tail = scan_tail(&mut cursor, case.len() as u64, chunk).unwrap();
+                assert_eq!(tail, naive(case.as_bytes()), "case {case:?}, chunk {chunk}");
+            }
+        }
+    }
+
+    #[test]
+    fn tail_scan_reads_little_of_a_large_file() {
+        /// A reader that counts the bytes it hands out.
+        struct Counting<'a>(Cursor<&'a [u8]>, usize);
+        impl Read for Counting<'_> {
+            fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+                let n = self.0.read(buf)?;
+                self.1 += n;
+                Ok(n)
+            }
+        }
+        impl Seek for Counting<'_> {
+            fn seek(&mut self, pos: SeekFrom) -> io::Result<u64> {
+                self.0.seek(pos)
+            }
+        }
+        let file = "some line of a journal\n".repeat(100_000);
+        let mut reader = Counting(Cursor::new(file.as_bytes()), 0);
+        let tail = scan_tail(&mut reader, file.len() as u64, 64).unwrap();
+        assert_eq!(tail, naive(file.as_bytes()));
+        assert!(reader.1 <= 64, "read {} bytes", reader.1);
+    }
+
+    #[test]
+    fn line_numbers_count_from_one() {
+        let mut cursor = Cursor::new(b"a\nbb\nccc\n".as_slice());
+        assert_eq!(line_number(&mut cursor, 0).unwrap(), 1);
+        assert_eq!(line_number(&mut cursor, 2).unwrap(), 2);
+        assert_eq!(line_number(&mut cursor, 5).unwrap(), 3);
+    }
+}
