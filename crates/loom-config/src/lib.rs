@@ -1,1 +1,100 @@
-//! placeholder
+//! # loom-config
+//!
+//! Loading and validating a Loom configuration: the root `loom.yaml`, one agent per file in
+//! `agents_dir` (`*.yaml`, `*.yml`, sorted by file name) and the system prompts of
+//! `prompts_dir`.
+//!
+//! Loading happens in two stages:
+//!
+//! 1. **File model.** The YAML text is parsed (serde-saphyr; duplicate keys refused, merge
+//!    keys `<<` allowed) into a tree that remembers the line and column of every key and
+//!    value. The active profile (`--profile` > `LOOM_PROFILE` > `profile:`) has its
+//!    `profiles.<name>` block deep-merged over the root, then the tree is deserialized into
+//!    the plain serde types of this crate ([`LoomConfig`], [`ModelSpec`], [`AgentSpec`]…),
+//!    which refuse unknown keys everywhere (sections of the reference format that Loom does
+//!    not implement yet, such as `mcp_servers` or `budgets`, are unknown keys too). Agent
+//!    files are read the same way.
+//! 2. **Validated [`Config`].** Rules between fields are checked (declared models, unique
+//!    names, `system` xor `system_file`, prompt files present, template variables known,
+//!    positive limits, pricing tiers…), and every refusal is reported as a [`ConfigError`]
+//!    located at the offending value through the tree of stage 1:
+//!    `agents/devis.yaml:7:10 main.model: unknown model 'X' (declared models: fake-1)`.
+//!
+//! The same types can be built in Rust and validated the same way with [`Config::new`].
+//! [`json_schema`] describes the file model (what `loom schema` prints).
+//!
+//! Registered tools are not known here: the facade resolves [`ToolRef::tool`] names and
+//! reports failures with [`Config::error_at_agent`].
+
+mod config;
+mod error;
+mod model;
+mod prompt;
+mod yaml;
+
+use std::path::{Path, PathBuf};
+
+pub use config::Config;
+pub use error::{ConfigError, ConfigErrorKind};
+pub use model::{
+    AgentSpec, EventsBackend, EventsStorage, ExecutionConfig, JsonObject, LlmSettings, LogFormat,
+    LogLevel, LoggingConfig, LoomConfig, MainRole, ModelApi, ModelCapabilities, ModelSpec, Profile,
+    Profiles, Sdk, StorageConfig, TelemetryConfig, ToolRef, ToolsExecution,
+};
+
+/// Loads and validates the configuration at `path` (usually `loom.yaml`).
+///
+/// `profile` is the explicit override (`--profile`); otherwise `env("LOOM_PROFILE")`, then
+/// `profile:` in the file, choose the active profile. `env` is the only way this crate reads
+/// the environment. Errors display `path` as given and other files relative to its directory.
+pub fn load(
+    path: &Path,
+    profile: Option<Profile>,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Config, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|err| {
+        let kind = if err.kind() == std::io::ErrorKind::NotFound {
+            ConfigErrorKind::MissingFile
+        } else {
+            ConfigErrorKind::Io
+        };
+        ConfigError {
+            file: path.to_path_buf(),
+            line: None,
+            column: None,
+            key_path: "(root)".to_owned(),
+            message: format!("cannot read config file: {err}"),
+            kind,
+        }
+    })?;
+    let base_dir = config::normalize_base(path.parent().map(Path::to_path_buf).unwrap_or_default());
+    let origin = config::Origin {
+        file: path.to_path_buf(),
+        display: path.to_path_buf(),
+        base_dir,
+    };
+    config::build_from_text(&text, origin, profile, env)
+}
+
+/// Loads and validates a configuration from YAML text, as if it were `base_dir/loom.yaml`
+/// (errors name it `loom.yaml`; agent and prompt files are read under `base_dir`). Same
+/// profile rules and validation as [`load`].
+pub fn from_yaml_str(
+    text: &str,
+    base_dir: &Path,
+    profile: Option<Profile>,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Config, ConfigError> {
+    let base_dir = config::normalize_base(base_dir.to_path_buf());
+    let origin = config::Origin {
+        file: base_dir.join("loom.yaml"),
+        display: PathBuf::from("loom.yaml"),
+        base_dir,
+    };
+    config::build_from_text(text, origin, profile, env)
+}
+
+/// The JSON Schema (draft 2020-12) of `loom.yaml`, i.e. of [`LoomConfig`].
+pub fn json_schema() -> serde_json::Value {
+    schemars::schema_for!(LoomConfig).to_value()
+}

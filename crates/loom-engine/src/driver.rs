@@ -72,6 +72,7 @@ impl Engine {
         &self,
         agent: &AgentRuntime,
         begin: BeginRun,
+        observer: &dyn Observer,
     ) -> Result<RunRef, EngineError> {
         begin.message.check().map_err(EngineError::Invalid)?;
         for (what, id) in [
@@ -127,7 +128,12 @@ impl Engine {
             })),
         ];
         match self.store.append(batch, last_seq).await {
-            Ok(_) => Ok(run),
+            Ok(written) => {
+                for event in &written {
+                    observer.event(event);
+                }
+                Ok(run)
+            }
             Err(loom_core::ports::StoreError::Conflict { .. }) => {
                 // Another writer got in first; a second attempt re-checks the run id.
                 Err(EngineError::Contention(run.session_id))

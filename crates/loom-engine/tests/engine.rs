@@ -87,7 +87,7 @@ async fn run(
     agent: &AgentRuntime,
     request: BeginRun,
 ) -> (RunRef, loom_core::RunState) {
-    let run = engine.begin(agent, request).await.unwrap();
+    let run = engine.begin(agent, request, &()).await.unwrap();
     let state = engine
         .drive(&run, agent, &(), &CancellationToken::new())
         .await
@@ -382,7 +382,7 @@ async fn agent_timeout_fails_the_run_mid_step() {
 async fn cancellation_closes_the_run_during_a_step() {
     let (engine, store) = engine();
     let agent = agent(Arc::new(HangingModel::default()), vec![]);
-    let run = engine.begin(&agent, begin("x")).await.unwrap();
+    let run = engine.begin(&agent, begin("x"), &()).await.unwrap();
     let cancel = CancellationToken::new();
     let trigger = cancel.clone();
     tokio::spawn(async move {
@@ -412,7 +412,7 @@ async fn cancellation_closes_the_run_during_a_step() {
 async fn cancelling_an_idle_run_closes_it_once() {
     let (engine, _store) = engine();
     let agent = agent(scripted("fake-1", calc_script()), vec![add_tool()]);
-    let run = engine.begin(&agent, begin("x")).await.unwrap();
+    let run = engine.begin(&agent, begin("x"), &()).await.unwrap();
     assert!(
         engine
             .cancel_idle(&run, "demo", Some("alice".into()))
@@ -461,7 +461,7 @@ async fn a_session_rereads_its_conversation() {
     again.session_id = Some("s1".into());
     again.run_id = Some(run1.run_id.clone());
     assert!(matches!(
-        engine.begin(&agent, again).await,
+        engine.begin(&agent, again, &()).await,
         Err(EngineError::RunExists { .. })
     ));
     assert_eq!(events(&store, &run2).await.len(), 34);
@@ -471,14 +471,14 @@ async fn a_session_rereads_its_conversation() {
 async fn a_live_claim_of_another_worker_is_a_conflict() {
     let (engine, store) = engine();
     let agent = agent(scripted("fake-1", calc_script()), vec![add_tool()]);
-    let run = engine.begin(&agent, begin("x")).await.unwrap();
+    let run = engine.begin(&agent, begin("x"), &()).await.unwrap();
     // Another worker (another engine over the same journal) holds the run.
     let other = Engine::new(store.clone(), Arc::new(ManualClock::new()));
     let gate = CancellationToken::new();
     gate.cancel();
     let _ = other.drive(&run, &agent, &(), &gate).await.unwrap();
     // The first worker's claim was written then the run cancelled: drive a fresh run instead.
-    let run = engine.begin(&agent, begin("y")).await.unwrap();
+    let run = engine.begin(&agent, begin("y"), &()).await.unwrap();
     let claim = {
         let events = events(&store, &run).await;
         let mut claim = events[0].clone();

@@ -1,18 +1,65 @@
 //! # Loom
 //!
 //! Run AI agents whose every fact is journaled.
+//!
+//! A user describes an agent (its model, its tools, its rules) in `loom.yaml` and
+//! `agents/*.yaml`, registers the Rust tools it uses, and runs it. Every fact of the run
+//! (message, model call, tool call, decision, cost) is appended to the journal *before* it is
+//! applied; run state, conversation, costs and traces are projections of that journal.
+//!
+//! ```no_run
+//! use loom_ia::{Loom, RunOptions};
+//!
+//! /// Calcule le prix TTC à partir d'un montant HT et d'un taux de TVA en pourcentage.
+//! #[loom_ia::tool]
+//! fn prix_ttc(montant_ht: f64, taux_tva: f64) -> String {
+//!     format!("{:.2} € TTC", montant_ht * (1.0 + taux_tva / 100.0))
+//! }
+//!
+//! # async fn demo() -> Result<(), loom_ia::LoomError> {
+//! let loom = Loom::from_config("loom.yaml")?;
+//! loom.register("prix_ttc", prix_ttc_tool())?;
+//! let result = loom.run("devis", "Prix TTC de 1 250 € HT à 10 % ?", RunOptions::default()).await?;
+//! println!("{} ({})", result.text, result.status);
+//! # Ok(()) }
+//! ```
+//!
+//! Rust tools are registered in code with [`Loom::register`]; the Python reference's
+//! `imports:` key has no equivalent (Rust has no runtime import), and an agent naming a tool
+//! that is not registered is refused with the file, line and key of the reference.
+//!
+//! **Architecture invariant:** this facade is the only crate that knows every concrete
+//! adapter; it picks them from the configuration and Cargo features. Access crates (the CLI)
+//! depend on it and on nothing below it.
 
-pub use loom_core as core;
-pub use loom_core::tool::{FnTool, IntoToolOutput, Json, Tool, ToolContext, ToolError, ToolOutput};
+mod clock;
+mod error;
+mod loom;
+mod report;
+mod resolve;
+mod result;
+
+pub use clock::SystemClock;
+pub use error::LoomError;
+pub use loom::{DEFAULT_TENANT, Loom, RunOptions, StreamItem, ValidatedAgent, Validation};
+pub use loom_config::{self as config, Config, ConfigError, Profile};
+pub use loom_core::{
+    self as core, Event, Message, RunState, RunStatus, Usage,
+    tool::{FnTool, IntoToolOutput, Json, Tool, ToolContext, ToolError, ToolOutput},
+};
+pub use loom_engine::RunRef;
 pub use loom_macros::tool;
+pub use report::{Trace, TraceCall, TraceStep, UsageLine, UsageReport};
+pub use result::RunResult;
 
 #[doc(hidden)]
 pub mod __private {
     //! Paths used by the code `#[tool]` generates. Not a public API.
     pub use loom_core::BoxFuture;
     pub use loom_core::tool::{
-        Approval, FnTool, IntoToolOutput, Json, OnUnknown, SideEffects, ToolContext, ToolDeclarations,
-        ToolError, ToolKind, ToolOutput, ToolSpec, schema_description, schema_for,
+        Approval, FnTool, IntoToolOutput, Json, OnUnknown, SideEffects, ToolContext,
+        ToolDeclarations, ToolError, ToolKind, ToolOutput, ToolSpec, schema_description,
+        schema_for,
     };
     pub use schemars;
     pub use serde;

@@ -1,0 +1,901 @@
+//! Stage 2: from the file model to a validated [`Config`].
+
+use std::{
+    fs, io,
+    path::{Path, PathBuf},
+};
+
+use serde::de::DeserializeOwned;
+
+use crate::error::{ConfigError, ConfigErrorKind};
+use crate::model::{AgentSpec, EventsBackend, LoomConfig, ModelSpec, Profile, Sdk};
+use crate::prompt;
+use crate::yaml::{self, KeyPath, Kind, Loc, Node, ParseError};
+
+/// Where the root document comes from.
+#[derive(Debug, Clone)]
+pub(crate) struct Origin {
+    /// The config file (possibly virtual, for strings and Rust values).
+    pub(crate) file: PathBuf,
+    /// How the config file is shown in errors.
+    pub(crate) display: PathBuf,
+    /// Directory relative paths resolve against.
+    pub(crate) base_dir: PathBuf,
+}
+
+/// One YAML document and the name shown in its errors.
+#[derive(Debug, Clone)]
+struct Doc {
+    display: PathBuf,
+    tree: Node,
+}
+
+fn make_error(
+    file: &Path,
+    loc: Option<Loc>,
+    path: &KeyPath,
+    kind: ConfigErrorKind,
+    message: impl Into<String>,
+) -> ConfigError {
+    ConfigError {
+        file: file.to_path_buf(),
+        line: loc.map(|l| l.line),
+        column: loc.map(|l| l.column),
+        key_path: path.to_string(),
+        message: message.into(),
+        kind,
+    }
+}
+
+impl Doc {
+    /// An error located at the value under `path` (or its deepest existing ancestor).
+    fn error(
+        &self,
+        path: &KeyPath,
+        kind: ConfigErrorKind,
+        message: impl Into<String>,
+    ) -> ConfigError {
+        make_error(
+            &self.display,
+            self.tree.locate(path, false),
+            path,
+            kind,
+            message,
+        )
+    }
+
+    /// An error located at the key of the last segment of `path`.
+    fn key_error(
+        &self,
+        path: &KeyPath,
+        kind: ConfigErrorKind,
+        message: impl Into<String>,
+    ) -> ConfigError {
+        make_error(
+            &self.display,
+            self.tree.locate(path, true),
+            path,
+            kind,
+            message,
+        )
+    }
+
+    /// Parses YAML text into a document.
+    fn parse(text: &str, display: PathBuf) -> Result<Doc, ConfigError> {
+        match yaml::parse(text) {
+            Ok(tree) => Ok(Doc { display, tree }),
+            Err(ParseError::Syntax { message, loc }) => Err(make_error(
+                &display,
+                loc,
+                &KeyPath::root(),
+                ConfigErrorKind::Syntax,
+                message,
+            )),
+            Err(ParseError::Duplicate {
+                path,
+                key,
+                first,
+                second,
+            }) => {
+                let lines = match (first, second) {
+                    (Some(a), Some(b)) => format!(" (lines {} and {})", a.line, b.line),
+                    _ => String::new(),
+                };
+                Err(make_error(
+                    &display,
+                    second,
+                    &path,
+                    ConfigErrorKind::DuplicateKey,
+                    format!(
+                        "key '{key}' given twice in the same mapping{lines}: the second would silently override the first"
+                    ),
+                ))
+            }
+        }
+    }
+
+    /// Deserializes the whole document into the typed file model.
+    fn typed<T: DeserializeOwned>(&self) -> Result<T, ConfigError> {
+        if self.tree.kind == Kind::Null {
+            return Err(make_error(
+                &self.display,
+                None,
+                &KeyPath::root(),
+                ConfigErrorKind::Invalid,
+                "empty document (expected a mapping)",
+            ));
+        }
+        let value = self.tree.to_json();
+        serde_path_to_error::deserialize(value).map_err(|err| {
+            let path = KeyPath::from_serde(err.path());
+            let text = err.inner().to_string();
+            self.serde_error(path, &text)
+        })
+    }
+
+    /// Turns a serde message into a located error with our wording.
+    fn serde_error(&self, path: KeyPath, text: &str) -> ConfigError {
+        let ticked: Vec<&str> = text.split('`').skip(1).step_by(2).collect();
+        if text.starts_with("unknown field `") {
+            let field = ticked.first().copied().unwrap_or_default();
+            // serde_path_to_error stops at the struct holding the unknown key.
+            let path = match path.0.last() {
+                Some(yaml::Seg::Key(k)) if k == field => path,
+                _ => path.key(field),
+            };
+            let expected = if ticked.len() > 1 {
+                format!(" (expected one of: {})", ticked[1..].join(", "))
+            } else {
+                String::new()
+            };
+            return self.key_error(
+                &path,
+                ConfigErrorKind::UnknownKey,
+                format!("unknown key '{field}'{expected}"),
+            );
+        }
+        if text.starts_with("missing field `") {
+            let field = ticked.first().copied().unwrap_or_default();
+            let loc = self.tree.locate(&path, false);
+            return make_error(
+                &self.display,
+                loc,
+                &path.key(field),
+                ConfigErrorKind::Invalid,
+                format!("missing required key '{field}'"),
+            );
+        }
+        if text.starts_with("duplicate field `") {
+            let field = ticked.first().copied().unwrap_or_default();
+            return self.error(
+                &path,
+                ConfigErrorKind::DuplicateKey,
+                format!("key '{field}' given twice (directly or through its alias)"),
+            );
+        }
+        if text.starts_with("unknown variant `") {
+            let value = ticked.first().copied().unwrap_or_default();
+            return self.error(
+                &path,
+                ConfigErrorKind::Invalid,
+                format!(
+                    "unknown value '{value}' (expected one of: {})",
+                    ticked[1.min(ticked.len())..].join(", ")
+                ),
+            );
+        }
+        self.error(&path, ConfigErrorKind::Invalid, text)
+    }
+}
+
+/// Per-agent bookkeeping: where it was declared and its system prompt.
+#[derive(Debug, Clone)]
+struct AgentMeta {
+    /// Index into [`Config::docs`] (0: the config file).
+    doc: usize,
+    /// Key path of the agent inside its document (`agents[2]` for inline agents).
+    prefix: KeyPath,
+    /// System prompt template text.
+    system: String,
+    /// Prompt file (display path) when the prompt comes from `system_file`.
+    system_file: Option<PathBuf>,
+}
+
+/// A loaded and validated configuration.
+///
+/// Built by [`crate::load`], [`crate::from_yaml_str`] or [`Config::new`]; every rule of the
+/// format has been checked, every prompt file read and every template analysed.
+#[derive(Debug, Clone)]
+pub struct Config {
+    raw: LoomConfig,
+    file: PathBuf,
+    base_dir: PathBuf,
+    agents_dir: PathBuf,
+    prompts_dir: PathBuf,
+    docs: Vec<Doc>,
+    agents: Vec<AgentSpec>,
+    meta: Vec<AgentMeta>,
+}
+
+impl Config {
+    /// Validates a configuration built in Rust, exactly as if it had been read from
+    /// `base_dir/loom.yaml` (agent files in `agents_dir` and prompt files are read too; the
+    /// profile is `raw.profile`, `LOOM_PROFILE` is not consulted). Errors carry no line or
+    /// column and name the file `loom.yaml`.
+    pub fn new(raw: LoomConfig, base_dir: PathBuf) -> Result<Config, ConfigError> {
+        let base_dir = normalize_base(base_dir);
+        let origin = Origin {
+            file: base_dir.join("loom.yaml"),
+            display: PathBuf::from("loom.yaml"),
+            base_dir,
+        };
+        let value = serde_json::to_value(&raw).map_err(|err| {
+            make_error(
+                &origin.display,
+                None,
+                &KeyPath::root(),
+                ConfigErrorKind::Invalid,
+                err.to_string(),
+            )
+        })?;
+        build(Node::from_json(&value), origin, None, &|_| None)
+    }
+
+    /// The config file (`base_dir/loom.yaml` for configurations not read from a file).
+    pub fn file(&self) -> &Path {
+        &self.file
+    }
+
+    /// The directory relative paths resolve against (the config file's directory).
+    pub fn base_dir(&self) -> &Path {
+        &self.base_dir
+    }
+
+    /// The active profile, if any.
+    pub fn profile(&self) -> Option<Profile> {
+        self.raw.profile
+    }
+
+    /// The file model after the profile merge (`profile` set to the active profile; `agents`
+    /// holds the inline agents only, see [`Config::agents`] for all of them).
+    pub fn raw(&self) -> &LoomConfig {
+        &self.raw
+    }
+
+    /// All agents: those of `agents_dir` (sorted by file name), then the inline ones.
+    pub fn agents(&self) -> &[AgentSpec] {
+        &self.agents
+    }
+
+    /// The agent called `name`.
+    pub fn agent(&self, name: &str) -> Option<&AgentSpec> {
+        self.agents.iter().find(|a| a.name == name)
+    }
+
+    /// The model whose id is `id`.
+    pub fn model(&self, id: &str) -> Option<&ModelSpec> {
+        self.raw.models.iter().find(|m| m.id == id)
+    }
+
+    /// The agents directory, resolved against [`Config::base_dir`].
+    pub fn agents_dir(&self) -> &Path {
+        &self.agents_dir
+    }
+
+    /// The prompts directory, resolved against [`Config::base_dir`].
+    pub fn prompts_dir(&self) -> &Path {
+        &self.prompts_dir
+    }
+
+    /// The journal directory, resolved, when the `jsonl` backend is configured.
+    pub fn events_path(&self) -> Option<PathBuf> {
+        let events = &self.raw.storage.events;
+        match events.backend {
+            EventsBackend::Jsonl => events.path.as_ref().map(|p| self.base_dir.join(p)),
+            EventsBackend::Memory => None,
+        }
+    }
+
+    /// The raw system prompt template of `agent` (file content or inline text).
+    pub fn system_prompt(&self, agent: &str) -> Option<&str> {
+        self.index_of(agent).map(|i| self.meta[i].system.as_str())
+    }
+
+    /// Renders the system prompt of `agent` for `tenant` (strict: an undefined variable is
+    /// an error, although load-time checks already refuse unknown variables).
+    pub fn render_system(&self, agent: &str, tenant: &str) -> Result<String, ConfigError> {
+        let Some(i) = self.index_of(agent) else {
+            return Err(make_error(
+                &self.docs[0].display,
+                None,
+                &KeyPath::root(),
+                ConfigErrorKind::Reference,
+                format!("unknown agent '{agent}'"),
+            ));
+        };
+        let meta = &self.meta[i];
+        prompt::render(&meta.system, agent, tenant).map_err(|issue| self.template_error(i, issue))
+    }
+
+    /// An error located in `agent`'s declaration at `key_path` (like `tools[0].tool`,
+    /// relative to the agent): in its agent file, or in the config file for an inline agent
+    /// (the key path then starts with `agents[i]`). Falls back to the nearest existing
+    /// ancestor's location, or to no location for an unknown agent. The kind is
+    /// [`ConfigErrorKind::Reference`]: this is how the facade reports unresolved tools.
+    pub fn error_at_agent(
+        &self,
+        agent: &str,
+        key_path: &str,
+        message: impl Into<String>,
+    ) -> ConfigError {
+        let rel = KeyPath::parse(key_path);
+        match self.index_of(agent) {
+            Some(i) => {
+                let meta = &self.meta[i];
+                self.docs[meta.doc].error(
+                    &meta.prefix.join(&rel),
+                    ConfigErrorKind::Reference,
+                    message,
+                )
+            }
+            None => make_error(
+                &self.docs[0].display,
+                None,
+                &rel,
+                ConfigErrorKind::Reference,
+                message,
+            ),
+        }
+    }
+
+    /// An error located in the root config file at `key_path` (like `models[0].sdk`), for
+    /// rules the facade checks (model adapters available in this build, fake-model scripts).
+    /// Falls back to the nearest existing ancestor's location.
+    pub fn error_at_root(&self, key_path: &str, message: impl Into<String>) -> ConfigError {
+        self.docs[0].error(&KeyPath::parse(key_path), ConfigErrorKind::Invalid, message)
+    }
+
+    fn index_of(&self, agent: &str) -> Option<usize> {
+        self.agents.iter().position(|a| a.name == agent)
+    }
+
+    fn template_error(&self, i: usize, issue: prompt::TemplateIssue) -> ConfigError {
+        let meta = &self.meta[i];
+        let doc = &self.docs[meta.doc];
+        match &meta.system_file {
+            Some(file) => {
+                let loc = issue.line.map(|line| Loc {
+                    line,
+                    column: issue.column.unwrap_or(1),
+                });
+                make_error(
+                    file,
+                    loc,
+                    &meta.prefix.key("main").key("system_file"),
+                    ConfigErrorKind::Template,
+                    issue.message,
+                )
+            }
+            None => doc.error(
+                &meta.prefix.key("main").key("system"),
+                ConfigErrorKind::Template,
+                issue.message,
+            ),
+        }
+    }
+}
+
+/// `""` (the parent of a bare file name) becomes `.`.
+pub(crate) fn normalize_base(base: PathBuf) -> PathBuf {
+    if base.as_os_str().is_empty() {
+        PathBuf::from(".")
+    } else {
+        base
+    }
+}
+
+/// Shows `path` relative to `base` when inside it.
+fn display_path(base: &Path, path: &Path) -> PathBuf {
+    match path.strip_prefix(base) {
+        Ok(rel) if !rel.as_os_str().is_empty() => rel.to_path_buf(),
+        _ => path.to_path_buf(),
+    }
+}
+
+/// Loads from YAML text.
+pub(crate) fn build_from_text(
+    text: &str,
+    origin: Origin,
+    profile: Option<Profile>,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Config, ConfigError> {
+    let doc = Doc::parse(text, origin.display.clone())?;
+    build(doc.tree, origin, profile, env)
+}
+
+/// The whole pipeline after parsing: profile, typed model, agents, prompts, rules.
+fn build(
+    root: Node,
+    origin: Origin,
+    override_profile: Option<Profile>,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Config, ConfigError> {
+    let mut doc = Doc {
+        display: origin.display.clone(),
+        tree: root,
+    };
+    let profile = select_profile(&doc, override_profile, env)?;
+    if let Some(profile) = profile {
+        apply_profile(&mut doc, profile)?;
+    }
+    check_version(&doc)?;
+    let raw: LoomConfig = doc.typed()?;
+    if raw.version != 1 {
+        return Err(doc.error(
+            &KeyPath::root().key("version"),
+            ConfigErrorKind::Invalid,
+            format!("unsupported config version {} (expected 1)", raw.version),
+        ));
+    }
+    check_models(&doc, &raw)?;
+    check_sections(&doc, &raw)?;
+
+    let base = origin.base_dir.clone();
+    let agents_dir = base.join(&raw.agents_dir);
+    let prompts_dir = base.join(&raw.prompts_dir);
+
+    let mut docs = vec![doc];
+    let mut agents = Vec::new();
+    let mut meta = Vec::new();
+    for path in agent_files(&docs[0], &base, &agents_dir)? {
+        let display = display_path(&base, &path);
+        let text = fs::read_to_string(&path).map_err(|err| {
+            make_error(
+                &display,
+                None,
+                &KeyPath::root(),
+                ConfigErrorKind::Io,
+                format!("cannot read agent file: {err}"),
+            )
+        })?;
+        let doc = Doc::parse(&text, display)?;
+        let spec: AgentSpec = doc.typed()?;
+        docs.push(doc);
+        agents.push(spec);
+        meta.push(AgentMeta {
+            doc: docs.len() - 1,
+            prefix: KeyPath::root(),
+            system: String::new(),
+            system_file: None,
+        });
+    }
+    for (i, spec) in raw.agents.iter().enumerate() {
+        agents.push(spec.clone());
+        meta.push(AgentMeta {
+            doc: 0,
+            prefix: KeyPath::root().key("agents").index(i),
+            system: String::new(),
+            system_file: None,
+        });
+    }
+
+    let mut config = Config {
+        raw,
+        file: origin.file,
+        base_dir: base,
+        agents_dir,
+        prompts_dir,
+        docs,
+        agents,
+        meta,
+    };
+    for i in 0..config.agents.len() {
+        check_agent(&mut config, i)?;
+    }
+    Ok(config)
+}
+
+fn select_profile(
+    doc: &Doc,
+    override_profile: Option<Profile>,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Option<Profile>, ConfigError> {
+    if let Some(profile) = override_profile {
+        return Ok(Some(profile));
+    }
+    let path = KeyPath::root().key("profile");
+    if let Some(value) = env("LOOM_PROFILE") {
+        let value = value.trim();
+        if !value.is_empty() {
+            return value.parse().map(Some).map_err(|msg: String| {
+                make_error(
+                    &doc.display,
+                    None,
+                    &path,
+                    ConfigErrorKind::Reference,
+                    format!("{msg}, from LOOM_PROFILE"),
+                )
+            });
+        }
+    }
+    match doc.tree.get("profile").map(|n| &n.kind) {
+        Some(Kind::Str(name)) => name
+            .parse()
+            .map(Some)
+            .map_err(|msg: String| doc.error(&path, ConfigErrorKind::Reference, msg)),
+        // Null or absent: no profile; another type is reported by the typed stage.
+        _ => Ok(None),
+    }
+}
+
+/// Deep-merges `profiles.<profile>` over the root and records the active profile.
+fn apply_profile(doc: &mut Doc, profile: Profile) -> Result<(), ConfigError> {
+    let over = doc
+        .tree
+        .get("profiles")
+        .and_then(|p| p.get(profile.as_str()))
+        .cloned();
+    if let Some(over) = over
+        && let Kind::Map(entries) = &over.kind
+    {
+        for (key, _) in entries {
+            if key.name == "profile" || key.name == "profiles" {
+                let path = KeyPath::root()
+                    .key("profiles")
+                    .key(profile.as_str())
+                    .key(&key.name);
+                return Err(doc.key_error(
+                    &path,
+                    ConfigErrorKind::Invalid,
+                    format!("'{}' cannot be set inside a profile", key.name),
+                ));
+            }
+        }
+        yaml::merge(&mut doc.tree, &over);
+    }
+    if let Kind::Map(entries) = &mut doc.tree.kind {
+        let value = Kind::Str(profile.as_str().to_owned());
+        match entries.iter_mut().find(|(k, _)| k.name == "profile") {
+            Some((_, node)) => node.kind = value,
+            None => entries.push((
+                yaml::Key {
+                    name: "profile".to_owned(),
+                    loc: None,
+                },
+                Node::bare(value),
+            )),
+        }
+    }
+    Ok(())
+}
+
+/// `version` is checked before the rest, so that a newer file gets a clear message.
+fn check_version(doc: &Doc) -> Result<(), ConfigError> {
+    let version = match doc.tree.get("version").map(|n| &n.kind) {
+        Some(Kind::UInt(v)) => i128::from(*v),
+        Some(Kind::Int(v)) => i128::from(*v),
+        _ => return Ok(()),
+    };
+    if version == 1 {
+        return Ok(());
+    }
+    Err(doc.error(
+        &KeyPath::root().key("version"),
+        ConfigErrorKind::Invalid,
+        format!("unsupported config version {version} (expected 1)"),
+    ))
+}
+
+const NOT_POSITIVE: &str = "must be greater than 0";
+
+fn positive_seconds(value: Option<f64>) -> bool {
+    value.is_none_or(|v| v > 0.0 && v.is_finite())
+}
+
+fn check_models(doc: &Doc, raw: &LoomConfig) -> Result<(), ConfigError> {
+    let invalid = |path: &KeyPath, msg: String| doc.error(path, ConfigErrorKind::Invalid, msg);
+    for (i, model) in raw.models.iter().enumerate() {
+        let p = KeyPath::root().key("models").index(i);
+        if model.id.is_empty() {
+            return Err(invalid(&p.key("id"), "must not be empty".into()));
+        }
+        if let Some(j) = raw.models[..i].iter().position(|m| m.id == model.id) {
+            return Err(invalid(
+                &p.key("id"),
+                format!(
+                    "duplicate model id '{}' (already declared at models[{j}])",
+                    model.id
+                ),
+            ));
+        }
+        if model.model.is_empty() {
+            return Err(invalid(&p.key("model"), "must not be empty".into()));
+        }
+        if model.api.is_some() && model.sdk != Sdk::Openai {
+            return Err(invalid(
+                &p.key("api"),
+                format!(
+                    "'api' is only valid with sdk 'openai' (model '{}' uses sdk '{}')",
+                    model.id,
+                    model.sdk.as_str()
+                ),
+            ));
+        }
+        if model.max_tokens == Some(0) {
+            return Err(invalid(&p.key("max_tokens"), NOT_POSITIVE.into()));
+        }
+        if model.capabilities.context_window == Some(0) {
+            return Err(invalid(
+                &p.key("capabilities").key("context_window"),
+                NOT_POSITIVE.into(),
+            ));
+        }
+        check_pricing(doc, &p.key("pricing"), model)?;
+    }
+    Ok(())
+}
+
+fn check_pricing(doc: &Doc, p: &KeyPath, model: &ModelSpec) -> Result<(), ConfigError> {
+    let pricing = &model.pricing;
+    let bad_rate = |r: f64| r < 0.0 || !r.is_finite();
+    let invalid = |path: &KeyPath, msg: String| doc.error(path, ConfigErrorKind::Invalid, msg);
+    let rates = [
+        ("input", pricing.input),
+        ("output", pricing.output),
+        ("cache_read", pricing.cache_read),
+        ("cache_write", pricing.cache_write),
+    ];
+    for (name, rate) in rates {
+        if bad_rate(rate) {
+            return Err(invalid(
+                &p.key(name),
+                "prices must be finite and not negative".into(),
+            ));
+        }
+    }
+    for (t, tier) in pricing.tiers.iter().enumerate() {
+        let tp = p.key("tiers").index(t);
+        if tier.above == 0 {
+            return Err(invalid(&tp.key("above"), NOT_POSITIVE.into()));
+        }
+        let rates = [
+            ("input", tier.input),
+            ("output", tier.output),
+            ("cache_read", tier.cache_read),
+            ("cache_write", tier.cache_write),
+        ];
+        for (name, rate) in rates {
+            if rate.is_some_and(bad_rate) {
+                return Err(invalid(
+                    &tp.key(name),
+                    "prices must be finite and not negative".into(),
+                ));
+            }
+        }
+    }
+    if let Err(msg) = pricing.check() {
+        // Point at the first tier that breaks the order.
+        let at = pricing
+            .tiers
+            .windows(2)
+            .position(|w| w[1].above <= w[0].above)
+            .map_or_else(|| p.clone(), |t| p.key("tiers").index(t + 1).key("above"));
+        let detail = pricing
+            .tiers
+            .windows(2)
+            .find(|w| w[1].above <= w[0].above)
+            .map(|w| format!(" ({} follows {})", w[1].above, w[0].above))
+            .unwrap_or_default();
+        return Err(invalid(&at, format!("{msg}{detail}")));
+    }
+    Ok(())
+}
+
+fn check_sections(doc: &Doc, raw: &LoomConfig) -> Result<(), ConfigError> {
+    let invalid = |path: &KeyPath, msg: String| doc.error(path, ConfigErrorKind::Invalid, msg);
+    let events = &raw.storage.events;
+    let ep = KeyPath::root().key("storage").key("events");
+    if events.backend == EventsBackend::Jsonl && events.path.is_none() {
+        return Err(invalid(
+            &ep.key("backend"),
+            "backend 'jsonl' requires 'path' (the journal directory)".into(),
+        ));
+    }
+    let tp = KeyPath::root().key("execution").key("tools");
+    let tools = &raw.execution.tools;
+    if !positive_seconds(tools.timeout) {
+        return Err(invalid(&tp.key("timeout"), NOT_POSITIVE.into()));
+    }
+    if tools.offload_over == Some(0) {
+        return Err(invalid(&tp.key("offload_over"), NOT_POSITIVE.into()));
+    }
+    let logging = &raw.telemetry.logging;
+    if logging.level().is_none() {
+        return Err(invalid(
+            &KeyPath::root().key("telemetry").key("logging").key("level"),
+            format!(
+                "unknown log level '{}' (expected one of: ERROR, WARNING, WARN, INFO, DEBUG, TRACE)",
+                logging.level
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Agent files of `agents_dir`, sorted by file name; none when the directory is missing.
+fn agent_files(root: &Doc, base: &Path, dir: &Path) -> Result<Vec<PathBuf>, ConfigError> {
+    let dir_error = |msg: String| {
+        let path = KeyPath::root().key("agents_dir");
+        let mut err = root.error(&path, ConfigErrorKind::Io, msg);
+        if root.tree.get("agents_dir").is_none() {
+            err.line = None;
+            err.column = None;
+        }
+        err
+    };
+    let shown = display_path(base, dir);
+    match fs::metadata(dir) {
+        Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(err) => {
+            return Err(dir_error(format!(
+                "cannot read agents directory {}: {err}",
+                shown.display()
+            )));
+        }
+        Ok(meta) if !meta.is_dir() => {
+            return Err(dir_error(format!("{} is not a directory", shown.display())));
+        }
+        Ok(_) => {}
+    }
+    let entries = fs::read_dir(dir).map_err(|err| {
+        dir_error(format!(
+            "cannot read agents directory {}: {err}",
+            shown.display()
+        ))
+    })?;
+    let mut files = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(|err| {
+            dir_error(format!(
+                "cannot read agents directory {}: {err}",
+                shown.display()
+            ))
+        })?;
+        let path = entry.path();
+        let is_yaml = path
+            .extension()
+            .and_then(|e| e.to_str())
+            .is_some_and(|e| e == "yaml" || e == "yml");
+        if is_yaml && path.is_file() {
+            files.push(path);
+        }
+    }
+    files.sort_by(|a, b| a.file_name().cmp(&b.file_name()));
+    Ok(files)
+}
+
+fn valid_agent_name(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+/// Where an agent was declared, for messages.
+fn declared_at(config: &Config, i: usize) -> String {
+    let meta = &config.meta[i];
+    let doc = &config.docs[meta.doc];
+    if meta.prefix.0.is_empty() {
+        doc.display.display().to_string()
+    } else {
+        format!("{} at {}", doc.display.display(), meta.prefix)
+    }
+}
+
+fn check_agent(config: &mut Config, i: usize) -> Result<(), ConfigError> {
+    let spec = &config.agents[i];
+    let meta = &config.meta[i];
+    let doc = &config.docs[meta.doc];
+    let p = &meta.prefix;
+    let invalid = |path: &KeyPath, msg: String| doc.error(path, ConfigErrorKind::Invalid, msg);
+
+    if !valid_agent_name(&spec.name) {
+        return Err(invalid(
+            &p.key("name"),
+            format!(
+                "invalid agent name '{}' (expected ^[A-Za-z0-9_-]{{1,64}}$)",
+                spec.name
+            ),
+        ));
+    }
+    if let Some(j) = config.agents[..i].iter().position(|a| a.name == spec.name) {
+        return Err(invalid(
+            &p.key("name"),
+            format!(
+                "duplicate agent name '{}' (already defined in {})",
+                spec.name,
+                declared_at(config, j)
+            ),
+        ));
+    }
+    let main = p.key("main");
+    if config.model(&spec.main.model).is_none() {
+        let declared: Vec<&str> = config.raw.models.iter().map(|m| m.id.as_str()).collect();
+        let declared = if declared.is_empty() {
+            "none".to_owned()
+        } else {
+            declared.join(", ")
+        };
+        return Err(doc.error(
+            &main.key("model"),
+            ConfigErrorKind::Reference,
+            format!(
+                "unknown model '{}' (declared models: {declared})",
+                spec.main.model
+            ),
+        ));
+    }
+    if spec.main.llm.max_tokens == Some(0) {
+        return Err(invalid(
+            &main.key("llm").key("max_tokens"),
+            NOT_POSITIVE.into(),
+        ));
+    }
+    if spec.max_iterations == 0 {
+        return Err(invalid(&p.key("max_iterations"), NOT_POSITIVE.into()));
+    }
+    if !positive_seconds(spec.timeout) {
+        return Err(invalid(&p.key("timeout"), NOT_POSITIVE.into()));
+    }
+    for (t, tool) in spec.tools.iter().enumerate() {
+        let tp = p.key("tools").index(t);
+        if tool.tool.trim().is_empty() {
+            return Err(invalid(&tp.key("tool"), "must not be empty".into()));
+        }
+        if !positive_seconds(tool.timeout) {
+            return Err(invalid(&tp.key("timeout"), NOT_POSITIVE.into()));
+        }
+        if tool.offload_over == Some(0) {
+            return Err(invalid(&tp.key("offload_over"), NOT_POSITIVE.into()));
+        }
+    }
+
+    // System prompt: inline text or a file under prompts_dir, never both.
+    let (system, system_file) = match &spec.main.system_file {
+        Some(_) if !spec.main.system.is_empty() => {
+            return Err(invalid(
+                &main.key("system_file"),
+                "'system' and 'system_file' are mutually exclusive".into(),
+            ));
+        }
+        Some(file) => {
+            let full = config.prompts_dir.join(file);
+            let shown = display_path(&config.base_dir, &full);
+            match fs::read_to_string(&full) {
+                Ok(text) => (text, Some(shown)),
+                Err(err) if err.kind() == io::ErrorKind::NotFound => {
+                    return Err(doc.error(
+                        &main.key("system_file"),
+                        ConfigErrorKind::MissingFile,
+                        format!("system prompt file not found: {}", shown.display()),
+                    ));
+                }
+                Err(err) => {
+                    return Err(doc.error(
+                        &main.key("system_file"),
+                        ConfigErrorKind::Io,
+                        format!("cannot read system prompt file {}: {err}", shown.display()),
+                    ));
+                }
+            }
+        }
+        None => (spec.main.system.clone(), None),
+    };
+    let meta = &mut config.meta[i];
+    meta.system = system;
+    meta.system_file = system_file;
+    if let Err(issue) = prompt::check(&config.meta[i].system) {
+        return Err(config.template_error(i, issue));
+    }
+    Ok(())
+}

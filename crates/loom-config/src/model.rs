@@ -1,0 +1,518 @@
+//! The file model: the types `loom.yaml` and `agents/*.yaml` deserialize into.
+//!
+//! Every struct refuses unknown keys. Defaults follow the reference implementation. These
+//! types only describe the shape of the file; cross-field rules (declared models, prompt files,
+//! positive timeouts…) are checked when a [`crate::Config`] is built.
+
+use std::{fmt, path::PathBuf, str::FromStr};
+
+use loom_core::tool::{Approval, SideEffects};
+use loom_core::usage::Pricing;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+/// A free JSON object (`params` blocks, profile overrides).
+pub type JsonObject = Map<String, Value>;
+
+/// Root of `loom.yaml`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[schemars(title = "LoomConfig")]
+pub struct LoomConfig {
+    /// Format version; must be 1.
+    pub version: u32,
+    /// Profile used when neither `--profile` nor `LOOM_PROFILE` names one.
+    #[serde(default)]
+    pub profile: Option<Profile>,
+    /// Per-profile partial overrides, deep-merged over the root before validation (mappings
+    /// merged key by key; lists, `params` and `llm` blocks replaced whole).
+    #[serde(default)]
+    pub profiles: Profiles,
+    /// Directory of agent files (`*.yaml`, `*.yml`), relative to the config file.
+    #[serde(default = "default_agents_dir")]
+    pub agents_dir: PathBuf,
+    /// Directory of prompt files (`system_file`), relative to the config file.
+    #[serde(default = "default_prompts_dir")]
+    pub prompts_dir: PathBuf,
+    /// Declared models, referenced by id from agents.
+    #[serde(default)]
+    pub models: Vec<ModelSpec>,
+    /// Inline agents, in addition to those read from `agents_dir`.
+    #[serde(default)]
+    pub agents: Vec<AgentSpec>,
+    /// Where events and data are stored.
+    #[serde(default)]
+    pub storage: StorageConfig,
+    /// Tool execution settings.
+    #[serde(default)]
+    pub execution: ExecutionConfig,
+    /// Logs.
+    #[serde(default)]
+    pub telemetry: TelemetryConfig,
+}
+
+impl Default for LoomConfig {
+    fn default() -> Self {
+        LoomConfig {
+            version: 1,
+            profile: None,
+            profiles: Profiles::default(),
+            agents_dir: default_agents_dir(),
+            prompts_dir: default_prompts_dir(),
+            models: Vec::new(),
+            agents: Vec::new(),
+            storage: StorageConfig::default(),
+            execution: ExecutionConfig::default(),
+            telemetry: TelemetryConfig::default(),
+        }
+    }
+}
+
+fn default_agents_dir() -> PathBuf {
+    PathBuf::from("agents")
+}
+
+fn default_prompts_dir() -> PathBuf {
+    PathBuf::from("prompts")
+}
+
+/// A deployment profile.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum Profile {
+    /// Lax: some setup errors are only warnings.
+    Dev,
+    /// Strict.
+    Prod,
+}
+
+impl Profile {
+    /// The profile's name as written in YAML.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Profile::Dev => "dev",
+            Profile::Prod => "prod",
+        }
+    }
+}
+
+impl fmt::Display for Profile {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Profile {
+    type Err = String;
+
+    /// Parses `dev` or `prod`; the error is a message naming the accepted values.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "dev" => Ok(Profile::Dev),
+            "prod" => Ok(Profile::Prod),
+            other => Err(format!(
+                "unknown profile '{other}' (expected one of: dev, prod)"
+            )),
+        }
+    }
+}
+
+/// Partial overrides per profile: any subset of the root keys (except `profile`/`profiles`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Profiles {
+    /// Overrides applied when the active profile is `dev`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dev: Option<JsonObject>,
+    /// Overrides applied when the active profile is `prod`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prod: Option<JsonObject>,
+}
+
+/// A model declaration, referenced by `id`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ModelSpec {
+    /// Identifier used by agents (unique).
+    #[schemars(length(min = 1))]
+    pub id: String,
+    /// Provider SDK.
+    pub sdk: Sdk,
+    /// API flavour; only with `sdk: openai` (default `chat`).
+    #[serde(default)]
+    pub api: Option<ModelApi>,
+    /// The provider's model name.
+    #[schemars(length(min = 1))]
+    pub model: String,
+    /// Endpoint override.
+    #[serde(default)]
+    pub base_url: Option<String>,
+    /// NAME of the environment variable holding the API key (never the key itself).
+    #[serde(default)]
+    pub api_key_env: Option<String>,
+    /// Default output-token limit.
+    #[serde(default)]
+    #[schemars(extend("exclusiveMinimum" = 0))]
+    pub max_tokens: Option<u32>,
+    /// Passed through to the provider (the fake model reads `params.script`).
+    #[serde(default)]
+    pub params: JsonObject,
+    /// What the model can do.
+    #[serde(default)]
+    pub capabilities: ModelCapabilities,
+    /// Prices in dollars per million tokens.
+    #[serde(default)]
+    pub pricing: Pricing,
+}
+
+impl ModelSpec {
+    /// A model with every optional field at its default.
+    pub fn new(id: impl Into<String>, sdk: Sdk, model: impl Into<String>) -> ModelSpec {
+        ModelSpec {
+            id: id.into(),
+            sdk,
+            api: None,
+            model: model.into(),
+            base_url: None,
+            api_key_env: None,
+            max_tokens: None,
+            params: JsonObject::new(),
+            capabilities: ModelCapabilities::default(),
+            pricing: Pricing::default(),
+        }
+    }
+
+    /// The API flavour in effect (`chat` unless `responses` is asked for).
+    pub fn effective_api(&self) -> ModelApi {
+        self.api.unwrap_or_default()
+    }
+}
+
+/// Provider SDK of a model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Sdk {
+    /// Anthropic Messages API.
+    Anthropic,
+    /// OpenAI (or compatible) API.
+    Openai,
+    /// Scripted model for tests (`params.script`).
+    Fake,
+}
+
+impl Sdk {
+    /// The SDK's name as written in YAML.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Sdk::Anthropic => "anthropic",
+            Sdk::Openai => "openai",
+            Sdk::Fake => "fake",
+        }
+    }
+}
+
+/// OpenAI API flavour.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ModelApi {
+    /// Chat Completions.
+    #[default]
+    Chat,
+    /// Responses API.
+    Responses,
+}
+
+/// Declared capabilities of a model.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct ModelCapabilities {
+    /// Can call tools.
+    pub tools: bool,
+    /// Accepts images.
+    pub vision: bool,
+    /// Produces reasoning (alias `thinking`).
+    #[serde(alias = "thinking")]
+    pub reasoning: bool,
+    /// Accepts a JSON output schema.
+    pub native_json: bool,
+    /// Context window in tokens, when known.
+    #[schemars(extend("exclusiveMinimum" = 0))]
+    pub context_window: Option<u64>,
+}
+
+impl Default for ModelCapabilities {
+    fn default() -> Self {
+        ModelCapabilities {
+            tools: true,
+            vision: false,
+            reasoning: false,
+            native_json: false,
+            context_window: None,
+        }
+    }
+}
+
+/// An agent: one file in `agents_dir`, or an entry of the root `agents` list.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AgentSpec {
+    /// Unique name (`^[A-Za-z0-9_-]{1,64}$`).
+    #[schemars(regex(pattern = r"^[A-Za-z0-9_-]{1,64}$"))]
+    pub name: String,
+    /// What the agent does.
+    #[serde(default)]
+    pub description: String,
+    /// The orchestrating role.
+    pub main: MainRole,
+    /// Maximum model turns in a run.
+    #[serde(default = "default_max_iterations")]
+    #[schemars(extend("exclusiveMinimum" = 0))]
+    pub max_iterations: u32,
+    /// Piloting time limit in seconds.
+    #[serde(default)]
+    #[schemars(extend("exclusiveMinimum" = 0))]
+    pub timeout: Option<f64>,
+    /// Tools the agent may call.
+    #[serde(default)]
+    pub tools: Vec<ToolRef>,
+}
+
+fn default_max_iterations() -> u32 {
+    10
+}
+
+impl AgentSpec {
+    /// An agent on `model` with every optional field at its default.
+    pub fn new(name: impl Into<String>, model: impl Into<String>) -> AgentSpec {
+        AgentSpec {
+            name: name.into(),
+            description: String::new(),
+            main: MainRole::new(model),
+            max_iterations: default_max_iterations(),
+            timeout: None,
+            tools: Vec::new(),
+        }
+    }
+}
+
+/// The orchestrating role of an agent.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MainRole {
+    /// Id of a declared model.
+    #[schemars(length(min = 1))]
+    pub model: String,
+    /// Inline system prompt (a template over `agent` and `tenant`).
+    #[serde(default)]
+    pub system: String,
+    /// System prompt file, relative to `prompts_dir` (not with `system`).
+    #[serde(default)]
+    pub system_file: Option<PathBuf>,
+    /// Call settings for this role.
+    #[serde(default)]
+    pub llm: LlmSettings,
+}
+
+impl MainRole {
+    /// A role on `model` with no system prompt.
+    pub fn new(model: impl Into<String>) -> MainRole {
+        MainRole {
+            model: model.into(),
+            system: String::new(),
+            system_file: None,
+            llm: LlmSettings::default(),
+        }
+    }
+}
+
+/// Per-role call settings.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct LlmSettings {
+    /// Output-token limit for this role.
+    #[schemars(extend("exclusiveMinimum" = 0))]
+    pub max_tokens: Option<u32>,
+    /// Provider parameters for this role.
+    pub params: JsonObject,
+}
+
+/// A tool registered in code, referenced by name, with optional overrides.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ToolRef {
+    /// Registered tool name (alias `python`, for users of the Python reference).
+    #[serde(alias = "python")]
+    #[schemars(length(min = 1))]
+    pub tool: String,
+    /// Description shown to the model instead of the tool's own.
+    #[serde(default)]
+    pub description: Option<String>,
+    /// Per-call timeout in seconds.
+    #[serde(default)]
+    #[schemars(extend("exclusiveMinimum" = 0))]
+    pub timeout: Option<f64>,
+    /// Side effects of a call.
+    #[serde(default)]
+    pub side_effects: Option<SideEffects>,
+    /// Human approval of calls.
+    #[serde(default)]
+    pub approval: Option<Approval>,
+    /// Whether running a call twice has the effect of running it once.
+    #[serde(default)]
+    pub idempotent: Option<bool>,
+    /// Result size (characters) above which the result is offloaded.
+    #[serde(default)]
+    #[schemars(extend("exclusiveMinimum" = 0))]
+    pub offload_over: Option<u64>,
+}
+
+impl ToolRef {
+    /// A reference to `tool` without overrides.
+    pub fn new(tool: impl Into<String>) -> ToolRef {
+        ToolRef {
+            tool: tool.into(),
+            ..ToolRef::default()
+        }
+    }
+}
+
+/// Storage settings.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct StorageConfig {
+    /// The event journal.
+    pub events: EventsStorage,
+}
+
+/// The event journal.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct EventsStorage {
+    /// Backend.
+    pub backend: EventsBackend,
+    /// Journal directory (`jsonl`, required there), relative to the config file.
+    pub path: Option<PathBuf>,
+}
+
+/// Event journal backend.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum EventsBackend {
+    /// In memory (lost at exit).
+    #[default]
+    Memory,
+    /// JSON lines files in a directory.
+    Jsonl,
+}
+
+/// Execution settings.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct ExecutionConfig {
+    /// Tool calls.
+    pub tools: ToolsExecution,
+}
+
+/// Defaults for tool calls.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct ToolsExecution {
+    /// Per-call timeout in seconds (`null`: none).
+    #[schemars(extend("exclusiveMinimum" = 0))]
+    pub timeout: Option<f64>,
+    /// Validate arguments against the tool's input schema.
+    pub validate_arguments: bool,
+    /// Result size (characters) above which results are offloaded (`null`: never).
+    #[schemars(extend("exclusiveMinimum" = 0))]
+    pub offload_over: Option<u64>,
+}
+
+impl Default for ToolsExecution {
+    fn default() -> Self {
+        ToolsExecution {
+            timeout: Some(30.0),
+            validate_arguments: true,
+            offload_over: Some(50_000),
+        }
+    }
+}
+
+/// Telemetry settings.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct TelemetryConfig {
+    /// Logs.
+    pub logging: LoggingConfig,
+}
+
+/// Log settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct LoggingConfig {
+    /// ERROR, WARNING (or WARN), INFO, DEBUG or TRACE, case-insensitive.
+    #[schemars(regex(
+        pattern = r"^([Ee][Rr][Rr][Oo][Rr]|[Ww][Aa][Rr][Nn]([Ii][Nn][Gg])?|[Ii][Nn][Ff][Oo]|[Dd][Ee][Bb][Uu][Gg]|[Tt][Rr][Aa][Cc][Ee])$"
+    ))]
+    pub level: String,
+    /// Output format.
+    pub format: LogFormat,
+}
+
+impl Default for LoggingConfig {
+    fn default() -> Self {
+        LoggingConfig {
+            level: "INFO".to_owned(),
+            format: LogFormat::Console,
+        }
+    }
+}
+
+impl LoggingConfig {
+    /// The parsed level; `None` when `level` is not a known name.
+    pub fn level(&self) -> Option<LogLevel> {
+        LogLevel::parse(&self.level)
+    }
+}
+
+/// Log output format.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum LogFormat {
+    /// Human-readable.
+    #[default]
+    Console,
+    /// One JSON object per line.
+    Json,
+}
+
+/// A log level, parsed from [`LoggingConfig::level`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum LogLevel {
+    /// Errors only.
+    Error,
+    /// Warnings and above (`WARNING` or `WARN`).
+    Warn,
+    /// Informational and above.
+    Info,
+    /// Debug and above.
+    Debug,
+    /// Everything.
+    Trace,
+}
+
+impl LogLevel {
+    /// Parses a level name, case-insensitively.
+    pub fn parse(text: &str) -> Option<LogLevel> {
+        match text.to_ascii_uppercase().as_str() {
+            "ERROR" => Some(LogLevel::Error),
+            "WARNING" | "WARN" => Some(LogLevel::Warn),
+            "INFO" => Some(LogLevel::Info),
+            "DEBUG" => Some(LogLevel::Debug),
+            "TRACE" => Some(LogLevel::Trace),
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,509 @@
+//! The [`Loom`] handle: configuration, journal, models and registered tools, and the
+//! operations every access path (library, CLI, later REST and MCP) shares.
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    path::{Path, PathBuf},
+    sync::{Arc, Mutex, RwLock},
+};
+
+use loom_config::{Config, EventsBackend, Profile};
+use loom_core::{
+    BoxStream, Event, Message, RunState,
+    ids::is_valid_name,
+    model::ModelClient,
+    ports::EventStore,
+    tool::{Tool, ToolDeclarations},
+};
+use loom_engine::{AgentRuntime, BeginRun, Engine, Observer, RunRef};
+use loom_journal::{JsonlStore, MemoryStore};
+use serde_json::{Map, Value};
+use tokio_util::sync::CancellationToken;
+
+use crate::{LoomError, RunResult, SystemClock, report};
+
+/// The tenant used when none is given (tenancy arrives later; `default` always exists).
+pub const DEFAULT_TENANT: &str = "default";
+
+/// Options of one run.
+#[derive(Debug, Clone, Default)]
+pub struct RunOptions {
+    /// Continue this session: the run re-reads its conversation and appends to its journal.
+    pub session_id: Option<String>,
+    /// Choose the run id (refused if it exists in the session).
+    pub run_id: Option<String>,
+    /// Tenant (default `default`).
+    pub tenant_id: Option<String>,
+    /// End user, journaled in `run.started.context`.
+    pub user_id: Option<String>,
+    /// Caller metadata, journaled in `run.started.context`.
+    pub metadata: Map<String, Value>,
+}
+
+/// What [`Loom::stream`] yields: journal events interleaved with the model's text deltas,
+/// then the result.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StreamItem {
+    /// An event, once durable in the journal.
+    Event(Box<Event>),
+    /// Text streamed by the model, before its answer is journaled.
+    TextDelta {
+        /// The run.
+        run_id: String,
+        /// The text.
+        text: String,
+    },
+    /// The run closed (or stopped advancing); always the last item.
+    Finished(Box<RunResult>),
+}
+
+/// What `validate` understood of the configuration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Validation {
+    /// The config file.
+    pub file: PathBuf,
+    /// Active profile.
+    pub profile: Option<Profile>,
+    /// `(id, sdk, provider model)` of each model.
+    pub models: Vec<(String, String, String)>,
+    /// Each agent, resolved.
+    pub agents: Vec<ValidatedAgent>,
+    /// Registered tools.
+    pub tools: Vec<String>,
+    /// Where the journal lives.
+    pub journal: String,
+}
+
+/// An agent as `validate` resolved it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ValidatedAgent {
+    /// Name.
+    pub name: String,
+    /// Orchestrating model id.
+    pub model: String,
+    /// Iteration cap.
+    pub max_iterations: u32,
+    /// Tools with their effective declarations.
+    pub tools: Vec<(String, ToolDeclarations)>,
+}
+
+/// A Loom instance: a cheap, cloneable handle.
+#[derive(Clone)]
+pub struct Loom {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    config: Config,
+    engine: Engine,
+    models: BTreeMap<String, Arc<dyn ModelClient>>,
+    tools: RwLock<BTreeMap<String, Arc<dyn Tool>>>,
+    agents: RwLock<HashMap<(String, String), Arc<AgentRuntime>>>,
+    active: Mutex<HashMap<String, CancellationToken>>,
+}
+
+impl std::fmt::Debug for Loom {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Loom")
+            .field("config", &self.inner.config.file())
+            .field("worker_id", &self.inner.engine.worker_id())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Loom {
+    /// Loads `loom.yaml` (profile from `LOOM_PROFILE`, else the file) and opens its journal.
+    pub fn from_config(path: impl AsRef<Path>) -> Result<Loom, LoomError> {
+        Loom::from_config_with(path, None)
+    }
+
+    /// Loads with an explicit profile, which wins over `LOOM_PROFILE` and the file.
+    pub fn from_config_with(
+        path: impl AsRef<Path>,
+        profile: Option<Profile>,
+    ) -> Result<Loom, LoomError> {
+        let env = |name: &str| std::env::var(name).ok();
+        let config = loom_config::load(path.as_ref(), profile, &env)?;
+        Loom::new(config)
+    }
+
+    /// A Loom over a validated configuration (built from a file or in Rust), with the journal
+    /// the configuration declares.
+    pub fn new(config: Config) -> Result<Loom, LoomError> {
+        let store: Arc<dyn EventStore> = match config.raw().storage.events.backend {
+            EventsBackend::Memory => Arc::new(MemoryStore::new()),
+            EventsBackend::Jsonl => match config.events_path() {
+                Some(path) => Arc::new(JsonlStore::new(path)),
+                None => {
+                    return Err(config
+                        .error_at_root("storage.events.path", "the jsonl journal needs a path")
+                        .into());
+                }
+            },
+        };
+        Loom::with_store(config, store)
+    }
+
+    /// A Loom over a configuration and a journal of the caller's choice.
+    pub fn with_store(config: Config, store: Arc<dyn EventStore>) -> Result<Loom, LoomError> {
+        let models = crate::resolve::models(&config)?;
+        let engine = Engine::new(store, Arc::new(SystemClock));
+        Ok(Loom {
+            inner: Arc::new(Inner {
+                config,
+                engine,
+                models,
+                tools: RwLock::new(BTreeMap::new()),
+                agents: RwLock::new(HashMap::new()),
+                active: Mutex::new(HashMap::new()),
+            }),
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &Config {
+        &self.inner.config
+    }
+
+    /// This instance's worker id.
+    pub fn worker_id(&self) -> &str {
+        self.inner.engine.worker_id()
+    }
+
+    /// Registers a tool under `name` (the name agents reference and the model sees).
+    pub fn register(&self, name: &str, tool: impl Tool + 'static) -> Result<(), LoomError> {
+        self.register_arc(name, Arc::new(tool))
+    }
+
+    /// Registers a shared tool under `name`.
+    pub fn register_arc(&self, name: &str, tool: Arc<dyn Tool>) -> Result<(), LoomError> {
+        if !is_valid_name(name) {
+            return Err(LoomError::Registration(format!(
+                "'{name}' is not a valid tool name (^[A-Za-z0-9_-]{{1,64}}$)"
+            )));
+        }
+        if tool.spec().name != name {
+            return Err(LoomError::Registration(format!(
+                "the tool '{}' cannot be registered as '{name}': register it under its own name \
+                 (or build it with #[tool(name = \"{name}\")])",
+                tool.spec().name
+            )));
+        }
+        let mut tools = self
+            .inner
+            .tools
+            .write()
+            .map_err(|_| LoomError::Registration("registry lock poisoned".into()))?;
+        if tools.contains_key(name) {
+            return Err(LoomError::Registration(format!(
+                "a tool named '{name}' is already registered"
+            )));
+        }
+        tools.insert(name.to_owned(), tool);
+        drop(tools);
+        if let Ok(mut agents) = self.inner.agents.write() {
+            agents.clear();
+        }
+        Ok(())
+    }
+
+    /// Resolves every agent against the registered tools, as a run would, and reports what
+    /// was understood. The first problem is returned as an error.
+    pub fn validate(&self) -> Result<Validation, LoomError> {
+        let config = &self.inner.config;
+        let mut agents = Vec::new();
+        for spec in config.agents() {
+            let runtime = self.agent(&spec.name, DEFAULT_TENANT)?;
+            agents.push(ValidatedAgent {
+                name: runtime.name.clone(),
+                model: runtime.main.config_id.clone(),
+                max_iterations: runtime.max_iterations,
+                tools: runtime
+                    .tools
+                    .iter()
+                    .map(|t| (t.name().to_owned(), t.declarations.clone()))
+                    .collect(),
+            });
+        }
+        let journal = match config.raw().storage.events.backend {
+            EventsBackend::Memory => "memory (lost at exit)".to_owned(),
+            EventsBackend::Jsonl => format!(
+                "jsonl in {}",
+                config
+                    .events_path()
+                    .map(|p| p.display().to_string())
+                    .unwrap_or_default()
+            ),
+        };
+        Ok(Validation {
+            file: config.file().to_path_buf(),
+            profile: config.profile(),
+            models: config
+                .raw()
+                .models
+                .iter()
+                .map(|m| (m.id.clone(), m.sdk.as_str().to_owned(), m.model.clone()))
+                .collect(),
+            agents,
+            tools: self.tool_names(),
+            journal,
+        })
+    }
+
+    fn tool_names(&self) -> Vec<String> {
+        self.inner
+            .tools
+            .read()
+            .map(|t| t.keys().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    fn agent(&self, name: &str, tenant: &str) -> Result<Arc<AgentRuntime>, LoomError> {
+        let key = (name.to_owned(), tenant.to_owned());
+        if let Some(agent) = self
+            .inner
+            .agents
+            .read()
+            .ok()
+            .and_then(|a| a.get(&key).cloned())
+        {
+            return Ok(agent);
+        }
+        let tools = self
+            .inner
+            .tools
+            .read()
+            .map_err(|_| LoomError::Registration("registry lock poisoned".into()))?
+            .clone();
+        let agent = Arc::new(crate::resolve::agent(
+            &self.inner.config,
+            &self.inner.models,
+            &tools,
+            name,
+            tenant,
+        )?);
+        if let Ok(mut agents) = self.inner.agents.write() {
+            agents.insert(key, agent.clone());
+        }
+        Ok(agent)
+    }
+
+    /// Runs `agent` on `message` until the run closes, and returns its result. A run that
+    /// fails is a result with status `failed`, not an error.
+    pub async fn run(
+        &self,
+        agent: &str,
+        message: impl Into<String>,
+        options: RunOptions,
+    ) -> Result<RunResult, LoomError> {
+        self.run_observed(agent, message, options, &()).await
+    }
+
+    /// Like [`Loom::run`], telling `observer` about each event and text delta as they happen.
+    pub async fn run_observed(
+        &self,
+        agent: &str,
+        message: impl Into<String>,
+        options: RunOptions,
+        observer: &dyn Observer,
+    ) -> Result<RunResult, LoomError> {
+        let tenant = options
+            .tenant_id
+            .clone()
+            .unwrap_or_else(|| DEFAULT_TENANT.to_owned());
+        let runtime = self.agent(agent, &tenant)?;
+        let run = self
+            .inner
+            .engine
+            .begin(
+                &runtime,
+                BeginRun {
+                    tenant_id: tenant,
+                    session_id: options.session_id,
+                    run_id: options.run_id,
+                    user_id: options.user_id,
+                    metadata: options.metadata,
+                    message: Message::user(message),
+                },
+                observer,
+            )
+            .await?;
+        self.drive(&run, &runtime, observer).await
+    }
+
+    /// Drives a run again from its journal (after a crash, or a stop): it continues exactly
+    /// where the journal ends. A closed run is returned as it is.
+    pub async fn resume(&self, run: &RunRef) -> Result<RunResult, LoomError> {
+        let state = self.state(run).await?;
+        let agent = state
+            .agent
+            .clone()
+            .ok_or_else(|| LoomError::UnknownRun(run.run_id.clone()))?;
+        let runtime = self.agent(&agent, &run.tenant_id)?;
+        self.drive(run, &runtime, &()).await
+    }
+
+    async fn drive(
+        &self,
+        run: &RunRef,
+        runtime: &AgentRuntime,
+        observer: &dyn Observer,
+    ) -> Result<RunResult, LoomError> {
+        let token = CancellationToken::new();
+        if let Ok(mut active) = self.inner.active.lock() {
+            active.insert(run.run_id.clone(), token.clone());
+        }
+        let outcome = self
+            .inner
+            .engine
+            .drive(run, runtime, observer, &token)
+            .await;
+        if let Ok(mut active) = self.inner.active.lock() {
+            active.remove(&run.run_id);
+        }
+        Ok(RunResult::from_state(&outcome?))
+    }
+
+    /// Runs `agent` in the background and streams what happens: events once durable, text
+    /// deltas as the model writes, then [`StreamItem::Finished`].
+    pub fn stream(
+        &self,
+        agent: &str,
+        message: impl Into<String>,
+        options: RunOptions,
+    ) -> BoxStream<'static, Result<StreamItem, LoomError>> {
+        let (sender, receiver) = tokio::sync::mpsc::unbounded_channel();
+        let loom = self.clone();
+        let agent = agent.to_owned();
+        let message = message.into();
+        tokio::spawn(async move {
+            let observer = ChannelObserver(sender.clone());
+            let outcome = loom.run_observed(&agent, message, options, &observer).await;
+            let _ = sender.send(outcome.map(|result| StreamItem::Finished(Box::new(result))));
+        });
+        Box::pin(futures_util::stream::unfold(
+            receiver,
+            |mut receiver| async move { receiver.recv().await.map(|item| (item, receiver)) },
+        ))
+    }
+
+    /// Finds a run: in `session` when given, else in the session named after the run, else
+    /// by scanning the tenant's sessions (most recent first).
+    pub async fn locate(
+        &self,
+        run_id: &str,
+        session: Option<&str>,
+        tenant: Option<&str>,
+    ) -> Result<RunRef, LoomError> {
+        let tenant = tenant.unwrap_or(DEFAULT_TENANT).to_owned();
+        let store = self.inner.engine.store();
+        let candidates: Vec<String> = match session {
+            Some(session) => vec![session.to_owned()],
+            None => {
+                let mut all = vec![run_id.to_owned()];
+                if loom_core::ids::is_safe_id(run_id) {
+                    all.extend(
+                        store
+                            .sessions(&tenant)
+                            .await?
+                            .into_iter()
+                            .map(|s| s.session_id)
+                            .filter(|s| s != run_id),
+                    );
+                } else {
+                    return Err(LoomError::UnknownRun(run_id.to_owned()));
+                }
+                all
+            }
+        };
+        for session_id in candidates {
+            if !loom_core::ids::is_safe_id(&session_id) {
+                return Err(LoomError::Refused(format!(
+                    "session id '{session_id}' is not usable"
+                )));
+            }
+            let events = store.read(&tenant, &session_id, 0).await?;
+            if events.iter().any(|e| e.run_id == run_id) {
+                return Ok(RunRef {
+                    tenant_id: tenant,
+                    session_id,
+                    run_id: run_id.to_owned(),
+                });
+            }
+        }
+        Err(LoomError::UnknownRun(run_id.to_owned()))
+    }
+
+    /// The events of one run, in journal order.
+    pub async fn events(&self, run: &RunRef) -> Result<Vec<Event>, LoomError> {
+        let mut events = self
+            .inner
+            .engine
+            .store()
+            .read(&run.tenant_id, &run.session_id, 0)
+            .await?;
+        events.retain(|e| e.run_id == run.run_id);
+        if events.is_empty() {
+            return Err(LoomError::UnknownRun(run.run_id.clone()));
+        }
+        Ok(events)
+    }
+
+    /// The run's state, folded from its journal.
+    pub async fn state(&self, run: &RunRef) -> Result<RunState, LoomError> {
+        let events = self.events(run).await?;
+        RunState::fold(&run.run_id, &events)
+            .map_err(|e| LoomError::from(loom_engine::EngineError::Fold(e)))
+    }
+
+    /// The run's result, read from its journal (also for a run still going on).
+    pub async fn result(&self, run: &RunRef) -> Result<RunResult, LoomError> {
+        Ok(RunResult::from_state(&self.state(run).await?))
+    }
+
+    /// Cancels a run: a run driven by this instance stops at once (between or during steps);
+    /// another open run is closed as cancelled in its journal. `false` if it had closed.
+    pub async fn cancel(&self, run: &RunRef, by: Option<String>) -> Result<bool, LoomError> {
+        let token = self
+            .inner
+            .active
+            .lock()
+            .ok()
+            .and_then(|a| a.get(&run.run_id).cloned());
+        if let Some(token) = token {
+            token.cancel();
+            return Ok(true);
+        }
+        let state = self.state(run).await?;
+        let agent = state.agent.unwrap_or_default();
+        Ok(self.inner.engine.cancel_idle(run, &agent, by).await?)
+    }
+
+    /// The run as a tree of steps, model calls and tool calls (what `loom inspect` shows).
+    pub async fn trace(&self, run: &RunRef) -> Result<report::Trace, LoomError> {
+        let events = self.events(run).await?;
+        report::Trace::from_events(&run.run_id, &events)
+            .map_err(|e| LoomError::from(loom_engine::EngineError::Fold(e)))
+    }
+
+    /// Tokens and cost of a run, by role and by model (what `loom report` shows).
+    pub async fn report(&self, run: &RunRef) -> Result<report::UsageReport, LoomError> {
+        let events = self.events(run).await?;
+        Ok(report::UsageReport::from_events(&run.run_id, &events))
+    }
+}
+
+struct ChannelObserver(tokio::sync::mpsc::UnboundedSender<Result<StreamItem, LoomError>>);
+
+impl Observer for ChannelObserver {
+    fn event(&self, event: &Event) {
+        let _ = self.0.send(Ok(StreamItem::Event(Box::new(event.clone()))));
+    }
+
+    fn text_delta(&self, run_id: &str, text: &str) {
+        let _ = self.0.send(Ok(StreamItem::TextDelta {
+            run_id: run_id.to_owned(),
+            text: text.to_owned(),
+        }));
+    }
+}
