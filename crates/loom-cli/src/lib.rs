@@ -1,1 +1,122 @@
-//! placeholder
+//! # loom-cli
+//!
+//! The `loom` command line, as a library: a Rust user gets the whole CLI, with their own
+//! tools registered, in their own binary:
+//!
+//! ```no_run
+//! /// Calcule le prix TTC à partir d'un montant HT et d'un taux de TVA en pourcentage.
+//! #[loom_ia::tool]
+//! fn prix_ttc(montant_ht: f64, taux_tva: f64) -> String {
+//!     format!("{:.2} € TTC", montant_ht * (1.0 + taux_tva / 100.0))
+//! }
+//!
+//! fn main() -> std::process::ExitCode {
+//!     loom_cli::App::new().tool(prix_ttc_tool()).main()
+//! }
+//! ```
+//!
+//! Exit codes follow the reference: `0` done, `1` the run did not complete (or the journal
+//! failed), `2` refused (bad configuration, unknown agent or run, conflict).
+//!
+//! **Architecture invariant:** the CLI depends on the `loom-ia` facade only; output written
+//! for people lives here, the data it shows comes from the facade's projections.
+
+mod cli;
+mod render;
+
+use std::{
+    ffi::OsString,
+    path::{Path, PathBuf},
+    process::ExitCode,
+    sync::Arc,
+};
+
+pub use cli::Cli;
+use loom_ia::Tool;
+
+/// Exit code: done.
+pub const OK: u8 = 0;
+/// Exit code: the run failed, was cancelled, or the journal could not be used.
+pub const FAILED: u8 = 1;
+/// Exit code: refused (configuration, unknown agent or run, conflict).
+pub const REFUSED: u8 = 2;
+
+/// The `loom` application, with the tools of the binary that embeds it.
+#[derive(Debug, Default)]
+pub struct App {
+    tools: Vec<Arc<dyn Tool>>,
+    default_config: Option<PathBuf>,
+}
+
+impl App {
+    /// An application with no tools.
+    pub fn new() -> App {
+        App::default()
+    }
+
+    /// Registers a tool (under its own name) in every Loom the application builds.
+    pub fn tool(mut self, tool: impl Tool + 'static) -> App {
+        self.tools.push(Arc::new(tool));
+        self
+    }
+
+    /// The configuration used when `--config` is not given (instead of `loom.yaml`).
+    pub fn default_config(mut self, path: impl Into<PathBuf>) -> App {
+        self.default_config = Some(path.into());
+        self
+    }
+
+    /// Parses the process arguments, runs the command, returns the exit code.
+    pub fn main(self) -> ExitCode {
+        ExitCode::from(self.run_from(std::env::args_os()))
+    }
+
+    /// Parses `args` (the first is the program name) and runs the command.
+    pub fn run_from<I, T>(self, args: I) -> u8
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<OsString> + Clone,
+    {
+        let cli = match <Cli as clap::Parser>::try_parse_from(args) {
+            Ok(cli) => cli,
+            Err(error) => {
+                let code = if error.use_stderr() { REFUSED } else { OK };
+                let _ = error.print();
+                return code;
+            }
+        };
+        let runtime = match tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+        {
+            Ok(runtime) => runtime,
+            Err(error) => {
+                eprintln!("error: cannot start the async runtime: {error}");
+                return FAILED;
+            }
+        };
+        runtime.block_on(cli::execute(cli, self))
+    }
+
+    pub(crate) fn config_path(&self, given: Option<&Path>) -> PathBuf {
+        match (given, &self.default_config) {
+            (Some(path), _) => path.to_path_buf(),
+            (None, Some(default)) => relative_to_cwd(default),
+            (None, None) => PathBuf::from("loom.yaml"),
+        }
+    }
+
+    pub(crate) fn tools(&self) -> &[Arc<dyn Tool>] {
+        &self.tools
+    }
+}
+
+/// `path` relative to the working directory when it lies below it (shorter messages).
+fn relative_to_cwd(path: &Path) -> PathBuf {
+    let (Ok(cwd), Ok(full)) = (std::env::current_dir(), std::fs::canonicalize(path)) else {
+        return path.to_path_buf();
+    };
+    full.strip_prefix(&cwd)
+        .map(Path::to_path_buf)
+        .unwrap_or(full)
+}

@@ -222,11 +222,16 @@ impl RunState {
 
     /// Applies one event of this run.
     pub fn apply(&mut self, event: &Event) -> Result<(), ProjectionError> {
+        self.apply_payload(event)?;
+        self.last_seq = event.seq;
+        self.updated_at = event.ts;
+        Ok(())
+    }
+
+    fn apply_payload(&mut self, event: &Event) -> Result<(), ProjectionError> {
         if event.run_id != self.run_id {
             return Err(error(event, "event of another run"));
         }
-        self.last_seq = event.seq;
-        self.updated_at = event.ts;
         if let Payload::RunClaimed(claim) = &event.payload {
             self.claim = Some(Claim {
                 worker_id: claim.worker_id.clone(),
@@ -238,6 +243,15 @@ impl RunState {
             return Err(error(
                 event,
                 &format!("event after the run closed in state {}", self.status),
+            ));
+        }
+        if event.payload.is_closing() && !self.status.is_terminal() {
+            return Err(error(
+                event,
+                &format!(
+                    "closing event while the run is {} (a terminal transition must come first)",
+                    self.status
+                ),
             ));
         }
         if self.status.is_terminal() && !closes(self.status, &event.payload) {
@@ -434,9 +448,10 @@ pub fn session_history(events: &[Event]) -> Result<Vec<Message>, FoldError> {
     let mut messages = Vec::new();
     for run_id in run_ids {
         let state = RunState::fold(run_id, events)?;
-        messages.extend(state.conversation());
+        // Paired per run: call ids are only unique within a run.
+        messages.extend(pair_calls(state.conversation()));
     }
-    Ok(pair_calls(messages))
+    Ok(messages)
 }
 
 fn pair_calls(messages: Vec<Message>) -> Vec<Message> {
@@ -466,4 +481,1403 @@ fn pair_calls(messages: Vec<Message>) -> Vec<Message> {
             (!message.blocks.is_empty()).then_some(message)
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::{TimeDelta, TimeZone};
+    use serde_json::{Map, json};
+
+    use super::*;
+    use crate::{
+        event::{
+            Effect, Envelope, MessageUser, ModelResponded, Outcome, RunCancelled, RunClaimed,
+            RunCompleted, RunContext, RunFailed, RunStarted, RunTransitioned, StepCompleted,
+            StepStarted, ToolCalled, ToolCompleted,
+        },
+        model::StopReason,
+        tool::ToolKind,
+    };
+
+    const SESSION: &str = "sess-1";
+    const RUN: &str = "run-1";
+
+    const PLAIN_RUN: &str = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../../shared/reference/journals/plain-run.jsonl"
+    );
+    const SESSION_TWO_RUNS: &str = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../../shared/reference/journals/session-two-runs.jsonl"
+    );
+
+    // ---------------------------------------------------------------------------------------
+    // Builder: one session journal, events appended for the current run with increasing seq.
+    // ---------------------------------------------------------------------------------------
+
+    fn ts(seq: u64) -> DateTime<Utc> {
+        Utc.with_ymd_and_hms(2026, 11, 29, 12, 0, 0).unwrap()
+            + TimeDelta::seconds(i64::try_from(seq).unwrap())
+    }
+
+    struct Journal {
+        run_id: String,
+        step: u32,
+        events: Vec<Event>,
+    }
+
+    impl Journal {
+        fn new() -> Journal {
+            Journal {
+                run_id: RUN.to_owned(),
+                step: 0,
+                events: Vec::new(),
+            }
+        }
+
+        /// The following events belong to `run_id` (same session, seq keeps increasing).
+        fn switch_to(&mut self, run_id: &str) {
+            self.run_id = run_id.to_owned();
+            self.step = 0;
+        }
+
+        fn push(&mut self, payload: Payload) -> Event {
+            let seq = self.events.len() as u64 + 1;
+            let mut event = Event::new(
+                Envelope {
+                    event_id: format!("{}-ev{seq}", self.run_id),
+                    ts: ts(seq),
+                    tenant_id: "default".into(),
+                    session_id: SESSION.into(),
+                    run_id: self.run_id.clone(),
+                    root_run_id: self.run_id.clone(),
+                    span_id: format!("span-{seq}"),
+                    parent_span_id: None,
+                    agent: Some("demo".into()),
+                    role: None,
+                },
+                payload,
+            );
+            event.seq = seq;
+            self.events.push(event.clone());
+            event
+        }
+
+        /// The current run's state after every event so far.
+        fn state(&self) -> RunState {
+            self.state_of(&self.run_id)
+        }
+
+        /// Any run's state after every event so far.
+        fn state_of(&self, run_id: &str) -> RunState {
+            RunState::fold(run_id, &self.events).expect("the journal folds")
+        }
+
+        /// Appends `payload` and returns the refusal the projection gives it.
+        fn refused(&mut self, payload: Payload) -> (Event, ProjectionError) {
+            let mut state = self.state();
+            let event = self.push(payload);
+            let error = state
+                .apply(&event)
+                .expect_err("the projection should refuse the event");
+            (event, error)
+        }
+
+        /// `run.started`, the question, a claim.
+        fn begin(&mut self, question: &str) {
+            self.push(started());
+            self.push(user(question));
+            self.push(claimed("worker-1", 60));
+        }
+
+        fn step_started(&mut self, state: RunStatus, effect: Effect) {
+            self.step += 1;
+            self.push(step_started(self.step, state, effect));
+        }
+
+        fn step_completed(&mut self, duration_ms: f64) {
+            self.push(step_completed(self.step, duration_ms));
+        }
+
+        /// A model step from `from`, then the transition the answer calls for.
+        fn model_turn(&mut self, from: RunStatus, answer: Message, to: RunStatus) {
+            let effect = if from == RunStatus::Finalizing {
+                Effect::Finalize
+            } else {
+                Effect::ModelCall
+            };
+            self.step_started(from, effect);
+            self.push(responded(answer));
+            self.step_completed(10.0);
+            self.push(transition(from, to));
+        }
+
+        /// A tool batch where every call runs and completes in the given order.
+        fn tool_batch(&mut self, call_ids: &[&str], to: RunStatus) {
+            self.step_started(RunStatus::AwaitingTools, Effect::ToolBatch);
+            for call_id in call_ids {
+                self.push(called(call_id));
+                self.push(tool_completed(call_id, &format!("result of {call_id}")));
+            }
+            self.step_completed(5.0);
+            self.push(transition(RunStatus::AwaitingTools, to));
+        }
+
+        /// The reference's plain run: one tool turn, then the final answer, completed.
+        fn plain_run(&mut self, question: &str, call_id: &str, answer: &str) {
+            self.begin(question);
+            self.model_turn(
+                RunStatus::ReadyForModel,
+                asks("Je calcule.", &[call_id]),
+                RunStatus::AwaitingTools,
+            );
+            self.tool_batch(&[call_id], RunStatus::ReadyForModel);
+            self.model_turn(
+                RunStatus::ReadyForModel,
+                Message::assistant(answer),
+                RunStatus::Completed,
+            );
+            self.push(run_completed(Some(Message::assistant(answer))));
+        }
+    }
+
+    // Payloads ------------------------------------------------------------------------------
+
+    fn run_started(kind: &str, parent_run_id: Option<&str>, depth: u32) -> Payload {
+        Payload::RunStarted(RunStarted {
+            kind: kind.into(),
+            context: RunContext {
+                tenant_id: "default".into(),
+                user_id: None,
+                metadata: Map::new(),
+            },
+            parent_run_id: parent_run_id.map(str::to_owned),
+            parent_call_id: None,
+            depth,
+            triggered_by: None,
+            trigger: None,
+            judges: "auto".into(),
+            budget: None,
+            state: Map::new(),
+        })
+    }
+
+    fn started() -> Payload {
+        run_started("normal", None, 0)
+    }
+
+    fn user(text: &str) -> Payload {
+        Payload::MessageUser(MessageUser {
+            message: Message::user(text),
+            kind: "request".into(),
+            policy: None,
+            tools: true,
+        })
+    }
+
+    fn claimed(worker_id: &str, lease_secs: i64) -> Payload {
+        Payload::RunClaimed(RunClaimed {
+            worker_id: worker_id.into(),
+            lease_until: ts(0) + TimeDelta::seconds(lease_secs),
+        })
+    }
+
+    fn step_started(step_no: u32, state: RunStatus, effect: Effect) -> Payload {
+        Payload::StepStarted(StepStarted {
+            step_no,
+            state,
+            effect,
+        })
+    }
+
+    fn step_completed(step_no: u32, duration_ms: f64) -> Payload {
+        Payload::StepCompleted(StepCompleted {
+            step_no,
+            duration_ms,
+            events_emitted: 1,
+            outcome: Outcome::Ok,
+        })
+    }
+
+    fn usage(input_tokens: u64, output_tokens: u64) -> Usage {
+        Usage {
+            input_tokens,
+            output_tokens,
+            ..Usage::default()
+        }
+    }
+
+    fn args(call_id: &str) -> Value {
+        json!({ "call": call_id })
+    }
+
+    /// An assistant message with a text block and one `calculer` call per id, in that order.
+    fn asks(text: &str, call_ids: &[&str]) -> Message {
+        let mut message = Message::assistant(text);
+        for call_id in call_ids {
+            message
+                .blocks
+                .push(Block::tool_call(*call_id, "calculer", args(call_id)));
+        }
+        message
+    }
+
+    fn model_response(message: Message, usage: Usage, cost_usd: f64) -> ModelResponded {
+        let stop_reason = if message.tool_calls().next().is_some() {
+            StopReason::ToolUse
+        } else {
+            StopReason::End
+        };
+        ModelResponded {
+            model_id: "fake".into(),
+            model: None,
+            provider: "fake".into(),
+            message,
+            usage,
+            cost_usd,
+            stop_reason,
+            latency_ms: 1.0,
+            attempts: 1,
+            request_hash: None,
+            request_parts: Map::new(),
+            call_id: None,
+            judge: None,
+        }
+    }
+
+    fn responded(message: Message) -> Payload {
+        responded_with(message, usage(100, 10), 0.0)
+    }
+
+    fn responded_with(message: Message, usage: Usage, cost_usd: f64) -> Payload {
+        Payload::ModelResponded(model_response(message, usage, cost_usd))
+    }
+
+    fn role_responded(call_id: &str, usage: Usage, cost_usd: f64) -> Payload {
+        Payload::ModelResponded(ModelResponded {
+            call_id: Some(call_id.into()),
+            ..model_response(Message::assistant("role answer"), usage, cost_usd)
+        })
+    }
+
+    fn judge_responded(judge: &str, usage: Usage, cost_usd: f64) -> Payload {
+        Payload::ModelResponded(ModelResponded {
+            judge: Some(judge.into()),
+            ..model_response(Message::assistant("verdict"), usage, cost_usd)
+        })
+    }
+
+    fn called(call_id: &str) -> Payload {
+        Payload::ToolCalled(ToolCalled {
+            call_id: call_id.into(),
+            tool_name: "calculer".into(),
+            tool_kind: ToolKind::Python,
+            arguments: args(call_id),
+            refs: Vec::new(),
+            resumed: false,
+            child_run_id: None,
+        })
+    }
+
+    fn tool_completed(call_id: &str, text: &str) -> Payload {
+        tool_completed_with(call_id, ToolOutput::text(text), None, 0.0)
+    }
+
+    fn tool_completed_with(
+        call_id: &str,
+        output: ToolOutput,
+        usage: Option<Usage>,
+        cost_usd: f64,
+    ) -> Payload {
+        Payload::ToolCompleted(ToolCompleted {
+            call_id: call_id.into(),
+            tool_name: "calculer".into(),
+            output,
+            latency_ms: 0.5,
+            size: 0,
+            usage,
+            cost_usd,
+        })
+    }
+
+    fn transition(from_state: RunStatus, to_state: RunStatus) -> Payload {
+        Payload::RunTransitioned(RunTransitioned {
+            from_state,
+            to_state,
+            step_no: 0,
+            cause_type: "test".into(),
+            cause_event_id: None,
+        })
+    }
+
+    fn run_completed(output: Option<Message>) -> Payload {
+        run_completed_with_data(output, None)
+    }
+
+    fn run_completed_with_data(output: Option<Message>, data: Option<Value>) -> Payload {
+        Payload::RunCompleted(RunCompleted {
+            output,
+            output_event_id: None,
+            iterations: 0,
+            usage: Usage::default(),
+            cost_usd: 0.0,
+            data,
+            unverified: false,
+            fallback: false,
+        })
+    }
+
+    fn run_failed(error_type: &str, error: &str) -> Payload {
+        Payload::RunFailed(RunFailed {
+            error_type: error_type.into(),
+            error: error.into(),
+            iterations: 0,
+            usage: Usage::default(),
+            cost_usd: 0.0,
+        })
+    }
+
+    fn run_cancelled() -> Payload {
+        Payload::RunCancelled(RunCancelled {
+            reason: "requested".into(),
+            by: Some("alice".into()),
+            iterations: 0,
+            usage: Usage::default(),
+            cost_usd: 0.0,
+            withdrawn: Vec::new(),
+        })
+    }
+
+    // Reading results -----------------------------------------------------------------------
+
+    /// The (call id, visible text) of each tool result of a message, in block order.
+    fn results(message: &Message) -> Vec<(String, String)> {
+        message
+            .blocks
+            .iter()
+            .filter_map(|b| match &b.kind {
+                BlockKind::ToolResult { call_id, output } => {
+                    Some((call_id.clone(), output.visible_text()))
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn result_ids(message: &Message) -> Vec<String> {
+        results(message).into_iter().map(|(id, _)| id).collect()
+    }
+
+    fn call_ids(message: &Message) -> Vec<String> {
+        message
+            .tool_calls()
+            .map(|(id, _, _)| id.to_owned())
+            .collect()
+    }
+
+    fn roles(messages: &[Message]) -> Vec<Role> {
+        messages.iter().map(|m| m.role).collect()
+    }
+
+    fn pending_ids(state: &RunState) -> Vec<&str> {
+        state
+            .pending_calls
+            .iter()
+            .map(|c| c.call_id.as_str())
+            .collect()
+    }
+
+    fn read_journal(path: &str) -> Vec<Event> {
+        let text = std::fs::read_to_string(path)
+            .unwrap_or_else(|e| panic!("cannot read the reference journal {path}: {e}"));
+        text.lines()
+            .enumerate()
+            .filter(|(_, line)| !line.trim().is_empty())
+            .map(|(n, line)| {
+                Event::from_json(line).unwrap_or_else(|e| panic!("{path}:{}: {e}", n + 1))
+            })
+            .collect()
+    }
+
+    // ---------------------------------------------------------------------------------------
+    // Start
+    // ---------------------------------------------------------------------------------------
+
+    #[test]
+    fn start_takes_identity_from_the_envelope_and_begins_ready_for_model() {
+        let mut journal = Journal::new();
+        let first = journal.push(run_started("normal", Some("parent-run"), 2));
+
+        let state = RunState::start(&first).unwrap();
+
+        assert_eq!(state.run_id, RUN);
+        assert_eq!(state.session_id, SESSION);
+        assert_eq!(state.tenant_id, "default");
+        assert_eq!(state.root_run_id, RUN);
+        assert_eq!(state.run_span_id, first.span_id);
+        assert_eq!(state.parent_run_id.as_deref(), Some("parent-run"));
+        assert_eq!(state.depth, 2);
+        assert_eq!(state.agent.as_deref(), Some("demo"));
+        assert_eq!(state.kind, "normal");
+        assert_eq!(state.status, RunStatus::ReadyForModel);
+        assert!(!state.finished);
+        assert!(state.messages.is_empty() && state.pending_calls.is_empty());
+        assert_eq!((state.iterations, state.model_calls, state.step), (0, 0, 0));
+        assert_eq!(state.last_seq, 1);
+        assert_eq!((state.started_at, state.updated_at), (first.ts, first.ts));
+    }
+
+    #[test]
+    fn first_event_must_be_run_started() {
+        let mut journal = Journal::new();
+        let first = journal.push(user("hello"));
+
+        let error = RunState::start(&first).unwrap_err();
+        assert_eq!(error.event_id, first.event_id);
+        assert_eq!(error.seq, 1);
+        assert_eq!(error.event_type, "message.user");
+        assert!(error.reason.contains("must be run.started"), "{error}");
+
+        match RunState::fold(RUN, &journal.events) {
+            Err(FoldError::Projection(e)) => assert_eq!(e, error),
+            other => panic!("expected a projection error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn duplicate_run_started_is_refused() {
+        let mut journal = Journal::new();
+        journal.begin("hello");
+
+        let (event, error) = journal.refused(started());
+
+        assert_eq!(error.event_id, event.event_id);
+        assert_eq!(error.reason, "duplicate run.started");
+    }
+
+    #[test]
+    fn fold_of_an_unknown_run_is_an_error() {
+        let mut journal = Journal::new();
+        journal.begin("hello");
+
+        assert_eq!(
+            RunState::fold("nobody", &journal.events),
+            Err(FoldError::Unknown("nobody".into()))
+        );
+    }
+
+    #[test]
+    fn fold_skips_the_events_of_other_runs() {
+        let mut journal = Journal::new();
+        journal.begin("hello");
+        journal.switch_to("child-run");
+        journal.push(run_started("normal", Some(RUN), 1));
+        journal.push(user("sub-question"));
+        journal.switch_to(RUN);
+        journal.push(user("follow-up"));
+
+        let state = journal.state();
+
+        assert_eq!(state.messages.len(), 2);
+        assert_eq!(state.messages[1].text(), "follow-up");
+        assert_eq!(state.last_seq, 6);
+    }
+
+    #[test]
+    fn apply_refuses_an_event_of_another_run() {
+        let mut journal = Journal::new();
+        journal.begin("hello");
+        let mut state = journal.state();
+        journal.switch_to("other-run");
+        let intruder = journal.push(user("intruder"));
+
+        let error = state.apply(&intruder).unwrap_err();
+
+        assert_eq!(error.run_id, "other-run");
+        assert_eq!(error.event_id, intruder.event_id);
+        assert_eq!(error.reason, "event of another run");
+    }
+
+    // ---------------------------------------------------------------------------------------
+    // Transitions and closing events
+    // ---------------------------------------------------------------------------------------
+
+    #[test]
+    fn tool_turn_then_answer_completes_the_run() {
+        let mut journal = Journal::new();
+        journal.begin("12 × 7 + 3 ?");
+
+        journal.model_turn(
+            RunStatus::ReadyForModel,
+            asks("Je calcule.", &["c1"]),
+            RunStatus::AwaitingTools,
+        );
+        assert_eq!(journal.state().status, RunStatus::AwaitingTools);
+
+        journal.tool_batch(&["c1"], RunStatus::ReadyForModel);
+        assert_eq!(journal.state().status, RunStatus::ReadyForModel);
+
+        journal.model_turn(
+            RunStatus::ReadyForModel,
+            Message::assistant("87"),
+            RunStatus::Completed,
+        );
+        let state = journal.state();
+        assert_eq!(state.status, RunStatus::Completed);
+        assert!(!state.finished, "finished waits for the closing event");
+        assert_eq!(state.output, None);
+
+        journal.push(run_completed(Some(Message::assistant("87"))));
+        let state = journal.state();
+        assert_eq!(state.status, RunStatus::Completed);
+        assert!(state.finished);
+        assert_eq!(state.output_text().as_deref(), Some("87"));
+        assert_eq!(state.iterations, 2);
+        assert!(state.pending_calls.is_empty());
+    }
+
+    #[test]
+    fn run_completed_records_structured_output() {
+        let mut journal = Journal::new();
+        journal.begin("hello");
+        journal.model_turn(
+            RunStatus::ReadyForModel,
+            Message::assistant("{\"n\":87}"),
+            RunStatus::Completed,
+        );
+        journal.push(run_completed_with_data(
+            Some(Message::assistant("{\"n\":87}")),
+            Some(json!({ "n": 87 })),
+        ));
+
+        assert_eq!(journal.state().output_data, Some(json!({ "n": 87 })));
+    }
+
+    #[test]
+    fn finalizing_path_completes_from_finalizing() {
+        let mut journal = Journal::new();
+        journal.begin("hello");
+        journal.model_turn(
+            RunStatus::ReadyForModel,
+            asks("tool", &["c1"]),
+            RunStatus::AwaitingTools,
+        );
+        journal.tool_batch(&["c1"], RunStatus::Finalizing);
+        assert_eq!(journal.state().status, RunStatus::Finalizing);
+
+        journal.model_turn(
+            RunStatus::Finalizing,
+            Message::assistant("last answer"),
+            RunStatus::Completed,
+        );
+        journal.push(run_completed(Some(Message::assistant("last answer"))));
+
+        let state = journal.state();
+        assert_eq!(state.status, RunStatus::Completed);
+        assert!(state.finished);
+        assert_eq!(state.iterations, 2);
+        assert_eq!(state.output_text().as_deref(), Some("last answer"));
+    }
+
+    #[test]
+    fn failed_transition_then_run_failed_records_the_error() {
+        let mut journal = Journal::new();
+        journal.begin("hello");
+        journal.push(transition(RunStatus::ReadyForModel, RunStatus::Failed));
+        assert!(!journal.state().finished);
+
+        journal.push(run_failed("model.auth", "invalid API key"));
+
+        let state = journal.state();
+        assert_eq!(state.status, RunStatus::Failed);
+        assert!(state.finished);
+        assert_eq!(state.error_type.as_deref(), Some("model.auth"));
+        assert_eq!(state.error.as_deref(), Some("invalid API key"));
+        assert_eq!(state.output, None);
+    }
+
+    #[test]
+    fn cancelled_transition_then_run_cancelled_finishes_the_run() {
+        let mut journal = Journal::new();
+        journal.begin("hello");
+        journal.model_turn(
+            RunStatus::ReadyForModel,
+            asks("tool", &["c1"]),
+            RunStatus::AwaitingTools,
+        );
+        journal.push(transition(RunStatus::AwaitingTools, RunStatus::Cancelled));
+        journal.push(run_cancelled());
+
+        let state = journal.state();
+        assert_eq!(state.status, RunStatus::Cancelled);
+        assert!(state.finished);
+        assert_eq!((state.error_type, state.error), (None, None));
+        assert_eq!(pending_ids(&journal.state()), ["c1"]);
+    }
+
+    #[test]
+    fn paused_run_resumes_to_awaiting_tools_under_a_new_claim() {
+        // §2.3 approval: awaiting_tools→paused, lease handed back, new worker, paused→awaiting_tools.
+        let mut journal = Journal::new();
+        journal.begin("hello");
+        journal.model_turn(
+            RunStatus::ReadyForModel,
+            asks("tool", &["c1"]),
+            RunStatus::AwaitingTools,
+        );
+        journal.push(transition(RunStatus::AwaitingTools, RunStatus::Paused));
+        journal.push(claimed("worker-1", 0));
+        assert_eq!(journal.state().status, RunStatus::Paused);
+
+        journal.push(claimed("worker-2", 120));
+        journal.push(transition(RunStatus::Paused, RunStatus::AwaitingTools));
+
+        let state = journal.state();
+        assert_eq!(state.status, RunStatus::AwaitingTools);
+        assert_eq!(state.claim.unwrap().worker_id, "worker-2");
+        assert_eq!(pending_ids(&journal.state()), ["c1"]);
+    }
+
+    #[test]
+    fn waiting_child_returns_to_awaiting_tools() {
+        let mut journal = Journal::new();
+        journal.begin("hello");
+        journal.model_turn(
+            RunStatus::ReadyForModel,
+            asks("delegate", &["c1"]),
+            RunStatus::AwaitingTools,
+        );
+        journal.push(transition(
+            RunStatus::AwaitingTools,
+            RunStatus::WaitingChild,
+        ));
+        assert_eq!(journal.state().status, RunStatus::WaitingChild);
+
+        journal.push(transition(
+            RunStatus::WaitingChild,
+            RunStatus::AwaitingTools,
+        ));
+        assert_eq!(journal.state().status, RunStatus::AwaitingTools);
+    }
+
+    #[test]
+    fn transition_from_another_state_is_refused_with_the_event_named() {
+        let mut journal = Journal::new();
+        journal.begin("hello");
+
+        let (event, error) = journal.refused(transition(
+            RunStatus::AwaitingTools,
+            RunStatus::ReadyForModel,
+        ));
+
+        assert_eq!(error.run_id, RUN);
+        assert_eq!(error.event_id, event.event_id);
+        assert_eq!(error.seq, event.seq);
+        assert_eq!(error.event_type, "run.transitioned");
+        assert!(
+            error.reason.contains("awaiting_tools") && error.reason.contains("ready_for_model"),
+            "{error}"
+        );
+        let text = error.to_string();
+        assert!(text.contains(&event.event_id), "{text}");
+        assert!(text.contains(&format!("seq {}", event.seq)), "{text}");
+    }
+
+    #[test]
+    fn mismatched_transition_in_a_journal_fails_the_fold() {
+        let mut journal = Journal::new();
+        journal.begin("hello");
+        let bad = journal.push(transition(RunStatus::Finalizing, RunStatus::Completed));
+
+        match RunState::fold(RUN, &journal.events) {
+            Err(FoldError::Projection(e)) => {
+                assert_eq!((e.event_id, e.seq), (bad.event_id, bad.seq));
+            }
+            other => panic!("expected a projection error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn events_after_the_closing_event_are_refused() {
+        let mut journal = Journal::new();
+        journal.plain_run("q", "c1", "a");
+
+        let (event, error) = journal.refused(user("one more thing"));
+        assert_eq!(error.event_id, event.event_id);
+        assert!(error.reason.contains("after the run closed"), "{error}");
+
+        let mut journal = Journal::new();
+        journal.plain_run("q", "c1", "a");
+        let (_, error) = journal.refused(run_completed(Some(Message::assistant("again"))));
+        assert!(error.reason.contains("after the run closed"), "{error}");
+    }
+
+    #[test]
+    fn run_claimed_after_the_closing_event_is_recorded() {
+        let mut journal = Journal::new();
+        journal.plain_run("q", "c1", "a");
+        let claim = journal.push(claimed("worker-9", 300));
+
+        let state = journal.state();
+
+        assert!(state.finished);
+        assert_eq!(
+            state.claim,
+            Some(Claim {
+                worker_id: "worker-9".into(),
+                lease_until: ts(0) + TimeDelta::seconds(300),
+            })
+        );
+        assert_eq!(state.last_seq, claim.seq);
+        assert_eq!(state.updated_at, claim.ts);
+    }
+
+    #[test]
+    fn after_a_terminal_transition_only_the_matching_closing_event_is_accepted() {
+        let mut journal = Journal::new();
+        journal.begin("hello");
+        journal.push(transition(RunStatus::ReadyForModel, RunStatus::Completed));
+
+        let (_, error) = journal.refused(run_failed("timeout", "too late"));
+        assert!(
+            error.reason.contains("after the state completed"),
+            "{error}"
+        );
+
+        journal.events.pop();
+        let (_, error) = journal.refused(run_cancelled());
+        assert!(
+            error.reason.contains("after the state completed"),
+            "{error}"
+        );
+
+        journal.events.pop();
+        let (_, error) = journal.refused(step_started(1, RunStatus::Completed, Effect::ModelCall));
+        assert!(
+            error.reason.contains("after the state completed"),
+            "{error}"
+        );
+
+        journal.events.pop();
+        journal.push(run_completed(None));
+        assert!(journal.state().finished);
+    }
+
+    #[test]
+    fn run_failed_state_accepts_only_run_failed() {
+        let mut journal = Journal::new();
+        journal.begin("hello");
+        journal.push(transition(RunStatus::ReadyForModel, RunStatus::Failed));
+
+        let (_, error) = journal.refused(run_completed(None));
+        assert!(error.reason.contains("after the state failed"), "{error}");
+
+        journal.events.pop();
+        journal.push(run_failed("timeout", "too late"));
+        assert!(journal.state().finished);
+    }
+
+    #[test]
+    fn run_claimed_between_terminal_transition_and_closing_event_is_accepted() {
+        let mut journal = Journal::new();
+        journal.begin("hello");
+        journal.push(transition(RunStatus::ReadyForModel, RunStatus::Cancelled));
+        journal.push(claimed("worker-2", 30));
+        journal.push(run_cancelled());
+
+        let state = journal.state();
+        assert!(state.finished);
+        assert_eq!(state.claim.unwrap().worker_id, "worker-2");
+    }
+
+    #[test]
+    fn transition_out_of_a_terminal_state_is_refused() {
+        let mut journal = Journal::new();
+        journal.begin("hello");
+        journal.push(transition(RunStatus::ReadyForModel, RunStatus::Failed));
+
+        let (_, error) = journal.refused(transition(RunStatus::Failed, RunStatus::ReadyForModel));
+
+        assert!(error.reason.contains("after the state failed"), "{error}");
+    }
+
+    // ---------------------------------------------------------------------------------------
+    // Messages, model answers and tools
+    // ---------------------------------------------------------------------------------------
+
+    #[test]
+    fn user_messages_are_appended_in_journal_order() {
+        let mut journal = Journal::new();
+        journal.begin("first");
+        journal.push(user("second"));
+
+        let state = journal.state();
+        assert_eq!(roles(&state.messages), [Role::User, Role::User]);
+        assert_eq!(state.messages[0].text(), "first");
+        assert_eq!(state.messages[1].text(), "second");
+    }
+
+    #[test]
+    fn orchestrator_answer_appends_a_message_and_counts_an_iteration() {
+        let mut journal = Journal::new();
+        journal.begin("hello");
+        journal.push(responded(Message::assistant("hi")));
+
+        let state = journal.state();
+        assert_eq!(roles(&state.messages), [Role::User, Role::Assistant]);
+        assert_eq!((state.iterations, state.model_calls), (1, 1));
+        assert!(state.pending_calls.is_empty());
+    }
+
+    #[test]
+    fn model_responded_sets_pending_calls_in_call_order() {
+        let mut journal = Journal::new();
+        journal.begin("hello");
+        journal.push(responded(asks("three tools", &["b", "a", "c"])));
+
+        let state = journal.state();
+
+        assert_eq!(pending_ids(&state), ["b", "a", "c"]);
+        for call in &state.pending_calls {
+            assert_eq!(call.name, "calculer");
+            assert_eq!(call.arguments, args(&call.call_id));
+            assert!(!call.started);
+        }
+    }
+
+    #[test]
+    fn role_answer_adds_cost_and_model_calls_only() {
+        let mut journal = Journal::new();
+        journal.begin("hello");
+        journal.push(responded_with(
+            asks("ask the role", &["r1"]),
+            usage(100, 10),
+            0.5,
+        ));
+        journal.push(called("r1"));
+        let before = journal.state();
+
+        journal.push(role_responded("r1", usage(20, 5), 0.25));
+        let after = journal.state();
+
+        assert_eq!(after.messages, before.messages);
+        assert_eq!(after.iterations, before.iterations);
+        assert_eq!(after.pending_calls, before.pending_calls);
+        assert_eq!(after.model_calls, before.model_calls + 1);
+        assert_eq!(after.cost_usd, 0.75);
+        assert_eq!(after.usage, usage(120, 15));
+    }
+
+    #[test]
+    fn judge_answer_adds_cost_and_model_calls_only() {
+        let mut journal = Journal::new();
+        journal.begin("hello");
+        journal.push(responded_with(
+            Message::assistant("answer"),
+            usage(100, 10),
+            0.5,
+        ));
+        let before = journal.state();
+
+        journal.push(judge_responded("quality", usage(30, 3), 0.125));
+        let after = journal.state();
+
+        assert_eq!(after.messages, before.messages);
+        assert_eq!(after.iterations, 1);
+        assert_eq!(after.model_calls, 2);
+        assert_eq!(after.cost_usd, 0.625);
+        assert_eq!(after.usage, usage(130, 13));
+    }
+
+    #[test]
+    fn tool_called_marks_only_its_call_started() {
+        let mut journal = Journal::new();
+        journal.begin("hello");
+        journal.push(responded(asks("two tools", &["c1", "c2"])));
+        journal.push(called("c2"));
+
+        let state = journal.state();
+        let started: Vec<(&str, bool)> = state
+            .pending_calls
+            .iter()
+            .map(|c| (c.call_id.as_str(), c.started))
+            .collect();
+        assert_eq!(started, [("c1", false), ("c2", true)]);
+    }
+
+    #[test]
+    fn tool_called_for_an_unknown_call_is_refused() {
+        let mut journal = Journal::new();
+        journal.begin("hello");
+        journal.push(responded(asks("one tool", &["c1"])));
+
+        let (event, error) = journal.refused(called("ghost"));
+
+        assert_eq!(error.event_id, event.event_id);
+        assert!(error.reason.contains("'ghost'"), "{error}");
+    }
+
+    #[test]
+    fn tool_completed_for_an_unknown_call_is_refused() {
+        let mut journal = Journal::new();
+        journal.begin("hello");
+        journal.push(responded(asks("one tool", &["c1"])));
+
+        let (event, error) = journal.refused(tool_completed("ghost", "?"));
+
+        assert_eq!(error.event_id, event.event_id);
+        assert_eq!(error.event_type, "tool.completed");
+        assert!(
+            error
+                .reason
+                .contains("tool.completed for unknown call 'ghost'"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn tool_completed_twice_for_the_same_call_is_refused() {
+        let mut journal = Journal::new();
+        journal.begin("hello");
+        journal.push(responded(asks("one tool", &["c1"])));
+        journal.push(tool_completed("c1", "87"));
+
+        let (_, error) = journal.refused(tool_completed("c1", "87 again"));
+
+        assert!(error.reason.contains("unknown call 'c1'"), "{error}");
+    }
+
+    #[test]
+    fn tool_completed_without_tool_called_is_accepted() {
+        // A refused call (rejected approval, invalid arguments) writes only tool.completed.
+        let mut journal = Journal::new();
+        journal.begin("hello");
+        journal.push(responded(asks("one tool", &["c1"])));
+        journal.push(tool_completed_with(
+            "c1",
+            ToolOutput::error("rejected"),
+            None,
+            0.0,
+        ));
+
+        let state = journal.state();
+        assert!(state.pending_calls.is_empty());
+        assert!(
+            results(state.messages.last().unwrap())[0]
+                .1
+                .contains("rejected")
+        );
+    }
+
+    #[test]
+    fn tool_completed_removes_the_call_and_appends_a_tool_message() {
+        let mut journal = Journal::new();
+        journal.begin("hello");
+        journal.push(responded(asks("two tools", &["c1", "c2"])));
+        journal.push(called("c1"));
+        journal.push(tool_completed("c1", "87"));
+
+        let state = journal.state();
+
+        assert_eq!(pending_ids(&state), ["c2"]);
+        let last = state.messages.last().unwrap();
+        assert_eq!(last.role, Role::Tool);
+        assert_eq!(last.blocks.len(), 1);
+        match &last.blocks[0].kind {
+            BlockKind::ToolResult { call_id, output } => {
+                assert_eq!(call_id, "c1");
+                assert_eq!(output, &ToolOutput::text("87"));
+            }
+            other => panic!("expected a tool result, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn tool_completed_adds_its_usage_and_cost() {
+        let mut journal = Journal::new();
+        journal.begin("hello");
+        journal.push(responded_with(
+            asks("delegate", &["c1"]),
+            usage(100, 10),
+            0.5,
+        ));
+        journal.push(called("c1"));
+        journal.push(tool_completed_with(
+            "c1",
+            ToolOutput::text("sub-agent answer"),
+            Some(usage(40, 4)),
+            0.25,
+        ));
+
+        let state = journal.state();
+        assert_eq!(state.usage, usage(140, 14));
+        assert_eq!(state.cost_usd, 0.75);
+        assert_eq!(state.model_calls, 1, "a tool result is not a model call");
+    }
+
+    #[test]
+    fn step_started_sets_the_step_and_step_completed_accumulates_active_time() {
+        let mut journal = Journal::new();
+        journal.begin("hello");
+        journal.push(step_started(1, RunStatus::ReadyForModel, Effect::ModelCall));
+        journal.push(step_completed(1, 12.5));
+        journal.push(step_started(2, RunStatus::ReadyForModel, Effect::ModelCall));
+        journal.push(step_completed(2, 30.25));
+
+        let state = journal.state();
+        assert_eq!(state.step, 2);
+        assert_eq!(state.active_ms, 42.75);
+    }
+
+    #[test]
+    fn usage_and_cost_accumulate_across_calls() {
+        let mut journal = Journal::new();
+        journal.begin("hello");
+        journal.push(responded_with(asks("tool", &["c1"]), usage(100, 10), 0.5));
+        journal.push(tool_completed_with(
+            "c1",
+            ToolOutput::text("ok"),
+            Some(usage(7, 3)),
+            0.125,
+        ));
+        journal.push(judge_responded("quality", usage(20, 2), 0.0625));
+        journal.push(responded_with(
+            Message::assistant("done"),
+            Usage {
+                cache_read_tokens: 50,
+                reasoning_tokens: 5,
+                ..usage(200, 20)
+            },
+            0.25,
+        ));
+
+        let state = journal.state();
+        assert_eq!(
+            state.usage,
+            Usage {
+                input_tokens: 327,
+                output_tokens: 35,
+                cache_read_tokens: 50,
+                cache_write_tokens: 0,
+                reasoning_tokens: 5,
+            }
+        );
+        assert_eq!(state.cost_usd, 0.9375);
+        assert_eq!((state.model_calls, state.iterations), (3, 2));
+    }
+
+    #[test]
+    fn last_seq_and_updated_at_follow_the_last_event() {
+        let mut journal = Journal::new();
+        journal.begin("hello");
+        let last = journal.push(user("again"));
+
+        let state = journal.state();
+        assert_eq!(state.last_seq, last.seq);
+        assert_eq!(state.updated_at, last.ts);
+        assert_eq!(state.started_at, journal.events[0].ts);
+    }
+
+    // ---------------------------------------------------------------------------------------
+    // Conversation
+    // ---------------------------------------------------------------------------------------
+
+    #[test]
+    fn conversation_groups_a_turns_results_in_call_order() {
+        let mut journal = Journal::new();
+        journal.begin("hello");
+        journal.push(responded(asks("three tools", &["c1", "c2", "c3"])));
+        for call_id in ["c3", "c1", "c2"] {
+            journal.push(called(call_id));
+        }
+        journal.push(tool_completed("c3", "three"));
+        journal.push(tool_completed("c2", "two"));
+        journal.push(tool_completed("c1", "one"));
+
+        let state = journal.state();
+        // The journal order is kept in `messages`...
+        assert_eq!(
+            roles(&state.messages),
+            [
+                Role::User,
+                Role::Assistant,
+                Role::Tool,
+                Role::Tool,
+                Role::Tool
+            ]
+        );
+        // ...the conversation has one tool message in the model's order.
+        let conversation = state.conversation();
+        assert_eq!(
+            roles(&conversation),
+            [Role::User, Role::Assistant, Role::Tool]
+        );
+        assert_eq!(
+            results(&conversation[2]),
+            [
+                ("c1".to_owned(), "one".to_owned()),
+                ("c2".to_owned(), "two".to_owned()),
+                ("c3".to_owned(), "three".to_owned()),
+            ]
+        );
+    }
+
+    #[test]
+    fn conversation_keeps_each_turns_results_apart() {
+        let mut journal = Journal::new();
+        journal.begin("hello");
+        journal.model_turn(
+            RunStatus::ReadyForModel,
+            asks("first", &["a2", "a1"]),
+            RunStatus::AwaitingTools,
+        );
+        journal.tool_batch(&["a1", "a2"], RunStatus::ReadyForModel);
+        journal.model_turn(
+            RunStatus::ReadyForModel,
+            asks("second", &["b1"]),
+            RunStatus::AwaitingTools,
+        );
+        journal.tool_batch(&["b1"], RunStatus::ReadyForModel);
+
+        let conversation = journal.state().conversation();
+
+        assert_eq!(
+            roles(&conversation),
+            [
+                Role::User,
+                Role::Assistant,
+                Role::Tool,
+                Role::Assistant,
+                Role::Tool
+            ]
+        );
+        assert_eq!(result_ids(&conversation[2]), ["a2", "a1"]);
+        assert_eq!(result_ids(&conversation[4]), ["b1"]);
+    }
+
+    // ---------------------------------------------------------------------------------------
+    // Session history
+    // ---------------------------------------------------------------------------------------
+
+    #[test]
+    fn session_history_concatenates_the_runs_of_the_session() {
+        let mut journal = Journal::new();
+        journal.plain_run("first question", "c1", "first answer");
+        journal.switch_to("run-2");
+        journal.plain_run("second question", "c2", "second answer");
+
+        let history = session_history(&journal.events).unwrap();
+
+        assert_eq!(
+            roles(&history),
+            [
+                Role::User,
+                Role::Assistant,
+                Role::Tool,
+                Role::Assistant,
+                Role::User,
+                Role::Assistant,
+                Role::Tool,
+                Role::Assistant
+            ]
+        );
+        assert_eq!(history[0].text(), "first question");
+        assert_eq!(history[4].text(), "second question");
+        assert_eq!(call_ids(&history[5]), ["c2"]);
+        assert_eq!(result_ids(&history[6]), ["c2"]);
+    }
+
+    #[test]
+    fn session_history_drops_a_call_without_result_from_a_run_failed_mid_batch() {
+        let mut journal = Journal::new();
+        journal.plain_run("first question", "a1", "first answer");
+        journal.switch_to("run-2");
+        journal.begin("second question");
+        journal.model_turn(
+            RunStatus::ReadyForModel,
+            asks("two tools", &["b1", "b2"]),
+            RunStatus::AwaitingTools,
+        );
+        journal.step_started(RunStatus::AwaitingTools, Effect::ToolBatch);
+        journal.push(called("b1"));
+        journal.push(called("b2"));
+        journal.push(tool_completed("b1", "one"));
+        journal.push(transition(RunStatus::AwaitingTools, RunStatus::Failed));
+        journal.push(run_failed("timeout", "b2 never answered"));
+
+        let history = session_history(&journal.events).unwrap();
+
+        assert_eq!(history.len(), 7);
+        assert_eq!(history[..4], journal.state_of(RUN).conversation()[..]);
+        assert_eq!(history[4].text(), "second question");
+        assert_eq!(
+            history[5].text(),
+            "two tools",
+            "the text of the answer stays"
+        );
+        assert_eq!(call_ids(&history[5]), ["b1"], "b2 has no result");
+        assert_eq!(result_ids(&history[6]), ["b1"]);
+    }
+
+    #[test]
+    fn session_history_pairs_calls_within_each_run_even_when_ids_repeat() {
+        // Call ids are only unique within a run (the fake provider restarts at fake_0_0 in
+        // each run, as in session-two-runs.jsonl): run 1's result must not keep run 2's
+        // unanswered call of the same id.
+        let mut journal = Journal::new();
+        journal.plain_run("first question", "fake_0_0", "first answer");
+        journal.switch_to("run-2");
+        journal.begin("second question");
+        journal.model_turn(
+            RunStatus::ReadyForModel,
+            asks("Je calcule.", &["fake_0_0"]),
+            RunStatus::AwaitingTools,
+        );
+        journal.push(transition(RunStatus::AwaitingTools, RunStatus::Failed));
+        journal.push(run_failed("timeout", "the tool never answered"));
+
+        let history = session_history(&journal.events).unwrap();
+
+        assert_eq!(history.len(), 6);
+        assert_eq!(history[5].role, Role::Assistant);
+        assert!(
+            call_ids(&history[5]).is_empty(),
+            "run 2's call has no result in run 2: {:?}",
+            history[5]
+        );
+    }
+
+    #[test]
+    fn session_history_skips_child_and_compaction_runs() {
+        let mut journal = Journal::new();
+        journal.plain_run("root question", "c1", "root answer");
+        journal.switch_to("child-run");
+        journal.push(run_started("normal", Some(RUN), 1));
+        journal.push(user("child question"));
+        journal.switch_to("compaction-run");
+        journal.push(run_started("compaction", None, 0));
+        journal.push(user("summarize"));
+
+        let history = session_history(&journal.events).unwrap();
+
+        assert_eq!(history.len(), 4);
+        assert!(
+            history
+                .iter()
+                .all(|m| !m.text().contains("child") && m.text() != "summarize")
+        );
+    }
+
+    #[test]
+    fn session_history_of_an_empty_journal_is_empty() {
+        assert_eq!(session_history(&[]), Ok(Vec::new()));
+    }
+
+    #[test]
+    fn session_history_reports_a_broken_run() {
+        let mut journal = Journal::new();
+        journal.begin("hello");
+        let bad = journal.push(tool_completed("ghost", "?"));
+
+        match session_history(&journal.events) {
+            Err(FoldError::Projection(e)) => assert_eq!(e.event_id, bad.event_id),
+            other => panic!("expected a projection error, got {other:?}"),
+        }
+    }
+
+    // ---------------------------------------------------------------------------------------
+    // Reference journals
+    // ---------------------------------------------------------------------------------------
+
+    #[test]
+    fn reference_plain_run_folds_to_its_recorded_outcome() {
+        let events = read_journal(PLAIN_RUN);
+        assert_eq!(events.len(), 17);
+
+        let state = RunState::fold("plain-run-1", &events).unwrap();
+
+        assert_eq!(state.status, RunStatus::Completed);
+        assert!(state.finished);
+        assert_eq!(state.iterations, 2);
+        assert_eq!(state.model_calls, 2);
+        assert_eq!(
+            (state.usage.input_tokens, state.usage.output_tokens),
+            (496, 93)
+        );
+        assert_eq!(
+            state.output_text().as_deref(),
+            Some("12 fois 7, plus 3, font 87.")
+        );
+        assert!(state.pending_calls.is_empty());
+        assert_eq!(state.last_seq, 17);
+        assert!(state.claim.is_some());
+        assert_eq!(
+            roles(&state.conversation()),
+            [Role::User, Role::Assistant, Role::Tool, Role::Assistant]
+        );
+    }
+
+    #[test]
+    fn reference_plain_run_totals_match_its_run_completed() {
+        let events = read_journal(PLAIN_RUN);
+        let state = RunState::fold("plain-run-1", &events).unwrap();
+        let Some(Payload::RunCompleted(done)) = events.last().map(|e| &e.payload) else {
+            panic!("the reference run ends with run.completed");
+        };
+
+        assert_eq!(state.usage, done.usage);
+        assert_eq!(state.iterations, done.iterations);
+        assert_eq!(state.cost_usd, done.cost_usd);
+        assert_eq!(state.output, done.output);
+    }
+
+    #[test]
+    fn reference_session_folds_each_run() {
+        let events = read_journal(SESSION_TWO_RUNS);
+
+        for run_id in ["sess-a-run1", "sess-a-run2"] {
+            let state = RunState::fold(run_id, &events).unwrap();
+            let Some(Payload::RunCompleted(done)) = events
+                .iter()
+                .rev()
+                .find(|e| e.run_id == run_id)
+                .map(|e| &e.payload)
+            else {
+                panic!("{run_id} ends with run.completed");
+            };
+            assert_eq!(state.status, RunStatus::Completed, "{run_id}");
+            assert!(state.finished, "{run_id}");
+            assert_eq!(state.iterations, 2, "{run_id}");
+            assert_eq!(state.usage, done.usage, "{run_id}");
+            assert_eq!(
+                state.output_text().as_deref(),
+                Some("12 fois 7, plus 3, font 87."),
+                "{run_id}"
+            );
+        }
+    }
+
+    #[test]
+    fn reference_session_history_puts_the_first_run_before_the_second() {
+        let events = read_journal(SESSION_TWO_RUNS);
+        let second_start = events
+            .iter()
+            .position(|e| e.run_id == "sess-a-run2")
+            .unwrap();
+        let first = RunState::fold("sess-a-run1", &events).unwrap();
+
+        // What the second run is given when it starts: the first run's 4 messages.
+        let before_second = session_history(&events[..second_start]).unwrap();
+        assert_eq!(before_second.len(), 4);
+        assert_eq!(before_second, first.conversation());
+        assert_eq!(before_second[0].text(), "Combien font 12 × 7 + 3 ?");
+
+        // The whole session: the first run's messages, then the second run's.
+        let whole = session_history(&events).unwrap();
+        assert_eq!(whole.len(), 8);
+        assert_eq!(whole[..4], before_second[..]);
+        assert_eq!(whole[4].text(), "Et encore ?");
+        assert_eq!(call_ids(&whole[5]), ["fake_0_0"]);
+        assert_eq!(result_ids(&whole[6]), ["fake_0_0"]);
+    }
 }

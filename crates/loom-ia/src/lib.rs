@@ -35,7 +35,7 @@
 mod clock;
 mod error;
 mod loom;
-mod report;
+
 mod resolve;
 mod result;
 
@@ -47,8 +47,9 @@ pub use loom_core::{
     self as core, Event, Message, RunState, RunStatus, Usage,
     tool::{FnTool, IntoToolOutput, Json, Tool, ToolContext, ToolError, ToolOutput},
 };
-pub use loom_engine::RunRef;
+pub use loom_engine::{Observer, RunRef};
 pub use loom_macros::tool;
+pub mod report;
 pub use report::{Trace, TraceCall, TraceStep, UsageLine, UsageReport};
 pub use result::RunResult;
 

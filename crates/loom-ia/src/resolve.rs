@@ -32,17 +32,25 @@ pub(crate) fn models(config: &Config) -> Result<BTreeMap<String, Arc<dyn ModelCl
                 Arc::new(model)
             }
             Sdk::Anthropic | Sdk::Openai => {
-                return Err(config
-                    .error_at_root(
-                        &format!("models[{index}].sdk"),
-                        format!(
-                            "model '{}': sdk '{}' is not available in this build (it needs the '{}' adapter, \
-                             which arrives with real-provider support)",
-                            spec.id,
-                            spec.sdk.as_str(),
-                            spec.sdk.as_str()
-                        ),
+                let sdk = spec.sdk.as_str();
+                let compiled = match spec.sdk {
+                    Sdk::Anthropic => cfg!(feature = "anthropic"),
+                    _ => cfg!(feature = "openai"),
+                };
+                let message = if compiled {
+                    format!(
+                        "model '{}': the '{sdk}' adapter is not part of this version yet",
+                        spec.id
                     )
+                } else {
+                    format!(
+                        "model '{}': sdk '{sdk}' needs the Cargo feature '{sdk}' of loom-ia, \
+                         which this build does not have",
+                        spec.id
+                    )
+                };
+                return Err(config
+                    .error_at_root(&format!("models[{index}].sdk"), message)
                     .into());
             }
         };

@@ -1,0 +1,293 @@
+//! Arguments and commands.
+
+use std::{io::Write, path::PathBuf, sync::Mutex};
+
+use clap::{Parser, Subcommand};
+use loom_ia::{
+    Event, Loom, LoomError, Profile, RunOptions, config::LogFormat, core::event::Payload,
+};
+
+use crate::{App, FAILED, OK, REFUSED, render};
+
+/// Loom: run AI agents whose every fact is journaled.
+#[derive(Debug, Parser)]
+#[command(name = "loom", version, about, propagate_version = true)]
+pub struct Cli {
+    /// Configuration file.
+    #[arg(long, global = true, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Profile (wins over LOOM_PROFILE and the file's `profile:`).
+    #[arg(long, global = true, value_parser = parse_profile)]
+    profile: Option<Profile>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+fn parse_profile(text: &str) -> Result<Profile, String> {
+    text.parse()
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Load and check everything, and print what was understood.
+    Validate,
+    /// Run an agent on a message.
+    Run {
+        /// Agent name.
+        agent: String,
+        /// The user's message.
+        message: String,
+        /// Continue this session (its conversation is re-read).
+        #[arg(long)]
+        session: Option<String>,
+        /// Print the result as JSON.
+        #[arg(long)]
+        json: bool,
+        /// Stream the answer as it is written, with progress on stderr.
+        #[arg(long)]
+        stream: bool,
+        /// Choose the run id.
+        #[arg(long = "run-id")]
+        run_id: Option<String>,
+    },
+    /// Show a run as a tree of steps, model calls and tool calls.
+    Inspect {
+        /// Run id.
+        run_id: String,
+        /// Session of the run (found by search when absent).
+        #[arg(long)]
+        session: Option<String>,
+        /// Show everything, uncut.
+        #[arg(long)]
+        full: bool,
+        /// Print the trace as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Tokens and cost of a run, by role and by model.
+    Report {
+        /// Run id.
+        run_id: String,
+        /// Session of the run (found by search when absent).
+        #[arg(long)]
+        session: Option<String>,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print the JSON Schema of the configuration.
+    Schema,
+}
+
+pub(crate) async fn execute(cli: Cli, app: App) -> u8 {
+    if let Command::Schema = cli.command {
+        return print_json(&loom_ia::config::json_schema());
+    }
+    let path = app.config_path(cli.config.as_deref());
+    let loom = match Loom::from_config_with(&path, cli.profile) {
+        Ok(loom) => loom,
+        Err(error) => return fail(&error),
+    };
+    init_logging(&loom);
+    for tool in app.tools() {
+        if let Err(error) = loom.register_arc(&tool.spec().name, tool.clone()) {
+            return fail(&error);
+        }
+    }
+    let outcome = match cli.command {
+        Command::Schema => Ok(OK),
+        Command::Validate => validate(&loom),
+        Command::Run {
+            agent,
+            message,
+            session,
+            json,
+            stream,
+            run_id,
+        } => {
+            run(
+                &loom,
+                &agent,
+                &message,
+                RunOptions {
+                    session_id: session,
+                    run_id,
+                    ..RunOptions::default()
+                },
+                json,
+                stream,
+            )
+            .await
+        }
+        Command::Inspect {
+            run_id,
+            session,
+            full,
+            json,
+        } => inspect(&loom, &run_id, session.as_deref(), full, json).await,
+        Command::Report {
+            run_id,
+            session,
+            json,
+        } => report(&loom, &run_id, session.as_deref(), json).await,
+    };
+    outcome.unwrap_or_else(|error| fail(&error))
+}
+
+fn fail(error: &LoomError) -> u8 {
+    match error {
+        LoomError::Config(config) => eprintln!("config error: {config}"),
+        other => eprintln!("error: {other}"),
+    }
+    if error.is_refusal() { REFUSED } else { FAILED }
+}
+
+fn init_logging(loom: &Loom) {
+    let logging = &loom.config().raw().telemetry.logging;
+    let level = logging.level().map_or("info", |l| match l {
+        loom_ia::config::LogLevel::Error => "error",
+        loom_ia::config::LogLevel::Warn => "warn",
+        loom_ia::config::LogLevel::Info => "info",
+        loom_ia::config::LogLevel::Debug => "debug",
+        loom_ia::config::LogLevel::Trace => "trace",
+    });
+    let filter = tracing_subscriber::EnvFilter::try_from_env("LOOM_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let _ = match logging.format {
+        LogFormat::Json => builder.json().try_init(),
+        LogFormat::Console => builder.without_time().with_target(false).try_init(),
+    };
+}
+
+fn print_json(value: &impl serde::Serialize) -> u8 {
+    match serde_json::to_string_pretty(value) {
+        Ok(text) => {
+            println!("{text}");
+            OK
+        }
+        Err(error) => {
+            eprintln!("error: {error}");
+            FAILED
+        }
+    }
+}
+
+fn validate(loom: &Loom) -> Result<u8, LoomError> {
+    let validation = loom.validate()?;
+    print!("{}", render::validation(&validation));
+    Ok(OK)
+}
+
+async fn run(
+    loom: &Loom,
+    agent: &str,
+    message: &str,
+    options: RunOptions,
+    json: bool,
+    stream: bool,
+) -> Result<u8, LoomError> {
+    let result = if stream {
+        let progress = Progress {
+            deltas: !json,
+            wrote_text: Mutex::new(false),
+        };
+        let result = loom
+            .run_observed(agent, message, options, &progress)
+            .await?;
+        if progress.wrote() {
+            println!();
+        }
+        result
+    } else {
+        loom.run(agent, message, options).await?
+    };
+    if json {
+        print_json(&result);
+    } else if !stream {
+        println!(
+            "{}",
+            if result.text.is_empty() {
+                "—"
+            } else {
+                &result.text
+            }
+        );
+    }
+    eprint!("{}", render::run_summary(&result));
+    Ok(if result.ok() { OK } else { FAILED })
+}
+
+/// `--stream`: text deltas on stdout as they come, one progress line per event on stderr.
+struct Progress {
+    deltas: bool,
+    wrote_text: Mutex<bool>,
+}
+
+impl Progress {
+    fn wrote(&self) -> bool {
+        self.wrote_text.lock().map(|w| *w).unwrap_or(false)
+    }
+}
+
+impl loom_ia::Observer for Progress {
+    fn event(&self, event: &Event) {
+        if let Some(line) = render::progress_line(event) {
+            eprintln!("{line}");
+        }
+        if let Payload::ModelResponded(_) = &event.payload
+            && self.wrote()
+            && self.deltas
+        {
+            println!();
+            if let Ok(mut wrote) = self.wrote_text.lock() {
+                *wrote = false;
+            }
+        }
+    }
+
+    fn text_delta(&self, _run_id: &str, text: &str) {
+        if !self.deltas {
+            return;
+        }
+        let mut stdout = std::io::stdout().lock();
+        let _ = stdout.write_all(text.as_bytes());
+        let _ = stdout.flush();
+        if let Ok(mut wrote) = self.wrote_text.lock() {
+            *wrote = true;
+        }
+    }
+}
+
+async fn inspect(
+    loom: &Loom,
+    run_id: &str,
+    session: Option<&str>,
+    full: bool,
+    json: bool,
+) -> Result<u8, LoomError> {
+    let run = loom.locate(run_id, session, None).await?;
+    let trace = loom.trace(&run).await?;
+    if json {
+        return Ok(print_json(&trace));
+    }
+    print!("{}", render::trace(&trace, full));
+    Ok(OK)
+}
+
+async fn report(
+    loom: &Loom,
+    run_id: &str,
+    session: Option<&str>,
+    json: bool,
+) -> Result<u8, LoomError> {
+    let run = loom.locate(run_id, session, None).await?;
+    let report = loom.report(&run).await?;
+    if json {
+        return Ok(print_json(&report));
+    }
+    print!("{}", render::usage(&report));
+    Ok(OK)
+}

@@ -1,0 +1,341 @@
+//! Text for people: run summaries, progress lines, traces, usage reports, validation.
+
+use std::fmt::Write as _;
+
+use loom_ia::{
+    Event, RunResult, Trace, UsageLine, UsageReport, Validation, core::event::Payload,
+    report::TraceCall,
+};
+use serde_json::Value;
+
+/// Longest line `inspect` prints without `--full`.
+const MAX_LINE: usize = 110;
+
+/// The lines `loom run` prints on stderr after the answer.
+pub(crate) fn run_summary(result: &RunResult) -> String {
+    let mut out = String::from("\n");
+    let _ = writeln!(
+        out,
+        "Status     : {} · iterations: {} · tokens: {}/{} · cost: {:.4} $",
+        result.status,
+        result.iterations,
+        result.usage.input_tokens,
+        result.usage.output_tokens,
+        result.cost_usd
+    );
+    let _ = writeln!(out, "Run        : {}", result.run_id);
+    if result.session_id != result.run_id {
+        let _ = writeln!(out, "Session    : {}", result.session_id);
+    }
+    if let Some(error) = &result.error {
+        let kind = result.error_type.as_deref().unwrap_or("error");
+        let _ = writeln!(out, "Error      : {error} ({kind})");
+    }
+    out
+}
+
+/// One progress line for `--stream`, for the events worth a line.
+pub(crate) fn progress_line(event: &Event) -> Option<String> {
+    match &event.payload {
+        Payload::ToolCalled(called) => Some(format!(
+            "· {}({})",
+            called.tool_name,
+            compact(&called.arguments)
+        )),
+        Payload::ToolCompleted(done) => Some(if done.output.is_error {
+            format!(
+                "· {}: done (error) — {}",
+                done.tool_name,
+                first_line(&done.output.visible_text())
+            )
+        } else {
+            format!("· {}: done", done.tool_name)
+        }),
+        Payload::RunFailed(failed) => Some(format!(
+            "· failed ({}): {}",
+            failed.error_type, failed.error
+        )),
+        Payload::RunCancelled(cancelled) => Some(format!("· cancelled ({})", cancelled.reason)),
+        _ => None,
+    }
+}
+
+/// `loom inspect`.
+pub(crate) fn trace(trace: &Trace, full: bool) -> String {
+    let mut out = String::new();
+    let mut line = |text: String| {
+        let text = if full { text } else { cut(&text) };
+        out.push_str(&text);
+        out.push('\n');
+    };
+    line(format!(
+        "Run        : {} (agent {}, tenant {})",
+        trace.run_id, trace.agent, trace.tenant_id
+    ));
+    line(format!("Session    : {}", trace.session_id));
+    let mut status = format!(
+        "Status     : {}, {} iteration(s)",
+        trace.status, trace.iterations
+    );
+    if let Some(kind) = &trace.error_type {
+        let _ = write!(status, " ({kind})");
+    }
+    if !trace.finished {
+        status.push_str(" — run not finished: durations are provisional");
+    }
+    line(status);
+    line(format!(
+        "Usage      : {} → {} tokens, {:.6} $, {} of piloting",
+        trace.usage.prompt_tokens(),
+        trace.usage.output_tokens,
+        trace.cost_usd,
+        duration(trace.active_ms)
+    ));
+    line(String::new());
+    line(format!(
+        "run {} — {}, {}, {:.6} $",
+        trace.agent,
+        trace.status,
+        duration(trace.duration_ms),
+        trace.cost_usd
+    ));
+    let (mut model_calls, mut tool_calls, mut refused) = (0, 0, 0);
+    for step in &trace.steps {
+        let mut head = format!("  step {} ({})", step.step_no, step_effect(step.effect));
+        if let Some(ms) = step.duration_ms {
+            let _ = write!(head, " — {}", duration(ms));
+        }
+        if let Some(outcome) = step.outcome
+            && outcome != loom_ia::core::event::Outcome::Ok
+        {
+            let _ = write!(
+                head,
+                " ({})",
+                serde_json::to_value(outcome)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_owned))
+                    .unwrap_or_default()
+            );
+        }
+        line(head);
+        for call in &step.calls {
+            match call {
+                TraceCall::Model {
+                    model_id,
+                    model,
+                    role,
+                    latency_ms,
+                    usage,
+                    cost_usd,
+                    text,
+                    tool_calls: calls,
+                    ..
+                } => {
+                    model_calls += 1;
+                    let label = match model {
+                        Some(model) => format!("{model} ({model_id})"),
+                        None => model_id.clone(),
+                    };
+                    line(format!(
+                        "    model {label} ({}) — {}, {} → {} tokens, {:.6} $",
+                        role.as_deref().unwrap_or("main"),
+                        duration(*latency_ms),
+                        usage.prompt_tokens(),
+                        usage.output_tokens,
+                        cost_usd
+                    ));
+                    if !text.is_empty() {
+                        line(format!("      · answers   : {}", one_line(text)));
+                    }
+                    for (name, arguments) in calls {
+                        line(format!(
+                            "      · calls     : {name}({})",
+                            compact(arguments)
+                        ));
+                    }
+                }
+                TraceCall::Tool {
+                    name,
+                    arguments,
+                    result,
+                    is_error,
+                    latency_ms,
+                    refused: was_refused,
+                    ..
+                } => {
+                    tool_calls += 1;
+                    let mut head = format!("    tool {name}");
+                    if *was_refused {
+                        refused += 1;
+                        head.push_str(" — refused before launch");
+                    } else if let Some(ms) = latency_ms {
+                        let _ = write!(head, " — {}", duration(*ms));
+                    } else {
+                        head.push_str(" (open)");
+                    }
+                    if *is_error {
+                        head.push_str(" (error)");
+                    }
+                    line(head);
+                    line(format!("      · arguments : {}", compact(arguments)));
+                    if let Some(result) = result {
+                        line(format!("      · result    : {}", one_line(result)));
+                    }
+                }
+            }
+        }
+    }
+    if let Some(output) = &trace.output {
+        line(String::new());
+        line("Final answer:".to_owned());
+        for text in output.lines() {
+            line(format!("  {text}"));
+        }
+    }
+    if let Some(error) = &trace.error {
+        line(format!("Error      : {error}"));
+    }
+    let mut summary =
+        format!("Summary    : {model_calls} model call(s), {tool_calls} tool call(s)");
+    if refused > 0 {
+        let _ = write!(summary, " including {refused} refused before launch");
+    }
+    line(summary);
+    out
+}
+
+fn step_effect(effect: loom_ia::core::event::Effect) -> &'static str {
+    effect.as_str()
+}
+
+/// `loom report`.
+pub(crate) fn usage(report: &UsageReport) -> String {
+    let width = report
+        .roles
+        .keys()
+        .chain(report.models.keys())
+        .map(|k| k.chars().count())
+        .max()
+        .unwrap_or(0)
+        .max(14);
+    let row = |label: &str, line: &UsageLine, indent: usize| {
+        format!(
+            "{:indent$}{label:<width$}  {:>3} call(s) · {:>8}/{:<6} tokens · {:.5} $\n",
+            "",
+            line.calls,
+            line.usage.prompt_tokens(),
+            line.usage.output_tokens,
+            line.cost_usd,
+            indent = indent,
+            width = width + 2 - indent.saturating_sub(2),
+        )
+    };
+    let mut out = format!("Usage — run {}\n", report.run_id);
+    out.push_str(&row("Total", &report.total, 2));
+    out.push_str("  By role:\n");
+    for (role, line) in &report.roles {
+        out.push_str(&row(role, line, 4));
+    }
+    out.push_str("  By model:\n");
+    for (model, line) in &report.models {
+        out.push_str(&row(model, line, 4));
+    }
+    out
+}
+
+/// `loom validate`.
+pub(crate) fn validation(validation: &Validation) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "Config     : {}", validation.file.display());
+    let _ = writeln!(
+        out,
+        "Profile    : {}",
+        validation.profile.map_or("(none)", |p| p.as_str())
+    );
+    let _ = writeln!(out, "Journal    : {}", validation.journal);
+    let models: Vec<String> = validation
+        .models
+        .iter()
+        .map(|(id, sdk, model)| format!("{id} ({sdk}: {model})"))
+        .collect();
+    let _ = writeln!(
+        out,
+        "Models     : {}",
+        if models.is_empty() {
+            "none".into()
+        } else {
+            models.join(", ")
+        }
+    );
+    let _ = writeln!(
+        out,
+        "Tools      : {}",
+        if validation.tools.is_empty() {
+            "none".into()
+        } else {
+            validation.tools.join(", ")
+        }
+    );
+    for agent in &validation.agents {
+        let _ = writeln!(
+            out,
+            "Agent      : {} — model {}, at most {} iteration(s)",
+            agent.name, agent.model, agent.max_iterations
+        );
+        for (name, d) in &agent.tools {
+            let timeout = d
+                .timeout
+                .map_or("default".to_owned(), |t| format!("{} s", t.as_secs_f64()));
+            let _ = writeln!(
+                out,
+                "  · tool {name}: side_effects {}, approval {}, idempotent {}, timeout {timeout}",
+                enum_name(&d.side_effects),
+                enum_name(&d.approval),
+                d.idempotent
+            );
+        }
+    }
+    let _ = writeln!(
+        out,
+        "{} agent(s) loaded without error.",
+        validation.agents.len()
+    );
+    out
+}
+
+fn enum_name(value: &impl serde::Serialize) -> String {
+    serde_json::to_value(value)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_default()
+}
+
+fn compact(value: &Value) -> String {
+    value.to_string()
+}
+
+fn one_line(text: &str) -> String {
+    text.replace('\n', " ⏎ ")
+}
+
+fn first_line(text: &str) -> &str {
+    text.lines().next().unwrap_or_default()
+}
+
+fn cut(text: &str) -> String {
+    if text.chars().count() <= MAX_LINE {
+        return text.to_owned();
+    }
+    let mut short: String = text.chars().take(MAX_LINE - 1).collect();
+    short.push('…');
+    short
+}
+
+/// `N ms` below a second, else `N.N s`.
+fn duration(ms: f64) -> String {
+    if ms < 1000.0 {
+        format!("{} ms", ms.round() as u64)
+    } else {
+        format!("{:.1} s", ms / 1000.0)
+    }
+}

@@ -1,0 +1,56 @@
+//! Repository checks for the Loom workspace, run by `cargo test` (through
+//! `xtask/tests/tidy.rs`) and by `cargo run -p xtask -- tidy`.
+//!
+//! They turn the architecture's invariants into failures: the layering of
+//! crate dependencies ([`layers`]), a `//!` doc comment atop every source
+//! file and versions on internal path dependencies ([`tidy`]).
+
+#![warn(missing_docs)]
+
+pub mod layers;
+pub mod tidy;
+pub mod workspace;
+
+use std::path::{Path, PathBuf};
+
+use workspace::{Error, Workspace};
+
+/// The outcome of one named check.
+#[derive(Debug)]
+pub struct Check {
+    /// A short name, such as `layering`.
+    pub name: &'static str,
+    /// One line per violation; empty when the check passes.
+    pub violations: Vec<String>,
+}
+
+/// The workspace root: the parent of the `xtask` package.
+pub fn workspace_root() -> PathBuf {
+    let xtask = Path::new(env!("CARGO_MANIFEST_DIR"));
+    xtask.parent().unwrap_or(xtask).to_path_buf()
+}
+
+/// Runs every check on the workspace at `root`.
+pub fn run_all(root: &Path) -> Result<Vec<Check>, Error> {
+    let workspace = Workspace::load(root)?;
+    let manifest_path = root.join("Cargo.toml");
+    let manifest = std::fs::read_to_string(&manifest_path)
+        .map_err(|e| Error::new(format!("cannot read {}: {e}", manifest_path.display())))?;
+    Ok(vec![
+        Check {
+            name: "layering",
+            violations: layers::check_layering(&workspace),
+        },
+        Check {
+            name: "doc comments",
+            violations: tidy::check_doc_comments(root)?
+                .into_iter()
+                .map(|file| format!("{file} does not start with a //! doc comment"))
+                .collect(),
+        },
+        Check {
+            name: "path dependency versions",
+            violations: tidy::check_path_versions(&manifest, &workspace),
+        },
+    ])
+}
