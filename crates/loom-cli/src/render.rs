@@ -219,12 +219,15 @@ pub(crate) fn usage(report: &UsageReport) -> String {
         .unwrap_or(0)
         .max(14);
     let row = |label: &str, line: &UsageLine, indent: usize| {
+        let tokens = format!(
+            "{}/{}",
+            line.usage.prompt_tokens(),
+            line.usage.output_tokens
+        );
         format!(
-            "{:indent$}{label:<width$}  {:>3} call(s) · {:>8}/{:<6} tokens · {:.5} $\n",
+            "{:indent$}{label:<width$}  {:>3} call(s) · {tokens:>13} tokens · {:.5} $\n",
             "",
             line.calls,
-            line.usage.prompt_tokens(),
-            line.usage.output_tokens,
             line.cost_usd,
             indent = indent,
             width = width + 2 - indent.saturating_sub(2),

@@ -1,0 +1,441 @@
+//! End-to-end tests through the binaries: the stock `loom` and the `devis` example (the CLI
+//! embedding a Rust tool). Each test works in its own temporary directory.
+
+// Helpers outside #[test] functions unwrap too: a panic there is a failed test.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::{
+    fs,
+    path::{Path, PathBuf},
+    process::{Command, Output},
+};
+
+use serde_json::Value;
+
+const QUESTION: &str = "Quel prix TTC pour un devis de 1 250 € HT en rénovation (TVA à 10 %) ?";
+
+fn loom_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_loom"))
+}
+
+/// The `devis` example binary, built by `cargo test` beside the `loom` binary.
+fn devis_bin() -> PathBuf {
+    let path = loom_bin()
+        .parent()
+        .unwrap()
+        .join("examples")
+        .join(format!("devis{}", std::env::consts::EXE_SUFFIX));
+    assert!(
+        path.exists(),
+        "{} is missing: run the tests with `cargo test` (which builds examples)",
+        path.display()
+    );
+    path
+}
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// A copy of examples/devis (config, agents, prompts) in a fresh directory.
+fn devis_project() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let source = repo().join("examples/devis");
+    fs::copy(source.join("loom.yaml"), dir.path().join("loom.yaml")).unwrap();
+    for sub in ["agents", "prompts"] {
+        fs::create_dir_all(dir.path().join(sub)).unwrap();
+        for entry in fs::read_dir(source.join(sub)).unwrap() {
+            let entry = entry.unwrap();
+            fs::copy(entry.path(), dir.path().join(sub).join(entry.file_name())).unwrap();
+        }
+    }
+    dir
+}
+
+fn run_in(bin: &Path, dir: &Path, args: &[&str]) -> Output {
+    Command::new(bin)
+        .current_dir(dir)
+        .env_remove("LOOM_PROFILE")
+        .env_remove("LOOM_LOG")
+        .args(["--config", "loom.yaml"])
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn run_id_of(stderr: &str) -> String {
+    stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("Run        : "))
+        .expect("the run id line")
+        .trim()
+        .to_owned()
+}
+
+fn journal(dir: &Path, session: &str) -> Vec<Value> {
+    let path = dir.join("data/default").join(format!("{session}.jsonl"));
+    fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+fn reference_journal() -> Vec<Value> {
+    let path = repo().join("../shared/reference/journals/plain-run.jsonl");
+    fs::read_to_string(&path)
+        .unwrap_or_else(|e| {
+            panic!(
+                "{}: {e} (../shared must sit beside the project)",
+                path.display()
+            )
+        })
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+fn keys(value: &Value) -> Vec<String> {
+    value
+        .as_object()
+        .map(|m| m.keys().cloned().collect())
+        .unwrap_or_default()
+}
+
+#[test]
+fn devis_run_answers_from_the_tool_and_journals_the_reference_sequence() {
+    let dir = devis_project();
+    let out = run_in(&devis_bin(), dir.path(), &["run", "devis", QUESTION]);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "stdout: {stdout}\nstderr: {stderr}");
+    assert_eq!(
+        stdout.trim(),
+        "Pour ce devis de rénovation, le prix est de 1\u{202f}375 € TTC (1\u{202f}250 € HT + 125 € de TVA à 10 %)."
+    );
+    assert!(
+        stderr.contains("Status     : completed · iterations: 2 · tokens: "),
+        "{stderr}"
+    );
+    assert!(stderr.contains(" · cost: 0.00"), "{stderr}");
+    let run_id = run_id_of(&stderr);
+
+    let ours = journal(dir.path(), &run_id);
+    let reference = reference_journal();
+    assert_eq!(ours.len(), 17);
+    let types = |j: &[Value]| {
+        j.iter()
+            .map(|e| e["type"].as_str().unwrap().to_owned())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(types(&ours), types(&reference));
+    for (mine, theirs) in ours.iter().zip(&reference) {
+        let what = mine["type"].as_str().unwrap();
+        assert_eq!(keys(mine), keys(theirs), "envelope of {what}");
+        assert_eq!(
+            keys(&mine["payload"]),
+            keys(&theirs["payload"]),
+            "payload of {what}"
+        );
+        assert_eq!(
+            keys(&mine["facets"]),
+            keys(&theirs["facets"]),
+            "facets of {what}"
+        );
+        assert_eq!(mine["schema_version"], 1);
+        assert_eq!(mine["run_id"].as_str(), Some(run_id.as_str()));
+    }
+    let seqs: Vec<u64> = ours.iter().map(|e| e["seq"].as_u64().unwrap()).collect();
+    assert_eq!(seqs, (1..=17).collect::<Vec<_>>());
+    // Ids chosen by Loom are UUIDv7.
+    for event in &ours {
+        let id = event["event_id"].as_str().unwrap();
+        assert_eq!(id.len(), 36);
+        assert_eq!(&id[14..15], "7", "{id} is not a UUIDv7");
+    }
+    assert_eq!(
+        ours[9]["payload"]["output"]["blocks"][0]["text"],
+        "1\u{202f}375 € TTC (1\u{202f}250 € HT + 125 € de TVA à 10 %)"
+    );
+}
+
+/// Replaces what varies between runs (durations) in rendered output.
+fn stable(text: &str) -> String {
+    let mut out = String::new();
+    for line in text.lines() {
+        let mut line = line.to_owned();
+        for unit in [" ms", " s"] {
+            while let Some(end) = line
+                .find(unit)
+                .filter(|&i| i > 0 && line[..i].chars().last().is_some_and(|c| c.is_ascii_digit()))
+            {
+                let start = line[..end]
+                    .rfind(|c: char| !(c.is_ascii_digit() || c == '.'))
+                    .map_or(0, |i| i + 1);
+                line.replace_range(start..end + unit.len(), "[time]");
+            }
+        }
+        out.push_str(&line);
+        out.push('\n');
+    }
+    out
+}
+
+#[test]
+fn inspect_and_report_render_the_run() {
+    let dir = devis_project();
+    let bin = devis_bin();
+    let out = run_in(
+        &bin,
+        dir.path(),
+        &["run", "devis", QUESTION, "--run-id", "devis-1"],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+
+    let inspect = run_in(&bin, dir.path(), &["inspect", "devis-1"]);
+    assert!(inspect.status.success(), "{}", text(&inspect.stderr));
+    insta::assert_snapshot!("inspect", stable(&text(&inspect.stdout)));
+
+    let full = text(&run_in(&bin, dir.path(), &["inspect", "devis-1", "--full"]).stdout);
+    assert!(full.contains("· answers   : Pour ce devis de rénovation, le prix est de 1\u{202f}375 € TTC (1\u{202f}250 € HT + 125 € de TVA à 10 %)."));
+
+    let json: Value =
+        serde_json::from_slice(&run_in(&bin, dir.path(), &["inspect", "devis-1", "--json"]).stdout)
+            .unwrap();
+    assert_eq!(json["run_id"], "devis-1");
+    assert_eq!(json["status"], "completed");
+    assert_eq!(json["steps"].as_array().unwrap().len(), 3);
+    assert_eq!(json["steps"][1]["calls"][0]["kind"], "tool");
+    assert_eq!(json["steps"][1]["calls"][0]["name"], "prix_ttc");
+    assert_eq!(json["steps"][0]["calls"][0]["model"], "fake-1");
+
+    let report = run_in(&bin, dir.path(), &["report", "devis-1"]);
+    assert!(report.status.success());
+    insta::assert_snapshot!("report", text(&report.stdout));
+    let json: Value =
+        serde_json::from_slice(&run_in(&bin, dir.path(), &["report", "devis-1", "--json"]).stdout)
+            .unwrap();
+    assert_eq!(json["total"]["calls"], 2);
+    assert_eq!(json["roles"]["main"]["calls"], 2);
+    assert_eq!(json["models"]["fake-1 (FAKE)"]["calls"], 2);
+
+    let missing = run_in(&bin, dir.path(), &["inspect", "nope"]);
+    assert_eq!(missing.status.code(), Some(2));
+    assert_eq!(text(&missing.stderr).trim(), "error: run nope not found");
+}
+
+#[test]
+fn run_json_stream_and_sessions() {
+    let dir = devis_project();
+    let bin = devis_bin();
+    let out = run_in(
+        &bin,
+        dir.path(),
+        &["run", "devis", QUESTION, "--json", "--session", "client-42"],
+    );
+    assert!(out.status.success());
+    let result: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(result["status"], "completed");
+    assert_eq!(result["session_id"], "client-42");
+    assert_eq!(result["iterations"], 2);
+    assert!(result["text"].as_str().unwrap().contains("375 € TTC"));
+    assert!(result["usage"]["input_tokens"].as_u64().unwrap() > 0);
+    assert!(result.get("error").is_none());
+
+    let streamed = run_in(
+        &bin,
+        dir.path(),
+        &[
+            "run",
+            "devis",
+            "Et pour 2 000 € HT ?",
+            "--stream",
+            "--session",
+            "client-42",
+        ],
+    );
+    assert!(streamed.status.success(), "{}", text(&streamed.stderr));
+    let (stdout, stderr) = (text(&streamed.stdout), text(&streamed.stderr));
+    assert!(
+        stdout.contains("Je calcule le prix TTC avec l'outil prix_ttc."),
+        "{stdout}"
+    );
+    assert!(stdout.contains("375 € TTC"), "{stdout}");
+    assert!(
+        stderr.contains("· prix_ttc({\"montant_ht\":1250,\"taux_tva\":10})"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("· prix_ttc: done"), "{stderr}");
+    assert!(stderr.contains("Session    : client-42"), "{stderr}");
+    // Both runs share the session's journal, seq continuing.
+    let events = journal(dir.path(), "client-42");
+    assert_eq!(events.len(), 34);
+    assert_eq!(events[33]["seq"], 34);
+    let runs: std::collections::BTreeSet<&str> = events
+        .iter()
+        .map(|e| e["run_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(runs.len(), 2);
+
+    // A chosen run id that exists is refused with exit code 2, and nothing is written.
+    let first = events[0]["run_id"].as_str().unwrap().to_owned();
+    let again = run_in(
+        &bin,
+        dir.path(),
+        &[
+            "run",
+            "devis",
+            "x",
+            "--session",
+            "client-42",
+            "--run-id",
+            &first,
+        ],
+    );
+    assert_eq!(again.status.code(), Some(2));
+    assert!(text(&again.stderr).contains("already exists in session client-42"));
+    assert_eq!(journal(dir.path(), "client-42").len(), 34);
+}
+
+fn project(files: &[(&str, &str)]) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    for (path, content) in files {
+        let path = dir.path().join(path);
+        fs::create_dir_all(path.parent().unwrap()).unwrap();
+        fs::write(path, content).unwrap();
+    }
+    dir
+}
+
+const MODELS: &str = "version: 1\nmodels:\n  - id: fake-1\n    sdk: fake\n    model: FAKE\n";
+
+#[test]
+fn broken_configurations_are_refused_with_file_line_and_key() {
+    let agent = "name: a\nmain:\n  model: fake-1\n";
+    let cases: Vec<(&str, Vec<(&str, String)>)> = vec![
+        ("unknown root key", vec![("loom.yaml", format!("{MODELS}colour: blue\n"))]),
+        ("unsupported version", vec![("loom.yaml", "version: 2\n".into())]),
+        ("duplicate key", vec![("loom.yaml", format!("{MODELS}agents_dir: a\nagents_dir: b\n"))]),
+        ("unknown model", vec![("loom.yaml", MODELS.into()), ("agents/a.yaml", "name: a\nmain:\n  model: gpt-9\n".into())]),
+        ("unknown key in agent", vec![("loom.yaml", MODELS.into()), ("agents/a.yaml", format!("{agent}temperature: 0.2\n"))]),
+        ("system and system_file", vec![
+            ("loom.yaml", MODELS.into()),
+            ("agents/a.yaml", "name: a\nmain:\n  model: fake-1\n  system: hi\n  system_file: a.md\n".into()),
+            ("prompts/a.md", "hi".into()),
+        ]),
+        ("missing system_file", vec![("loom.yaml", MODELS.into()), ("agents/a.yaml", "name: a\nmain:\n  model: fake-1\n  system_file: nope.md\n".into())]),
+        ("unknown prompt variable", vec![
+            ("loom.yaml", MODELS.into()),
+            ("agents/a.yaml", "name: a\nmain:\n  model: fake-1\n  system_file: a.md\n".into()),
+            ("prompts/a.md", "Bonjour.\nClient : {{ client }}\n".into()),
+        ]),
+        ("jsonl without path", vec![("loom.yaml", format!("{MODELS}storage:\n  events:\n    backend: jsonl\n"))]),
+        ("wrong type", vec![("loom.yaml", MODELS.into()), ("agents/a.yaml", format!("{agent}max_iterations: ten\n"))]),
+        ("unregistered tool", vec![("loom.yaml", MODELS.into()), ("agents/a.yaml", format!("{agent}tools:\n  - tool: envoyer_mail\n"))]),
+        ("sdk without its feature", vec![("loom.yaml", "version: 1\nmodels:\n  - id: claude\n    sdk: anthropic\n    model: claude-sonnet\n".into())]),
+        ("bad fake script", vec![("loom.yaml", format!("{MODELS}    params:\n      script:\n        - txt: oops\n"))]),
+        ("invalid agent name", vec![("loom.yaml", MODELS.into()), ("agents/a.yaml", "name: mon agent\nmain:\n  model: fake-1\n".into())]),
+        ("duplicate agents", vec![("loom.yaml", MODELS.into()), ("agents/a.yaml", agent.into()), ("agents/b.yaml", agent.into())]),
+    ];
+    let mut transcript = String::new();
+    for (name, files) in &cases {
+        let files: Vec<(&str, &str)> = files.iter().map(|(p, c)| (*p, c.as_str())).collect();
+        let dir = project(&files);
+        let out = run_in(&loom_bin(), dir.path(), &["validate"]);
+        assert_eq!(out.status.code(), Some(2), "{name}: {}", text(&out.stderr));
+        let stderr = text(&out.stderr);
+        assert!(stderr.starts_with("config error: "), "{name}: {stderr}");
+        transcript.push_str(&format!("{name}\n  {}", stderr));
+    }
+    insta::assert_snapshot!("broken_configs", transcript);
+}
+
+#[test]
+fn approval_declared_in_yaml_is_refused_until_it_exists() {
+    let dir = devis_project();
+    let agent = fs::read_to_string(dir.path().join("agents/devis.yaml")).unwrap();
+    fs::write(
+        dir.path().join("agents/devis.yaml"),
+        format!("{agent}    approval: always\n"),
+    )
+    .unwrap();
+    let out = run_in(&devis_bin(), dir.path(), &["validate"]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = text(&out.stderr);
+    assert!(stderr.starts_with("config error: agents/devis.yaml:11:15 tools[0].approval: tool 'prix_ttc' requires human approval"), "{stderr}");
+}
+
+#[test]
+fn validate_prints_what_it_understood() {
+    let dir = devis_project();
+    let out = run_in(&devis_bin(), dir.path(), &["validate"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    insta::assert_snapshot!("validate", text(&out.stdout));
+}
+
+#[test]
+fn a_failed_run_exits_1_with_its_error() {
+    let dir = project(&[
+        (
+            "loom.yaml",
+            &format!("{MODELS}    params:\n      script:\n        - error: auth\n"),
+        ),
+        ("agents/a.yaml", "name: a\nmain:\n  model: fake-1\n"),
+    ]);
+    let out = run_in(&loom_bin(), dir.path(), &["run", "a", "bonjour"]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("Status     : failed"), "{stderr}");
+    assert!(
+        stderr.contains("Error      : scripted auth error (model.auth)"),
+        "{stderr}"
+    );
+    let unknown = run_in(&loom_bin(), dir.path(), &["run", "zz", "bonjour"]);
+    assert_eq!(unknown.status.code(), Some(2));
+    assert_eq!(
+        text(&unknown.stderr).trim(),
+        "error: unknown agent 'zz' (agents: a)"
+    );
+}
+
+#[test]
+fn version_schema_and_profiles() {
+    let out = Command::new(loom_bin()).arg("--version").output().unwrap();
+    assert_eq!(
+        text(&out.stdout).trim(),
+        format!("loom {}", env!("CARGO_PKG_VERSION"))
+    );
+    let schema = Command::new(loom_bin()).arg("schema").output().unwrap();
+    let printed: Value = serde_json::from_slice(&schema.stdout).unwrap();
+    let committed: Value =
+        serde_json::from_str(&fs::read_to_string(repo().join("schema/loom.schema.json")).unwrap())
+            .unwrap();
+    assert_eq!(printed, committed);
+    // --profile wins over LOOM_PROFILE and the file.
+    let dir = project(&[(
+        "loom.yaml",
+        &format!(
+            "{MODELS}profile: dev\nprofiles:\n  prod:\n    storage:\n      events:\n        backend: jsonl\n        path: prod-data\n"
+        ),
+    )]);
+    let plain = text(&run_in(&loom_bin(), dir.path(), &["validate"]).stdout);
+    assert!(
+        plain.contains("Profile    : dev") && plain.contains("Journal    : memory"),
+        "{plain}"
+    );
+    let prod = text(&run_in(&loom_bin(), dir.path(), &["validate", "--profile", "prod"]).stdout);
+    assert!(
+        prod.contains("Profile    : prod") && prod.contains("prod-data"),
+        "{prod}"
+    );
+    let env = Command::new(loom_bin())
+        .current_dir(dir.path())
+        .env("LOOM_PROFILE", "prod")
+        .args(["validate"])
+        .output()
+        .unwrap();
+    assert!(text(&env.stdout).contains("Profile    : prod"));
+}
