@@ -63,7 +63,7 @@ fn euros(cents: i64) -> String {
     let digits = units.to_string();
     let mut grouped = String::new();
     for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
             grouped.push('\u{202f}');
         }
         grouped.push(c);
