@@ -1,0 +1,210 @@
+//! The Rust API of the facade: a configuration built in Rust, tools registered in code, and
+//! run, stream, events, state, result, cancel, resume.
+
+// Helpers outside #[test] functions unwrap too: a panic there is a failed test.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use loom_ia::{
+    Loom, LoomError, RunOptions, RunStatus, StreamItem, ToolContext,
+    config::{AgentSpec, Config, EventsBackend, LoomConfig, ModelSpec, Sdk, ToolRef},
+    core::event::Payload,
+};
+use serde_json::json;
+
+/// Adds two numbers (arithmetic is done by tools, never by the model).
+#[loom_ia::tool]
+fn add(a: f64, b: f64) -> String {
+    format!("{}", a + b)
+}
+
+/// Waits the given number of milliseconds, then says so.
+#[loom_ia::tool]
+async fn wait(ms: u64, ctx: ToolContext) -> String {
+    tokio::time::sleep(Duration::from_millis(ms)).await;
+    format!("waited in {}", ctx.call_id)
+}
+
+fn config(dir: &std::path::Path, script: serde_json::Value, backend: EventsBackend) -> Config {
+    let mut model = ModelSpec::new("fake-1", Sdk::Fake, "FAKE");
+    model.params.insert("script".into(), script);
+    let mut agent = AgentSpec::new("calc", "fake-1");
+    agent.main.system = "Tu calcules avec les outils.".into();
+    agent.tools = vec![ToolRef::new("add"), ToolRef::new("wait")];
+    let mut raw = LoomConfig {
+        models: vec![model],
+        agents: vec![agent],
+        ..LoomConfig::default()
+    };
+    raw.storage.events.backend = backend;
+    raw.storage.events.path = Some("journal".into());
+    Config::new(raw, dir.to_path_buf()).unwrap()
+}
+
+fn loom(dir: &std::path::Path, script: serde_json::Value, backend: EventsBackend) -> Loom {
+    let loom = Loom::new(config(dir, script, backend)).unwrap();
+    loom.register("add", add_tool()).unwrap();
+    loom.register("wait", wait_tool()).unwrap();
+    loom
+}
+
+fn add_script() -> serde_json::Value {
+    json!([
+        {"text": "Je calcule.", "tool_calls": [{"name": "add", "arguments": {"a": 12, "b": 30}}]},
+        {"text": "Résultat : {{ tool_result }}."}
+    ])
+}
+
+#[tokio::test]
+async fn run_then_read_the_journal_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let loom = loom(dir.path(), add_script(), EventsBackend::Jsonl);
+    let result = loom
+        .run("calc", "12 + 30 ?", RunOptions::default())
+        .await
+        .unwrap();
+    assert!(result.ok());
+    assert_eq!(result.text, "Résultat : 42.");
+    assert_eq!(result.iterations, 2);
+    assert_eq!(result.session_id, result.run_id);
+    assert!(
+        dir.path()
+            .join("journal/default")
+            .join(format!("{}.jsonl", result.run_id))
+            .exists()
+    );
+
+    let run = loom.locate(&result.run_id, None, None).await.unwrap();
+    let events = loom.events(&run).await.unwrap();
+    assert_eq!(events.len(), 17);
+    let state = loom.state(&run).await.unwrap();
+    assert_eq!(state.status, RunStatus::Completed);
+    assert_eq!(loom.result(&run).await.unwrap(), result);
+    // A second Loom over the same files (another process) reads the same run.
+    let other = loom_ia::Loom::new(config(dir.path(), add_script(), EventsBackend::Jsonl)).unwrap();
+    assert_eq!(other.result(&run).await.unwrap().text, "Résultat : 42.");
+    // Cancelling a closed run does nothing.
+    assert!(!loom.cancel(&run, None).await.unwrap());
+    // Resuming a closed run returns it as it is.
+    assert_eq!(loom.resume(&run).await.unwrap(), result);
+}
+
+#[tokio::test]
+async fn stream_interleaves_text_deltas_and_events() {
+    let dir = tempfile::tempdir().unwrap();
+    let loom = loom(dir.path(), add_script(), EventsBackend::Memory);
+    let items: Vec<StreamItem> = loom
+        .stream("calc", "12 + 30 ?", RunOptions::default())
+        .map(|item| item.unwrap())
+        .collect()
+        .await;
+    let mut text = String::new();
+    let mut types = Vec::new();
+    for item in &items {
+        match item {
+            StreamItem::TextDelta { text: delta, .. } => text.push_str(delta),
+            StreamItem::Event(event) => types.push(event.event_type.clone()),
+            StreamItem::Finished(result) => assert_eq!(result.text, "Résultat : 42."),
+        }
+    }
+    assert!(matches!(items.last(), Some(StreamItem::Finished(_))));
+    assert_eq!(text, "Je calcule.Résultat : 42.");
+    assert_eq!(types.len(), 17);
+    assert_eq!(types[0], "run.started");
+    // Deltas arrive before the model.responded event that journals them.
+    let first_delta = items
+        .iter()
+        .position(|i| matches!(i, StreamItem::TextDelta { .. }))
+        .unwrap();
+    let first_answer = items
+        .iter()
+        .position(|i| matches!(i, StreamItem::Event(e) if e.event_type == "model.responded"))
+        .unwrap();
+    assert!(first_delta < first_answer);
+}
+
+#[tokio::test]
+async fn cancel_reaches_a_running_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let script =
+        json!([{"tool_calls": [{"name": "wait", "arguments": {"ms": 10000}}]}, {"text": "fini"}]);
+    let loom = loom(dir.path(), script, EventsBackend::Memory);
+    let options = RunOptions {
+        run_id: Some("long-1".into()),
+        ..RunOptions::default()
+    };
+    let running = {
+        let loom = loom.clone();
+        tokio::spawn(async move { loom.run("calc", "attends", options).await })
+    };
+    // Wait until the tool is running, then cancel.
+    let run = loop {
+        if let Ok(run) = loom.locate("long-1", None, None).await
+            && loom
+                .events(&run)
+                .await
+                .unwrap()
+                .iter()
+                .any(|e| matches!(e.payload, Payload::ToolCalled(_)))
+        {
+            break run;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    assert!(loom.cancel(&run, Some("alice".into())).await.unwrap());
+    let result = tokio::time::timeout(Duration::from_secs(5), running)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(result.status, RunStatus::Cancelled);
+    let last = loom.events(&run).await.unwrap().pop().unwrap();
+    assert_eq!(last.event_type, "run.cancelled");
+}
+
+#[tokio::test]
+async fn registration_and_unknown_names_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let loom = loom(dir.path(), add_script(), EventsBackend::Memory);
+    assert!(matches!(
+        loom.register("add", add_tool()),
+        Err(LoomError::Registration(_))
+    ));
+    assert!(matches!(
+        loom.register("plus", add_tool()),
+        Err(LoomError::Registration(_))
+    ));
+    let err = loom
+        .run("nope", "x", RunOptions::default())
+        .await
+        .unwrap_err();
+    assert_eq!(err.to_string(), "unknown agent 'nope' (agents: calc)");
+    assert!(err.is_refusal());
+    let err = loom.locate("missing", None, None).await.unwrap_err();
+    assert!(matches!(err, LoomError::UnknownRun(_)));
+    let bad = RunOptions {
+        session_id: Some("../etc".into()),
+        ..RunOptions::default()
+    };
+    assert!(matches!(
+        loom.run("calc", "x", bad).await,
+        Err(LoomError::Refused(_))
+    ));
+}
+
+#[tokio::test]
+async fn an_agent_naming_an_unregistered_tool_is_refused_at_its_location() {
+    let dir = tempfile::tempdir().unwrap();
+    let loom = Loom::new(config(dir.path(), add_script(), EventsBackend::Memory)).unwrap();
+    loom.register("add", add_tool()).unwrap();
+    let err = loom.validate().unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "loom.yaml agents[0].tools[1].tool: unknown tool 'wait' (registered tools: add)"
+    );
+    loom.register("wait", wait_tool()).unwrap();
+    let validation = loom.validate().unwrap();
+    assert_eq!(validation.agents[0].tools.len(), 2);
+}
