@@ -956,6 +956,35 @@ mod tests {
     }
 
     #[test]
+    fn a_closing_event_needs_a_terminal_transition_first() {
+        let mut journal = Journal::new();
+        journal.begin("hello");
+
+        let (event, error) = journal.refused(run_completed(None));
+
+        assert_eq!(error.event_id, event.event_id);
+        assert!(
+            error
+                .reason
+                .contains("a terminal transition must come first"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn a_refused_event_leaves_the_state_unchanged() {
+        let mut journal = Journal::new();
+        journal.begin("hello");
+        let before = journal.state();
+
+        let mut state = journal.state();
+        let event = journal.push(started());
+        assert!(state.apply(&event).is_err());
+
+        assert_eq!(state, before);
+    }
+
+    #[test]
     fn fold_of_an_unknown_run_is_an_error() {
         let mut journal = Journal::new();
         journal.begin("hello");

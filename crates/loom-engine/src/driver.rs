@@ -24,6 +24,9 @@ use crate::{
     AgentRuntime, BeginRun, Engine, EngineError, RunRef, request, tools, writer::SessionWriter,
 };
 
+/// How many times opening a run is attempted when the session's journal keeps moving.
+const MAX_BEGIN_ATTEMPTS: usize = 5;
+
 /// Receives what a run produces, as it happens: journaled events (after they are durable) and
 /// text deltas streamed by the model (before the answer is journaled).
 pub trait Observer: Send + Sync {
@@ -90,12 +93,6 @@ impl Engine {
         }
         let run_id = begin.run_id.clone().unwrap_or_else(|| self.ids.uuid());
         let session_id = begin.session_id.clone().unwrap_or_else(|| run_id.clone());
-        let events = self.store.read(&begin.tenant_id, &session_id, 0).await?;
-        if events.iter().any(|e| e.run_id == run_id) {
-            return Err(EngineError::RunExists { run_id, session_id });
-        }
-        session_history(&events)?;
-        let last_seq = events.last().map_or(0, |e| e.seq);
         let run = RunRef {
             tenant_id: begin.tenant_id.clone(),
             session_id,
@@ -127,19 +124,30 @@ impl Engine {
                 tools: true,
             })),
         ];
-        match self.store.append(batch, last_seq).await {
-            Ok(written) => {
-                for event in &written {
-                    observer.event(event);
+        // Other runs of the session may write in between: re-read and re-check, a few times.
+        for _ in 0..MAX_BEGIN_ATTEMPTS {
+            let events = self.store.read(&run.tenant_id, &run.session_id, 0).await?;
+            if events.iter().any(|e| e.run_id == run.run_id) {
+                return Err(EngineError::RunExists {
+                    run_id: run.run_id,
+                    session_id: run.session_id,
+                });
+            }
+            session_history(&events)?;
+            let last_seq = events.last().map_or(0, |e| e.seq);
+            match self.store.append(batch.clone(), last_seq).await {
+                Ok(written) => {
+                    for event in &written {
+                        observer.event(event);
+                    }
+                    tracing::debug!(run_id = %run.run_id, session_id = %run.session_id, agent = %agent.name, "run opened");
+                    return Ok(run);
                 }
-                Ok(run)
+                Err(loom_core::ports::StoreError::Conflict { .. }) => continue,
+                Err(other) => return Err(other.into()),
             }
-            Err(loom_core::ports::StoreError::Conflict { .. }) => {
-                // Another writer got in first; a second attempt re-checks the run id.
-                Err(EngineError::Contention(run.session_id))
-            }
-            Err(other) => Err(other.into()),
         }
+        Err(EngineError::Contention(run.session_id))
     }
 
     /// Drives a run until it closes (or can no longer advance), returning its final state.
@@ -192,6 +200,7 @@ impl Engine {
         if !state.status.is_terminal() {
             driver.claim(&mut state, &mut writer).await?;
         }
+        tracing::debug!(run_id = %run.run_id, worker_id = %self.worker_id, "driving run");
         while !state.finished {
             let before = state.last_seq;
             driver.step(&mut state, &mut writer).await?;
@@ -199,6 +208,13 @@ impl Engine {
                 return Err(EngineError::NoProgress(run.run_id.clone()));
             }
         }
+        tracing::debug!(
+            run_id = %run.run_id,
+            status = %state.status,
+            iterations = state.iterations,
+            cost_usd = state.cost_usd,
+            "run closed"
+        );
         Ok(state)
     }
 

@@ -1,1 +1,305 @@
-fn main() {}
+//! Throughput of complete runs through the [`loom_ia::Loom`] facade.
+//!
+//! Each iteration is one run of an agent shaped like the `devis` example, driven to completion:
+//! the scripted fake model asks for one `prix_ttc` tool call, the tool answers, the model
+//! answers with the tool's result. Every run is its own session (the default), so no journal
+//! grows from one iteration to the next. Two journals are measured:
+//!
+//! - `memory`: the in-process store;
+//! - `jsonl`: one file per session in a temporary directory, synced (`fdatasync`) at every
+//!   append.
+//!
+//! ```text
+//! cargo bench -p loom-ia --bench runs
+//! LOOM_BENCH_CPU=2000 cargo bench -p loom-ia --bench runs   # also: CPU time per run (Linux)
+//! ```
+//!
+//! Divan reports the time per run and, through the item counter, runs per second. With
+//! `LOOM_BENCH_CPU=<n>`, `n` runs per journal are first timed in a plain loop and the process's
+//! CPU time (user + system, every thread, from `/proc/self/stat`) is divided by `n`; the
+//! journal writes of one run (appends, events) are counted too. See `bench/README.md`.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicUsize, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use divan::{Bencher, counter::ItemsCount};
+use loom_ia::{
+    Loom, RunOptions, RunStatus,
+    core::{
+        BoxFuture, Event,
+        ports::{EventStore, SessionSummary, StoreError},
+    },
+};
+use loom_journal::{JsonlStore, MemoryStore};
+use tempfile::TempDir;
+use tokio::runtime::Runtime;
+
+/// The user's request, as in the `devis` example.
+const MESSAGE: &str = "Quel prix TTC pour un devis de 1 250 € HT en rénovation (TVA à 10 %) ?";
+
+/// The configuration: the `devis` example with its agent inline; `{storage}` is replaced by
+/// the journal under test.
+const CONFIG: &str = r#"
+version: 1
+models:
+  - id: fake-1
+    sdk: fake
+    model: FAKE
+    pricing: {input: 3.0, output: 15.0}
+    params:
+      script:
+        - text: "Je calcule le prix TTC avec l'outil prix_ttc."
+          tool_calls:
+            - name: prix_ttc
+              arguments: {montant_ht: 1250, taux_tva: 10}
+        - text: "Pour ce devis de rénovation, le prix est de {{ tool_result }}."
+agents:
+  - name: devis
+    description: Prépare les montants des devis (prix TTC à partir du HT et du taux de TVA).
+    main:
+      model: fake-1
+      system: |
+        Tu es l'assistant « {{ agent }} » d'une petite entreprise du bâtiment.
+        Tu prépares les montants des devis. Tu ne fais jamais de calcul toi-même :
+        tout montant vient de l'outil prix_ttc, et tu recopies son résultat tel quel.
+    max_iterations: 5
+    timeout: 60
+    tools:
+      - tool: prix_ttc
+        side_effects: none
+{storage}
+telemetry:
+  logging: {level: WARN}
+"#;
+
+/// Calcule le prix TTC d'un montant HT en euros pour un taux de TVA donné en pourcentage.
+#[loom_ia::tool(side_effects = "none")]
+fn prix_ttc(montant_ht: f64, taux_tva: f64) -> String {
+    let ht = (montant_ht * 100.0).round() as i64;
+    let tva = (ht as f64 * taux_tva / 100.0).round() as i64;
+    let ttc = ht + tva;
+    format!("{},{:02} € TTC", ttc / 100, ttc % 100)
+}
+
+/// The journal a fixture runs on.
+#[derive(Debug, Clone, Copy)]
+enum Journal {
+    Memory,
+    Jsonl,
+}
+
+impl Journal {
+    fn name(self) -> &'static str {
+        match self {
+            Journal::Memory => "memory",
+            Journal::Jsonl => "jsonl",
+        }
+    }
+}
+
+/// A journal that counts the appends and events going through it.
+#[derive(Debug)]
+struct Counting {
+    inner: Arc<dyn EventStore>,
+    appends: AtomicUsize,
+    events: AtomicUsize,
+}
+
+impl Counting {
+    fn new(inner: Arc<dyn EventStore>) -> Counting {
+        Counting {
+            inner,
+            appends: AtomicUsize::new(0),
+            events: AtomicUsize::new(0),
+        }
+    }
+}
+
+impl EventStore for Counting {
+    fn append(
+        &self,
+        batch: Vec<Event>,
+        expected_last_seq: u64,
+    ) -> BoxFuture<'_, Result<Vec<Event>, StoreError>> {
+        self.appends.fetch_add(1, Ordering::Relaxed);
+        self.events.fetch_add(batch.len(), Ordering::Relaxed);
+        self.inner.append(batch, expected_last_seq)
+    }
+
+    fn read<'a>(
+        &'a self,
+        tenant_id: &'a str,
+        session_id: &'a str,
+        after_seq: u64,
+    ) -> BoxFuture<'a, Result<Vec<Event>, StoreError>> {
+        self.inner.read(tenant_id, session_id, after_seq)
+    }
+
+    fn last_seq<'a>(
+        &'a self,
+        tenant_id: &'a str,
+        session_id: &'a str,
+    ) -> BoxFuture<'a, Result<u64, StoreError>> {
+        self.inner.last_seq(tenant_id, session_id)
+    }
+
+    fn sessions<'a>(
+        &'a self,
+        tenant_id: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<SessionSummary>, StoreError>> {
+        self.inner.sessions(tenant_id)
+    }
+}
+
+/// A runtime, a Loom with `prix_ttc` registered and the directory holding its files.
+struct Fixture {
+    runtime: Runtime,
+    loom: Loom,
+    counting: Arc<Counting>,
+    dir: TempDir,
+}
+
+impl Fixture {
+    fn new(journal: Journal) -> Fixture {
+        let dir = tempfile::tempdir().unwrap();
+        let storage = match journal {
+            Journal::Memory => "storage:\n  events: {backend: memory}",
+            Journal::Jsonl => "storage:\n  events: {backend: jsonl, path: data}",
+        };
+        let text = CONFIG.replace("{storage}", storage);
+        let config = loom_ia::config::from_yaml_str(&text, dir.path(), None, &|_| None).unwrap();
+        let store: Arc<dyn EventStore> = match journal {
+            Journal::Memory => Arc::new(MemoryStore::new()),
+            Journal::Jsonl => Arc::new(JsonlStore::new(config.events_path().unwrap())),
+        };
+        let counting = Arc::new(Counting::new(store));
+        let loom = Loom::with_store(config, counting.clone()).unwrap();
+        loom.register("prix_ttc", prix_ttc_tool()).unwrap();
+        // Resolves (and caches) the agent, so that no iteration pays for it.
+        loom.validate().unwrap();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let fixture = Fixture {
+            runtime,
+            loom,
+            counting,
+            dir,
+        };
+        fixture.check(journal);
+        fixture
+    }
+
+    /// One complete run.
+    fn run(&self) -> loom_ia::RunResult {
+        self.runtime
+            .block_on(self.loom.run("devis", MESSAGE, RunOptions::default()))
+            .unwrap()
+    }
+
+    /// A first run, checked: it completes with the tool's amount, and on JSONL it is a file.
+    fn check(&self, journal: Journal) {
+        let result = self.run();
+        assert_eq!(result.status, RunStatus::Completed, "{result:?}");
+        assert!(result.text.contains("1375,00 € TTC"), "{}", result.text);
+        if let Journal::Jsonl = journal {
+            let file = self
+                .dir
+                .path()
+                .join("data/default")
+                .join(format!("{}.jsonl", result.session_id));
+            assert!(file.is_file(), "no journal at {}", file.display());
+        }
+    }
+
+    /// `(appends, events)` counted so far.
+    fn writes(&self) -> (usize, usize) {
+        (
+            self.counting.appends.load(Ordering::Relaxed),
+            self.counting.events.load(Ordering::Relaxed),
+        )
+    }
+}
+
+fn bench_runs(bencher: Bencher<'_, '_>, journal: Journal) {
+    let fixture = Fixture::new(journal);
+    bencher
+        .counter(ItemsCount::new(1usize))
+        .bench_local(|| fixture.run());
+}
+
+/// One run on the in-process journal.
+#[divan::bench]
+fn memory(bencher: Bencher<'_, '_>) {
+    bench_runs(bencher, Journal::Memory);
+}
+
+/// One run on the JSONL journal (a temporary directory; one synced write per append).
+#[divan::bench]
+fn jsonl(bencher: Bencher<'_, '_>) {
+    bench_runs(bencher, Journal::Jsonl);
+}
+
+/// CPU time (user + system, all threads) of this process so far, from `/proc/self/stat`.
+fn cpu_time() -> Option<Duration> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields after the command name (which may hold spaces) start at field 3 (`state`).
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let utime: u64 = fields.get(11)?.parse().ok()?;
+    let stime: u64 = fields.get(12)?.parse().ok()?;
+    // `USER_HZ`, 100 on every Linux configuration in use.
+    Some(Duration::from_secs_f64((utime + stime) as f64 / 100.0))
+}
+
+/// Times `runs` runs per journal in a plain loop and prints wall and CPU time per run.
+fn cpu_report(runs: usize) {
+    println!("CPU time per run ({runs} runs per journal, after one warm-up run)");
+    for journal in [Journal::Memory, Journal::Jsonl] {
+        let fixture = Fixture::new(journal);
+        let (appends_before, events_before) = fixture.writes();
+        let cpu_before = cpu_time();
+        let started = Instant::now();
+        for _ in 0..runs {
+            fixture.run();
+        }
+        let wall = started.elapsed();
+        let cpu = cpu_time()
+            .zip(cpu_before)
+            .map(|(after, before)| after.saturating_sub(before));
+        let (appends, events) = fixture.writes();
+        let per_run = |total: usize, before: usize| (total - before) as f64 / runs as f64;
+        println!(
+            "  {:<6}  wall {:>8.1} µs/run ({:>6.0} runs/s)  cpu {}  appends/run {:.1}  events/run {:.1}",
+            journal.name(),
+            wall.as_secs_f64() * 1e6 / runs as f64,
+            runs as f64 / wall.as_secs_f64(),
+            cpu.map_or("n/a".to_owned(), |cpu| format!(
+                "{:>8.1} µs/run ({:.0} % of wall)",
+                cpu.as_secs_f64() * 1e6 / runs as f64,
+                100.0 * cpu.as_secs_f64() / wall.as_secs_f64()
+            )),
+            per_run(appends, appends_before),
+            per_run(events, events_before),
+        );
+    }
+    println!();
+}
+
+fn main() {
+    if let Some(runs) = std::env::var("LOOM_BENCH_CPU")
+        .ok()
+        .and_then(|n| n.parse::<usize>().ok())
+        .filter(|&n| n > 0)
+    {
+        cpu_report(runs);
+    }
+    divan::main();
+}
