@@ -22,7 +22,7 @@
 
 use std::{
     sync::{
-        Arc,
+        Arc, Mutex,
         atomic::{AtomicUsize, Ordering},
     },
     time::{Duration, Instant},
@@ -109,6 +109,8 @@ struct Counting {
     inner: Arc<dyn EventStore>,
     appends: AtomicUsize,
     events: AtomicUsize,
+    /// While `Some`, the event types of each append, in order.
+    batches: Mutex<Option<Vec<Vec<String>>>>,
 }
 
 impl Counting {
@@ -117,6 +119,7 @@ impl Counting {
             inner,
             appends: AtomicUsize::new(0),
             events: AtomicUsize::new(0),
+            batches: Mutex::new(None),
         }
     }
 }
@@ -129,6 +132,9 @@ impl EventStore for Counting {
     ) -> BoxFuture<'_, Result<Vec<Event>, StoreError>> {
         self.appends.fetch_add(1, Ordering::Relaxed);
         self.events.fetch_add(batch.len(), Ordering::Relaxed);
+        if let Some(batches) = self.batches.lock().unwrap().as_mut() {
+            batches.push(batch.iter().map(|e| e.event_type.clone()).collect());
+        }
         self.inner.append(batch, expected_last_seq)
     }
 
@@ -162,6 +168,8 @@ struct Fixture {
     runtime: Runtime,
     loom: Loom,
     counting: Arc<Counting>,
+    /// The event types of each append of the first (checked) run.
+    first_run_batches: Vec<Vec<String>>,
     dir: TempDir,
 }
 
@@ -187,13 +195,14 @@ impl Fixture {
             .enable_all()
             .build()
             .unwrap();
-        let fixture = Fixture {
+        let mut fixture = Fixture {
             runtime,
             loom,
             counting,
+            first_run_batches: Vec::new(),
             dir,
         };
-        fixture.check(journal);
+        fixture.first_run_batches = fixture.check(journal);
         fixture
     }
 
@@ -205,7 +214,9 @@ impl Fixture {
     }
 
     /// A first run, checked: it completes with the tool's amount, and on JSONL it is a file.
-    fn check(&self, journal: Journal) {
+    /// Returns the event types of each of its appends.
+    fn check(&self, journal: Journal) -> Vec<Vec<String>> {
+        *self.counting.batches.lock().unwrap() = Some(Vec::new());
         let result = self.run();
         assert_eq!(result.status, RunStatus::Completed, "{result:?}");
         assert!(result.text.contains("1375,00 € TTC"), "{}", result.text);
@@ -217,6 +228,12 @@ impl Fixture {
                 .join(format!("{}.jsonl", result.session_id));
             assert!(file.is_file(), "no journal at {}", file.display());
         }
+        self.counting
+            .batches
+            .lock()
+            .unwrap()
+            .take()
+            .unwrap_or_default()
     }
 
     /// `(appends, events)` counted so far.
@@ -236,13 +253,13 @@ fn bench_runs(bencher: Bencher<'_, '_>, journal: Journal) {
 }
 
 /// One run on the in-process journal.
-#[divan::bench]
+#[divan::bench(sample_count = 2000)]
 fn memory(bencher: Bencher<'_, '_>) {
     bench_runs(bencher, Journal::Memory);
 }
 
 /// One run on the JSONL journal (a temporary directory; one synced write per append).
-#[divan::bench]
+#[divan::bench(sample_count = 500)]
 fn jsonl(bencher: Bencher<'_, '_>) {
     bench_runs(bencher, Journal::Jsonl);
 }
@@ -264,6 +281,12 @@ fn cpu_report(runs: usize) {
     println!("CPU time per run ({runs} runs per journal, after one warm-up run)");
     for journal in [Journal::Memory, Journal::Jsonl] {
         let fixture = Fixture::new(journal);
+        if let Journal::Memory = journal {
+            println!("  appends of one run:");
+            for (i, batch) in fixture.first_run_batches.iter().enumerate() {
+                println!("    {:>2}. {}", i + 1, batch.join(" + "));
+            }
+        }
         let (appends_before, events_before) = fixture.writes();
         let cpu_before = cpu_time();
         let started = Instant::now();
