@@ -166,16 +166,13 @@ impl Engine {
         if state.finished {
             return Ok(state);
         }
-        let start_seq = events
+        // The conversation of the session's earlier runs: every event before this run began
+        // (a store returns events in seq order).
+        let start = events
             .iter()
-            .find(|e| e.run_id == run.run_id)
-            .map_or(0, |e| e.seq);
-        let earlier: Vec<Event> = events
-            .iter()
-            .filter(|e| e.seq < start_seq)
-            .cloned()
-            .collect();
-        let history = session_history(&earlier)?;
+            .position(|e| e.run_id == run.run_id)
+            .unwrap_or(0);
+        let history = session_history(&events[..start])?;
         let last_seq = events.last().map_or(0, |e| e.seq);
         let mut writer = SessionWriter::new(
             self.store.as_ref(),
@@ -666,9 +663,11 @@ impl Driver<'_> {
                         judge: None,
                     }),
                 );
-                self.write(state, writer, vec![responded]).await?;
+                // The answer and the end of its step go to the journal in one append.
                 let done = step.completed(self, state, 1, Outcome::Ok);
-                self.write(state, writer, vec![done]).await.map(drop)
+                self.write(state, writer, vec![responded, done])
+                    .await
+                    .map(drop)
             }
             StepEnd::Done(Err(error)) => self.model_failed(state, writer, &step, error).await,
             StepEnd::Cancelled => self.interrupted(state, writer, &step, 0, false).await,

@@ -52,76 +52,79 @@ pub(crate) fn build(
 /// which let a replay say what changed.
 pub fn request_hash(request: &ModelRequest) -> (String, Map<String, Value>) {
     let whole = serde_json::to_value(request).unwrap_or(Value::Null);
+    let field = |name: &str| whole.get(name).cloned().unwrap_or(Value::Null);
     let settings = json!({
-        "tool_choice": request.tool_choice,
-        "max_tokens": request.max_tokens,
-        "params": request.params,
-        "output_schema": request.output_schema,
+        "tool_choice": field("tool_choice"),
+        "max_tokens": field("max_tokens"),
+        "params": field("params"),
+        "output_schema": field("output_schema"),
     });
+    let mut buffer = Vec::with_capacity(4096);
+    let mut short = |value: &Value| {
+        let mut hex = digest(value, &mut buffer);
+        hex.truncate(16);
+        Value::String(hex)
+    };
     let mut parts = Map::new();
-    let short = |v: &Value| digest(v)[..16].to_owned();
-    parts.insert(
-        "model".into(),
-        Value::String(short(&json!(request.model_id))),
-    );
-    parts.insert(
-        "system".into(),
-        Value::String(short(&json!(request.system))),
-    );
-    parts.insert(
-        "tools".into(),
-        Value::String(short(
-            &serde_json::to_value(&request.tools).unwrap_or(Value::Null),
-        )),
-    );
-    parts.insert(
-        "messages".into(),
-        Value::String(short(
-            &serde_json::to_value(&request.messages).unwrap_or(Value::Null),
-        )),
-    );
-    parts.insert("settings".into(), Value::String(short(&settings)));
+    parts.insert("model".into(), short(&field("model_id")));
+    parts.insert("system".into(), short(&field("system")));
+    parts.insert("tools".into(), short(&field("tools")));
+    parts.insert("messages".into(), short(&field("messages")));
+    parts.insert("settings".into(), short(&settings));
     parts.insert(
         "messages_count".into(),
         Value::String(request.messages.len().to_string()),
     );
-    (digest(&whole), parts)
+    (digest(&whole, &mut buffer), parts)
 }
 
-fn digest(value: &Value) -> String {
-    let mut canonical = String::new();
-    write_canonical(value, &mut canonical);
-    let hash = Sha256::digest(canonical.as_bytes());
-    hash.iter().map(|b| format!("{b:02x}")).collect()
+/// SHA-256 hex of `value`'s canonical JSON, written into `buffer` (reused across calls).
+fn digest(value: &Value, buffer: &mut Vec<u8>) -> String {
+    buffer.clear();
+    write_canonical(value, buffer);
+    hex(&Sha256::digest(buffer.as_slice()))
 }
 
-fn write_canonical(value: &Value, out: &mut String) {
+fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for byte in bytes {
+        out.push(char::from(DIGITS[usize::from(byte >> 4)]));
+        out.push(char::from(DIGITS[usize::from(byte & 0x0f)]));
+    }
+    out
+}
+
+fn write_canonical(value: &Value, out: &mut Vec<u8>) {
     match value {
         Value::Object(map) => {
-            let mut keys: Vec<&String> = map.keys().collect();
-            keys.sort();
-            out.push('{');
-            for (i, key) in keys.into_iter().enumerate() {
+            let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+            entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
+            out.push(b'{');
+            for (i, (key, item)) in entries.into_iter().enumerate() {
                 if i > 0 {
-                    out.push(',');
+                    out.push(b',');
                 }
-                out.push_str(&Value::String(key.clone()).to_string());
-                out.push(':');
-                write_canonical(&map[key], out);
+                // Writing JSON into a Vec cannot fail.
+                let _ = serde_json::to_writer(&mut *out, key);
+                out.push(b':');
+                write_canonical(item, out);
             }
-            out.push('}');
+            out.push(b'}');
         }
         Value::Array(items) => {
-            out.push('[');
+            out.push(b'[');
             for (i, item) in items.iter().enumerate() {
                 if i > 0 {
-                    out.push(',');
+                    out.push(b',');
                 }
                 write_canonical(item, out);
             }
-            out.push(']');
+            out.push(b']');
         }
-        other => out.push_str(&other.to_string()),
+        other => {
+            let _ = serde_json::to_writer(&mut *out, other);
+        }
     }
 }
 
@@ -131,8 +134,12 @@ mod tests {
 
     #[test]
     fn canonical_json_sorts_keys() {
-        let mut out = String::new();
+        let mut out = Vec::new();
         write_canonical(&json!({"b": 1, "a": [{"d": 2, "c": "é"}]}), &mut out);
-        assert_eq!(out, r#"{"a":[{"c":"é","d":2}],"b":1}"#);
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            r#"{"a":[{"c":"é","d":2}],"b":1}"#
+        );
+        assert_eq!(hex(&[0x0f, 0xa0]), "0fa0");
     }
 }

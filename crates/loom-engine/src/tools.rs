@@ -184,6 +184,15 @@ pub(crate) async fn batch(
             completed(call, output, latency),
         );
         emitted += 1;
+        if running.is_empty() {
+            // The last result and the end of the step go to the journal in one append;
+            // earlier results were each made durable as soon as they came.
+            let done = step.completed(driver, state, emitted, Outcome::Ok);
+            return driver
+                .write(state, writer, vec![event, done])
+                .await
+                .map(drop);
+        }
         driver.write(state, writer, vec![event]).await?;
     }
     let done = step.completed(driver, state, emitted, Outcome::Ok);
