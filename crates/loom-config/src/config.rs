@@ -134,6 +134,9 @@ impl Doc {
     }
 
     /// Turns a serde message into a located error with our wording.
+    ///
+    /// serde reports no structured error kinds, so its message is rephrased here; the
+    /// resulting [`ConfigError`] carries a [`ConfigErrorKind`] that callers match on.
     fn serde_error(&self, path: KeyPath, text: &str) -> ConfigError {
         let ticked: Vec<&str> = text.split('`').skip(1).step_by(2).collect();
         if text.starts_with("unknown field `") {
@@ -151,7 +154,7 @@ impl Doc {
             return self.key_error(
                 &path,
                 ConfigErrorKind::UnknownKey,
-                format!("unknown key '{field}'{expected}"),
+                format!("unknown key '{field}'{expected}{}", not_yet(field)),
             );
         }
         if text.starts_with("missing field `") {
@@ -898,4 +901,42 @@ fn check_agent(config: &mut Config, i: usize) -> Result<(), ConfigError> {
         return Err(config.template_error(i, issue));
     }
     Ok(())
+}
+
+/// Why a key of the Loom-IA format is refused: Rust tools are registered in code, and some
+/// sections of the reference are not implemented yet (refused rather than silently ignored).
+fn not_yet(field: &str) -> &'static str {
+    const LATER: &[&str] = &[
+        "env_file",
+        "mcp_servers",
+        "tool_sources",
+        "sessions",
+        "budgets",
+        "tenants",
+        "security",
+        "server",
+        "triggers",
+        "roles",
+        "subagents",
+        "policies",
+        "output",
+        "judge",
+        "budget",
+        "approval",
+        "expose",
+        "stream_output",
+        "state",
+        "fallbacks",
+        "retry",
+        "timeouts",
+        "circuit_breaker",
+        "cache",
+    ];
+    if field == "imports" {
+        " — Rust has no runtime imports: register tools in code (Loom::register, loom_cli::App::tool)"
+    } else if LATER.contains(&field) {
+        " — this part of the Loom-IA format is not implemented in this version yet"
+    } else {
+        ""
+    }
 }

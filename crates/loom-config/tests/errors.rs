@@ -27,8 +27,17 @@ fn unknown_root_key() {
     assert_eq!(
         refused(root, &[]),
         "loom.yaml:2:1 mcp_servers: unknown key 'mcp_servers' (expected one of: version, \
-         profile, profiles, agents_dir, prompts_dir, models, agents, storage, execution, telemetry)"
+         profile, profiles, agents_dir, prompts_dir, models, agents, storage, execution, telemetry) \
+         — this part of the Loom-IA format is not implemented in this version yet"
     );
+}
+
+#[test]
+fn imports_are_replaced_by_registration_in_code() {
+    let root = "version: 1\nimports: [mes_outils]\n";
+    assert!(refused(root, &[]).ends_with(
+        "— Rust has no runtime imports: register tools in code (Loom::register, loom_cli::App::tool)"
+    ));
 }
 
 #[test]
