@@ -8,7 +8,7 @@ use crate::workspace::{Error, Workspace};
 
 /// The directories, relative to the workspace root, whose `.rs` files must
 /// start with a `//!` doc comment.
-pub const DOC_ROOTS: &[&str] = &["crates", "xtask"];
+pub const DOC_ROOTS: &[&str] = &["crates", "examples", "xtask"];
 
 /// Whether `source` starts with a `//!` doc comment, ignoring blank lines.
 pub fn starts_with_doc_comment(source: &str) -> bool {
