@@ -189,6 +189,16 @@ async fn run(
     json: bool,
     stream: bool,
 ) -> Result<u8, LoomError> {
+    // Ctrl-C cancels the run: it closes as `cancelled` in its journal instead of being left open.
+    let interrupt = {
+        let loom = loom.clone();
+        tokio::spawn(async move {
+            if tokio::signal::ctrl_c().await.is_ok() {
+                eprintln!("Interrupted.");
+                loom.cancel_all();
+            }
+        })
+    };
     let result = if stream {
         let progress = Progress {
             deltas: !json,
@@ -204,6 +214,7 @@ async fn run(
     } else {
         loom.run(agent, message, options).await?
     };
+    interrupt.abort();
     if json {
         print_json(&result);
     } else if !stream {

@@ -45,27 +45,6 @@ pub(crate) enum StepEnd<T> {
     TimedOut,
 }
 
-/// Runs `future` unless the run is cancelled or its time budget runs out.
-pub(crate) async fn guarded<T>(
-    future: impl Future<Output = T>,
-    cancel: &CancellationToken,
-    budget: Option<Duration>,
-) -> StepEnd<T> {
-    let timed = async {
-        match budget {
-            Some(limit) => tokio::time::timeout(limit, future)
-                .await
-                .map_or(StepEnd::TimedOut, StepEnd::Done),
-            None => StepEnd::Done(future.await),
-        }
-    };
-    tokio::select! {
-        biased;
-        () = cancel.cancelled() => StepEnd::Cancelled,
-        end = timed => end,
-    }
-}
-
 impl Engine {
     /// Opens a run: writes `run.started` and `message.user` in one batch.
     ///
@@ -200,7 +179,15 @@ impl Engine {
         tracing::debug!(run_id = %run.run_id, worker_id = %self.worker_id, "driving run");
         while !state.finished {
             let before = state.last_seq;
-            driver.step(&mut state, &mut writer).await?;
+            match driver.step(&mut state, &mut writer).await {
+                Ok(()) => {}
+                // Closed by someone else (a cancel from another process): that is the outcome.
+                Err(EngineError::RunMoved(_)) => {
+                    let events = self.store.read(&run.tenant_id, &run.session_id, 0).await?;
+                    return Ok(RunState::fold(&run.run_id, &events)?);
+                }
+                Err(other) => return Err(other),
+            }
             if state.last_seq == before {
                 return Err(EngineError::NoProgress(run.run_id.clone()));
             }
@@ -223,16 +210,25 @@ impl Engine {
         agent_name: &str,
         by: Option<String>,
     ) -> Result<bool, EngineError> {
-        let events = self.store.read(&run.tenant_id, &run.session_id, 0).await?;
-        let state = RunState::fold(&run.run_id, &events)?;
-        if state.finished || state.status.is_terminal() {
-            return Ok(false);
+        // Other runs of the session may write in between: re-read and retry a few times.
+        for _ in 0..MAX_BEGIN_ATTEMPTS {
+            let events = self.store.read(&run.tenant_id, &run.session_id, 0).await?;
+            let state = RunState::fold(&run.run_id, &events)?;
+            if state.finished || state.status.is_terminal() {
+                return Ok(false);
+            }
+            let batch = self.cancellation(run, agent_name, &state, by.clone());
+            match self
+                .store
+                .append(batch, events.last().map_or(0, |e| e.seq))
+                .await
+            {
+                Ok(_) => return Ok(true),
+                Err(loom_core::ports::StoreError::Conflict { .. }) => continue,
+                Err(other) => return Err(other.into()),
+            }
         }
-        let batch = self.cancellation(run, agent_name, &state, by);
-        self.store
-            .append(batch, events.last().map_or(0, |e| e.seq))
-            .await?;
-        Ok(true)
+        Err(EngineError::Contention(run.session_id.clone()))
     }
 
     fn cancellation(
@@ -342,6 +338,44 @@ impl Driver<'_> {
         Ok(written)
     }
 
+    /// Waits for `future` (one step's effect) unless the run is cancelled or `deadline` (the
+    /// run's timeout) passes, renewing the lease every third of it meanwhile, so a long tool
+    /// call or model stream never outlives the lease.
+    pub(crate) async fn wait<T>(
+        &mut self,
+        state: &mut RunState,
+        writer: &mut SessionWriter<'_>,
+        future: impl Future<Output = T>,
+        deadline: Option<tokio::time::Instant>,
+    ) -> Result<StepEnd<T>, EngineError> {
+        let cancel = self.cancel;
+        let mut future = std::pin::pin!(future);
+        let expiry = async {
+            match deadline {
+                Some(deadline) => tokio::time::sleep_until(deadline).await,
+                None => std::future::pending().await,
+            }
+        };
+        let mut expiry = std::pin::pin!(expiry);
+        let period = (self.engine.lease / 3).max(Duration::from_secs(1));
+        let mut renewal = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+        loop {
+            tokio::select! {
+                biased;
+                () = cancel.cancelled() => return Ok(StepEnd::Cancelled),
+                () = &mut expiry => return Ok(StepEnd::TimedOut),
+                output = &mut future => return Ok(StepEnd::Done(output)),
+                _ = renewal.tick() => self.write_claim(state, writer).await?,
+            }
+        }
+    }
+
+    /// The instant the run's timeout expires, counted from now with what is left of it.
+    pub(crate) fn deadline(&self, state: &RunState) -> Option<tokio::time::Instant> {
+        self.budget(state)
+            .map(|left| tokio::time::Instant::now() + left)
+    }
+
     /// Takes the lease, refusing when another worker holds a live one.
     async fn claim(
         &mut self,
@@ -421,6 +455,20 @@ impl Driver<'_> {
                 let batch = self.failure(state, "timeout", "timeout", &message);
                 return self.write(state, writer, batch).await.map(drop);
             }
+        }
+        if !state
+            .messages
+            .iter()
+            .any(|m| m.role == loom_core::Role::User)
+        {
+            // A crash while opening kept run.started but not its message: nothing to answer.
+            let batch = self.failure(
+                state,
+                "message.user",
+                "Interrupted",
+                "the run's request was not recorded (the run was interrupted while opening)",
+            );
+            return self.write(state, writer, batch).await.map(drop);
         }
         self.renew(state, writer).await?;
         match state.status {
@@ -633,7 +681,8 @@ impl Driver<'_> {
             }
             acc.finish()
         };
-        let outcome = guarded(call, self.cancel, self.budget(state)).await;
+        let deadline = self.deadline(state);
+        let outcome = self.wait(state, writer, call, deadline).await?;
         let latency_ms = started.elapsed().as_secs_f64() * 1000.0;
         match outcome {
             StepEnd::Done(Ok(response)) => {

@@ -123,8 +123,8 @@ pub struct AgentRuntime {
     pub max_iterations: u32,
     /// Bound on cumulated piloting time.
     pub timeout: Option<Duration>,
-    /// Tool timeout when a tool declares none.
-    pub tool_timeout: Duration,
+    /// Tool timeout when a tool declares none (`None`: no limit).
+    pub tool_timeout: Option<Duration>,
     /// Whether arguments are checked against the tool's schema before the call.
     pub validate_arguments: bool,
 }
@@ -187,6 +187,9 @@ pub enum EngineError {
         /// End of its lease.
         lease_until: String,
     },
+    /// The run was closed by someone else (a cancel from another process) while driven.
+    #[error("run {0} was closed elsewhere")]
+    RunMoved(String),
     /// Invalid input (ids, messages, tool schemas).
     #[error("{0}")]
     Invalid(String),

@@ -21,7 +21,7 @@ use tokio::task::JoinSet;
 
 use crate::{
     BoundTool, EngineError,
-    driver::{Driver, StepEnd, StepSpan, fmt_secs, guarded},
+    driver::{Driver, StepEnd, StepSpan, fmt_secs},
     writer::SessionWriter,
 };
 
@@ -94,7 +94,6 @@ pub(crate) async fn batch(
     }
     let calls: Vec<_> = launches
         .iter()
-        .filter(|l| !l.call.started || l.resumed)
         .map(|l| {
             driver.event(
                 &l.span,
@@ -112,6 +111,12 @@ pub(crate) async fn batch(
             )
         })
         .collect();
+    // A cancel that arrived meanwhile stops the batch before any tool is launched.
+    if driver.cancel.is_cancelled() {
+        return driver
+            .interrupted(state, writer, &step, emitted, false)
+            .await;
+    }
     if !calls.is_empty() {
         emitted += calls.len() as u32;
         driver.write(state, writer, calls).await?;
@@ -131,19 +136,26 @@ pub(crate) async fn batch(
             .tool
             .declarations
             .timeout
-            .unwrap_or(driver.agent.tool_timeout);
+            .or(driver.agent.tool_timeout);
         let tool = launch.tool.tool.clone();
         let arguments = launch.call.arguments.clone();
         let name = launch.call.name.clone();
         spans.push((launch.span, launch.call));
         running.spawn(async move {
             let started = Instant::now();
-            let call = AssertUnwindSafe(tokio::time::timeout(timeout, tool.call(ctx, arguments)));
+            let call = AssertUnwindSafe(async {
+                match timeout {
+                    Some(limit) => tokio::time::timeout(limit, tool.call(ctx, arguments))
+                        .await
+                        .map_err(|_| limit),
+                    None => Ok(tool.call(ctx, arguments).await),
+                }
+            });
             let output = match call.catch_unwind().await {
                 Ok(Ok(Ok(output))) => output,
                 Ok(Ok(Err(error))) => ToolOutput::error(error.message),
-                Ok(Err(_)) => {
-                    ToolOutput::error(format!("Timed out: no answer in {} s.", fmt_secs(timeout)))
+                Ok(Err(limit)) => {
+                    ToolOutput::error(format!("Timed out: no answer in {} s.", fmt_secs(limit)))
                 }
                 Err(panic) => ToolOutput::error(format!(
                     "The tool {name} stopped abnormally: {}",
@@ -154,8 +166,12 @@ pub(crate) async fn batch(
         });
     }
 
+    // The run's timeout counts from the start of the batch, not from each result.
+    let deadline = driver.deadline(state);
     while !running.is_empty() {
-        let next = guarded(running.join_next(), driver.cancel, driver.budget(state)).await;
+        let next = driver
+            .wait(state, writer, running.join_next(), deadline)
+            .await?;
         let joined = match next {
             StepEnd::Done(Some(joined)) => joined,
             StepEnd::Done(None) => break,

@@ -69,6 +69,10 @@ impl<'a> SessionWriter<'a> {
 
     fn taken_over(&self, intruder: &Event) -> EngineError {
         match &intruder.payload {
+            payload if payload.is_closing() => EngineError::RunMoved(self.run.run_id.clone()),
+            Payload::RunTransitioned(t) if t.to_state.is_terminal() => {
+                EngineError::RunMoved(self.run.run_id.clone())
+            }
             Payload::RunClaimed(claim) if claim.worker_id != self.worker_id => {
                 EngineError::ClaimConflict {
                     run_id: self.run.run_id.clone(),

@@ -58,7 +58,7 @@ fn agent(model: Arc<dyn ModelClient>, tools: Vec<FnTool>) -> AgentRuntime {
             .collect(),
         max_iterations: 10,
         timeout: None,
-        tool_timeout: DEFAULT_TOOL_TIMEOUT,
+        tool_timeout: Some(DEFAULT_TOOL_TIMEOUT),
         validate_arguments: true,
     }
 }
@@ -603,4 +603,133 @@ async fn the_idempotency_key_is_stable_for_a_call() {
         output,
         loom_engine::idempotency_key(&run.run_id, "fake_0_0")
     );
+}
+
+#[tokio::test]
+async fn the_run_timeout_covers_the_whole_tool_batch() {
+    let (engine, _store) = engine();
+    let model = scripted(
+        "fake-1",
+        json!([
+            {"tool_calls": [
+                {"name": "a", "arguments": {"ms": 150}},
+                {"name": "b", "arguments": {"ms": 300}},
+                {"name": "c", "arguments": {"ms": 450}}
+            ]},
+            {"text": "fini"}
+        ]),
+    );
+    // Each wait between two results is shorter than the timeout; the batch as a whole is not.
+    let mut agent = agent(
+        model,
+        vec![
+            sleep_tool("a", 150),
+            sleep_tool("b", 300),
+            sleep_tool("c", 450),
+        ],
+    );
+    agent.timeout = Some(Duration::from_millis(250));
+    let (_, state) = run(&engine, &agent, begin("x")).await;
+    assert_eq!(state.status, RunStatus::Failed);
+    assert_eq!(state.error_type.as_deref(), Some("timeout"));
+}
+
+#[tokio::test]
+async fn the_lease_is_renewed_during_a_long_step() {
+    let store = Arc::new(MemoryStore::new());
+    let engine = Engine::new(store.clone(), Arc::new(loom_journal_clock()))
+        .with_lease(Duration::from_millis(300));
+    let model = scripted(
+        "fake-1",
+        json!([{"tool_calls": [{"name": "slow", "arguments": {"ms": 1300}}]}, {"text": "fini"}]),
+    );
+    let agent = agent(model, vec![sleep_tool("slow", 1300)]);
+    let (run, state) = run(&engine, &agent, begin("x")).await;
+    assert_eq!(state.status, RunStatus::Completed);
+    let events = events(&store, &run).await;
+    let batch_start = events
+        .iter()
+        .position(|e| matches!(e.payload, Payload::ToolCalled(_)))
+        .unwrap();
+    let batch_end = events
+        .iter()
+        .position(|e| matches!(e.payload, Payload::ToolCompleted(_)))
+        .unwrap();
+    assert!(
+        events[batch_start..batch_end]
+            .iter()
+            .any(|e| matches!(e.payload, Payload::RunClaimed(_))),
+        "{:?}",
+        types(&events)
+    );
+}
+
+/// The system clock: lease expiry is compared with real time in this test.
+fn loom_journal_clock() -> impl loom_core::ports::Clock {
+    #[derive(Debug)]
+    struct Wall;
+    impl loom_core::ports::Clock for Wall {
+        fn now(&self) -> chrono::DateTime<chrono::Utc> {
+            chrono::Utc::now()
+        }
+    }
+    Wall
+}
+
+#[tokio::test]
+async fn a_run_whose_request_was_not_recorded_fails_instead_of_calling_the_model() {
+    let (engine, store) = engine();
+    let agent = agent(scripted("fake-1", calc_script()), vec![add_tool()]);
+    let run = engine.begin(&agent, begin("x"), &()).await.unwrap();
+    // Keep only run.started, as a crash in the middle of the opening batch would.
+    let all = events(&store, &run).await;
+    let crashed = Arc::new(MemoryStore::new());
+    let mut first = all[0].clone();
+    first.seq = 0;
+    crashed.append(vec![first], 0).await.unwrap();
+    let engine = Engine::new(crashed.clone(), Arc::new(ManualClock::new()));
+    let state = engine
+        .drive(&run, &agent, &(), &CancellationToken::new())
+        .await
+        .unwrap();
+    assert_eq!(state.status, RunStatus::Failed);
+    assert_eq!(state.error_type.as_deref(), Some("Interrupted"));
+    assert!(
+        !events(&crashed, &run)
+            .await
+            .iter()
+            .any(|e| matches!(e.payload, Payload::ModelResponded(_)))
+    );
+}
+
+#[tokio::test]
+async fn a_cancel_written_by_another_process_ends_the_drive_as_cancelled() {
+    let (engine, store) = engine();
+    let agent = agent(
+        scripted(
+            "fake-1",
+            json!([{"tool_calls": [{"name": "slow", "arguments": {"ms": 300}}]}, {"text": "fini"}]),
+        ),
+        vec![sleep_tool("slow", 300)],
+    );
+    let run = engine.begin(&agent, begin("x"), &()).await.unwrap();
+    let other = Engine::new(store.clone(), Arc::new(ManualClock::new()));
+    let target = run.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(
+            other
+                .cancel_idle(&target, "demo", Some("bob".into()))
+                .await
+                .unwrap()
+        );
+    });
+    let state = engine
+        .drive(&run, &agent, &(), &CancellationToken::new())
+        .await
+        .unwrap();
+    assert_eq!(state.status, RunStatus::Cancelled);
+    assert!(state.finished);
+    let last = events(&store, &run).await.pop().unwrap();
+    assert_eq!(last.event_type, "run.cancelled");
 }

@@ -350,7 +350,17 @@ impl Loom {
         observer: &dyn Observer,
     ) -> Result<RunResult, LoomError> {
         let token = CancellationToken::new();
-        if let Ok(mut active) = self.inner.active.lock() {
+        {
+            let mut active =
+                self.inner.active.lock().map_err(|_| {
+                    LoomError::Conflict("the table of active runs is unusable".into())
+                })?;
+            if active.contains_key(&run.run_id) {
+                return Err(LoomError::Conflict(format!(
+                    "run {} is already being driven by this process",
+                    run.run_id
+                )));
+            }
             active.insert(run.run_id.clone(), token.clone());
         }
         let outcome = self
@@ -477,6 +487,15 @@ impl Loom {
         let state = self.state(run).await?;
         let agent = state.agent.unwrap_or_default();
         Ok(self.inner.engine.cancel_idle(run, &agent, by).await?)
+    }
+
+    /// Cancels every run this instance is driving (what Ctrl-C does in the CLI).
+    pub fn cancel_all(&self) {
+        if let Ok(active) = self.inner.active.lock() {
+            for token in active.values() {
+                token.cancel();
+            }
+        }
     }
 
     /// The run as a tree of steps, model calls and tool calls (what `loom inspect` shows).

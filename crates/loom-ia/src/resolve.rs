@@ -11,7 +11,7 @@ use loom_core::{
     model::ModelClient,
     tool::{Approval, OnUnknown, Tool, ToolDeclarations},
 };
-use loom_engine::{AgentRuntime, BoundTool, DEFAULT_TOOL_TIMEOUT, ModelBinding};
+use loom_engine::{AgentRuntime, BoundTool, ModelBinding};
 use loom_models::FakeModel;
 
 use crate::LoomError;
@@ -143,7 +143,9 @@ pub(crate) fn agent(
             declarations.idempotent = idempotent;
         }
         if let Some(timeout) = reference.timeout {
-            declarations.timeout = Some(Duration::from_secs_f64(timeout));
+            let timeout = seconds(timeout)
+                .ok_or_else(|| at("timeout", format!("{timeout} s is not a usable duration")))?;
+            declarations.timeout = Some(timeout);
         }
         if let Some(offload_over) = reference.offload_over {
             declarations.offload_over = Some(offload_over);
@@ -199,10 +201,29 @@ pub(crate) fn agent(
         },
         tools: bound,
         max_iterations: spec.max_iterations,
-        timeout: spec.timeout.map(Duration::from_secs_f64),
-        tool_timeout: execution
-            .timeout
-            .map_or(DEFAULT_TOOL_TIMEOUT, Duration::from_secs_f64),
+        timeout: match spec.timeout {
+            Some(secs) => Some(seconds(secs).ok_or_else(|| {
+                config.error_at_agent(
+                    name,
+                    "timeout",
+                    format!("{secs} s is not a usable duration"),
+                )
+            })?),
+            None => None,
+        },
+        tool_timeout: match execution.timeout {
+            Some(secs) => Some(seconds(secs).ok_or_else(|| {
+                config.error_at_root("execution.tools.timeout", "not a usable duration")
+            })?),
+            None => None,
+        },
         validate_arguments: execution.validate_arguments,
     })
+}
+
+/// A positive number of seconds as a duration, `None` when it cannot be one (too large).
+fn seconds(secs: f64) -> Option<Duration> {
+    Duration::try_from_secs_f64(secs)
+        .ok()
+        .filter(|d| !d.is_zero())
 }

@@ -208,3 +208,44 @@ async fn an_agent_naming_an_unregistered_tool_is_refused_at_its_location() {
     let validation = loom.validate().unwrap();
     assert_eq!(validation.agents[0].tools.len(), 2);
 }
+
+#[tokio::test]
+async fn cancel_all_stops_running_runs_and_a_run_is_driven_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let script =
+        json!([{"tool_calls": [{"name": "wait", "arguments": {"ms": 10000}}]}, {"text": "fini"}]);
+    let loom = loom(dir.path(), script, EventsBackend::Memory);
+    let options = RunOptions {
+        run_id: Some("long-2".into()),
+        ..RunOptions::default()
+    };
+    let running = {
+        let loom = loom.clone();
+        tokio::spawn(async move { loom.run("calc", "attends", options).await })
+    };
+    let run = loop {
+        if let Ok(run) = loom.locate("long-2", None, None).await
+            && loom
+                .events(&run)
+                .await
+                .unwrap()
+                .iter()
+                .any(|e| matches!(e.payload, Payload::ToolCalled(_)))
+        {
+            break run;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    // The same process does not drive a run twice.
+    assert!(matches!(
+        loom.resume(&run).await,
+        Err(LoomError::Conflict(_))
+    ));
+    loom.cancel_all();
+    let result = tokio::time::timeout(Duration::from_secs(5), running)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(result.status, RunStatus::Cancelled);
+}
