@@ -299,6 +299,15 @@ pub enum Payload {
     /// A tool call ended (or was refused before launch).
     #[serde(rename = "tool.completed")]
     ToolCompleted(ToolCompleted),
+    /// A tool source (an MCP server) could not be reached for the run.
+    #[serde(rename = "tool.source_unavailable")]
+    ToolSourceUnavailable(ToolSourceUnavailable),
+    /// A circuit breaker opened.
+    #[serde(rename = "circuit.opened")]
+    CircuitOpened(CircuitOpened),
+    /// A file was stored beside the journal.
+    #[serde(rename = "artifact.stored")]
+    ArtifactStored(ArtifactStored),
 }
 
 /// Who the run is for.
@@ -622,6 +631,59 @@ pub struct ToolCompleted {
     pub cost_usd: f64,
 }
 
+/// `tool.source_unavailable`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolSourceUnavailable {
+    /// The source (MCP server name or alias).
+    pub source: String,
+    /// Why.
+    pub error: String,
+    /// Whether the agent requires it (the run then fails).
+    #[serde(default)]
+    pub required: bool,
+}
+
+/// `circuit.opened`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CircuitOpened {
+    /// "model" or "mcp".
+    pub target_kind: String,
+    /// The model id or server name.
+    pub target: String,
+    /// Consecutive failures that opened it.
+    pub failures: u32,
+    /// How long it stays open.
+    pub cooldown_s: f64,
+    /// The last error.
+    #[serde(default)]
+    pub error: Option<String>,
+    /// Role call involved.
+    #[serde(default)]
+    pub call_id: Option<String>,
+    /// Judge involved.
+    #[serde(default)]
+    pub judge: Option<String>,
+}
+
+/// `artifact.stored`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ArtifactStored {
+    /// `artifact://<tenant>/<session>/<sha256>.<ext>`.
+    pub uri: String,
+    /// MIME type.
+    pub media_type: String,
+    /// Bytes.
+    pub size: u64,
+    /// Display name.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// "attachment", "tool_output" or "offload".
+    pub origin: String,
+    /// The call that produced it.
+    #[serde(default)]
+    pub call_id: Option<String>,
+}
+
 impl Payload {
     /// The `type` string.
     pub fn type_name(&self) -> &'static str {
@@ -638,6 +700,9 @@ impl Payload {
             Payload::ModelResponded(_) => "model.responded",
             Payload::ToolCalled(_) => "tool.called",
             Payload::ToolCompleted(_) => "tool.completed",
+            Payload::ToolSourceUnavailable(_) => "tool.source_unavailable",
+            Payload::CircuitOpened(_) => "circuit.opened",
+            Payload::ArtifactStored(_) => "artifact.stored",
         }
     }
 
@@ -646,7 +711,11 @@ impl Payload {
         match self {
             Payload::MessageUser(_) => Category::Message,
             Payload::ModelResponded(_) => Category::Model,
-            Payload::ToolCalled(_) | Payload::ToolCompleted(_) => Category::Tool,
+            Payload::ToolCalled(_)
+            | Payload::ToolCompleted(_)
+            | Payload::ToolSourceUnavailable(_) => Category::Tool,
+            Payload::CircuitOpened(_) => Category::Circuit,
+            Payload::ArtifactStored(_) => Category::Artifact,
             _ => Category::Run,
         }
     }
@@ -659,6 +728,8 @@ impl Payload {
             Payload::RunFailed(_) => EventStatus::Error,
             Payload::RunCancelled(_) => EventStatus::Warning,
             Payload::ToolCompleted(p) if p.output.is_error => EventStatus::Error,
+            Payload::ToolSourceUnavailable(p) if p.required => EventStatus::Error,
+            Payload::ToolSourceUnavailable(_) | Payload::CircuitOpened(_) => EventStatus::Warning,
             _ => EventStatus::Ok,
         }
     }
@@ -728,6 +799,20 @@ impl Payload {
             Payload::ToolCalled(p) => {
                 f.insert("tool_name".into(), json!(p.tool_name));
                 f.insert("tool_kind".into(), json!(p.tool_kind));
+            }
+            Payload::ToolSourceUnavailable(p) => {
+                f.insert("source".into(), json!(p.source));
+                f.insert("required".into(), json!(p.required));
+            }
+            Payload::CircuitOpened(p) => {
+                f.insert("target_kind".into(), json!(p.target_kind));
+                f.insert("target".into(), json!(p.target));
+                f.insert("failures".into(), json!(p.failures));
+            }
+            Payload::ArtifactStored(p) => {
+                f.insert("origin".into(), json!(p.origin));
+                f.insert("media_type".into(), json!(p.media_type));
+                f.insert("size".into(), json!(p.size));
             }
             Payload::ToolCompleted(p) => {
                 f.insert("tool_name".into(), json!(p.tool_name));

@@ -104,3 +104,82 @@ pub trait Clock: Send + Sync + fmt::Debug {
     /// Now, in UTC.
     fn now(&self) -> DateTime<Utc>;
 }
+
+/// The artifact store port: files kept beside the journal (offloaded results, attachments),
+/// content-addressed by URI `artifact://<tenant>/<session>/<sha256>.<ext>`.
+pub trait ArtifactStore: Send + Sync + fmt::Debug {
+    /// Stores `bytes` and returns their URI (storing the same bytes twice is harmless).
+    fn put<'a>(
+        &'a self,
+        tenant_id: &'a str,
+        session_id: &'a str,
+        bytes: Vec<u8>,
+        extension: &'a str,
+    ) -> BoxFuture<'a, Result<String, StoreError>>;
+
+    /// The bytes behind `uri`, `None` when there are none.
+    fn get<'a>(&'a self, uri: &'a str) -> BoxFuture<'a, Result<Option<Vec<u8>>, StoreError>>;
+}
+
+/// The URI of an artifact: `artifact://<tenant>/<session>/<sha256 hex>.<ext>`.
+pub fn artifact_uri(
+    tenant_id: &str,
+    session_id: &str,
+    sha256_hex: &str,
+    extension: &str,
+) -> String {
+    format!("artifact://{tenant_id}/{session_id}/{sha256_hex}.{extension}")
+}
+
+/// Who a tool source opens its tools for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourceContext {
+    /// Tenant (a `tenant`-scoped source keeps one connection per tenant).
+    pub tenant_id: String,
+    /// Session.
+    pub session_id: String,
+    /// Run (a `run`-scoped source opens and closes its connection with the run).
+    pub run_id: String,
+}
+
+/// A circuit breaker that opened while a source was used, for the journal.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CircuitNotice {
+    /// What it guards ("mcp:<server>").
+    pub target: String,
+    /// Consecutive failures that opened it.
+    pub failures: u32,
+    /// Seconds it stays open.
+    pub cooldown_s: f64,
+    /// The last error.
+    pub error: String,
+}
+
+/// A tool source that could not give its tools.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{message}")]
+pub struct SourceError {
+    /// Why, for the journal and the logs.
+    pub message: String,
+    /// The breaker that opened on this failure, if any.
+    pub circuit: Option<CircuitNotice>,
+}
+
+/// The tool-source port: a provider of tools discovered at run time (an MCP server).
+///
+/// The engine opens every source of an agent when it starts driving a run; a source that fails
+/// has its tools withdrawn from the run (`tool.source_unavailable`), or fails the run when the
+/// agent requires it.
+pub trait ToolSource: Send + Sync + fmt::Debug {
+    /// The source's name as journaled (`tool.source_unavailable.source`).
+    fn name(&self) -> &str;
+
+    /// The tools of this source for a run, named as the model will see them.
+    fn open<'a>(
+        &'a self,
+        ctx: &'a SourceContext,
+    ) -> BoxFuture<'a, Result<Vec<std::sync::Arc<dyn crate::tool::Tool>>, SourceError>>;
+
+    /// The run no longer needs the source (a run-scoped connection closes here).
+    fn release<'a>(&'a self, ctx: &'a SourceContext) -> BoxFuture<'a, ()>;
+}

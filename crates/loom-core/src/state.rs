@@ -157,6 +157,9 @@ pub struct RunState {
     pub claim: Option<Claim>,
     /// Whether the closing event was written.
     pub finished: bool,
+    /// URIs of the results moved out of the context in this run (`artifact.stored`, origin
+    /// `offload`), which `artifact_read` may page through.
+    pub offloaded: Vec<String>,
     /// Seq of the last event applied.
     pub last_seq: u64,
     /// When the run started.
@@ -214,6 +217,7 @@ impl RunState {
             error: None,
             claim: None,
             finished: false,
+            offloaded: Vec::new(),
             last_seq: event.seq,
             started_at: event.ts,
             updated_at: event.ts,
@@ -340,6 +344,12 @@ impl RunState {
                 self.finished = true;
             }
             Payload::RunCancelled(_) => self.finished = true,
+            Payload::ToolSourceUnavailable(_) | Payload::CircuitOpened(_) => {}
+            Payload::ArtifactStored(stored) => {
+                if stored.origin == "offload" {
+                    self.offloaded.push(stored.uri.clone());
+                }
+            }
         }
         Ok(())
     }
