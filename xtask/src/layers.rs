@@ -38,6 +38,8 @@ pub const CRATES: &[(&str, Layer)] = &[
     ("loom-engine", Layer::Engine),
     ("loom-journal", Layer::Adapter),
     ("loom-models", Layer::Adapter),
+    ("loom-builtins", Layer::Adapter),
+    ("loom-mcp", Layer::Adapter),
     ("loom-macros", Layer::Macros),
     ("loom-testkit", Layer::Testkit),
     ("loom-ia", Layer::Facade),

@@ -96,7 +96,7 @@ pub(crate) async fn execute(cli: Cli, app: App) -> u8 {
     }
     let outcome = match cli.command {
         Command::Schema => Ok(OK),
-        Command::Validate => validate(&loom),
+        Command::Validate => validate(&loom).await,
         Command::Run {
             agent,
             message,
@@ -131,6 +131,7 @@ pub(crate) async fn execute(cli: Cli, app: App) -> u8 {
             json,
         } => report(&loom, &run_id, session.as_deref(), json).await,
     };
+    loom.shutdown().await;
     outcome.unwrap_or_else(|error| fail(&error))
 }
 
@@ -175,8 +176,8 @@ fn print_json(value: &impl serde::Serialize) -> u8 {
     }
 }
 
-fn validate(loom: &Loom) -> Result<u8, LoomError> {
-    let validation = loom.validate()?;
+async fn validate(loom: &Loom) -> Result<u8, LoomError> {
+    let validation = loom.validate().await?;
     print!("{}", render::validation(&validation));
     Ok(OK)
 }

@@ -270,6 +270,9 @@ pub(crate) fn validation(validation: &Validation) -> String {
             models.join(", ")
         }
     );
+    if !validation.mcp_servers.is_empty() {
+        let _ = writeln!(out, "MCP        : {}", validation.mcp_servers.join(", "));
+    }
     let _ = writeln!(
         out,
         "Tools      : {}",
@@ -286,16 +289,30 @@ pub(crate) fn validation(validation: &Validation) -> String {
             agent.name, agent.model, agent.max_iterations
         );
         for (name, d) in &agent.tools {
-            let timeout = d
-                .timeout
-                .map_or("default".to_owned(), |t| format!("{} s", t.as_secs_f64()));
-            let _ = writeln!(
-                out,
-                "  · tool {name}: side_effects {}, approval {}, idempotent {}, timeout {timeout}",
-                enum_name(&d.side_effects),
-                enum_name(&d.approval),
-                d.idempotent
-            );
+            let _ = writeln!(out, "  · tool {name}: {}", declarations(d));
+        }
+        for source in &agent.sources {
+            let required = if source.required { ", required" } else { "" };
+            match &source.error {
+                Some(error) => {
+                    let _ = writeln!(
+                        out,
+                        "  · mcp {}{required}: unreachable — {error}",
+                        source.name
+                    );
+                }
+                None => {
+                    let _ = writeln!(
+                        out,
+                        "  · mcp {}{required}: {} tool(s)",
+                        source.name,
+                        source.tools.len()
+                    );
+                    for (name, d) in &source.tools {
+                        let _ = writeln!(out, "      {name}: {}", declarations(d));
+                    }
+                }
+            }
         }
     }
     let _ = writeln!(
@@ -304,6 +321,18 @@ pub(crate) fn validation(validation: &Validation) -> String {
         validation.agents.len()
     );
     out
+}
+
+fn declarations(d: &loom_ia::core::tool::ToolDeclarations) -> String {
+    let timeout = d
+        .timeout
+        .map_or("default".to_owned(), |t| format!("{} s", t.as_secs_f64()));
+    format!(
+        "side_effects {}, approval {}, idempotent {}, timeout {timeout}",
+        enum_name(&d.side_effects),
+        enum_name(&d.approval),
+        d.idempotent
+    )
 }
 
 fn enum_name(value: &impl serde::Serialize) -> String {

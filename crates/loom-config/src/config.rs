@@ -8,7 +8,10 @@ use std::{
 use serde::de::DeserializeOwned;
 
 use crate::error::{ConfigError, ConfigErrorKind};
-use crate::model::{AgentSpec, EventsBackend, LoomConfig, ModelSpec, Profile, Sdk};
+use crate::model::{
+    AgentSpec, ArtifactsBackend, EventsBackend, LoomConfig, McpServerSpec, McpTransport, ModelSpec,
+    Profile, Sdk, ToolOverrides, ToolRef,
+};
 use crate::prompt;
 use crate::yaml::{self, KeyPath, Kind, Loc, Node, ParseError};
 
@@ -299,6 +302,24 @@ impl Config {
         }
     }
 
+    /// The artifact directory, resolved, when artifacts are kept in files: `storage.artifacts.path`
+    /// for the `local` backend, else `<journal dir>/.artifacts` beside a `jsonl` journal.
+    pub fn artifacts_path(&self) -> Option<PathBuf> {
+        let artifacts = &self.raw.storage.artifacts;
+        match (artifacts.backend, &artifacts.path) {
+            (Some(ArtifactsBackend::Memory), _) => None,
+            (_, Some(path)) => Some(self.base_dir.join(path)),
+            (Some(ArtifactsBackend::Local), None) | (None, None) => {
+                self.events_path().map(|p| p.join(".artifacts"))
+            }
+        }
+    }
+
+    /// The MCP server called `name`.
+    pub fn mcp_server(&self, name: &str) -> Option<&McpServerSpec> {
+        self.raw.mcp_servers.iter().find(|m| m.name == name)
+    }
+
     /// The raw system prompt template of `agent` (file content or inline text).
     pub fn system_prompt(&self, agent: &str) -> Option<&str> {
         self.index_of(agent).map(|i| self.meta[i].system.as_str())
@@ -442,6 +463,7 @@ fn build(
     }
     check_models(&doc, &raw)?;
     check_sections(&doc, &raw)?;
+    check_mcp_servers(&doc, &raw)?;
 
     let base = origin.base_dir.clone();
     let agents_dir = base.join(&raw.agents_dir);
@@ -850,17 +872,10 @@ fn check_agent(config: &mut Config, i: usize) -> Result<(), ConfigError> {
     if !positive_seconds(spec.timeout) {
         return Err(invalid(&p.key("timeout"), NOT_POSITIVE.into()));
     }
+    let mut prefixes: Vec<String> = Vec::new();
     for (t, tool) in spec.tools.iter().enumerate() {
         let tp = p.key("tools").index(t);
-        if tool.tool.trim().is_empty() {
-            return Err(invalid(&tp.key("tool"), "must not be empty".into()));
-        }
-        if !positive_seconds(tool.timeout) {
-            return Err(invalid(&tp.key("timeout"), NOT_POSITIVE.into()));
-        }
-        if tool.offload_over == Some(0) {
-            return Err(invalid(&tp.key("offload_over"), NOT_POSITIVE.into()));
-        }
+        check_tool_ref(config, doc, &tp, tool, &mut prefixes)?;
     }
 
     // System prompt: inline text or a file under prompts_dir, never both.
@@ -938,5 +953,323 @@ fn not_yet(field: &str) -> &'static str {
         " — this part of the Loom-IA format is not implemented in this version yet"
     } else {
         ""
+    }
+}
+
+/// The built-in tools an agent may reference with `tool: loom.<name>`.
+pub const BUILTIN_TOOLS: &[&str] = &[
+    "loom.current_datetime",
+    "loom.local_files",
+    "loom.fetch_page",
+];
+
+fn valid_mcp_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 40
+        && !name.contains("__")
+        && !name.starts_with('_')
+        && !name.ends_with('_')
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
+fn check_mcp_servers(doc: &Doc, raw: &LoomConfig) -> Result<(), ConfigError> {
+    let invalid = |path: &KeyPath, msg: String| doc.error(path, ConfigErrorKind::Invalid, msg);
+    for (i, server) in raw.mcp_servers.iter().enumerate() {
+        let sp = KeyPath::root().key("mcp_servers").index(i);
+        if !valid_mcp_name(&server.name) {
+            return Err(invalid(
+                &sp.key("name"),
+                format!(
+                    "invalid MCP server name '{}' (letters, digits, '-', single '_' between them; at most 40)",
+                    server.name
+                ),
+            ));
+        }
+        if raw.mcp_servers[..i].iter().any(|m| m.name == server.name) {
+            return Err(invalid(
+                &sp.key("name"),
+                format!("duplicate MCP server name '{}'", server.name),
+            ));
+        }
+        match server.transport {
+            McpTransport::Stdio => {
+                if server
+                    .command
+                    .as_deref()
+                    .is_none_or(|c| c.trim().is_empty())
+                {
+                    return Err(invalid(
+                        &sp.key("transport"),
+                        "transport 'stdio' requires 'command'".into(),
+                    ));
+                }
+                if server.url.is_some() {
+                    return Err(invalid(
+                        &sp.key("url"),
+                        "'url' is for transport 'http'".into(),
+                    ));
+                }
+                if !server.headers_env.is_empty() {
+                    return Err(invalid(
+                        &sp.key("headers_env"),
+                        "'headers_env' is for transport 'http'".into(),
+                    ));
+                }
+            }
+            McpTransport::Http => {
+                let Some(url) = &server.url else {
+                    return Err(invalid(
+                        &sp.key("transport"),
+                        "transport 'http' requires 'url'".into(),
+                    ));
+                };
+                if !(url.starts_with("http://") || url.starts_with("https://")) {
+                    return Err(invalid(
+                        &sp.key("url"),
+                        format!("'{url}' is not an http(s) URL"),
+                    ));
+                }
+                for (key, present) in [
+                    ("command", server.command.is_some()),
+                    ("args", !server.args.is_empty()),
+                    ("env", !server.env.is_empty()),
+                    ("env_from", !server.env_from.is_empty()),
+                    ("cwd", server.cwd.is_some()),
+                ] {
+                    if present {
+                        return Err(invalid(
+                            &sp.key(key),
+                            format!("'{key}' is for transport 'stdio'"),
+                        ));
+                    }
+                }
+            }
+        }
+        if !(server.connect_timeout.is_finite() && server.connect_timeout > 0.0) {
+            return Err(invalid(&sp.key("connect_timeout"), NOT_POSITIVE.into()));
+        }
+        if let Some(breaker) = &server.circuit_breaker {
+            if breaker.failures == 0 {
+                return Err(invalid(
+                    &sp.key("circuit_breaker").key("failures"),
+                    NOT_POSITIVE.into(),
+                ));
+            }
+            if !(breaker.cooldown.is_finite() && breaker.cooldown > 0.0) {
+                return Err(invalid(
+                    &sp.key("circuit_breaker").key("cooldown"),
+                    NOT_POSITIVE.into(),
+                ));
+            }
+        }
+        for (tool, overrides) in &server.tools {
+            check_overrides(doc, &sp.key("tools").key(tool), overrides)?;
+        }
+    }
+    Ok(())
+}
+
+fn check_overrides(
+    doc: &Doc,
+    path: &KeyPath,
+    overrides: &ToolOverrides,
+) -> Result<(), ConfigError> {
+    if !positive_seconds(overrides.timeout) {
+        return Err(doc.error(&path.key("timeout"), ConfigErrorKind::Invalid, NOT_POSITIVE));
+    }
+    if overrides.offload_over == Some(0) {
+        return Err(doc.error(
+            &path.key("offload_over"),
+            ConfigErrorKind::Invalid,
+            NOT_POSITIVE,
+        ));
+    }
+    Ok(())
+}
+
+fn check_tool_ref(
+    config: &Config,
+    doc: &Doc,
+    tp: &KeyPath,
+    tool: &ToolRef,
+    prefixes: &mut Vec<String>,
+) -> Result<(), ConfigError> {
+    let invalid = |path: &KeyPath, msg: String| doc.error(path, ConfigErrorKind::Invalid, msg);
+    if !positive_seconds(tool.timeout) {
+        return Err(invalid(&tp.key("timeout"), NOT_POSITIVE.into()));
+    }
+    if tool.offload_over == Some(0) {
+        return Err(invalid(&tp.key("offload_over"), NOT_POSITIVE.into()));
+    }
+    match (&tool.tool, &tool.mcp) {
+        (Some(_), Some(_)) | (None, None) => Err(invalid(
+            tp,
+            "a tool reference needs exactly one of 'tool' and 'mcp'".into(),
+        )),
+        (Some(name), None) => {
+            if name.trim().is_empty() {
+                return Err(invalid(&tp.key("tool"), "must not be empty".into()));
+            }
+            for (key, present) in [
+                ("alias", tool.alias.is_some()),
+                ("include", tool.include.is_some()),
+                ("exclude", tool.exclude.is_some()),
+                ("required", tool.required),
+                ("tools", !tool.tools.is_empty()),
+            ] {
+                if present {
+                    return Err(invalid(
+                        &tp.key(key),
+                        format!("'{key}' applies to an 'mcp' reference"),
+                    ));
+                }
+            }
+            if name.starts_with("loom.") && !BUILTIN_TOOLS.contains(&name.as_str()) {
+                return Err(doc.error(
+                    &tp.key("tool"),
+                    ConfigErrorKind::Reference,
+                    format!(
+                        "unknown built-in tool '{name}' (built-in tools: {})",
+                        BUILTIN_TOOLS.join(", ")
+                    ),
+                ));
+            }
+            let local_files = name == "loom.local_files";
+            let fetch_page = name == "loom.fetch_page";
+            if local_files && tool.folders.as_ref().is_none_or(Vec::is_empty) {
+                return Err(invalid(
+                    &tp.key("tool"),
+                    "loom.local_files needs 'folders' (at least one)".into(),
+                ));
+            }
+            if !local_files && tool.folders.is_some() {
+                return Err(invalid(
+                    &tp.key("folders"),
+                    "'folders' applies to loom.local_files".into(),
+                ));
+            }
+            for (key, present) in [
+                ("allow_private", tool.allow_private.is_some()),
+                ("max_bytes", tool.max_bytes.is_some()),
+            ] {
+                if present && !fetch_page {
+                    return Err(invalid(
+                        &tp.key(key),
+                        format!("'{key}' applies to loom.fetch_page"),
+                    ));
+                }
+            }
+            if tool.max_bytes == Some(0) {
+                return Err(invalid(&tp.key("max_bytes"), NOT_POSITIVE.into()));
+            }
+            for (f, folder) in tool.folders.iter().flatten().enumerate() {
+                let fp = tp.key("folders").index(f);
+                let ok = folder.name.len() <= 32
+                    && folder
+                        .name
+                        .bytes()
+                        .next()
+                        .is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+                    && folder.name.bytes().all(|b| {
+                        b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-'
+                    });
+                if !ok {
+                    return Err(invalid(
+                        &fp.key("name"),
+                        format!(
+                            "invalid folder name '{}' (expected ^[a-z0-9][a-z0-9_-]{{0,31}}$)",
+                            folder.name
+                        ),
+                    ));
+                }
+                if folder.rights.is_empty() {
+                    return Err(invalid(
+                        &fp.key("rights"),
+                        "at least one right is needed (read, write, overwrite, delete)".into(),
+                    ));
+                }
+                let dir = config.base_dir.join(&folder.path);
+                if !dir.is_dir() {
+                    return Err(doc.error(
+                        &fp.key("path"),
+                        ConfigErrorKind::MissingFile,
+                        format!(
+                            "folder '{}' does not exist: {}",
+                            folder.name,
+                            display_path(&config.base_dir, &dir).display()
+                        ),
+                    ));
+                }
+            }
+            Ok(())
+        }
+        (None, Some(server)) => {
+            if config.mcp_server(server).is_none() {
+                let declared: Vec<&str> = config
+                    .raw
+                    .mcp_servers
+                    .iter()
+                    .map(|m| m.name.as_str())
+                    .collect();
+                let declared = if declared.is_empty() {
+                    "none".to_owned()
+                } else {
+                    declared.join(", ")
+                };
+                return Err(doc.error(
+                    &tp.key("mcp"),
+                    ConfigErrorKind::Reference,
+                    format!("unknown MCP server '{server}' (declared servers: {declared})"),
+                ));
+            }
+            for (key, present) in [
+                ("description", tool.description.is_some()),
+                ("timeout", tool.timeout.is_some()),
+                ("side_effects", tool.side_effects.is_some()),
+                ("approval", tool.approval.is_some()),
+                ("idempotent", tool.idempotent.is_some()),
+                ("offload_over", tool.offload_over.is_some()),
+                ("folders", tool.folders.is_some()),
+                ("allow_private", tool.allow_private.is_some()),
+                ("max_bytes", tool.max_bytes.is_some()),
+            ] {
+                if present {
+                    return Err(invalid(
+                        &tp.key(key),
+                        format!("'{key}' applies to one tool: set it per tool under 'tools'"),
+                    ));
+                }
+            }
+            if tool.include.is_some() && tool.exclude.is_some() {
+                return Err(invalid(
+                    &tp.key("exclude"),
+                    "'include' and 'exclude' are mutually exclusive".into(),
+                ));
+            }
+            let prefix = tool.alias.clone().unwrap_or_else(|| server.clone());
+            if let Some(alias) = &tool.alias
+                && !valid_mcp_name(alias)
+            {
+                return Err(invalid(
+                    &tp.key("alias"),
+                    format!("invalid alias '{alias}'"),
+                ));
+            }
+            if prefixes.contains(&prefix) {
+                return Err(invalid(
+                    tp,
+                    format!(
+                        "the prefix '{prefix}__' is used twice in this agent: give one an 'alias'"
+                    ),
+                ));
+            }
+            prefixes.push(prefix);
+            for (name, overrides) in &tool.tools {
+                check_overrides(doc, &tp.key("tools").key(name), overrides)?;
+            }
+            Ok(())
+        }
     }
 }

@@ -34,12 +34,14 @@ mod yaml;
 
 use std::path::{Path, PathBuf};
 
-pub use config::Config;
+pub use config::{BUILTIN_TOOLS, Config};
 pub use error::{ConfigError, ConfigErrorKind};
 pub use model::{
-    AgentSpec, EventsBackend, EventsStorage, ExecutionConfig, JsonObject, LlmSettings, LogFormat,
-    LogLevel, LoggingConfig, LoomConfig, MainRole, ModelApi, ModelCapabilities, ModelSpec, Profile,
-    Profiles, Sdk, StorageConfig, TelemetryConfig, ToolRef, ToolsExecution,
+    AgentSpec, ArtifactsBackend, ArtifactsStorage, CircuitBreaker, EventsBackend, EventsStorage,
+    ExecutionConfig, FolderRight, FolderSpec, JsonObject, LlmSettings, LogFormat, LogLevel,
+    LoggingConfig, LoomConfig, MainRole, McpScope, McpServerSpec, McpTransport, ModelApi,
+    ModelCapabilities, ModelSpec, Profile, Profiles, Sdk, StorageConfig, TelemetryConfig,
+    ToolOverrides, ToolRef, ToolsExecution,
 };
 
 /// Loads and validates the configuration at `path` (usually `loom.yaml`).

@@ -4,7 +4,7 @@
 //! types only describe the shape of the file; cross-field rules (declared models, prompt files,
 //! positive timeouts…) are checked when a [`crate::Config`] is built.
 
-use std::{fmt, path::PathBuf, str::FromStr};
+use std::{collections::BTreeMap, fmt, path::PathBuf, str::FromStr};
 
 use loom_core::tool::{Approval, SideEffects};
 use loom_core::usage::Pricing;
@@ -38,6 +38,9 @@ pub struct LoomConfig {
     /// Declared models, referenced by id from agents.
     #[serde(default)]
     pub models: Vec<ModelSpec>,
+    /// Declared MCP servers, referenced by name from agents (`tools: [{mcp: <name>}]`).
+    #[serde(default)]
+    pub mcp_servers: Vec<McpServerSpec>,
     /// Inline agents, in addition to those read from `agents_dir`.
     #[serde(default)]
     pub agents: Vec<AgentSpec>,
@@ -61,6 +64,7 @@ impl Default for LoomConfig {
             agents_dir: default_agents_dir(),
             prompts_dir: default_prompts_dir(),
             models: Vec::new(),
+            mcp_servers: Vec::new(),
             agents: Vec::new(),
             storage: StorageConfig::default(),
             execution: ExecutionConfig::default(),
@@ -339,14 +343,37 @@ pub struct LlmSettings {
     pub params: JsonObject,
 }
 
-/// A tool registered in code, referenced by name, with optional overrides.
+/// A tool reference of an agent: a tool registered in code or built in (`tool`), or the tools of
+/// an MCP server (`mcp`). Exactly one of `tool` and `mcp` is given; the other keys are checked
+/// against it (`folders` only with `loom.local_files`, `include` only with `mcp`, …).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ToolRef {
-    /// Registered tool name (alias `python`, for users of the Python reference).
-    #[serde(alias = "python")]
+    /// Registered tool name, or a built-in `loom.current_datetime`, `loom.local_files`,
+    /// `loom.fetch_page` (alias `python`, for users of the Python reference).
+    #[serde(default, alias = "python")]
     #[schemars(length(min = 1))]
-    pub tool: String,
+    pub tool: Option<String>,
+    /// A declared MCP server whose tools the agent uses (`<server>__<tool>`).
+    #[serde(default)]
+    #[schemars(regex(pattern = r"^[A-Za-z0-9-]+(_[A-Za-z0-9-]+)*$"))]
+    pub mcp: Option<String>,
+    /// With `mcp`: the prefix the model sees instead of the server name (`<alias>__<tool>`).
+    #[serde(default)]
+    #[schemars(regex(pattern = r"^[A-Za-z0-9-]+(_[A-Za-z0-9-]+)*$"), length(max = 40))]
+    pub alias: Option<String>,
+    /// With `mcp`: only these tools (server names, without prefix).
+    #[serde(default)]
+    pub include: Option<Vec<String>>,
+    /// With `mcp`: all tools but these.
+    #[serde(default)]
+    pub exclude: Option<Vec<String>>,
+    /// With `mcp`: fail the run when the server cannot be reached (else its tools are withdrawn).
+    #[serde(default)]
+    pub required: bool,
+    /// With `mcp`: declarations per tool (server names), over the server's own.
+    #[serde(default)]
+    pub tools: BTreeMap<String, ToolOverrides>,
     /// Description shown to the model instead of the tool's own.
     #[serde(default)]
     pub description: Option<String>,
@@ -367,16 +394,197 @@ pub struct ToolRef {
     #[serde(default)]
     #[schemars(extend("exclusiveMinimum" = 0))]
     pub offload_over: Option<u64>,
+    /// With `loom.local_files`: the folders the tool may use.
+    #[serde(default)]
+    pub folders: Option<Vec<FolderSpec>>,
+    /// With `loom.fetch_page`: allow loopback, private and link-local addresses (default false).
+    #[serde(default)]
+    pub allow_private: Option<bool>,
+    /// With `loom.fetch_page`: largest page read, in bytes after decompression.
+    #[serde(default)]
+    #[schemars(extend("exclusiveMinimum" = 0))]
+    pub max_bytes: Option<u64>,
 }
 
 impl ToolRef {
-    /// A reference to `tool` without overrides.
+    /// A reference to the tool `tool` without overrides.
     pub fn new(tool: impl Into<String>) -> ToolRef {
         ToolRef {
-            tool: tool.into(),
+            tool: Some(tool.into()),
             ..ToolRef::default()
         }
     }
+
+    /// A reference to the tools of the MCP server `server`.
+    pub fn mcp(server: impl Into<String>) -> ToolRef {
+        ToolRef {
+            mcp: Some(server.into()),
+            ..ToolRef::default()
+        }
+    }
+}
+
+/// Declarations of one tool fixed by the configuration; absent keys keep the tool's own.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ToolOverrides {
+    /// Description shown to the model.
+    #[serde(default)]
+    pub description: Option<String>,
+    /// Side effects of a call.
+    #[serde(default)]
+    pub side_effects: Option<SideEffects>,
+    /// Human approval of calls.
+    #[serde(default)]
+    pub approval: Option<Approval>,
+    /// Whether running a call twice has the effect of running it once.
+    #[serde(default)]
+    pub idempotent: Option<bool>,
+    /// Per-call timeout in seconds.
+    #[serde(default)]
+    #[schemars(extend("exclusiveMinimum" = 0))]
+    pub timeout: Option<f64>,
+    /// Result size (characters) above which the result is offloaded.
+    #[serde(default)]
+    #[schemars(extend("exclusiveMinimum" = 0))]
+    pub offload_over: Option<u64>,
+}
+
+/// A folder `loom.local_files` may use.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct FolderSpec {
+    /// Name the model uses for it.
+    #[schemars(regex(pattern = r"^[a-z0-9][a-z0-9_-]{0,31}$"))]
+    pub name: String,
+    /// Directory, relative to the config file.
+    pub path: PathBuf,
+    /// What the tool may do there.
+    #[schemars(length(min = 1))]
+    pub rights: Vec<FolderRight>,
+}
+
+/// A right on a folder.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum FolderRight {
+    /// List and read files.
+    Read,
+    /// Create new files.
+    Write,
+    /// Replace existing files.
+    Overwrite,
+    /// Delete files.
+    Delete,
+}
+
+/// An MCP server whose tools agents may use.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct McpServerSpec {
+    /// Name, and prefix of its tools (`<name>__<tool>`).
+    #[schemars(regex(pattern = r"^[A-Za-z0-9-]+(_[A-Za-z0-9-]+)*$"), length(max = 40))]
+    pub name: String,
+    /// How Loom talks to it.
+    pub transport: McpTransport,
+    /// stdio: the command to start.
+    #[serde(default)]
+    pub command: Option<String>,
+    /// stdio: its arguments.
+    #[serde(default)]
+    pub args: Vec<String>,
+    /// stdio: environment variables set for it (values are written here, so no secrets:
+    /// use `env_from`).
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// stdio: environment variables set for it from Loom's environment (`NAME: LOOM_VAR`).
+    #[serde(default)]
+    pub env_from: BTreeMap<String, String>,
+    /// stdio: working directory (default: the config file's directory).
+    #[serde(default)]
+    pub cwd: Option<PathBuf>,
+    /// http: the streamable HTTP endpoint.
+    #[serde(default)]
+    pub url: Option<String>,
+    /// http: headers whose values come from environment variables (`Authorization: CRM_TOKEN`);
+    /// never written to the journal.
+    #[serde(default)]
+    pub headers_env: BTreeMap<String, String>,
+    /// Life of a connection: one per process, per tenant, or per run.
+    #[serde(default)]
+    pub scope: McpScope,
+    /// Seconds to connect and list tools.
+    #[serde(default = "default_connect_timeout")]
+    #[schemars(extend("exclusiveMinimum" = 0))]
+    pub connect_timeout: f64,
+    /// Declarations per tool (server names), over the server's annotations.
+    #[serde(default)]
+    pub tools: BTreeMap<String, ToolOverrides>,
+    /// Breaker over consecutive connection failures (`null` removes it).
+    #[serde(default = "default_breaker")]
+    pub circuit_breaker: Option<CircuitBreaker>,
+}
+
+fn default_connect_timeout() -> f64 {
+    10.0
+}
+
+fn default_breaker() -> Option<CircuitBreaker> {
+    Some(CircuitBreaker::default())
+}
+
+/// MCP transports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum McpTransport {
+    /// A child process speaking on stdin/stdout.
+    Stdio,
+    /// Streamable HTTP.
+    Http,
+}
+
+/// Life of an MCP connection.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum McpScope {
+    /// One per process, shared by all runs.
+    #[default]
+    Shared,
+    /// One per tenant.
+    Tenant,
+    /// Opened and closed with each run.
+    Run,
+}
+
+/// A circuit breaker.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CircuitBreaker {
+    /// Consecutive failures that open it.
+    #[serde(default = "default_failures")]
+    #[schemars(range(min = 1))]
+    pub failures: u32,
+    /// Seconds it stays open.
+    #[serde(default = "default_cooldown")]
+    #[schemars(extend("exclusiveMinimum" = 0))]
+    pub cooldown: f64,
+}
+
+impl Default for CircuitBreaker {
+    fn default() -> Self {
+        CircuitBreaker {
+            failures: default_failures(),
+            cooldown: default_cooldown(),
+        }
+    }
+}
+
+fn default_failures() -> u32 {
+    5
+}
+
+fn default_cooldown() -> f64 {
+    60.0
 }
 
 /// Storage settings.
@@ -385,6 +593,29 @@ impl ToolRef {
 pub struct StorageConfig {
     /// The event journal.
     pub events: EventsStorage,
+    /// Where files are kept (offloaded results); by default beside the journal.
+    pub artifacts: ArtifactsStorage,
+}
+
+/// Where artifacts are kept. Without `backend`, they follow the journal: `<events path>/.artifacts`
+/// for `jsonl`, in memory for `memory`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct ArtifactsStorage {
+    /// `local` (a directory) or `memory`.
+    pub backend: Option<ArtifactsBackend>,
+    /// Directory of the `local` backend, relative to the config file.
+    pub path: Option<PathBuf>,
+}
+
+/// Artifact stores.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ArtifactsBackend {
+    /// Files in a directory.
+    Local,
+    /// In process memory.
+    Memory,
 }
 
 /// The event journal.

@@ -23,12 +23,12 @@ main:
 
 #[test]
 fn unknown_root_key() {
-    let root = "version: 1\nmcp_servers: []\n";
+    let root = "version: 1\nbudgets: {}\n";
     assert_eq!(
         refused(root, &[]),
-        "loom.yaml:2:1 mcp_servers: unknown key 'mcp_servers' (expected one of: version, \
-         profile, profiles, agents_dir, prompts_dir, models, agents, storage, execution, telemetry) \
-         — this part of the Loom-IA format is not implemented in this version yet"
+        "loom.yaml:2:1 budgets: unknown key 'budgets' (expected one of: version, \
+         profile, profiles, agents_dir, prompts_dir, models, mcp_servers, agents, storage, execution, \
+         telemetry) — this part of the Loom-IA format is not implemented in this version yet"
     );
 }
 
@@ -69,7 +69,8 @@ tools:
     assert_eq!(
         refused(MODELS, &[("agents/devis.yaml", agent)]),
         "agents/devis.yaml:7:5 tools[1].retries: unknown key 'retries' (expected one of: \
-         python, tool, description, timeout, side_effects, approval, idempotent, offload_over)"
+         python, tool, mcp, alias, include, exclude, required, tools, description, timeout, \
+         side_effects, approval, idempotent, offload_over, folders, allow_private, max_bytes)"
     );
 }
 
@@ -443,5 +444,69 @@ fn empty_agent_file() {
     assert_eq!(
         refused(MODELS, &[("agents/empty.yaml", "# nothing\n")]),
         "agents/empty.yaml (root): empty document (expected a mapping)"
+    );
+}
+
+const MCP_SERVERS: &str = "\
+version: 1
+models:
+  - id: fake-1
+    sdk: fake
+    model: FAKE
+mcp_servers:
+  - name: notes
+    transport: stdio
+    command: python3
+    args: [notes.py]
+";
+
+#[test]
+fn mcp_reference_to_an_undeclared_server() {
+    let agent = "name: a\nmain:\n  model: fake-1\ntools:\n  - mcp: crm\n";
+    assert_eq!(
+        refused(MCP_SERVERS, &[("agents/a.yaml", agent)]),
+        "agents/a.yaml:5:10 tools[0].mcp: unknown MCP server 'crm' (declared servers: notes)"
+    );
+}
+
+#[test]
+fn mcp_server_needs_its_transport_settings() {
+    let root = format!("{MCP_SERVERS}  - name: crm\n    transport: http\n");
+    assert_eq!(
+        refused(&root, &[]),
+        "loom.yaml:12:16 mcp_servers[1].transport: transport 'http' requires 'url'"
+    );
+}
+
+#[test]
+fn mcp_reference_mixing_tool_keys() {
+    let agent = "name: a\nmain:\n  model: fake-1\ntools:\n  - mcp: notes\n    timeout: 3\n";
+    assert_eq!(
+        refused(MCP_SERVERS, &[("agents/a.yaml", agent)]),
+        "agents/a.yaml:6:14 tools[0].timeout: 'timeout' applies to one tool: set it per tool under 'tools'"
+    );
+}
+
+#[test]
+fn mcp_include_and_exclude_together() {
+    let agent = "name: a\nmain:\n  model: fake-1\ntools:\n  - mcp: notes\n    include: [a]\n    exclude: [b]\n";
+    assert_eq!(
+        refused(MCP_SERVERS, &[("agents/a.yaml", agent)]),
+        "agents/a.yaml:7:14 tools[0].exclude: 'include' and 'exclude' are mutually exclusive"
+    );
+}
+
+#[test]
+fn unknown_builtin_and_missing_folders() {
+    let agent = "name: a\nmain:\n  model: fake-1\ntools:\n  - tool: loom.excel\n";
+    assert_eq!(
+        refused(MCP_SERVERS, &[("agents/a.yaml", agent)]),
+        "agents/a.yaml:5:11 tools[0].tool: unknown built-in tool 'loom.excel' (built-in tools: \
+         loom.current_datetime, loom.local_files, loom.fetch_page)"
+    );
+    let agent = "name: a\nmain:\n  model: fake-1\ntools:\n  - tool: loom.local_files\n";
+    assert_eq!(
+        refused(MCP_SERVERS, &[("agents/a.yaml", agent)]),
+        "agents/a.yaml:5:11 tools[0].tool: loom.local_files needs 'folders' (at least one)"
     );
 }

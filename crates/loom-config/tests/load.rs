@@ -127,9 +127,13 @@ fn valid_directory_loads() {
     assert_eq!(devis.timeout, Some(120.0));
     assert_eq!(devis.main.llm.max_tokens, Some(512));
     assert_eq!(devis.tools.len(), 2);
-    assert_eq!(devis.tools[0].tool, "lookup_price");
+    assert_eq!(devis.tools[0].tool.as_deref(), Some("lookup_price"));
     assert_eq!(devis.tools[0].side_effects, Some(SideEffects::None));
-    assert_eq!(devis.tools[1].tool, "send_quote", "alias `python`");
+    assert_eq!(
+        devis.tools[1].tool.as_deref(),
+        Some("send_quote"),
+        "alias `python`"
+    );
     assert_eq!(devis.tools[1].approval, Some(Approval::Always));
     assert_eq!(devis.tools[1].timeout, Some(5.0));
     assert_eq!(config.agent("zeta").unwrap().max_iterations, 10);

@@ -182,4 +182,9 @@ pub trait ToolSource: Send + Sync + fmt::Debug {
 
     /// The run no longer needs the source (a run-scoped connection closes here).
     fn release<'a>(&'a self, ctx: &'a SourceContext) -> BoxFuture<'a, ()>;
+
+    /// The process is stopping: close every connection (child processes included).
+    fn shutdown(&self) -> BoxFuture<'_, ()> {
+        Box::pin(async {})
+    }
 }

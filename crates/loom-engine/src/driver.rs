@@ -2,6 +2,7 @@
 
 use std::{
     future::Future,
+    sync::Arc,
     time::{Duration, Instant},
 };
 
@@ -10,18 +11,20 @@ use loom_core::{
     Event, Message, RunState, RunStatus,
     content::BlockKind,
     event::{
-        Effect, Envelope, MessageUser, ModelResponded, Outcome, Payload, RunCancelled, RunClaimed,
-        RunCompleted, RunContext, RunFailed, RunStarted, RunTransitioned, StepCompleted,
-        StepStarted,
+        CircuitOpened, Effect, Envelope, MessageUser, ModelResponded, Outcome, Payload,
+        RunCancelled, RunClaimed, RunCompleted, RunContext, RunFailed, RunStarted, RunTransitioned,
+        StepCompleted, StepStarted, ToolSourceUnavailable,
     },
     ids::is_safe_id,
     model::{ModelError, ModelResponse, ResponseAccumulator, StopReason},
+    ports::{SourceContext, ToolSource},
     state::session_history,
 };
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    AgentRuntime, BeginRun, Engine, EngineError, RunRef, request, tools, writer::SessionWriter,
+    AgentRuntime, BeginRun, BoundTool, Engine, EngineError, RunRef, request, tools,
+    writer::SessionWriter,
 };
 
 /// How many times opening a run is attempted when the session's journal keeps moving.
@@ -172,25 +175,23 @@ impl Engine {
             last_ids,
             cancel,
             observer,
+            tools: agent.tools.clone(),
+            opened: Vec::new(),
         };
-        if !state.status.is_terminal() {
-            driver.claim(&mut state, &mut writer).await?;
+        let outcome = driver.pilot(&mut state, &mut writer).await;
+        // Run-scoped sources close with the pilot, whatever happened.
+        let context = driver.source_context();
+        for source in &driver.opened {
+            source.release(&context).await;
         }
-        tracing::debug!(run_id = %run.run_id, worker_id = %self.worker_id, "driving run");
-        while !state.finished {
-            let before = state.last_seq;
-            match driver.step(&mut state, &mut writer).await {
-                Ok(()) => {}
-                // Closed by someone else (a cancel from another process): that is the outcome.
-                Err(EngineError::RunMoved(_)) => {
-                    let events = self.store.read(&run.tenant_id, &run.session_id, 0).await?;
-                    return Ok(RunState::fold(&run.run_id, &events)?);
-                }
-                Err(other) => return Err(other),
+        match outcome {
+            Ok(()) => {}
+            // Closed by someone else (a cancel from another process): that is the outcome.
+            Err(EngineError::RunMoved(_)) => {
+                let events = self.store.read(&run.tenant_id, &run.session_id, 0).await?;
+                return Ok(RunState::fold(&run.run_id, &events)?);
             }
-            if state.last_seq == before {
-                return Err(EngineError::NoProgress(run.run_id.clone()));
-            }
+            Err(other) => return Err(other),
         }
         tracing::debug!(
             run_id = %run.run_id,
@@ -306,6 +307,10 @@ pub(crate) struct Driver<'a> {
     pub(crate) agent: &'a AgentRuntime,
     history: Vec<Message>,
     last_ids: LastIds,
+    /// The tools offered in this pilot: the agent's, then those of the sources that opened.
+    pub(crate) tools: Vec<BoundTool>,
+    /// Sources opened by this pilot, released when it ends.
+    opened: Vec<Arc<dyn ToolSource>>,
     pub(crate) cancel: &'a CancellationToken,
     observer: &'a dyn Observer,
 }
@@ -336,6 +341,132 @@ impl Driver<'_> {
             self.last_ids.note(event);
         }
         Ok(written)
+    }
+
+    /// The tools offered now: the pilot's, plus `artifact_read` once a result was offloaded.
+    pub(crate) fn offered(&self, state: &RunState) -> std::borrow::Cow<'_, [BoundTool]> {
+        match (self.engine.artifacts(), state.offloaded.is_empty()) {
+            (Some(store), false) => {
+                let mut tools = self.tools.clone();
+                tools.extend(crate::offload::artifact_read(
+                    store.clone(),
+                    state.offloaded.clone(),
+                ));
+                std::borrow::Cow::Owned(tools)
+            }
+            _ => std::borrow::Cow::Borrowed(&self.tools),
+        }
+    }
+
+    /// Claims the run, opens its tool sources, then steps until the run closes.
+    async fn pilot(
+        &mut self,
+        state: &mut RunState,
+        writer: &mut SessionWriter<'_>,
+    ) -> Result<(), EngineError> {
+        if !state.status.is_terminal() {
+            self.claim(state, writer).await?;
+            self.open_sources(state, writer).await?;
+        }
+        tracing::debug!(run_id = %self.run.run_id, worker_id = %self.engine.worker_id, "driving run");
+        while !state.finished {
+            let before = state.last_seq;
+            self.step(state, writer).await?;
+            if state.last_seq == before {
+                return Err(EngineError::NoProgress(self.run.run_id.clone()));
+            }
+        }
+        Ok(())
+    }
+
+    pub(crate) fn source_context(&self) -> SourceContext {
+        SourceContext {
+            tenant_id: self.run.tenant_id.clone(),
+            session_id: self.run.session_id.clone(),
+            run_id: self.run.run_id.clone(),
+        }
+    }
+
+    /// Opens every tool source of the agent. A source that fails has its tools withdrawn from
+    /// the run (`tool.source_unavailable`, after `circuit.opened` when its breaker opened);
+    /// a required one fails the run.
+    async fn open_sources(
+        &mut self,
+        state: &mut RunState,
+        writer: &mut SessionWriter<'_>,
+    ) -> Result<(), EngineError> {
+        let context = self.source_context();
+        let mut batch = Vec::new();
+        let mut failed_required: Option<String> = None;
+        let span = state.run_span_id.clone();
+        for bound in &self.agent.sources {
+            match bound.source.open(&context).await {
+                Ok(tools) => {
+                    self.opened.push(bound.source.clone());
+                    for tool in tools {
+                        if self.tools.iter().any(|t| t.name() == tool.spec().name) {
+                            tracing::warn!(tool = %tool.spec().name, source = %bound.source.name(), "tool name already offered; ignored");
+                            continue;
+                        }
+                        let declarations = tool.spec().declarations.clone();
+                        let description = tool.spec().description.clone();
+                        match BoundTool::new(tool, declarations, description) {
+                            Ok(bound_tool) => self.tools.push(bound_tool),
+                            Err(error) => {
+                                tracing::warn!(source = %bound.source.name(), %error, "tool ignored")
+                            }
+                        }
+                    }
+                }
+                Err(error) => {
+                    if let Some(circuit) = &error.circuit {
+                        batch.push(self.event(
+                            &span,
+                            None,
+                            None,
+                            Payload::CircuitOpened(CircuitOpened {
+                                target_kind: "mcp".into(),
+                                target: circuit.target.clone(),
+                                failures: circuit.failures,
+                                cooldown_s: circuit.cooldown_s,
+                                error: Some(circuit.error.clone()),
+                                call_id: None,
+                                judge: None,
+                            }),
+                        ));
+                    }
+                    batch.push(self.event(
+                        &span,
+                        None,
+                        None,
+                        Payload::ToolSourceUnavailable(ToolSourceUnavailable {
+                            source: bound.source.name().to_owned(),
+                            error: error.message.clone(),
+                            required: bound.required,
+                        }),
+                    ));
+                    if bound.required && failed_required.is_none() {
+                        failed_required = Some(format!(
+                            "required tool source '{}' is unavailable: {}",
+                            bound.source.name(),
+                            error.message
+                        ));
+                    }
+                }
+            }
+        }
+        if let Some(message) = failed_required {
+            batch.extend(self.failure(
+                state,
+                "tool.source_unavailable",
+                "tool.source_unavailable",
+                &message,
+            ));
+        }
+        if !batch.is_empty() {
+            self.write(state, writer, batch).await?;
+        }
+        Ok(())
     }
 
     /// Waits for `future` (one step's effect) unless the run is cancelled or `deadline` (the
@@ -663,7 +794,15 @@ impl Driver<'_> {
         self.write(state, writer, vec![step.started(self, state, effect)])
             .await?;
         let finalizing = effect == Effect::Finalize;
-        let request = request::build(self.agent, &self.history, state.conversation(), finalizing);
+        let tools = self.offered(state);
+        let request = request::build(
+            self.agent,
+            &tools,
+            &self.history,
+            state.conversation(),
+            finalizing,
+        );
+        drop(tools);
         let (request_hash, request_parts) = request::request_hash(&request);
         let started = Instant::now();
         let run_id = self.run.run_id.clone();

@@ -16,6 +16,7 @@
 
 mod driver;
 mod ids;
+mod offload;
 mod request;
 mod tools;
 mod writer;
@@ -25,7 +26,7 @@ use std::{fmt, sync::Arc, time::Duration};
 use loom_core::{
     Message,
     model::ModelClient,
-    ports::{Clock, EventStore, StoreError},
+    ports::{ArtifactStore, Clock, EventStore, StoreError, ToolSource},
     state::{FoldError, ProjectionError},
     tool::{Tool, ToolDeclarations},
     usage::Pricing,
@@ -34,6 +35,7 @@ use serde_json::{Map, Value};
 
 pub use driver::Observer;
 pub use ids::Ids;
+pub use offload::artifact_read as artifact_reader;
 pub use request::request_hash;
 pub use tools::{UNKNOWN_STATE, idempotency_key};
 
@@ -108,6 +110,15 @@ impl BoundTool {
     }
 }
 
+/// A tool source as an agent uses it.
+#[derive(Debug, Clone)]
+pub struct BoundSource {
+    /// The source, whose tools already carry the agent's names and declarations.
+    pub source: Arc<dyn ToolSource>,
+    /// Whether the run fails when the source is unavailable.
+    pub required: bool,
+}
+
 /// Everything the engine needs to run an agent, resolved from configuration and code.
 #[derive(Debug, Clone)]
 pub struct AgentRuntime {
@@ -119,6 +130,11 @@ pub struct AgentRuntime {
     pub main: ModelBinding,
     /// Offered tools, in declared order.
     pub tools: Vec<BoundTool>,
+    /// Tool sources (MCP servers) opened when a run starts.
+    pub sources: Vec<BoundSource>,
+    /// Result size (characters) above which a result is moved out of the context, when the
+    /// tool declares none (`execution.tools.offload_over`; `None`: never).
+    pub offload_over: Option<u64>,
     /// Orchestrator model calls before the run is made to finish.
     pub max_iterations: u32,
     /// Bound on cumulated piloting time.
@@ -209,6 +225,7 @@ pub struct Engine {
     ids: Ids,
     worker_id: String,
     lease: Duration,
+    artifacts: Option<Arc<dyn ArtifactStore>>,
 }
 
 impl Engine {
@@ -223,6 +240,7 @@ impl Engine {
             ids,
             worker_id,
             lease: DEFAULT_LEASE,
+            artifacts: None,
         }
     }
 
@@ -230,6 +248,17 @@ impl Engine {
     pub fn with_lease(mut self, lease: Duration) -> Engine {
         self.lease = lease;
         self
+    }
+
+    /// Sets the artifact store where large results are moved out of the context.
+    pub fn with_artifacts(mut self, artifacts: Arc<dyn ArtifactStore>) -> Engine {
+        self.artifacts = Some(artifacts);
+        self
+    }
+
+    /// The artifact store, if any.
+    pub fn artifacts(&self) -> Option<&Arc<dyn ArtifactStore>> {
+        self.artifacts.as_ref()
     }
 
     /// This engine's worker id (`worker-<12 hex>`).

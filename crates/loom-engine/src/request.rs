@@ -13,6 +13,7 @@ use crate::AgentRuntime;
 /// (tool results in call order), and the finalize hint when tools are no longer allowed.
 pub(crate) fn build(
     agent: &AgentRuntime,
+    tools: &[crate::BoundTool],
     history: &[Message],
     conversation: Vec<Message>,
     finalizing: bool,
@@ -27,8 +28,7 @@ pub(crate) fn build(
         model_id: agent.main.model_id.clone(),
         system: agent.system.clone(),
         messages,
-        tools: agent
-            .tools
+        tools: tools
             .iter()
             .map(|t| ToolDefinition {
                 name: t.name().to_owned(),

@@ -52,13 +52,14 @@ pub(crate) async fn batch(
         .await?;
     let mut emitted = 0u32;
 
+    let offered = driver.offered(state).into_owned();
     let mut refusals = Vec::new();
     let mut launches = Vec::new();
     for call in state.pending_calls.clone() {
         let span = driver.engine.ids().uuid();
-        let tool = driver.agent.tools.iter().find(|t| t.name() == call.name);
+        let tool = offered.iter().find(|t| t.name() == call.name);
         let verdict = match tool {
-            None => Err(unknown_tool(driver, &call.name)),
+            None => Err(unknown_tool(&offered, &call.name)),
             Some(tool) if call.started => {
                 // Launched before a crash: run again only when that cannot do harm.
                 if tool.declarations.side_effects == SideEffects::None
@@ -140,7 +141,7 @@ pub(crate) async fn batch(
         let tool = launch.tool.tool.clone();
         let arguments = launch.call.arguments.clone();
         let name = launch.call.name.clone();
-        spans.push((launch.span, launch.call));
+        spans.push((launch.span, launch.call, launch.tool));
         running.spawn(async move {
             let started = Instant::now();
             let call = AssertUnwindSafe(async {
@@ -192,27 +193,65 @@ pub(crate) async fn batch(
         let Ok((index, output, latency)) = joined else {
             continue;
         };
-        let (span, call) = &spans[index];
+        let (span, call, tool) = &spans[index];
+        let mut batch = Vec::with_capacity(3);
+        let output = match offload_limit(driver, tool) {
+            Some(limit) => match driver.engine.artifacts() {
+                Some(store) => {
+                    let moved = crate::offload::offload(
+                        store.as_ref(),
+                        &driver.run.tenant_id,
+                        &driver.run.session_id,
+                        &call.name,
+                        &call.call_id,
+                        &output,
+                        limit,
+                    )
+                    .await?;
+                    match moved {
+                        Some((stored, preview)) => {
+                            emitted += 1;
+                            batch.push(driver.event(
+                                span,
+                                Some(&step.span),
+                                None,
+                                Payload::ArtifactStored(stored),
+                            ));
+                            preview
+                        }
+                        None => output,
+                    }
+                }
+                None => output,
+            },
+            None => output,
+        };
         let event = driver.event(
             span,
             Some(&step.span),
             None,
             completed(call, output, latency),
         );
+        batch.push(event);
         emitted += 1;
         if running.is_empty() {
             // The last result and the end of the step go to the journal in one append;
             // earlier results were each made durable as soon as they came.
-            let done = step.completed(driver, state, emitted, Outcome::Ok);
-            return driver
-                .write(state, writer, vec![event, done])
-                .await
-                .map(drop);
+            batch.push(step.completed(driver, state, emitted, Outcome::Ok));
+            return driver.write(state, writer, batch).await.map(drop);
         }
-        driver.write(state, writer, vec![event]).await?;
+        driver.write(state, writer, batch).await?;
     }
     let done = step.completed(driver, state, emitted, Outcome::Ok);
     driver.write(state, writer, vec![done]).await.map(drop)
+}
+
+/// The size above which this tool's results are offloaded (never for built-in tools).
+fn offload_limit(driver: &Driver<'_>, tool: &BoundTool) -> Option<u64> {
+    if tool.tool.spec().kind == loom_core::tool::ToolKind::Builtin {
+        return None;
+    }
+    tool.declarations.offload_over.or(driver.agent.offload_over)
 }
 
 fn completed(call: &PendingCall, output: ToolOutput, latency_ms: f64) -> Payload {
@@ -228,8 +267,8 @@ fn completed(call: &PendingCall, output: ToolOutput, latency_ms: f64) -> Payload
     })
 }
 
-fn unknown_tool(driver: &Driver<'_>, name: &str) -> String {
-    let names: Vec<&str> = driver.agent.tools.iter().map(BoundTool::name).collect();
+fn unknown_tool(offered: &[BoundTool], name: &str) -> String {
+    let names: Vec<&str> = offered.iter().map(BoundTool::name).collect();
     let available = if names.is_empty() {
         "none".to_owned()
     } else {

@@ -26,8 +26,8 @@ use loom_engine::{
 };
 use loom_journal::MemoryStore;
 use loom_testkit::{
-    HangingModel, ManualClock, RecordingModel, add_tool, counting_tool, failing_tool,
-    panicking_tool, scripted, sleep_tool,
+    FakeSource, HangingModel, ManualClock, RecordingModel, add_tool, big_tool, counting_tool,
+    failing_tool, panicking_tool, scripted, sleep_tool,
 };
 use serde_json::{Map, json};
 use tokio_util::sync::CancellationToken;
@@ -56,6 +56,8 @@ fn agent(model: Arc<dyn ModelClient>, tools: Vec<FnTool>) -> AgentRuntime {
                 BoundTool::new(Arc::new(t), declarations, description).unwrap()
             })
             .collect(),
+        sources: Vec::new(),
+        offload_over: None,
         max_iterations: 10,
         timeout: None,
         tool_timeout: Some(DEFAULT_TOOL_TIMEOUT),
@@ -732,4 +734,166 @@ async fn a_cancel_written_by_another_process_ends_the_drive_as_cancelled() {
     assert!(state.finished);
     let last = events(&store, &run).await.pop().unwrap();
     assert_eq!(last.event_type, "run.cancelled");
+}
+
+#[tokio::test]
+async fn a_large_result_is_offloaded_and_read_back_with_artifact_read() {
+    let store = Arc::new(MemoryStore::new());
+    let artifacts = Arc::new(loom_journal::MemoryArtifacts::new());
+    let engine =
+        Engine::new(store.clone(), Arc::new(ManualClock::new())).with_artifacts(artifacts.clone());
+    let model = Arc::new(RecordingModel::new(scripted(
+        "fake-1",
+        json!([
+            {"tool_calls": [{"name": "big", "arguments": {}}]},
+            {"text": "fini"}
+        ]),
+    )));
+    let mut agent = agent(model.clone(), vec![big_tool("big", 5_000)]);
+    agent.offload_over = Some(3_000);
+    let (run, state) = run(&engine, &agent, begin("x")).await;
+    assert_eq!(state.status, RunStatus::Completed);
+    let events = events(&store, &run).await;
+    let stored = events
+        .iter()
+        .position(|e| e.event_type == "artifact.stored")
+        .unwrap();
+    assert_eq!(events[stored + 1].event_type, "tool.completed");
+    let Payload::ArtifactStored(artifact) = &events[stored].payload else {
+        panic!()
+    };
+    assert_eq!(artifact.origin, "offload");
+    assert_eq!(artifact.size, 5_000);
+    assert_eq!(artifact.name.as_deref(), Some("big.txt"));
+    let Payload::ToolCompleted(done) = &events[stored + 1].payload else {
+        panic!()
+    };
+    assert_eq!(
+        done.output.offloaded.as_deref(),
+        Some(artifact.uri.as_str())
+    );
+    assert_eq!(events[stored + 1].facets["offloaded"], true);
+    let shown = done.output.visible_text();
+    assert!(shown.starts_with(&"abcdefghijklmnopqrstuvwxyz".repeat(2)));
+    assert!(
+        shown.contains("[Result offloaded: 5000 characters (text)"),
+        "{shown}"
+    );
+    // The next request offers artifact_read, and it pages through the stored text.
+    let second = &model.requests()[1];
+    assert!(second.tools.iter().any(|t| t.name == "artifact_read"));
+    assert!(
+        !model.requests()[0]
+            .tools
+            .iter()
+            .any(|t| t.name == "artifact_read")
+    );
+    let reader =
+        loom_engine::artifact_reader(artifacts.clone(), vec![artifact.uri.clone()]).unwrap();
+    let ctx = loom_core::tool::ToolContext {
+        tenant_id: "default".into(),
+        session_id: run.session_id.clone(),
+        run_id: run.run_id.clone(),
+        call_id: "c".into(),
+        idempotency_key: "k".into(),
+    };
+    let page = reader
+        .tool
+        .call(
+            ctx.clone(),
+            json!({"ref": artifact.uri, "offset": 4990, "limit": 100}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        page.visible_text(),
+        "[Characters 4990 to 5000 of 5000; end of the result]\nyzabcdefgh"
+    );
+    let unknown = reader
+        .tool
+        .call(ctx, json!({"ref": "artifact://default/x/y.txt"}))
+        .await
+        .unwrap_err();
+    assert!(
+        unknown
+            .message
+            .starts_with("Unknown reference: 'artifact://default/x/y.txt'.")
+    );
+}
+
+#[tokio::test]
+async fn source_tools_are_offered_and_an_unavailable_source_is_journaled() {
+    let (engine, store) = engine();
+    let up = Arc::new(FakeSource::with_tools(
+        "notes",
+        vec![add_tool().named("notes__add")],
+    ));
+    let down = Arc::new(FakeSource::down("crm", "connection refused", true));
+    let model = Arc::new(RecordingModel::new(scripted(
+        "fake-1",
+        json!([
+            {"tool_calls": [{"name": "notes__add", "arguments": {"a": 1, "b": 2}}]},
+            {"text": "{{ tool_result }}"}
+        ]),
+    )));
+    let mut agent = agent(model.clone(), vec![]);
+    agent.sources = vec![
+        loom_engine::BoundSource {
+            source: up.clone(),
+            required: false,
+        },
+        loom_engine::BoundSource {
+            source: down.clone(),
+            required: false,
+        },
+    ];
+    let (run, state) = run(&engine, &agent, begin("x")).await;
+    assert_eq!(state.status, RunStatus::Completed);
+    assert_eq!(state.output_text().as_deref(), Some("3"));
+    let events = events(&store, &run).await;
+    assert_eq!(
+        types(&events)[2..5],
+        ["run.claimed", "circuit.opened", "tool.source_unavailable"]
+    );
+    let Payload::ToolSourceUnavailable(unavailable) = &events[4].payload else {
+        panic!()
+    };
+    assert_eq!(
+        (unavailable.source.as_str(), unavailable.required),
+        ("crm", false)
+    );
+    assert_eq!(events[4].status, loom_core::EventStatus::Warning);
+    assert_eq!(
+        model.requests()[0]
+            .tools
+            .iter()
+            .map(|t| t.name.as_str())
+            .collect::<Vec<_>>(),
+        ["notes__add"]
+    );
+    assert_eq!(up.released.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn a_required_source_that_is_down_fails_the_run() {
+    let (engine, store) = engine();
+    let mut agent = agent(scripted("fake-1", calc_script()), vec![]);
+    agent.sources = vec![loom_engine::BoundSource {
+        source: Arc::new(FakeSource::down("crm", "connection refused", false)),
+        required: true,
+    }];
+    let (run, state) = run(&engine, &agent, begin("x")).await;
+    assert_eq!(state.status, RunStatus::Failed);
+    assert_eq!(state.error_type.as_deref(), Some("tool.source_unavailable"));
+    let events = events(&store, &run).await;
+    assert_eq!(
+        types(&events)[2..],
+        [
+            "run.claimed",
+            "tool.source_unavailable",
+            "run.transitioned",
+            "run.failed"
+        ]
+    );
+    assert_eq!(events[3].status, loom_core::EventStatus::Error);
 }

@@ -189,12 +189,12 @@ impl Fixture {
         let counting = Arc::new(Counting::new(store));
         let loom = Loom::with_store(config, counting.clone()).unwrap();
         loom.register("prix_ttc", prix_ttc_tool()).unwrap();
-        // Resolves (and caches) the agent, so that no iteration pays for it.
-        loom.validate().unwrap();
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .unwrap();
+        // Resolves (and caches) the agent, so that no iteration pays for it.
+        runtime.block_on(loom.validate()).unwrap();
         let mut fixture = Fixture {
             runtime,
             loom,

@@ -35,13 +35,18 @@
 mod clock;
 mod error;
 mod loom;
+#[cfg(feature = "mcp")]
+mod mcp;
 
 mod resolve;
 mod result;
+mod sources;
 
 pub use clock::SystemClock;
 pub use error::LoomError;
-pub use loom::{DEFAULT_TENANT, Loom, RunOptions, StreamItem, ValidatedAgent, Validation};
+pub use loom::{
+    DEFAULT_TENANT, Loom, RunOptions, StreamItem, ValidatedAgent, ValidatedSource, Validation,
+};
 pub use loom_config::{self as config, Config, ConfigError, Profile};
 pub use loom_core::{
     self as core, Event, Message, RunState, RunStatus, Usage,

@@ -12,11 +12,11 @@ use loom_core::{
     BoxStream, Event, Message, RunState,
     ids::is_valid_name,
     model::ModelClient,
-    ports::EventStore,
+    ports::{ArtifactStore, EventStore, SourceContext, ToolSource},
     tool::{Tool, ToolDeclarations},
 };
 use loom_engine::{AgentRuntime, BeginRun, Engine, Observer, RunRef};
-use loom_journal::{JsonlStore, MemoryStore};
+use loom_journal::{JsonlStore, LocalArtifacts, MemoryArtifacts, MemoryStore};
 use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 
@@ -66,6 +66,8 @@ pub struct Validation {
     pub profile: Option<Profile>,
     /// `(id, sdk, provider model)` of each model.
     pub models: Vec<(String, String, String)>,
+    /// Declared MCP servers.
+    pub mcp_servers: Vec<String>,
     /// Each agent, resolved.
     pub agents: Vec<ValidatedAgent>,
     /// Registered tools.
@@ -85,6 +87,21 @@ pub struct ValidatedAgent {
     pub max_iterations: u32,
     /// Tools with their effective declarations.
     pub tools: Vec<(String, ToolDeclarations)>,
+    /// Tool sources (MCP servers) with the tools they gave.
+    pub sources: Vec<ValidatedSource>,
+}
+
+/// A tool source as `validate` found it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ValidatedSource {
+    /// Name (server name or alias).
+    pub name: String,
+    /// Whether the agent requires it.
+    pub required: bool,
+    /// Its tools, named as the model sees them, with their effective declarations.
+    pub tools: Vec<(String, ToolDeclarations)>,
+    /// Why it could not be reached.
+    pub error: Option<String>,
 }
 
 /// A Loom instance: a cheap, cloneable handle.
@@ -97,6 +114,7 @@ struct Inner {
     config: Config,
     engine: Engine,
     models: BTreeMap<String, Arc<dyn ModelClient>>,
+    sources: BTreeMap<String, Arc<dyn ToolSource>>,
     tools: RwLock<BTreeMap<String, Arc<dyn Tool>>>,
     agents: RwLock<HashMap<(String, String), Arc<AgentRuntime>>>,
     active: Mutex<HashMap<String, CancellationToken>>,
@@ -147,12 +165,18 @@ impl Loom {
     /// A Loom over a configuration and a journal of the caller's choice.
     pub fn with_store(config: Config, store: Arc<dyn EventStore>) -> Result<Loom, LoomError> {
         let models = crate::resolve::models(&config)?;
-        let engine = Engine::new(store, Arc::new(SystemClock));
+        let sources = mcp_servers(&config)?;
+        let artifacts: Arc<dyn ArtifactStore> = match config.artifacts_path() {
+            Some(path) => Arc::new(LocalArtifacts::new(path)),
+            None => Arc::new(MemoryArtifacts::new()),
+        };
+        let engine = Engine::new(store, Arc::new(SystemClock)).with_artifacts(artifacts);
         Ok(Loom {
             inner: Arc::new(Inner {
                 config,
                 engine,
                 models,
+                sources,
                 tools: RwLock::new(BTreeMap::new()),
                 agents: RwLock::new(HashMap::new()),
                 active: Mutex::new(HashMap::new()),
@@ -207,13 +231,36 @@ impl Loom {
         Ok(())
     }
 
-    /// Resolves every agent against the registered tools, as a run would, and reports what
-    /// was understood. The first problem is returned as an error.
-    pub fn validate(&self) -> Result<Validation, LoomError> {
+    /// Resolves every agent against the registered tools, as a run would, connects to the MCP
+    /// servers its agents use, and reports what was understood. The first configuration problem
+    /// is returned as an error; an unreachable server is reported, not an error.
+    pub async fn validate(&self) -> Result<Validation, LoomError> {
         let config = &self.inner.config;
         let mut agents = Vec::new();
         for spec in config.agents() {
             let runtime = self.agent(&spec.name, DEFAULT_TENANT)?;
+            let mut sources = Vec::new();
+            let context = SourceContext {
+                tenant_id: DEFAULT_TENANT.to_owned(),
+                session_id: "validate".to_owned(),
+                run_id: "validate".to_owned(),
+            };
+            for bound in &runtime.sources {
+                let listed = bound.source.open(&context).await;
+                bound.source.release(&context).await;
+                sources.push(ValidatedSource {
+                    name: bound.source.name().to_owned(),
+                    required: bound.required,
+                    tools: match &listed {
+                        Ok(tools) => tools
+                            .iter()
+                            .map(|t| (t.spec().name.clone(), t.spec().declarations.clone()))
+                            .collect(),
+                        Err(_) => Vec::new(),
+                    },
+                    error: listed.err().map(|e| e.message),
+                });
+            }
             agents.push(ValidatedAgent {
                 name: runtime.name.clone(),
                 model: runtime.main.config_id.clone(),
@@ -223,6 +270,7 @@ impl Loom {
                     .iter()
                     .map(|t| (t.name().to_owned(), t.declarations.clone()))
                     .collect(),
+                sources,
             });
         }
         let journal = match config.raw().storage.events.backend {
@@ -243,6 +291,12 @@ impl Loom {
                 .models
                 .iter()
                 .map(|m| (m.id.clone(), m.sdk.as_str().to_owned(), m.model.clone()))
+                .collect(),
+            mcp_servers: config
+                .raw()
+                .mcp_servers
+                .iter()
+                .map(|m| m.name.clone())
                 .collect(),
             agents,
             tools: self.tool_names(),
@@ -279,6 +333,7 @@ impl Loom {
             &self.inner.config,
             &self.inner.models,
             &tools,
+            &self.inner.sources,
             name,
             tenant,
         )?);
@@ -489,6 +544,14 @@ impl Loom {
         Ok(self.inner.engine.cancel_idle(run, &agent, by).await?)
     }
 
+    /// Stops what the instance started: MCP server connections and their child processes.
+    /// Call it before the process exits.
+    pub async fn shutdown(&self) {
+        for source in self.inner.sources.values() {
+            source.shutdown().await;
+        }
+    }
+
     /// Cancels every run this instance is driving (what Ctrl-C does in the CLI).
     pub fn cancel_all(&self) {
         if let Ok(active) = self.inner.active.lock() {
@@ -524,5 +587,23 @@ impl Observer for ChannelObserver {
             run_id: run_id.to_owned(),
             text: text.to_owned(),
         }));
+    }
+}
+
+#[cfg(feature = "mcp")]
+fn mcp_servers(config: &Config) -> Result<BTreeMap<String, Arc<dyn ToolSource>>, LoomError> {
+    crate::mcp::servers(config)
+}
+
+#[cfg(not(feature = "mcp"))]
+fn mcp_servers(config: &Config) -> Result<BTreeMap<String, Arc<dyn ToolSource>>, LoomError> {
+    match config.raw().mcp_servers.first() {
+        Some(_) => Err(config
+            .error_at_root(
+                "mcp_servers[0]",
+                "MCP servers need the Cargo feature 'mcp' of loom-ia, which this build does not have",
+            )
+            .into()),
+        None => Ok(BTreeMap::new()),
     }
 }

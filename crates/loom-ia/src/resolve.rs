@@ -6,12 +6,16 @@
 
 use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
-use loom_config::{Config, ModelSpec, Sdk};
+use loom_builtins::{FetchOptions, Folder, Right, Rights};
+use loom_config::{Config, FolderRight, ModelSpec, Sdk};
 use loom_core::{
     model::ModelClient,
+    ports::ToolSource,
     tool::{Approval, OnUnknown, Tool, ToolDeclarations},
 };
-use loom_engine::{AgentRuntime, BoundTool, ModelBinding};
+use loom_engine::{AgentRuntime, BoundSource, BoundTool, ModelBinding};
+
+use crate::sources::AgentSource;
 use loom_models::FakeModel;
 
 use crate::LoomError;
@@ -64,6 +68,7 @@ pub(crate) fn agent(
     config: &Config,
     models: &BTreeMap<String, Arc<dyn ModelClient>>,
     tools: &BTreeMap<String, Arc<dyn Tool>>,
+    sources: &BTreeMap<String, Arc<dyn ToolSource>>,
     name: &str,
     tenant: &str,
 ) -> Result<AgentRuntime, LoomError> {
@@ -107,30 +112,58 @@ pub(crate) fn agent(
     }
     let execution = &config.raw().execution.tools;
     let mut bound: Vec<BoundTool> = Vec::with_capacity(spec.tools.len());
+    let mut bound_sources: Vec<BoundSource> = Vec::new();
     for (index, reference) in spec.tools.iter().enumerate() {
         let at = |key: &str, message: String| {
             LoomError::from(config.error_at_agent(name, &format!("tools[{index}].{key}"), message))
         };
-        let Some(tool) = tools.get(&reference.tool) else {
-            let registered: Vec<&str> = tools.keys().map(String::as_str).collect();
-            let registered = if registered.is_empty() {
-                "none".to_owned()
-            } else {
-                registered.join(", ")
+        if let Some(server) = &reference.mcp {
+            let Some(source) = sources.get(server) else {
+                return Err(at("mcp", format!("unknown MCP server '{server}'")));
             };
-            return Err(at(
-                "tool",
-                format!(
-                    "unknown tool '{}' (registered tools: {registered})",
-                    reference.tool
-                ),
-            ));
+            for (tool, overrides) in &reference.tools {
+                if overrides.approval.is_some_and(|a| a != Approval::Never) {
+                    return Err(at(
+                        &format!("tools.{tool}.approval"),
+                        APPROVAL_NOT_YET.to_owned(),
+                    ));
+                }
+            }
+            let agent_source = AgentSource::new(
+                source.clone(),
+                server,
+                reference.alias.as_deref(),
+                reference.include.clone(),
+                reference.exclude.clone(),
+                reference.tools.clone(),
+            );
+            bound_sources.push(BoundSource {
+                source: Arc::new(agent_source),
+                required: reference.required,
+            });
+            continue;
+        }
+        let tool_name = reference.tool.clone().unwrap_or_default();
+        let tool: Arc<dyn Tool> = if tool_name.starts_with("loom.") {
+            builtins(config, &tool_name, reference).map_err(|message| at("tool", message))?
+        } else {
+            let Some(tool) = tools.get(&tool_name) else {
+                let registered: Vec<&str> = tools.keys().map(String::as_str).collect();
+                let registered = if registered.is_empty() {
+                    "none".to_owned()
+                } else {
+                    registered.join(", ")
+                };
+                return Err(at(
+                    "tool",
+                    format!("unknown tool '{tool_name}' (registered tools: {registered})"),
+                ));
+            };
+            tool.clone()
         };
-        if bound.iter().any(|b| b.name() == reference.tool) {
-            return Err(at(
-                "tool",
-                format!("tool '{}' is listed twice", reference.tool),
-            ));
+        let tool = &tool;
+        if bound.iter().any(|b| b.name() == tool.spec().name) {
+            return Err(at("tool", format!("tool '{tool_name}' is listed twice")));
         }
         let mut declarations: ToolDeclarations = tool.spec().declarations.clone();
         if let Some(side_effects) = reference.side_effects {
@@ -154,11 +187,7 @@ pub(crate) fn agent(
         if declarations.approval != Approval::Never {
             return Err(at(
                 from_yaml(reference.approval.is_some(), "approval"),
-                format!(
-                    "tool '{}' requires human approval, which this version cannot provide yet \
-                     (durable approvals are not implemented); use approval: never",
-                    reference.tool
-                ),
+                format!("tool '{tool_name}' requires human approval: {APPROVAL_NOT_YET}"),
             ));
         }
         if declarations.on_unknown == OnUnknown::Pause {
@@ -166,17 +195,7 @@ pub(crate) fn agent(
                 "tool",
                 format!(
                     "tool '{}' declares on_unknown: pause, which needs human approvals (not implemented yet)",
-                    reference.tool
-                ),
-            ));
-        }
-        if declarations.offload_over.is_some() {
-            return Err(at(
-                from_yaml(reference.offload_over.is_some(), "offload_over"),
-                format!(
-                    "tool '{}' declares offload_over, but moving large results out of the context \
-                     is not implemented yet",
-                    reference.tool
+                    tool_name
                 ),
             ));
         }
@@ -200,6 +219,8 @@ pub(crate) fn agent(
             params,
         },
         tools: bound,
+        sources: bound_sources,
+        offload_over: execution.offload_over,
         max_iterations: spec.max_iterations,
         timeout: match spec.timeout {
             Some(secs) => Some(seconds(secs).ok_or_else(|| {
@@ -219,6 +240,63 @@ pub(crate) fn agent(
         },
         validate_arguments: execution.validate_arguments,
     })
+}
+
+/// Why an approval declaration is refused in this version.
+pub(crate) const APPROVAL_NOT_YET: &str = "human approval is not available in this version yet (durable approvals are not implemented); use approval: never";
+
+/// A built-in tool (`tool: loom.<name>`) with its parameters.
+fn builtins(
+    config: &Config,
+    name: &str,
+    reference: &loom_config::ToolRef,
+) -> Result<Arc<dyn Tool>, String> {
+    match name {
+        "loom.current_datetime" => Ok(Arc::new(loom_builtins::current_datetime(Arc::new(
+            crate::SystemClock,
+        )))),
+        "loom.local_files" => {
+            let mut folders = Vec::new();
+            for folder in reference.folders.iter().flatten() {
+                let rights = Rights::list(folder.rights.iter().map(|right| match right {
+                    FolderRight::Read => Right::Read,
+                    FolderRight::Write => Right::Write,
+                    FolderRight::Overwrite => Right::Overwrite,
+                    FolderRight::Delete => Right::Delete,
+                }));
+                let needing: Vec<&str> = rights
+                    .needing_approval()
+                    .into_iter()
+                    .map(Right::as_str)
+                    .collect();
+                if !needing.is_empty() {
+                    return Err(format!(
+                        "folder '{}': the rights {} need human approval by default, which this version \
+                         cannot provide yet; grant read and write only",
+                        folder.name,
+                        needing.join(", ")
+                    ));
+                }
+                folders.push(Folder::new(
+                    folder.name.clone(),
+                    config.base_dir().join(&folder.path),
+                    rights,
+                ));
+            }
+            loom_builtins::local_files(folders)
+                .map(|t| Arc::new(t) as Arc<dyn Tool>)
+                .map_err(|e| e.to_string())
+        }
+        "loom.fetch_page" => {
+            let defaults = FetchOptions::default();
+            Ok(Arc::new(loom_builtins::fetch_page(FetchOptions {
+                allow_private: reference.allow_private.unwrap_or(false),
+                max_bytes: reference.max_bytes.unwrap_or(defaults.max_bytes),
+                ..defaults
+            })))
+        }
+        other => Err(format!("unknown built-in tool '{other}'")),
+    }
 }
 
 /// A positive number of seconds as a duration, `None` when it cannot be one (too large).

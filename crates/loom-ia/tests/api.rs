@@ -199,13 +199,13 @@ async fn an_agent_naming_an_unregistered_tool_is_refused_at_its_location() {
     let dir = tempfile::tempdir().unwrap();
     let loom = Loom::new(config(dir.path(), add_script(), EventsBackend::Memory)).unwrap();
     loom.register("add", add_tool()).unwrap();
-    let err = loom.validate().unwrap_err();
+    let err = loom.validate().await.unwrap_err();
     assert_eq!(
         err.to_string(),
         "loom.yaml agents[0].tools[1].tool: unknown tool 'wait' (registered tools: add)"
     );
     loom.register("wait", wait_tool()).unwrap();
-    let validation = loom.validate().unwrap();
+    let validation = loom.validate().await.unwrap();
     assert_eq!(validation.agents[0].tools.len(), 2);
 }
 

@@ -52,9 +52,11 @@
 //! [`StoreError::Conflict`]: loom_core::ports::StoreError::Conflict
 //! [`StoreError::Corrupted`]: loom_core::ports::StoreError::Corrupted
 
+mod artifacts;
 mod check;
 mod jsonl;
 mod memory;
 
+pub use artifacts::{LocalArtifacts, MemoryArtifacts};
 pub use jsonl::JsonlStore;
 pub use memory::MemoryStore;

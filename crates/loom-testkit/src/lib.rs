@@ -16,7 +16,7 @@ use std::{
 use chrono::{DateTime, TimeZone, Utc};
 use futures_util::stream;
 use loom_core::{
-    BoxStream,
+    BoxFuture, BoxStream,
     model::{ModelChunk, ModelClient, ModelError, ModelRequest},
     ports::Clock,
     tool::{FnTool, ToolDeclarations, ToolError, ToolKind, ToolOutput, ToolSpec},
@@ -215,6 +215,92 @@ pub fn counting_tool(name: &str, counter: Arc<AtomicUsize>) -> FnTool {
             Box::pin(async move {
                 counter.fetch_add(1, Ordering::SeqCst);
                 Ok(ToolOutput::text(ctx.idempotency_key))
+            })
+        },
+    )
+}
+
+/// A tool source that always gives the same tools, or always fails.
+#[derive(Debug)]
+pub struct FakeSource {
+    name: String,
+    tools: Vec<Arc<dyn loom_core::tool::Tool>>,
+    failure: Option<loom_core::ports::SourceError>,
+    /// How many times it was opened.
+    pub opened: AtomicUsize,
+    /// How many times it was released.
+    pub released: AtomicUsize,
+}
+
+impl FakeSource {
+    /// A source named `name` giving `tools`.
+    pub fn with_tools(name: &str, tools: Vec<FnTool>) -> FakeSource {
+        FakeSource {
+            name: name.into(),
+            tools: tools
+                .into_iter()
+                .map(|t| Arc::new(t) as Arc<dyn loom_core::tool::Tool>)
+                .collect(),
+            failure: None,
+            opened: AtomicUsize::new(0),
+            released: AtomicUsize::new(0),
+        }
+    }
+
+    /// A source named `name` that cannot be reached (its breaker opening if `circuit`).
+    pub fn down(name: &str, message: &str, circuit: bool) -> FakeSource {
+        FakeSource {
+            name: name.into(),
+            tools: Vec::new(),
+            failure: Some(loom_core::ports::SourceError {
+                message: message.into(),
+                circuit: circuit.then(|| loom_core::ports::CircuitNotice {
+                    target: format!("mcp:{name}"),
+                    failures: 5,
+                    cooldown_s: 60.0,
+                    error: message.into(),
+                }),
+            }),
+            opened: AtomicUsize::new(0),
+            released: AtomicUsize::new(0),
+        }
+    }
+}
+
+impl loom_core::ports::ToolSource for FakeSource {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn open<'a>(
+        &'a self,
+        _ctx: &'a loom_core::ports::SourceContext,
+    ) -> BoxFuture<'a, Result<Vec<Arc<dyn loom_core::tool::Tool>>, loom_core::ports::SourceError>>
+    {
+        self.opened.fetch_add(1, Ordering::SeqCst);
+        let outcome = match &self.failure {
+            Some(error) => Err(error.clone()),
+            None => Ok(self.tools.clone()),
+        };
+        Box::pin(async move { outcome })
+    }
+
+    fn release<'a>(&'a self, _ctx: &'a loom_core::ports::SourceContext) -> BoxFuture<'a, ()> {
+        self.released.fetch_add(1, Ordering::SeqCst);
+        Box::pin(async {})
+    }
+}
+
+/// A tool that answers `chars` characters of text (for offload tests).
+pub fn big_tool(name: &str, chars: usize) -> FnTool {
+    FnTool::new(
+        spec(name, "Answers a long text.", json!({"type": "object"})),
+        move |_, _| {
+            Box::pin(async move {
+                let text: String = (0..chars)
+                    .map(|i| char::from(b'a' + (i % 26) as u8))
+                    .collect();
+                Ok(ToolOutput::text(text))
             })
         },
     )

@@ -1,0 +1,120 @@
+//! # loom-builtins
+//!
+//! The tools Loom provides itself (`loom.<tool>` in `loom.yaml`), each an [`FnTool`] of kind
+//! [`ToolKind::Builtin`](loom_core::tool::ToolKind::Builtin):
+//!
+//! - [`current_datetime`]: the time now, from the injected [`Clock`](loom_core::ports::Clock),
+//!   in UTC and in a requested IANA time zone or fixed offset;
+//! - [`local_files`]: list, read, write and delete files inside declared [`Folder`]s only; the
+//!   resolved path (symbolic links included) must stay inside the folder's root;
+//! - [`fetch_page`]: GET an `http`/`https` page whose host, and every address it resolves to,
+//!   redirects included, is public; HTML comes back as readable markdown.
+//!
+//! Every refusal is a [`ToolError`] whose message names the rule
+//! that refused (`refused by rule 'inside-roots': ...`); [`refusal_rule`] reads it back and
+//! [`rules`] lists the names.
+//!
+//! **Architecture invariant:** an adapter depends on `loom-core` only among loom crates.
+//!
+//! [`FnTool`]: loom_core::tool::FnTool
+
+mod address;
+mod datetime;
+mod fetch;
+mod files;
+mod markdown;
+
+use loom_core::tool::ToolError;
+
+pub use address::non_public_range;
+pub use datetime::current_datetime;
+pub use fetch::{FetchOptions, Resolver, SystemResolver, fetch_page};
+pub use files::{Folder, READ_CAP_BYTES, Right, Rights, WRITE_CAP_BYTES, local_files};
+
+/// The names of the rules a built-in tool refuses by, as they appear in refusal messages.
+pub mod rules {
+    /// `local_files`: the folder named in the call is not one of the declared folders.
+    pub const DECLARED_FOLDER: &str = "declared-folder";
+    /// `local_files`: the path has a `..` component.
+    pub const NO_PARENT: &str = "no-parent";
+    /// `local_files`: the resolved path (symbolic links followed) leaves the folder's root.
+    pub const INSIDE_ROOTS: &str = "inside-roots";
+    /// `local_files`: the folder does not grant the right the operation needs.
+    pub const FOLDER_RIGHTS: &str = "folder-rights";
+    /// `local_files`: the file is above the read or write size cap.
+    pub const SIZE_CAP: &str = "size-cap";
+    /// `fetch_page`: the URL's scheme is not `http` or `https`.
+    pub const HTTP_ONLY: &str = "http-only";
+    /// `fetch_page`: the host is, or resolves to, an address that is not public.
+    pub const PUBLIC_ADDRESS: &str = "public-address";
+    /// `fetch_page`: more redirects than allowed.
+    pub const MAX_REDIRECTS: &str = "max-redirects";
+    /// `fetch_page`: the response is not text.
+    pub const TEXT_ONLY: &str = "text-only";
+}
+
+/// A refusal: a tool error whose message names the rule that refused.
+pub fn refusal(rule: &str, detail: impl std::fmt::Display) -> ToolError {
+    ToolError::new(format!("refused by rule '{rule}': {detail}"))
+}
+
+/// The rule named by a refusal made with [`refusal`], `None` for any other error.
+pub fn refusal_rule(error: &ToolError) -> Option<&str> {
+    let rest = error.message.strip_prefix("refused by rule '")?;
+    let end = rest.find("':")?;
+    Some(&rest[..end])
+}
+
+/// An error building a built-in tool from its configuration.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum BuiltinError {
+    /// `local_files` needs at least one folder.
+    #[error("local_files needs at least one folder")]
+    NoFolder,
+    /// A folder name does not match `^[a-z0-9][a-z0-9_-]{0,31}$`.
+    #[error(
+        "folder name '{0}' is invalid: use 1 to 32 of a-z, 0-9, '_' and '-', starting with a letter or digit"
+    )]
+    InvalidFolderName(String),
+    /// Two folders have the same name.
+    #[error("folder name '{0}' is declared twice")]
+    DuplicateFolder(String),
+    /// A folder grants no right.
+    #[error("folder '{0}' grants no right")]
+    NoRight(String),
+    /// A folder's path cannot be resolved (it does not exist, or cannot be read).
+    #[error("folder '{name}': cannot resolve {path}: {source}")]
+    FolderUnavailable {
+        /// The folder's name.
+        name: String,
+        /// The path as configured.
+        path: std::path::PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A folder's path is not a directory.
+    #[error("folder '{name}': {path} is not a directory")]
+    NotADirectory {
+        /// The folder's name.
+        name: String,
+        /// The path as configured.
+        path: std::path::PathBuf,
+    },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refusal_names_its_rule() {
+        let error = refusal(rules::INSIDE_ROOTS, "the path leaves 'docs'");
+        assert_eq!(
+            error.message,
+            "refused by rule 'inside-roots': the path leaves 'docs'"
+        );
+        assert_eq!(refusal_rule(&error), Some("inside-roots"));
+        assert_eq!(refusal_rule(&ToolError::new("not found")), None);
+    }
+}

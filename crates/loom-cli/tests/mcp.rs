@@ -1,0 +1,353 @@
+//! MCP servers and built-in tools through the stock `loom` binary, with servers written with the
+//! official Python SDK (`pip install mcp`; `.ci/run` installs it).
+
+// Helpers outside #[test] functions unwrap too: a panic there is a failed test.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::{
+    fs,
+    path::{Path, PathBuf},
+    process::{Command, Output},
+};
+
+use serde_json::Value;
+
+fn loom_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_loom"))
+}
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// Whether the Python MCP SDK is importable; when it is not, the test is skipped in a quick
+/// developer run and fails when services are required (CI).
+fn python_mcp() -> bool {
+    let ok = Command::new("python3")
+        .args(["-c", "import mcp.server.mcpserver"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok {
+        assert!(
+            std::env::var("LOOM_REQUIRE_SERVICES").as_deref() != Ok("1"),
+            "the Python MCP SDK is missing: pip install 'mcp>=2,<3'"
+        );
+        eprintln!("skipped: the Python MCP SDK is missing (pip install 'mcp>=2,<3')");
+    }
+    ok
+}
+
+/// A copy of examples/mcp-notes in a fresh directory.
+fn notes_project() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let source = repo().join("examples/mcp-notes");
+    for file in ["loom.yaml", "notes_server.py"] {
+        fs::copy(source.join(file), dir.path().join(file)).unwrap();
+    }
+    for sub in ["agents", "prompts"] {
+        fs::create_dir_all(dir.path().join(sub)).unwrap();
+        for entry in fs::read_dir(source.join(sub)).unwrap() {
+            let entry = entry.unwrap();
+            fs::copy(entry.path(), dir.path().join(sub).join(entry.file_name())).unwrap();
+        }
+    }
+    dir
+}
+
+fn run_in(dir: &Path, args: &[&str]) -> Output {
+    Command::new(loom_bin())
+        .current_dir(dir)
+        .env_remove("LOOM_PROFILE")
+        .args(["--config", "loom.yaml"])
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn journal(dir: &Path, session: &str) -> Vec<Value> {
+    fs::read_to_string(dir.join("data/default").join(format!("{session}.jsonl")))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+fn rewrite(dir: &Path, file: &str, from: &str, to: &str) {
+    let path = dir.join(file);
+    let content = fs::read_to_string(&path).unwrap();
+    assert!(content.contains(from), "{file} has no {from:?}");
+    fs::write(path, content.replace(from, to)).unwrap();
+}
+
+#[test]
+fn an_mcp_only_agent_runs_on_the_stock_binary() {
+    if !python_mcp() {
+        return;
+    }
+    let dir = notes_project();
+    let out = run_in(
+        dir.path(),
+        &[
+            "run",
+            "suivi",
+            "Note pour Martin : relancer le devis D-2026-118 jeudi.",
+            "--run-id",
+            "n1",
+        ],
+    );
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "stdout: {stdout}\nstderr: {stderr}");
+    assert!(
+        stdout.contains("Notes pour Martin :\n- Relancer le devis D-2026-118 jeudi."),
+        "{stdout}"
+    );
+    let events = journal(dir.path(), "n1");
+    let called: Vec<(&str, &str)> = events
+        .iter()
+        .filter(|e| e["type"] == "tool.called")
+        .map(|e| {
+            (
+                e["payload"]["tool_name"].as_str().unwrap(),
+                e["payload"]["tool_kind"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        called,
+        [("notes__add_note", "mcp"), ("notes__search_notes", "mcp")]
+    );
+    // The server wrote its notes where the configuration said (relative to the config file).
+    assert!(dir.path().join("data/notes.json").exists());
+}
+
+#[test]
+fn validate_connects_and_lists_the_server_tools() {
+    if !python_mcp() {
+        return;
+    }
+    let dir = notes_project();
+    let out = run_in(dir.path(), &["validate"]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
+    assert!(stdout.contains("MCP        : notes"), "{stdout}");
+    assert!(
+        stdout.contains("  · mcp notes, required: 2 tool(s)"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains(
+            "      notes__add_note: side_effects reversible, approval never, idempotent false"
+        ),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains(
+            "      notes__search_notes: side_effects none, approval never, idempotent false"
+        ),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("  · tool current_datetime: side_effects none"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn an_unreachable_server_is_withdrawn_or_fails_the_run_when_required() {
+    if !python_mcp() {
+        return;
+    }
+    let dir = notes_project();
+    rewrite(
+        dir.path(),
+        "loom.yaml",
+        "args: [notes_server.py]",
+        "args: [no_such_server.py]",
+    );
+    // Required: the run fails at once, with the reason journaled.
+    let out = run_in(
+        dir.path(),
+        &["run", "suivi", "bonjour", "--run-id", "down-1"],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("(tool.source_unavailable)"),
+        "{}",
+        text(&out.stderr)
+    );
+    let events = journal(dir.path(), "down-1");
+    let unavailable = events
+        .iter()
+        .find(|e| e["type"] == "tool.source_unavailable")
+        .unwrap();
+    assert_eq!(unavailable["payload"]["source"], "notes");
+    assert_eq!(unavailable["payload"]["required"], true);
+    assert_eq!(events.last().unwrap()["type"], "run.failed");
+
+    // Not required: its tools are withdrawn and the run goes on without them.
+    rewrite(
+        dir.path(),
+        "agents/suivi.yaml",
+        "required: true",
+        "required: false",
+    );
+    rewrite(
+        dir.path(),
+        "loom.yaml",
+        "      script:\n",
+        "      script:\n        - text: \"Le carnet de notes est indisponible.\"\n          with_text: bonjour\n",
+    );
+    let out = run_in(
+        dir.path(),
+        &["run", "suivi", "bonjour", "--run-id", "down-2"],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(
+        text(&out.stdout).trim(),
+        "Le carnet de notes est indisponible."
+    );
+    let events = journal(dir.path(), "down-2");
+    let unavailable = events
+        .iter()
+        .find(|e| e["type"] == "tool.source_unavailable")
+        .unwrap();
+    assert_eq!(unavailable["payload"]["required"], false);
+    assert_eq!(unavailable["status"], "warning");
+}
+
+#[test]
+fn include_alias_and_overrides_shape_what_the_model_sees() {
+    if !python_mcp() {
+        return;
+    }
+    let dir = notes_project();
+    rewrite(
+        dir.path(),
+        "agents/suivi.yaml",
+        "  - mcp: notes\n    required: true\n",
+        "  - mcp: notes\n    alias: carnet\n    include: [search_notes]\n    tools:\n      search_notes: {timeout: 5, idempotent: true}\n",
+    );
+    let out = run_in(dir.path(), &["validate"]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
+    assert!(stdout.contains("  · mcp carnet: 1 tool(s)"), "{stdout}");
+    assert!(stdout.contains("      carnet__search_notes: side_effects none, approval never, idempotent true, timeout 5 s"), "{stdout}");
+    assert!(!stdout.contains("add_note"), "{stdout}");
+}
+
+#[test]
+fn a_large_mcp_result_is_offloaded_with_a_preview() {
+    if !python_mcp() {
+        return;
+    }
+    let dir = notes_project();
+    rewrite(
+        dir.path(),
+        "agents/suivi.yaml",
+        "  - mcp: notes\n    required: true\n",
+        "  - mcp: notes\n    tools:\n      search_notes: {offload_over: 30}\n",
+    );
+    let out = run_in(
+        dir.path(),
+        &["run", "suivi", "Note pour Martin.", "--run-id", "big-1"],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let events = journal(dir.path(), "big-1");
+    let stored = events
+        .iter()
+        .position(|e| e["type"] == "artifact.stored")
+        .unwrap();
+    assert_eq!(events[stored]["payload"]["origin"], "offload");
+    assert_eq!(
+        events[stored]["payload"]["name"],
+        "notes__search_notes.json"
+    );
+    let completed = &events[stored + 1];
+    assert_eq!(completed["type"], "tool.completed");
+    assert_eq!(completed["facets"]["offloaded"], true);
+    let uri = events[stored]["payload"]["uri"].as_str().unwrap();
+    assert!(uri.starts_with("artifact://default/big-1/"), "{uri}");
+    // The full result sits beside the journal, content-addressed.
+    let file = uri.trim_start_matches("artifact://");
+    assert!(dir.path().join("data/.artifacts").join(file).exists());
+}
+
+#[test]
+fn built_in_tools_refuse_with_the_rule_that_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    fs::create_dir_all(dir.path().join("docs")).unwrap();
+    fs::write(dir.path().join("docs/devis.txt"), "Devis D-1 : 1 250 € HT").unwrap();
+    fs::write(dir.path().join("secret.txt"), "do not read").unwrap();
+    fs::write(
+        dir.path().join("loom.yaml"),
+        r#"version: 1
+models:
+  - id: fake-1
+    sdk: fake
+    model: FAKE
+    params:
+      script:
+        - tool_calls:
+            - name: local_files
+              arguments: {op: read, folder: docs, path: devis.txt}
+            - name: local_files
+              arguments: {op: read, folder: docs, path: ../secret.txt}
+            - name: fetch_page
+              arguments: {url: "http://127.0.0.1:9/"}
+            - name: current_datetime
+              arguments: {}
+        - text: "fini"
+storage:
+  events: {backend: jsonl, path: data}
+agents:
+  - name: outils
+    main: {model: fake-1}
+    tools:
+      - tool: loom.local_files
+        folders: [{name: docs, path: docs, rights: [read]}]
+      - tool: loom.fetch_page
+      - tool: loom.current_datetime
+"#,
+    )
+    .unwrap();
+    let out = run_in(dir.path(), &["run", "outils", "lis", "--run-id", "b1"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let events = journal(dir.path(), "b1");
+    let results: Vec<(String, bool, String)> = events
+        .iter()
+        .filter(|e| e["type"] == "tool.completed")
+        .map(|e| {
+            let output = &e["payload"]["output"];
+            let text = output["blocks"][0]["text"]
+                .as_str()
+                .map_or_else(|| output["blocks"][0]["data"].to_string(), str::to_owned);
+            (
+                e["payload"]["call_id"].as_str().unwrap().to_owned(),
+                output["is_error"].as_bool().unwrap(),
+                text,
+            )
+        })
+        .collect();
+    let by_call = |id: &str| results.iter().find(|r| r.0 == id).unwrap();
+    assert!(!by_call("fake_0_0").1);
+    assert!(by_call("fake_0_0").2.contains("1 250 € HT"), "{results:?}");
+    assert!(by_call("fake_0_1").1);
+    assert!(by_call("fake_0_1").2.contains("no-parent"), "{results:?}");
+    assert!(by_call("fake_0_2").1);
+    assert!(
+        by_call("fake_0_2").2.contains("public-address"),
+        "{results:?}"
+    );
+    assert!(!by_call("fake_0_3").1, "{results:?}");
+    // Built-in tools are journaled with their kind.
+    let kinds: Vec<&str> = events
+        .iter()
+        .filter(|e| e["type"] == "tool.called")
+        .map(|e| e["payload"]["tool_kind"].as_str().unwrap())
+        .collect();
+    assert!(kinds.iter().all(|k| *k == "builtin"), "{kinds:?}");
+}

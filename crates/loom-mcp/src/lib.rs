@@ -1,0 +1,62 @@
+//! # loom-mcp
+//!
+//! MCP servers as Loom tool sources, through the official Rust SDK (`rmcp`).
+//!
+//! An [`McpServer`] is built from [`McpServerOptions`] (the facade reads them from
+//! `mcp_servers[]`) and implements [`loom_core::ports::ToolSource`]:
+//!
+//! - **transports**: stdio (a child process in its own process group, stderr copied to the logs
+//!   under target `loom_mcp::stderr`, killed with its group on shutdown or drop, and exiting by
+//!   itself when Loom dies because its stdin closes) and streamable HTTP (headers on every
+//!   request, never logged);
+//! - **tools** named `<server>__<tool>` (names that do not fit `^[A-Za-z0-9_-]{1,64}$` are
+//!   dropped with a warning), kind [`loom_core::tool::ToolKind::Mcp`], the server's input schema,
+//!   declarations from the MCP annotations ([`declarations_from_annotations`]) then the
+//!   server-level [`ToolOverrides`];
+//! - **calls** carry `_meta: {"loom-ia/idempotency_key": …}`; text, structured content, images
+//!   and resources become content blocks; `isError` becomes `is_error`; a crash or protocol
+//!   failure mid-call is an error result, never a hang;
+//! - **connections** follow the [`Scope`], are reused by every call, and are replaced after a
+//!   growing delay when they drop, under a circuit breaker whose opening is reported once as a
+//!   [`loom_core::ports::CircuitNotice`].
+//!
+//! Errors are classified by kind in [`McpError`].
+
+mod breaker;
+mod connection;
+mod convert;
+mod declarations;
+mod error;
+mod options;
+mod server;
+
+pub use declarations::{AnnotationHints, apply_overrides, declarations_from_annotations};
+pub use error::McpError;
+pub use options::{
+    CircuitSettings, MAX_SERVER_NAME_LEN, McpServerOptions, Scope, ToolOverrides, Transport,
+    valid_server_name, valid_tool_name,
+};
+pub use server::{IDEMPOTENCY_META_KEY, McpServer};
+
+/// Installs rustls' `ring` crypto provider as the process default, once, unless one is already
+/// installed (reqwest is built without a provider of its own to keep aws-lc out of the build).
+pub fn install_crypto_provider() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        if rustls::crypto::CryptoProvider::get_default().is_none() {
+            // Losing a race with another installer is fine: a provider is installed either way.
+            let _ = rustls::crypto::ring::default_provider().install_default();
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn http_clients_can_be_built_once_the_provider_is_installed() {
+        super::install_crypto_provider();
+        super::install_crypto_provider();
+        assert!(rustls::crypto::CryptoProvider::get_default().is_some());
+        assert!(reqwest::Client::builder().build().is_ok());
+    }
+}

@@ -1,0 +1,212 @@
+//! The settings of one MCP server, as the facade builds them from `mcp_servers[]`.
+
+use std::{collections::BTreeMap, fmt, path::PathBuf, time::Duration};
+
+use loom_core::tool::SideEffects;
+
+use crate::error::McpError;
+
+/// Longest server name the reference accepts.
+pub const MAX_SERVER_NAME_LEN: usize = 40;
+
+/// How Loom reaches an MCP server.
+#[derive(Clone, PartialEq, Eq)]
+pub enum Transport {
+    /// A child process speaking MCP on its stdin/stdout; its stderr goes to Loom's logs.
+    Stdio {
+        /// Program to run.
+        command: String,
+        /// Its arguments.
+        args: Vec<String>,
+        /// Variables added to the inherited environment.
+        env: BTreeMap<String, String>,
+        /// Working directory (the facade defaults it to the config file's directory).
+        cwd: Option<PathBuf>,
+    },
+    /// A streamable-HTTP endpoint.
+    Http {
+        /// The endpoint URL (`http://…/mcp`).
+        url: String,
+        /// Headers sent with every request; the values were read from the environment by the
+        /// caller and are never logged.
+        headers: Vec<(String, String)>,
+    },
+}
+
+impl fmt::Debug for Transport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Transport::Stdio {
+                command,
+                args,
+                env,
+                cwd,
+            } => f
+                .debug_struct("Stdio")
+                .field("command", command)
+                .field("args", args)
+                // Environment values may be secrets: names only.
+                .field("env", &env.keys().collect::<Vec<_>>())
+                .field("cwd", cwd)
+                .finish(),
+            Transport::Http { url, headers } => f
+                .debug_struct("Http")
+                .field("url", url)
+                // Header values are secrets (tokens): names only.
+                .field(
+                    "headers",
+                    &headers.iter().map(|(name, _)| name).collect::<Vec<_>>(),
+                )
+                .finish(),
+        }
+    }
+}
+
+/// How long a connection lives and who shares it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Scope {
+    /// One connection per process, reused by every run.
+    #[default]
+    Shared,
+    /// One connection per tenant.
+    Tenant,
+    /// A connection opened when a run opens the source and closed when it releases it.
+    Run,
+}
+
+/// The circuit breaker guarding one server (`mcp:<name>`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CircuitSettings {
+    /// Consecutive failures (failed connections, connections lost mid-call) that open it.
+    pub failures: u32,
+    /// How long it stays open before one trial is let through.
+    pub cooldown: Duration,
+}
+
+impl Default for CircuitSettings {
+    fn default() -> CircuitSettings {
+        CircuitSettings {
+            failures: 5,
+            cooldown: Duration::from_secs(60),
+        }
+    }
+}
+
+/// Server-level overrides of one tool (`mcp_servers[].tools.<tool>`), applied on top of the
+/// defaults drawn from its MCP annotations.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ToolOverrides {
+    /// Replaces the server's description.
+    pub description: Option<String>,
+    /// Replaces the side effects drawn from the annotations.
+    pub side_effects: Option<SideEffects>,
+    /// Replaces the idempotency drawn from the annotations.
+    pub idempotent: Option<bool>,
+    /// Per-call timeout.
+    pub timeout: Option<Duration>,
+}
+
+/// Everything needed to use one MCP server.
+#[derive(Debug, Clone, PartialEq)]
+pub struct McpServerOptions {
+    /// Name, used as the tools' prefix (`<name>__<tool>`): `^[A-Za-z0-9-]+(_[A-Za-z0-9-]+)*$`,
+    /// at most 40 characters.
+    pub name: String,
+    /// How to reach it.
+    pub transport: Transport,
+    /// The connection's life.
+    pub scope: Scope,
+    /// Limit on connecting (spawn or HTTP, handshake and tool listing together).
+    pub connect_timeout: Duration,
+    /// Protocol-level limit on one call (the engine applies the tool timeout anyway).
+    pub call_timeout: Option<Duration>,
+    /// Circuit breaker; `None` disables it.
+    pub circuit: Option<CircuitSettings>,
+    /// Per-tool overrides, keyed by the server's own tool name.
+    pub overrides: BTreeMap<String, ToolOverrides>,
+}
+
+impl McpServerOptions {
+    /// Options with the reference defaults: shared scope, 10 s to connect, no call timeout,
+    /// breaker `{failures: 5, cooldown: 60 s}`, no overrides.
+    pub fn new(name: impl Into<String>, transport: Transport) -> McpServerOptions {
+        McpServerOptions {
+            name: name.into(),
+            transport,
+            scope: Scope::Shared,
+            connect_timeout: Duration::from_secs(10),
+            call_timeout: None,
+            circuit: Some(CircuitSettings::default()),
+            overrides: BTreeMap::new(),
+        }
+    }
+
+    /// Checks the name (and, for HTTP, that the URL is absolute http/https).
+    pub fn validate(&self) -> Result<(), McpError> {
+        if !valid_server_name(&self.name) {
+            return Err(McpError::InvalidName {
+                name: self.name.clone(),
+            });
+        }
+        if let Transport::Http { url, .. } = &self.transport
+            && !(url.starts_with("http://") || url.starts_with("https://"))
+        {
+            return Err(McpError::InvalidUrl {
+                server: self.name.clone(),
+                url: url.clone(),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// Whether `name` is a valid server name: `^[A-Za-z0-9-]+(_[A-Za-z0-9-]+)*$` (hence no `__`),
+/// at most [`MAX_SERVER_NAME_LEN`] characters.
+pub fn valid_server_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= MAX_SERVER_NAME_LEN
+        && name.split('_').all(|part| {
+            !part.is_empty() && part.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+        })
+}
+
+/// Whether `name` can be offered to a model: `^[A-Za-z0-9_-]{1,64}$`.
+pub fn valid_tool_name(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn server_names() {
+        for good in ["files", "my-server", "a_b", "A1_b-2_c"] {
+            assert!(valid_server_name(good), "{good}");
+        }
+        for bad in ["", "a__b", "_a", "a_", "a b", "a.b", &"x".repeat(41)] {
+            assert!(!valid_server_name(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn tool_names() {
+        assert!(valid_tool_name("files__read-file"));
+        assert!(!valid_tool_name("files__read.file"));
+        assert!(!valid_tool_name(&"x".repeat(65)));
+    }
+
+    #[test]
+    fn debug_hides_secrets() {
+        let transport = Transport::Http {
+            url: "https://example.invalid/mcp".into(),
+            headers: vec![("Authorization".into(), "Bearer s3cret".into())],
+        };
+        let shown = format!("{transport:?}");
+        assert!(shown.contains("Authorization"));
+        assert!(!shown.contains("s3cret"));
+    }
+}
