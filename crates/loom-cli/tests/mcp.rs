@@ -351,3 +351,214 @@ agents:
         .collect();
     assert!(kinds.iter().all(|k| *k == "builtin"), "{kinds:?}");
 }
+
+/// A project whose agent uses the Python test server of `loom-mcp` over stdio.
+fn py_server_project(script: &str, overrides: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let server = repo().join("crates/loom-mcp/tests/servers/py_server.py");
+    let config = format!(
+        r#"version: 1
+models:
+  - id: fake-1
+    sdk: fake
+    model: FAKE
+    params:
+      script:
+{script}
+mcp_servers:
+  - name: py
+    transport: stdio
+    command: python3
+    args: ["{server}"]
+storage:
+  events: {{backend: jsonl, path: data}}
+agents:
+  - name: a
+    main: {{model: fake-1}}
+    tools:
+      - mcp: py
+{overrides}
+"#,
+        server = server.display()
+    );
+    fs::write(dir.path().join("loom.yaml"), config).unwrap();
+    dir
+}
+
+fn completions(events: &[Value]) -> Vec<(String, bool, String)> {
+    events
+        .iter()
+        .filter(|e| e["type"] == "tool.completed")
+        .map(|e| {
+            let output = &e["payload"]["output"];
+            (
+                e["payload"]["tool_name"].as_str().unwrap().to_owned(),
+                output["is_error"].as_bool().unwrap(),
+                output["blocks"][0]["text"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn parallel_mcp_calls_return_to_the_model_in_call_order() {
+    if !python_mcp() {
+        return;
+    }
+    let script = r#"        - tool_calls:
+            - name: py__slow
+              arguments: {seconds: 0.4}
+            - name: py__echo
+              arguments: {text: vite}
+        - text: "{{ tool_result }}""#;
+    let dir = py_server_project(script, "");
+    let out = run_in(dir.path(), &["run", "a", "go", "--run-id", "p1"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    // Journaled as they finished: echo first.
+    let done = completions(&journal(dir.path(), "p1"));
+    assert_eq!(
+        done.iter().map(|d| d.0.as_str()).collect::<Vec<_>>(),
+        ["py__echo", "py__slow"]
+    );
+    // Sent back in call order: the last result the model reads is echo's, the second call.
+    assert_eq!(text(&out.stdout).trim(), "vite");
+}
+
+#[test]
+fn the_server_receives_the_idempotency_key_and_survives_a_crash() {
+    if !python_mcp() {
+        return;
+    }
+    let script = r#"        - tool_calls:
+            - name: py__send_mail
+              arguments: {to: martin@example.com}
+        - tool_calls:
+            - name: py__crash
+              arguments: {}
+        - tool_calls:
+            - name: py__echo
+              arguments: {text: "toujours là"}
+        - text: "{{ tool_result }}""#;
+    let dir = py_server_project(script, "");
+    let out = run_in(dir.path(), &["run", "a", "go", "--run-id", "k1"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let done = completions(&journal(dir.path(), "k1"));
+    let key = Command::new("python3")
+        .args([
+            "-c",
+            "import hashlib; print(hashlib.sha256(b'k1:fake_0_0').hexdigest())",
+        ])
+        .output()
+        .unwrap();
+    let key = text(&key.stdout).trim().to_owned();
+    assert_eq!(
+        done[0],
+        (
+            "py__send_mail".into(),
+            false,
+            format!("sent to martin@example.com; key={key}")
+        )
+    );
+    assert_eq!(done[1].0, "py__crash");
+    assert!(done[1].1, "a crash mid-call is an error result: {done:?}");
+    // The next call reconnects.
+    assert_eq!(done[2], ("py__echo".into(), false, "toujours là".into()));
+    assert_eq!(text(&out.stdout).trim(), "toujours là");
+}
+
+#[test]
+fn a_slow_mcp_tool_hits_its_timeout() {
+    if !python_mcp() {
+        return;
+    }
+    let script = r#"        - tool_calls:
+            - name: py__slow
+              arguments: {seconds: 5}
+        - text: "{{ tool_result }}""#;
+    let dir = py_server_project(script, "        tools:\n          slow: {timeout: 0.3}");
+    let started = std::time::Instant::now();
+    let out = run_in(dir.path(), &["run", "a", "go", "--run-id", "t1"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout).trim(), "Timed out: no answer in 0.3 s.");
+    assert!(started.elapsed() < std::time::Duration::from_secs(5));
+}
+
+#[test]
+fn an_mcp_server_over_streamable_http() {
+    if !python_mcp() {
+        return;
+    }
+    let server = repo().join("crates/loom-mcp/tests/servers/py_server.py");
+    let mut child = Command::new("python3")
+        .args([server.to_str().unwrap(), "--http", "--port", "0"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    let port = line.trim().strip_prefix("PORT ").unwrap().to_owned();
+    let dir = tempfile::tempdir().unwrap();
+    fs::write(
+        dir.path().join("loom.yaml"),
+        format!(
+            r#"version: 1
+models:
+  - id: fake-1
+    sdk: fake
+    model: FAKE
+    params:
+      script:
+        - tool_calls:
+            - name: py__add
+              arguments: {{a: 40, b: 2}}
+        - text: "{{{{ tool_result }}}}"
+mcp_servers:
+  - name: py
+    transport: http
+    url: http://127.0.0.1:{port}/mcp
+    headers_env: {{X-Loom-Test: LOOM_TEST_MCP_TOKEN}}
+storage:
+  events: {{backend: jsonl, path: data}}
+agents:
+  - name: a
+    main: {{model: fake-1}}
+    tools: [{{mcp: py}}]
+"#
+        ),
+    )
+    .unwrap();
+    let out = Command::new(loom_bin())
+        .current_dir(dir.path())
+        .env("LOOM_TEST_MCP_TOKEN", "secret-token-value")
+        .args(["--config", "loom.yaml", "run", "a", "go", "--run-id", "h1"])
+        .output()
+        .unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("42"), "{}", text(&out.stdout));
+    // The header value never reaches the journal.
+    let raw = fs::read_to_string(dir.path().join("data/default/h1.jsonl")).unwrap();
+    assert!(!raw.contains("secret-token-value"));
+    // A header variable that is absent is a configuration error naming the key.
+    let missing = Command::new(loom_bin())
+        .current_dir(dir.path())
+        .env_remove("LOOM_TEST_MCP_TOKEN")
+        .args(["--config", "loom.yaml", "validate"])
+        .output()
+        .unwrap();
+    assert_eq!(missing.status.code(), Some(2));
+    assert!(
+        text(&missing.stderr).contains("mcp_servers[0].headers_env.X-Loom-Test: the environment variable LOOM_TEST_MCP_TOKEN is absent or empty"),
+        "{}",
+        text(&missing.stderr)
+    );
+}
