@@ -562,3 +562,41 @@ agents:
         text(&missing.stderr)
     );
 }
+
+#[test]
+fn a_breaker_that_opens_is_journaled() {
+    if !python_mcp() {
+        return;
+    }
+    let dir = notes_project();
+    rewrite(
+        dir.path(),
+        "loom.yaml",
+        "args: [notes_server.py]",
+        "args: [no_such_server.py]\n    circuit_breaker: {failures: 1, cooldown: 30}",
+    );
+    rewrite(
+        dir.path(),
+        "agents/suivi.yaml",
+        "required: true",
+        "required: false",
+    );
+    rewrite(
+        dir.path(),
+        "loom.yaml",
+        "      script:\n",
+        "      script:\n        - text: \"indisponible\"\n          with_text: bonjour\n",
+    );
+    let out = run_in(dir.path(), &["run", "suivi", "bonjour", "--run-id", "c1"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let events = journal(dir.path(), "c1");
+    let types: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
+    let opened = types
+        .iter()
+        .position(|t| *t == "circuit.opened")
+        .expect("circuit.opened");
+    assert_eq!(types[opened + 1], "tool.source_unavailable");
+    assert_eq!(events[opened]["payload"]["target_kind"], "mcp");
+    assert_eq!(events[opened]["payload"]["target"], "mcp:notes");
+    assert_eq!(events[opened]["payload"]["failures"], 1);
+}

@@ -946,6 +946,7 @@ fn not_yet(field: &str) -> &'static str {
         "timeouts",
         "circuit_breaker",
         "cache",
+        "idle_timeout",
     ];
     if field == "imports" {
         " — Rust has no runtime imports: register tools in code (Loom::register, loom_cli::App::tool)"
