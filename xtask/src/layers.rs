@@ -39,6 +39,7 @@ pub const CRATES: &[(&str, Layer)] = &[
     ("loom-journal", Layer::Adapter),
     ("loom-models", Layer::Adapter),
     ("loom-builtins", Layer::Adapter),
+    ("loom-providers", Layer::Adapter),
     ("loom-mcp", Layer::Adapter),
     ("loom-macros", Layer::Macros),
     ("loom-testkit", Layer::Testkit),

@@ -260,6 +260,17 @@ impl loom_ia::Observer for Progress {
         }
     }
 
+    fn reset(&self, _run_id: &str) {
+        // The attempt that was streaming failed: what was shown of it is not the answer.
+        if self.wrote() && self.deltas {
+            println!();
+            if let Ok(mut wrote) = self.wrote_text.lock() {
+                *wrote = false;
+            }
+        }
+        eprintln!("· answer restarted");
+    }
+
     fn text_delta(&self, _run_id: &str, text: &str) {
         if !self.deltas {
             return;

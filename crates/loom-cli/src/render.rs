@@ -51,6 +51,33 @@ pub(crate) fn progress_line(event: &Event) -> Option<String> {
         } else {
             format!("· {}: done", done.tool_name)
         }),
+        Payload::ModelRetried(retried) => Some(format!(
+            "· {} failed ({}, attempt {}), retrying in {:.1} s",
+            retried.model.as_deref().unwrap_or(&retried.model_id),
+            retried.error_kind,
+            retried.attempt,
+            retried.delay_s
+        )),
+        Payload::ModelFellBack(fell) => Some(format!(
+            "· fallback {}: {} → {} — {}",
+            fell.slot, fell.from_model, fell.to_model, fell.reason
+        )),
+        Payload::CircuitOpened(circuit) => Some(format!(
+            "· circuit opened: {} {} skipped for {} s ({} failures in a row)",
+            circuit.target_kind, circuit.target, circuit.cooldown_s, circuit.failures
+        )),
+        Payload::ToolSourceUnavailable(source) => Some(format!(
+            "· tool source {} unavailable{} — {}",
+            source.source,
+            if source.required { " (required)" } else { "" },
+            source.error
+        )),
+        Payload::ArtifactStored(stored) if stored.origin == "offload" => Some(format!(
+            "· result offloaded: {} ({}, {} bytes)",
+            stored.name.as_deref().unwrap_or(&stored.uri),
+            stored.media_type,
+            stored.size
+        )),
         Payload::RunFailed(failed) => Some(format!(
             "· failed ({}): {}",
             failed.error_type, failed.error

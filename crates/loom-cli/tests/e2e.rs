@@ -335,7 +335,11 @@ fn broken_configurations_are_refused_with_file_line_and_key() {
         ("jsonl without path", vec![("loom.yaml", format!("{MODELS}storage:\n  events:\n    backend: jsonl\n"))]),
         ("wrong type", vec![("loom.yaml", MODELS.into()), ("agents/a.yaml", format!("{agent}max_iterations: ten\n"))]),
         ("unregistered tool", vec![("loom.yaml", MODELS.into()), ("agents/a.yaml", format!("{agent}tools:\n  - tool: envoyer_mail\n"))]),
-        ("sdk without its feature", vec![("loom.yaml", "version: 1\nmodels:\n  - id: claude\n    sdk: anthropic\n    model: claude-sonnet\n".into())]),
+        ("api key variable missing", vec![
+            ("loom.yaml", "version: 1\nmodels:\n  - id: claude\n    sdk: anthropic\n    model: claude-sonnet\n    api_key_env: LOOM_TEST_NO_SUCH_KEY\n".into()),
+            ("agents/a.yaml", "name: a\nmain:\n  model: claude\n".into()),
+        ]),
+        ("prompt cache on an openai model", vec![("loom.yaml", "version: 1\nmodels:\n  - id: gpt\n    sdk: openai\n    model: gpt-4o\n    cache: {system: true}\n".into())]),
         ("bad fake script", vec![("loom.yaml", format!("{MODELS}    params:\n      script:\n        - txt: oops\n"))]),
         ("invalid agent name", vec![("loom.yaml", MODELS.into()), ("agents/a.yaml", "name: mon agent\nmain:\n  model: fake-1\n".into())]),
         ("duplicate agents", vec![("loom.yaml", MODELS.into()), ("agents/a.yaml", agent.into()), ("agents/b.yaml", agent.into())]),

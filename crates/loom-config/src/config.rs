@@ -656,6 +656,67 @@ fn check_models(doc: &Doc, raw: &LoomConfig) -> Result<(), ConfigError> {
             ));
         }
         check_pricing(doc, &p.key("pricing"), model)?;
+        if model.cache.is_some() && model.sdk != Sdk::Anthropic {
+            return Err(invalid(
+                &p.key("cache"),
+                format!(
+                    "'cache' (prompt-cache breakpoints) is only valid with sdk 'anthropic' (model '{}')",
+                    model.id
+                ),
+            ));
+        }
+        if let Some(ttl) = model.cache.as_ref().and_then(|c| c.ttl.as_deref())
+            && ttl != "5m"
+            && ttl != "1h"
+        {
+            return Err(invalid(
+                &p.key("cache").key("ttl"),
+                format!("unknown cache ttl '{ttl}' (expected 5m or 1h)"),
+            ));
+        }
+        let tp = p.key("timeouts");
+        for (key, value) in [
+            ("first_token", model.timeouts.first_token),
+            ("idle", model.timeouts.idle),
+            ("total", model.timeouts.total),
+        ] {
+            if !positive_seconds(value) {
+                return Err(invalid(&tp.key(key), NOT_POSITIVE.into()));
+            }
+        }
+        let rp = p.key("retry");
+        let retry = &model.retry;
+        if retry.max_attempts == 0 {
+            return Err(invalid(&rp.key("max_attempts"), NOT_POSITIVE.into()));
+        }
+        if !(retry.multiplier.is_finite() && retry.multiplier >= 1.0) {
+            return Err(invalid(&rp.key("multiplier"), "must be at least 1".into()));
+        }
+        for (key, value) in [
+            ("initial_delay", retry.initial_delay),
+            ("max_delay", retry.max_delay),
+        ] {
+            if !(value.is_finite() && value >= 0.0) {
+                return Err(invalid(
+                    &rp.key(key),
+                    "must be a number of seconds, 0 or more".into(),
+                ));
+            }
+        }
+        if let Some(breaker) = &model.circuit_breaker {
+            if breaker.failures == 0 {
+                return Err(invalid(
+                    &p.key("circuit_breaker").key("failures"),
+                    NOT_POSITIVE.into(),
+                ));
+            }
+            if !(breaker.cooldown.is_finite() && breaker.cooldown > 0.0) {
+                return Err(invalid(
+                    &p.key("circuit_breaker").key("cooldown"),
+                    NOT_POSITIVE.into(),
+                ));
+            }
+        }
     }
     Ok(())
 }
@@ -860,6 +921,22 @@ fn check_agent(config: &mut Config, i: usize) -> Result<(), ConfigError> {
             ),
         ));
     }
+    for (f, fallback) in spec.main.fallbacks.iter().enumerate() {
+        let fp = main.key("fallbacks").index(f);
+        if config.model(fallback).is_none() {
+            return Err(doc.error(
+                &fp,
+                ConfigErrorKind::Reference,
+                format!("unknown model '{fallback}' in the fallback chain"),
+            ));
+        }
+        if *fallback == spec.main.model || spec.main.fallbacks[..f].contains(fallback) {
+            return Err(invalid(
+                &fp,
+                format!("model '{fallback}' appears twice in the chain"),
+            ));
+        }
+    }
     if spec.main.llm.max_tokens == Some(0) {
         return Err(invalid(
             &main.key("llm").key("max_tokens"),
@@ -941,11 +1018,7 @@ fn not_yet(field: &str) -> &'static str {
         "expose",
         "stream_output",
         "state",
-        "fallbacks",
-        "retry",
-        "timeouts",
         "circuit_breaker",
-        "cache",
         "idle_timeout",
     ];
     if field == "imports" {

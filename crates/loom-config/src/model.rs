@@ -170,6 +170,84 @@ pub struct ModelSpec {
     /// Prices in dollars per million tokens.
     #[serde(default)]
     pub pricing: Pricing,
+    /// Extra HTTP headers sent with every request (values are written here: no secrets).
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    /// Time limits of one call, in seconds (`null` disables one).
+    #[serde(default)]
+    pub timeouts: ModelTimeouts,
+    /// Retries of transient failures.
+    #[serde(default)]
+    pub retry: RetryPolicy,
+    /// Breaker over consecutive failures, shared by all runs of the process (`null` removes it).
+    #[serde(default = "default_breaker")]
+    pub circuit_breaker: Option<CircuitBreaker>,
+    /// Anthropic prompt-cache breakpoints (refused for other SDKs).
+    #[serde(default)]
+    pub cache: Option<PromptCache>,
+}
+
+/// Time limits of one model call, in seconds.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct ModelTimeouts {
+    /// Until the first content chunk.
+    pub first_token: Option<f64>,
+    /// Between two chunks.
+    pub idle: Option<f64>,
+    /// The whole call.
+    pub total: Option<f64>,
+}
+
+impl Default for ModelTimeouts {
+    fn default() -> Self {
+        ModelTimeouts {
+            first_token: Some(60.0),
+            idle: Some(60.0),
+            total: Some(300.0),
+        }
+    }
+}
+
+/// Retries of transient failures: delay after attempt n = min(max_delay, initial_delay ×
+/// multiplier^(n-1)) with jitter; a provider's Retry-After replaces it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct RetryPolicy {
+    /// Attempts in all (1 = no retry).
+    #[schemars(range(min = 1))]
+    pub max_attempts: u32,
+    /// First delay, seconds.
+    pub initial_delay: f64,
+    /// Growth of the delay (≥ 1).
+    pub multiplier: f64,
+    /// Longest delay, seconds; a Retry-After above it abandons the model.
+    pub max_delay: f64,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy {
+            max_attempts: 3,
+            initial_delay: 1.0,
+            multiplier: 2.0,
+            max_delay: 30.0,
+        }
+    }
+}
+
+/// Anthropic prompt-cache breakpoints.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct PromptCache {
+    /// Cache the system prompt.
+    pub system: bool,
+    /// Cache the tool definitions.
+    pub tools: bool,
+    /// Cache the conversation up to the last user message.
+    pub messages: bool,
+    /// "5m" (default) or "1h".
+    pub ttl: Option<String>,
 }
 
 impl ModelSpec {
@@ -186,6 +264,11 @@ impl ModelSpec {
             params: JsonObject::new(),
             capabilities: ModelCapabilities::default(),
             pricing: Pricing::default(),
+            headers: BTreeMap::new(),
+            timeouts: ModelTimeouts::default(),
+            retry: RetryPolicy::default(),
+            circuit_breaker: default_breaker(),
+            cache: None,
         }
     }
 
@@ -309,6 +392,10 @@ pub struct MainRole {
     /// Id of a declared model.
     #[schemars(length(min = 1))]
     pub model: String,
+    /// Models tried in order when the main one fails for good (transient errors after their
+    /// retries, quota, context length); a run that switched stays on the fallback.
+    #[serde(default)]
+    pub fallbacks: Vec<String>,
     /// Inline system prompt (a template over `agent` and `tenant`).
     #[serde(default)]
     pub system: String,
@@ -325,6 +412,7 @@ impl MainRole {
     pub fn new(model: impl Into<String>) -> MainRole {
         MainRole {
             model: model.into(),
+            fallbacks: Vec::new(),
             system: String::new(),
             system_file: None,
             llm: LlmSettings::default(),

@@ -51,7 +51,7 @@ main:
     assert_eq!(
         refused(MODELS, &[("agents/devis.yaml", agent)]),
         "agents/devis.yaml:4:3 main.temperature: unknown key 'temperature' \
-         (expected one of: model, system, system_file, llm)"
+         (expected one of: model, fallbacks, system, system_file, llm)"
     );
 }
 

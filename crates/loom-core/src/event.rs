@@ -308,6 +308,12 @@ pub enum Payload {
     /// A file was stored beside the journal.
     #[serde(rename = "artifact.stored")]
     ArtifactStored(ArtifactStored),
+    /// A model call failed and will be tried again (or a billed final failure).
+    #[serde(rename = "model.retried")]
+    ModelRetried(ModelRetried),
+    /// A slot switched to its next model.
+    #[serde(rename = "model.fell_back")]
+    ModelFellBack(ModelFellBack),
 }
 
 /// Who the run is for.
@@ -684,6 +690,66 @@ pub struct ArtifactStored {
     pub call_id: Option<String>,
 }
 
+/// `model.retried`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ModelRetried {
+    /// Provider model name.
+    pub model_id: String,
+    /// Config model id.
+    #[serde(default)]
+    pub model: Option<String>,
+    /// Provider.
+    pub provider: String,
+    /// The attempt that failed, from 1.
+    pub attempt: u32,
+    /// The error kind (`transient`, `overloaded`, …).
+    pub error_kind: String,
+    /// The error message.
+    pub error: String,
+    /// HTTP status, when there was one.
+    #[serde(default)]
+    pub http_status: Option<u16>,
+    /// Seconds waited before the next attempt (0 for a final, billed failure).
+    pub delay_s: f64,
+    /// Role call involved.
+    #[serde(default)]
+    pub call_id: Option<String>,
+    /// Judge involved.
+    #[serde(default)]
+    pub judge: Option<String>,
+    /// Tokens billed by the failed attempt, when known.
+    #[serde(default)]
+    pub usage: Option<Usage>,
+    /// Their cost.
+    #[serde(default)]
+    pub cost_usd: f64,
+    /// Whether no attempt follows.
+    #[serde(default)]
+    pub r#final: bool,
+}
+
+/// `model.fell_back`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ModelFellBack {
+    /// "main", a role name or "judge:<name>".
+    pub slot: String,
+    /// Config id of the model left.
+    pub from_model: String,
+    /// Config id of the model used from now on.
+    pub to_model: String,
+    /// The error kind, or "circuit_open".
+    pub reason: String,
+    /// The error message.
+    #[serde(default)]
+    pub error: Option<String>,
+    /// Role call involved.
+    #[serde(default)]
+    pub call_id: Option<String>,
+    /// Judge involved.
+    #[serde(default)]
+    pub judge: Option<String>,
+}
+
 impl Payload {
     /// The `type` string.
     pub fn type_name(&self) -> &'static str {
@@ -703,6 +769,8 @@ impl Payload {
             Payload::ToolSourceUnavailable(_) => "tool.source_unavailable",
             Payload::CircuitOpened(_) => "circuit.opened",
             Payload::ArtifactStored(_) => "artifact.stored",
+            Payload::ModelRetried(_) => "model.retried",
+            Payload::ModelFellBack(_) => "model.fell_back",
         }
     }
 
@@ -710,7 +778,9 @@ impl Payload {
     pub fn category(&self) -> Category {
         match self {
             Payload::MessageUser(_) => Category::Message,
-            Payload::ModelResponded(_) => Category::Model,
+            Payload::ModelResponded(_) | Payload::ModelRetried(_) | Payload::ModelFellBack(_) => {
+                Category::Model
+            }
             Payload::ToolCalled(_)
             | Payload::ToolCompleted(_)
             | Payload::ToolSourceUnavailable(_) => Category::Tool,
@@ -729,7 +799,10 @@ impl Payload {
             Payload::RunCancelled(_) => EventStatus::Warning,
             Payload::ToolCompleted(p) if p.output.is_error => EventStatus::Error,
             Payload::ToolSourceUnavailable(p) if p.required => EventStatus::Error,
-            Payload::ToolSourceUnavailable(_) | Payload::CircuitOpened(_) => EventStatus::Warning,
+            Payload::ToolSourceUnavailable(_)
+            | Payload::CircuitOpened(_)
+            | Payload::ModelRetried(_)
+            | Payload::ModelFellBack(_) => EventStatus::Warning,
             _ => EventStatus::Ok,
         }
     }
@@ -799,6 +872,24 @@ impl Payload {
             Payload::ToolCalled(p) => {
                 f.insert("tool_name".into(), json!(p.tool_name));
                 f.insert("tool_kind".into(), json!(p.tool_kind));
+            }
+            Payload::ModelRetried(p) => {
+                f.insert("model_id".into(), json!(p.model_id));
+                f.insert("provider".into(), json!(p.provider));
+                f.insert("error_kind".into(), json!(p.error_kind));
+                f.insert("attempt".into(), json!(p.attempt));
+                if let Some(model) = &p.model {
+                    f.insert("model".into(), json!(model));
+                }
+                if let Some(judge) = &p.judge {
+                    f.insert("judge".into(), json!(judge));
+                }
+            }
+            Payload::ModelFellBack(p) => {
+                f.insert("slot".into(), json!(p.slot));
+                f.insert("from_model".into(), json!(p.from_model));
+                f.insert("to_model".into(), json!(p.to_model));
+                f.insert("reason".into(), json!(p.reason));
             }
             Payload::ToolSourceUnavailable(p) => {
                 f.insert("source".into(), json!(p.source));

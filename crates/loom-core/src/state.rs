@@ -157,6 +157,8 @@ pub struct RunState {
     pub claim: Option<Claim>,
     /// Whether the closing event was written.
     pub finished: bool,
+    /// The model each slot switched to (`model.fell_back`): a run that fell back stays there.
+    pub models: std::collections::BTreeMap<String, String>,
     /// URIs of the results moved out of the context in this run (`artifact.stored`, origin
     /// `offload`), which `artifact_read` may page through.
     pub offloaded: Vec<String>,
@@ -218,6 +220,7 @@ impl RunState {
             claim: None,
             finished: false,
             offloaded: Vec::new(),
+            models: std::collections::BTreeMap::new(),
             last_seq: event.seq,
             started_at: event.ts,
             updated_at: event.ts,
@@ -345,6 +348,16 @@ impl RunState {
             }
             Payload::RunCancelled(_) => self.finished = true,
             Payload::ToolSourceUnavailable(_) | Payload::CircuitOpened(_) => {}
+            Payload::ModelRetried(retried) => {
+                if let Some(usage) = &retried.usage {
+                    self.usage.add(usage);
+                }
+                self.cost_usd += retried.cost_usd;
+            }
+            Payload::ModelFellBack(fell_back) => {
+                self.models
+                    .insert(fell_back.slot.clone(), fell_back.to_model.clone());
+            }
             Payload::ArtifactStored(stored) => {
                 if stored.origin == "offload" {
                     self.offloaded.push(stored.uri.clone());

@@ -1,29 +1,32 @@
 //! The driver: begin a run, then advance it one step at a time until it closes.
 
 use std::{
+    collections::{BTreeSet, HashMap},
     future::Future,
     sync::Arc,
     time::{Duration, Instant},
 };
 
-use futures_util::StreamExt;
 use loom_core::{
     Event, Message, RunState, RunStatus,
     content::BlockKind,
     event::{
-        CircuitOpened, Effect, Envelope, MessageUser, ModelResponded, Outcome, Payload,
-        RunCancelled, RunClaimed, RunCompleted, RunContext, RunFailed, RunStarted, RunTransitioned,
-        StepCompleted, StepStarted, ToolSourceUnavailable,
+        CircuitOpened, Effect, Envelope, MessageUser, ModelFellBack, ModelResponded, ModelRetried,
+        Outcome, Payload, RunCancelled, RunClaimed, RunCompleted, RunContext, RunFailed,
+        RunStarted, RunTransitioned, StepCompleted, StepStarted, ToolSourceUnavailable,
     },
     ids::is_safe_id,
-    model::{ModelError, ModelResponse, ResponseAccumulator, StopReason},
+    model::{ModelError, ModelErrorKind, ModelRequest, ModelResponse, StopReason},
     ports::{SourceContext, ToolSource},
     state::session_history,
 };
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    AgentRuntime, BeginRun, BoundTool, Engine, EngineError, RunRef, request, tools,
+    AgentRuntime, BeginRun, BoundTool, Breakers, Engine, EngineError, ModelBinding, RunRef,
+    request,
+    resilience::{self, Admission},
+    tools,
     writer::SessionWriter,
 };
 
@@ -37,6 +40,10 @@ pub trait Observer: Send + Sync {
     fn event(&self, _event: &Event) {}
     /// The model streamed some text for `run_id`.
     fn text_delta(&self, _run_id: &str, _text: &str) {}
+    /// The model call of `run_id` starts streaming again (a retry, or a fallback model): the
+    /// text streamed since the step began will not be journaled, and a live display should drop
+    /// it.
+    fn reset(&self, _run_id: &str) {}
 }
 
 impl Observer for () {}
@@ -163,6 +170,10 @@ impl Engine {
             observer,
             last_seq,
         );
+        let mut names = ModelNames::default();
+        for event in &events {
+            names.note(event);
+        }
         let mut last_ids = LastIds::default();
         for event in events.iter().filter(|e| e.run_id == run.run_id) {
             last_ids.note(event);
@@ -173,6 +184,7 @@ impl Engine {
             agent,
             history,
             last_ids,
+            names,
             cancel,
             observer,
             tools: agent.tools.clone(),
@@ -307,6 +319,8 @@ pub(crate) struct Driver<'a> {
     pub(crate) agent: &'a AgentRuntime,
     history: Vec<Message>,
     last_ids: LastIds,
+    /// Which model configs produced each provider model name in the session.
+    names: ModelNames,
     /// The tools offered in this pilot: the agent's, then those of the sources that opened.
     pub(crate) tools: Vec<BoundTool>,
     /// Sources opened by this pilot, released when it ends.
@@ -339,6 +353,7 @@ impl Driver<'_> {
         for event in &written {
             state.apply(event)?;
             self.last_ids.note(event);
+            self.names.note(event);
         }
         Ok(written)
     }
@@ -783,7 +798,11 @@ impl Driver<'_> {
         self.write(state, writer, batch).await.map(drop)
     }
 
-    /// One model call (`model_call`, or `finalize` without tools).
+    /// One model call (`model_call`, or `finalize` without tools), made resilient: each model
+    /// of the slot's chain is tried with its retry policy and timeouts, skipped while its
+    /// circuit breaker is open, and left for the next one when it keeps failing. Every
+    /// decision is journaled in the step (`model.retried`, `circuit.opened`,
+    /// `model.fell_back`); only the answer of the attempt that succeeded is.
     async fn model_step(
         &mut self,
         state: &mut RunState,
@@ -794,73 +813,332 @@ impl Driver<'_> {
         self.write(state, writer, vec![step.started(self, state, effect)])
             .await?;
         let finalizing = effect == Effect::Finalize;
-        let tools = self.offered(state);
-        let request = request::build(
-            self.agent,
-            &tools,
-            &self.history,
-            state.conversation(),
-            finalizing,
-        );
-        drop(tools);
-        let (request_hash, request_parts) = request::request_hash(&request);
-        let started = Instant::now();
-        let run_id = self.run.run_id.clone();
-        let observer = self.observer;
-        let client = self.agent.main.client.clone();
-        let call = async move {
-            let mut stream = client.stream(request);
-            let mut acc = ResponseAccumulator::new();
-            while let Some(chunk) = stream.next().await {
-                let chunk = chunk?;
-                if let loom_core::model::ModelChunk::TextDelta(text) = &chunk {
-                    observer.text_delta(&run_id, text);
-                }
-                acc.push(chunk);
-            }
-            acc.finish()
-        };
+        let tools = self.offered(state).into_owned();
+        let conversation = state.conversation();
+        let agent = self.agent;
+        let chain: Vec<&ModelBinding> = agent.chain().collect();
+        // A run that fell back stays on the model it switched to.
+        let mut index = state
+            .models
+            .get(SLOT)
+            .and_then(|id| chain.iter().position(|m| m.config_id == *id))
+            .unwrap_or(0);
         let deadline = self.deadline(state);
-        let outcome = self.wait(state, writer, call, deadline).await?;
-        let latency_ms = started.elapsed().as_secs_f64() * 1000.0;
-        match outcome {
-            StepEnd::Done(Ok(response)) => {
-                let response = if finalizing {
-                    without_calls(response)
-                } else {
-                    response
+        let mut progress = AttemptState::default();
+        let mut last_error: Option<ModelError> = None;
+        let mut skipped: Vec<&str> = Vec::new();
+        // After a context overflow, only a model with a larger window may follow.
+        let mut window_above: Option<u64> = None;
+        loop {
+            let model = chain[index];
+            let admission = match &model.circuit {
+                Some(settings) => self.engine.breakers.admit(
+                    &Breakers::model_key(&model.config_id),
+                    settings,
+                    self.engine.clock.now(),
+                ),
+                None => Admission::Go,
+            };
+            let (reason, error) = if let Admission::Skip { until } = admission {
+                skipped.push(&model.config_id);
+                let message = format!(
+                    "circuit breaker of model '{}' is open until {}",
+                    model.config_id,
+                    until.to_rfc3339()
+                );
+                ("circuit_open".to_owned(), message)
+            } else {
+                let mut request = request::build(
+                    agent,
+                    model,
+                    &tools,
+                    &self.history,
+                    conversation.clone(),
+                    finalizing,
+                );
+                request::strip_foreign_reasoning(&mut request.messages, |id| {
+                    self.names.is_own(id, model)
+                });
+                match self
+                    .attempts(
+                        state,
+                        writer,
+                        &step,
+                        model,
+                        request,
+                        deadline,
+                        &mut progress,
+                    )
+                    .await?
+                {
+                    Attempts::Answered(answer) => {
+                        return self
+                            .model_answered(
+                                state,
+                                writer,
+                                &step,
+                                model,
+                                answer,
+                                finalizing,
+                                progress.emitted,
+                            )
+                            .await;
+                    }
+                    Attempts::Interrupted { timed_out } => {
+                        return self
+                            .interrupted(state, writer, &step, progress.emitted, timed_out)
+                            .await;
+                    }
+                    Attempts::Fatal(error) => {
+                        return self
+                            .model_failed(state, writer, &step, error, progress.emitted)
+                            .await;
+                    }
+                    Attempts::Exhausted(error) => {
+                        if error.kind == ModelErrorKind::ContextOverflow {
+                            let window = model.context_window.unwrap_or(0);
+                            window_above = Some(window_above.map_or(window, |w| w.max(window)));
+                        }
+                        let reason = error.kind.as_str().to_owned();
+                        let message = error.message.clone();
+                        last_error = Some(error);
+                        (reason, message)
+                    }
+                }
+            };
+            let next = chain
+                .iter()
+                .enumerate()
+                .skip(index + 1)
+                .find(|(_, m)| window_above.is_none_or(|w| m.context_window.unwrap_or(0) > w))
+                .map(|(i, _)| i);
+            let Some(next) = next else {
+                let error = match last_error {
+                    Some(mut error) => {
+                        if !skipped.is_empty() {
+                            error.message = format!(
+                                "{}; no other model available (skipped by their circuit breaker: {})",
+                                error.message,
+                                skipped.join(", ")
+                            );
+                        } else if error.kind == ModelErrorKind::ContextOverflow
+                            && !agent.fallbacks.is_empty()
+                        {
+                            error.message = format!(
+                                "{}; no following model has a larger context window",
+                                error.message
+                            );
+                        }
+                        error
+                    }
+                    None => ModelError::new(
+                        ModelErrorKind::Unavailable,
+                        format!("skipped by their circuit breaker: {}", skipped.join(", ")),
+                    ),
                 };
-                let cost = self.agent.main.pricing.cost(&response.usage);
-                let responded = self.event(
+                return self
+                    .model_failed(state, writer, &step, error, progress.emitted)
+                    .await;
+            };
+            let fell_back = self.event(
+                &step.span,
+                Some(&state.run_span_id),
+                Some(SLOT),
+                Payload::ModelFellBack(ModelFellBack {
+                    slot: SLOT.into(),
+                    from_model: model.config_id.clone(),
+                    to_model: chain[next].config_id.clone(),
+                    reason,
+                    error: Some(error),
+                    call_id: None,
+                    judge: None,
+                }),
+            );
+            self.write(state, writer, vec![fell_back]).await?;
+            progress.emitted += 1;
+            index = next;
+        }
+    }
+
+    /// Tries one model of the chain until it answers, fails for good, or should be left.
+    #[allow(clippy::too_many_arguments)]
+    async fn attempts(
+        &mut self,
+        state: &mut RunState,
+        writer: &mut SessionWriter<'_>,
+        step: &StepSpan,
+        model: &ModelBinding,
+        request: ModelRequest,
+        deadline: Option<tokio::time::Instant>,
+        progress: &mut AttemptState,
+    ) -> Result<Attempts, EngineError> {
+        let engine = self.engine;
+        let key = Breakers::model_key(&model.config_id);
+        let run = self.run;
+        let observer = self.observer;
+        let (request_hash, request_parts) = request::request_hash(&request);
+        let mut attempt = 1u32;
+        loop {
+            if progress.streamed {
+                // A live display drops what the failed attempt showed.
+                observer.reset(&run.run_id);
+            }
+            progress.streamed = true;
+            let started = Instant::now();
+            let call = resilience::stream_once(
+                model.client.clone(),
+                request.clone(),
+                model.timeouts,
+                |text| observer.text_delta(&run.run_id, text),
+            );
+            let error = match self.wait(state, writer, call, deadline).await? {
+                StepEnd::Done(Ok(response)) => {
+                    if model.circuit.is_some() {
+                        engine.breakers.success(&key);
+                    }
+                    return Ok(Attempts::Answered(Answer {
+                        response,
+                        attempts: attempt,
+                        latency_ms: started.elapsed().as_secs_f64() * 1000.0,
+                        request_hash,
+                        request_parts,
+                    }));
+                }
+                StepEnd::Done(Err(error)) => error,
+                end @ (StepEnd::Cancelled | StepEnd::TimedOut) => {
+                    if model.circuit.is_some() {
+                        // A trial cut short says nothing about the model.
+                        engine.breakers.release(&key, engine.clock.now());
+                    }
+                    let timed_out = matches!(end, StepEnd::TimedOut);
+                    return Ok(Attempts::Interrupted { timed_out });
+                }
+            };
+            tracing::debug!(run_id = %run.run_id, model = %model.config_id, attempt, kind = %error.kind, error = %error.message, "model call failed");
+            let mut opened = false;
+            if let Some(settings) = &model.circuit
+                && let Some(failures) =
+                    engine
+                        .breakers
+                        .failure(&key, settings, error.kind, engine.clock.now())
+            {
+                opened = true;
+                let event = self.event(
                     &step.span,
                     Some(&state.run_span_id),
-                    Some("main"),
-                    Payload::ModelResponded(ModelResponded {
-                        model_id: response.model_id,
-                        model: Some(self.agent.main.config_id.clone()),
-                        provider: self.agent.main.client.provider().to_owned(),
-                        message: response.message,
-                        usage: response.usage,
-                        cost_usd: cost,
-                        stop_reason: response.stop_reason,
-                        latency_ms,
-                        attempts: 1,
-                        request_hash: Some(request_hash),
-                        request_parts,
+                    Some(SLOT),
+                    Payload::CircuitOpened(CircuitOpened {
+                        target_kind: "model".into(),
+                        target: model.config_id.clone(),
+                        failures,
+                        cooldown_s: settings.cooldown.as_secs_f64(),
+                        error: Some(error.message.clone()),
                         call_id: None,
                         judge: None,
                     }),
                 );
-                // The answer and the end of its step go to the journal in one append.
-                let done = step.completed(self, state, 1, Outcome::Ok);
-                self.write(state, writer, vec![responded, done])
-                    .await
-                    .map(drop)
+                self.write(state, writer, vec![event]).await?;
+                progress.emitted += 1;
             }
-            StepEnd::Done(Err(error)) => self.model_failed(state, writer, &step, error).await,
-            StepEnd::Cancelled => self.interrupted(state, writer, &step, 0, false).await,
-            StepEnd::TimedOut => self.interrupted(state, writer, &step, 0, true).await,
+            match error.kind {
+                kind if kind.is_retryable() => {
+                    if opened || attempt >= model.retry.attempts() {
+                        return Ok(Attempts::Exhausted(error));
+                    }
+                    let delay = match error.retry_after {
+                        Some(after) if after > model.retry.max_delay => {
+                            return Ok(Attempts::Exhausted(error));
+                        }
+                        Some(after) => after,
+                        None => model
+                            .retry
+                            .delay(attempt, resilience::jitter(&engine.ids.uuid())),
+                    };
+                    let retried = self.event(
+                        &step.span,
+                        Some(&state.run_span_id),
+                        Some(SLOT),
+                        Payload::ModelRetried(ModelRetried {
+                            model_id: model.model_id.clone(),
+                            model: Some(model.config_id.clone()),
+                            provider: model.client.provider().to_owned(),
+                            attempt,
+                            error_kind: error.kind.as_str().to_owned(),
+                            error: error.message.clone(),
+                            http_status: error.http_status,
+                            delay_s: delay.as_secs_f64(),
+                            call_id: None,
+                            judge: None,
+                            usage: None,
+                            cost_usd: 0.0,
+                            r#final: false,
+                        }),
+                    );
+                    // Journaled before the wait, which cancellation and the run timeout cut.
+                    self.write(state, writer, vec![retried]).await?;
+                    progress.emitted += 1;
+                    match self
+                        .wait(state, writer, tokio::time::sleep(delay), deadline)
+                        .await?
+                    {
+                        StepEnd::Done(()) => {}
+                        StepEnd::Cancelled => {
+                            return Ok(Attempts::Interrupted { timed_out: false });
+                        }
+                        StepEnd::TimedOut => return Ok(Attempts::Interrupted { timed_out: true }),
+                    }
+                    attempt += 1;
+                }
+                ModelErrorKind::QuotaExhausted | ModelErrorKind::ContextOverflow => {
+                    return Ok(Attempts::Exhausted(error));
+                }
+                _ => return Ok(Attempts::Fatal(error)),
+            }
         }
+    }
+
+    /// Journals the answer of `model` and the end of its step, in one append.
+    #[allow(clippy::too_many_arguments)]
+    async fn model_answered(
+        &mut self,
+        state: &mut RunState,
+        writer: &mut SessionWriter<'_>,
+        step: &StepSpan,
+        model: &ModelBinding,
+        answer: Answer,
+        finalizing: bool,
+        emitted: u32,
+    ) -> Result<(), EngineError> {
+        let response = if finalizing {
+            without_calls(answer.response)
+        } else {
+            answer.response
+        };
+        let cost = model.pricing.cost(&response.usage);
+        let responded = self.event(
+            &step.span,
+            Some(&state.run_span_id),
+            Some(SLOT),
+            Payload::ModelResponded(ModelResponded {
+                model_id: response.model_id,
+                model: Some(model.config_id.clone()),
+                provider: model.client.provider().to_owned(),
+                message: response.message,
+                usage: response.usage,
+                cost_usd: cost,
+                stop_reason: response.stop_reason,
+                latency_ms: answer.latency_ms,
+                attempts: answer.attempts,
+                request_hash: Some(answer.request_hash),
+                request_parts: answer.request_parts,
+                call_id: None,
+                judge: None,
+            }),
+        );
+        let done = step.completed(self, state, emitted + 1, Outcome::Ok);
+        self.write(state, writer, vec![responded, done])
+            .await
+            .map(drop)
     }
 
     async fn model_failed(
@@ -869,11 +1147,73 @@ impl Driver<'_> {
         writer: &mut SessionWriter<'_>,
         step: &StepSpan,
         error: ModelError,
+        emitted: u32,
     ) -> Result<(), EngineError> {
         let error_type = format!("model.{}", error.kind.as_str());
-        let mut batch = vec![step.completed(self, state, 0, Outcome::Error)];
+        let mut batch = vec![step.completed(self, state, emitted, Outcome::Error)];
         batch.extend(self.failure(state, &error_type, &error_type, &error.message));
         self.write(state, writer, batch).await.map(drop)
+    }
+}
+
+/// The slot of the orchestrating model.
+const SLOT: &str = "main";
+
+/// What the attempts of one model step have done so far.
+#[derive(Debug, Default)]
+struct AttemptState {
+    /// Whether an attempt already streamed (the observer is reset before the next one).
+    streamed: bool,
+    /// Events written inside the step, besides `step.started` and `step.completed`.
+    emitted: u32,
+}
+
+/// A model's answer and how it was obtained.
+struct Answer {
+    response: ModelResponse,
+    attempts: u32,
+    latency_ms: f64,
+    request_hash: String,
+    request_parts: serde_json::Map<String, serde_json::Value>,
+}
+
+/// How the attempts on one model ended.
+enum Attempts {
+    Answered(Answer),
+    Interrupted {
+        timed_out: bool,
+    },
+    /// Retries exhausted, quota, context overflow, or the breaker opened: try the next model.
+    Exhausted(ModelError),
+    /// A definitive error: the run fails.
+    Fatal(ModelError),
+}
+
+/// Which model configs produced each provider model name (from `model.responded`), so that
+/// reasoning blocks of other models are not sent to a fallback.
+#[derive(Debug, Default)]
+pub(crate) struct ModelNames(HashMap<String, BTreeSet<String>>);
+
+impl ModelNames {
+    pub(crate) fn note(&mut self, event: &Event) {
+        if let Payload::ModelResponded(p) = &event.payload
+            && let Some(config) = &p.model
+        {
+            self.0
+                .entry(p.model_id.clone())
+                .or_default()
+                .insert(config.clone());
+        }
+    }
+
+    /// Whether a reasoning block produced by the provider model `model_id` belongs to `model`
+    /// (a name never seen answering is given the benefit of the doubt).
+    fn is_own(&self, model_id: &str, model: &ModelBinding) -> bool {
+        model_id == model.model_id
+            || self
+                .0
+                .get(model_id)
+                .is_none_or(|configs| configs.contains(&model.config_id))
     }
 }
 

@@ -9,6 +9,15 @@
 //! written outside steps, in the run's root span. Because nothing lives only in memory, a run
 //! can be driven again from its journal at any point.
 //!
+//! **Model calls are resilient.** A model step tries the slot's chain ([`AgentRuntime::main`]
+//! then [`AgentRuntime::fallbacks`], starting from the model the run last switched to): each
+//! call is streamed under the model's [`ModelTimeouts`], retryable errors are tried again per
+//! its [`RetryPolicy`] (`model.retried`, written before the delay), exhausted retries, quota
+//! and context overflow move on to the next model (`model.fell_back`), and the engine's
+//! [`Breakers`] skip a model that keeps failing (`circuit.opened`, then `model.fell_back`
+//! with reason `circuit_open`). Only the answer of the attempt that succeeded is journaled,
+//! priced with the model that gave it.
+//!
 //! **Architecture invariant:** the engine depends on `loom-core` only. It reaches storage,
 //! models, tools and the wall clock through the ports it is given (`Arc<dyn EventStore>`,
 //! `Arc<dyn ModelClient>`, `Arc<dyn Tool>`, `Arc<dyn Clock>`); it reads no environment
@@ -18,6 +27,7 @@ mod driver;
 mod ids;
 mod offload;
 mod request;
+mod resilience;
 mod tools;
 mod writer;
 
@@ -37,6 +47,7 @@ pub use driver::Observer;
 pub use ids::Ids;
 pub use offload::artifact_read as artifact_reader;
 pub use request::request_hash;
+pub use resilience::{Breakers, CircuitSettings, ModelTimeouts, RetryPolicy};
 pub use tools::{UNKNOWN_STATE, idempotency_key};
 
 /// The lease a driver takes on a run (`execution.lease`).
@@ -60,6 +71,38 @@ pub struct ModelBinding {
     pub max_tokens: Option<u32>,
     /// Provider parameters.
     pub params: Map<String, Value>,
+    /// How failed calls are tried again.
+    pub retry: RetryPolicy,
+    /// Bounds on each streamed call.
+    pub timeouts: ModelTimeouts,
+    /// The model's circuit breaker (`None`: never skipped).
+    pub circuit: Option<CircuitSettings>,
+    /// Declared context window in tokens: after a `context_overflow`, the chain moves on to
+    /// the first following model whose window is larger.
+    pub context_window: Option<u64>,
+}
+
+impl ModelBinding {
+    /// A binding with default settings: no pricing, no token cap, no parameters, the default
+    /// [`RetryPolicy`], [`ModelTimeouts`] and [`CircuitSettings`], no declared context window.
+    pub fn new(
+        config_id: impl Into<String>,
+        model_id: impl Into<String>,
+        client: Arc<dyn ModelClient>,
+    ) -> ModelBinding {
+        ModelBinding {
+            config_id: config_id.into(),
+            model_id: model_id.into(),
+            client,
+            pricing: Pricing::default(),
+            max_tokens: None,
+            params: Map::new(),
+            retry: RetryPolicy::default(),
+            timeouts: ModelTimeouts::default(),
+            circuit: Some(CircuitSettings::default()),
+            context_window: None,
+        }
+    }
 }
 
 /// A tool as an agent offers it: the tool, its effective declarations and its validator.
@@ -128,6 +171,10 @@ pub struct AgentRuntime {
     pub system: String,
     /// The orchestrating model.
     pub main: ModelBinding,
+    /// The models tried after `main`, in order, when it fails or its breaker is open (the
+    /// chain is `main` then `fallbacks`; a run that switched stays on the model it switched
+    /// to).
+    pub fallbacks: Vec<ModelBinding>,
     /// Offered tools, in declared order.
     pub tools: Vec<BoundTool>,
     /// Tool sources (MCP servers) opened when a run starts.
@@ -143,6 +190,31 @@ pub struct AgentRuntime {
     pub tool_timeout: Option<Duration>,
     /// Whether arguments are checked against the tool's schema before the call.
     pub validate_arguments: bool,
+}
+
+impl AgentRuntime {
+    /// An agent without tools nor fallbacks: 10 iterations, no run timeout, the default tool
+    /// timeout, arguments validated.
+    pub fn new(name: impl Into<String>, system: impl Into<String>, main: ModelBinding) -> Self {
+        AgentRuntime {
+            name: name.into(),
+            system: system.into(),
+            main,
+            fallbacks: Vec::new(),
+            tools: Vec::new(),
+            sources: Vec::new(),
+            offload_over: None,
+            max_iterations: 10,
+            timeout: None,
+            tool_timeout: Some(DEFAULT_TOOL_TIMEOUT),
+            validate_arguments: true,
+        }
+    }
+
+    /// The model chain of the `main` slot: `main`, then `fallbacks`.
+    pub fn chain(&self) -> impl Iterator<Item = &ModelBinding> {
+        std::iter::once(&self.main).chain(self.fallbacks.iter())
+    }
 }
 
 /// A request to open a run.
@@ -226,6 +298,7 @@ pub struct Engine {
     worker_id: String,
     lease: Duration,
     artifacts: Option<Arc<dyn ArtifactStore>>,
+    breakers: Arc<Breakers>,
 }
 
 impl Engine {
@@ -241,7 +314,20 @@ impl Engine {
             worker_id,
             lease: DEFAULT_LEASE,
             artifacts: None,
+            breakers: Arc::new(Breakers::new()),
         }
+    }
+
+    /// Shares `breakers` with other engines (by default each engine, and its clones, has its
+    /// own).
+    pub fn with_breakers(mut self, breakers: Arc<Breakers>) -> Engine {
+        self.breakers = breakers;
+        self
+    }
+
+    /// The circuit breakers shared by every run of this engine.
+    pub fn breakers(&self) -> &Arc<Breakers> {
+        &self.breakers
     }
 
     /// Sets the lease duration.

@@ -1,18 +1,21 @@
 //! Model requests: how they are built from the state, and their canonical hashes.
 
 use loom_core::{
-    Message,
+    Block, Message,
+    content::BlockKind,
     model::{FINALIZE_HINT, ModelRequest, ToolChoice, ToolDefinition},
 };
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 
-use crate::AgentRuntime;
+use crate::{AgentRuntime, ModelBinding};
 
-/// Builds the orchestrator's request: system prompt, session history, the run's conversation
-/// (tool results in call order), and the finalize hint when tools are no longer allowed.
+/// Builds the orchestrator's request for `model`: system prompt, session history, the run's
+/// conversation (tool results in call order), and the finalize hint when tools are no longer
+/// allowed. The model's own name, token cap and parameters are used.
 pub(crate) fn build(
     agent: &AgentRuntime,
+    model: &ModelBinding,
     tools: &[crate::BoundTool],
     history: &[Message],
     conversation: Vec<Message>,
@@ -25,7 +28,7 @@ pub(crate) fn build(
         messages.push(Message::user(FINALIZE_HINT));
     }
     ModelRequest {
-        model_id: agent.main.model_id.clone(),
+        model_id: model.model_id.clone(),
         system: agent.system.clone(),
         messages,
         tools: tools
@@ -41,9 +44,27 @@ pub(crate) fn build(
         } else {
             ToolChoice::Auto
         },
-        max_tokens: agent.main.max_tokens,
-        params: agent.main.params.clone(),
+        max_tokens: model.max_tokens,
+        params: model.params.clone(),
         output_schema: None,
+    }
+}
+
+/// Removes the reasoning blocks that `is_own` does not recognise (those of other models: a
+/// fallback is never sent another model's reasoning). A message left empty keeps an empty
+/// text block.
+pub(crate) fn strip_foreign_reasoning(messages: &mut [Message], is_own: impl Fn(&str) -> bool) {
+    for message in messages {
+        let before = message.blocks.len();
+        message.blocks.retain(|block| match &block.kind {
+            BlockKind::Reasoning {
+                model_id: Some(id), ..
+            } => is_own(id),
+            _ => true,
+        });
+        if message.blocks.is_empty() && before > 0 {
+            message.blocks.push(Block::text(""));
+        }
     }
 }
 

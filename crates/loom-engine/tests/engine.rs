@@ -47,7 +47,12 @@ fn agent(model: Arc<dyn ModelClient>, tools: Vec<FnTool>) -> AgentRuntime {
             },
             max_tokens: None,
             params: Map::new(),
+            retry: Default::default(),
+            timeouts: Default::default(),
+            circuit: Some(Default::default()),
+            context_window: None,
         },
+        fallbacks: Vec::new(),
         tools: tools
             .into_iter()
             .map(|t| {
@@ -896,4 +901,54 @@ async fn a_required_source_that_is_down_fails_the_run() {
         ]
     );
     assert_eq!(events[3].status, loom_core::EventStatus::Error);
+}
+
+/// A model whose answer is cut by the token cap in the middle of a tool call.
+#[derive(Debug)]
+struct CutModel;
+
+impl ModelClient for CutModel {
+    fn provider(&self) -> &str {
+        "fake"
+    }
+
+    fn stream(
+        &self,
+        _request: loom_core::model::ModelRequest,
+    ) -> loom_core::BoxStream<
+        'static,
+        Result<loom_core::model::ModelChunk, loom_core::model::ModelError>,
+    > {
+        use loom_core::model::{ModelChunk, StopReason};
+        Box::pin(futures_util::stream::iter(vec![
+            Ok(ModelChunk::ToolCallStarted {
+                index: 0,
+                call_id: "c1".into(),
+                name: "add".into(),
+            }),
+            Ok(ModelChunk::ToolArgsDelta {
+                index: 0,
+                json_fragment: "{\"a\": 1, \"b".into(),
+            }),
+            Ok(ModelChunk::Stopped {
+                reason: StopReason::MaxTokens,
+                model_id: "m".into(),
+            }),
+        ]))
+    }
+}
+
+#[tokio::test]
+async fn a_tool_call_cut_by_max_tokens_never_runs() {
+    let (engine, store) = engine();
+    let agent = agent(Arc::new(CutModel), vec![add_tool()]);
+    let (run, state) = run(&engine, &agent, begin("x")).await;
+    assert_eq!(state.status, RunStatus::Failed);
+    assert_eq!(state.error_type.as_deref(), Some("model.truncated"));
+    assert!(
+        !events(&store, &run)
+            .await
+            .iter()
+            .any(|e| matches!(e.payload, Payload::ToolCalled(_)))
+    );
 }

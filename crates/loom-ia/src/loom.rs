@@ -11,7 +11,6 @@ use loom_config::{Config, EventsBackend, Profile};
 use loom_core::{
     BoxStream, Event, Message, RunState,
     ids::is_valid_name,
-    model::ModelClient,
     ports::{ArtifactStore, EventStore, SourceContext, ToolSource},
     tool::{Tool, ToolDeclarations},
 };
@@ -113,7 +112,7 @@ pub struct Loom {
 struct Inner {
     config: Config,
     engine: Engine,
-    models: BTreeMap<String, Arc<dyn ModelClient>>,
+    models: crate::resolve::Models,
     sources: BTreeMap<String, Arc<dyn ToolSource>>,
     tools: RwLock<BTreeMap<String, Arc<dyn Tool>>>,
     agents: RwLock<HashMap<(String, String), Arc<AgentRuntime>>>,

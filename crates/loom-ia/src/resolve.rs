@@ -7,7 +7,7 @@
 use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
 use loom_builtins::{FetchOptions, Folder, Right, Rights};
-use loom_config::{Config, FolderRight, ModelSpec, Sdk};
+use loom_config::{Config, ConfigError, FolderRight, ModelSpec, Sdk};
 use loom_core::{
     model::ModelClient,
     ports::ToolSource,
@@ -20,11 +20,15 @@ use loom_models::FakeModel;
 
 use crate::LoomError;
 
+/// The clients of the declared models; a provider that cannot be set up (a missing API key
+/// variable) is only an error for the agents that use it.
+pub(crate) type Models = BTreeMap<String, Result<Arc<dyn ModelClient>, ConfigError>>;
+
 /// Builds the client of every declared model.
-pub(crate) fn models(config: &Config) -> Result<BTreeMap<String, Arc<dyn ModelClient>>, LoomError> {
-    let mut clients: BTreeMap<String, Arc<dyn ModelClient>> = BTreeMap::new();
+pub(crate) fn models(config: &Config) -> Result<Models, LoomError> {
+    let mut clients: Models = BTreeMap::new();
     for (index, spec) in config.raw().models.iter().enumerate() {
-        let client: Arc<dyn ModelClient> = match spec.sdk {
+        let client: Result<Arc<dyn ModelClient>, ConfigError> = match spec.sdk {
             Sdk::Fake => {
                 let model =
                     FakeModel::from_params(spec.model.clone(), &spec.params).map_err(|e| {
@@ -33,30 +37,13 @@ pub(crate) fn models(config: &Config) -> Result<BTreeMap<String, Arc<dyn ModelCl
                             e.message,
                         )
                     })?;
-                Arc::new(model)
+                Ok(Arc::new(model))
             }
-            Sdk::Anthropic | Sdk::Openai => {
-                let sdk = spec.sdk.as_str();
-                let compiled = match spec.sdk {
-                    Sdk::Anthropic => cfg!(feature = "anthropic"),
-                    _ => cfg!(feature = "openai"),
-                };
-                let message = if compiled {
-                    format!(
-                        "model '{}': the '{sdk}' adapter is not part of this version yet",
-                        spec.id
-                    )
-                } else {
-                    format!(
-                        "model '{}': sdk '{sdk}' needs the Cargo feature '{sdk}' of loom-ia, \
-                         which this build does not have",
-                        spec.id
-                    )
-                };
-                return Err(config
-                    .error_at_root(&format!("models[{index}].sdk"), message)
-                    .into());
-            }
+            Sdk::Anthropic | Sdk::Openai => match provider(config, index, spec) {
+                Ok(client) => Ok(client),
+                Err(LoomError::Config(error)) => Err(*error),
+                Err(other) => return Err(other),
+            },
         };
         clients.insert(spec.id.clone(), client);
     }
@@ -66,7 +53,7 @@ pub(crate) fn models(config: &Config) -> Result<BTreeMap<String, Arc<dyn ModelCl
 /// Resolves an agent for a tenant: rendered prompt, model binding, bound tools.
 pub(crate) fn agent(
     config: &Config,
-    models: &BTreeMap<String, Arc<dyn ModelClient>>,
+    models: &Models,
     tools: &BTreeMap<String, Arc<dyn Tool>>,
     sources: &BTreeMap<String, Arc<dyn ToolSource>>,
     name: &str,
@@ -90,13 +77,6 @@ pub(crate) fn agent(
             format!("unknown model '{}'", spec.main.model),
         )
     })?;
-    let client = models.get(&model_spec.id).cloned().ok_or_else(|| {
-        config.error_at_agent(
-            name,
-            "main.model",
-            format!("model '{}' has no client", model_spec.id),
-        )
-    })?;
     if !spec.tools.is_empty() && !model_spec.capabilities.tools {
         return Err(config
             .error_at_agent(
@@ -105,10 +85,6 @@ pub(crate) fn agent(
                 format!("model '{}' cannot call tools (capabilities.tools: false) but the agent has tools", model_spec.id),
             )
             .into());
-    }
-    let mut params = model_spec.params.clone();
-    for (key, value) in &spec.main.llm.params {
-        params.insert(key.clone(), value.clone());
     }
     let execution = &config.raw().execution.tools;
     let mut bound: Vec<BoundTool> = Vec::with_capacity(spec.tools.len());
@@ -210,14 +186,28 @@ pub(crate) fn agent(
     Ok(AgentRuntime {
         name: spec.name.clone(),
         system: config.render_system(name, tenant)?,
-        main: ModelBinding {
-            config_id: model_spec.id.clone(),
-            model_id: model_spec.model.clone(),
-            client,
-            pricing: model_spec.pricing.clone(),
-            max_tokens: spec.main.llm.max_tokens.or(model_spec.max_tokens),
-            params,
-        },
+        main: binding(config, models, model_spec, &spec.main.llm)?,
+        fallbacks: spec
+            .main
+            .fallbacks
+            .iter()
+            .enumerate()
+            .map(|(f, id)| {
+                let fallback = config.model(id).ok_or_else(|| {
+                    LoomError::from(config.error_at_agent(name, &format!("main.fallbacks[{f}]"), format!("unknown model '{id}'")))
+                })?;
+                if !spec.tools.is_empty() && !fallback.capabilities.tools {
+                    return Err(config
+                        .error_at_agent(
+                            name,
+                            &format!("main.fallbacks[{f}]"),
+                            format!("fallback model '{id}' cannot call tools (capabilities.tools: false) but the agent has tools"),
+                        )
+                        .into());
+                }
+                binding(config, models, fallback, &spec.main.llm)
+            })
+            .collect::<Result<Vec<_>, LoomError>>()?,
         tools: bound,
         sources: bound_sources,
         offload_over: execution.offload_over,
@@ -304,4 +294,200 @@ fn seconds(secs: f64) -> Option<Duration> {
     Duration::try_from_secs_f64(secs)
         .ok()
         .filter(|d| !d.is_zero())
+}
+
+/// The engine's view of a declared model in a slot: client, pricing, slot settings over the
+/// model's, retry policy, timeouts and breaker.
+fn binding(
+    config: &Config,
+    models: &Models,
+    model: &ModelSpec,
+    llm: &loom_config::LlmSettings,
+) -> Result<ModelBinding, LoomError> {
+    let client = match models.get(&model.id) {
+        Some(Ok(client)) => client.clone(),
+        Some(Err(error)) => return Err(error.clone().into()),
+        None => {
+            return Err(config
+                .error_at_root("models", format!("model '{}' has no client", model.id))
+                .into());
+        }
+    };
+    let index = config
+        .raw()
+        .models
+        .iter()
+        .position(|m| m.id == model.id)
+        .unwrap_or(0);
+    let duration = |key: &str, secs: f64| {
+        Duration::try_from_secs_f64(secs).map_err(|_| {
+            LoomError::from(
+                config.error_at_root(&format!("models[{index}].{key}"), "not a usable duration"),
+            )
+        })
+    };
+    let optional = |key: &str, secs: Option<f64>| secs.map(|s| duration(key, s)).transpose();
+    let mut params = model.params.clone();
+    for (key, value) in &llm.params {
+        params.insert(key.clone(), value.clone());
+    }
+    let mut binding = ModelBinding::new(model.id.clone(), model.model.clone(), client);
+    binding.pricing = model.pricing.clone();
+    binding.max_tokens = llm.max_tokens.or(model.max_tokens);
+    binding.params = params;
+    binding.retry = loom_engine::RetryPolicy {
+        max_attempts: model.retry.max_attempts,
+        initial_delay: duration("retry.initial_delay", model.retry.initial_delay)?,
+        multiplier: model.retry.multiplier,
+        max_delay: duration("retry.max_delay", model.retry.max_delay)?,
+    };
+    binding.timeouts = loom_engine::ModelTimeouts {
+        first_token: optional("timeouts.first_token", model.timeouts.first_token)?,
+        idle: optional("timeouts.idle", model.timeouts.idle)?,
+        total: optional("timeouts.total", model.timeouts.total)?,
+    };
+    binding.circuit = match &model.circuit_breaker {
+        Some(breaker) => Some(loom_engine::CircuitSettings {
+            failures: breaker.failures,
+            cooldown: duration("circuit_breaker.cooldown", breaker.cooldown)?,
+        }),
+        None => None,
+    };
+    binding.context_window = model.capabilities.context_window;
+    Ok(binding)
+}
+
+/// The client of a real provider, when its feature is built in.
+fn provider(
+    config: &Config,
+    index: usize,
+    spec: &ModelSpec,
+) -> Result<Arc<dyn ModelClient>, LoomError> {
+    let sdk = spec.sdk.as_str();
+    let compiled = match spec.sdk {
+        Sdk::Anthropic => cfg!(feature = "anthropic"),
+        _ => cfg!(feature = "openai"),
+    };
+    if !compiled {
+        return Err(config
+            .error_at_root(
+                &format!("models[{index}].sdk"),
+                format!(
+                    "model '{}': sdk '{sdk}' needs the Cargo feature '{sdk}' of loom-ia, which this build does not have",
+                    spec.id
+                ),
+            )
+            .into());
+    }
+    build_provider(config, index, spec)
+}
+
+#[cfg(any(feature = "anthropic", feature = "openai"))]
+fn build_provider(
+    config: &Config,
+    index: usize,
+    spec: &ModelSpec,
+) -> Result<Arc<dyn ModelClient>, LoomError> {
+    use loom_providers::ProviderOptions;
+
+    let api_key = match &spec.api_key_env {
+        Some(variable) => {
+            match std::env::var(variable) {
+                Ok(value) if !value.is_empty() => Some(value),
+                _ => {
+                    return Err(config
+                    .error_at_root(
+                        &format!("models[{index}].api_key_env"),
+                        format!("model '{}': the environment variable {variable} is absent or empty", spec.id),
+                    )
+                    .into());
+                }
+            }
+        }
+        None => None,
+    };
+    let official = match spec.sdk {
+        Sdk::Anthropic => "https://api.anthropic.com",
+        _ => "https://api.openai.com/v1",
+    };
+    let options = ProviderOptions {
+        base_url: spec.base_url.clone().unwrap_or_else(|| official.to_owned()),
+        api_key,
+        api_key_env: spec.api_key_env.clone(),
+        model: spec.model.clone(),
+        max_tokens: spec.max_tokens,
+        headers: spec.headers.clone(),
+        connect_timeout: Duration::from_secs(10),
+    };
+    let refused = |e: loom_providers::ProviderError| {
+        LoomError::from(config.error_at_root(
+            &format!("models[{index}]"),
+            format!("model '{}': {e}", spec.id),
+        ))
+    };
+    let capabilities = &spec.capabilities;
+    match (spec.sdk, spec.effective_api()) {
+        #[cfg(feature = "anthropic")]
+        (Sdk::Anthropic, _) => {
+            use loom_providers::anthropic::{AnthropicModel, AnthropicSettings, CacheSettings};
+            let cache = spec.cache.clone().unwrap_or_default();
+            let settings = AnthropicSettings {
+                cache: CacheSettings {
+                    system: cache.system,
+                    tools: cache.tools,
+                    messages: cache.messages,
+                    ttl: cache.ttl,
+                },
+                vision: capabilities.vision,
+                native_json: capabilities.native_json,
+            };
+            Ok(Arc::new(
+                AnthropicModel::new(options, settings).map_err(refused)?,
+            ))
+        }
+        #[cfg(feature = "openai")]
+        (Sdk::Openai, loom_config::ModelApi::Chat) => {
+            use loom_providers::openai_chat::{ChatSettings, OpenAiChatModel};
+            let settings = ChatSettings {
+                vision: capabilities.vision,
+                native_json: capabilities.native_json,
+                thinking: capabilities.reasoning,
+            };
+            Ok(Arc::new(
+                OpenAiChatModel::new(options, settings).map_err(refused)?,
+            ))
+        }
+        #[cfg(feature = "openai")]
+        (Sdk::Openai, loom_config::ModelApi::Responses) => {
+            use loom_providers::openai_responses::{OpenAiResponsesModel, ResponsesSettings};
+            let settings = ResponsesSettings {
+                vision: capabilities.vision,
+                native_json: capabilities.native_json,
+                reasoning: capabilities.reasoning,
+            };
+            Ok(Arc::new(
+                OpenAiResponsesModel::new(options, settings).map_err(refused)?,
+            ))
+        }
+        _ => Err(config
+            .error_at_root(
+                &format!("models[{index}].sdk"),
+                format!("model '{}': this adapter is not built in", spec.id),
+            )
+            .into()),
+    }
+}
+
+#[cfg(not(any(feature = "anthropic", feature = "openai")))]
+fn build_provider(
+    config: &Config,
+    index: usize,
+    spec: &ModelSpec,
+) -> Result<Arc<dyn ModelClient>, LoomError> {
+    Err(config
+        .error_at_root(
+            &format!("models[{index}].sdk"),
+            format!("model '{}': no provider adapter is built in", spec.id),
+        )
+        .into())
 }

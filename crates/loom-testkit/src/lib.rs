@@ -305,3 +305,180 @@ pub fn big_tool(name: &str, chars: usize) -> FnTool {
         },
     )
 }
+
+/// A model that fails some of its calls with a given error, and otherwise answers with an
+/// inner model: the first `succeed_first` calls go through, the next `failures` fail (after
+/// streaming `partial` text, if set), the rest go through.
+pub struct FlakyModel {
+    inner: Arc<dyn ModelClient>,
+    error: ModelError,
+    succeed_first: usize,
+    failures: usize,
+    partial: Option<String>,
+    /// How many calls reached it.
+    pub calls: AtomicUsize,
+}
+
+impl fmt::Debug for FlakyModel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FlakyModel")
+            .field("error", &self.error)
+            .field("succeed_first", &self.succeed_first)
+            .field("failures", &self.failures)
+            .finish_non_exhaustive()
+    }
+}
+
+impl FlakyModel {
+    /// Fails the first `failures` calls with `error`, then answers with `inner`.
+    pub fn new(inner: Arc<dyn ModelClient>, failures: usize, error: ModelError) -> FlakyModel {
+        FlakyModel {
+            inner,
+            error,
+            succeed_first: 0,
+            failures,
+            partial: None,
+            calls: AtomicUsize::new(0),
+        }
+    }
+
+    /// Fails every call with `error`.
+    pub fn always(inner: Arc<dyn ModelClient>, error: ModelError) -> FlakyModel {
+        FlakyModel::new(inner, usize::MAX, error)
+    }
+
+    /// Lets the first `calls` calls through before the failures start.
+    pub fn after(mut self, calls: usize) -> FlakyModel {
+        self.succeed_first = calls;
+        self
+    }
+
+    /// Streams `text` before each failure (a stream that breaks midway).
+    pub fn with_partial_text(mut self, text: &str) -> FlakyModel {
+        self.partial = Some(text.to_owned());
+        self
+    }
+
+    /// How many calls reached it.
+    pub fn calls(&self) -> usize {
+        self.calls.load(Ordering::SeqCst)
+    }
+}
+
+impl ModelClient for FlakyModel {
+    fn provider(&self) -> &str {
+        self.inner.provider()
+    }
+
+    fn stream(&self, request: ModelRequest) -> BoxStream<'static, Result<ModelChunk, ModelError>> {
+        let n = self.calls.fetch_add(1, Ordering::SeqCst);
+        let failing = n >= self.succeed_first && n - self.succeed_first < self.failures;
+        if !failing {
+            return self.inner.stream(request);
+        }
+        let mut chunks = Vec::new();
+        if let Some(text) = &self.partial {
+            chunks.push(Ok(ModelChunk::TextDelta(text.clone())));
+        }
+        chunks.push(Err(self.error.clone()));
+        Box::pin(stream::iter(chunks))
+    }
+}
+
+/// A model that answers with an inner model, slowly: it waits `before_first` before the first
+/// chunk and `between` before each of the others (optionally after an immediate usage chunk,
+/// which is not content), for its first `slow_calls` calls.
+pub struct SlowModel {
+    inner: Arc<dyn ModelClient>,
+    before_first: Duration,
+    between: Duration,
+    usage_first: bool,
+    slow_calls: usize,
+    /// How many calls reached it.
+    pub calls: AtomicUsize,
+}
+
+impl fmt::Debug for SlowModel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SlowModel")
+            .field("before_first", &self.before_first)
+            .field("between", &self.between)
+            .field("usage_first", &self.usage_first)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SlowModel {
+    /// `inner`, without delays yet.
+    pub fn new(inner: Arc<dyn ModelClient>) -> SlowModel {
+        SlowModel {
+            inner,
+            before_first: Duration::ZERO,
+            between: Duration::ZERO,
+            usage_first: false,
+            slow_calls: usize::MAX,
+            calls: AtomicUsize::new(0),
+        }
+    }
+
+    /// Stalls `delay` before the first chunk.
+    pub fn before_first(mut self, delay: Duration) -> SlowModel {
+        self.before_first = delay;
+        self
+    }
+
+    /// Stalls `delay` before every chunk after the first.
+    pub fn between(mut self, delay: Duration) -> SlowModel {
+        self.between = delay;
+        self
+    }
+
+    /// Sends a usage chunk at once, before stalling.
+    pub fn usage_first(mut self) -> SlowModel {
+        self.usage_first = true;
+        self
+    }
+
+    /// Only the first `calls` calls are slow.
+    pub fn only_first(mut self, calls: usize) -> SlowModel {
+        self.slow_calls = calls;
+        self
+    }
+
+    /// How many calls reached it.
+    pub fn calls(&self) -> usize {
+        self.calls.load(Ordering::SeqCst)
+    }
+}
+
+impl ModelClient for SlowModel {
+    fn provider(&self) -> &str {
+        self.inner.provider()
+    }
+
+    fn stream(&self, request: ModelRequest) -> BoxStream<'static, Result<ModelChunk, ModelError>> {
+        let n = self.calls.fetch_add(1, Ordering::SeqCst);
+        let inner = self.inner.stream(request);
+        if n >= self.slow_calls {
+            return inner;
+        }
+        let (before_first, between) = (self.before_first, self.between);
+        let delayed = stream::unfold((inner, true), move |(mut inner, first)| async move {
+            tokio::time::sleep(if first { before_first } else { between }).await;
+            let chunk = futures_util::StreamExt::next(&mut inner).await?;
+            Some((chunk, (inner, false)))
+        });
+        if self.usage_first {
+            let usage = ModelChunk::Usage(loom_core::usage::Usage {
+                input_tokens: 1,
+                ..Default::default()
+            });
+            Box::pin(futures_util::StreamExt::chain(
+                stream::iter([Ok(usage)]),
+                delayed,
+            ))
+        } else {
+            Box::pin(delayed)
+        }
+    }
+}

@@ -1,0 +1,477 @@
+//! Real provider adapters through the stock `loom` binary, against a local HTTP server on
+//! 127.0.0.1 that replays the recorded wire transcripts of `../shared/fixtures/providers/`:
+//! retries, Retry-After, fallbacks, the breaker, mid-stream errors and timeouts, end to end.
+//! Nothing here reaches a real provider.
+
+// Helpers outside #[test] functions unwrap too: a panic there is a failed test.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::{
+    collections::{HashMap, VecDeque},
+    fs,
+    io::{BufRead, BufReader, Read, Write},
+    net::TcpListener,
+    path::{Path, PathBuf},
+    process::{Command, Output},
+    sync::{Arc, Mutex},
+    thread,
+    time::Duration,
+};
+
+use serde_json::Value;
+
+fn loom_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_loom"))
+}
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures/providers")
+}
+
+/// One canned HTTP response.
+#[derive(Clone)]
+struct Reply {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+    /// Wait this long before answering (to trigger timeouts).
+    delay: Duration,
+}
+
+/// A fixture stream, served as `text/event-stream`.
+fn sse(path: &str) -> Reply {
+    Reply {
+        status: 200,
+        headers: vec![("content-type".into(), "text/event-stream".into())],
+        body: fs::read(fixtures().join(path)).unwrap(),
+        delay: Duration::ZERO,
+    }
+}
+
+/// A fixture error body with the status and headers of its `.meta.json`.
+fn error(path: &str) -> Reply {
+    let meta: Value = serde_json::from_str(
+        &fs::read_to_string(fixtures().join(path.replace(".json", ".meta.json"))).unwrap(),
+    )
+    .unwrap();
+    Reply {
+        status: meta["status"].as_u64().unwrap() as u16,
+        headers: meta["headers"]
+            .as_object()
+            .unwrap()
+            .iter()
+            .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_owned()))
+            .collect(),
+        body: fs::read(fixtures().join(path)).unwrap(),
+        delay: Duration::ZERO,
+    }
+}
+
+/// A local server answering each path from its own queue, recording request bodies.
+struct Server {
+    port: u16,
+    requests: Arc<Mutex<Vec<(String, Value)>>>,
+}
+
+impl Server {
+    fn start(replies: Vec<(&str, Reply)>) -> Server {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let mut queues: HashMap<String, VecDeque<Reply>> = HashMap::new();
+        for (path, reply) in replies {
+            queues.entry(path.to_owned()).or_default().push_back(reply);
+        }
+        let queues = Arc::new(Mutex::new(queues));
+        let requests = Arc::new(Mutex::new(Vec::new()));
+        let recorded = requests.clone();
+        thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(mut stream) = stream else { continue };
+                let queues = queues.clone();
+                let recorded = recorded.clone();
+                thread::spawn(move || {
+                    let mut reader = BufReader::new(stream.try_clone().unwrap());
+                    let mut request_line = String::new();
+                    if reader.read_line(&mut request_line).is_err() {
+                        return;
+                    }
+                    let path = request_line
+                        .split_whitespace()
+                        .nth(1)
+                        .unwrap_or("/")
+                        .to_owned();
+                    let mut length = 0usize;
+                    loop {
+                        let mut line = String::new();
+                        if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                            break;
+                        }
+                        if let Some((name, value)) = line.split_once(':')
+                            && name.eq_ignore_ascii_case("content-length")
+                        {
+                            length = value.trim().parse().unwrap_or(0);
+                        }
+                    }
+                    let mut body = vec![0; length];
+                    let _ = reader.read_exact(&mut body);
+                    recorded.lock().unwrap().push((
+                        path.clone(),
+                        serde_json::from_slice(&body).unwrap_or(Value::Null),
+                    ));
+                    let reply = queues
+                        .lock()
+                        .unwrap()
+                        .get_mut(&path)
+                        .and_then(VecDeque::pop_front);
+                    let reply = reply.unwrap_or(Reply {
+                        status: 404,
+                        headers: vec![],
+                        body: b"{}".to_vec(),
+                        delay: Duration::ZERO,
+                    });
+                    thread::sleep(reply.delay);
+                    let mut head = format!(
+                        "HTTP/1.1 {} X\r\ncontent-length: {}\r\nconnection: close\r\n",
+                        reply.status,
+                        reply.body.len()
+                    );
+                    for (name, value) in &reply.headers {
+                        head.push_str(&format!("{name}: {value}\r\n"));
+                    }
+                    head.push_str("\r\n");
+                    let _ = stream.write_all(head.as_bytes());
+                    let _ = stream.write_all(&reply.body);
+                });
+            }
+        });
+        Server { port, requests }
+    }
+
+    fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    fn requests(&self) -> Vec<(String, Value)> {
+        self.requests.lock().unwrap().clone()
+    }
+}
+
+fn project(config: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    fs::write(dir.path().join("loom.yaml"), config).unwrap();
+    dir
+}
+
+fn run(dir: &Path, run_id: &str) -> Output {
+    Command::new(loom_bin())
+        .current_dir(dir)
+        .env("TEST_ANTHROPIC_KEY", "sk-ant-test")
+        .env("TEST_OPENAI_KEY", "sk-test")
+        .args([
+            "--config",
+            "loom.yaml",
+            "run",
+            "a",
+            "Bonjour",
+            "--run-id",
+            run_id,
+        ])
+        .output()
+        .unwrap()
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn journal(dir: &Path, session: &str) -> Vec<Value> {
+    fs::read_to_string(dir.join("data/default").join(format!("{session}.jsonl")))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+fn types(events: &[Value]) -> Vec<String> {
+    events
+        .iter()
+        .map(|e| e["type"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// A configuration with a Claude model and an OpenAI model on the local server; `main` names
+/// the agent's model and `extra` adds agent keys.
+fn config(server: &Server, main: &str, fallbacks: &str) -> String {
+    format!(
+        r#"version: 1
+models:
+  - id: claude
+    sdk: anthropic
+    model: claude-sonnet-4-5
+    base_url: {url}
+    api_key_env: TEST_ANTHROPIC_KEY
+    max_tokens: 1024
+    pricing: {{input: 3.0, output: 15.0}}
+    retry: {{max_attempts: 3, initial_delay: 0.01, max_delay: 5}}
+    timeouts: {{first_token: 0.5, idle: 0.5, total: 5}}
+    circuit_breaker: {{failures: 5, cooldown: 60}}
+  - id: gpt
+    sdk: openai
+    api: chat
+    model: gpt-4o-mini
+    base_url: {url}/v1
+    api_key_env: TEST_OPENAI_KEY
+    pricing: {{input: 0.15, output: 0.6}}
+    retry: {{max_attempts: 2, initial_delay: 0.01}}
+  - id: gpt-responses
+    sdk: openai
+    api: responses
+    model: gpt-4.1
+    base_url: {url}/v1
+    api_key_env: TEST_OPENAI_KEY
+storage:
+  events: {{backend: jsonl, path: data}}
+agents:
+  - name: a
+    main:
+      model: {main}
+      system: Tu es un assistant.
+      fallbacks: [{fallbacks}]
+"#,
+        url = server.url()
+    )
+}
+
+#[test]
+fn claude_answers_and_the_request_follows_the_messages_api() {
+    let server = Server::start(vec![(
+        "/v1/messages",
+        sse("anthropic/stream-text-basic.sse"),
+    )]);
+    let dir = project(&config(&server, "claude", ""));
+    let out = run(dir.path(), "c1");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout).trim(), "Hello!");
+    let events = journal(dir.path(), "c1");
+    let responded = events
+        .iter()
+        .find(|e| e["type"] == "model.responded")
+        .unwrap();
+    assert_eq!(responded["payload"]["provider"], "anthropic");
+    assert_eq!(responded["payload"]["model"], "claude");
+    assert_eq!(responded["payload"]["usage"]["input_tokens"], 25);
+    assert_eq!(responded["payload"]["usage"]["output_tokens"], 15);
+    let (path, body) = &server.requests()[0];
+    assert_eq!(path, "/v1/messages");
+    insta::assert_json_snapshot!("anthropic_request", body);
+}
+
+#[test]
+fn openai_chat_and_responses_answer() {
+    let server = Server::start(vec![
+        (
+            "/v1/chat/completions",
+            sse("openai-chat/stream-text-usage.sse"),
+        ),
+        ("/v1/responses", sse("openai-responses/stream-text.sse")),
+    ]);
+    let dir = project(&config(&server, "gpt", ""));
+    let out = run(dir.path(), "o1");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).starts_with("I'm unable to provide real-time weather updates."));
+    let dir = project(&config(&server, "gpt-responses", ""));
+    let out = run(dir.path(), "r1");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout).trim(), "2+2 = 4");
+    let requests = server.requests();
+    insta::assert_json_snapshot!("openai_chat_request", requests[0].1);
+    insta::assert_json_snapshot!("openai_responses_request", requests[1].1);
+}
+
+#[test]
+fn an_overloaded_claude_is_retried_then_answers() {
+    let server = Server::start(vec![
+        ("/v1/messages", error("anthropic/error-529-overloaded.json")),
+        (
+            "/v1/messages",
+            sse("anthropic/stream-error-overloaded-midstream.sse"),
+        ),
+        ("/v1/messages", sse("anthropic/stream-text-basic.sse")),
+    ]);
+    let dir = project(&config(&server, "claude", ""));
+    let out = run(dir.path(), "retry-1");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout).trim(), "Hello!");
+    let events = journal(dir.path(), "retry-1");
+    let retried: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["type"] == "model.retried")
+        .collect();
+    assert_eq!(retried.len(), 2, "{:?}", types(&events));
+    assert_eq!(retried[0]["payload"]["error_kind"], "overloaded");
+    assert_eq!(retried[0]["payload"]["http_status"], 529);
+    assert_eq!(retried[0]["payload"]["attempt"], 1);
+    assert_eq!(retried[1]["payload"]["attempt"], 2);
+    // The partial answer of the failed stream never reached the journal.
+    let answers: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["type"] == "model.responded")
+        .collect();
+    assert_eq!(answers.len(), 1);
+    assert_eq!(
+        answers[0]["payload"]["message"]["blocks"][0]["text"],
+        "Hello!"
+    );
+}
+
+#[test]
+fn quota_switches_at_once_to_the_fallback_and_the_run_stays_there() {
+    let server = Server::start(vec![
+        (
+            "/v1/chat/completions",
+            error("openai-chat/error-429-insufficient-quota.json"),
+        ),
+        ("/v1/messages", sse("anthropic/stream-text-basic.sse")),
+    ]);
+    let dir = project(&config(&server, "gpt", "claude"));
+    let out = run(dir.path(), "q1");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout).trim(), "Hello!");
+    let events = journal(dir.path(), "q1");
+    assert!(
+        !events.iter().any(|e| e["type"] == "model.retried"),
+        "{:?}",
+        types(&events)
+    );
+    let fell = events
+        .iter()
+        .find(|e| e["type"] == "model.fell_back")
+        .unwrap();
+    assert_eq!(fell["payload"]["from_model"], "gpt");
+    assert_eq!(fell["payload"]["to_model"], "claude");
+    assert_eq!(fell["payload"]["reason"], "quota_exhausted");
+    let responded = events
+        .iter()
+        .find(|e| e["type"] == "model.responded")
+        .unwrap();
+    assert_eq!(responded["payload"]["model"], "claude");
+    // The cost is the fallback's: 25 input and 15 output tokens at Claude's prices.
+    let cost = responded["payload"]["cost_usd"].as_f64().unwrap();
+    assert!(
+        (cost - (25.0 * 3.0 + 15.0 * 15.0) / 1e6).abs() < 1e-12,
+        "{cost}"
+    );
+}
+
+#[test]
+fn auth_errors_are_not_retried() {
+    let server = Server::start(vec![(
+        "/v1/messages",
+        error("anthropic/error-401-authentication.json"),
+    )]);
+    let dir = project(&config(&server, "claude", ""));
+    let out = run(dir.path(), "auth-1");
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("(model.auth)"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert_eq!(server.requests().len(), 1);
+}
+
+#[test]
+fn a_silent_provider_hits_the_first_token_timeout_then_is_retried() {
+    let mut slow = sse("anthropic/stream-text-basic.sse");
+    slow.delay = Duration::from_millis(1500);
+    let server = Server::start(vec![
+        ("/v1/messages", slow),
+        ("/v1/messages", sse("anthropic/stream-text-basic.sse")),
+    ]);
+    let dir = project(&config(&server, "claude", ""));
+    let out = run(dir.path(), "t1");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let events = journal(dir.path(), "t1");
+    let retried = events
+        .iter()
+        .find(|e| e["type"] == "model.retried")
+        .unwrap();
+    assert_eq!(retried["payload"]["error_kind"], "transient");
+    assert!(
+        retried["payload"]["error"]
+            .as_str()
+            .unwrap()
+            .contains("first"),
+        "{retried}"
+    );
+}
+
+#[test]
+fn a_retry_after_beyond_max_delay_abandons_the_model_for_its_fallback() {
+    let server = Server::start(vec![
+        ("/v1/messages", error("anthropic/error-429-rate-limit.json")),
+        (
+            "/v1/chat/completions",
+            sse("openai-chat/stream-text-usage.sse"),
+        ),
+    ]);
+    let dir = project(&config(&server, "claude", "gpt"));
+    let started = std::time::Instant::now();
+    let out = run(dir.path(), "ra-1");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    // Retry-After: 27 s is more than max_delay (5 s): no wait, straight to the fallback.
+    assert!(started.elapsed() < Duration::from_secs(5));
+    let events = journal(dir.path(), "ra-1");
+    let fell = events
+        .iter()
+        .find(|e| e["type"] == "model.fell_back")
+        .unwrap();
+    assert_eq!(fell["payload"]["reason"], "transient");
+    assert_eq!(fell["payload"]["to_model"], "gpt");
+}
+
+#[test]
+fn stream_shows_retries_and_restarts_the_answer() {
+    let server = Server::start(vec![
+        ("/v1/messages", error("anthropic/error-529-overloaded.json")),
+        (
+            "/v1/messages",
+            sse("anthropic/stream-error-overloaded-midstream.sse"),
+        ),
+        ("/v1/messages", sse("anthropic/stream-text-basic.sse")),
+    ]);
+    let dir = project(&config(&server, "claude", ""));
+    let out = Command::new(loom_bin())
+        .current_dir(dir.path())
+        .env("TEST_ANTHROPIC_KEY", "sk-ant-test")
+        .args(["--config", "loom.yaml", "run", "a", "Bonjour", "--stream"])
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("· claude failed (overloaded, attempt 1), retrying in"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("· answer restarted"), "{stderr}");
+    assert!(stdout.trim_end().ends_with("Hello!"), "{stdout}");
+}
+
+#[test]
+fn a_missing_api_key_variable_is_a_configuration_error() {
+    let server = Server::start(vec![]);
+    let dir = project(&config(&server, "claude", ""));
+    let out = Command::new(loom_bin())
+        .current_dir(dir.path())
+        .env_remove("TEST_ANTHROPIC_KEY")
+        .env("TEST_OPENAI_KEY", "sk-test")
+        .args(["--config", "loom.yaml", "validate"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("loom.yaml:7:18 models[0].api_key_env: model 'claude': the environment variable TEST_ANTHROPIC_KEY is absent or empty"),
+        "{}",
+        text(&out.stderr)
+    );
+}

@@ -1,0 +1,123 @@
+//! The HTTP side shared by the adapters: client, options, one streaming POST.
+
+use std::{collections::BTreeMap, sync::Once, time::Duration};
+
+use bytes::Bytes;
+use futures_util::Stream;
+
+use crate::error::{ErrorClass, ProviderError, retry_after};
+
+/// What every adapter needs to reach its provider.
+#[derive(Clone, PartialEq)]
+pub struct ProviderOptions {
+    /// Base URL (the official one when the configuration gives none).
+    pub base_url: String,
+    /// The API key, read from the variable `api_key_env` names; `None` for local servers.
+    pub api_key: Option<String>,
+    /// The name of that variable, for error messages (never the key itself).
+    pub api_key_env: Option<String>,
+    /// Provider model name.
+    pub model: String,
+    /// Output token cap.
+    pub max_tokens: Option<u32>,
+    /// Extra headers sent with every request.
+    pub headers: BTreeMap<String, String>,
+    /// Connection timeout (the engine applies first-token, idle and total timeouts).
+    pub connect_timeout: Duration,
+}
+
+impl std::fmt::Debug for ProviderOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProviderOptions")
+            .field("base_url", &self.base_url)
+            .field("api_key", &self.api_key.as_ref().map(|_| "<set>"))
+            .field("api_key_env", &self.api_key_env)
+            .field("model", &self.model)
+            .field("max_tokens", &self.max_tokens)
+            .field("headers", &self.headers.keys().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+/// Installs ring as rustls' crypto provider, once (reqwest is built without a provider).
+pub fn install_crypto_provider() {
+    static INSTALL: Once = Once::new();
+    INSTALL.call_once(|| {
+        if rustls::crypto::CryptoProvider::get_default().is_none() {
+            // Losing a race with another installer is fine: a provider is then in place.
+            let _ = rustls::crypto::ring::default_provider().install_default();
+        }
+    });
+}
+
+/// A reqwest client for providers.
+pub fn client(options: &ProviderOptions) -> Result<reqwest::Client, ProviderError> {
+    install_crypto_provider();
+    reqwest::Client::builder()
+        .connect_timeout(options.connect_timeout)
+        .build()
+        .map_err(|e| ProviderError {
+            class: ErrorClass::Invalid,
+            status: None,
+            provider_code: None,
+            message: format!("the HTTP client cannot start: {e}"),
+            retry_after: None,
+        })
+}
+
+/// A successful streaming response, or the error body of a failed one (status, headers, text).
+pub enum Response {
+    /// 2xx: the body as a byte stream.
+    Stream(Box<dyn Stream<Item = Result<Bytes, reqwest::Error>> + Send + Unpin>),
+    /// Not 2xx.
+    Failed {
+        /// HTTP status.
+        status: u16,
+        /// Delay asked for.
+        retry_after: Option<std::time::Duration>,
+        /// The body, as text.
+        body: String,
+    },
+}
+
+impl std::fmt::Debug for Response {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Response::Stream(_) => f.write_str("Response::Stream"),
+            Response::Failed { status, body, .. } => f
+                .debug_struct("Response::Failed")
+                .field("status", status)
+                .field("body", body)
+                .finish(),
+        }
+    }
+}
+
+/// POSTs `body` as JSON and returns the streamed body or the failure.
+pub async fn post(request: reqwest::RequestBuilder) -> Result<Response, ProviderError> {
+    let response = request.send().await.map_err(network)?;
+    let status = response.status().as_u16();
+    if response.status().is_success() {
+        return Ok(Response::Stream(Box::new(Box::pin(
+            response.bytes_stream(),
+        ))));
+    }
+    let retry_after = retry_after(response.headers());
+    let body = response.text().await.unwrap_or_default();
+    Ok(Response::Failed {
+        status,
+        retry_after,
+        body,
+    })
+}
+
+/// A network failure (refused, reset, timeout): transient.
+pub fn network(error: reqwest::Error) -> ProviderError {
+    ProviderError {
+        class: ErrorClass::Transient,
+        status: None,
+        provider_code: None,
+        message: format!("network error: {error}"),
+        retry_after: None,
+    }
+}
