@@ -71,6 +71,8 @@ fn error(path: &str) -> Reply {
 struct Server {
     port: u16,
     requests: Arc<Mutex<Vec<(String, Value)>>>,
+    /// The request bodies, byte for byte.
+    raw: Arc<Mutex<Vec<Vec<u8>>>>,
 }
 
 impl Server {
@@ -84,11 +86,14 @@ impl Server {
         let queues = Arc::new(Mutex::new(queues));
         let requests = Arc::new(Mutex::new(Vec::new()));
         let recorded = requests.clone();
+        let raw = Arc::new(Mutex::new(Vec::new()));
+        let raw_recorded = raw.clone();
         thread::spawn(move || {
             for stream in listener.incoming() {
                 let Ok(mut stream) = stream else { continue };
                 let queues = queues.clone();
                 let recorded = recorded.clone();
+                let raw_recorded = raw_recorded.clone();
                 thread::spawn(move || {
                     let mut reader = BufReader::new(stream.try_clone().unwrap());
                     let mut request_line = String::new();
@@ -114,6 +119,7 @@ impl Server {
                     }
                     let mut body = vec![0; length];
                     let _ = reader.read_exact(&mut body);
+                    raw_recorded.lock().unwrap().push(body.clone());
                     recorded.lock().unwrap().push((
                         path.clone(),
                         serde_json::from_slice(&body).unwrap_or(Value::Null),
@@ -144,7 +150,11 @@ impl Server {
                 });
             }
         });
-        Server { port, requests }
+        Server {
+            port,
+            requests,
+            raw,
+        }
     }
 
     fn url(&self) -> String {
@@ -153,6 +163,10 @@ impl Server {
 
     fn requests(&self) -> Vec<(String, Value)> {
         self.requests.lock().unwrap().clone()
+    }
+
+    fn raw_bodies(&self) -> Vec<Vec<u8>> {
+        self.raw.lock().unwrap().clone()
     }
 }
 
@@ -474,4 +488,87 @@ fn a_missing_api_key_variable_is_a_configuration_error() {
         "{}",
         text(&out.stderr)
     );
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::{Digest, Sha256};
+    Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+#[test]
+fn raw_exchanges_are_journaled_per_attempt_without_the_key() {
+    let server = Server::start(vec![
+        ("/v1/messages", error("anthropic/error-529-overloaded.json")),
+        ("/v1/messages", sse("anthropic/stream-text-basic.sse")),
+        ("/v1/messages", sse("anthropic/stream-text-basic.sse")),
+    ]);
+    let captured = config(&server, "claude", "").replace(
+        "storage:",
+        "telemetry:\n  capture: {raw_exchanges: true, raw_max_bytes: 100}\nstorage:",
+    );
+    let dir = project(&captured);
+    let out = run(dir.path(), "x1");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout).trim(), "Hello!");
+
+    // The key is nowhere in the journal.
+    let file = fs::read_to_string(dir.path().join("data/default/x1.jsonl")).unwrap();
+    assert!(!file.contains("sk-ant-test"), "{file}");
+
+    let events = journal(dir.path(), "x1");
+    let kinds = types(&events);
+    let exchanged: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["type"] == "model.exchanged")
+        .collect();
+    assert_eq!(exchanged.len(), 2, "{kinds:?}");
+    // One per attempt: the failed one before its retry, the good one just before the answer.
+    let at = |t: &str| kinds.iter().position(|k| k == t).unwrap();
+    assert_eq!(kinds[at("model.retried") - 1], "model.exchanged");
+    assert_eq!(kinds[at("model.responded") - 1], "model.exchanged");
+
+    let bodies = server.raw_bodies();
+    for (i, (event, status)) in exchanged.iter().zip([529, 200]).enumerate() {
+        let p = &event["payload"];
+        assert_eq!(event["category"], "model");
+        assert_eq!(event["role"], "main");
+        assert_eq!(p["attempt"], i + 1);
+        assert_eq!(p["status_code"], status);
+        assert_eq!(p["model"], "claude");
+        assert_eq!(p["model_id"], "claude-sonnet-4-5");
+        assert_eq!(p["provider"], "anthropic");
+        assert_eq!(p["synthetic"], false);
+        assert_eq!(p["method"], "POST");
+        assert_eq!(p["url"], format!("{}/v1/messages", server.url()));
+        assert_eq!(p["request_headers"]["x-api-key"], "<redacted>");
+        // Cut at 100 bytes, but measured and hashed whole.
+        assert_eq!(p["request_truncated"], true);
+        assert!(p["request_body"].as_str().unwrap().len() <= 100);
+        assert_eq!(p["request_bytes"], bodies[i].len());
+        assert_eq!(p["request_sha256"], sha256_hex(&bodies[i]));
+        assert!(p["response_bytes"].as_u64().unwrap() > 0);
+        assert_eq!(event["facets"]["status_code"], status);
+        assert_eq!(event["facets"]["attempt"], i + 1);
+        assert_eq!(event["facets"]["model"], "claude");
+    }
+    assert_eq!(exchanged[0]["status"], "warning");
+    assert!(exchanged[0]["payload"]["error"].is_string());
+    assert_eq!(exchanged[1]["status"], "ok");
+    assert!(exchanged[1]["payload"]["error"].is_null());
+    let sse_body = fs::read(fixtures().join("anthropic/stream-text-basic.sse")).unwrap();
+    assert_eq!(
+        exchanged[1]["payload"]["response_sha256"],
+        sha256_hex(&sse_body)
+    );
+    assert_eq!(exchanged[1]["payload"]["response_truncated"], true);
+
+    // Off by default: nothing of the kind.
+    let dir = project(&config(&server, "claude", ""));
+    let out = run(dir.path(), "x2");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let events = journal(dir.path(), "x2");
+    assert!(!events.iter().any(|e| e["type"] == "model.exchanged"));
 }

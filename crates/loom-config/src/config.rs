@@ -795,6 +795,15 @@ fn check_sections(doc: &Doc, raw: &LoomConfig) -> Result<(), ConfigError> {
     if tools.offload_over == Some(0) {
         return Err(invalid(&tp.key("offload_over"), NOT_POSITIVE.into()));
     }
+    if raw.telemetry.capture.raw_max_bytes == 0 {
+        return Err(invalid(
+            &KeyPath::root()
+                .key("telemetry")
+                .key("capture")
+                .key("raw_max_bytes"),
+            NOT_POSITIVE.into(),
+        ));
+    }
     let logging = &raw.telemetry.logging;
     if logging.level().is_none() {
         return Err(invalid(

@@ -37,9 +37,9 @@ use std::path::{Path, PathBuf};
 pub use config::{BUILTIN_TOOLS, Config};
 pub use error::{ConfigError, ConfigErrorKind};
 pub use model::{
-    AgentSpec, ArtifactsBackend, ArtifactsStorage, CircuitBreaker, EventsBackend, EventsStorage,
-    ExecutionConfig, FolderRight, FolderSpec, JsonObject, LlmSettings, LogFormat, LogLevel,
-    LoggingConfig, LoomConfig, MainRole, McpScope, McpServerSpec, McpTransport, ModelApi,
+    AgentSpec, ArtifactsBackend, ArtifactsStorage, CaptureConfig, CircuitBreaker, EventsBackend,
+    EventsStorage, ExecutionConfig, FolderRight, FolderSpec, JsonObject, LlmSettings, LogFormat,
+    LogLevel, LoggingConfig, LoomConfig, MainRole, McpScope, McpServerSpec, McpTransport, ModelApi,
     ModelCapabilities, ModelSpec, Profile, Profiles, Sdk, StorageConfig, TelemetryConfig,
     ToolOverrides, ToolRef, ToolsExecution,
 };

@@ -765,6 +765,38 @@ impl Default for ToolsExecution {
 pub struct TelemetryConfig {
     /// Logs.
     pub logging: LoggingConfig,
+    /// What is captured beyond the events themselves.
+    pub capture: CaptureConfig,
+}
+
+/// Capture settings (`telemetry.capture`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct CaptureConfig {
+    /// Journal the raw HTTP exchange of every model attempt as a `model.exchanged` event (API
+    /// keys redacted, file bytes replaced by their size).
+    pub raw_exchanges: bool,
+    /// Bytes kept of each request and response body in `model.exchanged` (the size and SHA-256
+    /// are always those of the full body).
+    #[schemars(extend("exclusiveMinimum" = 0))]
+    pub raw_max_bytes: u64,
+}
+
+impl Default for CaptureConfig {
+    fn default() -> Self {
+        CaptureConfig {
+            raw_exchanges: false,
+            raw_max_bytes: 262_144,
+        }
+    }
+}
+
+impl CaptureConfig {
+    /// The body limit of raw-exchange capture, when it is on.
+    pub fn raw_limit(&self) -> Option<usize> {
+        self.raw_exchanges
+            .then(|| usize::try_from(self.raw_max_bytes).unwrap_or(usize::MAX))
+    }
 }
 
 /// Log settings.

@@ -429,6 +429,20 @@ fn bad_log_level() {
 }
 
 #[test]
+fn raw_capture_limit_must_be_positive() {
+    let root = "version: 1\ntelemetry:\n  capture: {raw_exchanges: true, raw_max_bytes: 0}\n";
+    assert_eq!(
+        refused(root, &[]),
+        "loom.yaml:3:49 telemetry.capture.raw_max_bytes: must be greater than 0"
+    );
+    let ok = "version: 1\ntelemetry:\n  capture: {raw_exchanges: true}\n";
+    let config = load_str(ok, &[], None, &no_env).unwrap();
+    assert_eq!(config.raw().telemetry.capture.raw_limit(), Some(262_144));
+    let off = load_str("version: 1\n", &[], None, &no_env).unwrap();
+    assert_eq!(off.raw().telemetry.capture.raw_limit(), None);
+}
+
+#[test]
 fn agents_dir_not_a_directory() {
     let root = "version: 1\nagents_dir: loom.txt\n";
     let err = load_str(root, &[("loom.txt", "x")], None, &no_env).unwrap_err();

@@ -7,12 +7,15 @@
 //! [`Event::from_json`] recomputes them and refuses an event whose envelope contradicts its
 //! payload. Readers ignore unknown fields, so adding an optional field never breaks old readers.
 
+use std::collections::BTreeMap;
+
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::{Map, Value, json};
 
 use crate::{
     content::Message,
+    model::HttpExchange,
     state::RunStatus,
     tool::{ToolKind, ToolOutput},
     usage::Usage,
@@ -314,6 +317,9 @@ pub enum Payload {
     /// A slot switched to its next model.
     #[serde(rename = "model.fell_back")]
     ModelFellBack(ModelFellBack),
+    /// The raw HTTP exchange of one model attempt (opt-in capture).
+    #[serde(rename = "model.exchanged")]
+    ModelExchanged(ModelExchanged),
 }
 
 /// Who the run is for.
@@ -750,6 +756,107 @@ pub struct ModelFellBack {
     pub judge: Option<String>,
 }
 
+/// `model.exchanged`: the raw HTTP exchange of one attempt of a model call, written only when
+/// `telemetry.capture.raw_exchanges` is on. API keys are redacted and file bytes replaced by
+/// their size; bodies are cut at `raw_max_bytes` (sizes and hashes are the full bodies').
+///
+/// Content fields (never exported): the headers, the bodies and `error`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ModelExchanged {
+    /// Provider model name.
+    pub model_id: String,
+    /// Config model id.
+    #[serde(default)]
+    pub model: Option<String>,
+    /// Provider.
+    pub provider: String,
+    /// The attempt, from 1.
+    pub attempt: u32,
+    /// HTTP method.
+    pub method: String,
+    /// Request URL.
+    pub url: String,
+    /// Response status; null when no response arrived.
+    #[serde(default)]
+    pub status_code: Option<u16>,
+    /// From sending the request to the end of the response.
+    pub duration_ms: f64,
+    /// Request headers (credentials redacted).
+    #[serde(default)]
+    pub request_headers: BTreeMap<String, String>,
+    /// Request body (file bytes replaced, cut at the limit).
+    #[serde(default)]
+    pub request_body: String,
+    /// Size of the full request body.
+    pub request_bytes: u64,
+    /// SHA-256 (hex) of the full request body.
+    pub request_sha256: String,
+    /// Whether `request_body` was cut.
+    #[serde(default)]
+    pub request_truncated: bool,
+    /// Response headers (credentials redacted).
+    #[serde(default)]
+    pub response_headers: BTreeMap<String, String>,
+    /// Response body as received (cut at the limit).
+    #[serde(default)]
+    pub response_body: String,
+    /// Size of the response body received.
+    pub response_bytes: u64,
+    /// SHA-256 (hex) of the response body received.
+    pub response_sha256: String,
+    /// Whether `response_body` was cut.
+    #[serde(default)]
+    pub response_truncated: bool,
+    /// The error that ended the exchange.
+    #[serde(default)]
+    pub error: Option<String>,
+    /// Built by Loom rather than observed on the wire.
+    #[serde(default)]
+    pub synthetic: bool,
+    /// Role call involved.
+    #[serde(default)]
+    pub call_id: Option<String>,
+    /// Judge involved.
+    #[serde(default)]
+    pub judge: Option<String>,
+}
+
+impl ModelExchanged {
+    /// The event of `exchange`, observed on the wire (`synthetic` false), for the main slot.
+    pub fn observed(
+        exchange: HttpExchange,
+        model_id: String,
+        model: Option<String>,
+        provider: String,
+        attempt: u32,
+    ) -> ModelExchanged {
+        ModelExchanged {
+            model_id,
+            model,
+            provider,
+            attempt,
+            method: exchange.method,
+            url: exchange.url,
+            status_code: exchange.status_code,
+            duration_ms: exchange.duration_ms,
+            request_headers: exchange.request_headers,
+            request_body: exchange.request_body,
+            request_bytes: exchange.request_bytes,
+            request_sha256: exchange.request_sha256,
+            request_truncated: exchange.request_truncated,
+            response_headers: exchange.response_headers,
+            response_body: exchange.response_body,
+            response_bytes: exchange.response_bytes,
+            response_sha256: exchange.response_sha256,
+            response_truncated: exchange.response_truncated,
+            error: exchange.error,
+            synthetic: false,
+            call_id: None,
+            judge: None,
+        }
+    }
+}
+
 impl Payload {
     /// The `type` string.
     pub fn type_name(&self) -> &'static str {
@@ -771,6 +878,7 @@ impl Payload {
             Payload::ArtifactStored(_) => "artifact.stored",
             Payload::ModelRetried(_) => "model.retried",
             Payload::ModelFellBack(_) => "model.fell_back",
+            Payload::ModelExchanged(_) => "model.exchanged",
         }
     }
 
@@ -778,9 +886,10 @@ impl Payload {
     pub fn category(&self) -> Category {
         match self {
             Payload::MessageUser(_) => Category::Message,
-            Payload::ModelResponded(_) | Payload::ModelRetried(_) | Payload::ModelFellBack(_) => {
-                Category::Model
-            }
+            Payload::ModelResponded(_)
+            | Payload::ModelRetried(_)
+            | Payload::ModelFellBack(_)
+            | Payload::ModelExchanged(_) => Category::Model,
             Payload::ToolCalled(_)
             | Payload::ToolCompleted(_)
             | Payload::ToolSourceUnavailable(_) => Category::Tool,
@@ -799,6 +908,11 @@ impl Payload {
             Payload::RunCancelled(_) => EventStatus::Warning,
             Payload::ToolCompleted(p) if p.output.is_error => EventStatus::Error,
             Payload::ToolSourceUnavailable(p) if p.required => EventStatus::Error,
+            Payload::ModelExchanged(p)
+                if p.error.is_some() || p.status_code.is_some_and(|s| s >= 400) =>
+            {
+                EventStatus::Warning
+            }
             Payload::ToolSourceUnavailable(_)
             | Payload::CircuitOpened(_)
             | Payload::ModelRetried(_)
@@ -880,6 +994,24 @@ impl Payload {
                 f.insert("attempt".into(), json!(p.attempt));
                 if let Some(model) = &p.model {
                     f.insert("model".into(), json!(model));
+                }
+                if let Some(judge) = &p.judge {
+                    f.insert("judge".into(), json!(judge));
+                }
+            }
+            Payload::ModelExchanged(p) => {
+                f.insert("model_id".into(), json!(p.model_id));
+                f.insert("provider".into(), json!(p.provider));
+                f.insert("attempt".into(), json!(p.attempt));
+                f.insert("status_code".into(), json!(p.status_code));
+                f.insert("duration_ms".into(), json!(p.duration_ms));
+                f.insert("request_bytes".into(), json!(p.request_bytes));
+                f.insert("response_bytes".into(), json!(p.response_bytes));
+                if let Some(model) = &p.model {
+                    f.insert("model".into(), json!(model));
+                }
+                if p.synthetic {
+                    f.insert("synthetic".into(), json!(true));
                 }
                 if let Some(judge) = &p.judge {
                     f.insert("judge".into(), json!(judge));
@@ -991,6 +1123,70 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    fn exchanged(status_code: Option<u16>, error: Option<&str>) -> Event {
+        let exchange = HttpExchange {
+            method: "POST".into(),
+            url: "https://api.anthropic.com/v1/messages".into(),
+            status_code,
+            duration_ms: 12.5,
+            request_bytes: 300,
+            response_bytes: 40,
+            error: error.map(str::to_owned),
+            ..HttpExchange::default()
+        };
+        let payload = Payload::ModelExchanged(ModelExchanged::observed(
+            exchange,
+            "claude-sonnet-4-5".into(),
+            Some("claude".into()),
+            "anthropic".into(),
+            2,
+        ));
+        let envelope = Envelope {
+            event_id: "e".into(),
+            ts: DateTime::from_timestamp(1_800_000_000, 0).unwrap_or_default(),
+            tenant_id: "default".into(),
+            session_id: "s".into(),
+            run_id: "s".into(),
+            root_run_id: "s".into(),
+            span_id: "p".into(),
+            parent_span_id: None,
+            agent: Some("a".into()),
+            role: Some("main".into()),
+        };
+        Event::new(envelope, payload)
+    }
+
+    #[test]
+    fn model_exchanged_status_facets_and_round_trip() {
+        let ok = exchanged(Some(200), None);
+        assert_eq!(ok.event_type, "model.exchanged");
+        assert_eq!(ok.category, Category::Model);
+        assert_eq!(ok.status, EventStatus::Ok);
+        let keys: Vec<&str> = ok.facets.keys().map(String::as_str).collect();
+        assert_eq!(
+            keys,
+            [
+                "model_id",
+                "provider",
+                "attempt",
+                "status_code",
+                "duration_ms",
+                "request_bytes",
+                "response_bytes",
+                "model"
+            ]
+        );
+        assert_eq!(Event::from_json(&ok.to_json()).unwrap(), ok);
+        assert_eq!(exchanged(Some(529), None).status, EventStatus::Warning);
+        assert_eq!(
+            exchanged(Some(200), Some("stream interrupted")).status,
+            EventStatus::Warning
+        );
+        let none = exchanged(None, Some("network error"));
+        assert_eq!(none.status, EventStatus::Warning);
+        assert_eq!(none.facets["status_code"], Value::Null);
     }
 
     #[test]

@@ -4,7 +4,7 @@
 //! Streaming is the primitive. A complete answer is always the collected stream, so every
 //! provider implements one method, [`ModelClient::stream`].
 
-use std::{fmt, time::Duration};
+use std::{collections::BTreeMap, fmt, time::Duration};
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -130,6 +130,47 @@ pub enum ModelChunk {
         /// The provider model that answered.
         model_id: String,
     },
+    /// The HTTP exchange of this call, captured when the provider was asked to
+    /// (`telemetry.capture.raw_exchanges`): the last chunk of the stream, or the one just before
+    /// its error. It carries no answer content: accumulators ignore it.
+    Exchange(Box<HttpExchange>),
+}
+
+/// One HTTP exchange with a provider, as captured for `model.exchanged`: secrets redacted, file
+/// bytes replaced by their size, bodies cut at the capture limit (their size and SHA-256 are
+/// those of the full bodies).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct HttpExchange {
+    /// HTTP method.
+    pub method: String,
+    /// Request URL (an API key in it is redacted).
+    pub url: String,
+    /// Response status; `None` when no response arrived.
+    pub status_code: Option<u16>,
+    /// From the request being sent to the end of the response (or the failure).
+    pub duration_ms: f64,
+    /// Request headers, names in lower case, credentials replaced by `"<redacted>"`.
+    pub request_headers: BTreeMap<String, String>,
+    /// Request body as text, base64 file data replaced by `"<N bytes>"`, cut at the limit.
+    pub request_body: String,
+    /// Size of the full request body as sent.
+    pub request_bytes: u64,
+    /// SHA-256 (hex) of the full request body as sent.
+    pub request_sha256: String,
+    /// Whether `request_body` was cut.
+    pub request_truncated: bool,
+    /// Response headers, names in lower case, credentials replaced by `"<redacted>"`.
+    pub response_headers: BTreeMap<String, String>,
+    /// Response body as received (the SSE text of a stream), cut at the limit.
+    pub response_body: String,
+    /// Bytes of response body received.
+    pub response_bytes: u64,
+    /// SHA-256 (hex) of the response body received.
+    pub response_sha256: String,
+    /// Whether `response_body` was cut.
+    pub response_truncated: bool,
+    /// The error that ended the exchange (HTTP, network or in-stream), if any.
+    pub error: Option<String>,
 }
 
 /// Kinds of model error. The engine decides retries and fallbacks from the kind alone.
@@ -315,6 +356,7 @@ impl ResponseAccumulator {
                     merge(self.usage.reasoning_tokens, usage.reasoning_tokens);
             }
             ModelChunk::Stopped { reason, model_id } => self.stopped = Some((reason, model_id)),
+            ModelChunk::Exchange(_) => {}
         }
     }
 

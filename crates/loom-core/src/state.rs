@@ -347,7 +347,9 @@ impl RunState {
                 self.finished = true;
             }
             Payload::RunCancelled(_) => self.finished = true,
-            Payload::ToolSourceUnavailable(_) | Payload::CircuitOpened(_) => {}
+            Payload::ToolSourceUnavailable(_)
+            | Payload::CircuitOpened(_)
+            | Payload::ModelExchanged(_) => {}
             Payload::ModelRetried(retried) => {
                 if let Some(usage) = &retried.usage {
                     self.usage.add(usage);

@@ -11,12 +11,13 @@ use loom_core::{
     Event, Message, RunState, RunStatus,
     content::BlockKind,
     event::{
-        CircuitOpened, Effect, Envelope, MessageUser, ModelFellBack, ModelResponded, ModelRetried,
-        Outcome, Payload, RunCancelled, RunClaimed, RunCompleted, RunContext, RunFailed,
-        RunStarted, RunTransitioned, StepCompleted, StepStarted, ToolSourceUnavailable,
+        CircuitOpened, Effect, Envelope, MessageUser, ModelExchanged, ModelFellBack,
+        ModelResponded, ModelRetried, Outcome, Payload, RunCancelled, RunClaimed, RunCompleted,
+        RunContext, RunFailed, RunStarted, RunTransitioned, StepCompleted, StepStarted,
+        ToolSourceUnavailable,
     },
     ids::is_safe_id,
-    model::{ModelError, ModelErrorKind, ModelRequest, ModelResponse, StopReason},
+    model::{HttpExchange, ModelError, ModelErrorKind, ModelRequest, ModelResponse, StopReason},
     ports::{SourceContext, ToolSource},
     state::session_history,
 };
@@ -985,13 +986,17 @@ impl Driver<'_> {
             }
             progress.streamed = true;
             let started = Instant::now();
+            let mut exchanges = Vec::new();
             let call = resilience::stream_once(
                 model.client.clone(),
                 request.clone(),
                 model.timeouts,
                 |text| observer.text_delta(&run.run_id, text),
+                |exchange| exchanges.push(exchange),
             );
-            let error = match self.wait(state, writer, call, deadline).await? {
+            let end = self.wait(state, writer, call, deadline).await?;
+            let exchanged = self.exchanged(state, step, model, attempt, exchanges);
+            let error = match end {
                 StepEnd::Done(Ok(response)) => {
                     if model.circuit.is_some() {
                         engine.breakers.success(&key);
@@ -1002,10 +1007,18 @@ impl Driver<'_> {
                         latency_ms: started.elapsed().as_secs_f64() * 1000.0,
                         request_hash,
                         request_parts,
+                        exchanged,
                     }));
                 }
-                StepEnd::Done(Err(error)) => error,
+                StepEnd::Done(Err(error)) => {
+                    // The exchange of a failed attempt goes before what its failure leads to.
+                    self.write_in_step(state, writer, exchanged, progress)
+                        .await?;
+                    error
+                }
                 end @ (StepEnd::Cancelled | StepEnd::TimedOut) => {
+                    self.write_in_step(state, writer, exchanged, progress)
+                        .await?;
                     if model.circuit.is_some() {
                         // A trial cut short says nothing about the model.
                         engine.breakers.release(&key, engine.clock.now());
@@ -1097,7 +1110,54 @@ impl Driver<'_> {
         }
     }
 
-    /// Journals the answer of `model` and the end of its step, in one append.
+    /// The `model.exchanged` events of one attempt, from the exchanges its stream captured
+    /// (none unless `telemetry.capture.raw_exchanges` is on).
+    fn exchanged(
+        &self,
+        state: &RunState,
+        step: &StepSpan,
+        model: &ModelBinding,
+        attempt: u32,
+        exchanges: Vec<HttpExchange>,
+    ) -> Vec<Event> {
+        exchanges
+            .into_iter()
+            .map(|exchange| {
+                self.event(
+                    &step.span,
+                    Some(&state.run_span_id),
+                    Some(SLOT),
+                    Payload::ModelExchanged(ModelExchanged::observed(
+                        exchange,
+                        model.model_id.clone(),
+                        Some(model.config_id.clone()),
+                        model.client.provider().to_owned(),
+                        attempt,
+                    )),
+                )
+            })
+            .collect()
+    }
+
+    /// Writes events inside the current model step, counting them.
+    async fn write_in_step(
+        &mut self,
+        state: &mut RunState,
+        writer: &mut SessionWriter<'_>,
+        events: Vec<Event>,
+        progress: &mut AttemptState,
+    ) -> Result<(), EngineError> {
+        if events.is_empty() {
+            return Ok(());
+        }
+        progress.emitted = progress
+            .emitted
+            .saturating_add(u32::try_from(events.len()).unwrap_or(u32::MAX));
+        self.write(state, writer, events).await.map(drop)
+    }
+
+    /// Journals the answer of `model` (after the exchange that brought it, when captured) and
+    /// the end of its step, in one append.
     #[allow(clippy::too_many_arguments)]
     async fn model_answered(
         &mut self,
@@ -1135,10 +1195,11 @@ impl Driver<'_> {
                 judge: None,
             }),
         );
-        let done = step.completed(self, state, emitted + 1, Outcome::Ok);
-        self.write(state, writer, vec![responded, done])
-            .await
-            .map(drop)
+        let mut batch = answer.exchanged;
+        let inside = u32::try_from(batch.len()).unwrap_or(u32::MAX);
+        let done = step.completed(self, state, emitted + inside + 1, Outcome::Ok);
+        batch.extend([responded, done]);
+        self.write(state, writer, batch).await.map(drop)
     }
 
     async fn model_failed(
@@ -1175,6 +1236,8 @@ struct Answer {
     latency_ms: f64,
     request_hash: String,
     request_parts: serde_json::Map<String, serde_json::Value>,
+    /// The `model.exchanged` events of the attempt that answered.
+    exchanged: Vec<Event>,
 }
 
 /// How the attempts on one model ended.

@@ -13,7 +13,7 @@ use std::{
 use chrono::{DateTime, Utc};
 use futures_util::StreamExt;
 use loom_core::model::{
-    ModelChunk, ModelClient, ModelError, ModelErrorKind, ModelRequest, ModelResponse,
+    HttpExchange, ModelChunk, ModelClient, ModelError, ModelErrorKind, ModelRequest, ModelResponse,
     ResponseAccumulator,
 };
 
@@ -310,16 +310,19 @@ enum Bound {
     Total,
 }
 
-/// Streams one attempt of a call under `timeouts`, handing each text delta to `on_text`.
+/// Streams one attempt of a call under `timeouts`, handing each text delta to `on_text` and
+/// each captured HTTP exchange to `on_exchange`.
 ///
-/// The first content chunk (anything but usage) must come within `first_token`, then each
-/// chunk within `idle` of the previous one, and the whole call within `total`; each broken
-/// bound is a `transient` error. The partial answer of a failed attempt is dropped.
+/// The first content chunk (anything but usage or an exchange) must come within
+/// `first_token`, then each chunk within `idle` of the previous one, and the whole call within
+/// `total`; each broken bound is a `transient` error. The partial answer of a failed attempt is
+/// dropped.
 pub(crate) async fn stream_once(
     client: Arc<dyn ModelClient>,
     request: ModelRequest,
     timeouts: ModelTimeouts,
     mut on_text: impl FnMut(&str),
+    mut on_exchange: impl FnMut(HttpExchange),
 ) -> Result<ModelResponse, ModelError> {
     let start = tokio::time::Instant::now();
     let total = timeouts.total.map(|d| start + d);
@@ -353,6 +356,10 @@ pub(crate) async fn stream_once(
         let Some(chunk) = next else { break };
         let chunk = chunk?;
         last = tokio::time::Instant::now();
+        if let ModelChunk::Exchange(exchange) = chunk {
+            on_exchange(*exchange);
+            continue;
+        }
         if !matches!(chunk, ModelChunk::Usage(_)) {
             content = true;
         }

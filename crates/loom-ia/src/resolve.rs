@@ -418,6 +418,7 @@ fn build_provider(
         max_tokens: spec.max_tokens,
         headers: spec.headers.clone(),
         connect_timeout: Duration::from_secs(10),
+        capture: capture(config),
     };
     let refused = |e: loom_providers::ProviderError| {
         LoomError::from(config.error_at_root(
@@ -476,6 +477,12 @@ fn build_provider(
             )
             .into()),
     }
+}
+
+/// The body limit of raw-exchange capture (`telemetry.capture`), when it is on.
+#[cfg(any(feature = "anthropic", feature = "openai"))]
+fn capture(config: &Config) -> Option<usize> {
+    config.raw().telemetry.capture.raw_limit()
 }
 
 #[cfg(not(any(feature = "anthropic", feature = "openai")))]

@@ -24,6 +24,7 @@ use loom_core::{
 use serde_json::{Map, Value, json};
 
 use crate::{
+    capture::{self, Recorder},
     error::{ErrorClass, ProviderError, truncated},
     http::{self, ProviderOptions, Response},
 };
@@ -916,8 +917,11 @@ impl ModelClient for AnthropicModel {
     fn stream(&self, request: ModelRequest) -> BoxStream<'static, Result<ModelChunk, ModelError>> {
         let builder = self.http_request(&request);
         let this = self.clone();
+        let recorder = Recorder::for_options(&self.options);
+        let recording = recorder.clone();
         let response = async move {
-            let items: BoxStream<'static, DecodedItem> = match http::post(builder).await {
+            let items: BoxStream<'static, DecodedItem> = match http::post(builder, recording).await
+            {
                 Err(error) => Box::pin(stream::iter([Err(error)])),
                 Ok(Response::Failed {
                     status,
@@ -932,6 +936,6 @@ impl ModelClient for AnthropicModel {
             };
             items.map(move |item| item.map_err(|e| ModelError::from(this.explain(e))))
         };
-        Box::pin(stream::once(response).flatten())
+        capture::finish(Box::pin(stream::once(response).flatten()), recorder)
     }
 }

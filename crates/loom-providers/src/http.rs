@@ -5,7 +5,10 @@ use std::{collections::BTreeMap, sync::Once, time::Duration};
 use bytes::Bytes;
 use futures_util::Stream;
 
-use crate::error::{ErrorClass, ProviderError, retry_after};
+use crate::{
+    capture::{Recorder, tee},
+    error::{ErrorClass, ProviderError, retry_after},
+};
 
 /// What every adapter needs to reach its provider.
 #[derive(Clone, PartialEq)]
@@ -24,6 +27,9 @@ pub struct ProviderOptions {
     pub headers: BTreeMap<String, String>,
     /// Connection timeout (the engine applies first-token, idle and total timeouts).
     pub connect_timeout: Duration,
+    /// Capture each HTTP exchange, keeping at most this many bytes of each body
+    /// (`telemetry.capture.raw_max_bytes`); `None` captures nothing.
+    pub capture: Option<usize>,
 }
 
 impl std::fmt::Debug for ProviderOptions {
@@ -35,6 +41,8 @@ impl std::fmt::Debug for ProviderOptions {
             .field("model", &self.model)
             .field("max_tokens", &self.max_tokens)
             .field("headers", &self.headers.keys().collect::<Vec<_>>())
+            .field("connect_timeout", &self.connect_timeout)
+            .field("capture", &self.capture)
             .finish()
     }
 }
@@ -93,17 +101,49 @@ impl std::fmt::Debug for Response {
     }
 }
 
-/// POSTs `body` as JSON and returns the streamed body or the failure.
-pub async fn post(request: reqwest::RequestBuilder) -> Result<Response, ProviderError> {
-    let response = request.send().await.map_err(network)?;
+/// Sends `request`, recording it and its response in `recorder` when there is one.
+pub async fn send(
+    request: reqwest::RequestBuilder,
+    recorder: Option<&Recorder>,
+) -> Result<reqwest::Response, ProviderError> {
+    let (client, request) = request.build_split();
+    let request = request.map_err(network)?;
+    if let Some(recorder) = recorder {
+        recorder.request(&request);
+    }
+    let response = client.execute(request).await.map_err(network)?;
+    if let Some(recorder) = recorder {
+        recorder.response(response.status().as_u16(), response.headers());
+    }
+    Ok(response)
+}
+
+/// The whole body of a response as text (empty when it cannot be read), recorded in
+/// `recorder` when there is one.
+pub async fn text(response: reqwest::Response, recorder: Option<&Recorder>) -> String {
+    let bytes = response.bytes().await.unwrap_or_default();
+    if let Some(recorder) = recorder {
+        recorder.body(&bytes);
+    }
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+/// POSTs the request and returns the streamed body or the failure; with a `recorder`, the
+/// exchange is recorded (the streamed body as it is read).
+pub async fn post(
+    request: reqwest::RequestBuilder,
+    recorder: Option<Recorder>,
+) -> Result<Response, ProviderError> {
+    let response = send(request, recorder.as_ref()).await?;
     let status = response.status().as_u16();
     if response.status().is_success() {
-        return Ok(Response::Stream(Box::new(Box::pin(
+        return Ok(Response::Stream(Box::new(Box::pin(tee(
             response.bytes_stream(),
-        ))));
+            recorder,
+        )))));
     }
     let retry_after = retry_after(response.headers());
-    let body = response.text().await.unwrap_or_default();
+    let body = text(response, recorder.as_ref()).await;
     Ok(Response::Failed {
         status,
         retry_after,

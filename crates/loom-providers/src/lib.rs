@@ -13,6 +13,7 @@
 //! **Architecture invariant:** adapters depend on `loom-core` only; retries, fallbacks, circuit
 //! breakers and timeouts are the engine's (an adapter makes exactly one HTTP attempt).
 
+pub mod capture;
 pub mod error;
 pub mod http;
 

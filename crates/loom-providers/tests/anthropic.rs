@@ -163,6 +163,7 @@ fn normalize(items: &[DecodedItem], provider_stop_reason: Option<String>) -> Val
                     "reasoning_tokens": null,
                 });
             }
+            Ok(ModelChunk::Exchange(_)) => panic!("decoders never capture"),
             Ok(ModelChunk::Stopped { reason, .. }) => {
                 assert!(stop.is_none(), "one Stopped");
                 stop = Some(stop_name(*reason));
@@ -608,6 +609,7 @@ fn options() -> ProviderOptions {
         max_tokens: None,
         headers: BTreeMap::new(),
         connect_timeout: Duration::from_secs(5),
+        capture: None,
     }
 }
 
@@ -1020,4 +1022,134 @@ fn a_refused_connection_is_transient() {
         panic!("one error: {items:?}")
     };
     assert_eq!(error.kind, ModelErrorKind::Transient);
+}
+
+// ------------------------------------------------------------------------------------------
+// Capture of the raw exchange
+// ------------------------------------------------------------------------------------------
+
+fn capturing(base_url: String, max: usize) -> AnthropicModel {
+    let mut options = options();
+    options.base_url = base_url;
+    options.api_key = Some("sk-ant-secret-key".into());
+    options.capture = Some(max);
+    AnthropicModel::new(
+        options,
+        AnthropicSettings {
+            vision: true,
+            ..AnthropicSettings::default()
+        },
+    )
+    .unwrap()
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::{Digest, Sha256};
+    Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+#[test]
+fn a_captured_stream_ends_with_its_exchange() {
+    let sse = fixtures::read("anthropic/stream-text-basic.sse");
+    let (address, requests) =
+        serve_once(200, &[("content-type", "text/event-stream")], sse.clone());
+    let model = capturing(address.clone(), 1 << 20);
+    let items: Vec<_> = block_on(model.stream(image_request()).collect());
+    let Some(Ok(ModelChunk::Exchange(exchange))) = items.last() else {
+        panic!("the exchange comes last: {items:?}")
+    };
+    let mut accumulator = ResponseAccumulator::new();
+    for item in items.iter().cloned() {
+        accumulator.push(item.unwrap());
+    }
+    assert_eq!(accumulator.finish().unwrap().message.text(), "Hello!");
+
+    let request = requests.recv_timeout(Duration::from_secs(5)).unwrap();
+    let sent = &request[request.find("\r\n\r\n").unwrap() + 4..];
+    assert_eq!(exchange.method, "POST");
+    assert_eq!(exchange.url, format!("{address}/v1/messages"));
+    assert_eq!(exchange.status_code, Some(200));
+    assert_eq!(exchange.request_headers["x-api-key"], "<redacted>");
+    assert_eq!(exchange.request_headers["anthropic-version"], "2023-06-01");
+    assert_eq!(exchange.request_bytes, sent.len() as u64);
+    assert_eq!(exchange.request_sha256, sha256_hex(sent.as_bytes()));
+    assert!(!exchange.request_truncated);
+    // The image travels in full, but the exchange keeps only its size.
+    assert!(sent.contains("iVBORw0KGgo="));
+    assert!(!exchange.request_body.contains("iVBORw0KGgo="));
+    assert!(exchange.request_body.contains("\"data\":\"<8 bytes>\""));
+    assert_eq!(
+        exchange.response_headers["content-type"],
+        "text/event-stream"
+    );
+    assert_eq!(exchange.response_body.as_bytes(), sse.as_slice());
+    assert_eq!(exchange.response_bytes, sse.len() as u64);
+    assert_eq!(exchange.response_sha256, sha256_hex(&sse));
+    assert!(!exchange.response_truncated);
+    assert_eq!(exchange.error, None);
+    assert!(!format!("{exchange:?}").contains("sk-ant-secret-key"));
+}
+
+#[test]
+fn a_captured_failure_gives_its_exchange_just_before_the_error() {
+    // An HTTP error.
+    let body = fixtures::read("anthropic/error-529-overloaded.json");
+    let (address, _requests) =
+        serve_once(529, &[("content-type", "application/json")], body.clone());
+    let items: Vec<_> = block_on(capturing(address, 40).stream(plain_request()).collect());
+    let [Ok(ModelChunk::Exchange(exchange)), Err(error)] = items.as_slice() else {
+        panic!("exchange then error: {items:?}")
+    };
+    assert_eq!(error.kind, ModelErrorKind::Overloaded);
+    assert_eq!(exchange.status_code, Some(529));
+    assert_eq!(exchange.error.as_deref(), Some(error.message.as_str()));
+    assert!(exchange.request_truncated);
+    assert!(exchange.request_body.len() <= 40);
+    assert!(exchange.response_truncated);
+    assert_eq!(exchange.response_body.as_bytes(), &body[..40]);
+    assert_eq!(exchange.response_sha256, sha256_hex(&body));
+
+    // An error in the middle of a stream.
+    let sse = fixtures::read("anthropic/stream-error-overloaded-midstream.sse");
+    let (address, _requests) = serve_once(200, &[("content-type", "text/event-stream")], sse);
+    let items: Vec<_> = block_on(
+        capturing(address, 1 << 20)
+            .stream(plain_request())
+            .collect(),
+    );
+    let n = items.len();
+    assert!(
+        matches!(&items[n - 2], Ok(ModelChunk::Exchange(e)) if e.status_code == Some(200) && e.error.is_some()),
+        "{items:?}"
+    );
+    assert!(matches!(&items[n - 1], Err(e) if e.kind == ModelErrorKind::Overloaded));
+
+    // No response at all.
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = format!("http://{}", listener.local_addr().unwrap());
+    drop(listener);
+    let items: Vec<_> = block_on(capturing(address, 100).stream(plain_request()).collect());
+    let [Ok(ModelChunk::Exchange(exchange)), Err(_)] = items.as_slice() else {
+        panic!("exchange then error: {items:?}")
+    };
+    assert_eq!(exchange.status_code, None);
+    assert!(exchange.error.as_deref().unwrap().contains("network error"));
+}
+
+#[test]
+fn without_capture_no_exchange_is_streamed() {
+    let (address, _requests) = serve_once(
+        200,
+        &[("content-type", "text/event-stream")],
+        fixtures::read("anthropic/stream-text-basic.sse"),
+    );
+    let items: Vec<_> = block_on(client(address, Some("k")).stream(plain_request()).collect());
+    assert!(
+        !items
+            .iter()
+            .any(|i| matches!(i, Ok(ModelChunk::Exchange(_))))
+    );
 }

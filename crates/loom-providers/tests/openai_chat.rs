@@ -427,3 +427,39 @@ async fn a_server_that_does_not_stream_still_answers() {
         (12, "llama3")
     );
 }
+
+#[tokio::test]
+async fn a_captured_exchange_comes_last_with_the_key_and_images_stripped() {
+    let (base, _) = serve(vec![
+        sse_reply("openai-chat/stream-text-usage.sse"),
+        error_reply("openai-chat/error-401-invalid-api-key.json"),
+    ]);
+    let mut o = options(&base, Some("sk-capture-secret"));
+    o.capture = Some(1 << 20);
+    let settings = ChatSettings {
+        vision: true,
+        ..ChatSettings::default()
+    };
+    let model = OpenAiChatModel::new(o, settings).unwrap();
+    let items: Vec<_> = model.stream(image_turn()).collect().await;
+    let Some(Ok(ModelChunk::Exchange(exchange))) = items.last() else {
+        panic!("the exchange comes last: {items:?}")
+    };
+    assert_eq!(exchange.url, format!("{base}/chat/completions"));
+    assert_eq!(exchange.status_code, Some(200));
+    assert_eq!(exchange.request_headers["authorization"], "<redacted>");
+    assert_eq!(exchange.request_headers["x-team"], "loom");
+    assert!(exchange.request_body.contains("\"url\":\"<8 bytes>\""));
+    assert!(!exchange.request_body.contains("base64"));
+    assert!(exchange.response_body.contains("data: [DONE]"));
+    assert_eq!(exchange.error, None);
+
+    let items: Vec<_> = model.stream(plain_turn()).collect().await;
+    let [Ok(ModelChunk::Exchange(exchange)), Err(error)] = items.as_slice() else {
+        panic!("exchange then error: {items:?}")
+    };
+    assert_eq!(error.kind, ModelErrorKind::Auth);
+    assert_eq!(exchange.status_code, Some(401));
+    assert!(exchange.response_headers.contains_key("content-type"));
+    assert!(!format!("{exchange:?}").contains("sk-capture-secret"));
+}

@@ -218,6 +218,7 @@ pub(crate) fn normalize(
                 merged.cache_write_tokens = pick(merged.cache_write_tokens, u.cache_write_tokens);
                 merged.reasoning_tokens = pick(merged.reasoning_tokens, u.reasoning_tokens);
             }
+            Ok(ModelChunk::Exchange(_)) => panic!("decoders never capture"),
             Ok(ModelChunk::Stopped { reason, model_id }) => {
                 assert!(!model_id.is_empty());
                 assert_eq!(
@@ -510,6 +511,7 @@ pub(crate) fn options(base_url: &str, api_key: Option<&str>) -> ProviderOptions 
             .into_iter()
             .collect(),
         connect_timeout: Duration::from_secs(5),
+        capture: None,
     }
 }
 

@@ -15,6 +15,7 @@ use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderName, HeaderValue};
 use serde_json::{Map, Value};
 
 use crate::{
+    capture::{self, Recorder, tee},
     error::{ErrorClass, ProviderError, truncated},
     http::{ProviderOptions, network},
 };
@@ -500,22 +501,25 @@ pub(crate) fn failed(error: ProviderError) -> BoxStream<'static, Result<ModelChu
     Box::pin(stream::once(async move { Err(error.into()) }))
 }
 
-/// One streaming POST: a single error for a failed request, else the decoded stream.
+/// One streaming POST: a single error for a failed request, else the decoded stream; with
+/// `options.capture`, the exchange is added as the last chunk (or just before the error).
 pub(crate) fn post_stream<D: SseDecoder>(
     request: reqwest::RequestBuilder,
     options: ProviderOptions,
     model_label: String,
     decoder: D,
 ) -> BoxStream<'static, Result<ModelChunk, ModelError>> {
+    let recorder = Recorder::for_options(&options);
+    let recording = recorder.clone();
     let opened = async move {
-        let response = match request.send().await {
+        let response = match crate::http::send(request, recording.as_ref()).await {
             Ok(response) => response,
-            Err(error) => return failed(network(error)),
+            Err(error) => return failed(error),
         };
         let status = response.status().as_u16();
         if !response.status().is_success() {
             let delay = retry_after(status, response.headers());
-            let body = response.text().await.unwrap_or_default();
+            let body = crate::http::text(response, recording.as_ref()).await;
             return failed(no_key_hint(
                 classify(Some(status), &body, delay),
                 &options,
@@ -530,9 +534,12 @@ pub(crate) fn post_stream<D: SseDecoder>(
         if json {
             // The server ignored `stream: true`: decode the whole answer at once.
             let mut decoder = decoder;
-            let items = match response.text().await {
+            let items = match response.bytes().await {
                 Ok(body) => {
-                    let mut items = decoder.on_json(&body);
+                    if let Some(recorder) = &recording {
+                        recorder.body(&body);
+                    }
+                    let mut items = decoder.on_json(&String::from_utf8_lossy(&body));
                     items.extend(decoder.on_end());
                     items
                 }
@@ -542,11 +549,11 @@ pub(crate) fn post_stream<D: SseDecoder>(
             return Box::pin(stream::iter(items))
                 as BoxStream<'static, Result<ModelChunk, ModelError>>;
         }
-        let chunks = drive(response.bytes_stream(), decoder);
+        let chunks = drive(tee(response.bytes_stream(), recording), decoder);
         Box::pin(chunks.map(|item| item.map_err(ModelError::from)))
             as BoxStream<'static, Result<ModelChunk, ModelError>>
     };
-    Box::pin(stream::once(opened).flatten())
+    capture::finish(Box::pin(stream::once(opened).flatten()), recorder)
 }
 
 /// The "stream interrupted" error of this provider.
