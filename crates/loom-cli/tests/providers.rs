@@ -36,6 +36,8 @@ struct Reply {
     body: Vec<u8>,
     /// Wait this long before answering (to trigger timeouts).
     delay: Duration,
+    /// Send the body in pieces of this many bytes, pausing this long between them.
+    trickle: Option<(usize, Duration)>,
 }
 
 /// A fixture stream, served as `text/event-stream`.
@@ -45,6 +47,7 @@ fn sse(path: &str) -> Reply {
         headers: vec![("content-type".into(), "text/event-stream".into())],
         body: fs::read(fixtures().join(path)).unwrap(),
         delay: Duration::ZERO,
+        trickle: None,
     }
 }
 
@@ -64,6 +67,7 @@ fn error(path: &str) -> Reply {
             .collect(),
         body: fs::read(fixtures().join(path)).unwrap(),
         delay: Duration::ZERO,
+        trickle: None,
     }
 }
 
@@ -134,6 +138,7 @@ impl Server {
                         headers: vec![],
                         body: b"{}".to_vec(),
                         delay: Duration::ZERO,
+                        trickle: None,
                     });
                     thread::sleep(reply.delay);
                     let mut head = format!(
@@ -146,7 +151,23 @@ impl Server {
                     }
                     head.push_str("\r\n");
                     let _ = stream.write_all(head.as_bytes());
-                    let _ = stream.write_all(&reply.body);
+                    match reply.trickle {
+                        Some((size, pause)) => {
+                            for piece in reply.body.chunks(size.max(1)) {
+                                if stream
+                                    .write_all(piece)
+                                    .and_then(|()| stream.flush())
+                                    .is_err()
+                                {
+                                    break;
+                                }
+                                thread::sleep(pause);
+                            }
+                        }
+                        None => {
+                            let _ = stream.write_all(&reply.body);
+                        }
+                    }
                 });
             }
         });
@@ -571,4 +592,83 @@ fn raw_exchanges_are_journaled_per_attempt_without_the_key() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     let events = journal(dir.path(), "x2");
     assert!(!events.iter().any(|e| e["type"] == "model.exchanged"));
+}
+
+#[test]
+fn a_stream_that_goes_silent_hits_the_idle_timeout_and_a_slow_one_the_total_timeout() {
+    // The first answer stops for 1.5 s in the middle (idle 0.5 s); the second trickles for
+    // longer than the total (5 s) while never pausing more than the idle; the third is fine.
+    let mut silent = sse("anthropic/stream-text-basic.sse");
+    // Pause right after the first text delta, so the first chunk has arrived.
+    let first_text = String::from_utf8_lossy(&silent.body)
+        .find("text_delta")
+        .unwrap()
+        + 120;
+    silent.trickle = Some((first_text, Duration::from_millis(1500)));
+    let mut slow = sse("anthropic/stream-text-basic.sse");
+    slow.trickle = Some((slow.body.len() / 20, Duration::from_millis(300)));
+    let server = Server::start(vec![
+        ("/v1/messages", silent),
+        ("/v1/messages", slow),
+        ("/v1/messages", sse("anthropic/stream-text-basic.sse")),
+    ]);
+    let config = config(&server, "claude", "").replace(
+        "first_token: 0.5, idle: 0.5, total: 5",
+        "first_token: 3, idle: 0.5, total: 2",
+    );
+    let dir = project(&config);
+    let out = run(dir.path(), "idle-1");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout).trim(), "Hello!");
+    let events = journal(dir.path(), "idle-1");
+    let retried: Vec<String> = events
+        .iter()
+        .filter(|e| e["type"] == "model.retried")
+        .map(|e| e["payload"]["error"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(retried.len(), 2, "{retried:?}");
+    assert!(
+        retried[0].contains("idle") || retried[0].contains("between"),
+        "{retried:?}"
+    );
+    assert!(retried[1].contains("total"), "{retried:?}");
+}
+
+#[test]
+fn a_model_breaker_opens_within_a_run_and_the_fallback_answers() {
+    let server = Server::start(vec![
+        ("/v1/messages", error("anthropic/error-500-api-error.json")),
+        ("/v1/messages", error("anthropic/error-500-api-error.json")),
+        (
+            "/v1/chat/completions",
+            sse("openai-chat/stream-text-usage.sse"),
+        ),
+    ]);
+    let config = config(&server, "claude", "gpt")
+        .replace("failures: 5, cooldown: 60", "failures: 2, cooldown: 60");
+    let dir = project(&config);
+    let out = run(dir.path(), "cb-1");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let events = journal(dir.path(), "cb-1");
+    let opened = events
+        .iter()
+        .find(|e| e["type"] == "circuit.opened")
+        .expect("circuit.opened");
+    assert_eq!(opened["payload"]["target_kind"], "model");
+    assert_eq!(opened["payload"]["target"], "claude");
+    assert_eq!(opened["payload"]["failures"], 2);
+    let fell = events
+        .iter()
+        .find(|e| e["type"] == "model.fell_back")
+        .unwrap();
+    assert_eq!(fell["payload"]["to_model"], "gpt");
+    // Two attempts reached Claude, none after the breaker opened.
+    assert_eq!(
+        server
+            .requests()
+            .iter()
+            .filter(|r| r.0 == "/v1/messages")
+            .count(),
+        2
+    );
 }
