@@ -97,6 +97,14 @@ pub trait EventStore: Send + Sync + fmt::Debug {
         &'a self,
         tenant_id: &'a str,
     ) -> BoxFuture<'a, Result<Vec<SessionSummary>, StoreError>>;
+
+    /// Deletes a session's journal (GDPR erasure) and returns how many events it held
+    /// (0 when there was none).
+    fn delete<'a>(
+        &'a self,
+        tenant_id: &'a str,
+        session_id: &'a str,
+    ) -> BoxFuture<'a, Result<u64, StoreError>>;
 }
 
 /// The clock port: the only source of wall-clock time for the engine.

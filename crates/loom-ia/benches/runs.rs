@@ -161,6 +161,14 @@ impl EventStore for Counting {
     ) -> BoxFuture<'a, Result<Vec<SessionSummary>, StoreError>> {
         self.inner.sessions(tenant_id)
     }
+
+    fn delete<'a>(
+        &'a self,
+        tenant_id: &'a str,
+        session_id: &'a str,
+    ) -> BoxFuture<'a, Result<u64, StoreError>> {
+        self.inner.delete(tenant_id, session_id)
+    }
 }
 
 /// A runtime, a Loom with `prix_ttc` registered and the directory holding its files.

@@ -110,6 +110,49 @@ impl EventStore for JsonlStore {
             blocking(&dir, move || sessions_blocking(&root, &tenant)).await
         })
     }
+
+    fn delete<'a>(
+        &'a self,
+        tenant_id: &'a str,
+        session_id: &'a str,
+    ) -> BoxFuture<'a, Result<u64, StoreError>> {
+        Box::pin(async move {
+            safe_id("tenant", tenant_id)?;
+            safe_id("session", session_id)?;
+            let path = self
+                .root
+                .join(tenant_id)
+                .join(format!("{session_id}.jsonl"));
+            let corrupt = self
+                .root
+                .join(tenant_id)
+                .join(format!("{session_id}.jsonl.corrupt"));
+            blocking(&path.clone(), move || {
+                let count = match std::fs::read_to_string(&path) {
+                    Ok(text) => text.lines().filter(|l| !l.trim().is_empty()).count() as u64,
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(0),
+                    Err(e) => {
+                        return Err(StoreError::Io {
+                            path: path.display().to_string(),
+                            source: e,
+                        });
+                    }
+                };
+                std::fs::remove_file(&path).map_err(|e| StoreError::Io {
+                    path: path.display().to_string(),
+                    source: e,
+                })?;
+                let _ = std::fs::remove_file(&corrupt);
+                if let Some(dir) = path.parent()
+                    && let Ok(directory) = std::fs::File::open(dir)
+                {
+                    let _ = directory.sync_all();
+                }
+                Ok(count)
+            })
+            .await
+        })
+    }
 }
 
 /// Runs `f` on the blocking pool.

@@ -154,4 +154,20 @@ impl EventStore for MemoryStore {
     ) -> BoxFuture<'a, Result<Vec<SessionSummary>, StoreError>> {
         Box::pin(async move { self.sessions_now(tenant_id) })
     }
+
+    fn delete<'a>(
+        &'a self,
+        tenant_id: &'a str,
+        session_id: &'a str,
+    ) -> BoxFuture<'a, Result<u64, StoreError>> {
+        Box::pin(async move {
+            safe_id("tenant", tenant_id)?;
+            safe_id("session", session_id)?;
+            let mut inner = self.lock();
+            let removed = inner
+                .journals
+                .remove(&(tenant_id.to_owned(), session_id.to_owned()));
+            Ok(removed.map_or(0, |journal| journal.events.len() as u64))
+        })
+    }
 }
