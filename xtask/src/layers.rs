@@ -41,6 +41,7 @@ pub const CRATES: &[(&str, Layer)] = &[
     ("loom-builtins", Layer::Adapter),
     ("loom-providers", Layer::Adapter),
     ("loom-mcp", Layer::Adapter),
+    ("loom-sqlite", Layer::Adapter),
     ("loom-macros", Layer::Macros),
     ("loom-testkit", Layer::Testkit),
     ("loom-ia", Layer::Facade),

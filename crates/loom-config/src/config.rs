@@ -293,24 +293,35 @@ impl Config {
         &self.prompts_dir
     }
 
-    /// The journal directory, resolved, when the `jsonl` backend is configured.
+    /// The journal's location, resolved: the directory of a `jsonl` journal, the database file of
+    /// a `sqlite` one (`None` for `memory`).
     pub fn events_path(&self) -> Option<PathBuf> {
         let events = &self.raw.storage.events;
         match events.backend {
-            EventsBackend::Jsonl => events.path.as_ref().map(|p| self.base_dir.join(p)),
+            EventsBackend::Jsonl | EventsBackend::Sqlite => {
+                events.path.as_ref().map(|p| self.base_dir.join(p))
+            }
             EventsBackend::Memory => None,
         }
     }
 
     /// The artifact directory, resolved, when artifacts are kept in files: `storage.artifacts.path`
-    /// for the `local` backend, else `<journal dir>/.artifacts` beside a `jsonl` journal.
+    /// for the `local` backend, else `<journal dir>/.artifacts` beside a `jsonl` journal and
+    /// `<directory of the database>/.artifacts` beside a `sqlite` one.
     pub fn artifacts_path(&self) -> Option<PathBuf> {
         let artifacts = &self.raw.storage.artifacts;
         match (artifacts.backend, &artifacts.path) {
             (Some(ArtifactsBackend::Memory), _) => None,
             (_, Some(path)) => Some(self.base_dir.join(path)),
             (Some(ArtifactsBackend::Local), None) | (None, None) => {
-                self.events_path().map(|p| p.join(".artifacts"))
+                let events = self.events_path()?;
+                match self.raw.storage.events.backend {
+                    EventsBackend::Sqlite => events
+                        .parent()
+                        .map(|dir| dir.join(".artifacts"))
+                        .or_else(|| Some(PathBuf::from(".artifacts"))),
+                    _ => Some(events.join(".artifacts")),
+                }
             }
         }
     }
@@ -785,6 +796,12 @@ fn check_sections(doc: &Doc, raw: &LoomConfig) -> Result<(), ConfigError> {
         return Err(invalid(
             &ep.key("backend"),
             "backend 'jsonl' requires 'path' (the journal directory)".into(),
+        ));
+    }
+    if events.backend == EventsBackend::Sqlite && events.path.is_none() {
+        return Err(invalid(
+            &ep.key("backend"),
+            "backend 'sqlite' requires 'path' (the database file)".into(),
         ));
     }
     let tp = KeyPath::root().key("execution").key("tools");

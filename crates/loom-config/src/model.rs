@@ -686,7 +686,7 @@ pub struct StorageConfig {
 }
 
 /// Where artifacts are kept. Without `backend`, they follow the journal: `<events path>/.artifacts`
-/// for `jsonl`, in memory for `memory`.
+/// for `jsonl`, `<directory of the database>/.artifacts` for `sqlite`, in memory for `memory`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct ArtifactsStorage {
@@ -712,7 +712,8 @@ pub enum ArtifactsBackend {
 pub struct EventsStorage {
     /// Backend.
     pub backend: EventsBackend,
-    /// Journal directory (`jsonl`, required there), relative to the config file.
+    /// Journal directory (`jsonl`) or database file (`sqlite`), required for both, relative to
+    /// the config file.
     pub path: Option<PathBuf>,
 }
 
@@ -725,6 +726,8 @@ pub enum EventsBackend {
     Memory,
     /// JSON lines files in a directory.
     Jsonl,
+    /// One SQLite database file (WAL); needs the `sqlite` feature of `loom-ia`.
+    Sqlite,
 }
 
 /// Execution settings.

@@ -21,6 +21,29 @@ use tokio_util::sync::CancellationToken;
 
 use crate::{LoomError, RunResult, SystemClock, report};
 
+/// Opens the `sqlite` journal the configuration names (creating the file and its schema).
+#[cfg(feature = "sqlite")]
+fn sqlite_store(config: &Config) -> Result<Arc<dyn EventStore>, LoomError> {
+    match config.events_path() {
+        Some(path) => Ok(Arc::new(loom_sqlite::SqliteStore::open(path)?)),
+        None => Err(config
+            .error_at_root("storage.events.path", "the sqlite journal needs a path")
+            .into()),
+    }
+}
+
+/// Without the `sqlite` feature, the `sqlite` journal is a configuration error.
+#[cfg(not(feature = "sqlite"))]
+fn sqlite_store(config: &Config) -> Result<Arc<dyn EventStore>, LoomError> {
+    Err(config
+        .error_at_root(
+            "storage.events.backend",
+            "backend 'sqlite' needs the `sqlite` feature of loom-ia, which this build lacks \
+             (loom-cli enables it by default)",
+        )
+        .into())
+}
+
 /// The tenant used when none is given (tenancy arrives later; `default` always exists).
 pub const DEFAULT_TENANT: &str = "default";
 
@@ -157,6 +180,7 @@ impl Loom {
                         .into());
                 }
             },
+            EventsBackend::Sqlite => sqlite_store(&config)?,
         };
         Loom::with_store(config, store)
     }
@@ -276,6 +300,13 @@ impl Loom {
             EventsBackend::Memory => "memory (lost at exit)".to_owned(),
             EventsBackend::Jsonl => format!(
                 "jsonl in {}",
+                config
+                    .events_path()
+                    .map(|p| p.display().to_string())
+                    .unwrap_or_default()
+            ),
+            EventsBackend::Sqlite => format!(
+                "sqlite in {}",
                 config
                     .events_path()
                     .map(|p| p.display().to_string())

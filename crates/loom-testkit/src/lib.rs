@@ -3,6 +3,10 @@
 //! Test doubles for Loom's ports: a manual clock, scripted and misbehaving models, and tools
 //! that sleep, fail or panic. Deterministic by construction: nothing here reads the wall clock
 //! or the network.
+//!
+//! [`conformance`] holds the scenarios every journal (`EventStore`) must pass.
+
+pub mod conformance;
 
 use std::{
     fmt,

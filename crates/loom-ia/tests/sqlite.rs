@@ -1,0 +1,63 @@
+//! The `sqlite` journal through the facade: with the `sqlite` feature `Loom::new` opens the
+//! database the configuration names; without it the configuration is refused, naming the
+//! feature.
+
+// Helpers outside #[test] functions unwrap too: a panic there is a failed test.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use loom_ia::{
+    Loom,
+    config::{AgentSpec, Config, EventsBackend, LoomConfig, ModelSpec, Sdk},
+};
+use serde_json::json;
+
+/// One agent on the scripted fake model, journaled in `data/loom.db`.
+fn config(dir: &std::path::Path) -> Config {
+    let mut model = ModelSpec::new("fake-1", Sdk::Fake, "FAKE");
+    model
+        .params
+        .insert("script".into(), json!([{"text": "Bonjour."}]));
+    let mut raw = LoomConfig {
+        models: vec![model],
+        agents: vec![AgentSpec::new("hello", "fake-1")],
+        ..LoomConfig::default()
+    };
+    raw.storage.events.backend = EventsBackend::Sqlite;
+    raw.storage.events.path = Some("data/loom.db".into());
+    Config::new(raw, dir.to_path_buf()).unwrap()
+}
+
+#[cfg(feature = "sqlite")]
+#[tokio::test]
+async fn runs_are_journaled_in_the_database_and_read_back_by_another_loom() {
+    let dir = tempfile::tempdir().unwrap();
+    let loom = Loom::new(config(dir.path())).unwrap();
+    assert!(dir.path().join("data/loom.db").is_file());
+    let result = loom
+        .run("hello", "Salut", loom_ia::RunOptions::default())
+        .await
+        .unwrap();
+    assert!(result.ok());
+    assert_eq!(result.text, "Bonjour.");
+    let validation = loom.validate().await.unwrap();
+    assert!(format!("{validation:?}").contains("sqlite in "));
+
+    // Another Loom on the same file (another process) reads the same run.
+    let other = Loom::new(config(dir.path())).unwrap();
+    let run = other.locate(&result.run_id, None, None).await.unwrap();
+    assert_eq!(other.result(&run).await.unwrap(), result);
+    assert_eq!(
+        other.events(&run).await.unwrap(),
+        loom.events(&run).await.unwrap()
+    );
+}
+
+#[cfg(not(feature = "sqlite"))]
+#[test]
+fn without_the_feature_the_backend_is_a_located_config_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let err = Loom::new(config(dir.path())).unwrap_err().to_string();
+    assert!(err.contains("storage.events.backend"), "{err}");
+    assert!(err.contains("`sqlite` feature"), "{err}");
+    assert!(!dir.path().join("data").exists());
+}

@@ -1,0 +1,62 @@
+//! # loom-sqlite
+//!
+//! Loom's embedded durable journal: [`SqliteStore`], an [`EventStore`] keeping every session of
+//! every tenant in one SQLite file.
+//!
+//! ## Layout
+//!
+//! One table, `events`, one row per event, primary key `(tenant_id, session_id, seq)`:
+//!
+//! | column | holds |
+//! |---|---|
+//! | `tenant_id`, `session_id`, `seq` | the journal and the position in it (from 1, contiguous) |
+//! | `event_id`, `ts`, `run_id`, `root_run_id`, `type`, `category`, `status`, `agent`, `role` | the envelope, for queries (`ts` is RFC 3339 UTC with microseconds, so it sorts as text) |
+//! | `facets` | the event's facets, as JSON text |
+//! | `event` | the event itself, the compact line of [`Event::to_json`], verbatim |
+//! | `ingested` | a write counter: orders sessions by their last append |
+//!
+//! Indexes: by run (`tenant_id, run_id, seq`), by event id (`tenant_id, event_id`), by
+//! ingestion (`ingested`) and by type (`tenant_id, type`). The schema version is kept in
+//! `PRAGMA user_version` (1); a file written by a newer schema is refused.
+//!
+//! Reads only trust the `event` column: every row is parsed back with [`Event::from_json`] and
+//! must belong to its journal, carry its row's seq and follow the previous row without a gap.
+//! A row that does not is never skipped: it is reported as [`StoreError::Corrupted`] naming the
+//! file and the journal, with the row's seq as the line number.
+//!
+//! ## Guarantees, the same as the JSONL journal
+//!
+//! `append(batch, expected_last_seq)` checks the batch (one journal, safe ids, every event
+//! well-formed), then opens a write transaction with `BEGIN IMMEDIATE` — SQLite's write lock,
+//! taken before anything is read — compares the journal's last seq with `expected_last_seq`
+//! and, if they differ, rolls back and returns [`StoreError::Conflict`] having written nothing.
+//! Otherwise the batch receives seq `last + 1, last + 2, …` and is committed whole. One writer
+//! holds the lock at a time (for the whole file, so a fortiori per session); others wait up to
+//! the busy timeout (30 s). Readers never wait for writers (WAL), and several processes may
+//! open the same file.
+//!
+//! ## Durability and erasure
+//!
+//! The file runs in WAL mode with `synchronous = FULL`: a commit returns only once the WAL is
+//! fsynced, so `append` returning means the batch survives a crash or a power loss, and a crash
+//! mid-append loses that batch whole (SQLite rolls the transaction back), never part of it.
+//! `secure_delete = ON` overwrites the content of deleted rows; after a
+//! [`delete`](EventStore::delete) the WAL is checkpointed and truncated (best effort: a reader
+//! still holding an old snapshot delays it) so that erased events do not linger in it.
+//!
+//! ## Runtime
+//!
+//! [`SqliteStore::open`] is synchronous (it creates the file and the schema on a helper
+//! thread); the store's futures must be polled inside a tokio runtime, where its connection
+//! pool is created at first use.
+//!
+//! [`EventStore`]: loom_core::ports::EventStore
+//! [`Event::to_json`]: loom_core::event::Event::to_json
+//! [`Event::from_json`]: loom_core::event::Event::from_json
+//! [`StoreError::Conflict`]: loom_core::ports::StoreError::Conflict
+//! [`StoreError::Corrupted`]: loom_core::ports::StoreError::Corrupted
+
+mod check;
+mod store;
+
+pub use store::{SCHEMA_VERSION, SqliteStore};

@@ -1,0 +1,635 @@
+//! The SQLite store: schema, connection settings and the [`EventStore`] implementation.
+
+use std::{
+    io,
+    path::{Path, PathBuf},
+    sync::{Arc, OnceLock},
+    time::Duration,
+};
+
+use chrono::SecondsFormat;
+use loom_core::{
+    BoxFuture,
+    event::{Event, EventReadError},
+    ports::{EventStore, SessionSummary, StoreError},
+};
+use sqlx::{
+    Connection, Row,
+    sqlite::{
+        SqliteConnectOptions, SqliteConnection, SqlitePool, SqlitePoolOptions, SqliteRow,
+        SqliteSynchronous,
+    },
+};
+use tracing::{debug, warn};
+
+use crate::check::{batch_journal, conflict, safe_id};
+
+/// The schema version this build writes and reads, kept in `PRAGMA user_version`.
+pub const SCHEMA_VERSION: i64 = 1;
+
+/// How long a writer waits for another one to release the file's write lock.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Connections of the pool (each is one SQLite connection on its own thread).
+const MAX_CONNECTIONS: u32 = 8;
+
+/// How many times opening retries switching the file to WAL while another process holds it.
+const WAL_ATTEMPTS: u32 = 100;
+
+/// The schema, version [`SCHEMA_VERSION`].
+const SCHEMA: &[&str] = &[
+    "CREATE TABLE IF NOT EXISTS events (
+        tenant_id   TEXT    NOT NULL,
+        session_id  TEXT    NOT NULL,
+        seq         INTEGER NOT NULL,
+        event_id    TEXT    NOT NULL,
+        ts          TEXT    NOT NULL,
+        run_id      TEXT    NOT NULL,
+        root_run_id TEXT    NOT NULL,
+        type        TEXT    NOT NULL,
+        category    TEXT    NOT NULL,
+        status      TEXT    NOT NULL,
+        agent       TEXT,
+        role        TEXT,
+        facets      TEXT    NOT NULL,
+        event       TEXT    NOT NULL,
+        ingested    INTEGER NOT NULL,
+        PRIMARY KEY (tenant_id, session_id, seq)
+    )",
+    "CREATE INDEX IF NOT EXISTS events_run ON events (tenant_id, run_id, seq)",
+    "CREATE INDEX IF NOT EXISTS events_event_id ON events (tenant_id, event_id)",
+    "CREATE INDEX IF NOT EXISTS events_ingested ON events (ingested)",
+    "CREATE INDEX IF NOT EXISTS events_type ON events (tenant_id, type)",
+];
+
+const INSERT: &str = "INSERT INTO events (tenant_id, session_id, seq, event_id, ts, run_id, \
+     root_run_id, type, category, status, agent, role, facets, event, ingested) \
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)";
+
+/// An [`EventStore`] keeping every journal in one SQLite file (see the crate documentation for
+/// the schema and the guarantees).
+///
+/// Cloning is cheap: clones share the connection pool. Several stores — in one process or in
+/// several — may open the same file.
+#[derive(Debug, Clone)]
+pub struct SqliteStore {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    path: PathBuf,
+    options: SqliteConnectOptions,
+    /// Created at first use, inside the caller's tokio runtime.
+    pool: OnceLock<SqlitePool>,
+}
+
+impl SqliteStore {
+    /// Opens (creating it, its directory and the schema when missing) the database file at
+    /// `path`, in WAL mode.
+    ///
+    /// Synchronous, and callable inside or outside a tokio runtime: the schema is set up on a
+    /// short-lived helper thread. Fails when the file cannot be created or opened, is not a
+    /// SQLite database, cannot use WAL, or was written by a newer schema.
+    pub fn open(path: impl AsRef<Path>) -> Result<SqliteStore, StoreError> {
+        let path = path.as_ref().to_path_buf();
+        let io_err = |source| StoreError::Io {
+            path: path.display().to_string(),
+            source,
+        };
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|source| StoreError::Io {
+                path: dir.display().to_string(),
+                source,
+            })?;
+        }
+        let options = SqliteConnectOptions::new()
+            .filename(&path)
+            .create_if_missing(true)
+            .foreign_keys(false)
+            .synchronous(SqliteSynchronous::Full)
+            .busy_timeout(BUSY_TIMEOUT)
+            .pragma("secure_delete", "ON");
+        let setup = {
+            let options = options.clone();
+            let path = path.clone();
+            std::thread::Builder::new()
+                .name("loom-sqlite-open".into())
+                .spawn(move || {
+                    let runtime = tokio::runtime::Builder::new_current_thread()
+                        .enable_time()
+                        .build()
+                        .map_err(|source| StoreError::Io {
+                            path: path.display().to_string(),
+                            source,
+                        })?;
+                    runtime.block_on(set_up(options, &path))
+                })
+                .map_err(io_err)?
+        };
+        setup
+            .join()
+            .map_err(|_| io_err(io::Error::other("the schema setup thread panicked")))??;
+        Ok(SqliteStore {
+            inner: Arc::new(Inner {
+                path,
+                options,
+                pool: OnceLock::new(),
+            }),
+        })
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.inner.path
+    }
+
+    /// Closes the connections (waiting for those in use to be returned). The last connection to
+    /// the file checkpoints the WAL into it. The store must not be used afterwards.
+    pub async fn close(&self) {
+        if let Some(pool) = self.inner.pool.get() {
+            pool.close().await;
+        }
+    }
+
+    /// The connection pool, created at first use (it needs the tokio runtime).
+    fn pool(&self) -> &SqlitePool {
+        self.inner.pool.get_or_init(|| {
+            SqlitePoolOptions::new()
+                .max_connections(MAX_CONNECTIONS)
+                .min_connections(0)
+                .idle_timeout(Some(Duration::from_secs(60)))
+                .acquire_timeout(BUSY_TIMEOUT + Duration::from_secs(5))
+                .connect_lazy_with(self.inner.options.clone())
+        })
+    }
+
+    /// Wraps a database error with the file's path.
+    fn db_error(&self, err: sqlx::Error) -> StoreError {
+        db_error(&self.inner.path, err)
+    }
+
+    /// The name of a journal in errors: `<file> (<tenant>/<session>)`.
+    fn journal_name(&self, tenant_id: &str, session_id: &str) -> String {
+        format!("{} ({tenant_id}/{session_id})", self.inner.path.display())
+    }
+
+    /// Reads the event of a row (`event` column) and checks that it belongs to the journal and
+    /// carries the row's seq, which must be `expected` when given (reads check contiguity).
+    fn decode(
+        &self,
+        tenant_id: &str,
+        session_id: &str,
+        row: &SqliteRow,
+        expected: Option<u64>,
+    ) -> Result<Event, StoreError> {
+        let seq: Option<u64> = row
+            .try_get::<i64, _>("seq")
+            .ok()
+            .and_then(|seq| u64::try_from(seq).ok());
+        let line = seq.or(expected).unwrap_or(0);
+        let corrupted = |source| StoreError::Corrupted {
+            path: self.journal_name(tenant_id, session_id),
+            line: usize::try_from(line).unwrap_or(usize::MAX),
+            source,
+        };
+        let Some(seq) = seq else {
+            return Err(corrupted(EventReadError::Json(
+                "the row's seq is not a positive integer".into(),
+            )));
+        };
+        let text: String = row.try_get("event").map_err(|err| {
+            corrupted(EventReadError::Json(format!(
+                "the row's event is not text: {err}"
+            )))
+        })?;
+        let event = Event::from_json(&text).map_err(corrupted)?;
+        let invalid = |reason: String| {
+            corrupted(EventReadError::Invalid {
+                event_id: event.event_id.clone(),
+                seq: event.seq,
+                reason,
+            })
+        };
+        if event.tenant_id != tenant_id || event.session_id != session_id {
+            return Err(invalid(format!(
+                "belongs to journal {}/{}",
+                event.tenant_id, event.session_id
+            )));
+        }
+        if event.seq != seq {
+            return Err(invalid(format!("stored in the row of seq {seq}")));
+        }
+        if let Some(expected) = expected
+            && seq != expected
+        {
+            return Err(invalid(format!("seq {seq} where {expected} was expected")));
+        }
+        Ok(event)
+    }
+
+    async fn append_now(
+        &self,
+        mut batch: Vec<Event>,
+        expected: u64,
+    ) -> Result<Vec<Event>, StoreError> {
+        let Some((tenant_id, session_id)) = batch_journal(&batch)? else {
+            return Ok(batch);
+        };
+        let mut rows = Vec::with_capacity(batch.len());
+        for event in &batch {
+            rows.push(Columns::of(event)?);
+        }
+        let mut tx = self
+            .pool()
+            .begin_with("BEGIN IMMEDIATE")
+            .await
+            .map_err(|err| self.db_error(err))?;
+        let written = async {
+            let last: i64 = sqlx::query(
+                "SELECT COALESCE(MAX(seq), 0) FROM events WHERE tenant_id = ?1 AND session_id = ?2",
+            )
+            .bind(&tenant_id)
+            .bind(&session_id)
+            .fetch_one(&mut *tx)
+            .await
+            .and_then(|row| row.try_get(0))
+            .map_err(|err| self.db_error(err))?;
+            let last = u64::try_from(last).unwrap_or(0);
+            if last != expected {
+                return Err(conflict(&tenant_id, &session_id, expected, last));
+            }
+            let ingested: i64 = sqlx::query("SELECT COALESCE(MAX(ingested), 0) + 1 FROM events")
+                .fetch_one(&mut *tx)
+                .await
+                .and_then(|row| row.try_get(0))
+                .map_err(|err| self.db_error(err))?;
+            for ((seq, event), columns) in (last + 1..).zip(batch.iter_mut()).zip(rows) {
+                event.seq = seq;
+                let json = event.to_json();
+                if json.is_empty() {
+                    return Err(StoreError::Invalid(format!(
+                        "event {} cannot be serialized",
+                        event.event_id
+                    )));
+                }
+                sqlx::query(INSERT)
+                    .bind(&event.tenant_id)
+                    .bind(&event.session_id)
+                    .bind(to_sql(seq))
+                    .bind(&event.event_id)
+                    .bind(columns.ts)
+                    .bind(&event.run_id)
+                    .bind(&event.root_run_id)
+                    .bind(&event.event_type)
+                    .bind(columns.category)
+                    .bind(columns.status)
+                    .bind(&event.agent)
+                    .bind(&event.role)
+                    .bind(columns.facets)
+                    .bind(json)
+                    .bind(ingested)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(|err| self.db_error(err))?;
+            }
+            Ok(())
+        }
+        .await;
+        match written {
+            Ok(()) => {
+                tx.commit().await.map_err(|err| self.db_error(err))?;
+                Ok(batch)
+            }
+            Err(err) => {
+                if let Err(undo) = tx.rollback().await {
+                    warn!(path = %self.inner.path.display(), error = %undo, "rollback failed");
+                }
+                Err(err)
+            }
+        }
+    }
+
+    async fn read_now(
+        &self,
+        tenant_id: &str,
+        session_id: &str,
+        after: u64,
+    ) -> Result<Vec<Event>, StoreError> {
+        safe_id("tenant", tenant_id)?;
+        safe_id("session", session_id)?;
+        let rows = sqlx::query(
+            "SELECT seq, event FROM events \
+             WHERE tenant_id = ?1 AND session_id = ?2 AND seq > ?3 ORDER BY seq",
+        )
+        .bind(tenant_id)
+        .bind(session_id)
+        .bind(to_sql(after))
+        .fetch_all(self.pool())
+        .await
+        .map_err(|err| self.db_error(err))?;
+        let mut events = Vec::with_capacity(rows.len());
+        let mut expected = after;
+        for row in &rows {
+            expected = expected.saturating_add(1);
+            events.push(self.decode(tenant_id, session_id, row, Some(expected))?);
+        }
+        Ok(events)
+    }
+
+    async fn last_seq_now(&self, tenant_id: &str, session_id: &str) -> Result<u64, StoreError> {
+        safe_id("tenant", tenant_id)?;
+        safe_id("session", session_id)?;
+        let row = sqlx::query(
+            "SELECT seq, event FROM events \
+             WHERE tenant_id = ?1 AND session_id = ?2 ORDER BY seq DESC LIMIT 1",
+        )
+        .bind(tenant_id)
+        .bind(session_id)
+        .fetch_optional(self.pool())
+        .await
+        .map_err(|err| self.db_error(err))?;
+        match row {
+            Some(row) => Ok(self.decode(tenant_id, session_id, &row, None)?.seq),
+            None => Ok(0),
+        }
+    }
+
+    async fn sessions_now(&self, tenant_id: &str) -> Result<Vec<SessionSummary>, StoreError> {
+        safe_id("tenant", tenant_id)?;
+        // SQLite takes the bare columns `event` and `ingested` from the row holding MAX(seq).
+        let rows = sqlx::query(
+            "SELECT session_id, MAX(seq) AS seq, event, ingested FROM events \
+             WHERE tenant_id = ?1 GROUP BY session_id",
+        )
+        .bind(tenant_id)
+        .fetch_all(self.pool())
+        .await
+        .map_err(|err| self.db_error(err))?;
+        let mut found = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let session_id: String = row.try_get("session_id").unwrap_or_default();
+            let ingested: i64 = row.try_get("ingested").unwrap_or(0);
+            match self.decode(tenant_id, &session_id, row, None) {
+                Ok(last) => found.push((
+                    ingested,
+                    SessionSummary {
+                        session_id,
+                        last_seq: last.seq,
+                        updated_at: Some(last.ts),
+                    },
+                )),
+                // One unreadable journal must not hide the others.
+                Err(err) => {
+                    warn!(error = %err, "skipping an unreadable journal in the session list")
+                }
+            }
+        }
+        found.sort_by(|(a_ingested, a), (b_ingested, b)| {
+            b_ingested
+                .cmp(a_ingested)
+                .then_with(|| b.updated_at.cmp(&a.updated_at))
+                .then_with(|| a.session_id.cmp(&b.session_id))
+        });
+        Ok(found.into_iter().map(|(_, summary)| summary).collect())
+    }
+
+    async fn delete_now(&self, tenant_id: &str, session_id: &str) -> Result<u64, StoreError> {
+        safe_id("tenant", tenant_id)?;
+        safe_id("session", session_id)?;
+        let mut tx = self
+            .pool()
+            .begin_with("BEGIN IMMEDIATE")
+            .await
+            .map_err(|err| self.db_error(err))?;
+        let deleted = sqlx::query("DELETE FROM events WHERE tenant_id = ?1 AND session_id = ?2")
+            .bind(tenant_id)
+            .bind(session_id)
+            .execute(&mut *tx)
+            .await
+            .map_err(|err| self.db_error(err));
+        let deleted = match deleted {
+            Ok(result) => result.rows_affected(),
+            Err(err) => {
+                if let Err(undo) = tx.rollback().await {
+                    warn!(path = %self.inner.path.display(), error = %undo, "rollback failed");
+                }
+                return Err(err);
+            }
+        };
+        tx.commit().await.map_err(|err| self.db_error(err))?;
+        if deleted > 0 {
+            self.checkpoint().await;
+        }
+        Ok(deleted)
+    }
+
+    /// Copies the WAL into the file and truncates it, so that erased rows do not linger in it.
+    /// Best effort: a reader holding an older snapshot keeps the WAL until it finishes.
+    async fn checkpoint(&self) {
+        let result = sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)")
+            .fetch_one(self.pool())
+            .await
+            .and_then(|row| row.try_get::<i64, _>(0));
+        match result {
+            Ok(0) => {}
+            Ok(_) => debug!(
+                path = %self.inner.path.display(),
+                "WAL checkpoint incomplete after a delete (a reader is active); SQLite finishes it later"
+            ),
+            Err(err) => warn!(
+                path = %self.inner.path.display(),
+                error = %err,
+                "WAL checkpoint after a delete failed"
+            ),
+        }
+    }
+}
+
+impl EventStore for SqliteStore {
+    fn append(
+        &self,
+        batch: Vec<Event>,
+        expected_last_seq: u64,
+    ) -> BoxFuture<'_, Result<Vec<Event>, StoreError>> {
+        Box::pin(self.append_now(batch, expected_last_seq))
+    }
+
+    fn read<'a>(
+        &'a self,
+        tenant_id: &'a str,
+        session_id: &'a str,
+        after_seq: u64,
+    ) -> BoxFuture<'a, Result<Vec<Event>, StoreError>> {
+        Box::pin(self.read_now(tenant_id, session_id, after_seq))
+    }
+
+    fn last_seq<'a>(
+        &'a self,
+        tenant_id: &'a str,
+        session_id: &'a str,
+    ) -> BoxFuture<'a, Result<u64, StoreError>> {
+        Box::pin(self.last_seq_now(tenant_id, session_id))
+    }
+
+    fn sessions<'a>(
+        &'a self,
+        tenant_id: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<SessionSummary>, StoreError>> {
+        Box::pin(self.sessions_now(tenant_id))
+    }
+
+    fn delete<'a>(
+        &'a self,
+        tenant_id: &'a str,
+        session_id: &'a str,
+    ) -> BoxFuture<'a, Result<u64, StoreError>> {
+        Box::pin(self.delete_now(tenant_id, session_id))
+    }
+}
+
+/// The query columns of an event that are not plain strings of it.
+#[derive(Debug)]
+struct Columns {
+    ts: String,
+    category: String,
+    status: String,
+    facets: String,
+}
+
+impl Columns {
+    fn of(event: &Event) -> Result<Columns, StoreError> {
+        let unserializable = |err: serde_json::Error| {
+            StoreError::Invalid(format!(
+                "event {} cannot be serialized: {err}",
+                event.event_id
+            ))
+        };
+        let text = |value: serde_json::Value| match value {
+            serde_json::Value::String(text) => text,
+            other => other.to_string(),
+        };
+        Ok(Columns {
+            ts: event.ts.to_rfc3339_opts(SecondsFormat::Micros, true),
+            category: text(serde_json::to_value(event.category).map_err(unserializable)?),
+            status: text(serde_json::to_value(event.status).map_err(unserializable)?),
+            facets: serde_json::to_string(&event.facets).map_err(unserializable)?,
+        })
+    }
+}
+
+/// A seq or count as SQLite's signed integer (saturating: seqs never come near `i64::MAX`).
+fn to_sql(value: u64) -> i64 {
+    i64::try_from(value).unwrap_or(i64::MAX)
+}
+
+/// Wraps a database error with the file's path.
+fn db_error(path: &Path, err: sqlx::Error) -> StoreError {
+    let source = match err {
+        sqlx::Error::Io(source) => source,
+        other => io::Error::other(other),
+    };
+    StoreError::Io {
+        path: path.display().to_string(),
+        source,
+    }
+}
+
+/// Sets the file up: WAL mode, then the schema, under the write lock.
+async fn set_up(options: SqliteConnectOptions, path: &Path) -> Result<(), StoreError> {
+    let mut conn = SqliteConnection::connect_with(&options)
+        .await
+        .map_err(|err| db_error(path, err))?;
+    let result = async {
+        use_wal(&mut conn, path).await?;
+        let mut tx = conn
+            .begin_with("BEGIN IMMEDIATE")
+            .await
+            .map_err(|err| db_error(path, err))?;
+        let version: i64 = sqlx::query("PRAGMA user_version")
+            .fetch_one(&mut *tx)
+            .await
+            .and_then(|row| row.try_get(0))
+            .map_err(|err| db_error(path, err))?;
+        match version {
+            0 => {
+                for statement in SCHEMA {
+                    sqlx::query(*statement)
+                        .execute(&mut *tx)
+                        .await
+                        .map_err(|err| db_error(path, err))?;
+                }
+                sqlx::query("PRAGMA user_version = 1")
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(|err| db_error(path, err))?;
+            }
+            SCHEMA_VERSION => {}
+            newer => {
+                return Err(StoreError::Invalid(format!(
+                    "{} holds journal schema version {newer}; this build reads version \
+                     {SCHEMA_VERSION}",
+                    path.display()
+                )));
+            }
+        }
+        tx.commit().await.map_err(|err| db_error(path, err))
+    }
+    .await;
+    if let Err(err) = conn.close().await {
+        debug!(path = %path.display(), error = %err, "closing the setup connection failed");
+    }
+    result
+}
+
+/// Switches the file to WAL (a persistent setting). The switch needs the file to itself and
+/// does not wait on the busy timeout, so it is retried while another process holds the file.
+async fn use_wal(conn: &mut SqliteConnection, path: &Path) -> Result<(), StoreError> {
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let mode = sqlx::query("PRAGMA journal_mode = WAL")
+            .fetch_one(&mut *conn)
+            .await
+            .and_then(|row| row.try_get::<String, _>(0));
+        match mode {
+            Ok(mode) if mode.eq_ignore_ascii_case("wal") => return Ok(()),
+            Ok(mode) => {
+                return Err(StoreError::Io {
+                    path: path.display().to_string(),
+                    source: io::Error::other(format!(
+                        "SQLite cannot use WAL on this file (journal mode stays {mode:?})"
+                    )),
+                });
+            }
+            Err(err) if attempt >= WAL_ATTEMPTS => return Err(db_error(path, err)),
+            Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    async fn pragma(conn: &mut SqliteConnection, sql: &'static str) -> String {
+        let row = sqlx::query(sql).fetch_one(&mut *conn).await.unwrap();
+        row.try_get::<String, _>(0)
+            .or_else(|_| row.try_get::<i64, _>(0).map(|n| n.to_string()))
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn connections_are_durable_erase_securely_and_wait_for_the_lock() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(dir.path().join("loom.db")).unwrap();
+        let mut conn = store.pool().acquire().await.unwrap();
+        assert_eq!(pragma(&mut conn, "PRAGMA journal_mode").await, "wal");
+        // FULL
+        assert_eq!(pragma(&mut conn, "PRAGMA synchronous").await, "2");
+        assert_eq!(pragma(&mut conn, "PRAGMA secure_delete").await, "1");
+        assert_eq!(pragma(&mut conn, "PRAGMA busy_timeout").await, "30000");
+        assert_eq!(pragma(&mut conn, "PRAGMA user_version").await, "1");
+    }
+}

@@ -1,0 +1,357 @@
+//! The SQLite journal through the `EventStore` port: the shared conformance suite, then what
+//! only the database shows (settings, verbatim rows, corrupted rows, schema versions, several
+//! processes on one file).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::{
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+    sync::Arc,
+};
+
+use loom_core::{
+    event::EventReadError,
+    ports::{EventStore, StoreError},
+};
+use loom_sqlite::SqliteStore;
+use loom_testkit::conformance::{event, events, seqs};
+use sqlx::{Connection, Row, sqlite::SqliteConnection};
+
+// A freshly opened `SqliteStore` on the same file for every handle, as another process would
+// have (each has its own connections).
+loom_testkit::store_conformance!(conformance, {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("journal.db");
+    SqliteStore::open(&file).unwrap();
+    (dir, move || {
+        Arc::new(SqliteStore::open(&file).unwrap()) as Arc<dyn EventStore>
+    })
+});
+
+/// A raw connection to the file, to look at or tamper with the rows.
+async fn raw(path: &Path) -> SqliteConnection {
+    SqliteConnection::connect(&format!("sqlite://{}", path.display()))
+        .await
+        .unwrap()
+}
+
+async fn pragma(conn: &mut SqliteConnection, name: &'static str) -> String {
+    let row = sqlx::query(name).fetch_one(&mut *conn).await.unwrap();
+    row.try_get::<String, _>(0)
+        .or_else(|_| row.try_get::<i64, _>(0).map(|n| n.to_string()))
+        .unwrap()
+}
+
+#[tokio::test]
+async fn open_creates_the_file_in_wal_mode_with_the_schema() {
+    let dir = tempfile::tempdir().unwrap();
+    // The directory does not exist yet; opening outside a runtime thread works too.
+    let file = dir.path().join("nested").join("loom.db");
+    let store = {
+        let file = file.clone();
+        std::thread::spawn(move || SqliteStore::open(file))
+            .join()
+            .unwrap()
+            .unwrap()
+    };
+    assert_eq!(store.path(), file);
+    assert!(file.exists());
+    let mut conn = raw(&file).await;
+    assert_eq!(pragma(&mut conn, "PRAGMA journal_mode").await, "wal");
+    assert_eq!(pragma(&mut conn, "PRAGMA user_version").await, "1");
+    let names: Vec<String> =
+        sqlx::query("SELECT name FROM sqlite_master WHERE tbl_name = 'events' ORDER BY name")
+            .fetch_all(&mut conn)
+            .await
+            .unwrap()
+            .iter()
+            .map(|row| row.try_get("name").unwrap())
+            .collect();
+    for name in [
+        "events",
+        "events_event_id",
+        "events_ingested",
+        "events_run",
+        "events_type",
+    ] {
+        assert!(names.iter().any(|n| n == name), "{name} missing: {names:?}");
+    }
+
+    store.append(events("t", "s", 1), 0).await.unwrap();
+
+    // Opening again keeps everything.
+    let again = SqliteStore::open(&file).unwrap();
+    assert_eq!(again.last_seq("t", "s").await.unwrap(), 1);
+}
+
+#[tokio::test]
+async fn rows_hold_the_event_line_verbatim_and_its_envelope() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("loom.db");
+    let store = SqliteStore::open(&file).unwrap();
+    let written = store.append(events("t", "s", 2), 0).await.unwrap();
+    let mut conn = raw(&file).await;
+    let rows = sqlx::query(
+        "SELECT tenant_id, session_id, seq, event_id, ts, run_id, root_run_id, type, category, \
+         status, agent, role, facets, event FROM events ORDER BY seq",
+    )
+    .fetch_all(&mut conn)
+    .await
+    .unwrap();
+    assert_eq!(rows.len(), 2);
+    for (row, event) in rows.iter().zip(&written) {
+        let text = |name: &str| row.try_get::<Option<String>, _>(name).unwrap();
+        assert_eq!(text("event").unwrap(), event.to_json());
+        assert_eq!(text("tenant_id").unwrap(), "t");
+        assert_eq!(text("session_id").unwrap(), "s");
+        assert_eq!(row.try_get::<i64, _>("seq").unwrap() as u64, event.seq);
+        assert_eq!(text("event_id").unwrap(), event.event_id);
+        assert_eq!(
+            text("ts").unwrap(),
+            event
+                .ts
+                .to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
+        );
+        assert_eq!(text("run_id").unwrap(), event.run_id);
+        assert_eq!(text("root_run_id").unwrap(), event.root_run_id);
+        assert_eq!(text("type").unwrap(), "run.claimed");
+        assert_eq!(text("category").unwrap(), "run");
+        assert_eq!(text("status").unwrap(), "ok");
+        assert_eq!(text("agent").unwrap(), "demo");
+        assert_eq!(text("role"), None);
+        let facets: serde_json::Value = serde_json::from_str(&text("facets").unwrap()).unwrap();
+        assert_eq!(facets, serde_json::Value::Object(event.facets.clone()));
+    }
+}
+
+fn corrupted<T: std::fmt::Debug>(
+    result: Result<T, StoreError>,
+    file: &Path,
+    session: &str,
+    line: usize,
+) -> EventReadError {
+    match result {
+        Err(StoreError::Corrupted {
+            path,
+            line: at,
+            source,
+        }) => {
+            assert_eq!(path, format!("{} (t/{session})", file.display()));
+            assert_eq!(at, line);
+            source
+        }
+        other => panic!("expected corruption at seq {line}, got {other:?}"),
+    }
+}
+
+/// Runs one statement on the file behind the store's back.
+async fn tamper(conn: &mut SqliteConnection, sql: &'static str) {
+    sqlx::query(sql).execute(&mut *conn).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_bad_row_is_reported_naming_it_and_never_skipped() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("loom.db");
+    let store = SqliteStore::open(&file).unwrap();
+    store.append(events("t", "bad", 4), 0).await.unwrap();
+    let healthy = store.append(events("t", "good", 2), 0).await.unwrap();
+    let mut conn = raw(&file).await;
+
+    // Not JSON at all, in the middle: reads through it fail, naming the row.
+    tamper(
+        &mut conn,
+        "UPDATE events SET event = 'not json' WHERE session_id = 'bad' AND seq = 2",
+    )
+    .await;
+    let source = corrupted(store.read("t", "bad", 0).await, &file, "bad", 2);
+    assert!(matches!(source, EventReadError::Json(_)), "{source}");
+    assert_eq!(seqs(&store.read("t", "bad", 2).await.unwrap()), [3, 4]);
+    assert_eq!(store.last_seq("t", "bad").await.unwrap(), 4);
+
+    // An envelope contradicting its payload on the last row: last_seq reports it too.
+    tamper(
+        &mut conn,
+        "UPDATE events SET event = replace(event, '\"status\":\"ok\"', '\"status\":\"error\"') \
+         WHERE session_id = 'bad' AND seq = 4",
+    )
+    .await;
+    let source = corrupted(store.last_seq("t", "bad").await, &file, "bad", 4);
+    assert!(matches!(
+        source,
+        EventReadError::Inconsistent {
+            field: "status",
+            ..
+        }
+    ));
+    // Rows whose last event is unreadable are left out of the session list, not the others.
+    let listed: Vec<String> = store
+        .sessions("t")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|s| s.session_id)
+        .collect();
+    assert_eq!(listed, ["good"]);
+
+    // A row holding another row's event.
+    tamper(
+        &mut conn,
+        "UPDATE events SET event = (SELECT event FROM events WHERE session_id = 'bad' AND seq = 1) \
+         WHERE session_id = 'bad' AND seq = 2",
+    )
+    .await;
+    let source = corrupted(store.read("t", "bad", 1).await, &file, "bad", 2);
+    assert!(source.to_string().contains("row of seq 2"), "{source}");
+    // A row of another journal.
+    tamper(
+        &mut conn,
+        "UPDATE events SET event = (SELECT event FROM events WHERE session_id = 'good' AND seq = 1) \
+         WHERE session_id = 'bad' AND seq = 1",
+    )
+    .await;
+    let source = corrupted(store.read("t", "bad", 0).await, &file, "bad", 1);
+    assert!(source.to_string().contains("t/good"), "{source}");
+
+    // A gap in the seqs.
+    store.append(events("t", "gap", 3), 0).await.unwrap();
+    tamper(
+        &mut conn,
+        "DELETE FROM events WHERE session_id = 'gap' AND seq = 2",
+    )
+    .await;
+    let source = corrupted(store.read("t", "gap", 0).await, &file, "gap", 3);
+    assert!(
+        source.to_string().contains("seq 3 where 2 was expected"),
+        "{source}"
+    );
+
+    // The other session of the tenant is unaffected.
+    assert_eq!(store.read("t", "good", 0).await.unwrap(), healthy);
+    assert_eq!(
+        seqs(&store.append(events("t", "good", 1), 2).await.unwrap()),
+        [3]
+    );
+}
+
+#[tokio::test]
+async fn a_newer_schema_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("loom.db");
+    drop(SqliteStore::open(&file).unwrap());
+    let mut conn = raw(&file).await;
+    sqlx::query("PRAGMA user_version = 2")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    conn.close().await.unwrap();
+    match SqliteStore::open(&file) {
+        Err(StoreError::Invalid(message)) => {
+            assert!(message.contains("schema version 2"), "{message}");
+        }
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_file_that_is_not_a_database_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("loom.db");
+    std::fs::write(
+        &file,
+        "this is not a database, only text long enough to be checked",
+    )
+    .unwrap();
+    assert!(matches!(
+        SqliteStore::open(&file),
+        Err(StoreError::Io { .. })
+    ));
+}
+
+#[tokio::test]
+async fn delete_leaves_no_trace_in_the_file_or_its_wal() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("loom.db");
+    let store = SqliteStore::open(&file).unwrap();
+    let mut secret = event("t", "s", "secret-worker-7f3a9c");
+    secret.event_id = "ev-secret".into();
+    store.append(vec![secret], 0).await.unwrap();
+    store.append(events("t", "other", 3), 0).await.unwrap();
+    assert_eq!(store.delete("t", "s").await.unwrap(), 1);
+    let wal = PathBuf::from(format!("{}-wal", file.display()));
+    for path in [&file, &wal] {
+        if let Ok(bytes) = std::fs::read(path) {
+            let found = bytes
+                .windows(b"secret-worker-7f3a9c".len())
+                .any(|w| w == b"secret-worker-7f3a9c");
+            assert!(!found, "{} still holds the erased event", path.display());
+        }
+    }
+    assert_eq!(store.read("t", "other", 0).await.unwrap().len(), 3);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Several processes on one file
+
+/// Environment variable naming the database a child process writes to.
+const CHILD_DB: &str = "LOOM_SQLITE_TEST_CHILD_DB";
+const CHILDREN: usize = 4;
+const EACH: usize = 25;
+
+/// Runs as a child process only (spawned by the test below): appends `EACH` events, one at a
+/// time, retrying on conflicts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn child_writer() {
+    let (Ok(file), Ok(name)) = (std::env::var(CHILD_DB), std::env::var("LOOM_CHILD_NAME")) else {
+        return;
+    };
+    let store = SqliteStore::open(file).unwrap();
+    for i in 0..EACH {
+        let event = event("t", "shared", &format!("{name}-{i}"));
+        loop {
+            let last = store.last_seq("t", "shared").await.unwrap();
+            match store.append(vec![event.clone()], last).await {
+                Ok(_) => break,
+                Err(StoreError::Conflict { .. }) => tokio::task::yield_now().await,
+                Err(err) => panic!("{name}: {err}"),
+            }
+        }
+    }
+    store.close().await;
+}
+
+#[tokio::test]
+async fn several_processes_share_one_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("loom.db");
+    let store = SqliteStore::open(&file).unwrap();
+    let exe = std::env::current_exe().unwrap();
+    let children: Vec<_> = (0..CHILDREN)
+        .map(|n| {
+            Command::new(&exe)
+                .args(["--exact", "child_writer", "--nocapture", "--test-threads=1"])
+                .env(CHILD_DB, &file)
+                .env("LOOM_CHILD_NAME", format!("p{n}"))
+                .stdout(Stdio::null())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for mut child in children {
+        assert!(child.wait().unwrap().success());
+    }
+    let all = store.read("t", "shared", 0).await.unwrap();
+    assert_eq!(
+        seqs(&all),
+        (1..=(CHILDREN * EACH) as u64).collect::<Vec<_>>()
+    );
+    for n in 0..CHILDREN {
+        let mine: Vec<String> = all
+            .iter()
+            .filter(|e| e.event_id.contains(&format!("-p{n}-")))
+            .map(|e| e.event_id.split('-').nth(3).unwrap_or_default().to_owned())
+            .collect();
+        let expected: Vec<String> = (0..EACH).map(|i| i.to_string()).collect();
+        assert_eq!(mine, expected, "process p{n}");
+    }
+}

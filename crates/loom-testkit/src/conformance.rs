@@ -1,0 +1,407 @@
+//! The journal conformance suite: scenarios every [`EventStore`] must pass, whatever keeps the
+//! events (memory, JSONL files, SQLite, …).
+//!
+//! Each scenario is a `pub async fn` taking an [`Open`] factory: every call must return a
+//! handle on the *same* storage — the same store for an in-process one, a freshly opened store
+//! on the same directory or file for a durable one, as another process would have. A scenario
+//! panics (through `assert!`) when the store misbehaves.
+//!
+//! [`store_conformance!`](crate::store_conformance) turns the whole suite into `#[tokio::test]`
+//! functions for one kind of store:
+//!
+//! ```ignore
+//! loom_testkit::store_conformance!(memory, {
+//!     let store: Arc<dyn EventStore> = Arc::new(MemoryStore::new());
+//!     ((), move || store.clone())
+//! });
+//! ```
+//!
+//! Scenarios use fixed, strictly increasing timestamps ([`event`]), so the last event of a
+//! journal is also its newest.
+
+// The scenarios are assertions: a failure must panic with the store's error.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::{
+    collections::{HashMap, HashSet},
+    sync::{
+        Arc,
+        atomic::{AtomicI64, Ordering},
+    },
+    time::Duration,
+};
+
+use chrono::{DateTime, TimeZone, Utc};
+use loom_core::{
+    EventStatus,
+    event::{Envelope, Event, Payload, RunClaimed},
+    ports::{EventStore, StoreError},
+};
+
+/// A factory handing out handles on one storage (see the module documentation).
+pub type Open<'a> = &'a dyn Fn() -> Arc<dyn EventStore>;
+
+/// Runs every scenario of the suite as a `#[tokio::test]` in a module `$name`.
+///
+/// `$setup` is evaluated once per test, inside the module (which sees the caller's imports
+/// through `use super::*`), and must give `(guard, open)`: `guard` is kept alive for the test
+/// (a temporary directory, say) and `open` is a closure `Fn() -> Arc<dyn EventStore>` handing
+/// out handles on the same storage. The calling crate needs `tokio` with its `macros` and
+/// `rt-multi-thread` features.
+#[macro_export]
+macro_rules! store_conformance {
+    ($name:ident, $setup:expr) => {
+        $crate::store_conformance!(@tests $name, $setup;
+            seq_starts_at_one_and_is_contiguous,
+            stale_expected_seq_conflicts_and_writes_nothing,
+            racing_appenders_never_leave_gaps_or_duplicates,
+            batch_mixing_journals_is_refused,
+            ill_formed_events_are_refused,
+            read_after_seq,
+            sessions_most_recent_first,
+            unsafe_ids_are_refused,
+            empty_batch_is_a_no_op,
+            delete_erases_one_session,
+        );
+    };
+    (@tests $name:ident, $setup:expr; $($scenario:ident),* $(,)?) => {
+        mod $name {
+            #[allow(unused_imports)]
+            use super::*;
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $scenario() {
+                    let (_guard, open) = $setup;
+                    $crate::conformance::$scenario(&open).await;
+                }
+            )*
+        }
+    };
+}
+
+// ---------------------------------------------------------------------------------------------
+// Fixtures
+
+/// Strictly increasing timestamps, so that the last event of a journal is also its newest.
+static CLOCK: AtomicI64 = AtomicI64::new(0);
+
+fn now() -> DateTime<Utc> {
+    let tick = CLOCK.fetch_add(1, Ordering::Relaxed);
+    Utc.with_ymd_and_hms(2026, 11, 29, 12, 0, 0).unwrap() + chrono::Duration::milliseconds(tick)
+}
+
+/// A well-formed event of `tenant/session` (seq 0: the store assigns it); `label` ends up in
+/// its event id and in its payload's worker id (`worker-<label>`).
+pub fn event(tenant: &str, session: &str, label: &str) -> Event {
+    let ts = now();
+    let envelope = Envelope {
+        event_id: format!("ev-{session}-{label}-{}", ts.timestamp_micros()),
+        ts,
+        tenant_id: tenant.into(),
+        session_id: session.into(),
+        run_id: session.into(),
+        root_run_id: session.into(),
+        span_id: format!("span-{label}"),
+        parent_span_id: None,
+        agent: Some("demo".into()),
+        role: None,
+    };
+    let payload = Payload::RunClaimed(RunClaimed {
+        worker_id: format!("worker-{label}"),
+        lease_until: ts + chrono::Duration::seconds(30),
+    });
+    Event::new(envelope, payload)
+}
+
+/// `n` well-formed events of `tenant/session`, labelled `0`, `1`, …
+pub fn events(tenant: &str, session: &str, n: usize) -> Vec<Event> {
+    (0..n)
+        .map(|i| event(tenant, session, &i.to_string()))
+        .collect()
+}
+
+/// The seqs of `events`.
+pub fn seqs(events: &[Event]) -> Vec<u64> {
+    events.iter().map(|e| e.seq).collect()
+}
+
+/// Asserts that `result` is [`StoreError::Invalid`] with a message containing `needle`.
+pub fn assert_invalid<T: std::fmt::Debug>(result: Result<T, StoreError>, needle: &str) {
+    match result {
+        Err(StoreError::Invalid(message)) => {
+            assert!(
+                message.contains(needle),
+                "{message:?} should name {needle:?}"
+            );
+        }
+        other => panic!("expected Invalid naming {needle:?}, got {other:?}"),
+    }
+}
+
+async fn session_ids(store: &dyn EventStore, tenant: &str) -> Vec<String> {
+    store
+        .sessions(tenant)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|s| s.session_id)
+        .collect()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Scenarios
+
+/// Seqs start at 1 in every journal and follow each other across appends and handles; what is
+/// read back equals what `append` returned.
+pub async fn seq_starts_at_one_and_is_contiguous(open: Open<'_>) {
+    let store = open();
+    assert_eq!(store.last_seq("t", "s").await.unwrap(), 0);
+    assert!(store.read("t", "s", 0).await.unwrap().is_empty());
+
+    let first = store.append(events("t", "s", 3), 0).await.unwrap();
+    assert_eq!(seqs(&first), [1, 2, 3]);
+    let second = store.append(events("t", "s", 2), 3).await.unwrap();
+    assert_eq!(seqs(&second), [4, 5]);
+    let third = open().append(events("t", "s", 1), 5).await.unwrap();
+    assert_eq!(seqs(&third), [6]);
+
+    let all = store.read("t", "s", 0).await.unwrap();
+    assert_eq!(seqs(&all), [1, 2, 3, 4, 5, 6]);
+    let written: Vec<Event> = first.into_iter().chain(second).chain(third).collect();
+    assert_eq!(all, written);
+    assert_eq!(open().read("t", "s", 0).await.unwrap(), written);
+    assert_eq!(store.last_seq("t", "s").await.unwrap(), 6);
+    // Another journal starts its own sequence.
+    let other = store.append(events("t", "other", 1), 0).await.unwrap();
+    assert_eq!(seqs(&other), [1]);
+}
+
+/// An append with a stale `expected_last_seq` gets a conflict naming the journal and both seqs,
+/// and writes nothing — not even an empty journal.
+pub async fn stale_expected_seq_conflicts_and_writes_nothing(open: Open<'_>) {
+    let store = open();
+    store.append(events("t", "s", 2), 0).await.unwrap();
+    let before = store.read("t", "s", 0).await.unwrap();
+
+    for stale in [0, 1, 3, 7] {
+        match store.append(events("t", "s", 2), stale).await {
+            Err(StoreError::Conflict {
+                tenant_id,
+                session_id,
+                expected,
+                found,
+            }) => {
+                assert_eq!((tenant_id.as_str(), session_id.as_str()), ("t", "s"));
+                assert_eq!((expected, found), (stale, 2));
+            }
+            other => panic!("expected a conflict, got {other:?}"),
+        }
+    }
+    assert_eq!(store.last_seq("t", "s").await.unwrap(), 2);
+    assert_eq!(open().read("t", "s", 0).await.unwrap(), before);
+
+    // A conflict on a journal that does not exist yet leaves no session behind.
+    assert!(matches!(
+        store.append(events("t", "new", 1), 3).await,
+        Err(StoreError::Conflict { found: 0, .. })
+    ));
+    assert_eq!(store.last_seq("t", "new").await.unwrap(), 0);
+    assert_eq!(session_ids(store.as_ref(), "t").await, ["s"]);
+}
+
+/// Eight writers on eight handles race on one journal, retrying on conflicts: the journal ends
+/// with every event exactly once, seqs 1..=n, each writer's events in its order.
+pub async fn racing_appenders_never_leave_gaps_or_duplicates(open: Open<'_>) {
+    const WRITERS: usize = 8;
+    const EACH: usize = 20;
+    let mut tasks = Vec::new();
+    for writer in 0..WRITERS {
+        let store = open();
+        tasks.push(tokio::spawn(async move {
+            let mut conflicts = 0;
+            for i in 0..EACH {
+                let event = event("t", "race", &format!("w{writer}-{i}"));
+                loop {
+                    let last = store.last_seq("t", "race").await.unwrap();
+                    match store.append(vec![event.clone()], last).await {
+                        Ok(written) => {
+                            assert_eq!(seqs(&written), [last + 1]);
+                            break;
+                        }
+                        Err(StoreError::Conflict { .. }) => {
+                            conflicts += 1;
+                            tokio::task::yield_now().await;
+                        }
+                        Err(err) => panic!("writer {writer}: {err}"),
+                    }
+                }
+            }
+            conflicts
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    let all = open().read("t", "race", 0).await.unwrap();
+    assert_eq!(all.len(), WRITERS * EACH);
+    assert_eq!(
+        seqs(&all),
+        (1..=(WRITERS * EACH) as u64).collect::<Vec<_>>()
+    );
+    let ids: HashSet<&str> = all.iter().map(|e| e.event_id.as_str()).collect();
+    assert_eq!(ids.len(), WRITERS * EACH, "an event was written twice");
+    // Each writer's events keep their order.
+    for writer in 0..WRITERS {
+        let mine: Vec<String> = all
+            .iter()
+            .filter_map(|e| match &e.payload {
+                Payload::RunClaimed(p) => p
+                    .worker_id
+                    .strip_prefix(&format!("worker-w{writer}-"))
+                    .map(str::to_owned),
+                _ => None,
+            })
+            .collect();
+        let expected: Vec<String> = (0..EACH).map(|i| i.to_string()).collect();
+        assert_eq!(mine, expected);
+    }
+    assert_eq!(
+        open().last_seq("t", "race").await.unwrap(),
+        (WRITERS * EACH) as u64
+    );
+}
+
+/// A batch targets one journal: mixing sessions or tenants is refused and writes nothing.
+pub async fn batch_mixing_journals_is_refused(open: Open<'_>) {
+    let store = open();
+    let mixed_sessions = vec![event("t", "a", "1"), event("t", "b", "2")];
+    assert_invalid(store.append(mixed_sessions, 0).await, "t/b");
+    let mixed_tenants = vec![event("t", "a", "1"), event("u", "a", "2")];
+    assert_invalid(store.append(mixed_tenants, 0).await, "u/a");
+    for (tenant, session) in [("t", "a"), ("t", "b"), ("u", "a")] {
+        assert_eq!(store.last_seq(tenant, session).await.unwrap(), 0);
+        assert!(store.read(tenant, session, 0).await.unwrap().is_empty());
+    }
+    assert!(store.sessions("t").await.unwrap().is_empty());
+    assert!(store.sessions("u").await.unwrap().is_empty());
+}
+
+/// An event that could not be read back (envelope contradicting its payload) is refused, with
+/// the rest of its batch.
+pub async fn ill_formed_events_are_refused(open: Open<'_>) {
+    let store = open();
+    let mut bad = event("t", "s", "bad");
+    bad.status = EventStatus::Error;
+    let id = bad.event_id.clone();
+    assert_invalid(store.append(vec![event("t", "s", "ok"), bad], 0).await, &id);
+    assert_eq!(store.last_seq("t", "s").await.unwrap(), 0);
+    assert!(store.sessions("t").await.unwrap().is_empty());
+}
+
+/// `read(after_seq)` gives the events with a greater seq, in order.
+pub async fn read_after_seq(open: Open<'_>) {
+    let store = open();
+    let written = store.append(events("t", "s", 5), 0).await.unwrap();
+    assert_eq!(store.read("t", "s", 0).await.unwrap(), written);
+    assert_eq!(store.read("t", "s", 3).await.unwrap(), written[3..]);
+    assert_eq!(seqs(&store.read("t", "s", 4).await.unwrap()), [5]);
+    assert!(store.read("t", "s", 5).await.unwrap().is_empty());
+    assert!(store.read("t", "s", 500).await.unwrap().is_empty());
+    assert!(store.read("t", "s", u64::MAX).await.unwrap().is_empty());
+    assert!(store.read("t", "nobody", 0).await.unwrap().is_empty());
+}
+
+/// `sessions` lists a tenant's journals, most recently appended first, with their last seq and
+/// the timestamp of their last event.
+pub async fn sessions_most_recent_first(open: Open<'_>) {
+    let store = open();
+    assert!(store.sessions("t").await.unwrap().is_empty());
+    let mut last_ts = HashMap::new();
+    for (session, expected, n) in [("s1", 0, 2), ("s2", 0, 1), ("s3", 0, 3), ("s1", 2, 1)] {
+        let written = store
+            .append(events("t", session, n), expected)
+            .await
+            .unwrap();
+        last_ts.insert(session, written.last().unwrap().ts);
+        // Let file mtimes tell the appends apart.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    store.append(events("other", "s9", 1), 0).await.unwrap();
+
+    let sessions = open().sessions("t").await.unwrap();
+    let listed: Vec<(&str, u64)> = sessions
+        .iter()
+        .map(|s| (s.session_id.as_str(), s.last_seq))
+        .collect();
+    assert_eq!(listed, [("s1", 3), ("s3", 3), ("s2", 1)]);
+    for summary in &sessions {
+        assert_eq!(
+            summary.updated_at,
+            Some(last_ts[summary.session_id.as_str()])
+        );
+    }
+    assert!(store.sessions("nobody").await.unwrap().is_empty());
+}
+
+/// Ids that could not name a journal (path separators, leading dot, empty) are refused by every
+/// operation.
+pub async fn unsafe_ids_are_refused(open: Open<'_>) {
+    let store = open();
+    for bad in ["../escape", "a/b", ".hidden", ""] {
+        assert_invalid(store.append(vec![event(bad, "s", "1")], 0).await, bad);
+        assert_invalid(store.append(vec![event("t", bad, "1")], 0).await, bad);
+        assert_invalid(store.read(bad, "s", 0).await, bad);
+        assert_invalid(store.read("t", bad, 0).await, bad);
+        assert_invalid(store.last_seq(bad, "s").await, bad);
+        assert_invalid(store.last_seq("t", bad).await, bad);
+        assert_invalid(store.sessions(bad).await, bad);
+        assert_invalid(store.delete(bad, "s").await, bad);
+        assert_invalid(store.delete("t", bad).await, bad);
+    }
+}
+
+/// An empty batch writes nothing, whatever the expected seq.
+pub async fn empty_batch_is_a_no_op(open: Open<'_>) {
+    let store = open();
+    assert!(store.append(Vec::new(), 0).await.unwrap().is_empty());
+    assert!(store.append(Vec::new(), 9).await.unwrap().is_empty());
+    assert!(store.sessions("t").await.unwrap().is_empty());
+}
+
+/// `delete` erases one session's journal and returns how many events it held; other sessions
+/// and the same session id of another tenant are untouched; an unknown session gives 0; a
+/// deleted session starts again at seq 1.
+pub async fn delete_erases_one_session(open: Open<'_>) {
+    let store = open();
+    store.append(events("t", "gone", 2), 0).await.unwrap();
+    store.append(events("t", "gone", 1), 2).await.unwrap();
+    let kept = store.append(events("t", "kept", 2), 0).await.unwrap();
+    let elsewhere = store.append(events("u", "gone", 1), 0).await.unwrap();
+
+    assert_eq!(open().delete("t", "gone").await.unwrap(), 3);
+    assert!(store.read("t", "gone", 0).await.unwrap().is_empty());
+    assert!(open().read("t", "gone", 0).await.unwrap().is_empty());
+    assert_eq!(store.last_seq("t", "gone").await.unwrap(), 0);
+    assert_eq!(session_ids(store.as_ref(), "t").await, ["kept"]);
+    assert_eq!(store.read("t", "kept", 0).await.unwrap(), kept);
+    assert_eq!(store.read("u", "gone", 0).await.unwrap(), elsewhere);
+    assert_eq!(session_ids(store.as_ref(), "u").await, ["gone"]);
+
+    // Deleting again, or a session that never existed, erases nothing.
+    assert_eq!(store.delete("t", "gone").await.unwrap(), 0);
+    assert_eq!(store.delete("t", "nobody").await.unwrap(), 0);
+    assert_eq!(store.delete("nobody", "gone").await.unwrap(), 0);
+
+    // A writer that read the journal before the erasure conflicts; a new journal starts at 1.
+    assert!(matches!(
+        store.append(events("t", "gone", 1), 3).await,
+        Err(StoreError::Conflict {
+            expected: 3,
+            found: 0,
+            ..
+        })
+    ));
+    let again = store.append(events("t", "gone", 2), 0).await.unwrap();
+    assert_eq!(seqs(&again), [1, 2]);
+    assert_eq!(open().read("t", "gone", 0).await.unwrap(), again);
+}
