@@ -4,7 +4,7 @@ use std::{io::Write, path::PathBuf, sync::Mutex};
 
 use clap::{Parser, Subcommand};
 use loom_ia::{
-    Event, Loom, LoomError, Profile, RunOptions, config::LogFormat, core::event::Payload,
+    Event, Loom, LoomError, Profile, RunOptions, RunStatus, config::LogFormat, core::event::Payload,
 };
 
 use crate::{App, FAILED, OK, REFUSED, render};
@@ -25,6 +25,31 @@ pub struct Cli {
 
 fn parse_profile(text: &str) -> Result<Profile, String> {
     text.parse()
+}
+
+/// What `approve` and `reject` share.
+#[derive(Debug, clap::Args)]
+struct DecisionArgs {
+    /// Run id.
+    run_id: String,
+    /// The call to decide (default: every call waiting).
+    #[arg(long = "call", value_name = "CALL_ID")]
+    call: Option<String>,
+    /// Who decides (journaled; default: the user name).
+    #[arg(long, value_name = "NAME")]
+    by: Option<String>,
+    /// Why (journaled; a rejection's reason is given to the model).
+    #[arg(long)]
+    reason: Option<String>,
+    /// Session of the run (found by search when absent).
+    #[arg(long)]
+    session: Option<String>,
+    /// Only journal the decision: the run stays paused until `loom resume`.
+    #[arg(long = "no-wait")]
+    no_wait: bool,
+    /// Print the result as JSON.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -49,6 +74,19 @@ enum Command {
         /// Choose the run id.
         #[arg(long = "run-id")]
         run_id: Option<String>,
+    },
+    /// Grant the approval a paused run waits for, then drive it on.
+    Approve {
+        #[command(flatten)]
+        decision: DecisionArgs,
+        /// Corrected arguments (JSON) the tool receives instead of the model's (needs --call).
+        #[arg(long, value_name = "JSON")]
+        arguments: Option<String>,
+    },
+    /// Reject the approval a paused run waits for (the model is told why), then drive it on.
+    Reject {
+        #[command(flatten)]
+        decision: DecisionArgs,
     },
     /// Show a run as a tree of steps, model calls and tool calls.
     Inspect {
@@ -119,6 +157,11 @@ pub(crate) async fn execute(cli: Cli, app: App) -> u8 {
             )
             .await
         }
+        Command::Approve {
+            decision,
+            arguments,
+        } => decide(&loom, decision, Some(arguments)).await,
+        Command::Reject { decision } => decide(&loom, decision, None).await,
         Command::Inspect {
             run_id,
             session,
@@ -218,7 +261,7 @@ async fn run(
     interrupt.abort();
     if json {
         print_json(&result);
-    } else if !stream {
+    } else if !stream && result.status != RunStatus::Paused {
         println!(
             "{}",
             if result.text.is_empty() {
@@ -230,6 +273,76 @@ async fn run(
     }
     eprint!("{}", render::run_summary(&result));
     Ok(if result.ok() { OK } else { FAILED })
+}
+
+/// `approve` (with `arguments`, possibly `None` inside) and `reject` (`arguments` `None`).
+async fn decide(
+    loom: &Loom,
+    args: DecisionArgs,
+    arguments: Option<Option<String>>,
+) -> Result<u8, LoomError> {
+    let approving = arguments.is_some();
+    let corrected = match arguments.flatten() {
+        Some(_) if args.call.is_none() => {
+            eprintln!("error: --arguments corrects one named call: add --call.");
+            return Ok(REFUSED);
+        }
+        Some(text) => match serde_json::from_str::<serde_json::Value>(&text) {
+            Ok(value) => Some(value),
+            Err(error) => {
+                eprintln!("error: --arguments is not valid JSON: {error}");
+                return Ok(REFUSED);
+            }
+        },
+        None => None,
+    };
+    let by = args.by.clone().unwrap_or_else(user_name);
+    let run = loom
+        .locate(&args.run_id, args.session.as_deref(), None)
+        .await?;
+    let call = args.call.as_deref();
+    let reason = args.reason.as_deref();
+    let decided = if approving {
+        loom.approve(&run, call, &by, reason, corrected, args.no_wait)
+            .await?
+    } else {
+        loom.reject(&run, call, &by, reason, args.no_wait).await?
+    };
+    let verb = if approving { "Approved" } else { "Rejected" };
+    eprintln!("{verb}: {}", decided.calls.join(", "));
+    let result = decided.result;
+    if args.no_wait {
+        if args.json {
+            print_json(&result);
+        }
+        eprintln!(
+            "Run {}: decision journaled; the run stays {} until `loom resume {}`.",
+            result.run_id, result.status, result.run_id
+        );
+        return Ok(OK);
+    }
+    if args.json {
+        print_json(&result);
+    } else if result.status != RunStatus::Paused {
+        println!(
+            "{}",
+            if result.text.is_empty() {
+                "—"
+            } else {
+                &result.text
+            }
+        );
+    }
+    eprint!("{}", render::run_summary(&result));
+    Ok(if result.ok() { OK } else { FAILED })
+}
+
+/// Who decides when `--by` is not given: the user name, else "cli".
+fn user_name() -> String {
+    ["USER", "USERNAME", "LOGNAME"]
+        .iter()
+        .find_map(|v| std::env::var(v).ok().filter(|n| !n.trim().is_empty()))
+        .unwrap_or_else(|| "cli".to_owned())
 }
 
 /// `--stream`: text deltas on stdout as they come, one progress line per event on stderr.

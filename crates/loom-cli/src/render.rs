@@ -27,6 +27,18 @@ pub(crate) fn run_summary(result: &RunResult) -> String {
     if result.session_id != result.run_id {
         let _ = writeln!(out, "Session    : {}", result.session_id);
     }
+    for pending in &result.pending_approvals {
+        let session = if result.session_id != result.run_id {
+            format!(" --session {}", result.session_id)
+        } else {
+            String::new()
+        };
+        let _ = writeln!(
+            out,
+            "Waiting    : {} ({}) — loom approve {} --call {}{session}",
+            pending.tool_name, pending.call_id, result.run_id, pending.call_id
+        );
+    }
     if let Some(error) = &result.error {
         let kind = result.error_type.as_deref().unwrap_or("error");
         let _ = writeln!(out, "Error      : {error} ({kind})");
@@ -83,6 +95,33 @@ pub(crate) fn progress_line(event: &Event) -> Option<String> {
             failed.error_type, failed.error
         )),
         Payload::RunCancelled(cancelled) => Some(format!("· cancelled ({})", cancelled.reason)),
+        Payload::ApprovalRequested(requested) => Some(format!(
+            "· approval requested: {} — {}{}",
+            requested.tool_name,
+            requested.reason,
+            requested
+                .expire_at
+                .map(|at| format!(", until {}", at.format("%d/%m at %H:%M:%S")))
+                .unwrap_or_default()
+        )),
+        Payload::ApprovalGranted(granted) => Some(format!(
+            "· approval granted by {}: {}",
+            granted.by, granted.tool_name
+        )),
+        Payload::ApprovalRejected(rejected) => Some(format!(
+            "· approval rejected by {}: {}{}",
+            rejected.by,
+            rejected.tool_name,
+            rejected
+                .reason
+                .as_deref()
+                .map(|r| format!(" — {r}"))
+                .unwrap_or_default()
+        )),
+        Payload::ApprovalExpired(expired) => Some(format!(
+            "· approval expired: {} ({})",
+            expired.tool_name, expired.action
+        )),
         _ => None,
     }
 }
@@ -126,7 +165,7 @@ pub(crate) fn trace(trace: &Trace, full: bool) -> String {
         duration(trace.duration_ms),
         trace.cost_usd
     ));
-    let (mut model_calls, mut tool_calls, mut refused) = (0, 0, 0);
+    let (mut model_calls, mut tool_calls, mut refused, mut approvals) = (0, 0, 0, 0);
     for step in &trace.steps {
         let mut head = format!("  step {} ({})", step.step_no, step_effect(step.effect));
         if let Some(ms) = step.duration_ms {
@@ -209,6 +248,33 @@ pub(crate) fn trace(trace: &Trace, full: bool) -> String {
                         line(format!("      · result    : {}", one_line(result)));
                     }
                 }
+                TraceCall::Approval {
+                    name,
+                    status,
+                    by,
+                    reason,
+                    decision_reason,
+                    arguments,
+                    ..
+                } => {
+                    approvals += 1;
+                    let who = by.as_deref().unwrap_or("?");
+                    let why = decision_reason
+                        .as_deref()
+                        .map(|r| format!(" ({r})"))
+                        .unwrap_or_default();
+                    let decided = match status.as_str() {
+                        "granted" => format!("granted by {who}{why}"),
+                        "rejected" => format!("rejected by {who}{why}"),
+                        "expired" => "expired".to_owned(),
+                        _ => "waiting".to_owned(),
+                    };
+                    line(format!("    approval for {name} — {decided}"));
+                    line(format!("      · asked     : {}", one_line(reason)));
+                    if let Some(arguments) = arguments {
+                        line(format!("      · corrected : {}", compact(arguments)));
+                    }
+                }
             }
         }
     }
@@ -226,6 +292,9 @@ pub(crate) fn trace(trace: &Trace, full: bool) -> String {
         format!("Summary    : {model_calls} model call(s), {tool_calls} tool call(s)");
     if refused > 0 {
         let _ = write!(summary, " including {refused} refused before launch");
+    }
+    if approvals > 0 {
+        let _ = write!(summary, ", {approvals} approval(s)");
     }
     line(summary);
     out

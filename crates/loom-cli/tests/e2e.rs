@@ -358,21 +358,6 @@ fn broken_configurations_are_refused_with_file_line_and_key() {
 }
 
 #[test]
-fn approval_declared_in_yaml_is_refused_until_it_exists() {
-    let dir = devis_project();
-    let agent = fs::read_to_string(dir.path().join("agents/devis.yaml")).unwrap();
-    fs::write(
-        dir.path().join("agents/devis.yaml"),
-        format!("{agent}    approval: always\n"),
-    )
-    .unwrap();
-    let out = run_in(&devis_bin(), dir.path(), &["validate"]);
-    assert_eq!(out.status.code(), Some(2));
-    let stderr = text(&out.stderr);
-    assert!(stderr.starts_with("config error: agents/devis.yaml:11:15 tools[0].approval: tool 'prix_ttc' requires human approval"), "{stderr}");
-}
-
-#[test]
 fn validate_prints_what_it_understood() {
     let dir = devis_project();
     let out = run_in(&devis_bin(), dir.path(), &["validate"]);

@@ -14,6 +14,7 @@ use crate::model::{
 };
 use crate::prompt;
 use crate::yaml::{self, KeyPath, Kind, Loc, Node, ParseError};
+use loom_core::tool::Approval;
 
 /// Where the root document comes from.
 #[derive(Debug, Clone)]
@@ -975,6 +976,12 @@ fn check_agent(config: &mut Config, i: usize) -> Result<(), ConfigError> {
     if !positive_seconds(spec.timeout) {
         return Err(invalid(&p.key("timeout"), NOT_POSITIVE.into()));
     }
+    if !positive_seconds(spec.approval.expires_in) {
+        return Err(invalid(
+            &p.key("approval").key("expires_in"),
+            NOT_POSITIVE.into(),
+        ));
+    }
     let mut prefixes: Vec<String> = Vec::new();
     for (t, tool) in spec.tools.iter().enumerate() {
         let tp = p.key("tools").index(t);
@@ -1021,6 +1028,10 @@ fn check_agent(config: &mut Config, i: usize) -> Result<(), ConfigError> {
     Ok(())
 }
 
+/// Why `approval: policy` is refused.
+pub const APPROVAL_POLICY: &str = "approval: policy needs approval policies, which this version \
+does not have yet; use always (a human decides every call) or never";
+
 /// Why a key of the Loom-IA format is refused: Rust tools are registered in code, and some
 /// sections of the reference are not implemented yet (refused rather than silently ignored).
 fn not_yet(field: &str) -> &'static str {
@@ -1040,7 +1051,6 @@ fn not_yet(field: &str) -> &'static str {
         "output",
         "judge",
         "budget",
-        "approval",
         "expose",
         "stream_output",
         "state",
@@ -1186,6 +1196,13 @@ fn check_overrides(
             NOT_POSITIVE,
         ));
     }
+    if overrides.approval == Some(Approval::Policy) {
+        return Err(doc.error(
+            &path.key("approval"),
+            ConfigErrorKind::Invalid,
+            APPROVAL_POLICY,
+        ));
+    }
     Ok(())
 }
 
@@ -1202,6 +1219,9 @@ fn check_tool_ref(
     }
     if tool.offload_over == Some(0) {
         return Err(invalid(&tp.key("offload_over"), NOT_POSITIVE.into()));
+    }
+    if tool.approval == Some(Approval::Policy) {
+        return Err(invalid(&tp.key("approval"), APPROVAL_POLICY.into()));
     }
     match (&tool.tool, &tool.mcp) {
         (Some(_), Some(_)) | (None, None) => Err(invalid(

@@ -34,14 +34,14 @@ mod yaml;
 
 use std::path::{Path, PathBuf};
 
-pub use config::{BUILTIN_TOOLS, Config};
+pub use config::{APPROVAL_POLICY, BUILTIN_TOOLS, Config};
 pub use error::{ConfigError, ConfigErrorKind};
 pub use model::{
-    AgentSpec, ArtifactsBackend, ArtifactsStorage, CaptureConfig, CircuitBreaker, EventsBackend,
-    EventsStorage, ExecutionConfig, FolderRight, FolderSpec, JsonObject, LlmSettings, LogFormat,
-    LogLevel, LoggingConfig, LoomConfig, MainRole, McpScope, McpServerSpec, McpTransport, ModelApi,
-    ModelCapabilities, ModelSpec, Profile, Profiles, Sdk, StorageConfig, TelemetryConfig,
-    ToolOverrides, ToolRef, ToolsExecution,
+    AgentApproval, AgentSpec, ArtifactsBackend, ArtifactsStorage, CaptureConfig, CircuitBreaker,
+    EventsBackend, EventsStorage, ExecutionConfig, FolderRight, FolderSpec, JsonObject,
+    LlmSettings, LogFormat, LogLevel, LoggingConfig, LoomConfig, MainRole, McpScope, McpServerSpec,
+    McpTransport, ModelApi, ModelCapabilities, ModelSpec, Profile, Profiles, Sdk, StorageConfig,
+    TelemetryConfig, ToolOverrides, ToolRef, ToolsExecution,
 };
 
 /// Loads and validates the configuration at `path` (usually `loom.yaml`).

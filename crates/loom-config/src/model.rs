@@ -6,6 +6,7 @@
 
 use std::{collections::BTreeMap, fmt, path::PathBuf, str::FromStr};
 
+use loom_core::approval::OnExpiry;
 use loom_core::tool::{Approval, SideEffects};
 use loom_core::usage::Pricing;
 use schemars::JsonSchema;
@@ -365,10 +366,39 @@ pub struct AgentSpec {
     /// Tools the agent may call.
     #[serde(default)]
     pub tools: Vec<ToolRef>,
+    /// How long approval requests of its tools wait, and what their expiry does.
+    #[serde(default)]
+    pub approval: AgentApproval,
 }
 
 fn default_max_iterations() -> u32 {
     10
+}
+
+/// An agent's `approval:` block.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AgentApproval {
+    /// Seconds a request waits for a decision (`null`: never expires; default 86400, 24 h).
+    #[serde(default = "default_expires_in")]
+    #[schemars(extend("exclusiveMinimum" = 0))]
+    pub expires_in: Option<f64>,
+    /// What an expired request does: `deny` (the model is told) or `fail` (the run fails).
+    #[serde(default)]
+    pub on_expiry: OnExpiry,
+}
+
+impl Default for AgentApproval {
+    fn default() -> Self {
+        AgentApproval {
+            expires_in: default_expires_in(),
+            on_expiry: OnExpiry::Deny,
+        }
+    }
+}
+
+fn default_expires_in() -> Option<f64> {
+    Some(86_400.0)
 }
 
 impl AgentSpec {
@@ -381,6 +411,7 @@ impl AgentSpec {
             max_iterations: default_max_iterations(),
             timeout: None,
             tools: Vec::new(),
+            approval: AgentApproval::default(),
         }
     }
 }

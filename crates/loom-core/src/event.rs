@@ -261,6 +261,22 @@ fn de_ts<'de, D: Deserializer<'de>>(d: D) -> Result<DateTime<Utc>, D::Error> {
         .map_err(serde::de::Error::custom)
 }
 
+fn ser_opt_ts<S: Serializer>(ts: &Option<DateTime<Utc>>, s: S) -> Result<S::Ok, S::Error> {
+    match ts {
+        Some(ts) => ser_ts(ts, s),
+        None => s.serialize_none(),
+    }
+}
+
+fn de_opt_ts<'de, D: Deserializer<'de>>(d: D) -> Result<Option<DateTime<Utc>>, D::Error> {
+    match Option::<String>::deserialize(d)? {
+        Some(text) => DateTime::parse_from_rfc3339(&text)
+            .map(|t| Some(t.with_timezone(&Utc)))
+            .map_err(serde::de::Error::custom),
+        None => Ok(None),
+    }
+}
+
 /// The payloads, discriminated by `type`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type")]
@@ -320,6 +336,18 @@ pub enum Payload {
     /// The raw HTTP exchange of one model attempt (opt-in capture).
     #[serde(rename = "model.exchanged")]
     ModelExchanged(ModelExchanged),
+    /// A call waits for a human decision.
+    #[serde(rename = "approval.requested")]
+    ApprovalRequested(ApprovalRequested),
+    /// A human (or an inline approver) let a call run.
+    #[serde(rename = "approval.granted")]
+    ApprovalGranted(ApprovalGranted),
+    /// A human (or an inline approver) refused a call.
+    #[serde(rename = "approval.rejected")]
+    ApprovalRejected(ApprovalRejected),
+    /// A request passed its deadline without a decision.
+    #[serde(rename = "approval.expired")]
+    ApprovalExpired(ApprovalExpired),
 }
 
 /// Who the run is for.
@@ -821,6 +849,83 @@ pub struct ModelExchanged {
     pub judge: Option<String>,
 }
 
+/// `approval.requested`: the call is held until a decision.
+///
+/// Content fields: `arguments`, `reason`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ApprovalRequested {
+    /// The call.
+    pub call_id: String,
+    /// Its tool.
+    pub tool_name: String,
+    /// The arguments the call would run with.
+    pub arguments: Value,
+    /// Why a human is asked.
+    pub reason: String,
+    /// The policy that asked (none: the tool's declaration).
+    #[serde(default)]
+    pub policy: Option<String>,
+    /// What the decision allows ("approve").
+    #[serde(default = "approve")]
+    pub scope: String,
+    /// Deadline (`null`: never expires).
+    #[serde(default, serialize_with = "ser_opt_ts", deserialize_with = "de_opt_ts")]
+    pub expire_at: Option<DateTime<Utc>>,
+}
+
+fn approve() -> String {
+    "approve".into()
+}
+
+/// `approval.granted`.
+///
+/// Content fields: `arguments`, `reason`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ApprovalGranted {
+    /// The call.
+    pub call_id: String,
+    /// Its tool.
+    pub tool_name: String,
+    /// Who decided.
+    pub by: String,
+    /// Why.
+    #[serde(default)]
+    pub reason: Option<String>,
+    /// Corrected arguments the call runs with (`null`: the model's).
+    #[serde(default)]
+    pub arguments: Option<Value>,
+}
+
+/// `approval.rejected`.
+///
+/// Content field: `reason`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ApprovalRejected {
+    /// The call.
+    pub call_id: String,
+    /// Its tool.
+    pub tool_name: String,
+    /// Who decided.
+    pub by: String,
+    /// Why (given to the model).
+    #[serde(default)]
+    pub reason: Option<String>,
+}
+
+/// `approval.expired`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ApprovalExpired {
+    /// The call.
+    pub call_id: String,
+    /// Its tool.
+    pub tool_name: String,
+    /// "deny" (the model is told) or "fail" (the run fails).
+    pub action: String,
+    /// The deadline that passed.
+    #[serde(default, serialize_with = "ser_opt_ts", deserialize_with = "de_opt_ts")]
+    pub expire_at: Option<DateTime<Utc>>,
+}
+
 impl ModelExchanged {
     /// The event of `exchange`, observed on the wire (`synthetic` false), for the main slot.
     pub fn observed(
@@ -879,6 +984,10 @@ impl Payload {
             Payload::ModelRetried(_) => "model.retried",
             Payload::ModelFellBack(_) => "model.fell_back",
             Payload::ModelExchanged(_) => "model.exchanged",
+            Payload::ApprovalRequested(_) => "approval.requested",
+            Payload::ApprovalGranted(_) => "approval.granted",
+            Payload::ApprovalRejected(_) => "approval.rejected",
+            Payload::ApprovalExpired(_) => "approval.expired",
         }
     }
 
@@ -895,6 +1004,10 @@ impl Payload {
             | Payload::ToolSourceUnavailable(_) => Category::Tool,
             Payload::CircuitOpened(_) => Category::Circuit,
             Payload::ArtifactStored(_) => Category::Artifact,
+            Payload::ApprovalRequested(_)
+            | Payload::ApprovalGranted(_)
+            | Payload::ApprovalRejected(_)
+            | Payload::ApprovalExpired(_) => Category::Approval,
             _ => Category::Run,
         }
     }
@@ -916,7 +1029,10 @@ impl Payload {
             Payload::ToolSourceUnavailable(_)
             | Payload::CircuitOpened(_)
             | Payload::ModelRetried(_)
-            | Payload::ModelFellBack(_) => EventStatus::Warning,
+            | Payload::ModelFellBack(_)
+            | Payload::ApprovalRequested(_)
+            | Payload::ApprovalRejected(_)
+            | Payload::ApprovalExpired(_) => EventStatus::Warning,
             _ => EventStatus::Ok,
         }
     }
@@ -965,7 +1081,7 @@ impl Payload {
                 f.insert("worker_id".into(), json!(p.worker_id));
             }
             Payload::MessageUser(p) => {
-                if p.kind == "repair" {
+                if p.kind != "request" {
                     f.insert("kind".into(), json!(p.kind));
                 }
             }
@@ -1045,6 +1161,22 @@ impl Payload {
                 if p.output.offloaded.is_some() {
                     f.insert("offloaded".into(), json!(true));
                 }
+            }
+            Payload::ApprovalRequested(p) => {
+                f.insert("tool_name".into(), json!(p.tool_name));
+                f.insert("scope".into(), json!(p.scope));
+            }
+            Payload::ApprovalGranted(p) => {
+                f.insert("tool_name".into(), json!(p.tool_name));
+                f.insert("by".into(), json!(p.by));
+            }
+            Payload::ApprovalRejected(p) => {
+                f.insert("tool_name".into(), json!(p.tool_name));
+                f.insert("by".into(), json!(p.by));
+            }
+            Payload::ApprovalExpired(p) => {
+                f.insert("tool_name".into(), json!(p.tool_name));
+                f.insert("action".into(), json!(p.action));
             }
         }
         f

@@ -11,6 +11,7 @@
 //! The journal is the truth: [`event::Event`] is the only persisted fact, and
 //! [`state::RunState`] is a pure fold over a run's events.
 
+pub mod approval;
 pub mod content;
 pub mod event;
 pub mod ids;

@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::{
+    approval::{ApprovalRecord, ApprovalStatus, PendingApproval},
     content::{Block, BlockKind, Message, Role},
     event::{Event, Payload},
     tool::ToolOutput,
@@ -162,6 +163,8 @@ pub struct RunState {
     /// URIs of the results moved out of the context in this run (`artifact.stored`, origin
     /// `offload`), which `artifact_read` may page through.
     pub offloaded: Vec<String>,
+    /// Every approval request of the run, in journal order, with what became of it.
+    pub approvals: Vec<ApprovalRecord>,
     /// Seq of the last event applied.
     pub last_seq: u64,
     /// When the run started.
@@ -220,6 +223,7 @@ impl RunState {
             claim: None,
             finished: false,
             offloaded: Vec::new(),
+            approvals: Vec::new(),
             models: std::collections::BTreeMap::new(),
             last_seq: event.seq,
             started_at: event.ts,
@@ -244,6 +248,15 @@ impl RunState {
                 worker_id: claim.worker_id.clone(),
                 lease_until: claim.lease_until,
             });
+            return Ok(());
+        }
+        // A decision that arrives after the run closed (cancelled meanwhile) changes nothing.
+        if (self.finished || self.status.is_terminal())
+            && matches!(
+                &event.payload,
+                Payload::ApprovalGranted(_) | Payload::ApprovalRejected(_)
+            )
+        {
             return Ok(());
         }
         if self.finished {
@@ -304,6 +317,15 @@ impl RunState {
                     ));
                 };
                 call.started = true;
+                if let Some(approval) = self
+                    .approvals
+                    .iter_mut()
+                    .rev()
+                    .find(|a| a.call_id == called.call_id)
+                    && approval.status == ApprovalStatus::Granted
+                {
+                    approval.launched = true;
+                }
             }
             Payload::ToolCompleted(completed) => {
                 let Some(index) = self
@@ -365,8 +387,133 @@ impl RunState {
                     self.offloaded.push(stored.uri.clone());
                 }
             }
+            Payload::ApprovalRequested(requested) => {
+                if !self
+                    .pending_calls
+                    .iter()
+                    .any(|c| c.call_id == requested.call_id)
+                {
+                    return Err(error(
+                        event,
+                        &format!(
+                            "approval.requested for unknown call '{}'",
+                            requested.call_id
+                        ),
+                    ));
+                }
+                if self
+                    .approval(&requested.call_id)
+                    .is_some_and(ApprovalRecord::is_pending)
+                {
+                    return Err(error(
+                        event,
+                        &format!(
+                            "a request for call '{}' is already waiting",
+                            requested.call_id
+                        ),
+                    ));
+                }
+                self.approvals.push(ApprovalRecord {
+                    call_id: requested.call_id.clone(),
+                    tool_name: requested.tool_name.clone(),
+                    arguments: requested.arguments.clone(),
+                    reason: requested.reason.clone(),
+                    expire_at: requested.expire_at,
+                    status: ApprovalStatus::Pending,
+                    by: None,
+                    decision_reason: None,
+                    granted_arguments: None,
+                    launched: false,
+                    span_id: event.span_id.clone(),
+                    parent_span_id: event.parent_span_id.clone(),
+                });
+            }
+            Payload::ApprovalGranted(granted) => {
+                let record = self.settle(event, &granted.call_id, ApprovalStatus::Granted)?;
+                record.by = Some(granted.by.clone());
+                record.decision_reason = granted.reason.clone();
+                record.granted_arguments = granted.arguments.clone();
+                if let Some(arguments) = &granted.arguments {
+                    // The conversation shows the call as it runs; the journal's `tool.called`
+                    // keeps what the model wrote.
+                    rewrite_call(&mut self.messages, &granted.call_id, arguments);
+                }
+            }
+            Payload::ApprovalRejected(rejected) => {
+                let record = self.settle(event, &rejected.call_id, ApprovalStatus::Rejected)?;
+                record.by = Some(rejected.by.clone());
+                record.decision_reason = rejected.reason.clone();
+            }
+            Payload::ApprovalExpired(expired) => {
+                self.settle(
+                    event,
+                    &expired.call_id,
+                    ApprovalStatus::Expired {
+                        action: expired.action.clone(),
+                    },
+                )?;
+            }
         }
         Ok(())
+    }
+
+    /// Settles the last request of `call_id`, which must be waiting.
+    fn settle(
+        &mut self,
+        event: &Event,
+        call_id: &str,
+        status: ApprovalStatus,
+    ) -> Result<&mut ApprovalRecord, ProjectionError> {
+        let record = self
+            .approvals
+            .iter_mut()
+            .rev()
+            .find(|a| a.call_id == call_id);
+        match record {
+            Some(record) if record.is_pending() => {
+                record.status = status;
+                Ok(record)
+            }
+            Some(_) => Err(error(
+                event,
+                &format!("the request for call '{call_id}' was already decided"),
+            )),
+            None => Err(error(
+                event,
+                &format!("decision without a request for call '{call_id}'"),
+            )),
+        }
+    }
+
+    /// The last approval request of a call.
+    pub fn approval(&self, call_id: &str) -> Option<&ApprovalRecord> {
+        self.approvals.iter().rev().find(|a| a.call_id == call_id)
+    }
+
+    /// The requests waiting for a decision, in request order (none once the run closed: a
+    /// cancel withdraws them).
+    pub fn waiting_approvals(&self) -> Vec<&ApprovalRecord> {
+        if self.status.is_terminal() {
+            return Vec::new();
+        }
+        self.approvals.iter().filter(|a| a.is_pending()).collect()
+    }
+
+    /// The requests waiting for a decision, as callers see them.
+    pub fn pending_approvals(&self) -> Vec<PendingApproval> {
+        self.waiting_approvals()
+            .into_iter()
+            .map(|a| PendingApproval {
+                call_id: a.call_id.clone(),
+                tool_name: a.tool_name.clone(),
+                arguments: a.arguments.clone(),
+                reason: a.reason.clone(),
+                expire_at: a.expire_at,
+                run_id: self.run_id.clone(),
+                session_id: self.session_id.clone(),
+                tenant_id: self.tenant_id.clone(),
+            })
+            .collect()
     }
 
     /// The conversation to send to the model: the run's messages, with each turn's tool results
@@ -397,6 +544,24 @@ fn error(event: &Event, reason: &str) -> ProjectionError {
         seq: event.seq,
         event_type: event.event_type.clone(),
         reason: reason.to_owned(),
+    }
+}
+
+/// Rewrites the arguments of the tool call `call_id` in the last assistant message that has it.
+fn rewrite_call(messages: &mut [Message], call_id: &str, new: &Value) {
+    for message in messages.iter_mut().rev() {
+        for block in &mut message.blocks {
+            if let BlockKind::ToolCall {
+                call_id: id,
+                arguments,
+                ..
+            } = &mut block.kind
+                && id == call_id
+            {
+                *arguments = new.clone();
+                return;
+            }
+        }
     }
 }
 

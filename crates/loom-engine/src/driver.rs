@@ -9,12 +9,13 @@ use std::{
 
 use loom_core::{
     Event, Message, RunState, RunStatus,
+    approval::{ApprovalRecord, Approver, Decision, OnExpiry},
     content::BlockKind,
     event::{
-        CircuitOpened, Effect, Envelope, MessageUser, ModelExchanged, ModelFellBack,
-        ModelResponded, ModelRetried, Outcome, Payload, RunCancelled, RunClaimed, RunCompleted,
-        RunContext, RunFailed, RunStarted, RunTransitioned, StepCompleted, StepStarted,
-        ToolSourceUnavailable,
+        ApprovalExpired, CircuitOpened, Effect, Envelope, MessageUser, ModelExchanged,
+        ModelFellBack, ModelResponded, ModelRetried, Outcome, Payload, RunCancelled, RunClaimed,
+        RunCompleted, RunContext, RunFailed, RunStarted, RunTransitioned, StepCompleted,
+        StepStarted, ToolSourceUnavailable,
     },
     ids::is_safe_id,
     model::{HttpExchange, ModelError, ModelErrorKind, ModelRequest, ModelResponse, StopReason},
@@ -151,6 +152,21 @@ impl Engine {
         observer: &dyn Observer,
         cancel: &CancellationToken,
     ) -> Result<RunState, EngineError> {
+        self.drive_with(run, agent, observer, cancel, None).await
+    }
+
+    /// Like [`Engine::drive`], with an inline `approver` that decides approval requests inside
+    /// the loop (the run never pauses; requests and decisions are still journaled). Without
+    /// one, a call that needs approval pauses the run: `drive` returns the `paused` state,
+    /// the lease handed back.
+    pub async fn drive_with(
+        &self,
+        run: &RunRef,
+        agent: &AgentRuntime,
+        observer: &dyn Observer,
+        cancel: &CancellationToken,
+        approver: Option<Arc<dyn Approver>>,
+    ) -> Result<RunState, EngineError> {
         let events = self.store.read(&run.tenant_id, &run.session_id, 0).await?;
         let mut state = RunState::fold(&run.run_id, &events)?;
         if state.finished {
@@ -190,6 +206,7 @@ impl Engine {
             observer,
             tools: agent.tools.clone(),
             opened: Vec::new(),
+            approver,
         };
         let outcome = driver.pilot(&mut state, &mut writer).await;
         // Run-scoped sources close with the pilot, whatever happened.
@@ -245,6 +262,128 @@ impl Engine {
         Err(EngineError::Contention(run.session_id.clone()))
     }
 
+    /// Journals a human decision on the approval requests of a paused run: the request of
+    /// `call_id`, or every waiting one. Returns the call ids decided.
+    ///
+    /// Refused ([`EngineError::Invalid`], nothing written) when nothing waits, the call has no
+    /// waiting request, its request expired, corrected arguments name no single call or break
+    /// the tool's schema. The run is not driven: [`Engine::drive`] continues it.
+    pub async fn settle(
+        &self,
+        run: &RunRef,
+        agent: &AgentRuntime,
+        call_id: Option<&str>,
+        decision: &Decision,
+    ) -> Result<Vec<String>, EngineError> {
+        let corrected = match decision {
+            Decision::Approved {
+                arguments: Some(arguments),
+                ..
+            } => Some(arguments),
+            _ => None,
+        };
+        if corrected.is_some() && call_id.is_none() {
+            return Err(EngineError::Invalid(
+                "corrected arguments apply to one named call: give its call id".into(),
+            ));
+        }
+        for _ in 0..MAX_BEGIN_ATTEMPTS {
+            let events = self.store.read(&run.tenant_id, &run.session_id, 0).await?;
+            let state = RunState::fold(&run.run_id, &events)?;
+            let waiting = if state.finished || state.status.is_terminal() {
+                Vec::new()
+            } else {
+                state.waiting_approvals()
+            };
+            if waiting.is_empty() {
+                return Err(EngineError::Invalid(format!(
+                    "run {}: nothing is waiting for a decision",
+                    run.run_id
+                )));
+            }
+            let targets: Vec<&ApprovalRecord> = match call_id {
+                Some(call_id) => match waiting.iter().find(|a| a.call_id == call_id) {
+                    Some(record) => vec![*record],
+                    None => {
+                        let ids: Vec<&str> = waiting.iter().map(|a| a.call_id.as_str()).collect();
+                        return Err(EngineError::Invalid(format!(
+                            "run {}: no approval is waiting for call '{call_id}' (waiting: {})",
+                            run.run_id,
+                            ids.join(", ")
+                        )));
+                    }
+                },
+                None => waiting,
+            };
+            let now = self.clock.now();
+            if let Some(stale) = targets.iter().find(|a| a.is_stale(now)) {
+                return Err(EngineError::Invalid(format!(
+                    "run {}: the approval request for call '{}' expired at {}; it can no longer be decided",
+                    run.run_id,
+                    stale.call_id,
+                    stale.expire_at.map(|t| t.to_rfc3339()).unwrap_or_default()
+                )));
+            }
+            if let Some(arguments) = corrected {
+                let record = targets[0];
+                if !arguments.is_object() {
+                    return Err(EngineError::Invalid(format!(
+                        "corrected arguments for call '{}' must be a JSON object",
+                        record.call_id
+                    )));
+                }
+                if let Some(tool) = agent.tools.iter().find(|t| t.name() == record.tool_name)
+                    && agent.validate_arguments
+                {
+                    let problems = tool.schema_problems(arguments);
+                    if !problems.is_empty() {
+                        return Err(EngineError::Invalid(format!(
+                            "corrected arguments for call '{}' do not match the schema of {}:\n{}",
+                            record.call_id,
+                            record.tool_name,
+                            problems.join("\n")
+                        )));
+                    }
+                }
+            }
+            let batch: Vec<Event> = targets
+                .iter()
+                .map(|record| {
+                    let call = loom_core::state::PendingCall {
+                        call_id: record.call_id.clone(),
+                        name: record.tool_name.clone(),
+                        arguments: record.arguments.clone(),
+                        started: false,
+                    };
+                    self.event(
+                        run,
+                        &agent.name,
+                        &record.span_id,
+                        record.parent_span_id.as_deref(),
+                        None,
+                        tools::decision_payload(&call, decision),
+                    )
+                })
+                .collect();
+            let decided: Vec<String> = targets.iter().map(|a| a.call_id.clone()).collect();
+            match self
+                .store
+                .append(batch, events.last().map_or(0, |e| e.seq))
+                .await
+            {
+                Ok(_) => return Ok(decided),
+                Err(loom_core::ports::StoreError::Conflict { .. }) => continue,
+                Err(other) => return Err(other.into()),
+            }
+        }
+        Err(EngineError::Contention(run.session_id.clone()))
+    }
+
+    /// The engine's clock, now.
+    pub(crate) fn now(&self) -> chrono::DateTime<chrono::Utc> {
+        self.clock.now()
+    }
+
     fn cancellation(
         &self,
         run: &RunRef,
@@ -280,7 +419,12 @@ impl Engine {
                     iterations: state.iterations,
                     usage: state.usage,
                     cost_usd: state.cost_usd,
-                    withdrawn: Vec::new(),
+                    // Requests still waiting are withdrawn with the run.
+                    withdrawn: state
+                        .waiting_approvals()
+                        .into_iter()
+                        .map(|a| a.call_id.clone())
+                        .collect(),
                 }),
             ),
         ]
@@ -328,6 +472,8 @@ pub(crate) struct Driver<'a> {
     opened: Vec<Arc<dyn ToolSource>>,
     pub(crate) cancel: &'a CancellationToken,
     observer: &'a dyn Observer,
+    /// Decides approvals inline (the run then never pauses).
+    pub(crate) approver: Option<Arc<dyn Approver>>,
 }
 
 impl Driver<'_> {
@@ -380,12 +526,32 @@ impl Driver<'_> {
         state: &mut RunState,
         writer: &mut SessionWriter<'_>,
     ) -> Result<(), EngineError> {
+        if self.waiting(state) {
+            // Paused for a human and nothing has expired: nothing to do, nothing written.
+            return Ok(());
+        }
         if !state.status.is_terminal() {
             self.claim(state, writer).await?;
             self.open_sources(state, writer).await?;
         }
         tracing::debug!(run_id = %self.run.run_id, worker_id = %self.engine.worker_id, "driving run");
         while !state.finished {
+            if self.waiting(state) {
+                // Paused: the lease is handed back, nothing is left running.
+                let span = state.run_span_id.clone();
+                let event = self.event(
+                    &span,
+                    None,
+                    None,
+                    Payload::RunClaimed(RunClaimed {
+                        worker_id: self.engine.worker_id.clone(),
+                        lease_until: self.engine.clock.now(),
+                    }),
+                );
+                self.write(state, writer, vec![event]).await?;
+                tracing::debug!(run_id = %self.run.run_id, "run paused for approval");
+                return Ok(());
+            }
             let before = state.last_seq;
             self.step(state, writer).await?;
             if state.last_seq == before {
@@ -629,11 +795,72 @@ impl Driver<'_> {
         }
     }
 
+    /// Whether the run is paused for a human and nothing can move it now.
+    fn waiting(&self, state: &RunState) -> bool {
+        state.status == RunStatus::Paused && !state.finished && self.resumed(state).is_none()
+    }
+
+    /// The decision of a paused run: expire the requests past their deadline (failing the run
+    /// when `on_expiry` is `fail`); with every request settled, back to the tool batch;
+    /// otherwise nothing (the run keeps waiting).
+    fn resumed(&self, state: &RunState) -> Option<Vec<Event>> {
+        let now = self.engine.clock.now();
+        let stale: Vec<&ApprovalRecord> =
+            state.approvals.iter().filter(|a| a.is_stale(now)).collect();
+        if !stale.is_empty() {
+            let action = self.agent.approval.on_expiry;
+            let mut batch: Vec<Event> = stale
+                .iter()
+                .map(|a| {
+                    self.event(
+                        &a.span_id,
+                        a.parent_span_id.as_deref(),
+                        None,
+                        Payload::ApprovalExpired(ApprovalExpired {
+                            call_id: a.call_id.clone(),
+                            tool_name: a.tool_name.clone(),
+                            action: action.as_str().to_owned(),
+                            expire_at: a.expire_at,
+                        }),
+                    )
+                })
+                .collect();
+            if action == OnExpiry::Fail {
+                let tools: Vec<&str> = stale.iter().map(|a| a.tool_name.as_str()).collect();
+                batch.extend(self.failure(
+                    state,
+                    "approval.expired",
+                    "approval.expired",
+                    &format!("approval not obtained in time ({})", tools.join(", ")),
+                ));
+            }
+            return Some(batch);
+        }
+        if state.approvals.iter().any(ApprovalRecord::is_pending) {
+            return None;
+        }
+        Some(vec![self.transition(
+            state,
+            RunStatus::AwaitingTools,
+            "model.responded",
+            self.last_ids.model.clone(),
+        )])
+    }
+
     /// The decision the state calls for, written outside any step.
     fn decide(&self, state: &RunState) -> Option<Vec<Event>> {
         let span = state.run_span_id.clone();
         let closing = |payload| vec![self.event(&span, None, None, payload)];
         match state.status {
+            RunStatus::Paused => self.resumed(state),
+            RunStatus::AwaitingTools if state.approvals.iter().any(ApprovalRecord::is_pending) => {
+                Some(vec![self.transition(
+                    state,
+                    RunStatus::Paused,
+                    "model.responded",
+                    self.last_ids.model.clone(),
+                )])
+            }
             RunStatus::Completed => Some(closing(self.completed(state))),
             RunStatus::Failed => Some(closing(Payload::RunFailed(RunFailed {
                 error_type: state

@@ -35,6 +35,7 @@ use std::{fmt, sync::Arc, time::Duration};
 
 use loom_core::{
     Message,
+    approval::OnExpiry,
     model::ModelClient,
     ports::{ArtifactStore, Clock, EventStore, StoreError, ToolSource},
     state::{FoldError, ProjectionError},
@@ -48,7 +49,7 @@ pub use ids::Ids;
 pub use offload::artifact_read as artifact_reader;
 pub use request::request_hash;
 pub use resilience::{Breakers, CircuitSettings, ModelTimeouts, RetryPolicy};
-pub use tools::{UNKNOWN_STATE, idempotency_key};
+pub use tools::{UNKNOWN_REASON, UNKNOWN_STATE, idempotency_key};
 
 /// The lease a driver takes on a run (`execution.lease`).
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(60);
@@ -151,6 +152,29 @@ impl BoundTool {
     pub fn name(&self) -> &str {
         &self.tool.spec().name
     }
+
+    /// Checks arguments against the tool's schema: the problems, one line each, sorted.
+    pub fn schema_problems(&self, arguments: &Value) -> Vec<String> {
+        let mut problems: Vec<(String, String)> = self
+            .validator
+            .iter_errors(arguments)
+            .map(|e| {
+                let path = e.instance_path().to_string();
+                let path = if path.is_empty() {
+                    "(root)".to_owned()
+                } else {
+                    path
+                };
+                (path, e.to_string())
+            })
+            .collect();
+        problems.sort();
+        problems.dedup();
+        problems
+            .into_iter()
+            .map(|(path, message)| format!("- {path}: {message}"))
+            .collect()
+    }
 }
 
 /// A tool source as an agent uses it.
@@ -190,7 +214,31 @@ pub struct AgentRuntime {
     pub tool_timeout: Option<Duration>,
     /// Whether arguments are checked against the tool's schema before the call.
     pub validate_arguments: bool,
+    /// How long approval requests wait, and what their expiry does.
+    pub approval: ApprovalSettings,
 }
+
+/// The agent's `approval:` settings.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ApprovalSettings {
+    /// How long a request waits for a decision (`None`: forever).
+    pub expires_in: Option<Duration>,
+    /// What an expired request does.
+    pub on_expiry: OnExpiry,
+}
+
+impl Default for ApprovalSettings {
+    /// 24 hours, then the call is denied.
+    fn default() -> Self {
+        ApprovalSettings {
+            expires_in: Some(DEFAULT_APPROVAL_EXPIRY),
+            on_expiry: OnExpiry::Deny,
+        }
+    }
+}
+
+/// How long an approval request waits by default (`approval.expires_in`).
+pub const DEFAULT_APPROVAL_EXPIRY: Duration = Duration::from_secs(86_400);
 
 impl AgentRuntime {
     /// An agent without tools nor fallbacks: 10 iterations, no run timeout, the default tool
@@ -208,6 +256,7 @@ impl AgentRuntime {
             timeout: None,
             tool_timeout: Some(DEFAULT_TOOL_TIMEOUT),
             validate_arguments: true,
+            approval: ApprovalSettings::default(),
         }
     }
 

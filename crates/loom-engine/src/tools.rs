@@ -11,9 +11,13 @@ use futures_util::FutureExt;
 
 use loom_core::{
     RunState,
-    event::{Effect, Outcome, Payload, ToolCalled, ToolCompleted},
+    approval::{ApprovalStatus, Decision, PendingApproval, expiry_message, rejection_message},
+    event::{
+        ApprovalGranted, ApprovalRejected, ApprovalRequested, Effect, Outcome, Payload, ToolCalled,
+        ToolCompleted,
+    },
     state::PendingCall,
-    tool::{SideEffects, ToolContext, ToolOutput},
+    tool::{Approval, OnUnknown, SideEffects, ToolContext, ToolOutput},
 };
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -35,7 +39,30 @@ struct Launch {
     tool: BoundTool,
     span: String,
     resumed: bool,
+    /// What the tool receives: the model's arguments, or those corrected at approval.
+    arguments: Value,
 }
+
+/// What the batch does with one call.
+enum Plan {
+    Launch {
+        tool: BoundTool,
+        resumed: bool,
+        arguments: Value,
+    },
+    Refuse(String),
+    /// Held until a human decides.
+    Ask {
+        reason: String,
+        arguments: Value,
+    },
+    /// Already held by a request that waits.
+    Wait,
+}
+
+/// Why a call that was interrupted mid-flight waits for a human (`on_unknown: pause`).
+pub const UNKNOWN_REASON: &str = "the call was interrupted mid-flight and may have produced its \
+effect; it runs again only if approved";
 
 pub(crate) async fn batch(
     driver: &mut Driver<'_>,
@@ -55,38 +82,66 @@ pub(crate) async fn batch(
     let offered = driver.offered(state).into_owned();
     let mut refusals = Vec::new();
     let mut launches = Vec::new();
+    let mut requests = Vec::new();
     for call in state.pending_calls.clone() {
         let span = driver.engine.ids().uuid();
         let tool = offered.iter().find(|t| t.name() == call.name);
-        let verdict = match tool {
-            None => Err(unknown_tool(&offered, &call.name)),
-            Some(tool) if call.started => {
-                // Launched before a crash: run again only when that cannot do harm.
-                if tool.declarations.side_effects == SideEffects::None
-                    || tool.declarations.idempotent
-                {
-                    Ok((tool.clone(), true))
-                } else {
-                    Err(UNKNOWN_STATE.to_owned())
-                }
-            }
-            Some(tool) => {
-                check_arguments(driver, tool, &call.arguments).map(|()| (tool.clone(), false))
-            }
+        let plan = match tool {
+            None => Plan::Refuse(unknown_tool(&offered, &call.name)),
+            Some(tool) => plan_call(driver, state, &call, tool),
         };
-        match verdict {
-            Ok((tool, resumed)) => launches.push(Launch {
+        let plan = match plan {
+            Plan::Ask { reason, arguments } => {
+                let Some(tool) = tool else { continue };
+                let requested = request(driver, &call, tool, reason, arguments);
+                let request_event = driver.event(&span, Some(&step.span), None, requested);
+                let Some(approver) = driver.approver.clone() else {
+                    requests.push(request_event);
+                    continue;
+                };
+                // An inline approver decides now: the request and its decision are journaled,
+                // and the call runs (or not) in this batch.
+                let pending = pending_of(driver, &request_event);
+                driver.write(state, writer, vec![request_event]).await?;
+                emitted += 1;
+                let decision = match driver
+                    .wait(state, writer, approver.decide(pending), None)
+                    .await?
+                {
+                    StepEnd::Done(decision) => decision,
+                    _ => {
+                        return driver
+                            .interrupted(state, writer, &step, emitted, false)
+                            .await;
+                    }
+                };
+                let payload = decision_payload(&call, &decision);
+                let decided = driver.event(&span, Some(&step.span), None, payload);
+                driver.write(state, writer, vec![decided]).await?;
+                emitted += 1;
+                plan_call(driver, state, &call, tool)
+            }
+            other => other,
+        };
+        match plan {
+            Plan::Launch {
+                tool,
+                resumed,
+                arguments,
+            } => launches.push(Launch {
                 call,
                 tool,
                 span,
                 resumed,
+                arguments,
             }),
-            Err(message) => refusals.push(driver.event(
+            Plan::Refuse(message) => refusals.push(driver.event(
                 &span,
                 Some(&step.span),
                 None,
                 completed(&call, ToolOutput::error(message), 0.0),
             )),
+            Plan::Ask { .. } | Plan::Wait => {}
         }
     }
     if !refusals.is_empty() {
@@ -139,7 +194,7 @@ pub(crate) async fn batch(
             .timeout
             .or(driver.agent.tool_timeout);
         let tool = launch.tool.tool.clone();
-        let arguments = launch.call.arguments.clone();
+        let arguments = launch.arguments.clone();
         let name = launch.call.name.clone();
         spans.push((launch.span, launch.call, launch.tool));
         running.spawn(async move {
@@ -236,14 +291,165 @@ pub(crate) async fn batch(
         emitted += 1;
         if running.is_empty() {
             // The last result and the end of the step go to the journal in one append;
-            // earlier results were each made durable as soon as they came.
+            // earlier results were each made durable as soon as they came. Approval requests
+            // come after the results of the calls that ran.
+            emitted += requests.len() as u32;
+            batch.append(&mut requests);
             batch.push(step.completed(driver, state, emitted, Outcome::Ok));
             return driver.write(state, writer, batch).await.map(drop);
         }
         driver.write(state, writer, batch).await?;
     }
+    emitted += requests.len() as u32;
     let done = step.completed(driver, state, emitted, Outcome::Ok);
-    driver.write(state, writer, vec![done]).await.map(drop)
+    requests.push(done);
+    driver.write(state, writer, requests).await.map(drop)
+}
+
+/// What to do with one call of a known tool, from its declarations and its approvals.
+fn plan_call(driver: &Driver<'_>, state: &RunState, call: &PendingCall, tool: &BoundTool) -> Plan {
+    let record = state.approval(&call.call_id);
+    let safe = tool.declarations.side_effects == SideEffects::None || tool.declarations.idempotent;
+    // Arguments corrected by the last grant, if any, are what the tool receives.
+    let granted = record.filter(|r| r.status == ApprovalStatus::Granted);
+    let arguments = granted
+        .and_then(|r| r.granted_arguments.clone())
+        .unwrap_or_else(|| call.arguments.clone());
+    match record.map(|r| (&r.status, r)) {
+        Some((ApprovalStatus::Pending, _)) => Plan::Wait,
+        Some((ApprovalStatus::Rejected, r)) => Plan::Refuse(rejection_message(
+            &call.name,
+            r.by.as_deref().unwrap_or("?"),
+            r.decision_reason.as_deref(),
+        )),
+        Some((ApprovalStatus::Expired { .. }, r)) => {
+            Plan::Refuse(expiry_message(&call.name, r.expire_at))
+        }
+        // A grant covers one launch.
+        Some((ApprovalStatus::Granted, r)) if !r.launched => {
+            if call.started {
+                Plan::Launch {
+                    tool: tool.clone(),
+                    resumed: true,
+                    arguments,
+                }
+            } else {
+                match check_arguments(driver, tool, &arguments) {
+                    Ok(()) => Plan::Launch {
+                        tool: tool.clone(),
+                        resumed: false,
+                        arguments,
+                    },
+                    Err(message) => Plan::Refuse(message),
+                }
+            }
+        }
+        _ if call.started => {
+            // Launched before a crash: run again only when that cannot do harm.
+            if safe {
+                Plan::Launch {
+                    tool: tool.clone(),
+                    resumed: true,
+                    arguments,
+                }
+            } else if tool.declarations.on_unknown == OnUnknown::Pause {
+                Plan::Ask {
+                    reason: UNKNOWN_REASON.to_owned(),
+                    arguments,
+                }
+            } else {
+                Plan::Refuse(UNKNOWN_STATE.to_owned())
+            }
+        }
+        _ => match check_arguments(driver, tool, &arguments) {
+            Err(message) => Plan::Refuse(message),
+            Ok(()) if tool.declarations.approval != Approval::Never => Plan::Ask {
+                reason: format!(
+                    "tool declared as requiring approval (side effects: {})",
+                    side_effects_name(tool.declarations.side_effects)
+                ),
+                arguments,
+            },
+            Ok(()) => Plan::Launch {
+                tool: tool.clone(),
+                resumed: false,
+                arguments,
+            },
+        },
+    }
+}
+
+fn side_effects_name(side_effects: SideEffects) -> &'static str {
+    match side_effects {
+        SideEffects::None => "none",
+        SideEffects::Reversible => "reversible",
+        SideEffects::Irreversible => "irreversible",
+    }
+}
+
+/// The `approval.requested` of a call, expiring after the agent's `expires_in`.
+fn request(
+    driver: &Driver<'_>,
+    call: &PendingCall,
+    tool: &BoundTool,
+    reason: String,
+    arguments: Value,
+) -> Payload {
+    let expire_at = driver
+        .agent
+        .approval
+        .expires_in
+        .and_then(|d| chrono::Duration::from_std(d).ok())
+        .and_then(|d| driver.engine.now().checked_add_signed(d));
+    Payload::ApprovalRequested(ApprovalRequested {
+        call_id: call.call_id.clone(),
+        tool_name: tool.name().to_owned(),
+        arguments,
+        reason,
+        policy: None,
+        scope: "approve".into(),
+        expire_at,
+    })
+}
+
+/// What an inline approver is shown of a request.
+fn pending_of(driver: &Driver<'_>, event: &loom_core::Event) -> PendingApproval {
+    let Payload::ApprovalRequested(requested) = &event.payload else {
+        unreachable!("pending_of is given an approval.requested");
+    };
+    PendingApproval {
+        call_id: requested.call_id.clone(),
+        tool_name: requested.tool_name.clone(),
+        arguments: requested.arguments.clone(),
+        reason: requested.reason.clone(),
+        expire_at: requested.expire_at,
+        run_id: driver.run.run_id.clone(),
+        session_id: driver.run.session_id.clone(),
+        tenant_id: driver.run.tenant_id.clone(),
+    }
+}
+
+/// The journal event of a decision on `call`.
+pub(crate) fn decision_payload(call: &PendingCall, decision: &Decision) -> Payload {
+    match decision {
+        Decision::Approved {
+            by,
+            reason,
+            arguments,
+        } => Payload::ApprovalGranted(ApprovalGranted {
+            call_id: call.call_id.clone(),
+            tool_name: call.name.clone(),
+            by: by.clone(),
+            reason: reason.clone(),
+            arguments: arguments.clone(),
+        }),
+        Decision::Rejected { by, reason } => Payload::ApprovalRejected(ApprovalRejected {
+            call_id: call.call_id.clone(),
+            tool_name: call.name.clone(),
+            by: by.clone(),
+            reason: reason.clone(),
+        }),
+    }
 }
 
 /// The size above which this tool's results are offloaded (never for built-in tools).
@@ -293,28 +499,10 @@ fn check_arguments(driver: &Driver<'_>, tool: &BoundTool, arguments: &Value) -> 
     if !driver.agent.validate_arguments {
         return Ok(());
     }
-    let mut problems: Vec<(String, String)> = tool
-        .validator
-        .iter_errors(arguments)
-        .map(|e| {
-            let path = e.instance_path().to_string();
-            let path = if path.is_empty() {
-                "(root)".to_owned()
-            } else {
-                path
-            };
-            (path, e.to_string())
-        })
-        .collect();
-    if problems.is_empty() {
+    let lines = tool.schema_problems(arguments);
+    if lines.is_empty() {
         return Ok(());
     }
-    problems.sort();
-    problems.dedup();
-    let lines: Vec<String> = problems
-        .into_iter()
-        .map(|(path, message)| format!("- {path}: {message}"))
-        .collect();
     Err(format!(
         "Arguments do not match the tool's schema:\n{}",
         lines.join("\n")

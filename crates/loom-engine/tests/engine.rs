@@ -67,6 +67,7 @@ fn agent(model: Arc<dyn ModelClient>, tools: Vec<FnTool>) -> AgentRuntime {
         timeout: None,
         tool_timeout: Some(DEFAULT_TOOL_TIMEOUT),
         validate_arguments: true,
+        approval: Default::default(),
     }
 }
 

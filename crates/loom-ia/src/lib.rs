@@ -45,11 +45,13 @@ mod sources;
 pub use clock::SystemClock;
 pub use error::LoomError;
 pub use loom::{
-    DEFAULT_TENANT, Loom, RunOptions, StreamItem, ValidatedAgent, ValidatedSource, Validation,
+    DEFAULT_TENANT, Decided, Loom, RunOptions, StreamItem, ValidatedAgent, ValidatedSource,
+    Validation,
 };
 pub use loom_config::{self as config, Config, ConfigError, Profile};
 pub use loom_core::{
     self as core, Event, Message, RunState, RunStatus, Usage,
+    approval::{Approver, Decision, PendingApproval},
     tool::{FnTool, IntoToolOutput, Json, Tool, ToolContext, ToolError, ToolOutput},
 };
 pub use loom_engine::{Observer, RunRef};

@@ -10,6 +10,7 @@ use std::{
 use loom_config::{Config, EventsBackend, Profile};
 use loom_core::{
     BoxStream, Event, Message, RunState,
+    approval::{Approver, Decision},
     ids::is_valid_name,
     ports::{ArtifactStore, EventStore, SourceContext, ToolSource},
     tool::{Tool, ToolDeclarations},
@@ -48,7 +49,7 @@ fn sqlite_store(config: &Config) -> Result<Arc<dyn EventStore>, LoomError> {
 pub const DEFAULT_TENANT: &str = "default";
 
 /// Options of one run.
-#[derive(Debug, Clone, Default)]
+#[derive(Clone, Default)]
 pub struct RunOptions {
     /// Continue this session: the run re-reads its conversation and appends to its journal.
     pub session_id: Option<String>,
@@ -60,6 +61,32 @@ pub struct RunOptions {
     pub user_id: Option<String>,
     /// Caller metadata, journaled in `run.started.context`.
     pub metadata: Map<String, Value>,
+    /// Decides approval requests inside the run (it then never pauses; requests and
+    /// decisions are still journaled). Without one, a call that needs approval pauses the run.
+    pub approver: Option<Arc<dyn Approver>>,
+}
+
+impl std::fmt::Debug for RunOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunOptions")
+            .field("session_id", &self.session_id)
+            .field("run_id", &self.run_id)
+            .field("tenant_id", &self.tenant_id)
+            .field("user_id", &self.user_id)
+            .field("metadata", &self.metadata)
+            .field("approver", &self.approver.as_ref().map(|_| "inline"))
+            .finish()
+    }
+}
+
+/// A human decision on the approvals of a paused run, and what followed it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Decided {
+    /// The calls decided.
+    pub calls: Vec<String>,
+    /// The run after the decision: driven on until it closes or pauses again, or, with
+    /// `no_wait`, as the decision left it (still `paused`).
+    pub result: RunResult,
 }
 
 /// What [`Loom::stream`] yields: journal events interleaved with the model's text deltas,
@@ -396,6 +423,7 @@ impl Loom {
             .tenant_id
             .clone()
             .unwrap_or_else(|| DEFAULT_TENANT.to_owned());
+        let approver = options.approver.clone();
         let runtime = self.agent(agent, &tenant)?;
         let run = self
             .inner
@@ -413,7 +441,8 @@ impl Loom {
                 observer,
             )
             .await?;
-        self.drive(&run, &runtime, observer).await
+        self.drive_approved(&run, &runtime, observer, approver)
+            .await
     }
 
     /// Drives a run again from its journal (after a crash, or a stop): it continues exactly
@@ -434,6 +463,16 @@ impl Loom {
         runtime: &AgentRuntime,
         observer: &dyn Observer,
     ) -> Result<RunResult, LoomError> {
+        self.drive_approved(run, runtime, observer, None).await
+    }
+
+    async fn drive_approved(
+        &self,
+        run: &RunRef,
+        runtime: &AgentRuntime,
+        observer: &dyn Observer,
+        approver: Option<Arc<dyn Approver>>,
+    ) -> Result<RunResult, LoomError> {
         let token = CancellationToken::new();
         {
             let mut active =
@@ -451,7 +490,7 @@ impl Loom {
         let outcome = self
             .inner
             .engine
-            .drive(run, runtime, observer, &token)
+            .drive_with(run, runtime, observer, &token, approver)
             .await;
         if let Ok(mut active) = self.inner.active.lock() {
             active.remove(&run.run_id);
@@ -549,6 +588,75 @@ impl Loom {
         let events = self.events(run).await?;
         RunState::fold(&run.run_id, &events)
             .map_err(|e| LoomError::from(loom_engine::EngineError::Fold(e)))
+    }
+
+    /// Grants the approval requests of a paused run: the request of `call_id`, or every
+    /// waiting one. `by` and `reason` are journaled; corrected `arguments` (with `call_id`
+    /// only; checked against the tool's schema) are what the tool receives, while the
+    /// journal's `tool.called` keeps the model's. Works from any process. Unless `no_wait`,
+    /// the run is then driven on (until it closes or pauses again).
+    ///
+    /// Refused ([`LoomError::Refused`]) when nothing waits for a decision, the call has no
+    /// waiting request, its request expired, or the arguments are unusable.
+    pub async fn approve(
+        &self,
+        run: &RunRef,
+        call_id: Option<&str>,
+        by: &str,
+        reason: Option<&str>,
+        arguments: Option<Value>,
+        no_wait: bool,
+    ) -> Result<Decided, LoomError> {
+        let decision = Decision::Approved {
+            by: by.to_owned(),
+            reason: reason.map(str::to_owned),
+            arguments,
+        };
+        self.decide(run, call_id, decision, no_wait).await
+    }
+
+    /// Rejects the approval requests of a paused run (the request of `call_id`, or every
+    /// waiting one): the model receives each call's error result with `reason`. Unless
+    /// `no_wait`, the run is then driven on. Refused like [`Loom::approve`].
+    pub async fn reject(
+        &self,
+        run: &RunRef,
+        call_id: Option<&str>,
+        by: &str,
+        reason: Option<&str>,
+        no_wait: bool,
+    ) -> Result<Decided, LoomError> {
+        let decision = Decision::Rejected {
+            by: by.to_owned(),
+            reason: reason.map(str::to_owned),
+        };
+        self.decide(run, call_id, decision, no_wait).await
+    }
+
+    async fn decide(
+        &self,
+        run: &RunRef,
+        call_id: Option<&str>,
+        decision: Decision,
+        no_wait: bool,
+    ) -> Result<Decided, LoomError> {
+        let state = self.state(run).await?;
+        let agent = state
+            .agent
+            .clone()
+            .ok_or_else(|| LoomError::UnknownRun(run.run_id.clone()))?;
+        let runtime = self.agent(&agent, &run.tenant_id)?;
+        let calls = self
+            .inner
+            .engine
+            .settle(run, &runtime, call_id, &decision)
+            .await?;
+        let result = if no_wait {
+            self.result(run).await?
+        } else {
+            self.drive(run, &runtime, &()).await?
+        };
+        Ok(Decided { calls, result })
     }
 
     /// The run's result, read from its journal (also for a run still going on).

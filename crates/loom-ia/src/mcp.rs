@@ -10,7 +10,7 @@ use loom_config::{Config, McpScope, McpServerSpec, McpTransport};
 use loom_core::{ports::ToolSource, tool::Approval};
 use loom_mcp::{CircuitSettings, McpServer, McpServerOptions, Scope, ToolOverrides, Transport};
 
-use crate::{LoomError, resolve::APPROVAL_NOT_YET};
+use crate::LoomError;
 
 /// Builds every declared MCP server (connections open lazily, when a run needs them).
 pub(crate) fn servers(config: &Config) -> Result<BTreeMap<String, Arc<dyn ToolSource>>, LoomError> {
@@ -77,7 +77,11 @@ fn options(
     for (tool, o) in &spec.tools {
         if o.approval.is_some_and(|a| a != Approval::Never) {
             return Err(config
-                .error_at_root(&at(&format!("tools.{tool}.approval")), APPROVAL_NOT_YET)
+                .error_at_root(
+                    &at(&format!("tools.{tool}.approval")),
+                    "approval is declared per agent, not per server: set it in the agent's \
+                     tools[].tools.<name>.approval",
+                )
                 .into());
         }
         overrides.insert(

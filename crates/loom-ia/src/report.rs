@@ -103,6 +103,23 @@ pub enum TraceCall {
         /// Refused before launch (no `tool.called`).
         refused: bool,
     },
+    /// A human approval asked for a call.
+    Approval {
+        /// Call id.
+        call_id: String,
+        /// Tool.
+        name: String,
+        /// "waiting", "granted", "rejected" or "expired".
+        status: String,
+        /// Who decided.
+        by: Option<String>,
+        /// Why it was asked.
+        reason: String,
+        /// Why it was decided so.
+        decision_reason: Option<String>,
+        /// Corrected arguments of a grant.
+        arguments: Option<Value>,
+    },
 }
 
 impl Trace {
@@ -196,6 +213,38 @@ impl Trace {
                         }),
                     }
                 }
+                Payload::ApprovalRequested(requested) => {
+                    if let Some(step) = steps.last_mut() {
+                        step.calls.push(TraceCall::Approval {
+                            call_id: requested.call_id.clone(),
+                            name: requested.tool_name.clone(),
+                            status: "waiting".into(),
+                            by: None,
+                            reason: requested.reason.clone(),
+                            decision_reason: None,
+                            arguments: None,
+                        });
+                    }
+                }
+                Payload::ApprovalGranted(p) => settle_approval(
+                    &mut steps,
+                    &p.call_id,
+                    "granted",
+                    Some(&p.by),
+                    p.reason.as_deref(),
+                    p.arguments.as_ref(),
+                ),
+                Payload::ApprovalRejected(p) => settle_approval(
+                    &mut steps,
+                    &p.call_id,
+                    "rejected",
+                    Some(&p.by),
+                    p.reason.as_deref(),
+                    None,
+                ),
+                Payload::ApprovalExpired(p) => {
+                    settle_approval(&mut steps, &p.call_id, "expired", None, None, None);
+                }
                 _ => {}
             }
         }
@@ -220,6 +269,33 @@ impl Trace {
             error: state.error.clone(),
             steps,
         })
+    }
+}
+
+/// Records the decision on the last waiting request of `call_id` in the trace.
+fn settle_approval(
+    steps: &mut [TraceStep],
+    id: &str,
+    decided: &str,
+    who: Option<&str>,
+    why: Option<&str>,
+    corrected: Option<&Value>,
+) {
+    let waiting = steps.iter_mut().rev().flat_map(|s| s.calls.iter_mut().rev()).find(|c| {
+        matches!(c, TraceCall::Approval { call_id, status, .. } if call_id == id && status == "waiting")
+    });
+    if let Some(TraceCall::Approval {
+        status,
+        by,
+        decision_reason,
+        arguments,
+        ..
+    }) = waiting
+    {
+        *status = decided.to_owned();
+        *by = who.map(str::to_owned);
+        *decision_reason = why.map(str::to_owned);
+        *arguments = corrected.cloned();
     }
 }
 

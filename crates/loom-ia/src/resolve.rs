@@ -98,11 +98,20 @@ pub(crate) fn agent(
                 return Err(at("mcp", format!("unknown MCP server '{server}'")));
             };
             for (tool, overrides) in &reference.tools {
-                if overrides.approval.is_some_and(|a| a != Approval::Never) {
-                    return Err(at(
-                        &format!("tools.{tool}.approval"),
-                        APPROVAL_NOT_YET.to_owned(),
-                    ));
+                match overrides.approval {
+                    Some(Approval::Policy) => {
+                        return Err(at(
+                            &format!("tools.{tool}.approval"),
+                            loom_config::APPROVAL_POLICY.to_owned(),
+                        ));
+                    }
+                    Some(Approval::Always) if !durable(config) => {
+                        return Err(at(
+                            &format!("tools.{tool}.approval"),
+                            not_durable(&format!("{server}__{tool}")),
+                        ));
+                    }
+                    _ => {}
                 }
             }
             let agent_source = AgentSource::new(
@@ -160,20 +169,17 @@ pub(crate) fn agent(
             declarations.offload_over = Some(offload_over);
         }
         let from_yaml = |yaml: bool, key: &'static str| if yaml { key } else { "tool" };
-        if declarations.approval != Approval::Never {
+        if declarations.approval == Approval::Policy {
             return Err(at(
                 from_yaml(reference.approval.is_some(), "approval"),
-                format!("tool '{tool_name}' requires human approval: {APPROVAL_NOT_YET}"),
+                format!("tool '{tool_name}': {}", loom_config::APPROVAL_POLICY),
             ));
         }
-        if declarations.on_unknown == OnUnknown::Pause {
-            return Err(at(
-                "tool",
-                format!(
-                    "tool '{}' declares on_unknown: pause, which needs human approvals (not implemented yet)",
-                    tool_name
-                ),
-            ));
+        let can_pause = declarations.approval == Approval::Always
+            || declarations.on_unknown == OnUnknown::Pause;
+        if can_pause && !durable(config) {
+            let key = from_yaml(reference.approval == Some(Approval::Always), "approval");
+            return Err(at(key, not_durable(&tool_name)));
         }
         let description = reference
             .description
@@ -229,11 +235,37 @@ pub(crate) fn agent(
             None => None,
         },
         validate_arguments: execution.validate_arguments,
+        approval: loom_engine::ApprovalSettings {
+            expires_in: match spec.approval.expires_in {
+                Some(secs) => Some(seconds(secs).ok_or_else(|| {
+                    config.error_at_agent(
+                        name,
+                        "approval.expires_in",
+                        format!("{secs} s is not a usable duration"),
+                    )
+                })?),
+                None => None,
+            },
+            on_expiry: spec.approval.on_expiry,
+        },
     })
 }
 
-/// Why an approval declaration is refused in this version.
-pub(crate) const APPROVAL_NOT_YET: &str = "human approval is not available in this version yet (durable approvals are not implemented); use approval: never";
+/// Whether paused runs survive the process: any journal but `memory`, or the `dev` profile
+/// (where losing them at exit is accepted).
+fn durable(config: &Config) -> bool {
+    config.raw().storage.events.backend != loom_config::EventsBackend::Memory
+        || config.profile() == Some(loom_config::Profile::Dev)
+}
+
+/// Why a tool that can pause the run is refused on the memory journal.
+fn not_durable(tool: &str) -> String {
+    format!(
+        "tool '{tool}' can pause the run for a human decision (approval: always or on_unknown: pause), \
+         which needs a durable journal: with the memory journal a paused run is lost at exit; \
+         use storage.events.backend: jsonl (or the dev profile)"
+    )
+}
 
 /// A built-in tool (`tool: loom.<name>`) with its parameters.
 fn builtins(

@@ -1,6 +1,6 @@
 //! What a run produced, as callers see it.
 
-use loom_core::{Message, RunState, RunStatus, Usage};
+use loom_core::{Message, RunState, RunStatus, Usage, approval::PendingApproval};
 use loom_engine::RunRef;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -46,9 +46,9 @@ pub struct RunResult {
     /// Replaced by a fallback message.
     #[serde(default)]
     pub fallback: bool,
-    /// Approvals waiting for a human.
+    /// Approvals waiting for a human (the run is `paused`).
     #[serde(default)]
-    pub pending_approvals: Vec<Value>,
+    pub pending_approvals: Vec<PendingApproval>,
 }
 
 impl RunResult {
@@ -70,7 +70,7 @@ impl RunResult {
             data: state.output_data.clone(),
             unverified: false,
             fallback: false,
-            pending_approvals: Vec::new(),
+            pending_approvals: state.pending_approvals(),
         }
     }
 
