@@ -27,6 +27,33 @@ fn parse_profile(text: &str) -> Result<Profile, String> {
     text.parse()
 }
 
+#[derive(Debug, Subcommand)]
+enum SessionsCommand {
+    /// The sessions, most recent first.
+    List,
+    /// The runs of a session.
+    Show {
+        /// Session id.
+        session: String,
+    },
+    /// The session's journal as JSONL.
+    Export {
+        /// Session id.
+        session: String,
+        /// Write to this file instead of stdout.
+        #[arg(long, value_name = "FILE")]
+        out: Option<PathBuf>,
+    },
+    /// Erase a session: its journal and its files (GDPR).
+    Delete {
+        /// Session id.
+        session: String,
+        /// Confirm the deletion.
+        #[arg(long)]
+        yes: bool,
+    },
+}
+
 /// What `approve` and `reject` share.
 #[derive(Debug, clap::Args)]
 struct DecisionArgs {
@@ -113,6 +140,43 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Continue a run from where its journal stops (after a crash, a stop, an approval).
+    Resume {
+        /// Run id.
+        run_id: String,
+        /// Session of the run (found by search when absent).
+        #[arg(long)]
+        session: Option<String>,
+        /// Print the result as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Stop a run: it closes as cancelled in its journal.
+    Cancel {
+        /// Run id.
+        run_id: String,
+        /// Session of the run (found by search when absent).
+        #[arg(long)]
+        session: Option<String>,
+        /// Who cancels (journaled).
+        #[arg(long)]
+        by: Option<String>,
+    },
+    /// Send a message to a running run: it joins the conversation before its next model call.
+    Steer {
+        /// Run id.
+        run_id: String,
+        /// The message.
+        message: String,
+        /// Session of the run (found by search when absent).
+        #[arg(long)]
+        session: Option<String>,
+    },
+    /// List, show, export or delete sessions.
+    Sessions {
+        #[command(subcommand)]
+        command: SessionsCommand,
+    },
     /// Print the JSON Schema of the configuration.
     Schema,
 }
@@ -173,6 +237,22 @@ pub(crate) async fn execute(cli: Cli, app: App) -> u8 {
             session,
             json,
         } => report(&loom, &run_id, session.as_deref(), json).await,
+        Command::Resume {
+            run_id,
+            session,
+            json,
+        } => resume(&loom, &run_id, session.as_deref(), json).await,
+        Command::Cancel {
+            run_id,
+            session,
+            by,
+        } => cancel(&loom, &run_id, session.as_deref(), by).await,
+        Command::Steer {
+            run_id,
+            message,
+            session,
+        } => steer(&loom, &run_id, &message, session.as_deref()).await,
+        Command::Sessions { command } => sessions(&loom, command).await,
     };
     loom.shutdown().await;
     outcome.unwrap_or_else(|error| fail(&error))
@@ -259,9 +339,15 @@ async fn run(
         loom.run(agent, message, options).await?
     };
     interrupt.abort();
+    Ok(report_result(&result, json, stream))
+}
+
+/// Prints a run's result as `loom run` does: the answer on stdout (nothing for a paused run),
+/// the summary on stderr; the exit code says whether it completed.
+fn report_result(result: &loom_ia::RunResult, json: bool, streamed: bool) -> u8 {
     if json {
-        print_json(&result);
-    } else if !stream && result.status != RunStatus::Paused {
+        print_json(result);
+    } else if !streamed && result.status != RunStatus::Paused {
         println!(
             "{}",
             if result.text.is_empty() {
@@ -271,8 +357,8 @@ async fn run(
             }
         );
     }
-    eprint!("{}", render::run_summary(&result));
-    Ok(if result.ok() { OK } else { FAILED })
+    eprint!("{}", render::run_summary(result));
+    if result.ok() { OK } else { FAILED }
 }
 
 /// `approve` (with `arguments`, possibly `None` inside) and `reject` (`arguments` `None`).
@@ -426,4 +512,100 @@ async fn report(
     }
     print!("{}", render::usage(&report));
     Ok(OK)
+}
+
+async fn resume(
+    loom: &Loom,
+    run_id: &str,
+    session: Option<&str>,
+    json: bool,
+) -> Result<u8, LoomError> {
+    let run = loom.locate(run_id, session, None).await?;
+    let result = loom.resume(&run).await?;
+    Ok(report_result(&result, json, false))
+}
+
+async fn cancel(
+    loom: &Loom,
+    run_id: &str,
+    session: Option<&str>,
+    by: Option<String>,
+) -> Result<u8, LoomError> {
+    let run = loom.locate(run_id, session, None).await?;
+    if loom.cancel(&run, by).await? {
+        eprintln!("Run {run_id}: cancelled.");
+        Ok(OK)
+    } else {
+        eprintln!("Run {run_id}: already closed, nothing to cancel.");
+        Ok(REFUSED)
+    }
+}
+
+async fn steer(
+    loom: &Loom,
+    run_id: &str,
+    message: &str,
+    session: Option<&str>,
+) -> Result<u8, LoomError> {
+    let run = loom.locate(run_id, session, None).await?;
+    loom.steer(&run, message).await?;
+    eprintln!("Run {run_id}: message journaled; the run reads it before its next model call.");
+    Ok(OK)
+}
+
+async fn sessions(loom: &Loom, command: SessionsCommand) -> Result<u8, LoomError> {
+    match command {
+        SessionsCommand::List => {
+            for session in loom.sessions(None).await? {
+                let updated = session
+                    .updated_at
+                    .map(|t| t.to_rfc3339())
+                    .unwrap_or_default();
+                println!(
+                    "{}  {} event(s)  {updated}",
+                    session.session_id, session.last_seq
+                );
+            }
+            Ok(OK)
+        }
+        SessionsCommand::Show { session } => {
+            let runs = loom.session_runs(&session, None).await?;
+            println!("Session    : {session}");
+            for run in runs {
+                println!(
+                    "  {}  {}  {}  {} iteration(s)  {:.6} $",
+                    run.run_id,
+                    run.agent.as_deref().unwrap_or("-"),
+                    run.status,
+                    run.iterations,
+                    run.cost_usd
+                );
+            }
+            Ok(OK)
+        }
+        SessionsCommand::Export { session, out } => {
+            let jsonl = loom.export_session(&session, None).await?;
+            match out {
+                Some(path) => {
+                    std::fs::write(&path, jsonl).map_err(|e| {
+                        LoomError::Refused(format!("cannot write {}: {e}", path.display()))
+                    })?;
+                    eprintln!("Session {session} exported to {}.", path.display());
+                }
+                None => print!("{jsonl}"),
+            }
+            Ok(OK)
+        }
+        SessionsCommand::Delete { session, yes } => {
+            if !yes {
+                eprintln!(
+                    "Deleting session {session} erases its journal and its files for good: add --yes."
+                );
+                return Ok(REFUSED);
+            }
+            let deleted = loom.delete_session(&session, None).await?;
+            eprintln!("Session {session}: {deleted} event(s) and its files deleted.");
+            Ok(OK)
+        }
+    }
 }

@@ -248,9 +248,16 @@ fn approve_no_wait_journals_the_decision_and_leaves_the_run_paused() {
         shown.contains("approval for prix_ttc — granted by"),
         "{shown}"
     );
-    // The decision is taken: `loom resume` continues the run from here.
+    // The decision is taken: a second one is refused, and `loom resume` continues the run.
     let out = devis(dir.path(), &["approve", &run_id]);
     assert_eq!(out.status.code(), Some(2));
+    let resumed = devis(dir.path(), &["resume", &run_id]);
+    assert!(resumed.status.success(), "{}", text(&resumed.stderr));
+    assert!(
+        text(&resumed.stdout).contains("375 € TTC"),
+        "{}",
+        text(&resumed.stdout)
+    );
 }
 
 #[test]

@@ -127,6 +127,13 @@ pub trait ArtifactStore: Send + Sync + fmt::Debug {
 
     /// The bytes behind `uri`, `None` when there are none.
     fn get<'a>(&'a self, uri: &'a str) -> BoxFuture<'a, Result<Option<Vec<u8>>, StoreError>>;
+
+    /// Deletes every artifact of a session (GDPR erasure); returns how many there were.
+    fn delete_session<'a>(
+        &'a self,
+        tenant_id: &'a str,
+        session_id: &'a str,
+    ) -> BoxFuture<'a, Result<u64, StoreError>>;
 }
 
 /// The URI of an artifact: `artifact://<tenant>/<session>/<sha256 hex>.<ext>`.

@@ -17,6 +17,10 @@ use crate::{
     usage::Usage,
 };
 
+/// `message.user.kind` of a message sent to a running run (`Loom::steer`): it joins the
+/// conversation before the run's next model call.
+pub const STEER: &str = "steer";
+
 /// The states of a run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -165,6 +169,8 @@ pub struct RunState {
     pub offloaded: Vec<String>,
     /// Every approval request of the run, in journal order, with what became of it.
     pub approvals: Vec<ApprovalRecord>,
+    /// Steering messages waiting for the open tool calls to complete.
+    pub steering: Vec<Message>,
     /// Seq of the last event applied.
     pub last_seq: u64,
     /// When the run started.
@@ -224,6 +230,7 @@ impl RunState {
             finished: false,
             offloaded: Vec::new(),
             approvals: Vec::new(),
+            steering: Vec::new(),
             models: std::collections::BTreeMap::new(),
             last_seq: event.seq,
             started_at: event.ts,
@@ -285,6 +292,11 @@ impl RunState {
             Payload::RunClaimed(_) => {}
             Payload::StepStarted(step) => self.step = step.step_no,
             Payload::StepCompleted(step) => self.active_ms += step.duration_ms,
+            // A steering message that arrives while tool calls are open waits for their
+            // results, so a call and its result are never split by a user turn.
+            Payload::MessageUser(user) if user.kind == STEER && !self.pending_calls.is_empty() => {
+                self.steering.push(user.message.clone());
+            }
             Payload::MessageUser(user) => self.messages.push(user.message.clone()),
             Payload::ModelResponded(response) => {
                 self.usage.add(&response.usage);
@@ -345,6 +357,9 @@ impl RunState {
                 self.cost_usd += completed.cost_usd;
                 self.messages
                     .push(tool_message(&completed.call_id, completed.output.clone()));
+                if self.pending_calls.is_empty() {
+                    self.messages.append(&mut self.steering);
+                }
             }
             Payload::RunTransitioned(transition) => {
                 if transition.from_state != self.status {

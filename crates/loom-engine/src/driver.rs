@@ -233,6 +233,51 @@ impl Engine {
         Ok(state)
     }
 
+    /// Sends a message to a run that has not closed: it joins the conversation as a user turn
+    /// just before the run's next model call (after the open tool calls have their results),
+    /// whether the run is being driven (here or elsewhere) or waiting to be resumed.
+    pub async fn steer(
+        &self,
+        run: &RunRef,
+        agent_name: &str,
+        message: Message,
+    ) -> Result<(), EngineError> {
+        message.check().map_err(EngineError::Invalid)?;
+        for _ in 0..MAX_BEGIN_ATTEMPTS {
+            let events = self.store.read(&run.tenant_id, &run.session_id, 0).await?;
+            let state = RunState::fold(&run.run_id, &events)?;
+            if state.finished || state.status.is_terminal() {
+                return Err(EngineError::Invalid(format!(
+                    "run {} has closed ({})",
+                    run.run_id, state.status
+                )));
+            }
+            let event = self.event(
+                run,
+                agent_name,
+                &state.run_span_id,
+                None,
+                None,
+                Payload::MessageUser(MessageUser {
+                    message: message.clone(),
+                    kind: loom_core::state::STEER.into(),
+                    policy: None,
+                    tools: true,
+                }),
+            );
+            match self
+                .store
+                .append(vec![event], events.last().map_or(0, |e| e.seq))
+                .await
+            {
+                Ok(_) => return Ok(()),
+                Err(loom_core::ports::StoreError::Conflict { .. }) => continue,
+                Err(other) => return Err(other.into()),
+            }
+        }
+        Err(EngineError::Contention(run.session_id.clone()))
+    }
+
     /// Closes a run that is not being driven by this process as cancelled.
     /// Returns `false` when the run had already closed.
     pub async fn cancel_idle(
@@ -497,6 +542,9 @@ impl Driver<'_> {
         batch: Vec<Event>,
     ) -> Result<Vec<Event>, EngineError> {
         let written = writer.append(batch).await?;
+        for event in writer.take_foreign() {
+            state.apply(&event)?;
+        }
         for event in &written {
             state.apply(event)?;
             self.last_ids.note(event);

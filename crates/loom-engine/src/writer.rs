@@ -18,6 +18,9 @@ pub(crate) struct SessionWriter<'a> {
     worker_id: &'a str,
     observer: &'a dyn Observer,
     last_seq: u64,
+    /// Events of this run written by someone else that do not take it over (steering
+    /// messages), to apply before the next batch.
+    foreign: Vec<Event>,
 }
 
 impl<'a> SessionWriter<'a> {
@@ -34,6 +37,7 @@ impl<'a> SessionWriter<'a> {
             worker_id,
             observer,
             last_seq,
+            foreign: Vec::new(),
         }
     }
 
@@ -56,8 +60,13 @@ impl<'a> SessionWriter<'a> {
                         .store
                         .read(&self.run.tenant_id, &self.run.session_id, self.last_seq)
                         .await?;
-                    if let Some(intruder) = newer.iter().find(|e| e.run_id == self.run.run_id) {
+                    let mine = newer.iter().filter(|e| e.run_id == self.run.run_id);
+                    if let Some(intruder) = mine.clone().find(|e| !is_steering(e)) {
                         return Err(self.taken_over(intruder));
+                    }
+                    for event in mine {
+                        self.observer.event(event);
+                        self.foreign.push(event.clone());
                     }
                     self.last_seq = newer.last().map_or(found, |e| e.seq);
                 }
@@ -65,6 +74,11 @@ impl<'a> SessionWriter<'a> {
             }
         }
         Err(EngineError::Contention(self.run.session_id.clone()))
+    }
+
+    /// Steering messages that arrived since the last write, in journal order.
+    pub(crate) fn take_foreign(&mut self) -> Vec<Event> {
+        std::mem::take(&mut self.foreign)
     }
 
     fn taken_over(&self, intruder: &Event) -> EngineError {
@@ -87,4 +101,9 @@ impl<'a> SessionWriter<'a> {
             },
         }
     }
+}
+
+/// A message sent to the run while it is driven (`Loom::steer`): not a takeover.
+fn is_steering(event: &Event) -> bool {
+    matches!(&event.payload, Payload::MessageUser(user) if user.kind == loom_core::state::STEER)
 }

@@ -22,6 +22,9 @@ pub enum LoomError {
     /// No such run.
     #[error("run {0} not found")]
     UnknownRun(String),
+    /// No such session.
+    #[error("session {0} not found")]
+    UnknownSession(String),
     /// A tool registration was refused.
     #[error("tool registration refused: {0}")]
     Registration(String),
@@ -48,6 +51,7 @@ impl LoomError {
             LoomError::Config(_)
                 | LoomError::UnknownAgent { .. }
                 | LoomError::UnknownRun(_)
+                | LoomError::UnknownSession(_)
                 | LoomError::Registration(_)
                 | LoomError::Refused(_)
                 | LoomError::Conflict(_)

@@ -8,6 +8,7 @@ use std::{
 };
 
 use loom_config::{Config, EventsBackend, Profile};
+use loom_core::ports::SessionSummary;
 use loom_core::{
     BoxStream, Event, Message, RunState,
     approval::{Approver, Decision},
@@ -688,6 +689,197 @@ impl Loom {
         for source in self.inner.sources.values() {
             source.shutdown().await;
         }
+    }
+
+    /// Starts a run in the background and returns as soon as it is journaled: the run can be
+    /// followed (`events`, `result`), steered and cancelled while it goes on.
+    pub async fn submit(
+        &self,
+        agent: &str,
+        message: impl Into<String>,
+        options: RunOptions,
+    ) -> Result<RunRef, LoomError> {
+        let tenant = options
+            .tenant_id
+            .clone()
+            .unwrap_or_else(|| DEFAULT_TENANT.to_owned());
+        let runtime = self.agent(agent, &tenant)?;
+        let run = self
+            .inner
+            .engine
+            .begin(
+                &runtime,
+                BeginRun {
+                    tenant_id: tenant,
+                    session_id: options.session_id,
+                    run_id: options.run_id,
+                    user_id: options.user_id,
+                    metadata: options.metadata,
+                    message: Message::user(message),
+                },
+                &(),
+            )
+            .await?;
+        self.spawn_drive(run.clone(), runtime);
+        Ok(run)
+    }
+
+    fn spawn_drive(&self, run: RunRef, runtime: Arc<AgentRuntime>) {
+        let loom = self.clone();
+        tokio::spawn(async move {
+            if let Err(error) = loom.drive(&run, &runtime, &()).await {
+                tracing::warn!(run_id = %run.run_id, %error, "background run stopped");
+            }
+        });
+    }
+
+    /// Sends a message to a run that has not closed: it joins the conversation just before the
+    /// run's next model call (never in the middle of one), as a user turn.
+    pub async fn steer(&self, run: &RunRef, message: impl Into<String>) -> Result<(), LoomError> {
+        let state = self.state(run).await?;
+        let agent = state.agent.unwrap_or_default();
+        Ok(self
+            .inner
+            .engine
+            .steer(run, &agent, Message::user(message))
+            .await?)
+    }
+
+    /// Re-drives, in the background, every run of the tenant left unfinished (a crash, a
+    /// `kill -9`) whose lease has expired, skipping runs this instance drives and runs whose
+    /// agent is no longer declared. Returns the runs re-queued.
+    pub async fn recover(&self, tenant: Option<&str>) -> Result<Vec<RunRef>, LoomError> {
+        let tenant = tenant.unwrap_or(DEFAULT_TENANT).to_owned();
+        let store = self.inner.engine.store().clone();
+        let now = chrono::Utc::now();
+        let mut requeued = Vec::new();
+        for session in store.sessions(&tenant).await? {
+            let events = match store.read(&tenant, &session.session_id, 0).await {
+                Ok(events) => events,
+                Err(error) => {
+                    tracing::warn!(session = %session.session_id, %error, "unreadable session skipped");
+                    continue;
+                }
+            };
+            let mut run_ids: Vec<&str> = Vec::new();
+            for event in &events {
+                if matches!(&event.payload, loom_core::Payload::RunStarted(p) if p.parent_run_id.is_none())
+                    && !run_ids.contains(&event.run_id.as_str())
+                {
+                    run_ids.push(&event.run_id);
+                }
+            }
+            for run_id in run_ids {
+                let Ok(state) = RunState::fold(run_id, &events) else {
+                    continue;
+                };
+                let held = state.claim.as_ref().is_some_and(|c| c.lease_until > now);
+                let active = self
+                    .inner
+                    .active
+                    .lock()
+                    .map(|a| a.contains_key(run_id))
+                    .unwrap_or(true);
+                if state.finished || state.status == loom_core::RunStatus::Paused || held || active
+                {
+                    continue;
+                }
+                let Some(agent) = state.agent.clone() else {
+                    continue;
+                };
+                let runtime = match self.agent(&agent, &tenant) {
+                    Ok(runtime) => runtime,
+                    Err(error) => {
+                        tracing::warn!(run_id, %error, "run not recovered: its agent cannot be resolved");
+                        continue;
+                    }
+                };
+                let run = RunRef {
+                    tenant_id: tenant.clone(),
+                    session_id: session.session_id.clone(),
+                    run_id: run_id.to_owned(),
+                };
+                self.spawn_drive(run.clone(), runtime);
+                requeued.push(run);
+            }
+        }
+        Ok(requeued)
+    }
+
+    /// The sessions of a tenant, most recent first.
+    pub async fn sessions(&self, tenant: Option<&str>) -> Result<Vec<SessionSummary>, LoomError> {
+        Ok(self
+            .inner
+            .engine
+            .store()
+            .sessions(tenant.unwrap_or(DEFAULT_TENANT))
+            .await?)
+    }
+
+    /// The runs of a session, in the order they started, folded from its journal.
+    pub async fn session_runs(
+        &self,
+        session: &str,
+        tenant: Option<&str>,
+    ) -> Result<Vec<RunState>, LoomError> {
+        let tenant = tenant.unwrap_or(DEFAULT_TENANT);
+        let events = self.inner.engine.store().read(tenant, session, 0).await?;
+        if events.is_empty() {
+            return Err(LoomError::UnknownSession(session.to_owned()));
+        }
+        let mut run_ids: Vec<&str> = Vec::new();
+        for event in &events {
+            if !run_ids.contains(&event.run_id.as_str()) {
+                run_ids.push(&event.run_id);
+            }
+        }
+        run_ids
+            .into_iter()
+            .map(|run_id| {
+                RunState::fold(run_id, &events)
+                    .map_err(|e| LoomError::from(loom_engine::EngineError::Fold(e)))
+            })
+            .collect()
+    }
+
+    /// A session's journal as JSONL, one event per line, exactly as stored.
+    pub async fn export_session(
+        &self,
+        session: &str,
+        tenant: Option<&str>,
+    ) -> Result<String, LoomError> {
+        let events = self
+            .inner
+            .engine
+            .store()
+            .read(tenant.unwrap_or(DEFAULT_TENANT), session, 0)
+            .await?;
+        if events.is_empty() {
+            return Err(LoomError::UnknownSession(session.to_owned()));
+        }
+        let mut out = String::new();
+        for event in events {
+            out.push_str(&event.to_json());
+            out.push('\n');
+        }
+        Ok(out)
+    }
+
+    /// Erases a session (GDPR): its journal and its files. Returns the events deleted.
+    pub async fn delete_session(
+        &self,
+        session: &str,
+        tenant: Option<&str>,
+    ) -> Result<u64, LoomError> {
+        let tenant = tenant.unwrap_or(DEFAULT_TENANT);
+        let deleted = self.inner.engine.store().delete(tenant, session).await?;
+        if deleted == 0 {
+            return Err(LoomError::UnknownSession(session.to_owned()));
+        }
+        if let Some(artifacts) = self.inner.engine.artifacts() {
+            artifacts.delete_session(tenant, session).await?;
+        }
+        Ok(deleted)
     }
 
     /// Cancels every run this instance is driving (what Ctrl-C does in the CLI).

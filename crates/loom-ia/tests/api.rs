@@ -249,3 +249,119 @@ async fn cancel_all_stops_running_runs_and_a_run_is_driven_once() {
         .unwrap();
     assert_eq!(result.status, RunStatus::Cancelled);
 }
+
+#[tokio::test]
+async fn submit_returns_at_once_and_steering_joins_before_the_next_model_call() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = json!([
+        {"text": "J'attends.", "tool_calls": [{"name": "wait", "arguments": {"ms": 300}}], "without_text": "urgent"},
+        {"text": "Compris : {{ tool_result }}", "with_text": "urgent"}
+    ]);
+    let loom = loom(dir.path(), script, EventsBackend::Jsonl);
+    let run = loom
+        .submit(
+            "calc",
+            "attends",
+            RunOptions {
+                run_id: Some("sub-1".into()),
+                ..RunOptions::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(run.run_id, "sub-1");
+    // Journaled before submit returned.
+    assert!(!loom.events(&run).await.unwrap().is_empty());
+    // Steer while the tool runs: the message waits for the tool's result.
+    loop {
+        if loom
+            .events(&run)
+            .await
+            .unwrap()
+            .iter()
+            .any(|e| matches!(e.payload, Payload::ToolCalled(_)))
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    loom.steer(&run, "C'est urgent, réponds.").await.unwrap();
+    let result = loop {
+        let result = loom.result(&run).await.unwrap();
+        if result.status.is_terminal() {
+            break result;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    assert_eq!(result.status, RunStatus::Completed);
+    assert!(result.text.starts_with("Compris : "), "{}", result.text);
+    // The conversation kept the call and its result together, the steering message after.
+    let state = loom.state(&run).await.unwrap();
+    let roles: Vec<_> = state.messages.iter().map(|m| m.role).collect();
+    use loom_ia::core::Role;
+    assert_eq!(
+        roles,
+        [
+            Role::User,
+            Role::Assistant,
+            Role::Tool,
+            Role::User,
+            Role::Assistant
+        ]
+    );
+    assert_eq!(state.messages[3].text(), "C'est urgent, réponds.");
+}
+
+#[tokio::test]
+async fn recover_drives_runs_left_unfinished() {
+    let dir = tempfile::tempdir().unwrap();
+    let first = loom(dir.path(), add_script(), EventsBackend::Jsonl);
+    let done = first
+        .run(
+            "calc",
+            "12 + 30 ?",
+            RunOptions {
+                run_id: Some("rec-1".into()),
+                ..RunOptions::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert!(done.ok());
+    // Leave the run as a crash after its first model answer would have (no lease left).
+    let path = dir.path().join("journal/default/rec-1.jsonl");
+    let kept: Vec<String> = std::fs::read_to_string(&path)
+        .unwrap()
+        .lines()
+        .take(6)
+        .filter(|l| !l.contains("run.claimed"))
+        .enumerate()
+        .map(|(i, l)| {
+            let mut event: serde_json::Value = serde_json::from_str(l).unwrap();
+            event["seq"] = serde_json::Value::from(i as u64 + 1);
+            event.to_string()
+        })
+        .collect();
+    std::fs::write(&path, kept.join("\n") + "\n").unwrap();
+    // A new process starts and recovers.
+    let second = loom(dir.path(), add_script(), EventsBackend::Jsonl);
+    let requeued = second.recover(None).await.unwrap();
+    assert_eq!(
+        requeued
+            .iter()
+            .map(|r| r.run_id.as_str())
+            .collect::<Vec<_>>(),
+        ["rec-1"]
+    );
+    let run = requeued[0].clone();
+    let result = loop {
+        let result = second.result(&run).await.unwrap();
+        if result.status.is_terminal() {
+            break result;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    assert_eq!(result.text, "Résultat : 42.");
+    // Nothing left to recover.
+    assert!(second.recover(None).await.unwrap().is_empty());
+}

@@ -94,6 +94,39 @@ fn parse(uri: &str) -> Option<(&str, &str, &str)> {
 }
 
 impl ArtifactStore for LocalArtifacts {
+    fn delete_session<'a>(
+        &'a self,
+        tenant_id: &'a str,
+        session_id: &'a str,
+    ) -> BoxFuture<'a, Result<u64, StoreError>> {
+        Box::pin(async move {
+            check(tenant_id, session_id, "bin")?;
+            let dir = self.root.join(tenant_id).join(session_id);
+            tokio::task::spawn_blocking(move || {
+                let count = match std::fs::read_dir(&dir) {
+                    Ok(entries) => entries.count() as u64,
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+                    Err(e) => {
+                        return Err(StoreError::Io {
+                            path: dir.display().to_string(),
+                            source: e,
+                        });
+                    }
+                };
+                std::fs::remove_dir_all(&dir).map_err(|e| StoreError::Io {
+                    path: dir.display().to_string(),
+                    source: e,
+                })?;
+                Ok(count)
+            })
+            .await
+            .map_err(|e| StoreError::Io {
+                path: "artifacts".into(),
+                source: std::io::Error::other(e),
+            })?
+        })
+    }
+
     fn put<'a>(
         &'a self,
         tenant_id: &'a str,
@@ -162,6 +195,23 @@ fn write_atomically(dir: &Path, path: &Path, bytes: &[u8]) -> Result<(), StoreEr
 }
 
 impl ArtifactStore for MemoryArtifacts {
+    fn delete_session<'a>(
+        &'a self,
+        tenant_id: &'a str,
+        session_id: &'a str,
+    ) -> BoxFuture<'a, Result<u64, StoreError>> {
+        Box::pin(async move {
+            let prefix = format!("artifact://{tenant_id}/{session_id}/");
+            let mut files = self
+                .files
+                .lock()
+                .map_err(|_| StoreError::Invalid("artifact store lock poisoned".into()))?;
+            let before = files.len();
+            files.retain(|uri, _| !uri.starts_with(&prefix));
+            Ok((before - files.len()) as u64)
+        })
+    }
+
     fn put<'a>(
         &'a self,
         tenant_id: &'a str,
