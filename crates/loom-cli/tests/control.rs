@@ -211,3 +211,37 @@ fn sessions_list_show_export_and_delete() {
         "error: session client-7 not found"
     );
 }
+
+#[test]
+fn a_second_driver_gets_a_conflict_and_writes_nothing() {
+    let dir = devis_project();
+    assert!(
+        devis(dir.path(), &["run", "devis", QUESTION, "--run-id", "l1"])
+            .status
+            .success()
+    );
+    // Keep the first 7 events, the claim included, with a lease that is still running.
+    let path = journal_path(dir.path(), "l1");
+    let kept: Vec<String> = fs::read_to_string(&path)
+        .unwrap()
+        .lines()
+        .take(7)
+        .map(|l| {
+            let mut event: Value = serde_json::from_str(l).unwrap();
+            if event["type"] == "run.claimed" {
+                event["payload"]["lease_until"] = Value::from("2099-01-01T00:00:00.000000Z");
+            }
+            event.to_string()
+        })
+        .collect();
+    fs::write(&path, kept.join("\n") + "\n").unwrap();
+    let before = fs::read(&path).unwrap();
+    let out = devis(dir.path(), &["resume", "l1"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("this run is driven elsewhere"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert_eq!(fs::read(&path).unwrap(), before);
+}

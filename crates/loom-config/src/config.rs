@@ -805,6 +805,12 @@ fn check_sections(doc: &Doc, raw: &LoomConfig) -> Result<(), ConfigError> {
             "backend 'sqlite' requires 'path' (the database file)".into(),
         ));
     }
+    if !(raw.execution.lease.is_finite() && raw.execution.lease > 0.0) {
+        return Err(invalid(
+            &KeyPath::root().key("execution").key("lease"),
+            NOT_POSITIVE.into(),
+        ));
+    }
     let tp = KeyPath::root().key("execution").key("tools");
     let tools = &raw.execution.tools;
     if !positive_seconds(tools.timeout) {

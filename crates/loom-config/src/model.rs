@@ -762,11 +762,23 @@ pub enum EventsBackend {
 }
 
 /// Execution settings.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct ExecutionConfig {
     /// Tool calls.
     pub tools: ToolsExecution,
+    /// Seconds a driver holds a run before another may take it over (renewed while working).
+    #[schemars(extend("exclusiveMinimum" = 0))]
+    pub lease: f64,
+}
+
+impl Default for ExecutionConfig {
+    fn default() -> Self {
+        ExecutionConfig {
+            tools: ToolsExecution::default(),
+            lease: 60.0,
+        }
+    }
 }
 
 /// Defaults for tool calls.

@@ -221,7 +221,13 @@ impl Loom {
             Some(path) => Arc::new(LocalArtifacts::new(path)),
             None => Arc::new(MemoryArtifacts::new()),
         };
-        let engine = Engine::new(store, Arc::new(SystemClock)).with_artifacts(artifacts);
+        let lease =
+            std::time::Duration::try_from_secs_f64(config.raw().execution.lease).map_err(|_| {
+                LoomError::from(config.error_at_root("execution.lease", "not a usable duration"))
+            })?;
+        let engine = Engine::new(store, Arc::new(SystemClock))
+            .with_artifacts(artifacts)
+            .with_lease(lease);
         Ok(Loom {
             inner: Arc::new(Inner {
                 config,

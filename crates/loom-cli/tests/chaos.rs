@@ -1,0 +1,193 @@
+//! The chaos test: a run whose irreversible (but idempotent) tool appends one line to a file
+//! is killed with SIGKILL at random points — before, during and after the tool call, during
+//! journal writes — then resumed (and sometimes killed again) until it completes. Every trial
+//! must end with the run completed, exactly one line written and a journal that reads back.
+//!
+//! CI runs a short version; `bench/chaos.sh` runs `CHAOS_TRIALS=1000` (or more).
+
+// Helpers outside #[test] functions unwrap too: a panic there is a failed test.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::{
+    fs,
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+    thread,
+    time::Duration,
+};
+
+fn chaos_bin() -> PathBuf {
+    let loom = PathBuf::from(env!("CARGO_BIN_EXE_loom"));
+    let path = loom
+        .parent()
+        .unwrap()
+        .join("examples")
+        .join(format!("chaos{}", std::env::consts::EXE_SUFFIX));
+    assert!(
+        path.exists(),
+        "{} is missing: run the tests with `cargo test` (which builds examples)",
+        path.display()
+    );
+    path
+}
+
+/// A small deterministic generator (xorshift), seeded per run and printed, so a failing
+/// sequence can be replayed with `CHAOS_SEED`.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}
+
+struct Outcome {
+    kills: u32,
+    lines: usize,
+    completed: bool,
+}
+
+fn command(dir: &Path, file: &Path, args: &[&str]) -> Command {
+    let mut command = Command::new(chaos_bin());
+    command
+        .current_dir(dir)
+        .env("CHAOS_FILE", file)
+        .args(["--config", "loom.yaml"])
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    command
+}
+
+/// Starts `args`, kills it after `kill_after` if given, and returns (exit code, stderr).
+fn attempt(
+    dir: &Path,
+    file: &Path,
+    args: &[&str],
+    kill_after: Option<Duration>,
+) -> (Option<i32>, String, bool) {
+    let mut child = command(dir, file, args).spawn().unwrap();
+    let mut killed = false;
+    if let Some(delay) = kill_after {
+        thread::sleep(delay);
+        if child.try_wait().unwrap().is_none() {
+            let _ = child.kill();
+            killed = true;
+        }
+    }
+    let output = child.wait_with_output().unwrap();
+    (
+        output.status.code(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+        killed,
+    )
+}
+
+fn trial(dir: &Path, index: usize, rng: &mut Rng) -> Outcome {
+    let run_id = format!("t{index}");
+    let file = dir.join(format!("out-{index}.txt"));
+    let mut kills = 0;
+    // The first process is killed somewhere in its life (a run takes a few milliseconds).
+    let (_, _, killed) = attempt(
+        dir,
+        &file,
+        &["run", "chaos", "go", "--run-id", &run_id],
+        Some(Duration::from_micros(rng.below(25_000))),
+    );
+    kills += u32::from(killed);
+    let mut completed = false;
+    for round in 0..200 {
+        // Sometimes the resuming process is killed too.
+        let kill =
+            (round < 3 && rng.below(2) == 0).then(|| Duration::from_micros(rng.below(20_000)));
+        let (code, stderr, killed) = attempt(dir, &file, &["resume", &run_id], kill);
+        kills += u32::from(killed);
+        match code {
+            Some(0) => {
+                completed = true;
+                break;
+            }
+            _ if killed => {}
+            Some(2) if stderr.contains("not found") => {
+                // Killed before the run was journaled: start it again.
+                let (code, _, _) = attempt(
+                    dir,
+                    &file,
+                    &["run", "chaos", "go", "--run-id", &run_id],
+                    None,
+                );
+                if code == Some(0) {
+                    completed = true;
+                    break;
+                }
+            }
+            // The killed driver's lease has not run out yet.
+            Some(2) if stderr.contains("driven elsewhere") => {
+                thread::sleep(Duration::from_millis(100))
+            }
+            other => panic!("trial {index}: resume ended with {other:?}: {stderr}"),
+        }
+    }
+    let lines = fs::read_to_string(&file)
+        .map(|t| t.lines().count())
+        .unwrap_or(0);
+    // The journal reads back cleanly and says the run completed.
+    let (code, stderr, _) = attempt(dir, &file, &["inspect", &run_id, "--json"], None);
+    assert_eq!(code, Some(0), "trial {index}: inspect failed: {stderr}");
+    Outcome {
+        kills,
+        lines,
+        completed,
+    }
+}
+
+#[test]
+fn killed_runs_resume_to_exactly_one_effect() {
+    let trials: usize = std::env::var("CHAOS_TRIALS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(25);
+    let seed: u64 = std::env::var("CHAOS_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(1, |d| d.as_nanos() as u64)
+                | 1
+        });
+    eprintln!("chaos: {trials} trial(s), seed {seed}");
+    let dir = tempfile::tempdir().unwrap();
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/chaos");
+    fs::copy(source.join("loom.yaml"), dir.path().join("loom.yaml")).unwrap();
+    fs::create_dir_all(dir.path().join("agents")).unwrap();
+    fs::copy(
+        source.join("agents/chaos.yaml"),
+        dir.path().join("agents/chaos.yaml"),
+    )
+    .unwrap();
+    let mut rng = Rng(seed);
+    let (mut kills, mut duplicates, mut lost) = (0, 0, 0);
+    for index in 0..trials {
+        let outcome = trial(dir.path(), index, &mut rng);
+        kills += outcome.kills;
+        if outcome.lines > 1 {
+            duplicates += 1;
+        }
+        if !outcome.completed || outcome.lines == 0 {
+            lost += 1;
+        }
+    }
+    eprintln!(
+        "chaos: {trials} trial(s), {kills} kill(s), {duplicates} duplicate(s), {lost} lost run(s)"
+    );
+    assert_eq!((duplicates, lost), (0, 0), "seed {seed}");
+}
