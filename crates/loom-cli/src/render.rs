@@ -122,6 +122,10 @@ pub(crate) fn progress_line(event: &Event) -> Option<String> {
             "· approval expired: {} ({})",
             expired.tool_name, expired.action
         )),
+        Payload::IdempotencyReused(reused) => Some(format!(
+            "· {}: already done (key {}), recorded result reused",
+            reused.tool_name, reused.key
+        )),
         _ => None,
     }
 }

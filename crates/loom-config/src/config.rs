@@ -306,6 +306,17 @@ impl Config {
         }
     }
 
+    /// The idempotency database file, resolved: `storage.idempotency.path`, else the `sqlite`
+    /// journal's file; `None` without `storage.idempotency` (or without a usable path).
+    pub fn idempotency_path(&self) -> Option<PathBuf> {
+        let idempotency = self.raw.storage.idempotency.as_ref()?;
+        match &idempotency.path {
+            Some(path) => Some(self.base_dir.join(path)),
+            None if self.raw.storage.events.backend == EventsBackend::Sqlite => self.events_path(),
+            None => None,
+        }
+    }
+
     /// The artifact directory, resolved, when artifacts are kept in files: `storage.artifacts.path`
     /// for the `local` backend, else `<journal dir>/.artifacts` beside a `jsonl` journal and
     /// `<directory of the database>/.artifacts` beside a `sqlite` one.

@@ -38,10 +38,10 @@ pub use config::{APPROVAL_POLICY, BUILTIN_TOOLS, Config};
 pub use error::{ConfigError, ConfigErrorKind};
 pub use model::{
     AgentApproval, AgentSpec, ArtifactsBackend, ArtifactsStorage, CaptureConfig, CircuitBreaker,
-    EventsBackend, EventsStorage, ExecutionConfig, FolderRight, FolderSpec, JsonObject,
-    LlmSettings, LogFormat, LogLevel, LoggingConfig, LoomConfig, MainRole, McpScope, McpServerSpec,
-    McpTransport, ModelApi, ModelCapabilities, ModelSpec, Profile, Profiles, Sdk, StorageConfig,
-    TelemetryConfig, ToolOverrides, ToolRef, ToolsExecution,
+    EventsBackend, EventsStorage, ExecutionConfig, FolderRight, FolderSpec, IdempotencyBackend,
+    IdempotencyStorage, JsonObject, LlmSettings, LogFormat, LogLevel, LoggingConfig, LoomConfig,
+    MainRole, McpScope, McpServerSpec, McpTransport, ModelApi, ModelCapabilities, ModelSpec,
+    Profile, Profiles, Sdk, StorageConfig, TelemetryConfig, ToolOverrides, ToolRef, ToolsExecution,
 };
 
 /// Loads and validates the configuration at `path` (usually `loom.yaml`).

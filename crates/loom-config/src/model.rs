@@ -714,6 +714,29 @@ pub struct StorageConfig {
     pub events: EventsStorage,
     /// Where files are kept (offloaded results); by default beside the journal.
     pub artifacts: ArtifactsStorage,
+    /// The idempotency store shared by every run, needed by tools with a business key
+    /// (default: none).
+    pub idempotency: Option<IdempotencyStorage>,
+}
+
+/// The idempotency store (`storage.idempotency`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct IdempotencyStorage {
+    /// Backend.
+    pub backend: IdempotencyBackend,
+    /// Database file (`sqlite`), relative to the config file; by default the `sqlite` journal's.
+    #[serde(default)]
+    pub path: Option<PathBuf>,
+}
+
+/// Idempotency store backends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum IdempotencyBackend {
+    /// A table of a SQLite file, shared by every process that opens it; needs the `sqlite`
+    /// feature of `loom-ia`.
+    Sqlite,
 }
 
 /// Where artifacts are kept. Without `backend`, they follow the journal: `<events path>/.artifacts`

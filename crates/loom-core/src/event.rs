@@ -348,6 +348,12 @@ pub enum Payload {
     /// A request passed its deadline without a decision.
     #[serde(rename = "approval.expired")]
     ApprovalExpired(ApprovalExpired),
+    /// The result of a call with a business key was recorded in the idempotency store.
+    #[serde(rename = "idempotency.recorded")]
+    IdempotencyRecorded(IdempotencyRecorded),
+    /// A call with a business key already completed was not run: its recorded result was reused.
+    #[serde(rename = "idempotency.reused")]
+    IdempotencyReused(IdempotencyReused),
 }
 
 /// Who the run is for.
@@ -926,6 +932,32 @@ pub struct ApprovalExpired {
     pub expire_at: Option<DateTime<Utc>>,
 }
 
+/// `idempotency.recorded`.
+///
+/// Content field: `result`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct IdempotencyRecorded {
+    /// The full business key (`<tenant>:<tool>:<business key>`).
+    pub key: String,
+    /// The call.
+    pub call_id: String,
+    /// Its tool.
+    pub tool_name: String,
+    /// The recorded result.
+    pub result: crate::tool::ToolOutput,
+}
+
+/// `idempotency.reused`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct IdempotencyReused {
+    /// The full business key (`<tenant>:<tool>:<business key>`).
+    pub key: String,
+    /// The call that was not run.
+    pub call_id: String,
+    /// Its tool.
+    pub tool_name: String,
+}
+
 impl ModelExchanged {
     /// The event of `exchange`, observed on the wire (`synthetic` false), for the main slot.
     pub fn observed(
@@ -988,6 +1020,8 @@ impl Payload {
             Payload::ApprovalGranted(_) => "approval.granted",
             Payload::ApprovalRejected(_) => "approval.rejected",
             Payload::ApprovalExpired(_) => "approval.expired",
+            Payload::IdempotencyRecorded(_) => "idempotency.recorded",
+            Payload::IdempotencyReused(_) => "idempotency.reused",
         }
     }
 
@@ -1008,6 +1042,9 @@ impl Payload {
             | Payload::ApprovalGranted(_)
             | Payload::ApprovalRejected(_)
             | Payload::ApprovalExpired(_) => Category::Approval,
+            Payload::IdempotencyRecorded(_) | Payload::IdempotencyReused(_) => {
+                Category::Idempotency
+            }
             _ => Category::Run,
         }
     }
@@ -1177,6 +1214,14 @@ impl Payload {
             Payload::ApprovalExpired(p) => {
                 f.insert("tool_name".into(), json!(p.tool_name));
                 f.insert("action".into(), json!(p.action));
+            }
+            Payload::IdempotencyRecorded(p) => {
+                f.insert("tool_name".into(), json!(p.tool_name));
+                f.insert("key".into(), json!(p.key));
+            }
+            Payload::IdempotencyReused(p) => {
+                f.insert("tool_name".into(), json!(p.tool_name));
+                f.insert("key".into(), json!(p.key));
             }
         }
         f

@@ -3,13 +3,14 @@
 //! The model port lives in [`crate::model`] and the tool port in [`crate::tool`]. Every port is
 //! used as `Arc<dyn Port>`; adapters implement them in their own crates.
 
-use std::fmt;
+use std::{fmt, time::Duration};
 
 use chrono::{DateTime, Utc};
 
 use crate::{
     BoxFuture,
     event::{Event, EventReadError},
+    tool::ToolOutput,
 };
 
 /// Why a journal operation failed, classified by kind.
@@ -202,4 +203,48 @@ pub trait ToolSource: Send + Sync + fmt::Debug {
     fn shutdown(&self) -> BoxFuture<'_, ()> {
         Box::pin(async {})
     }
+}
+
+/// What [`IdempotencyStore::reserve`] found for a key.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Reservation {
+    /// The key is now held by the caller (it was free, expired, or already the caller's):
+    /// run the action, then [`IdempotencyStore::complete`] or [`IdempotencyStore::release`].
+    Reserved,
+    /// The action already ran: its recorded result.
+    Completed(Box<ToolOutput>),
+    /// Another holder is running the action now.
+    Held,
+}
+
+/// How long an idempotency record lives by default (24 h).
+pub const DEFAULT_IDEMPOTENCY_TTL: Duration = Duration::from_secs(86_400);
+
+/// The idempotency store port: records `{key, status: in_progress | completed, result,
+/// expires_at}` plus the holder token, shared by every run (and process) that uses the store.
+///
+/// Keys of business idempotency are `<tenant>:<tool>:<business key>`.
+pub trait IdempotencyStore: Send + Sync + fmt::Debug {
+    /// Takes `key` for `holder` for `ttl`, unless it is completed or held by someone else.
+    fn reserve<'a>(
+        &'a self,
+        key: &'a str,
+        holder: &'a str,
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<Reservation, StoreError>>;
+
+    /// Records the result of the action behind `key` (held by `holder`).
+    fn complete<'a>(
+        &'a self,
+        key: &'a str,
+        holder: &'a str,
+        output: &'a ToolOutput,
+    ) -> BoxFuture<'a, Result<(), StoreError>>;
+
+    /// Gives `key` back without a result (the action failed): the next caller may run it.
+    fn release<'a>(
+        &'a self,
+        key: &'a str,
+        holder: &'a str,
+    ) -> BoxFuture<'a, Result<(), StoreError>>;
 }

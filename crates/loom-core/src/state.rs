@@ -386,7 +386,9 @@ impl RunState {
             Payload::RunCancelled(_) => self.finished = true,
             Payload::ToolSourceUnavailable(_)
             | Payload::CircuitOpened(_)
-            | Payload::ModelExchanged(_) => {}
+            | Payload::ModelExchanged(_)
+            | Payload::IdempotencyRecorded(_)
+            | Payload::IdempotencyReused(_) => {}
             Payload::ModelRetried(retried) => {
                 if let Some(usage) = &retried.usage {
                     self.usage.add(usage);

@@ -84,6 +84,103 @@ pub struct ToolDeclarations {
     pub timeout: Option<Duration>,
     /// Result size (characters) above which the result is moved out of the context.
     pub offload_over: Option<u64>,
+    /// The business key computed from a call's arguments: two calls with the same key (in any
+    /// run of the tenant) perform the action once; the second gets the recorded result.
+    pub business_key: Option<BusinessKey>,
+}
+
+/// The function that computes a business key from a call's arguments (`None`: no key for
+/// these arguments, the call runs normally).
+pub type BusinessKeyFn = dyn Fn(&Value) -> Option<String> + Send + Sync;
+
+/// A tool's business key: a function of the arguments. Two keys are equal when they are the
+/// same function (or the same template).
+#[derive(Clone)]
+pub struct BusinessKey {
+    function: Arc<BusinessKeyFn>,
+    template: Option<String>,
+}
+
+impl BusinessKey {
+    /// A business key computed by `function`.
+    pub fn new(function: impl Fn(&Value) -> Option<String> + Send + Sync + 'static) -> BusinessKey {
+        BusinessKey {
+            function: Arc::new(function),
+            template: None,
+        }
+    }
+
+    /// A business key from a template over argument names: `"relance:{numero}"` replaces
+    /// `{numero}` with the argument's string or number value; a missing argument (or one of
+    /// another type) gives no key. `{{` and `}}` stand for literal braces.
+    pub fn template(template: impl Into<String>) -> BusinessKey {
+        let template = template.into();
+        let owned = template.clone();
+        BusinessKey {
+            function: Arc::new(move |arguments| render_key(&owned, arguments)),
+            template: Some(template),
+        }
+    }
+
+    /// The key of these arguments, if any.
+    pub fn key(&self, arguments: &Value) -> Option<String> {
+        (self.function)(arguments)
+    }
+
+    /// The template it was made from, if any.
+    pub fn template_text(&self) -> Option<&str> {
+        self.template.as_deref()
+    }
+}
+
+impl fmt::Debug for BusinessKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.template {
+            Some(template) => write!(f, "BusinessKey({template:?})"),
+            None => f.write_str("BusinessKey(<fn>)"),
+        }
+    }
+}
+
+impl PartialEq for BusinessKey {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.function, &other.function)
+            || (self.template.is_some() && self.template == other.template)
+    }
+}
+
+fn render_key(template: &str, arguments: &Value) -> Option<String> {
+    let mut out = String::new();
+    let mut chars = template.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '{' if chars.peek() == Some(&'{') => {
+                chars.next();
+                out.push('{');
+            }
+            '}' if chars.peek() == Some(&'}') => {
+                chars.next();
+                out.push('}');
+            }
+            '{' => {
+                let mut name = String::new();
+                loop {
+                    match chars.next() {
+                        Some('}') => break,
+                        Some(c) => name.push(c),
+                        None => return None,
+                    }
+                }
+                match arguments.get(name.trim())? {
+                    Value::String(text) => out.push_str(text),
+                    Value::Number(number) => out.push_str(&number.to_string()),
+                    _ => return None,
+                }
+            }
+            c => out.push(c),
+        }
+    }
+    Some(out)
 }
 
 /// Everything the engine and the model need to know about a tool.
@@ -273,6 +370,15 @@ impl FnTool {
         &mut self.spec.declarations
     }
 
+    /// Declares a business key computed from the arguments (builder style).
+    pub fn with_business_key(
+        mut self,
+        key: impl Fn(&Value) -> Option<String> + Send + Sync + 'static,
+    ) -> FnTool {
+        self.spec.declarations.business_key = Some(BusinessKey::new(key));
+        self
+    }
+
     /// Renames the tool.
     pub fn named(mut self, name: impl Into<String>) -> FnTool {
         self.spec.name = name.into();
@@ -388,6 +494,19 @@ mod tests {
     struct Args {
         /// An amount.
         amount: f64,
+    }
+
+    #[test]
+    fn business_key_templates() {
+        let key = BusinessKey::template("relance:{numero}/{n}{{x}}");
+        let args = serde_json::json!({"numero": "D-1", "n": 3});
+        assert_eq!(key.key(&args).as_deref(), Some("relance:D-1/3{x}"));
+        assert_eq!(key.key(&serde_json::json!({"numero": "D-1"})), None);
+        assert_eq!(key, BusinessKey::template("relance:{numero}/{n}{{x}}"));
+        assert_eq!(
+            format!("{key:?}"),
+            r#"BusinessKey("relance:{numero}/{n}{{x}}")"#
+        );
     }
 
     #[test]

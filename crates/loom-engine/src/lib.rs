@@ -37,7 +37,7 @@ use loom_core::{
     Message,
     approval::OnExpiry,
     model::ModelClient,
-    ports::{ArtifactStore, Clock, EventStore, StoreError, ToolSource},
+    ports::{ArtifactStore, Clock, EventStore, IdempotencyStore, StoreError, ToolSource},
     state::{FoldError, ProjectionError},
     tool::{Tool, ToolDeclarations},
     usage::Pricing,
@@ -347,6 +347,7 @@ pub struct Engine {
     worker_id: String,
     lease: Duration,
     artifacts: Option<Arc<dyn ArtifactStore>>,
+    idempotency: Option<Arc<dyn IdempotencyStore>>,
     breakers: Arc<Breakers>,
 }
 
@@ -363,6 +364,7 @@ impl Engine {
             worker_id,
             lease: DEFAULT_LEASE,
             artifacts: None,
+            idempotency: None,
             breakers: Arc::new(Breakers::new()),
         }
     }
@@ -394,6 +396,18 @@ impl Engine {
     /// The artifact store, if any.
     pub fn artifacts(&self) -> Option<&Arc<dyn ArtifactStore>> {
         self.artifacts.as_ref()
+    }
+
+    /// Sets the idempotency store that tools with a business key go through: a call whose key
+    /// was already completed (by any run) is not run again and gets the recorded result.
+    pub fn with_idempotency(mut self, store: Arc<dyn IdempotencyStore>) -> Engine {
+        self.idempotency = Some(store);
+        self
+    }
+
+    /// The idempotency store, if any.
+    pub fn idempotency(&self) -> Option<&Arc<dyn IdempotencyStore>> {
+        self.idempotency.as_ref()
     }
 
     /// This engine's worker id (`worker-<12 hex>`).

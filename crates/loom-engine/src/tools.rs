@@ -13,9 +13,10 @@ use loom_core::{
     RunState,
     approval::{ApprovalStatus, Decision, PendingApproval, expiry_message, rejection_message},
     event::{
-        ApprovalGranted, ApprovalRejected, ApprovalRequested, Effect, Outcome, Payload, ToolCalled,
-        ToolCompleted,
+        ApprovalGranted, ApprovalRejected, ApprovalRequested, Effect, IdempotencyRecorded,
+        IdempotencyReused, Outcome, Payload, ToolCalled, ToolCompleted,
     },
+    ports::{DEFAULT_IDEMPOTENCY_TTL, IdempotencyStore, Reservation},
     state::PendingCall,
     tool::{Approval, OnUnknown, SideEffects, ToolContext, ToolOutput},
 };
@@ -32,6 +33,20 @@ use crate::{
 /// Result given to the model for a call interrupted mid-flight whose effect may have happened.
 pub const UNKNOWN_STATE: &str = "Unknown state: this tool's execution was interrupted and it may have \
 produced its effect. It was not run again automatically; check before calling it again.";
+
+/// What the business key of a call did to its launch.
+enum Business {
+    /// No business key (or no store).
+    None,
+    /// The key was already completed: the recorded result is reused, the tool does not run.
+    Reused(String),
+    /// The key is held by this call: its result is recorded when it completes.
+    Held {
+        store: std::sync::Arc<dyn IdempotencyStore>,
+        key: String,
+        holder: String,
+    },
+}
 
 /// A call accepted for launch.
 struct Launch {
@@ -196,7 +211,44 @@ pub(crate) async fn batch(
         let tool = launch.tool.tool.clone();
         let arguments = launch.arguments.clone();
         let name = launch.call.name.clone();
-        spans.push((launch.span, launch.call, launch.tool));
+        // A business key: reserve it before running, or reuse what another run recorded.
+        let key = match (
+            driver.engine.idempotency(),
+            &launch.tool.declarations.business_key,
+        ) {
+            (Some(store), Some(business)) => business
+                .key(&arguments)
+                .map(|key| (store.clone(), format!("{}:{name}:{key}", ctx.tenant_id))),
+            _ => None,
+        };
+        let mut business = Business::None;
+        let mut ready = None;
+        if let Some((store, key)) = key {
+            let holder = ctx.idempotency_key.clone();
+            match store
+                .reserve(&key, &holder, DEFAULT_IDEMPOTENCY_TTL)
+                .await?
+            {
+                Reservation::Reserved => {
+                    business = Business::Held { store, key, holder };
+                }
+                Reservation::Completed(output) => {
+                    ready = Some(*output);
+                    business = Business::Reused(key);
+                }
+                Reservation::Held => {
+                    ready = Some(ToolOutput::error(format!(
+                        "the same action is in progress in another run (key {key}); \
+                         it was not run again"
+                    )));
+                }
+            }
+        }
+        spans.push((launch.span, launch.call, launch.tool, business));
+        if let Some(output) = ready {
+            running.spawn(async move { (index, output, 0.0) });
+            continue;
+        }
         running.spawn(async move {
             let started = Instant::now();
             let call = AssertUnwindSafe(async {
@@ -248,8 +300,44 @@ pub(crate) async fn batch(
         let Ok((index, output, latency)) = joined else {
             continue;
         };
-        let (span, call, tool) = &spans[index];
-        let mut batch = Vec::with_capacity(3);
+        let (span, call, tool, business) = &spans[index];
+        let mut batch = Vec::with_capacity(4);
+        match business {
+            Business::None => {}
+            Business::Reused(key) => {
+                emitted += 1;
+                batch.push(driver.event(
+                    span,
+                    Some(&step.span),
+                    None,
+                    Payload::IdempotencyReused(IdempotencyReused {
+                        key: key.clone(),
+                        call_id: call.call_id.clone(),
+                        tool_name: call.name.clone(),
+                    }),
+                ));
+            }
+            Business::Held { store, key, holder } => {
+                if output.is_error {
+                    // The action failed: the next run may try it.
+                    store.release(key, holder).await?;
+                } else {
+                    store.complete(key, holder, &output).await?;
+                    emitted += 1;
+                    batch.push(driver.event(
+                        span,
+                        Some(&step.span),
+                        None,
+                        Payload::IdempotencyRecorded(IdempotencyRecorded {
+                            key: key.clone(),
+                            call_id: call.call_id.clone(),
+                            tool_name: call.name.clone(),
+                            result: output.clone(),
+                        }),
+                    ));
+                }
+            }
+        }
         let output = match offload_limit(driver, tool) {
             Some(limit) => match driver.engine.artifacts() {
                 Some(store) => {

@@ -65,7 +65,7 @@ pub mod __private {
     //! Paths used by the code `#[tool]` generates. Not a public API.
     pub use loom_core::BoxFuture;
     pub use loom_core::tool::{
-        Approval, FnTool, IntoToolOutput, Json, OnUnknown, SideEffects, ToolContext,
+        Approval, BusinessKey, FnTool, IntoToolOutput, Json, OnUnknown, SideEffects, ToolContext,
         ToolDeclarations, ToolError, ToolKind, ToolOutput, ToolSpec, schema_description,
         schema_for,
     };

@@ -46,6 +46,42 @@ fn sqlite_store(config: &Config) -> Result<Arc<dyn EventStore>, LoomError> {
         .into())
 }
 
+/// Opens the idempotency store the configuration names (`storage.idempotency`), if any.
+#[cfg(feature = "sqlite")]
+fn idempotency_store(
+    config: &Config,
+) -> Result<Option<Arc<dyn loom_core::ports::IdempotencyStore>>, LoomError> {
+    if config.raw().storage.idempotency.is_none() {
+        return Ok(None);
+    }
+    match config.idempotency_path() {
+        Some(path) => Ok(Some(Arc::new(loom_sqlite::SqliteIdempotency::open(path)?))),
+        None => Err(config
+            .error_at_root(
+                "storage.idempotency.path",
+                "the sqlite idempotency store needs a path (or a sqlite journal to share)",
+            )
+            .into()),
+    }
+}
+
+/// Without the `sqlite` feature, `storage.idempotency` is a configuration error.
+#[cfg(not(feature = "sqlite"))]
+fn idempotency_store(
+    config: &Config,
+) -> Result<Option<Arc<dyn loom_core::ports::IdempotencyStore>>, LoomError> {
+    if config.raw().storage.idempotency.is_none() {
+        return Ok(None);
+    }
+    Err(config
+        .error_at_root(
+            "storage.idempotency.backend",
+            "backend 'sqlite' needs the `sqlite` feature of loom-ia, which this build lacks \
+             (loom-cli enables it by default)",
+        )
+        .into())
+}
+
 /// The tenant used when none is given (tenancy arrives later; `default` always exists).
 pub const DEFAULT_TENANT: &str = "default";
 
@@ -225,9 +261,12 @@ impl Loom {
             std::time::Duration::try_from_secs_f64(config.raw().execution.lease).map_err(|_| {
                 LoomError::from(config.error_at_root("execution.lease", "not a usable duration"))
             })?;
-        let engine = Engine::new(store, Arc::new(SystemClock))
+        let mut engine = Engine::new(store, Arc::new(SystemClock))
             .with_artifacts(artifacts)
             .with_lease(lease);
+        if let Some(idempotency) = idempotency_store(&config)? {
+            engine = engine.with_idempotency(idempotency);
+        }
         Ok(Loom {
             inner: Arc::new(Inner {
                 config,

@@ -181,6 +181,16 @@ pub(crate) fn agent(
             let key = from_yaml(reference.approval == Some(Approval::Always), "approval");
             return Err(at(key, not_durable(&tool_name)));
         }
+        if declarations.business_key.is_some() && config.raw().storage.idempotency.is_none() {
+            return Err(at(
+                "tool",
+                format!(
+                    "tool '{tool_name}' declares a business key, which needs a shared durable \
+                     idempotency store so that two runs never perform the same action twice; \
+                     declare storage.idempotency: {{backend: sqlite, path: ...}}"
+                ),
+            ));
+        }
         let description = reference
             .description
             .clone()

@@ -438,6 +438,7 @@ async fn options_land_in_the_declarations() {
             on_unknown: OnUnknown::Pause,
             timeout: Some(Duration::from_secs(10)),
             offload_over: Some(1000),
+            business_key: None,
         }
     );
     let output = call(&tool, json!({ "to": "a@b.c" })).await.unwrap();
@@ -455,6 +456,7 @@ async fn options_land_in_the_declarations() {
             on_unknown: OnUnknown::Error,
             timeout: Some(Duration::from_millis(2500)),
             offload_over: None,
+            business_key: None,
         }
     );
     let output = call(&tool, json!({ "order": 7 })).await.unwrap();
@@ -470,4 +472,41 @@ fn tools_are_object_safe_and_shareable() {
     ];
     let names: Vec<&str> = tools.iter().map(|tool| tool.spec().name.as_str()).collect();
     assert_eq!(names, ["prix_ttc", "whoami", "search"]);
+}
+
+// --- A business key ---------------------------------------------------------------------------
+
+/// Sends a reminder for a quote.
+#[loom_ia::tool(
+    side_effects = "irreversible",
+    business_key = "relance:{numero}/{rang}"
+)]
+fn envoyer_relance(numero: String, rang: Option<u32>) -> String {
+    format!("relance {numero} envoyée (rang {})", rang.unwrap_or(1))
+}
+
+#[tokio::test]
+async fn a_business_key_template_is_computed_from_the_arguments() {
+    let tool = envoyer_relance_tool();
+    let declarations = &tool.spec().declarations;
+    assert_eq!(declarations.side_effects, SideEffects::Irreversible);
+    let key = declarations.business_key.as_ref().unwrap();
+    assert_eq!(key.template_text(), Some("relance:{numero}/{rang}"));
+    assert_eq!(
+        key.key(&json!({"numero": "D-2024-017", "rang": 2}))
+            .as_deref(),
+        Some("relance:D-2024-017/2")
+    );
+    // A missing argument gives no key.
+    assert_eq!(key.key(&json!({"numero": "D-2024-017"})), None);
+    assert_eq!(
+        text(
+            &call(&tool, json!({"numero": "D-1", "rang": 1}))
+                .await
+                .unwrap()
+        ),
+        "relance D-1 envoyée (rang 1)"
+    );
+    // Tools without one have none.
+    assert!(ToolDeclarations::default().business_key.is_none());
 }

@@ -6,6 +6,8 @@
 //! - [`JsonlStore`]: one file per session at `<root>/<tenant>/<session>.jsonl`, one event per
 //!   line (the compact JSON of [`Event::to_json`], newline-terminated).
 //!
+//! It also holds [`MemoryIdempotency`], an in-process idempotency store for tests.
+//!
 //! Both stores behave the same way: `append(batch, expected_last_seq)` checks that every event
 //! of the batch belongs to one `(tenant, session)` journal with safe ids
 //! ([`loom_core::ids::is_safe_id`]), then, under an exclusive lock, compares the journal's last
@@ -54,9 +56,11 @@
 
 mod artifacts;
 mod check;
+mod idempotency;
 mod jsonl;
 mod memory;
 
 pub use artifacts::{LocalArtifacts, MemoryArtifacts};
+pub use idempotency::MemoryIdempotency;
 pub use jsonl::JsonlStore;
 pub use memory::MemoryStore;

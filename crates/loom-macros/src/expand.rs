@@ -525,6 +525,11 @@ fn expand(options: &Options, function: &ItemFn, params: Vec<Param>) -> syn::Resu
     if let Some(offload_over) = options.offload_over {
         declarations.push(quote!(offload_over: ::core::option::Option::Some(#offload_over)));
     }
+    if let Some(template) = &options.business_key {
+        declarations.push(quote!(
+            business_key: ::core::option::Option::Some(#private::BusinessKey::template(#template))
+        ));
+    }
     let declarations = if declarations.is_empty() {
         quote!(::core::default::Default::default())
     } else {

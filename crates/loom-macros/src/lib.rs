@@ -38,7 +38,9 @@ use proc_macro::TokenStream;
 /// - **Options**: `name = "..."`, `side_effects = "none" | "reversible" | "irreversible"`,
 ///   `approval = "never" | "always" | "policy"`, `idempotent` (or `idempotent = true|false`),
 ///   `on_unknown = "error" | "pause"`, `timeout = <seconds>` (integer or float),
-///   `offload_over = <characters>`, `crate = <path>` (default `::loom_ia`).
+///   `offload_over = <characters>`, `business_key = "relance:{numero}"` (a template over
+///   argument names: `{name}` is the argument's string or number value; a missing argument
+///   gives no key), `crate = <path>` (default `::loom_ia`).
 #[proc_macro_attribute]
 pub fn tool(attr: TokenStream, item: TokenStream) -> TokenStream {
     expand::tool(attr.into(), item.into()).into()

@@ -15,6 +15,8 @@ pub(crate) struct Options {
     /// An expression of type `Duration`.
     pub(crate) timeout: Option<TokenStream>,
     pub(crate) offload_over: Option<u64>,
+    /// The business-key template (`"relance:{numero}"`).
+    pub(crate) business_key: Option<LitStr>,
     pub(crate) krate: Option<Path>,
 }
 
@@ -93,6 +95,11 @@ impl Options {
                 };
                 self.offload_over = Some(int.base10_parse::<u64>()?);
             }
+            "business_key" => {
+                let template: LitStr = meta.value()?.parse()?;
+                check_template(&template)?;
+                self.business_key = Some(template);
+            }
             "crate" => {
                 let input = meta.value()?;
                 let path = if input.peek(LitStr) {
@@ -105,13 +112,56 @@ impl Options {
             _ => {
                 return Err(meta.error(format_args!(
                     "unknown option `{}`; expected one of: name, side_effects, approval, \
-                     idempotent, on_unknown, timeout, offload_over, crate",
+                     idempotent, on_unknown, timeout, offload_over, business_key, crate",
                     meta.path.to_token_stream().to_string().replace(' ', "")
                 )));
             }
         }
         Ok(())
     }
+}
+
+/// Checks a business-key template: balanced `{name}` placeholders, at least one.
+fn check_template(template: &LitStr) -> syn::Result<()> {
+    let text = template.value();
+    let mut chars = text.chars().peekable();
+    let mut placeholders = 0;
+    let error = |message: &str| {
+        Err(syn::Error::new(
+            template.span(),
+            format!("invalid business key template \"{text}\": {message}"),
+        ))
+    };
+    while let Some(c) = chars.next() {
+        match c {
+            '{' if chars.peek() == Some(&'{') => {
+                chars.next();
+            }
+            '}' if chars.peek() == Some(&'}') => {
+                chars.next();
+            }
+            '{' => {
+                let mut name = String::new();
+                loop {
+                    match chars.next() {
+                        Some('}') => break,
+                        Some(c) => name.push(c),
+                        None => return error("unclosed `{`"),
+                    }
+                }
+                if name.trim().is_empty() {
+                    return error("empty `{}` placeholder");
+                }
+                placeholders += 1;
+            }
+            '}' => return error("unmatched `}` (write `}}` for a literal brace)"),
+            _ => {}
+        }
+    }
+    if placeholders == 0 {
+        return error("it names no argument (`\"relance:{numero}\"`)");
+    }
+    Ok(())
 }
 
 /// Checks a tool name against `^[A-Za-z0-9_-]{1,64}$`.

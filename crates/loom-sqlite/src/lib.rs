@@ -24,6 +24,9 @@
 //! A row that does not is never skipped: it is reported as [`StoreError::Corrupted`] naming the
 //! file and the journal, with the row's seq as the line number.
 //!
+//! The same file also holds the `idempotency` table of [`SqliteIdempotency`], the
+//! [`IdempotencyStore`](loom_core::ports::IdempotencyStore) for business keys.
+//!
 //! ## Guarantees, the same as the JSONL journal
 //!
 //! `append(batch, expected_last_seq)` checks the batch (one journal, safe ids, every event
@@ -57,6 +60,8 @@
 //! [`StoreError::Corrupted`]: loom_core::ports::StoreError::Corrupted
 
 mod check;
+mod idempotency;
 mod store;
 
+pub use idempotency::SqliteIdempotency;
 pub use store::{SCHEMA_VERSION, SqliteStore};

@@ -62,6 +62,15 @@ const SCHEMA: &[&str] = &[
     "CREATE INDEX IF NOT EXISTS events_type ON events (tenant_id, type)",
 ];
 
+/// The idempotency table (same file; created in every file, old ones included).
+const IDEMPOTENCY_SCHEMA: &str = "CREATE TABLE IF NOT EXISTS idempotency (
+        key        TEXT PRIMARY KEY,
+        status     TEXT NOT NULL,
+        result     TEXT,
+        expires_at TEXT NOT NULL,
+        holder     TEXT NOT NULL
+    )";
+
 const INSERT: &str = "INSERT INTO events (tenant_id, session_id, seq, event_id, ts, run_id, \
      root_run_id, type, category, status, agent, role, facets, event, ingested) \
      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)";
@@ -153,7 +162,7 @@ impl SqliteStore {
     }
 
     /// The connection pool, created at first use (it needs the tokio runtime).
-    fn pool(&self) -> &SqlitePool {
+    pub(crate) fn pool(&self) -> &SqlitePool {
         self.inner.pool.get_or_init(|| {
             SqlitePoolOptions::new()
                 .max_connections(MAX_CONNECTIONS)
@@ -524,7 +533,7 @@ fn to_sql(value: u64) -> i64 {
 }
 
 /// Wraps a database error with the file's path.
-fn db_error(path: &Path, err: sqlx::Error) -> StoreError {
+pub(crate) fn db_error(path: &Path, err: sqlx::Error) -> StoreError {
     let source = match err {
         sqlx::Error::Io(source) => source,
         other => io::Error::other(other),
@@ -573,6 +582,10 @@ async fn set_up(options: SqliteConnectOptions, path: &Path) -> Result<(), StoreE
                 )));
             }
         }
+        sqlx::query(IDEMPOTENCY_SCHEMA)
+            .execute(&mut *tx)
+            .await
+            .map_err(|err| db_error(path, err))?;
         tx.commit().await.map_err(|err| db_error(path, err))
     }
     .await;

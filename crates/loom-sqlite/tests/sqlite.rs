@@ -355,3 +355,57 @@ async fn several_processes_share_one_file() {
         assert_eq!(mine, expected, "process p{n}");
     }
 }
+
+#[tokio::test]
+async fn the_idempotency_table_is_shared_by_every_store_of_the_file() {
+    use loom_core::{
+        ports::{IdempotencyStore, Reservation},
+        tool::ToolOutput,
+    };
+    use loom_sqlite::SqliteIdempotency;
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("loom.db");
+    let journal = SqliteStore::open(&path).unwrap();
+    let one = SqliteIdempotency::of(journal.clone());
+    let two = SqliteIdempotency::open(&path).unwrap();
+    let ttl = std::time::Duration::from_secs(60);
+    let key = "default:relancer:relance:D-1";
+    assert_eq!(
+        one.reserve(key, "a", ttl).await.unwrap(),
+        Reservation::Reserved
+    );
+    assert_eq!(
+        one.reserve(key, "a", ttl).await.unwrap(),
+        Reservation::Reserved
+    );
+    assert_eq!(two.reserve(key, "b", ttl).await.unwrap(), Reservation::Held);
+    // A failed action gives the key back.
+    one.release(key, "a").await.unwrap();
+    assert_eq!(
+        two.reserve(key, "b", ttl).await.unwrap(),
+        Reservation::Reserved
+    );
+    let output = ToolOutput::text("relance envoyée");
+    two.complete(key, "b", &output).await.unwrap();
+    assert_eq!(
+        one.reserve(key, "c", ttl).await.unwrap(),
+        Reservation::Completed(Box::new(output))
+    );
+    // Releasing a completed key does nothing; an expired record is free again.
+    two.release(key, "b").await.unwrap();
+    assert!(matches!(
+        one.reserve(key, "c", ttl).await.unwrap(),
+        Reservation::Completed(_)
+    ));
+    assert_eq!(
+        one.reserve("other", "x", std::time::Duration::ZERO)
+            .await
+            .unwrap(),
+        Reservation::Reserved
+    );
+    assert_eq!(
+        one.reserve("other", "y", ttl).await.unwrap(),
+        Reservation::Reserved
+    );
+}
