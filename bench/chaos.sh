@@ -6,4 +6,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CHAOS_TRIALS="${1:-1000}"
+# `cargo test --test chaos` builds the `loom` binary but not the example it drives.
+cargo build --release --quiet -p loom-cli --example chaos
 cargo test --release -p loom-cli --test chaos -- --nocapture 2>&1 | grep -E '^chaos:|test result|panicked'
