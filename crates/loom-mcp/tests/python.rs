@@ -588,7 +588,7 @@ fn stderr_goes_to_the_logs_not_the_protocol() {
             .call(tool_ctx("r1", "c"), json!({"text": "x"}))
             .await
             .unwrap();
-        eventually(Duration::from_secs(5), "the stderr line is logged", || {
+        eventually(Duration::from_secs(30), "the stderr line is logged", || {
             captured.text().contains("py_server starting (stderr line)")
         })
         .await;
