@@ -1,6 +1,7 @@
 //! Business idempotency keys through a binary (`examples/relance`): two different runs asking
 //! to chase the same quote send one reminder, the second run reusing the first one's result;
-//! a configuration without an idempotency store is refused at load.
+//! erasing that run's session erases its key; a configuration without an idempotency store is
+//! refused at load.
 
 // Helpers outside #[test] functions unwrap too: a panic there is a failed test.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -91,6 +92,37 @@ fn two_runs_chasing_the_same_quote_send_one_reminder() {
     assert!(second.contains("relance envoyée pour le devis D-2024-017"));
     assert!(!second.contains("idempotency.recorded"));
     assert!(dir.path().join("data/idempotency.db").exists());
+
+    // Erasing the first run's session erases its key: the same quote is chased again.
+    let output = relance(dir.path(), &["sessions", "delete", "premier", "--yes"]);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let output = relance(
+        dir.path(),
+        &[
+            "run",
+            "relance",
+            "Relance le devis D-2024-017",
+            "--run-id",
+            "troisieme",
+        ],
+    );
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let lines = fs::read_to_string(dir.path().join("relances.txt")).unwrap();
+    assert_eq!(lines, "relance D-2024-017\nrelance D-2024-017\n");
+    let third = journal(dir.path(), "troisieme");
+    assert!(
+        third.contains(r#""type":"idempotency.recorded""#),
+        "{third}"
+    );
+    assert!(!third.contains("idempotency.reused"));
 }
 
 #[test]

@@ -217,6 +217,16 @@ pub enum Reservation {
     Held,
 }
 
+/// The session a reservation is made for: erasing the session ([`IdempotencyStore::delete_session`])
+/// erases the keys it reserved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IdempotencyScope<'a> {
+    /// The tenant.
+    pub tenant_id: &'a str,
+    /// The session of the run that reserves.
+    pub session_id: &'a str,
+}
+
 /// How long an idempotency record lives by default (24 h).
 pub const DEFAULT_IDEMPOTENCY_TTL: Duration = Duration::from_secs(86_400);
 
@@ -226,10 +236,12 @@ pub const DEFAULT_IDEMPOTENCY_TTL: Duration = Duration::from_secs(86_400);
 /// Keys of business idempotency are `<tenant>:<tool>:<business key>`.
 pub trait IdempotencyStore: Send + Sync + fmt::Debug {
     /// Takes `key` for `holder` for `ttl`, unless it is completed or held by someone else.
+    /// The record belongs to `scope`'s session (the last one to take it).
     fn reserve<'a>(
         &'a self,
         key: &'a str,
         holder: &'a str,
+        scope: IdempotencyScope<'a>,
         ttl: Duration,
     ) -> BoxFuture<'a, Result<Reservation, StoreError>>;
 
@@ -247,4 +259,11 @@ pub trait IdempotencyStore: Send + Sync + fmt::Debug {
         key: &'a str,
         holder: &'a str,
     ) -> BoxFuture<'a, Result<(), StoreError>>;
+
+    /// Erases every record of a session (GDPR), completed or not. Returns how many went.
+    fn delete_session<'a>(
+        &'a self,
+        tenant_id: &'a str,
+        session_id: &'a str,
+    ) -> BoxFuture<'a, Result<u64, StoreError>>;
 }

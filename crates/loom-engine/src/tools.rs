@@ -16,7 +16,7 @@ use loom_core::{
         ApprovalGranted, ApprovalRejected, ApprovalRequested, Effect, IdempotencyRecorded,
         IdempotencyReused, Outcome, Payload, ToolCalled, ToolCompleted,
     },
-    ports::{DEFAULT_IDEMPOTENCY_TTL, IdempotencyStore, Reservation},
+    ports::{DEFAULT_IDEMPOTENCY_TTL, IdempotencyScope, IdempotencyStore, Reservation},
     state::PendingCall,
     tool::{Approval, OnUnknown, SideEffects, ToolContext, ToolOutput},
 };
@@ -225,8 +225,12 @@ pub(crate) async fn batch(
         let mut ready = None;
         if let Some((store, key)) = key {
             let holder = ctx.idempotency_key.clone();
+            let scope = IdempotencyScope {
+                tenant_id: &ctx.tenant_id,
+                session_id: &ctx.session_id,
+            };
             match store
-                .reserve(&key, &holder, DEFAULT_IDEMPOTENCY_TTL)
+                .reserve(&key, &holder, scope, DEFAULT_IDEMPOTENCY_TTL)
                 .await?
             {
                 Reservation::Reserved => {

@@ -15,7 +15,7 @@ use std::{
 use loom_core::{
     Event, Message, RunStatus,
     event::Payload,
-    ports::{IdempotencyStore, Reservation},
+    ports::{IdempotencyScope, IdempotencyStore, Reservation},
     tool::{FnTool, SideEffects, Tool},
 };
 use loom_engine::{AgentRuntime, BeginRun, BoundTool, Engine, ModelBinding, RunRef};
@@ -153,6 +153,10 @@ async fn a_key_held_by_another_run_is_refused_and_failures_are_not_recorded() {
     keys.reserve(
         "default:relancer:relance:D-1",
         "someone-else",
+        IdempotencyScope {
+            tenant_id: "default",
+            session_id: "elsewhere",
+        },
         Duration::from_secs(60),
     )
     .await
@@ -181,6 +185,10 @@ async fn a_key_held_by_another_run_is_refused_and_failures_are_not_recorded() {
         keys.reserve(
             "default:relancer:relance:D-3",
             "next",
+            IdempotencyScope {
+                tenant_id: "default",
+                session_id: "elsewhere",
+            },
             Duration::from_secs(60)
         )
         .await

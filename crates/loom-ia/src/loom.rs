@@ -910,7 +910,8 @@ impl Loom {
         Ok(out)
     }
 
-    /// Erases a session (GDPR): its journal and its files. Returns the events deleted.
+    /// Erases a session (GDPR): its journal, its files and its idempotency keys. Returns the
+    /// events deleted.
     pub async fn delete_session(
         &self,
         session: &str,
@@ -923,6 +924,9 @@ impl Loom {
         }
         if let Some(artifacts) = self.inner.engine.artifacts() {
             artifacts.delete_session(tenant, session).await?;
+        }
+        if let Some(keys) = self.inner.engine.idempotency() {
+            keys.delete_session(tenant, session).await?;
         }
         Ok(deleted)
     }

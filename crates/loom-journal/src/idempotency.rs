@@ -8,7 +8,7 @@ use std::{
 
 use loom_core::{
     BoxFuture,
-    ports::{IdempotencyStore, Reservation, StoreError},
+    ports::{IdempotencyScope, IdempotencyStore, Reservation, StoreError},
     tool::ToolOutput,
 };
 
@@ -23,6 +23,8 @@ struct Record {
     result: Option<ToolOutput>,
     expires_at: Instant,
     holder: String,
+    tenant_id: String,
+    session_id: String,
 }
 
 impl MemoryIdempotency {
@@ -50,6 +52,7 @@ impl IdempotencyStore for MemoryIdempotency {
         &'a self,
         key: &'a str,
         holder: &'a str,
+        scope: IdempotencyScope<'a>,
         ttl: Duration,
     ) -> BoxFuture<'a, Result<Reservation, StoreError>> {
         let now = Instant::now();
@@ -67,6 +70,8 @@ impl IdempotencyStore for MemoryIdempotency {
                         result: None,
                         expires_at: now.checked_add(ttl).unwrap_or(now + DEFAULT_FAR),
                         holder: holder.to_owned(),
+                        tenant_id: scope.tenant_id.to_owned(),
+                        session_id: scope.session_id.to_owned(),
                     },
                 );
                 Reservation::Reserved
@@ -102,6 +107,18 @@ impl IdempotencyStore for MemoryIdempotency {
         }
         Box::pin(async { Ok(()) })
     }
+
+    fn delete_session<'a>(
+        &'a self,
+        tenant_id: &'a str,
+        session_id: &'a str,
+    ) -> BoxFuture<'a, Result<u64, StoreError>> {
+        let mut records = self.records.lock().unwrap_or_else(PoisonError::into_inner);
+        let before = records.len();
+        records.retain(|_, r| r.tenant_id != tenant_id || r.session_id != session_id);
+        let deleted = (before - records.len()) as u64;
+        Box::pin(async move { Ok(deleted) })
+    }
 }
 
 /// Expiry used when `now + ttl` overflows.
@@ -111,37 +128,80 @@ const DEFAULT_FAR: Duration = Duration::from_secs(100 * 365 * 86_400);
 mod tests {
     use super::*;
 
+    const S1: IdempotencyScope<'static> = IdempotencyScope {
+        tenant_id: "t",
+        session_id: "s1",
+    };
+    const S2: IdempotencyScope<'static> = IdempotencyScope {
+        tenant_id: "t",
+        session_id: "s2",
+    };
+    const OTHER_TENANT: IdempotencyScope<'static> = IdempotencyScope {
+        tenant_id: "u",
+        session_id: "s1",
+    };
+
+    #[tokio::test]
+    async fn delete_session_erases_its_keys_only() {
+        let store = MemoryIdempotency::new();
+        let ttl = Duration::from_secs(60);
+        let output = ToolOutput::text("sent");
+        store.reserve("done", "a", S1, ttl).await.unwrap();
+        store.complete("done", "a", &output).await.unwrap();
+        store.reserve("running", "b", S1, ttl).await.unwrap();
+        store.reserve("kept", "c", S2, ttl).await.unwrap();
+        store
+            .reserve("other", "d", OTHER_TENANT, ttl)
+            .await
+            .unwrap();
+        assert_eq!(store.delete_session("t", "s1").await.unwrap(), 2);
+        assert_eq!(store.len(), 2);
+        assert_eq!(
+            store.reserve("done", "e", S2, ttl).await.unwrap(),
+            Reservation::Reserved
+        );
+        assert_eq!(
+            store.reserve("kept", "e", S2, ttl).await.unwrap(),
+            Reservation::Held
+        );
+        assert_eq!(
+            store.reserve("other", "e", S2, ttl).await.unwrap(),
+            Reservation::Held
+        );
+        assert_eq!(store.delete_session("t", "s1").await.unwrap(), 0);
+    }
+
     #[tokio::test]
     async fn reserve_complete_release() {
         let store = MemoryIdempotency::new();
         let ttl = Duration::from_secs(60);
         assert_eq!(
-            store.reserve("k", "a", ttl).await.unwrap(),
+            store.reserve("k", "a", S1, ttl).await.unwrap(),
             Reservation::Reserved
         );
         assert_eq!(
-            store.reserve("k", "a", ttl).await.unwrap(),
+            store.reserve("k", "a", S1, ttl).await.unwrap(),
             Reservation::Reserved
         );
         assert_eq!(
-            store.reserve("k", "b", ttl).await.unwrap(),
+            store.reserve("k", "b", S1, ttl).await.unwrap(),
             Reservation::Held
         );
         store.release("k", "a").await.unwrap();
         assert_eq!(
-            store.reserve("k", "b", ttl).await.unwrap(),
+            store.reserve("k", "b", S1, ttl).await.unwrap(),
             Reservation::Reserved
         );
         let output = ToolOutput::text("sent");
         store.complete("k", "b", &output).await.unwrap();
         assert_eq!(
-            store.reserve("k", "c", ttl).await.unwrap(),
+            store.reserve("k", "c", S1, ttl).await.unwrap(),
             Reservation::Completed(Box::new(output))
         );
         store.release("k", "b").await.unwrap();
         assert_eq!(store.len(), 1);
         assert_eq!(
-            store.reserve("k", "d", Duration::ZERO).await.unwrap(),
+            store.reserve("k", "d", S1, Duration::ZERO).await.unwrap(),
             Reservation::Completed(Box::new(ToolOutput::text("sent")))
         );
     }

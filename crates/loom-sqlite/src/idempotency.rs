@@ -1,8 +1,9 @@
 //! [`SqliteIdempotency`]: the idempotency store in the journal's SQLite file.
 //!
-//! One table, `idempotency(key PK, status, result, expires_at, holder)`: `status` is
-//! `in_progress` or `completed`, `result` the recorded [`ToolOutput`] as JSON, `expires_at` RFC
-//! 3339 UTC. Every operation runs in a `BEGIN IMMEDIATE` transaction, so two processes racing
+//! One table, `idempotency(key PK, status, result, expires_at, holder, tenant_id, session_id)`:
+//! `status` is `in_progress` or `completed`, `result` the recorded [`ToolOutput`] as JSON,
+//! `expires_at` RFC 3339 UTC, `tenant_id`/`session_id` the session that reserved the key (NULL
+//! in records written before these columns existed). Every operation runs in a `BEGIN IMMEDIATE` transaction, so two processes racing
 //! for one key are serialized by SQLite's write lock: exactly one gets
 //! [`Reservation::Reserved`].
 
@@ -11,7 +12,7 @@ use std::{path::Path, time::Duration};
 use chrono::{DateTime, SecondsFormat, Utc};
 use loom_core::{
     BoxFuture,
-    ports::{IdempotencyStore, Reservation, StoreError},
+    ports::{IdempotencyScope, IdempotencyStore, Reservation, StoreError},
     tool::ToolOutput,
 };
 use sqlx::Row;
@@ -48,6 +49,7 @@ impl SqliteIdempotency {
         &self,
         key: &str,
         holder: &str,
+        scope: IdempotencyScope<'_>,
         ttl: Duration,
     ) -> Result<Reservation, StoreError> {
         let now = Utc::now();
@@ -95,12 +97,15 @@ impl SqliteIdempotency {
             Some((_, _, owner)) if owner != holder => Reservation::Held,
             _ => {
                 sqlx::query(
-                    "INSERT OR REPLACE INTO idempotency (key, status, result, expires_at, holder) \
-                     VALUES (?1, 'in_progress', NULL, ?2, ?3)",
+                    "INSERT OR REPLACE INTO idempotency \
+                     (key, status, result, expires_at, holder, tenant_id, session_id) \
+                     VALUES (?1, 'in_progress', NULL, ?2, ?3, ?4, ?5)",
                 )
                 .bind(key)
                 .bind(expires_at.to_rfc3339_opts(SecondsFormat::Micros, true))
                 .bind(holder)
+                .bind(scope.tenant_id)
+                .bind(scope.session_id)
                 .execute(&mut *tx)
                 .await
                 .map_err(|err| self.error(err))?;
@@ -158,6 +163,27 @@ impl SqliteIdempotency {
         .map_err(|err| self.error(err))?;
         tx.commit().await.map_err(|err| self.error(err))
     }
+
+    async fn delete_session_now(
+        &self,
+        tenant_id: &str,
+        session_id: &str,
+    ) -> Result<u64, StoreError> {
+        let mut tx = self
+            .store
+            .pool()
+            .begin_with("BEGIN IMMEDIATE")
+            .await
+            .map_err(|err| self.error(err))?;
+        let done = sqlx::query("DELETE FROM idempotency WHERE tenant_id = ?1 AND session_id = ?2")
+            .bind(tenant_id)
+            .bind(session_id)
+            .execute(&mut *tx)
+            .await
+            .map_err(|err| self.error(err))?;
+        tx.commit().await.map_err(|err| self.error(err))?;
+        Ok(done.rows_affected())
+    }
 }
 
 impl IdempotencyStore for SqliteIdempotency {
@@ -165,9 +191,10 @@ impl IdempotencyStore for SqliteIdempotency {
         &'a self,
         key: &'a str,
         holder: &'a str,
+        scope: IdempotencyScope<'a>,
         ttl: Duration,
     ) -> BoxFuture<'a, Result<Reservation, StoreError>> {
-        Box::pin(self.reserve_now(key, holder, ttl))
+        Box::pin(self.reserve_now(key, holder, scope, ttl))
     }
 
     fn complete<'a>(
@@ -185,5 +212,13 @@ impl IdempotencyStore for SqliteIdempotency {
         holder: &'a str,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(self.release_now(key, holder))
+    }
+
+    fn delete_session<'a>(
+        &'a self,
+        tenant_id: &'a str,
+        session_id: &'a str,
+    ) -> BoxFuture<'a, Result<u64, StoreError>> {
+        Box::pin(self.delete_session_now(tenant_id, session_id))
     }
 }

@@ -68,8 +68,27 @@ const IDEMPOTENCY_SCHEMA: &str = "CREATE TABLE IF NOT EXISTS idempotency (
         status     TEXT NOT NULL,
         result     TEXT,
         expires_at TEXT NOT NULL,
-        holder     TEXT NOT NULL
+        holder     TEXT NOT NULL,
+        tenant_id  TEXT,
+        session_id TEXT
     )";
+
+/// Columns added to the idempotency table after its first version (the session that reserved
+/// a key, so that erasing the session erases its keys): added to older files when missing.
+const IDEMPOTENCY_COLUMNS: &[(&str, &str)] = &[
+    (
+        "tenant_id",
+        "ALTER TABLE idempotency ADD COLUMN tenant_id TEXT",
+    ),
+    (
+        "session_id",
+        "ALTER TABLE idempotency ADD COLUMN session_id TEXT",
+    ),
+];
+
+/// The index behind erasing a session's keys.
+const IDEMPOTENCY_INDEX: &str =
+    "CREATE INDEX IF NOT EXISTS idempotency_session ON idempotency (tenant_id, session_id)";
 
 const INSERT: &str = "INSERT INTO events (tenant_id, session_id, seq, event_id, ts, run_id, \
      root_run_id, type, category, status, agent, role, facets, event, ingested) \
@@ -583,6 +602,26 @@ async fn set_up(options: SqliteConnectOptions, path: &Path) -> Result<(), StoreE
             }
         }
         sqlx::query(IDEMPOTENCY_SCHEMA)
+            .execute(&mut *tx)
+            .await
+            .map_err(|err| db_error(path, err))?;
+        let columns: Vec<String> = sqlx::query("SELECT name FROM pragma_table_info('idempotency')")
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(|err| db_error(path, err))?
+            .iter()
+            .map(|row| row.try_get::<String, _>(0))
+            .collect::<Result<_, _>>()
+            .map_err(|err| db_error(path, err))?;
+        for (column, add) in IDEMPOTENCY_COLUMNS {
+            if !columns.iter().any(|name| name == column) {
+                sqlx::query(*add)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(|err| db_error(path, err))?;
+            }
+        }
+        sqlx::query(IDEMPOTENCY_INDEX)
             .execute(&mut *tx)
             .await
             .map_err(|err| db_error(path, err))?;

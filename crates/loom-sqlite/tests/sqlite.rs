@@ -359,7 +359,7 @@ async fn several_processes_share_one_file() {
 #[tokio::test]
 async fn the_idempotency_table_is_shared_by_every_store_of_the_file() {
     use loom_core::{
-        ports::{IdempotencyStore, Reservation},
+        ports::{IdempotencyScope, IdempotencyStore, Reservation},
         tool::ToolOutput,
     };
     use loom_sqlite::SqliteIdempotency;
@@ -371,41 +371,149 @@ async fn the_idempotency_table_is_shared_by_every_store_of_the_file() {
     let two = SqliteIdempotency::open(&path).unwrap();
     let ttl = std::time::Duration::from_secs(60);
     let key = "default:relancer:relance:D-1";
+    let s = IdempotencyScope {
+        tenant_id: "default",
+        session_id: "s1",
+    };
     assert_eq!(
-        one.reserve(key, "a", ttl).await.unwrap(),
+        one.reserve(key, "a", s, ttl).await.unwrap(),
         Reservation::Reserved
     );
     assert_eq!(
-        one.reserve(key, "a", ttl).await.unwrap(),
+        one.reserve(key, "a", s, ttl).await.unwrap(),
         Reservation::Reserved
     );
-    assert_eq!(two.reserve(key, "b", ttl).await.unwrap(), Reservation::Held);
+    assert_eq!(
+        two.reserve(key, "b", s, ttl).await.unwrap(),
+        Reservation::Held
+    );
     // A failed action gives the key back.
     one.release(key, "a").await.unwrap();
     assert_eq!(
-        two.reserve(key, "b", ttl).await.unwrap(),
+        two.reserve(key, "b", s, ttl).await.unwrap(),
         Reservation::Reserved
     );
     let output = ToolOutput::text("relance envoyée");
     two.complete(key, "b", &output).await.unwrap();
     assert_eq!(
-        one.reserve(key, "c", ttl).await.unwrap(),
+        one.reserve(key, "c", s, ttl).await.unwrap(),
         Reservation::Completed(Box::new(output))
     );
     // Releasing a completed key does nothing; an expired record is free again.
     two.release(key, "b").await.unwrap();
     assert!(matches!(
-        one.reserve(key, "c", ttl).await.unwrap(),
+        one.reserve(key, "c", s, ttl).await.unwrap(),
         Reservation::Completed(_)
     ));
     assert_eq!(
-        one.reserve("other", "x", std::time::Duration::ZERO)
+        one.reserve("other", "x", s, std::time::Duration::ZERO)
             .await
             .unwrap(),
         Reservation::Reserved
     );
     assert_eq!(
-        one.reserve("other", "y", ttl).await.unwrap(),
+        one.reserve("other", "y", s, ttl).await.unwrap(),
         Reservation::Reserved
     );
+}
+
+#[tokio::test]
+async fn deleting_a_session_erases_its_idempotency_keys_only() {
+    use loom_core::{
+        ports::{IdempotencyScope, IdempotencyStore, Reservation},
+        tool::ToolOutput,
+    };
+    use loom_sqlite::SqliteIdempotency;
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("loom.db");
+    let store = SqliteIdempotency::open(&path).unwrap();
+    let ttl = std::time::Duration::from_secs(60);
+    let scope = |tenant_id, session_id| IdempotencyScope {
+        tenant_id,
+        session_id,
+    };
+    let output = ToolOutput::text("sent");
+    store
+        .reserve("done", "a", scope("t", "s1"), ttl)
+        .await
+        .unwrap();
+    store.complete("done", "a", &output).await.unwrap();
+    store
+        .reserve("running", "b", scope("t", "s1"), ttl)
+        .await
+        .unwrap();
+    store
+        .reserve("kept", "c", scope("t", "s2"), ttl)
+        .await
+        .unwrap();
+    store
+        .reserve("other", "d", scope("u", "s1"), ttl)
+        .await
+        .unwrap();
+    assert_eq!(store.delete_session("t", "s1").await.unwrap(), 2);
+    assert_eq!(store.delete_session("t", "s1").await.unwrap(), 0);
+    let mut conn = raw(&path).await;
+    let keys: Vec<String> = sqlx::query("SELECT key FROM idempotency ORDER BY key")
+        .fetch_all(&mut conn)
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| row.try_get(0).unwrap())
+        .collect();
+    assert_eq!(keys, ["kept", "other"]);
+    assert_eq!(
+        store
+            .reserve("done", "e", scope("t", "s3"), ttl)
+            .await
+            .unwrap(),
+        Reservation::Reserved
+    );
+}
+
+#[tokio::test]
+async fn an_older_idempotency_table_gains_the_session_columns() {
+    use loom_core::ports::{IdempotencyScope, IdempotencyStore};
+    use loom_sqlite::SqliteIdempotency;
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("old.db");
+    std::fs::write(&path, b"").unwrap();
+    {
+        let mut conn = raw(&path).await;
+        sqlx::query(
+            "CREATE TABLE idempotency (key TEXT PRIMARY KEY, status TEXT NOT NULL, result TEXT, \
+             expires_at TEXT NOT NULL, holder TEXT NOT NULL)",
+        )
+        .execute(&mut conn)
+        .await
+        .unwrap();
+        sqlx::query(
+            "INSERT INTO idempotency VALUES ('old', 'in_progress', NULL, \
+             '2999-01-01T00:00:00Z', 'h')",
+        )
+        .execute(&mut conn)
+        .await
+        .unwrap();
+        conn.close().await.unwrap();
+    }
+    let store = SqliteIdempotency::open(&path).unwrap();
+    let scope = IdempotencyScope {
+        tenant_id: "t",
+        session_id: "s1",
+    };
+    store
+        .reserve("new", "a", scope, std::time::Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert_eq!(store.delete_session("t", "s1").await.unwrap(), 1);
+    let mut conn = raw(&path).await;
+    let keys: Vec<String> = sqlx::query("SELECT key FROM idempotency")
+        .fetch_all(&mut conn)
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| row.try_get(0).unwrap())
+        .collect();
+    assert_eq!(keys, ["old"], "records without a session are kept");
 }
