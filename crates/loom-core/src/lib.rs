@@ -15,6 +15,7 @@ pub mod approval;
 pub mod content;
 pub mod event;
 pub mod ids;
+pub mod journal;
 pub mod model;
 pub mod ports;
 pub mod state;

@@ -14,7 +14,7 @@ use loom_core::{
 };
 use tracing::warn;
 
-use crate::check::{assign_seq, batch_journal, conflict, safe_id};
+use loom_core::journal::{assign_seq, batch_journal, conflict, safe_id};
 
 /// Bytes read by the first backward step when looking for the last line of a journal (the
 /// step doubles until the line is found).

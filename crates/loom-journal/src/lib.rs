@@ -55,7 +55,6 @@
 //! [`StoreError::Corrupted`]: loom_core::ports::StoreError::Corrupted
 
 mod artifacts;
-mod check;
 mod idempotency;
 mod jsonl;
 mod memory;

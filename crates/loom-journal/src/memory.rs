@@ -11,7 +11,7 @@ use loom_core::{
     ports::{EventStore, SessionSummary, StoreError},
 };
 
-use crate::check::{assign_seq, batch_journal, conflict, safe_id};
+use loom_core::journal::{assign_seq, batch_journal, conflict, safe_id};
 
 /// An in-process [`EventStore`]: journals live in a map behind a mutex and are lost at exit.
 ///

@@ -59,7 +59,6 @@
 //! [`StoreError::Conflict`]: loom_core::ports::StoreError::Conflict
 //! [`StoreError::Corrupted`]: loom_core::ports::StoreError::Corrupted
 
-mod check;
 mod idempotency;
 mod store;
 

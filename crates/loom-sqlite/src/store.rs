@@ -22,7 +22,7 @@ use sqlx::{
 };
 use tracing::{debug, warn};
 
-use crate::check::{batch_journal, conflict, safe_id};
+use loom_core::journal::{batch_journal, conflict, safe_id};
 
 /// The schema version this build writes and reads, kept in `PRAGMA user_version`.
 pub const SCHEMA_VERSION: i64 = 1;

@@ -1,9 +1,11 @@
-//! Checks shared by both stores: safe ids and batch shape.
+//! The rules every `EventStore` applies before writing: safe ids, batch shape, well-formed
+//! events, and how seqs are assigned. Pure functions, so the memory, JSONL and SQLite journals
+//! (separate adapter crates) share one definition of the contract.
 
-use loom_core::{event::Event, ids::is_safe_id, ports::StoreError};
+use crate::{event::Event, ids::is_safe_id, ports::StoreError};
 
 /// Refuses an id that cannot name a journal (`kind` is "tenant" or "session").
-pub(crate) fn safe_id(kind: &str, id: &str) -> Result<(), StoreError> {
+pub fn safe_id(kind: &str, id: &str) -> Result<(), StoreError> {
     if is_safe_id(id) {
         Ok(())
     } else {
@@ -16,7 +18,7 @@ pub(crate) fn safe_id(kind: &str, id: &str) -> Result<(), StoreError> {
 /// The journal `(tenant, session)` a batch targets (`None` for an empty batch), after checking
 /// that every event shares it, that its ids are safe and that every event is well-formed (an
 /// event that could not be read back must never reach a journal).
-pub(crate) fn batch_journal(batch: &[Event]) -> Result<Option<(String, String)>, StoreError> {
+pub fn batch_journal(batch: &[Event]) -> Result<Option<(String, String)>, StoreError> {
     let Some(first) = batch.first() else {
         return Ok(None);
     };
@@ -41,7 +43,7 @@ pub(crate) fn batch_journal(batch: &[Event]) -> Result<Option<(String, String)>,
 }
 
 /// The conflict returned when the journal advanced past `expected`.
-pub(crate) fn conflict(tenant_id: &str, session_id: &str, expected: u64, found: u64) -> StoreError {
+pub fn conflict(tenant_id: &str, session_id: &str, expected: u64, found: u64) -> StoreError {
     StoreError::Conflict {
         tenant_id: tenant_id.to_owned(),
         session_id: session_id.to_owned(),
@@ -51,7 +53,7 @@ pub(crate) fn conflict(tenant_id: &str, session_id: &str, expected: u64, found: 
 }
 
 /// Gives the batch the seqs following `last`.
-pub(crate) fn assign_seq(batch: &mut [Event], last: u64) {
+pub fn assign_seq(batch: &mut [Event], last: u64) {
     for (seq, event) in (last + 1..).zip(batch.iter_mut()) {
         event.seq = seq;
     }
