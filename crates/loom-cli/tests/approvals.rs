@@ -6,9 +6,12 @@
 // Helpers outside #[test] functions unwrap too: a panic there is a failed test.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
+use common::*;
 use std::{
     fs,
-    path::{Path, PathBuf},
+    path::Path,
     process::{Command, Output},
 };
 
@@ -16,38 +19,10 @@ use serde_json::{Value, json};
 
 const QUESTION: &str = "Quel prix TTC pour un devis de 1 250 € HT en rénovation (TVA à 10 %) ?";
 
-/// The `devis` example binary, built by `cargo test` beside the `loom` binary.
-fn devis_bin() -> PathBuf {
-    let path = PathBuf::from(env!("CARGO_BIN_EXE_loom"))
-        .parent()
-        .unwrap()
-        .join("examples")
-        .join(format!("devis{}", std::env::consts::EXE_SUFFIX));
-    assert!(
-        path.exists(),
-        "{} is missing: run the tests with `cargo test` (which builds examples)",
-        path.display()
-    );
-    path
-}
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
 /// A copy of examples/devis whose tool `prix_ttc` needs approval (`extra` is appended to its
 /// tool reference).
 fn devis_project(extra: &str) -> tempfile::TempDir {
-    let dir = tempfile::tempdir().unwrap();
-    let source = repo().join("examples/devis");
-    fs::copy(source.join("loom.yaml"), dir.path().join("loom.yaml")).unwrap();
-    for sub in ["agents", "prompts"] {
-        fs::create_dir_all(dir.path().join(sub)).unwrap();
-        for entry in fs::read_dir(source.join(sub)).unwrap() {
-            let entry = entry.unwrap();
-            fs::copy(entry.path(), dir.path().join(sub).join(entry.file_name())).unwrap();
-        }
-    }
+    let dir = copy_example("devis");
     let agent_file = dir.path().join("agents/devis.yaml");
     let agent = fs::read_to_string(&agent_file).unwrap();
     assert!(agent.ends_with("    side_effects: none\n"), "{agent}");
@@ -68,19 +43,6 @@ fn devis(dir: &Path, args: &[&str]) -> Output {
         .args(args)
         .output()
         .unwrap()
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
-fn run_id_of(stderr: &str) -> String {
-    stderr
-        .lines()
-        .find_map(|l| l.strip_prefix("Run        : "))
-        .expect("the run id line")
-        .trim()
-        .to_owned()
 }
 
 fn journal(dir: &Path, session: &str) -> Vec<Value> {

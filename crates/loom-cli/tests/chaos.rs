@@ -8,28 +8,16 @@
 // Helpers outside #[test] functions unwrap too: a panic there is a failed test.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
+use common::*;
 use std::{
     fs,
-    path::{Path, PathBuf},
+    path::Path,
     process::{Command, Stdio},
     thread,
     time::Duration,
 };
-
-fn chaos_bin() -> PathBuf {
-    let loom = PathBuf::from(env!("CARGO_BIN_EXE_loom"));
-    let path = loom
-        .parent()
-        .unwrap()
-        .join("examples")
-        .join(format!("chaos{}", std::env::consts::EXE_SUFFIX));
-    assert!(
-        path.exists(),
-        "{} is missing: run the tests with `cargo test` (which builds examples)",
-        path.display()
-    );
-    path
-}
 
 /// A small deterministic generator (xorshift), seeded per run and printed, so a failing
 /// sequence can be replayed with `CHAOS_SEED`.
@@ -55,7 +43,7 @@ struct Outcome {
 }
 
 fn command(dir: &Path, file: &Path, args: &[&str]) -> Command {
-    let mut command = Command::new(chaos_bin());
+    let mut command = Command::new(example_bin("chaos"));
     command
         .current_dir(dir)
         .env("CHAOS_FILE", file)

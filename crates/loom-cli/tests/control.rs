@@ -4,6 +4,9 @@
 // Helpers outside #[test] functions unwrap too: a panic there is a failed test.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
+use common::*;
 use std::{
     fs,
     path::{Path, PathBuf},
@@ -14,35 +17,6 @@ use serde_json::Value;
 
 const QUESTION: &str = "Quel prix TTC pour un devis de 1 250 € HT en rénovation (TVA à 10 %) ?";
 
-fn devis_bin() -> PathBuf {
-    let loom = PathBuf::from(env!("CARGO_BIN_EXE_loom"));
-    let path = loom
-        .parent()
-        .unwrap()
-        .join("examples")
-        .join(format!("devis{}", std::env::consts::EXE_SUFFIX));
-    assert!(
-        path.exists(),
-        "{} is missing: run the tests with `cargo test` (which builds examples)",
-        path.display()
-    );
-    path
-}
-
-fn devis_project() -> tempfile::TempDir {
-    let dir = tempfile::tempdir().unwrap();
-    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/devis");
-    fs::copy(source.join("loom.yaml"), dir.path().join("loom.yaml")).unwrap();
-    for sub in ["agents", "prompts"] {
-        fs::create_dir_all(dir.path().join(sub)).unwrap();
-        for entry in fs::read_dir(source.join(sub)).unwrap() {
-            let entry = entry.unwrap();
-            fs::copy(entry.path(), dir.path().join(sub).join(entry.file_name())).unwrap();
-        }
-    }
-    dir
-}
-
 fn devis(dir: &Path, args: &[&str]) -> Output {
     Command::new(devis_bin())
         .current_dir(dir)
@@ -50,10 +24,6 @@ fn devis(dir: &Path, args: &[&str]) -> Output {
         .args(args)
         .output()
         .unwrap()
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
 }
 
 fn journal_path(dir: &Path, session: &str) -> PathBuf {

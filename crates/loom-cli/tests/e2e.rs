@@ -4,53 +4,18 @@
 // Helpers outside #[test] functions unwrap too: a panic there is a failed test.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
+use common::*;
 use std::{
     fs,
-    path::{Path, PathBuf},
+    path::Path,
     process::{Command, Output},
 };
 
 use serde_json::Value;
 
 const QUESTION: &str = "Quel prix TTC pour un devis de 1 250 € HT en rénovation (TVA à 10 %) ?";
-
-fn loom_bin() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_loom"))
-}
-
-/// The `devis` example binary, built by `cargo test` beside the `loom` binary.
-fn devis_bin() -> PathBuf {
-    let path = loom_bin()
-        .parent()
-        .unwrap()
-        .join("examples")
-        .join(format!("devis{}", std::env::consts::EXE_SUFFIX));
-    assert!(
-        path.exists(),
-        "{} is missing: run the tests with `cargo test` (which builds examples)",
-        path.display()
-    );
-    path
-}
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-/// A copy of examples/devis (config, agents, prompts) in a fresh directory.
-fn devis_project() -> tempfile::TempDir {
-    let dir = tempfile::tempdir().unwrap();
-    let source = repo().join("examples/devis");
-    fs::copy(source.join("loom.yaml"), dir.path().join("loom.yaml")).unwrap();
-    for sub in ["agents", "prompts"] {
-        fs::create_dir_all(dir.path().join(sub)).unwrap();
-        for entry in fs::read_dir(source.join(sub)).unwrap() {
-            let entry = entry.unwrap();
-            fs::copy(entry.path(), dir.path().join(sub).join(entry.file_name())).unwrap();
-        }
-    }
-    dir
-}
 
 fn run_in(bin: &Path, dir: &Path, args: &[&str]) -> Output {
     Command::new(bin)
@@ -61,28 +26,6 @@ fn run_in(bin: &Path, dir: &Path, args: &[&str]) -> Output {
         .args(args)
         .output()
         .unwrap()
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
-fn run_id_of(stderr: &str) -> String {
-    stderr
-        .lines()
-        .find_map(|l| l.strip_prefix("Run        : "))
-        .expect("the run id line")
-        .trim()
-        .to_owned()
-}
-
-fn journal(dir: &Path, session: &str) -> Vec<Value> {
-    let path = dir.join("data/default").join(format!("{session}.jsonl"));
-    fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
 }
 
 fn reference_journal() -> Vec<Value> {

@@ -6,26 +6,14 @@
 // Helpers outside #[test] functions unwrap too: a panic there is a failed test.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
+use common::*;
 use std::{
     fs,
-    path::{Path, PathBuf},
+    path::Path,
     process::{Command, Output, Stdio},
 };
-
-fn relance_bin() -> PathBuf {
-    let loom = PathBuf::from(env!("CARGO_BIN_EXE_loom"));
-    let path = loom
-        .parent()
-        .unwrap()
-        .join("examples")
-        .join(format!("relance{}", std::env::consts::EXE_SUFFIX));
-    assert!(
-        path.exists(),
-        "{} is missing: run the tests with `cargo test` (which builds examples)",
-        path.display()
-    );
-    path
-}
 
 /// A copy of the example's configuration in a fresh directory, with `loom.yaml` edited.
 fn setup(edit: impl Fn(String) -> String) -> tempfile::TempDir {
@@ -43,7 +31,7 @@ fn setup(edit: impl Fn(String) -> String) -> tempfile::TempDir {
 }
 
 fn relance(dir: &Path, args: &[&str]) -> Output {
-    Command::new(relance_bin())
+    Command::new(example_bin("relance"))
         .current_dir(dir)
         .env("RELANCE_FILE", dir.join("relances.txt"))
         .args(["--config", "loom.yaml"])

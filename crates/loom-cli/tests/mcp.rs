@@ -4,21 +4,16 @@
 // Helpers outside #[test] functions unwrap too: a panic there is a failed test.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
+use common::*;
 use std::{
     fs,
-    path::{Path, PathBuf},
+    path::Path,
     process::{Command, Output},
 };
 
 use serde_json::Value;
-
-fn loom_bin() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_loom"))
-}
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
 
 /// Whether the Python MCP SDK is importable; when it is not, the test is skipped in a quick
 /// developer run and fails when services are required (CI).
@@ -62,18 +57,6 @@ fn run_in(dir: &Path, args: &[&str]) -> Output {
         .args(args)
         .output()
         .unwrap()
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
-fn journal(dir: &Path, session: &str) -> Vec<Value> {
-    fs::read_to_string(dir.join("data/default").join(format!("{session}.jsonl")))
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
 }
 
 fn rewrite(dir: &Path, file: &str, from: &str, to: &str) {

@@ -6,6 +6,9 @@
 // Helpers outside #[test] functions unwrap too: a panic there is a failed test.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
+use common::*;
 use std::{
     collections::{HashMap, VecDeque},
     fs,
@@ -19,10 +22,6 @@ use std::{
 };
 
 use serde_json::Value;
-
-fn loom_bin() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_loom"))
-}
 
 fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures/providers")
@@ -213,18 +212,6 @@ fn run(dir: &Path, run_id: &str) -> Output {
         ])
         .output()
         .unwrap()
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
-fn journal(dir: &Path, session: &str) -> Vec<Value> {
-    fs::read_to_string(dir.join("data/default").join(format!("{session}.jsonl")))
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
 }
 
 fn types(events: &[Value]) -> Vec<String> {

@@ -9,9 +9,12 @@
 // Helpers outside #[test] functions unwrap too: a panic there is a failed test.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
+use common::*;
 use std::{
     fs,
-    path::{Path, PathBuf},
+    path::Path,
     process::{Command, Output},
 };
 
@@ -20,40 +23,20 @@ use serde_json::Value;
 const QUESTION: &str = "Quel prix TTC pour un devis de 1 250 € HT en rénovation (TVA à 10 %) ?";
 const ANSWER: &str = "Pour ce devis de rénovation, le prix est de 1\u{202f}375 € TTC (1\u{202f}250 € HT + 125 € de TVA à 10 %).";
 
-/// The `devis` example binary, built by `cargo test` beside the `loom` binary.
-fn devis_bin() -> PathBuf {
-    let path = PathBuf::from(env!("CARGO_BIN_EXE_loom"))
-        .parent()
-        .unwrap()
-        .join("examples")
-        .join(format!("devis{}", std::env::consts::EXE_SUFFIX));
-    assert!(
-        path.exists(),
-        "{} is missing: run `cargo build -p loom-cli --example devis` first \
-         (`cargo test --test sqlite` builds no example)",
-        path.display()
-    );
-    path
-}
-
 /// A copy of examples/devis (config, agents, prompts) in a fresh directory, its journal switched
 /// to SQLite when `sqlite`.
 fn devis_project(sqlite: bool) -> tempfile::TempDir {
-    let dir = tempfile::tempdir().unwrap();
-    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/devis");
-    let mut yaml = fs::read_to_string(source.join("loom.yaml")).unwrap();
+    let dir = copy_example("devis");
     if sqlite {
+        let config = dir.path().join("loom.yaml");
+        let yaml = fs::read_to_string(&config).unwrap();
         let jsonl = "    backend: jsonl\n    path: data ";
         assert!(yaml.contains(jsonl), "examples/devis/loom.yaml changed");
-        yaml = yaml.replace(jsonl, "    backend: sqlite\n    path: data/loom.db ");
-    }
-    fs::write(dir.path().join("loom.yaml"), yaml).unwrap();
-    for sub in ["agents", "prompts"] {
-        fs::create_dir_all(dir.path().join(sub)).unwrap();
-        for entry in fs::read_dir(source.join(sub)).unwrap() {
-            let entry = entry.unwrap();
-            fs::copy(entry.path(), dir.path().join(sub).join(entry.file_name())).unwrap();
-        }
+        fs::write(
+            config,
+            yaml.replace(jsonl, "    backend: sqlite\n    path: data/loom.db "),
+        )
+        .unwrap();
     }
     dir
 }

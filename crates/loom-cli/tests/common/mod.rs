@@ -1,0 +1,89 @@
+//! Helpers shared by the end-to-end tests: where the binaries are, copies of the example
+//! projects, and reading journals. Each test binary uses a subset of them.
+
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::{
+    fs,
+    path::{Path, PathBuf},
+};
+
+use serde_json::Value;
+
+/// The stock `loom` binary.
+pub(crate) fn loom_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_loom"))
+}
+
+/// The repository root.
+pub(crate) fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// An example binary (`devis`, `chaos`, `relance`), built by `cargo test` beside `loom`.
+pub(crate) fn example_bin(name: &str) -> PathBuf {
+    let path = loom_bin()
+        .parent()
+        .unwrap()
+        .join("examples")
+        .join(format!("{name}{}", std::env::consts::EXE_SUFFIX));
+    assert!(
+        path.exists(),
+        "{} is missing: run the tests with `cargo test` (which builds examples)",
+        path.display()
+    );
+    path
+}
+
+/// The `devis` example binary.
+pub(crate) fn devis_bin() -> PathBuf {
+    example_bin("devis")
+}
+
+/// A copy of `examples/<name>` (its `loom.yaml`, `agents/` and `prompts/`) in a fresh directory.
+pub(crate) fn copy_example(name: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let source = repo().join("examples").join(name);
+    fs::copy(source.join("loom.yaml"), dir.path().join("loom.yaml")).unwrap();
+    for sub in ["agents", "prompts"] {
+        if !source.join(sub).is_dir() {
+            continue;
+        }
+        fs::create_dir_all(dir.path().join(sub)).unwrap();
+        for entry in fs::read_dir(source.join(sub)).unwrap() {
+            let entry = entry.unwrap();
+            fs::copy(entry.path(), dir.path().join(sub).join(entry.file_name())).unwrap();
+        }
+    }
+    dir
+}
+
+/// A copy of `examples/devis`.
+pub(crate) fn devis_project() -> tempfile::TempDir {
+    copy_example("devis")
+}
+
+/// Process output as text.
+pub(crate) fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// The run id `loom run` prints on stderr.
+pub(crate) fn run_id_of(stderr: &str) -> String {
+    stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("Run        : "))
+        .expect("the run id line")
+        .trim()
+        .to_owned()
+}
+
+/// The events of a session's JSONL journal under `<dir>/data/default/`.
+pub(crate) fn journal(dir: &Path, session: &str) -> Vec<Value> {
+    let path = dir.join("data/default").join(format!("{session}.jsonl"));
+    fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
