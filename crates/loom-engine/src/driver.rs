@@ -436,43 +436,45 @@ impl Engine {
         state: &RunState,
         by: Option<String>,
     ) -> Vec<Event> {
-        let span = state.run_span_id.clone();
-        vec![
-            self.event(
-                run,
-                agent,
-                &span,
-                None,
-                None,
-                Payload::RunTransitioned(RunTransitioned {
-                    from_state: state.status,
-                    to_state: RunStatus::Cancelled,
-                    step_no: state.step,
-                    cause_type: "cancel".into(),
-                    cause_event_id: None,
-                }),
-            ),
-            self.event(
-                run,
-                agent,
-                &span,
-                None,
-                None,
-                Payload::RunCancelled(RunCancelled {
-                    reason: "requested".into(),
-                    by,
-                    iterations: state.iterations,
-                    usage: state.usage,
-                    cost_usd: state.cost_usd,
-                    // Requests still waiting are withdrawn with the run.
-                    withdrawn: state
-                        .waiting_approvals()
-                        .into_iter()
-                        .map(|a| a.call_id.clone())
-                        .collect(),
-                }),
-            ),
-        ]
+        let transition = self.event(
+            run,
+            agent,
+            &state.run_span_id,
+            None,
+            None,
+            Payload::RunTransitioned(RunTransitioned {
+                from_state: state.status,
+                to_state: RunStatus::Cancelled,
+                step_no: state.step,
+                cause_type: "cancel".into(),
+                cause_event_id: None,
+            }),
+        );
+        vec![transition, self.cancelled(run, agent, state, by)]
+    }
+
+    /// The closing `run.cancelled` of a run.
+    fn cancelled(&self, run: &RunRef, agent: &str, state: &RunState, by: Option<String>) -> Event {
+        self.event(
+            run,
+            agent,
+            &state.run_span_id,
+            None,
+            None,
+            Payload::RunCancelled(RunCancelled {
+                reason: "requested".into(),
+                by,
+                iterations: state.iterations,
+                usage: state.usage,
+                cost_usd: state.cost_usd,
+                // Requests still waiting are withdrawn with the run.
+                withdrawn: state
+                    .waiting_approvals()
+                    .into_iter()
+                    .map(|a| a.call_id.clone())
+                    .collect(),
+            }),
+        )
     }
 
     pub(crate) fn event(
@@ -920,11 +922,12 @@ impl Driver<'_> {
                 usage: state.usage,
                 cost_usd: state.cost_usd,
             }))),
-            RunStatus::Cancelled => Some(
-                self.engine
-                    .cancellation(self.run, &self.agent.name, state, None)
-                    .split_off(1),
-            ),
+            RunStatus::Cancelled => Some(vec![self.engine.cancelled(
+                self.run,
+                &self.agent.name,
+                state,
+                None,
+            )]),
             RunStatus::ReadyForModel | RunStatus::Finalizing
                 if state
                     .messages
