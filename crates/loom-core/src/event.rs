@@ -354,6 +354,18 @@ pub enum Payload {
     /// A call with a business key already completed was not run: its recorded result was reused.
     #[serde(rename = "idempotency.reused")]
     IdempotencyReused(IdempotencyReused),
+    /// A policy decided something other than "continue" (or failed).
+    #[serde(rename = "policy.decided")]
+    PolicyDecided(PolicyDecided),
+    /// A contract or a judge checked an output.
+    #[serde(rename = "guard.checked")]
+    GuardChecked(GuardChecked),
+    /// A judge scored an output.
+    #[serde(rename = "judge.evaluated")]
+    JudgeEvaluated(JudgeEvaluated),
+    /// A run or session budget was reached.
+    #[serde(rename = "budget.exceeded")]
+    BudgetExceeded(BudgetExceeded),
 }
 
 /// Who the run is for.
@@ -958,6 +970,143 @@ pub struct IdempotencyReused {
     pub tool_name: String,
 }
 
+/// `policy.decided`: a decision of a policy at one hook point, journaled before it takes effect.
+///
+/// Content fields: `reason`, `arguments`, `output`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PolicyDecided {
+    /// The policy (`loom.contract`, `loom.judge.<name>`, `loom.budget`, or a user policy).
+    pub policy: String,
+    /// The hook point (`before_model`, `after_model`, `before_tool`, `after_tool`, `on_output`).
+    pub point: String,
+    /// `continue`, `replace`, `retry`, `deny`, `pause`, `stop` or `fail`.
+    pub decision: String,
+    /// Why.
+    #[serde(default)]
+    pub reason: Option<String>,
+    /// The tool call concerned (tool points).
+    #[serde(default)]
+    pub call_id: Option<String>,
+    /// Repair attempt number (retry).
+    #[serde(default)]
+    pub attempt: Option<u32>,
+    /// Whether the repair keeps tools offered (retry).
+    #[serde(default)]
+    pub tools: Option<bool>,
+    /// Replacement arguments (replace at `before_tool`).
+    #[serde(default)]
+    pub arguments: Option<Value>,
+    /// Replacement output (replace at `on_output` / `after_tool`).
+    #[serde(default)]
+    pub output: Option<Value>,
+    /// Whether the policy itself failed (exception, timeout, decision not allowed).
+    #[serde(default)]
+    pub error: bool,
+}
+
+/// `guard.checked`: a contract or judge verdict on an output.
+///
+/// Content field: `reason`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GuardChecked {
+    /// `contract`, `judge` or `fidelity`.
+    pub guard: String,
+    /// `output`, `role:<name>` or `tool:<name>`.
+    pub target: String,
+    /// `passed`, `failed` or `skipped`.
+    pub outcome: String,
+    /// The diagnostic, or why the guard was skipped.
+    #[serde(default)]
+    pub reason: Option<String>,
+    /// Attempt number (1 for the first check).
+    #[serde(default)]
+    pub attempt: Option<u32>,
+    /// Whether normalization changed the output.
+    #[serde(default)]
+    pub normalized: bool,
+    /// What a failure leads to: `retry`, `fail`, `unverified` or `fallback`.
+    #[serde(default)]
+    pub resolution: Option<String>,
+    /// The policy running the guard (`loom.contract`, `loom.judge.<name>`).
+    #[serde(default)]
+    pub policy: Option<String>,
+    /// The tool call whose result was checked.
+    #[serde(default)]
+    pub call_id: Option<String>,
+}
+
+/// One criterion of a judge's verdict.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CriterionScore {
+    /// Criterion name.
+    pub name: String,
+    /// Score between 0 and 1.
+    pub score: f64,
+    /// Threshold.
+    pub min_score: f64,
+    /// Whether a score under the threshold refuses the output.
+    pub blocking: bool,
+    /// The judge's explanation.
+    #[serde(default)]
+    pub reason: Option<String>,
+}
+
+impl CriterionScore {
+    /// Whether the score reaches the threshold.
+    pub fn passed(&self) -> bool {
+        self.score >= self.min_score
+    }
+}
+
+/// `judge.evaluated`: a judge's scores.
+///
+/// Content field: `criteria[].reason`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JudgeEvaluated {
+    /// Judge name.
+    pub judge: String,
+    /// `output` or `role:<name>`.
+    pub target: String,
+    /// Provider model name of the judge.
+    pub model_id: String,
+    /// Config model id of the judge.
+    #[serde(default)]
+    pub model: Option<String>,
+    /// One score per criterion (at least one).
+    pub criteria: Vec<CriterionScore>,
+    /// Every criterion passed.
+    pub passed: bool,
+    /// A blocking criterion failed.
+    pub blocked: bool,
+    /// Attempt number.
+    #[serde(default)]
+    pub attempt: Option<u32>,
+    /// The policy running the judge.
+    #[serde(default)]
+    pub policy: Option<String>,
+    /// The role call judged.
+    #[serde(default)]
+    pub call_id: Option<String>,
+}
+
+/// `budget.exceeded`: a run or session limit was reached (once per limit and run).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BudgetExceeded {
+    /// `run` or `session`.
+    pub scope: String,
+    /// `max_cost`, `max_tokens` or `max_calls`.
+    pub limit: String,
+    /// The limit's value.
+    pub value: f64,
+    /// What was spent.
+    pub spent: f64,
+    /// `warn` or `stop`.
+    pub action: String,
+    /// The policy (`loom.budget`).
+    #[serde(default)]
+    pub policy: Option<String>,
+}
+
 impl ModelExchanged {
     /// The event of `exchange`, observed on the wire (`synthetic` false), for the main slot.
     pub fn observed(
@@ -1022,6 +1171,10 @@ impl Payload {
             Payload::ApprovalExpired(_) => "approval.expired",
             Payload::IdempotencyRecorded(_) => "idempotency.recorded",
             Payload::IdempotencyReused(_) => "idempotency.reused",
+            Payload::PolicyDecided(_) => "policy.decided",
+            Payload::GuardChecked(_) => "guard.checked",
+            Payload::JudgeEvaluated(_) => "judge.evaluated",
+            Payload::BudgetExceeded(_) => "budget.exceeded",
         }
     }
 
@@ -1045,6 +1198,8 @@ impl Payload {
             Payload::IdempotencyRecorded(_) | Payload::IdempotencyReused(_) => {
                 Category::Idempotency
             }
+            Payload::PolicyDecided(_) | Payload::BudgetExceeded(_) => Category::Policy,
+            Payload::GuardChecked(_) | Payload::JudgeEvaluated(_) => Category::Guard,
             _ => Category::Run,
         }
     }
@@ -1058,6 +1213,19 @@ impl Payload {
             Payload::RunCancelled(_) => EventStatus::Warning,
             Payload::ToolCompleted(p) if p.output.is_error => EventStatus::Error,
             Payload::ToolSourceUnavailable(p) if p.required => EventStatus::Error,
+            Payload::PolicyDecided(p) if p.decision == "fail" => EventStatus::Error,
+            Payload::PolicyDecided(p) if p.error || p.decision == "continue" => {
+                EventStatus::Warning
+            }
+            Payload::GuardChecked(p) if p.outcome == "failed" => {
+                if p.resolution.as_deref() == Some("fail") {
+                    EventStatus::Error
+                } else {
+                    EventStatus::Warning
+                }
+            }
+            Payload::JudgeEvaluated(p) if !p.passed => EventStatus::Warning,
+            Payload::BudgetExceeded(_) => EventStatus::Warning,
             Payload::ModelExchanged(p)
                 if p.error.is_some() || p.status_code.is_some_and(|s| s >= 400) =>
             {
@@ -1223,6 +1391,31 @@ impl Payload {
                 f.insert("tool_name".into(), json!(p.tool_name));
                 f.insert("key".into(), json!(p.key));
             }
+            Payload::PolicyDecided(p) => {
+                f.insert("policy".into(), json!(p.policy));
+                f.insert("point".into(), json!(p.point));
+                f.insert("decision".into(), json!(p.decision));
+            }
+            Payload::GuardChecked(p) => {
+                f.insert("guard".into(), json!(p.guard));
+                f.insert("target".into(), json!(p.target));
+                f.insert("outcome".into(), json!(p.outcome));
+            }
+            Payload::JudgeEvaluated(p) => {
+                f.insert("judge".into(), json!(p.judge));
+                f.insert("target".into(), json!(p.target));
+                f.insert("model_id".into(), json!(p.model_id));
+                f.insert("passed".into(), json!(p.passed));
+                f.insert("blocked".into(), json!(p.blocked));
+                if let Some(model) = &p.model {
+                    f.insert("model".into(), json!(model));
+                }
+            }
+            Payload::BudgetExceeded(p) => {
+                f.insert("scope".into(), json!(p.scope));
+                f.insert("limit".into(), json!(p.limit));
+                f.insert("action".into(), json!(p.action));
+            }
         }
         f
     }
@@ -1237,6 +1430,16 @@ impl Payload {
         };
         if let Some(message) = message {
             message.check()?;
+        }
+        if let Payload::JudgeEvaluated(p) = self {
+            if p.criteria.is_empty() {
+                return Err("judge.evaluated without criteria".into());
+            }
+            let passed = p.criteria.iter().all(CriterionScore::passed);
+            let blocked = p.criteria.iter().any(|c| c.blocking && !c.passed());
+            if p.passed != passed || p.blocked != blocked {
+                return Err("judge.evaluated: passed/blocked contradict the criteria".into());
+            }
         }
         if let Payload::ToolCompleted(p) = self
             && p.output

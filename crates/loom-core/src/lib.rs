@@ -17,6 +17,7 @@ pub mod event;
 pub mod ids;
 pub mod journal;
 pub mod model;
+pub mod policy;
 pub mod ports;
 pub mod state;
 pub mod tool;

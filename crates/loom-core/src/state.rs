@@ -84,7 +84,34 @@ pub struct PendingCall {
     pub arguments: Value,
     /// Whether `tool.called` was written (the effect may have happened).
     pub started: bool,
+    /// Arguments a `before_tool` policy put in place of the model's (the tool runs with
+    /// them; the journal's `tool.called` keeps the model's).
+    pub replaced_arguments: Option<Value>,
+    /// The child run of a sub-agent call, once opened.
+    pub child_run_id: Option<String>,
 }
+
+impl PendingCall {
+    /// The arguments the tool runs with: the policy's replacement, else the model's.
+    pub fn effective_arguments(&self) -> &Value {
+        self.replaced_arguments.as_ref().unwrap_or(&self.arguments)
+    }
+}
+
+/// A repair a policy asked for (`policy.decided` retry), written as a `message.user` of kind
+/// `repair` before the next model call.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Repair {
+    /// The policy that refused the output.
+    pub policy: String,
+    /// Its diagnostic.
+    pub feedback: String,
+    /// Whether the repair may call tools.
+    pub tools: bool,
+}
+
+/// `message.user.kind` of a repair request.
+pub const REPAIR: &str = "repair";
 
 /// The lease a worker holds on the run.
 #[derive(Debug, Clone, PartialEq)]
@@ -171,6 +198,28 @@ pub struct RunState {
     pub approvals: Vec<ApprovalRecord>,
     /// Steering messages waiting for the open tool calls to complete.
     pub steering: Vec<Message>,
+    /// A repair asked for and not yet written.
+    pub pending_repair: Option<Repair>,
+    /// Repairs asked per policy (`<policy>` for the output, `<policy>#<call_id>` for a call).
+    pub retries: std::collections::BTreeMap<String, u32>,
+    /// Whether the last repair forbade tools (the next call is made with `tool_choice: none`).
+    pub repair_without_tools: bool,
+    /// The final answer an `on_output` policy put in place of the model's.
+    pub replaced_output: Option<Message>,
+    /// The final output failed its contract or judge and was kept anyway.
+    pub unverified: bool,
+    /// The final output was replaced by a fallback message.
+    pub fallback: bool,
+    /// Budget limits already signalled (`<scope>.<limit>`).
+    pub exceeded: std::collections::BTreeSet<String>,
+    /// How judges run for this run: `auto`, `force` or `skip`.
+    pub judges: String,
+    /// The run's budget as opened (a sub-agent's share included).
+    pub budget: Option<crate::event::RunBudget>,
+    /// The parent's call that opened this run (sub-agents).
+    pub parent_call_id: Option<String>,
+    /// Names of the tools called in the run (`tool.called`), in order.
+    pub tools_called: Vec<String>,
     /// Seq of the last event applied.
     pub last_seq: u64,
     /// When the run started.
@@ -232,6 +281,17 @@ impl RunState {
             approvals: Vec::new(),
             steering: Vec::new(),
             models: std::collections::BTreeMap::new(),
+            pending_repair: None,
+            retries: std::collections::BTreeMap::new(),
+            repair_without_tools: false,
+            replaced_output: None,
+            unverified: false,
+            fallback: false,
+            exceeded: std::collections::BTreeSet::new(),
+            judges: started.judges.clone(),
+            budget: started.budget.clone(),
+            parent_call_id: started.parent_call_id.clone(),
+            tools_called: Vec::new(),
             last_seq: event.seq,
             started_at: event.ts,
             updated_at: event.ts,
@@ -297,13 +357,21 @@ impl RunState {
             Payload::MessageUser(user) if user.kind == STEER && !self.pending_calls.is_empty() => {
                 self.steering.push(user.message.clone());
             }
-            Payload::MessageUser(user) => self.messages.push(user.message.clone()),
+            Payload::MessageUser(user) => {
+                if user.kind == REPAIR {
+                    self.pending_repair = None;
+                    self.repair_without_tools = !user.tools;
+                    self.replaced_output = None;
+                }
+                self.messages.push(user.message.clone());
+            }
             Payload::ModelResponded(response) => {
                 self.usage.add(&response.usage);
                 self.cost_usd += response.cost_usd;
                 self.model_calls += 1;
                 if response.call_id.is_none() && response.judge.is_none() {
                     self.iterations += 1;
+                    self.repair_without_tools = false;
                     self.pending_calls = response
                         .message
                         .tool_calls()
@@ -312,6 +380,8 @@ impl RunState {
                             name: name.to_owned(),
                             arguments: arguments.clone(),
                             started: false,
+                            replaced_arguments: None,
+                            child_run_id: None,
                         })
                         .collect();
                     self.messages.push(response.message.clone());
@@ -329,6 +399,10 @@ impl RunState {
                     ));
                 };
                 call.started = true;
+                if called.child_run_id.is_some() {
+                    call.child_run_id = called.child_run_id.clone();
+                }
+                self.tools_called.push(called.tool_name.clone());
                 if let Some(approval) = self
                     .approvals
                     .iter_mut()
@@ -384,6 +458,21 @@ impl RunState {
                 self.finished = true;
             }
             Payload::RunCancelled(_) => self.finished = true,
+            Payload::PolicyDecided(decided) => self.apply_decision(event, decided)?,
+            Payload::GuardChecked(checked) => {
+                if checked.target == "output" && checked.outcome == "failed" {
+                    match checked.resolution.as_deref() {
+                        Some("unverified") => self.unverified = true,
+                        Some("fallback") => self.fallback = true,
+                        _ => {}
+                    }
+                }
+            }
+            Payload::BudgetExceeded(exceeded) => {
+                self.exceeded
+                    .insert(format!("{}.{}", exceeded.scope, exceeded.limit));
+            }
+            Payload::JudgeEvaluated(_) => {}
             Payload::ToolSourceUnavailable(_)
             | Payload::CircuitOpened(_)
             | Payload::ModelExchanged(_)
@@ -470,6 +559,66 @@ impl RunState {
                     },
                 )?;
             }
+        }
+        Ok(())
+    }
+
+    /// `policy.decided`: a retry asks for a repair (counted per policy, or per policy and
+    /// call); a `before_tool` replacement changes what the call runs with and how the
+    /// conversation shows it; an `on_output` replacement changes the final answer.
+    fn apply_decision(
+        &mut self,
+        event: &Event,
+        decided: &crate::event::PolicyDecided,
+    ) -> Result<(), ProjectionError> {
+        match (decided.decision.as_str(), decided.point.as_str()) {
+            ("retry", _) => {
+                let key = match &decided.call_id {
+                    Some(call_id) => format!("{}#{call_id}", decided.policy),
+                    None => decided.policy.clone(),
+                };
+                *self.retries.entry(key).or_insert(0) += 1;
+                if decided.call_id.is_none() {
+                    self.pending_repair = Some(Repair {
+                        policy: decided.policy.clone(),
+                        feedback: decided.reason.clone().unwrap_or_default(),
+                        tools: decided.tools.unwrap_or(true),
+                    });
+                }
+            }
+            ("replace", "before_tool") => {
+                let (Some(call_id), Some(arguments)) = (&decided.call_id, &decided.arguments)
+                else {
+                    return Err(error(
+                        event,
+                        "a before_tool replacement names no call or no arguments",
+                    ));
+                };
+                let Some(call) = self
+                    .pending_calls
+                    .iter_mut()
+                    .find(|c| &c.call_id == call_id)
+                else {
+                    return Err(error(
+                        event,
+                        &format!("policy.decided for unknown call '{call_id}'"),
+                    ));
+                };
+                call.replaced_arguments = Some(arguments.clone());
+                rewrite_call(&mut self.messages, call_id, arguments);
+            }
+            ("replace", "on_output") => {
+                if let Some(output) = &decided.output {
+                    let message: Message = serde_json::from_value(output.clone()).map_err(|e| {
+                        error(
+                            event,
+                            &format!("the replacement output is not a message: {e}"),
+                        )
+                    })?;
+                    self.replaced_output = Some(message);
+                }
+            }
+            _ => {}
         }
         Ok(())
     }

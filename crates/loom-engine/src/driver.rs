@@ -18,7 +18,10 @@ use loom_core::{
         StepStarted, ToolSourceUnavailable,
     },
     ids::is_safe_id,
-    model::{HttpExchange, ModelError, ModelErrorKind, ModelRequest, ModelResponse, StopReason},
+    model::{
+        HttpExchange, ModelError, ModelErrorKind, ModelRequest, ModelResponse, StopReason,
+        ToolChoice,
+    },
     ports::{SourceContext, ToolSource},
     state::session_history,
 };
@@ -399,6 +402,8 @@ impl Engine {
                         name: record.tool_name.clone(),
                         arguments: record.arguments.clone(),
                         started: false,
+                        replaced_arguments: None,
+                        child_run_id: None,
                     };
                     self.event(
                         run,
@@ -510,7 +515,7 @@ pub(crate) struct Driver<'a> {
     pub(crate) run: &'a RunRef,
     pub(crate) agent: &'a AgentRuntime,
     history: Vec<Message>,
-    last_ids: LastIds,
+    pub(crate) last_ids: LastIds,
     /// Which model configs produced each provider model name in the session.
     names: ModelNames,
     /// The tools offered in this pilot: the agent's, then those of the sources that opened.
@@ -798,8 +803,21 @@ impl Driver<'_> {
         state: &mut RunState,
         writer: &mut SessionWriter<'_>,
     ) -> Result<(), EngineError> {
+        if let Some(batch) = self.repair(state) {
+            return self.write(state, writer, batch).await.map(drop);
+        }
         if let Some(batch) = self.decide(state) {
             return self.write(state, writer, batch).await.map(drop);
+        }
+        if matches!(
+            state.status,
+            RunStatus::ReadyForModel | RunStatus::Finalizing
+        ) && state
+            .messages
+            .last()
+            .is_some_and(|m| m.role == loom_core::Role::Assistant)
+        {
+            return self.review(state, writer).await;
         }
         if self.cancel.is_cancelled() {
             let batch = self
@@ -928,29 +946,6 @@ impl Driver<'_> {
                 state,
                 None,
             )]),
-            RunStatus::ReadyForModel | RunStatus::Finalizing
-                if state
-                    .messages
-                    .last()
-                    .is_some_and(|m| m.role == loom_core::Role::Assistant) =>
-            {
-                let cause = self.last_ids.model.clone();
-                if !state.pending_calls.is_empty() && state.status == RunStatus::ReadyForModel {
-                    Some(vec![self.transition(
-                        state,
-                        RunStatus::AwaitingTools,
-                        "model.responded",
-                        cause,
-                    )])
-                } else {
-                    let done =
-                        self.transition(state, RunStatus::Completed, "model.responded", cause);
-                    Some(vec![
-                        done,
-                        self.event(&span, None, None, self.completed(state)),
-                    ])
-                }
-            }
             RunStatus::AwaitingTools if state.pending_calls.is_empty() => {
                 let to = if state.iterations >= self.agent.max_iterations {
                     RunStatus::Finalizing
@@ -1081,7 +1076,8 @@ impl Driver<'_> {
     /// of the slot's chain is tried with its retry policy and timeouts, skipped while its
     /// circuit breaker is open, and left for the next one when it keeps failing. Every
     /// decision is journaled in the step (`model.retried`, `circuit.opened`,
-    /// `model.fell_back`); only the answer of the attempt that succeeded is.
+    /// `model.fell_back`); only the answer of the attempt that succeeded is. The request
+    /// passes the `before_model` policies first.
     async fn model_step(
         &mut self,
         state: &mut RunState,
@@ -1097,19 +1093,152 @@ impl Driver<'_> {
         let agent = self.agent;
         let chain: Vec<&ModelBinding> = agent.chain().collect();
         // A run that fell back stays on the model it switched to.
-        let mut index = state
+        let start = state
             .models
             .get(SLOT)
             .and_then(|id| chain.iter().position(|m| m.config_id == *id))
             .unwrap_or(0);
-        let deadline = self.deadline(state);
+        let choice = if finalizing || state.repair_without_tools {
+            ToolChoice::None
+        } else {
+            ToolChoice::Auto
+        };
+        // The closures below outlive mutable uses of the driver: they own what they read.
+        let history = self.history.clone();
+        let names = self.names.clone();
+        let build = |model: &ModelBinding| {
+            let mut request = request::build(
+                agent,
+                model,
+                &tools,
+                &history,
+                conversation.clone(),
+                finalizing,
+                choice,
+            );
+            request::strip_foreign_reasoning(&mut request.messages, |id| names.is_own(id, model));
+            request
+        };
+        let first = build(chain[start]);
         let mut progress = AttemptState::default();
+        // Before each orchestrator call (not while finalizing): the budget, then the agent's
+        // `before_model` policies, which may replace the request, stop the run or fail it.
+        let replaced = if finalizing {
+            None
+        } else {
+            match crate::hooks::before_model(self, state, writer, &step, first.clone()).await? {
+                crate::hooks::Gate::Pass(request) => request,
+                crate::hooks::Gate::Stopped { emitted } => {
+                    progress.emitted += emitted;
+                    let mut batch =
+                        vec![step.completed(self, state, progress.emitted, Outcome::Ok)];
+                    batch.push(self.transition(
+                        state,
+                        RunStatus::Finalizing,
+                        "policy.decided",
+                        None,
+                    ));
+                    return self.write(state, writer, batch).await.map(drop);
+                }
+                crate::hooks::Gate::Failed {
+                    emitted,
+                    error_type,
+                    error,
+                } => {
+                    progress.emitted += emitted;
+                    let mut batch =
+                        vec![step.completed(self, state, progress.emitted, Outcome::Error)];
+                    batch.extend(self.failure(state, "policy.decided", &error_type, &error));
+                    return self.write(state, writer, batch).await.map(drop);
+                }
+            }
+        };
+        let build = |model: &ModelBinding| match &replaced {
+            // A replacement decided on the first model's request applies to every model of
+            // the chain, each keeping its own name, token cap and parameters.
+            Some(request) => {
+                let own = build(model);
+                ModelRequest {
+                    model_id: own.model_id,
+                    max_tokens: own.max_tokens,
+                    params: own.params,
+                    ..(**request).clone()
+                }
+            }
+            None => build(model),
+        };
+        let caller = Caller {
+            slot: SLOT,
+            call_id: None,
+            judge: None,
+            span: &step.span,
+            parent: Some(&state.run_span_id.clone()),
+        };
+        let deadline = self.deadline(state);
+        let end = self
+            .call_chain(
+                state,
+                writer,
+                caller,
+                &chain,
+                start,
+                &build,
+                deadline,
+                &mut progress,
+            )
+            .await?;
+        match end {
+            ChainEnd::Answered { model, answer } => {
+                self.model_answered(
+                    state,
+                    writer,
+                    &step,
+                    model,
+                    answer,
+                    finalizing,
+                    progress.emitted,
+                )
+                .await
+            }
+            ChainEnd::Interrupted { timed_out } => {
+                self.interrupted(state, writer, &step, progress.emitted, timed_out)
+                    .await
+            }
+            ChainEnd::Failed(error) => {
+                self.model_failed(state, writer, &step, error, progress.emitted)
+                    .await
+            }
+        }
+    }
+
+    /// Calls a slot's model chain from `start` until a model answers: each model is tried
+    /// with its retry policy, skipped while its breaker is open, and left for the next one
+    /// (`model.fell_back`) when it keeps failing. Events go in `caller.span`, with the
+    /// caller's envelope role, `call_id` and `judge`.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) async fn call_chain<'m>(
+        &mut self,
+        state: &mut RunState,
+        writer: &mut SessionWriter<'_>,
+        caller: Caller<'_>,
+        chain: &[&'m ModelBinding],
+        start: usize,
+        build: &(dyn Fn(&ModelBinding) -> ModelRequest + Sync),
+        deadline: Option<tokio::time::Instant>,
+        progress: &mut AttemptState,
+    ) -> Result<ChainEnd<'m>, EngineError> {
+        let mut index = start.min(chain.len().saturating_sub(1));
         let mut last_error: Option<ModelError> = None;
         let mut skipped: Vec<&str> = Vec::new();
         // After a context overflow, only a model with a larger window may follow.
         let mut window_above: Option<u64> = None;
         loop {
-            let model = chain[index];
+            let Some(&model) = chain.get(index) else {
+                return Ok(ChainEnd::Failed(ModelError::new(
+                    ModelErrorKind::Unavailable,
+                    format!("no model for slot '{}'", caller.slot),
+                )));
+            };
             let admission = match &model.circuit {
                 Some(settings) => self.engine.breakers.admit(
                     &Breakers::model_key(&model.config_id),
@@ -1127,52 +1256,18 @@ impl Driver<'_> {
                 );
                 ("circuit_open".to_owned(), message)
             } else {
-                let mut request = request::build(
-                    agent,
-                    model,
-                    &tools,
-                    &self.history,
-                    conversation.clone(),
-                    finalizing,
-                );
-                request::strip_foreign_reasoning(&mut request.messages, |id| {
-                    self.names.is_own(id, model)
-                });
+                let request = build(model);
                 match self
-                    .attempts(
-                        state,
-                        writer,
-                        &step,
-                        model,
-                        request,
-                        deadline,
-                        &mut progress,
-                    )
+                    .attempts(state, writer, caller, model, request, deadline, progress)
                     .await?
                 {
                     Attempts::Answered(answer) => {
-                        return self
-                            .model_answered(
-                                state,
-                                writer,
-                                &step,
-                                model,
-                                answer,
-                                finalizing,
-                                progress.emitted,
-                            )
-                            .await;
+                        return Ok(ChainEnd::Answered { model, answer });
                     }
                     Attempts::Interrupted { timed_out } => {
-                        return self
-                            .interrupted(state, writer, &step, progress.emitted, timed_out)
-                            .await;
+                        return Ok(ChainEnd::Interrupted { timed_out });
                     }
-                    Attempts::Fatal(error) => {
-                        return self
-                            .model_failed(state, writer, &step, error, progress.emitted)
-                            .await;
-                    }
+                    Attempts::Fatal(error) => return Ok(ChainEnd::Failed(error)),
                     Attempts::Exhausted(error) => {
                         if error.kind == ModelErrorKind::ContextOverflow {
                             let window = model.context_window.unwrap_or(0);
@@ -1200,9 +1295,7 @@ impl Driver<'_> {
                                 error.message,
                                 skipped.join(", ")
                             );
-                        } else if error.kind == ModelErrorKind::ContextOverflow
-                            && !agent.fallbacks.is_empty()
-                        {
+                        } else if error.kind == ModelErrorKind::ContextOverflow && chain.len() > 1 {
                             error.message = format!(
                                 "{}; no following model has a larger context window",
                                 error.message
@@ -1215,22 +1308,20 @@ impl Driver<'_> {
                         format!("skipped by their circuit breaker: {}", skipped.join(", ")),
                     ),
                 };
-                return self
-                    .model_failed(state, writer, &step, error, progress.emitted)
-                    .await;
+                return Ok(ChainEnd::Failed(error));
             };
             let fell_back = self.event(
-                &step.span,
-                Some(&state.run_span_id),
-                Some(SLOT),
+                caller.span,
+                caller.parent,
+                Some(caller.slot),
                 Payload::ModelFellBack(ModelFellBack {
-                    slot: SLOT.into(),
+                    slot: caller.slot.into(),
                     from_model: model.config_id.clone(),
                     to_model: chain[next].config_id.clone(),
                     reason,
                     error: Some(error),
-                    call_id: None,
-                    judge: None,
+                    call_id: caller.call_id.map(str::to_owned),
+                    judge: caller.judge.map(str::to_owned),
                 }),
             );
             self.write(state, writer, vec![fell_back]).await?;
@@ -1239,13 +1330,45 @@ impl Driver<'_> {
         }
     }
 
+    /// The `model.responded` of an answer obtained for `caller` from `model`.
+    pub(crate) fn responded(
+        &self,
+        caller: Caller<'_>,
+        model: &ModelBinding,
+        answer: Answer,
+    ) -> (Event, Vec<Event>) {
+        let response = answer.response;
+        let cost = model.pricing.cost(&response.usage);
+        let event = self.event(
+            caller.span,
+            caller.parent,
+            Some(caller.slot),
+            Payload::ModelResponded(ModelResponded {
+                model_id: response.model_id,
+                model: Some(model.config_id.clone()),
+                provider: model.client.provider().to_owned(),
+                message: response.message,
+                usage: response.usage,
+                cost_usd: cost,
+                stop_reason: response.stop_reason,
+                latency_ms: answer.latency_ms,
+                attempts: answer.attempts,
+                request_hash: Some(answer.request_hash),
+                request_parts: answer.request_parts,
+                call_id: caller.call_id.map(str::to_owned),
+                judge: caller.judge.map(str::to_owned),
+            }),
+        );
+        (event, answer.exchanged)
+    }
+
     /// Tries one model of the chain until it answers, fails for good, or should be left.
     #[allow(clippy::too_many_arguments)]
     async fn attempts(
         &mut self,
         state: &mut RunState,
         writer: &mut SessionWriter<'_>,
-        step: &StepSpan,
+        caller: Caller<'_>,
         model: &ModelBinding,
         request: ModelRequest,
         deadline: Option<tokio::time::Instant>,
@@ -1255,10 +1378,12 @@ impl Driver<'_> {
         let key = Breakers::model_key(&model.config_id);
         let run = self.run;
         let observer = self.observer;
+        // Only the orchestrator's text is streamed to a live display.
+        let live = caller.slot == SLOT;
         let (request_hash, request_parts) = request::request_hash(&request);
         let mut attempt = 1u32;
         loop {
-            if progress.streamed {
+            if progress.streamed && live {
                 // A live display drops what the failed attempt showed.
                 observer.reset(&run.run_id);
             }
@@ -1269,11 +1394,15 @@ impl Driver<'_> {
                 model.client.clone(),
                 request.clone(),
                 model.timeouts,
-                |text| observer.text_delta(&run.run_id, text),
+                |text| {
+                    if live {
+                        observer.text_delta(&run.run_id, text)
+                    }
+                },
                 |exchange| exchanges.push(exchange),
             );
             let end = self.wait(state, writer, call, deadline).await?;
-            let exchanged = self.exchanged(state, step, model, attempt, exchanges);
+            let exchanged = self.exchanged(state, caller, model, attempt, exchanges);
             let error = match end {
                 StepEnd::Done(Ok(response)) => {
                     if model.circuit.is_some() {
@@ -1315,17 +1444,17 @@ impl Driver<'_> {
             {
                 opened = true;
                 let event = self.event(
-                    &step.span,
-                    Some(&state.run_span_id),
-                    Some(SLOT),
+                    caller.span,
+                    caller.parent,
+                    Some(caller.slot),
                     Payload::CircuitOpened(CircuitOpened {
                         target_kind: "model".into(),
                         target: model.config_id.clone(),
                         failures,
                         cooldown_s: settings.cooldown.as_secs_f64(),
                         error: Some(error.message.clone()),
-                        call_id: None,
-                        judge: None,
+                        call_id: caller.call_id.map(str::to_owned),
+                        judge: caller.judge.map(str::to_owned),
                     }),
                 );
                 self.write(state, writer, vec![event]).await?;
@@ -1346,9 +1475,9 @@ impl Driver<'_> {
                             .delay(attempt, resilience::jitter(&engine.ids.uuid())),
                     };
                     let retried = self.event(
-                        &step.span,
-                        Some(&state.run_span_id),
-                        Some(SLOT),
+                        caller.span,
+                        caller.parent,
+                        Some(caller.slot),
                         Payload::ModelRetried(ModelRetried {
                             model_id: model.model_id.clone(),
                             model: Some(model.config_id.clone()),
@@ -1358,8 +1487,8 @@ impl Driver<'_> {
                             error: error.message.clone(),
                             http_status: error.http_status,
                             delay_s: delay.as_secs_f64(),
-                            call_id: None,
-                            judge: None,
+                            call_id: caller.call_id.map(str::to_owned),
+                            judge: caller.judge.map(str::to_owned),
                             usage: None,
                             cost_usd: 0.0,
                             r#final: false,
@@ -1392,8 +1521,8 @@ impl Driver<'_> {
     /// (none unless `telemetry.capture.raw_exchanges` is on).
     fn exchanged(
         &self,
-        state: &RunState,
-        step: &StepSpan,
+        _state: &RunState,
+        caller: Caller<'_>,
         model: &ModelBinding,
         attempt: u32,
         exchanges: Vec<HttpExchange>,
@@ -1401,24 +1530,27 @@ impl Driver<'_> {
         exchanges
             .into_iter()
             .map(|exchange| {
+                let mut exchanged = ModelExchanged::observed(
+                    exchange,
+                    model.model_id.clone(),
+                    Some(model.config_id.clone()),
+                    model.client.provider().to_owned(),
+                    attempt,
+                );
+                exchanged.call_id = caller.call_id.map(str::to_owned);
+                exchanged.judge = caller.judge.map(str::to_owned);
                 self.event(
-                    &step.span,
-                    Some(&state.run_span_id),
-                    Some(SLOT),
-                    Payload::ModelExchanged(ModelExchanged::observed(
-                        exchange,
-                        model.model_id.clone(),
-                        Some(model.config_id.clone()),
-                        model.client.provider().to_owned(),
-                        attempt,
-                    )),
+                    caller.span,
+                    caller.parent,
+                    Some(caller.slot),
+                    Payload::ModelExchanged(exchanged),
                 )
             })
             .collect()
     }
 
     /// Writes events inside the current model step, counting them.
-    async fn write_in_step(
+    pub(crate) async fn write_in_step(
         &mut self,
         state: &mut RunState,
         writer: &mut SessionWriter<'_>,
@@ -1447,33 +1579,19 @@ impl Driver<'_> {
         finalizing: bool,
         emitted: u32,
     ) -> Result<(), EngineError> {
-        let response = if finalizing {
-            without_calls(answer.response)
-        } else {
-            answer.response
+        let mut answer = answer;
+        if finalizing {
+            answer.response = without_calls(answer.response);
+        }
+        let caller = Caller {
+            slot: SLOT,
+            call_id: None,
+            judge: None,
+            span: &step.span,
+            parent: Some(&state.run_span_id),
         };
-        let cost = model.pricing.cost(&response.usage);
-        let responded = self.event(
-            &step.span,
-            Some(&state.run_span_id),
-            Some(SLOT),
-            Payload::ModelResponded(ModelResponded {
-                model_id: response.model_id,
-                model: Some(model.config_id.clone()),
-                provider: model.client.provider().to_owned(),
-                message: response.message,
-                usage: response.usage,
-                cost_usd: cost,
-                stop_reason: response.stop_reason,
-                latency_ms: answer.latency_ms,
-                attempts: answer.attempts,
-                request_hash: Some(answer.request_hash),
-                request_parts: answer.request_parts,
-                call_id: None,
-                judge: None,
-            }),
-        );
-        let mut batch = answer.exchanged;
+        let (responded, exchanged) = self.responded(caller, model, answer);
+        let mut batch = exchanged;
         let inside = u32::try_from(batch.len()).unwrap_or(u32::MAX);
         let done = step.completed(self, state, emitted + inside + 1, Outcome::Ok);
         batch.extend([responded, done]);
@@ -1498,18 +1616,52 @@ impl Driver<'_> {
 /// The slot of the orchestrating model.
 const SLOT: &str = "main";
 
+/// Who a model call is for: the orchestrator, a role call or a judge.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Caller<'s> {
+    /// The slot (`main`, a role name, `judge:<name>`): the envelope role and the key of the
+    /// model the run switched to.
+    pub(crate) slot: &'s str,
+    /// The role call answered.
+    pub(crate) call_id: Option<&'s str>,
+    /// The judge answering.
+    pub(crate) judge: Option<&'s str>,
+    /// The span the events go in.
+    pub(crate) span: &'s str,
+    /// Its parent span.
+    pub(crate) parent: Option<&'s str>,
+}
+
+/// How a model chain call ended.
+pub(crate) enum ChainEnd<'m> {
+    /// A model answered.
+    Answered {
+        /// The model that answered.
+        model: &'m ModelBinding,
+        /// Its answer.
+        answer: Answer,
+    },
+    /// Cancelled or out of time.
+    Interrupted {
+        /// Out of time (else cancelled).
+        timed_out: bool,
+    },
+    /// Every model failed.
+    Failed(ModelError),
+}
+
 /// What the attempts of one model step have done so far.
 #[derive(Debug, Default)]
-struct AttemptState {
+pub(crate) struct AttemptState {
     /// Whether an attempt already streamed (the observer is reset before the next one).
     streamed: bool,
     /// Events written inside the step, besides `step.started` and `step.completed`.
-    emitted: u32,
+    pub(crate) emitted: u32,
 }
 
 /// A model's answer and how it was obtained.
-struct Answer {
-    response: ModelResponse,
+pub(crate) struct Answer {
+    pub(crate) response: ModelResponse,
     attempts: u32,
     latency_ms: f64,
     request_hash: String,
@@ -1532,7 +1684,7 @@ enum Attempts {
 
 /// Which model configs produced each provider model name (from `model.responded`), so that
 /// reasoning blocks of other models are not sent to a fallback.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub(crate) struct ModelNames(HashMap<String, BTreeSet<String>>);
 
 impl ModelNames {

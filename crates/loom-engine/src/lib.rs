@@ -23,11 +23,14 @@
 //! `Arc<dyn ModelClient>`, `Arc<dyn Tool>`, `Arc<dyn Clock>`); it reads no environment
 //! variable and no configuration file.
 
+pub mod contract;
 mod driver;
+mod hooks;
 mod ids;
 mod offload;
 mod request;
 mod resilience;
+mod review;
 mod tools;
 mod writer;
 
@@ -37,6 +40,7 @@ use loom_core::{
     Message,
     approval::OnExpiry,
     model::ModelClient,
+    policy::{Point, Policy},
     ports::{ArtifactStore, Clock, EventStore, IdempotencyStore, StoreError, ToolSource},
     state::{FoldError, ProjectionError},
     tool::{Tool, ToolDeclarations},
@@ -115,6 +119,9 @@ pub struct BoundTool {
     pub declarations: ToolDeclarations,
     /// Description offered to the model (the agent may override it).
     pub description: String,
+    /// The contract its results must meet (`output:` on the tool reference): a result that
+    /// breaks it reaches the model as an error with the diagnostic.
+    pub contract: Option<Arc<contract::Contract>>,
     validator: Arc<jsonschema::Validator>,
 }
 
@@ -144,8 +151,15 @@ impl BoundTool {
             tool,
             declarations,
             description,
+            contract: None,
             validator: Arc::new(validator),
         })
+    }
+
+    /// Sets the contract its results must meet.
+    pub fn with_contract(mut self, contract: contract::Contract) -> BoundTool {
+        self.contract = Some(Arc::new(contract));
+        self
     }
 
     /// The tool's name.
@@ -174,6 +188,83 @@ impl BoundTool {
             .into_iter()
             .map(|(path, message)| format!("- {path}: {message}"))
             .collect()
+    }
+}
+
+/// What happens when a policy errs (raises, times out, answers a decision it may not give).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum PolicyOnError {
+    /// The run fails (`policy.decided` fail, marked as an error).
+    #[default]
+    Block,
+    /// The chain goes on (`policy.decided` continue, marked as an error).
+    Allow,
+}
+
+/// The default time a policy has to decide.
+pub const DEFAULT_POLICY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A policy as an agent hooks it.
+#[derive(Debug, Clone)]
+pub struct BoundPolicy {
+    /// Its name in the agent (journaled as `policy.decided.policy`).
+    pub name: String,
+    /// The policy.
+    pub policy: Arc<dyn Policy>,
+    /// The points it is hooked on (a subset of those it declares).
+    pub points: Vec<Point>,
+    /// Its parameters.
+    pub params: Map<String, Value>,
+    /// Time it has to decide (`None`: no limit).
+    pub timeout: Option<Duration>,
+    /// What its errors do.
+    pub on_error: PolicyOnError,
+    /// Repairs it may ask for the final output in a run (or for one call).
+    pub max_attempts: u32,
+}
+
+impl BoundPolicy {
+    /// Hooks `policy` under `name` on every point it declares, with the defaults: no
+    /// parameters, 5 s to decide, errors block, one repair.
+    pub fn new(
+        name: impl Into<String>,
+        policy: Arc<dyn Policy>,
+    ) -> Result<BoundPolicy, EngineError> {
+        let points = policy.points().to_vec();
+        BoundPolicy::on(name, policy, points)
+    }
+
+    /// Hooks `policy` on `points`, which must be among those it declares, and whose every
+    /// declared decision must be allowed there.
+    pub fn on(
+        name: impl Into<String>,
+        policy: Arc<dyn Policy>,
+        points: Vec<Point>,
+    ) -> Result<BoundPolicy, EngineError> {
+        let name = name.into();
+        if let Some(point) = points.iter().find(|p| !policy.points().contains(p)) {
+            let declared: Vec<&str> = policy.points().iter().map(|p| p.as_str()).collect();
+            return Err(EngineError::Invalid(format!(
+                "policy '{name}' does not apply to {point} (declared points: {})",
+                declared.join(", ")
+            )));
+        }
+        if let Some((point, kind)) =
+            loom_core::policy::refused_decision(&points, policy.decisions())
+        {
+            return Err(EngineError::Invalid(format!(
+                "policy '{name}' may decide '{kind}', which is not allowed at {point}"
+            )));
+        }
+        Ok(BoundPolicy {
+            name,
+            policy,
+            points,
+            params: Map::new(),
+            timeout: Some(DEFAULT_POLICY_TIMEOUT),
+            on_error: PolicyOnError::Block,
+            max_attempts: 1,
+        })
     }
 }
 
@@ -216,6 +307,10 @@ pub struct AgentRuntime {
     pub validate_arguments: bool,
     /// How long approval requests wait, and what their expiry does.
     pub approval: ApprovalSettings,
+    /// Policies, in declared order (each point runs those hooked on it, in this order).
+    pub policies: Vec<BoundPolicy>,
+    /// The contract of the final output (`output:`), checked before the run completes.
+    pub output: Option<contract::Contract>,
 }
 
 /// The agent's `approval:` settings.
@@ -257,6 +352,8 @@ impl AgentRuntime {
             tool_timeout: Some(DEFAULT_TOOL_TIMEOUT),
             validate_arguments: true,
             approval: ApprovalSettings::default(),
+            policies: Vec::new(),
+            output: None,
         }
     }
 

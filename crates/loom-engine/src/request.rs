@@ -20,6 +20,7 @@ pub(crate) fn build(
     history: &[Message],
     conversation: Vec<Message>,
     finalizing: bool,
+    tool_choice: ToolChoice,
 ) -> ModelRequest {
     let mut messages = Vec::with_capacity(history.len() + conversation.len() + 1);
     messages.extend_from_slice(history);
@@ -39,11 +40,7 @@ pub(crate) fn build(
                 input_schema: t.tool.spec().input_schema.clone(),
             })
             .collect(),
-        tool_choice: if finalizing {
-            ToolChoice::None
-        } else {
-            ToolChoice::Auto
-        },
+        tool_choice,
         max_tokens: model.max_tokens,
         params: model.params.clone(),
         output_schema: None,

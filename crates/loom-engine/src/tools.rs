@@ -16,6 +16,7 @@ use loom_core::{
         ApprovalGranted, ApprovalRejected, ApprovalRequested, Effect, IdempotencyRecorded,
         IdempotencyReused, Outcome, Payload, ToolCalled, ToolCompleted,
     },
+    policy::Subject,
     ports::{DEFAULT_IDEMPOTENCY_TTL, IdempotencyScope, IdempotencyStore, Reservation},
     state::PendingCall,
     tool::{Approval, OnUnknown, SideEffects, ToolContext, ToolOutput},
@@ -27,6 +28,7 @@ use tokio::task::JoinSet;
 use crate::{
     BoundTool, EngineError,
     driver::{Driver, StepEnd, StepSpan, fmt_secs},
+    hooks::{self, End},
     writer::SessionWriter,
 };
 
@@ -70,6 +72,8 @@ enum Plan {
     Ask {
         reason: String,
         arguments: Value,
+        /// The policy that asked (none: the tool's declaration).
+        policy: Option<String>,
     },
     /// Already held by a request that waits.
     Wait,
@@ -101,14 +105,73 @@ pub(crate) async fn batch(
     for call in state.pending_calls.clone() {
         let span = driver.engine.ids().uuid();
         let tool = offered.iter().find(|t| t.name() == call.name);
-        let plan = match tool {
-            None => Plan::Refuse(unknown_tool(&offered, &call.name)),
-            Some(tool) => plan_call(driver, state, &call, tool),
+        // A fresh call passes the `before_tool` policies first; their decisions are journaled
+        // before anything else happens to the call.
+        let mut policy_plan = None;
+        if let Some(tool) = tool
+            && !call.started
+            && state.approval(&call.call_id).is_none()
+            && check_arguments(driver, tool, call.effective_arguments()).is_ok()
+        {
+            let subject = Subject::Call {
+                tool: call.name.clone(),
+                call_id: call.call_id.clone(),
+                arguments: call.effective_arguments().clone(),
+            };
+            let chain = hooks::run(driver, state, subject, Some(&call.call_id)).await;
+            let decided: Vec<_> = chain
+                .decisions
+                .into_iter()
+                .map(|payload| driver.event(&span, Some(&step.span), None, payload))
+                .collect();
+            if !decided.is_empty() {
+                emitted += decided.len() as u32;
+                driver.write(state, writer, decided).await?;
+            }
+            policy_plan = match chain.end {
+                End::Continue => None,
+                End::Deny { policy, reason } => Some(Plan::Refuse(hooks::denied(&policy, &reason))),
+                End::Pause { policy, reason } => Some(Plan::Ask {
+                    reason,
+                    arguments: state
+                        .pending_calls
+                        .iter()
+                        .find(|c| c.call_id == call.call_id)
+                        .map_or_else(
+                            || call.arguments.clone(),
+                            |c| c.effective_arguments().clone(),
+                        ),
+                    policy: Some(policy),
+                }),
+                End::Fail { error_type, reason } => {
+                    let mut batch = vec![step.completed(driver, state, emitted, Outcome::Error)];
+                    batch.extend(driver.failure(state, "policy.decided", &error_type, &reason));
+                    return driver.write(state, writer, batch).await.map(drop);
+                }
+                // Not allowed before_tool: `hooks::run` refuses them.
+                End::Retry { .. } | End::Stop { .. } => None,
+            };
+        }
+        // The call as the policies left it (arguments replaced).
+        let call = state
+            .pending_calls
+            .iter()
+            .find(|c| c.call_id == call.call_id)
+            .cloned()
+            .unwrap_or(call);
+        let plan = match (tool, policy_plan) {
+            (_, Some(plan)) => plan,
+            (None, None) => Plan::Refuse(unknown_tool(&offered, &call.name)),
+            (Some(tool), None) => plan_call(driver, state, &call, tool),
         };
         let plan = match plan {
-            Plan::Ask { reason, arguments } => {
+            Plan::Ask {
+                reason,
+                arguments,
+                policy,
+            } => {
                 let Some(tool) = tool else { continue };
-                let requested = request(driver, &call, tool, reason, arguments);
+                let requested = request(driver, &call, tool, reason, arguments, policy);
                 let request_event = driver.event(&span, Some(&step.span), None, requested);
                 let Some(approver) = driver.approver.clone() else {
                     requests.push(request_event);
@@ -154,7 +217,7 @@ pub(crate) async fn batch(
                 &span,
                 Some(&step.span),
                 None,
-                completed(&call, ToolOutput::error(message), 0.0),
+                completed_payload(&call, ToolOutput::error(message), 0.0),
             )),
             Plan::Ask { .. } | Plan::Wait => {}
         }
@@ -342,6 +405,33 @@ pub(crate) async fn batch(
                 }
             }
         }
+        // The tool's output contract, then the `after_tool` policies.
+        let output = match after_tool(driver, state, span, &step, call, tool, output).await {
+            AfterTool::Result { output, events } => {
+                emitted += events.len() as u32;
+                batch.extend(events);
+                output
+            }
+            AfterTool::Failed {
+                output,
+                events,
+                error_type,
+                reason,
+            } => {
+                running.abort_all();
+                emitted += events.len() as u32 + 1;
+                batch.extend(events);
+                batch.push(driver.event(
+                    span,
+                    Some(&step.span),
+                    None,
+                    completed_payload(call, output, latency),
+                ));
+                batch.push(step.completed(driver, state, emitted, Outcome::Error));
+                batch.extend(driver.failure(state, "policy.decided", &error_type, &reason));
+                return driver.write(state, writer, batch).await.map(drop);
+            }
+        };
         let output = match offload_limit(driver, tool) {
             Some(limit) => match driver.engine.artifacts() {
                 Some(store) => {
@@ -377,7 +467,7 @@ pub(crate) async fn batch(
             span,
             Some(&step.span),
             None,
-            completed(call, output, latency),
+            completed_payload(call, output, latency),
         );
         batch.push(event);
         emitted += 1;
@@ -398,6 +488,122 @@ pub(crate) async fn batch(
     driver.write(state, writer, requests).await.map(drop)
 }
 
+/// What the `after_tool` point made of a result.
+enum AfterTool {
+    /// The result to journal, after the events that decided it.
+    Result {
+        output: ToolOutput,
+        events: Vec<loom_core::Event>,
+    },
+    /// A policy failed the run.
+    Failed {
+        output: ToolOutput,
+        events: Vec<loom_core::Event>,
+        error_type: String,
+        reason: String,
+    },
+}
+
+/// The `after_tool` point: the tool's output contract (a result that breaks it becomes an
+/// error with the diagnostic: a tool is never repaired), then the agent's policies.
+async fn after_tool(
+    driver: &Driver<'_>,
+    state: &RunState,
+    span: &str,
+    step: &StepSpan,
+    call: &PendingCall,
+    tool: &BoundTool,
+    output: ToolOutput,
+) -> AfterTool {
+    let mut events = Vec::new();
+    let mut output = output;
+    if let Some(contract) = &tool.contract
+        && !output.is_error
+    {
+        let target = format!("tool:{}", call.name);
+        let checked =
+            |outcome: &str, reason: Option<String>, normalized: bool, resolution: Option<&str>| {
+                Payload::GuardChecked(loom_core::event::GuardChecked {
+                    guard: "contract".into(),
+                    target: target.clone(),
+                    outcome: outcome.into(),
+                    reason,
+                    attempt: Some(1),
+                    normalized,
+                    resolution: resolution.map(str::to_owned),
+                    policy: Some(crate::review::CONTRACT.into()),
+                    call_id: Some(call.call_id.clone()),
+                })
+            };
+        match contract.check(&output.visible_text(), output.data.as_ref()) {
+            crate::contract::Verdict::Passed {
+                text,
+                data,
+                normalized,
+            } => {
+                events.push(driver.event(
+                    span,
+                    Some(&step.span),
+                    None,
+                    checked("passed", None, normalized, None),
+                ));
+                if normalized {
+                    let mut checked_output = ToolOutput::text(text);
+                    checked_output.data = data.or(output.data.take());
+                    output = checked_output;
+                }
+            }
+            crate::contract::Verdict::Failed { diagnostic, .. } => {
+                events.push(driver.event(
+                    span,
+                    Some(&step.span),
+                    None,
+                    checked("failed", Some(diagnostic.clone()), false, Some("fail")),
+                ));
+                output = ToolOutput::error(format!(
+                    "The result of {} was refused by its output contract (a rule of the \
+                     configuration, not a failure): {diagnostic}",
+                    call.name
+                ));
+            }
+        }
+    }
+    let subject = Subject::Result {
+        tool: call.name.clone(),
+        call_id: call.call_id.clone(),
+        output: output.clone(),
+    };
+    let chain = hooks::run(driver, state, subject, Some(&call.call_id)).await;
+    events.extend(
+        chain
+            .decisions
+            .into_iter()
+            .map(|payload| driver.event(span, Some(&step.span), None, payload)),
+    );
+    if chain.replaced
+        && let Subject::Result {
+            output: replaced, ..
+        } = chain.subject
+    {
+        output = replaced;
+    }
+    match chain.end {
+        End::Retry {
+            policy, feedback, ..
+        } => AfterTool::Result {
+            output: ToolOutput::error(hooks::result_refused(&policy, &feedback)),
+            events,
+        },
+        End::Fail { error_type, reason } => AfterTool::Failed {
+            output,
+            events,
+            error_type,
+            reason,
+        },
+        _ => AfterTool::Result { output, events },
+    }
+}
+
 /// What to do with one call of a known tool, from its declarations and its approvals.
 fn plan_call(driver: &Driver<'_>, state: &RunState, call: &PendingCall, tool: &BoundTool) -> Plan {
     let record = state.approval(&call.call_id);
@@ -406,7 +612,7 @@ fn plan_call(driver: &Driver<'_>, state: &RunState, call: &PendingCall, tool: &B
     let granted = record.filter(|r| r.status == ApprovalStatus::Granted);
     let arguments = granted
         .and_then(|r| r.granted_arguments.clone())
-        .unwrap_or_else(|| call.arguments.clone());
+        .unwrap_or_else(|| call.effective_arguments().clone());
     match record.map(|r| (&r.status, r)) {
         Some((ApprovalStatus::Pending, _)) => Plan::Wait,
         Some((ApprovalStatus::Rejected, r)) => Plan::Refuse(rejection_message(
@@ -448,6 +654,7 @@ fn plan_call(driver: &Driver<'_>, state: &RunState, call: &PendingCall, tool: &B
                 Plan::Ask {
                     reason: UNKNOWN_REASON.to_owned(),
                     arguments,
+                    policy: None,
                 }
             } else {
                 Plan::Refuse(UNKNOWN_STATE.to_owned())
@@ -455,13 +662,29 @@ fn plan_call(driver: &Driver<'_>, state: &RunState, call: &PendingCall, tool: &B
         }
         _ => match check_arguments(driver, tool, &arguments) {
             Err(message) => Plan::Refuse(message),
-            Ok(()) if tool.declarations.approval != Approval::Never => Plan::Ask {
-                reason: format!(
-                    "tool declared as requiring approval (side effects: {})",
-                    side_effects_name(tool.declarations.side_effects)
-                ),
-                arguments,
-            },
+            Ok(()) if tool.declarations.approval == Approval::Always => {
+                if let Some(refused) = state.approvals.iter().find(|a| {
+                    a.status == ApprovalStatus::Rejected
+                        && a.tool_name == call.name
+                        && a.arguments == arguments
+                }) {
+                    // The same call was already refused in this run: not asked again.
+                    return Plan::Refuse(format!(
+                        "Call to {} not run: the same call, with the same arguments, was already \
+                         refused at approval (by {}). It is not asked again.",
+                        call.name,
+                        refused.by.as_deref().unwrap_or("?")
+                    ));
+                }
+                Plan::Ask {
+                    reason: format!(
+                        "tool declared as requiring approval (side effects: {})",
+                        side_effects_name(tool.declarations.side_effects)
+                    ),
+                    arguments,
+                    policy: None,
+                }
+            }
             Ok(()) => Plan::Launch {
                 tool: tool.clone(),
                 resumed: false,
@@ -486,6 +709,7 @@ fn request(
     tool: &BoundTool,
     reason: String,
     arguments: Value,
+    policy: Option<String>,
 ) -> Payload {
     let expire_at = driver
         .agent
@@ -498,7 +722,7 @@ fn request(
         tool_name: tool.name().to_owned(),
         arguments,
         reason,
-        policy: None,
+        policy,
         scope: "approve".into(),
         expire_at,
     })
@@ -552,7 +776,12 @@ fn offload_limit(driver: &Driver<'_>, tool: &BoundTool) -> Option<u64> {
     tool.declarations.offload_over.or(driver.agent.offload_over)
 }
 
-fn completed(call: &PendingCall, output: ToolOutput, latency_ms: f64) -> Payload {
+/// The `tool.completed` of `call`.
+pub(crate) fn completed_payload(
+    call: &PendingCall,
+    output: ToolOutput,
+    latency_ms: f64,
+) -> Payload {
     let size = serde_json::to_string(&output).map_or(0, |s| s.len() as u64);
     Payload::ToolCompleted(ToolCompleted {
         call_id: call.call_id.clone(),

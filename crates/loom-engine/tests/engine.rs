@@ -68,6 +68,8 @@ fn agent(model: Arc<dyn ModelClient>, tools: Vec<FnTool>) -> AgentRuntime {
         tool_timeout: Some(DEFAULT_TOOL_TIMEOUT),
         validate_arguments: true,
         approval: Default::default(),
+        policies: Vec::new(),
+        output: None,
     }
 }
 

@@ -258,6 +258,8 @@ pub(crate) fn agent(
             },
             on_expiry: spec.approval.on_expiry,
         },
+        policies: Vec::new(),
+        output: None,
     })
 }
 

@@ -1,0 +1,417 @@
+//! The policy chain of a hook point: the agent's policies, in declared order.
+//!
+//! A `replace` passes the new value on to the next policy; any other decision but `continue`
+//! ends the chain. Every decision but `continue` becomes a `policy.decided` payload, which the
+//! caller journals before (or in the same append as) its effect. A policy that errs, times
+//! out, or returns a decision it did not declare or that its point does not allow is handled
+//! by its `on_error`: `block` fails the run, `allow` journals a `continue` marked as an error
+//! and lets the chain go on. A `retry` beyond the policy's `max_attempts` becomes a failure.
+
+use std::time::Duration;
+
+use loom_core::{
+    RunState,
+    event::{Payload, PolicyDecided},
+    model::ModelRequest,
+    policy::{Decision, DecisionKind, Point, PolicyContext, Replacement, Subject},
+};
+
+use crate::{
+    BoundPolicy, EngineError, PolicyOnError,
+    driver::{Driver, StepSpan},
+    writer::SessionWriter,
+};
+
+/// How a chain ended.
+#[derive(Debug)]
+pub(crate) enum End {
+    /// Every policy let the subject through (possibly replaced).
+    Continue,
+    /// Send the output back to its author.
+    Retry {
+        /// The policy.
+        policy: String,
+        /// Its diagnostic.
+        feedback: String,
+    },
+    /// Refuse the tool call.
+    Deny {
+        /// The policy.
+        policy: String,
+        /// Why.
+        reason: String,
+    },
+    /// Ask a human before the call.
+    Pause {
+        /// The policy.
+        policy: String,
+        /// Why.
+        reason: String,
+    },
+    /// Finish the run now.
+    Stop {
+        /// Why.
+        reason: String,
+    },
+    /// Fail the run.
+    Fail {
+        /// `policy.<name>`.
+        error_type: String,
+        /// Why.
+        reason: String,
+    },
+}
+
+/// The outcome of a chain: the subject as the last policy left it, the decisions to journal,
+/// and how the chain ended.
+#[derive(Debug)]
+pub(crate) struct Chain {
+    /// The subject, after replacements.
+    pub(crate) subject: Subject,
+    /// Whether a policy replaced it.
+    pub(crate) replaced: bool,
+    /// `policy.decided` payloads, in decision order.
+    pub(crate) decisions: Vec<Payload>,
+    /// How it ended.
+    pub(crate) end: End,
+}
+
+/// Runs the policies hooked on `subject`'s point. `call_id` names the tool call at tool
+/// points (repairs are then counted per call).
+pub(crate) async fn run(
+    driver: &Driver<'_>,
+    state: &RunState,
+    subject: Subject,
+    call_id: Option<&str>,
+) -> Chain {
+    let point = subject.point();
+    let mut chain = Chain {
+        subject,
+        replaced: false,
+        decisions: Vec::new(),
+        end: End::Continue,
+    };
+    for bound in driver
+        .agent
+        .policies
+        .iter()
+        .filter(|p| p.points.contains(&point))
+    {
+        let key = match call_id {
+            Some(call_id) => format!("{}#{call_id}", bound.name),
+            None => bound.name.clone(),
+        };
+        let attempt = state.retries.get(&key).copied().unwrap_or(0);
+        let context = PolicyContext {
+            name: bound.name.clone(),
+            params: bound.params.clone(),
+            point,
+            attempt,
+            tenant_id: driver.run.tenant_id.clone(),
+            session_id: driver.run.session_id.clone(),
+            run_id: driver.run.run_id.clone(),
+            agent: driver.agent.name.clone(),
+            tools_called: state.tools_called.clone(),
+            iterations: state.iterations,
+        };
+        let decided = decide(bound, &chain.subject, &context).await;
+        let decision = match decided {
+            Ok(decision) => decision,
+            Err(problem) => match bound.on_error {
+                PolicyOnError::Allow => {
+                    tracing::warn!(policy = %bound.name, %point, error = %problem, "policy failed; allowed by on_error");
+                    chain.decisions.push(decided_payload(
+                        bound,
+                        point,
+                        DecisionKind::Continue,
+                        Some(problem),
+                        call_id,
+                        true,
+                    ));
+                    continue;
+                }
+                PolicyOnError::Block => {
+                    let reason = format!("policy {} failed: {problem}", bound.name);
+                    chain.decisions.push(decided_payload(
+                        bound,
+                        point,
+                        DecisionKind::Fail,
+                        Some(reason.clone()),
+                        call_id,
+                        true,
+                    ));
+                    chain.end = End::Fail {
+                        error_type: format!("policy.{}", bound.name),
+                        reason,
+                    };
+                    return chain;
+                }
+            },
+        };
+        let kind = decision.kind();
+        match decision {
+            Decision::Continue => {}
+            Decision::Replace { value, reason } => {
+                let mut payload =
+                    decided_payload(bound, point, DecisionKind::Replace, reason, call_id, false);
+                if let Payload::PolicyDecided(p) = &mut payload {
+                    match &value {
+                        Replacement::Arguments(arguments) => p.arguments = Some(arguments.clone()),
+                        Replacement::Output(output) => {
+                            p.output = serde_json::to_value(output).ok();
+                        }
+                        Replacement::Message(message) => {
+                            p.output = serde_json::to_value(message).ok();
+                        }
+                        Replacement::Request(_) => {}
+                    }
+                }
+                chain.decisions.push(payload);
+                chain.subject = replaced(chain.subject, value);
+                chain.replaced = true;
+            }
+            Decision::Retry { feedback, tools } => {
+                if attempt >= bound.max_attempts {
+                    let reason = format!(
+                        "{} repair(s) asked without success; last diagnostic: {feedback}",
+                        attempt
+                    );
+                    chain.decisions.push(decided_payload(
+                        bound,
+                        point,
+                        DecisionKind::Fail,
+                        Some(reason.clone()),
+                        call_id,
+                        false,
+                    ));
+                    chain.end = End::Fail {
+                        error_type: format!("policy.{}", bound.name),
+                        reason,
+                    };
+                    return chain;
+                }
+                let mut payload =
+                    decided_payload(bound, point, kind, Some(feedback.clone()), call_id, false);
+                if let Payload::PolicyDecided(p) = &mut payload {
+                    p.attempt = Some(attempt + 1);
+                    p.tools = Some(tools);
+                }
+                chain.decisions.push(payload);
+                chain.end = End::Retry {
+                    policy: bound.name.clone(),
+                    feedback,
+                };
+                return chain;
+            }
+            Decision::Deny(reason)
+            | Decision::Pause(reason)
+            | Decision::Stop(reason)
+            | Decision::Fail(reason) => {
+                chain.decisions.push(decided_payload(
+                    bound,
+                    point,
+                    kind,
+                    Some(reason.clone()),
+                    call_id,
+                    false,
+                ));
+                let policy = bound.name.clone();
+                chain.end = match kind {
+                    DecisionKind::Deny => End::Deny { policy, reason },
+                    DecisionKind::Pause => End::Pause { policy, reason },
+                    DecisionKind::Stop => End::Stop { reason },
+                    _ => End::Fail {
+                        error_type: format!("policy.{policy}"),
+                        reason,
+                    },
+                };
+                return chain;
+            }
+        }
+    }
+    chain
+}
+
+/// Asks one policy, within its timeout, and checks what it answered.
+async fn decide(
+    bound: &BoundPolicy,
+    subject: &Subject,
+    context: &PolicyContext,
+) -> Result<Decision, String> {
+    let point = context.point;
+    let call = bound.policy.decide(subject, context);
+    let decision = match bound.timeout {
+        Some(limit) => match tokio::time::timeout(limit, call).await {
+            Ok(result) => result,
+            Err(_) => return Err(format!("no decision in {}", secs(limit))),
+        },
+        None => call.await,
+    }
+    .map_err(|e| e.0)?;
+    let kind = decision.kind();
+    if kind != DecisionKind::Continue && !bound.policy.decisions().contains(&kind) {
+        return Err(format!("it returned '{kind}', which it does not declare"));
+    }
+    if !point.allows(kind) {
+        return Err(format!("'{kind}' is not allowed at {point}"));
+    }
+    if let Decision::Replace { value, .. } = &decision {
+        if value.point() != point {
+            return Err(format!(
+                "its replacement is for {}, not for {point}",
+                value.point()
+            ));
+        }
+        if let Replacement::Arguments(arguments) = value
+            && !arguments.is_object()
+        {
+            return Err("replacement arguments must be a JSON object".into());
+        }
+    }
+    Ok(decision)
+}
+
+fn secs(duration: Duration) -> String {
+    crate::driver::fmt_secs(duration) + " s"
+}
+
+fn replaced(subject: Subject, value: Replacement) -> Subject {
+    match (subject, value) {
+        (Subject::Request(_), Replacement::Request(request)) => Subject::Request(request),
+        (Subject::Call { tool, call_id, .. }, Replacement::Arguments(arguments)) => Subject::Call {
+            tool,
+            call_id,
+            arguments,
+        },
+        (Subject::Result { tool, call_id, .. }, Replacement::Output(output)) => Subject::Result {
+            tool,
+            call_id,
+            output,
+        },
+        (Subject::Output(_), Replacement::Message(message)) => Subject::Output(message),
+        // `decide` checked that the replacement fits the point.
+        (subject, _) => subject,
+    }
+}
+
+/// A `policy.decided` payload.
+pub(crate) fn decided_payload(
+    bound: &BoundPolicy,
+    point: Point,
+    kind: DecisionKind,
+    reason: Option<String>,
+    call_id: Option<&str>,
+    error: bool,
+) -> Payload {
+    decided(&bound.name, point, kind, reason, call_id, error)
+}
+
+/// A `policy.decided` payload for any policy, built-in ones included.
+pub(crate) fn decided(
+    policy: &str,
+    point: Point,
+    kind: DecisionKind,
+    reason: Option<String>,
+    call_id: Option<&str>,
+    error: bool,
+) -> Payload {
+    Payload::PolicyDecided(PolicyDecided {
+        policy: policy.to_owned(),
+        point: point.as_str().to_owned(),
+        decision: kind.as_str().to_owned(),
+        reason,
+        call_id: call_id.map(str::to_owned),
+        attempt: None,
+        tools: None,
+        arguments: None,
+        output: None,
+        error,
+    })
+}
+
+/// What the `before_model` point let through.
+pub(crate) enum Gate {
+    /// The call goes on, with the replaced request if a policy replaced it.
+    Pass(Option<Box<ModelRequest>>),
+    /// A policy stopped the run: it finishes without tools.
+    Stopped {
+        /// Events written inside the step.
+        emitted: u32,
+    },
+    /// A policy failed the run.
+    Failed {
+        /// Events written inside the step.
+        emitted: u32,
+        /// `policy.<name>`.
+        error_type: String,
+        /// Why.
+        error: String,
+    },
+}
+
+/// The `before_model` point: the agent's policies on the request about to be sent. Their
+/// decisions are journaled in the model step.
+pub(crate) async fn before_model(
+    driver: &mut Driver<'_>,
+    state: &mut RunState,
+    writer: &mut SessionWriter<'_>,
+    step: &StepSpan,
+    request: ModelRequest,
+) -> Result<Gate, EngineError> {
+    let chain = run(driver, state, Subject::Request(request), None).await;
+    let emitted = u32::try_from(chain.decisions.len()).unwrap_or(u32::MAX);
+    if !chain.decisions.is_empty() {
+        let parent = state.run_span_id.clone();
+        let events = chain
+            .decisions
+            .into_iter()
+            .map(|payload| driver.event(&step.span, Some(&parent), None, payload))
+            .collect();
+        driver.write(state, writer, events).await?;
+    }
+    Ok(match chain.end {
+        End::Continue => match (chain.replaced, chain.subject) {
+            (true, Subject::Request(request)) => Gate::Pass(Some(Box::new(request))),
+            _ => Gate::Pass(None),
+        },
+        End::Stop { .. } => Gate::Stopped { emitted },
+        End::Fail { error_type, reason } => Gate::Failed {
+            emitted,
+            error_type,
+            error: reason,
+        },
+        // Not allowed at this point; `decide` refuses them.
+        End::Retry { policy, .. } | End::Deny { policy, .. } | End::Pause { policy, .. } => {
+            Gate::Failed {
+                emitted,
+                error_type: format!("policy.{policy}"),
+                error: format!("policy {policy} returned a decision not allowed before_model"),
+            }
+        }
+    })
+}
+
+/// The text of a refused call's result.
+pub(crate) fn denied(policy: &str, reason: &str) -> String {
+    format!("Call refused ({policy}): {reason}")
+}
+
+/// The text of a plain tool's result refused by an `after_tool` retry.
+pub(crate) fn result_refused(policy: &str, feedback: &str) -> String {
+    format!("Result refused ({policy}): {feedback}")
+}
+
+/// The repair message given to the model.
+pub(crate) fn repair_text(policy: &str, feedback: &str) -> String {
+    format!("Answer refused by a check ({policy}): {feedback}")
+}
+
+/// The result of a call closed without running because its answer was refused.
+pub(crate) fn not_run_refused(policy: &str) -> String {
+    format!("Not run: the answer was refused by the check {policy}.")
+}
+
+/// The result of a call closed without running because the run was stopped.
+pub(crate) fn not_run_stopped(why: &str) -> String {
+    format!("Not run: the run was stopped ({why}).")
+}
