@@ -110,6 +110,30 @@ pub struct Repair {
     pub tools: bool,
 }
 
+/// A call that ran with other arguments than the model wrote.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Amendment {
+    /// The call.
+    pub call_id: String,
+    /// Its tool.
+    pub tool_name: String,
+    /// Who corrected them (the approver, or `policy <name>`).
+    pub by: String,
+    /// The arguments it ran with.
+    pub arguments: Value,
+}
+
+impl Amendment {
+    /// The note the model reads after the call's result.
+    pub fn note(&self) -> String {
+        format!(
+            "[System note: the call {} to {} ran with arguments corrected by {}: {}. The call \
+             above shows them; the journal keeps the original ones.]",
+            self.call_id, self.tool_name, self.by, self.arguments
+        )
+    }
+}
+
 /// `message.user.kind` of a repair request.
 pub const REPAIR: &str = "repair";
 
@@ -220,6 +244,9 @@ pub struct RunState {
     pub parent_call_id: Option<String>,
     /// Names of the tools called in the run (`tool.called`), in order.
     pub tools_called: Vec<String>,
+    /// Calls whose arguments were corrected (at approval, or by a `before_tool` policy): the
+    /// model is told, after their results, with a system note.
+    pub amendments: Vec<Amendment>,
     /// Seq of the last event applied.
     pub last_seq: u64,
     /// When the run started.
@@ -292,6 +319,7 @@ impl RunState {
             budget: started.budget.clone(),
             parent_call_id: started.parent_call_id.clone(),
             tools_called: Vec::new(),
+            amendments: Vec::new(),
             last_seq: event.seq,
             started_at: event.ts,
             updated_at: event.ts,
@@ -543,6 +571,12 @@ impl RunState {
                     // The conversation shows the call as it runs; the journal's `tool.called`
                     // keeps what the model wrote.
                     rewrite_call(&mut self.messages, &granted.call_id, arguments);
+                    self.amendments.push(Amendment {
+                        call_id: granted.call_id.clone(),
+                        tool_name: granted.tool_name.clone(),
+                        by: granted.by.clone(),
+                        arguments: arguments.clone(),
+                    });
                 }
             }
             Payload::ApprovalRejected(rejected) => {
@@ -605,7 +639,14 @@ impl RunState {
                     ));
                 };
                 call.replaced_arguments = Some(arguments.clone());
+                let tool_name = call.name.clone();
                 rewrite_call(&mut self.messages, call_id, arguments);
+                self.amendments.push(Amendment {
+                    call_id: call_id.clone(),
+                    tool_name,
+                    by: format!("policy {}", decided.policy),
+                    arguments: arguments.clone(),
+                });
             }
             ("replace", "on_output") => {
                 if let Some(output) = &decided.output {
@@ -684,8 +725,38 @@ impl RunState {
 
     /// The conversation to send to the model: the run's messages, with each turn's tool results
     /// grouped in one `tool` message and sorted into the order the model wrote the calls.
+    ///
+    /// After the results of calls whose arguments were corrected, a system note says so.
     pub fn conversation(&self) -> Vec<Message> {
-        order_results(&self.messages)
+        let ordered = order_results(&self.messages);
+        if self.amendments.is_empty() {
+            return ordered;
+        }
+        let mut out = Vec::with_capacity(ordered.len() + self.amendments.len());
+        for message in ordered {
+            let notes: Vec<String> = if message.role == Role::Tool {
+                message
+                    .blocks
+                    .iter()
+                    .filter_map(|b| match &b.kind {
+                        BlockKind::ToolResult { call_id, .. } => self
+                            .amendments
+                            .iter()
+                            .rev()
+                            .find(|a| &a.call_id == call_id)
+                            .map(Amendment::note),
+                        _ => None,
+                    })
+                    .collect()
+            } else {
+                Vec::new()
+            };
+            out.push(message);
+            if !notes.is_empty() {
+                out.push(Message::user(notes.join("\n")));
+            }
+        }
+        out
     }
 
     /// The final text, if any.

@@ -328,6 +328,22 @@ async fn a_grant_from_another_engine_runs_the_call_with_corrected_arguments() {
         completed_output(&events, &call_id).visible_text(),
         "sent to bob@example.com"
     );
+    // The model's next request shows the call as it ran, followed by a note saying so.
+    let last = s.model.requests().pop().unwrap();
+    let note = last
+        .messages
+        .iter()
+        .map(Message::text)
+        .find(|t| t.starts_with("[System note"))
+        .unwrap();
+    assert_eq!(
+        note,
+        format!(
+            "[System note: the call {call_id} to send ran with arguments corrected by denis: \
+             {{\"to\":\"bob@example.com\"}}. The call above shows them; the journal keeps the \
+             original ones.]"
+        )
+    );
     // The model is shown the call as it ran.
     let last_request = s.model.requests().pop().unwrap();
     let shown = last_request
@@ -680,4 +696,53 @@ async fn cancelling_a_paused_run_withdraws_its_requests() {
         .settle(&run, &s.agent, None, &Decision::approved("denis"))
         .await;
     assert!(matches!(late, Err(EngineError::Invalid(_))));
+}
+
+#[tokio::test]
+async fn the_same_call_rejected_once_is_not_asked_again_in_the_run() {
+    let store = Arc::new(MemoryStore::new());
+    let engine = Engine::new(store.clone(), Arc::new(ManualClock::new()));
+    let received = Arc::new(Mutex::new(Vec::new()));
+    let model = scripted(
+        "fake-1",
+        json!([
+            {"text": "J'envoie.", "tool_calls": [{"name": "send", "arguments": {"to": "alice@example.com"}}]},
+            {"text": "Je réessaie.", "tool_calls": [{"name": "send", "arguments": {"to": "alice@example.com"}}]},
+            {"text": "Tant pis : {{ tool_result }}"}
+        ]),
+    );
+    let agent = agent(model, vec![send_tool(received.clone())]);
+    let run = engine.begin(&agent, begin(), &()).await.unwrap();
+    let state = drive(&engine, &run, &agent).await;
+    assert_eq!(state.status, RunStatus::Paused);
+    let call_id = send_call_id(&state);
+    engine
+        .settle(
+            &run,
+            &agent,
+            Some(&call_id),
+            &Decision::Rejected {
+                by: "denis".into(),
+                reason: Some("pas maintenant".into()),
+            },
+        )
+        .await
+        .unwrap();
+    let state = drive(&engine, &run, &agent).await;
+    // The identical second call is refused without a second request.
+    assert_eq!(state.status, RunStatus::Completed);
+    let events = read_all(&store, &run).await;
+    assert_eq!(
+        types(&events)
+            .iter()
+            .filter(|t| **t == "approval.requested")
+            .count(),
+        1
+    );
+    assert_eq!(
+        completed_output(&events, "fake_1_0").visible_text(),
+        "Call to send not run: the same call, with the same arguments, was already refused at \
+         approval (by denis). It is not asked again."
+    );
+    assert!(received.lock().unwrap().is_empty());
 }

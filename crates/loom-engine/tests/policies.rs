@@ -11,8 +11,8 @@ use loom_core::{
     event::Payload,
     model::{ModelClient, ToolChoice},
     policy::{
-        Decision, DecisionKind, FnPolicy, Point, Policy, PolicyContext, PolicyError,
-        Replacement, RequireTool, Subject,
+        Decision, DecisionKind, FnPolicy, Point, Policy, PolicyContext, PolicyError, Replacement,
+        RequireTool, Subject,
     },
     ports::EventStore,
     tool::{FnTool, ToolOutput},
@@ -139,7 +139,9 @@ fn echo_tool() -> FnTool {
             kind: loom_core::tool::ToolKind::Python,
             declarations: Default::default(),
         },
-        |_, args| Box::pin(async move { Ok(ToolOutput::text(format!("found {}", args["numero"]))) }),
+        |_, args| {
+            Box::pin(async move { Ok(ToolOutput::text(format!("found {}", args["numero"]))) })
+        },
     )
 }
 
@@ -165,7 +167,10 @@ async fn require_tool_forces_a_tool_call_until_one_was_made() {
     );
     // Journaled inside the model step, before the answer.
     assert!(position(&events, "policy.decided") < position(&events, "model.responded"));
-    assert_eq!(events[position(&events, "policy.decided")].status, loom_core::EventStatus::Ok);
+    assert_eq!(
+        events[position(&events, "policy.decided")].status,
+        loom_core::EventStatus::Ok
+    );
 }
 
 #[tokio::test]
@@ -202,7 +207,10 @@ async fn a_stop_before_the_model_makes_the_run_finish_without_tools() {
             (RunStatus::Finalizing, RunStatus::Completed)
         ]
     );
-    assert_eq!(decisions(&events), [("quota".into(), "before_model".into(), "stop".into())]);
+    assert_eq!(
+        decisions(&events),
+        [("quota".into(), "before_model".into(), "stop".into())]
+    );
 }
 
 #[tokio::test]
@@ -284,7 +292,10 @@ async fn a_retry_after_the_model_closes_its_calls_and_asks_for_a_repair() {
     );
     // Only one add ran for real (the refused call never did).
     assert_eq!(
-        types(&events).iter().filter(|t| **t == "tool.called").count(),
+        types(&events)
+            .iter()
+            .filter(|t| **t == "tool.called")
+            .count(),
         1
     );
 }
@@ -292,7 +303,10 @@ async fn a_retry_after_the_model_closes_its_calls_and_asks_for_a_repair() {
 #[tokio::test]
 async fn a_retry_beyond_max_attempts_fails_the_run() {
     let mut agent = agent(
-        scripted("fake-1", json!([{"text": "Sure."}, {"text": "Sure again."}])),
+        scripted(
+            "fake-1",
+            json!([{"text": "Sure."}, {"text": "Sure again."}]),
+        ),
         vec![],
     );
     agent.policies = vec![hook(
@@ -374,7 +388,10 @@ async fn a_stop_after_the_model_closes_the_calls_and_finalizes() {
     )];
     let (state, events, ..) = run(&agent, "1 + 2?").await;
     assert_eq!(state.status, RunStatus::Completed, "{:?}", types(&events));
-    assert_eq!(state.output_text().as_deref(), Some("Done without computing."));
+    assert_eq!(
+        state.output_text().as_deref(),
+        Some("Done without computing.")
+    );
     assert_eq!(
         completed_outputs(&events)[0].visible_text(),
         "Not run: the run was stopped (enough tools)."
@@ -455,7 +472,10 @@ async fn a_replace_before_the_tool_runs_it_with_the_new_arguments_and_keeps_the_
         }),
     )];
     let (state, events, ..) = run(&agent, "find it").await;
-    assert_eq!(state.output_text().as_deref(), Some("Result: found \"D-2026-042\""));
+    assert_eq!(
+        state.output_text().as_deref(),
+        Some("Result: found \"D-2026-042\"")
+    );
     let called = events
         .iter()
         .find_map(|e| match &e.payload {
@@ -486,7 +506,10 @@ async fn a_replace_before_the_tool_runs_it_with_the_new_arguments_and_keeps_the_
 
 #[tokio::test]
 async fn a_pause_before_the_tool_asks_a_human_with_the_policy_named() {
-    let mut agent = agent(scripted("fake-1", lookup_script("D-2026-042")), vec![echo_tool()]);
+    let mut agent = agent(
+        scripted("fake-1", lookup_script("D-2026-042")),
+        vec![echo_tool()],
+    );
     agent.policies = vec![hook(
         "big_amounts",
         policy(Point::BeforeTool, &[DecisionKind::Pause], |_, _| {
@@ -544,13 +567,19 @@ async fn a_replace_after_the_tool_changes_what_the_model_sees() {
                 return Ok(Decision::Continue);
             };
             Ok(Decision::replace(
-                Replacement::Output(ToolOutput::text(format!("{} (checked)", output.visible_text()))),
+                Replacement::Output(ToolOutput::text(format!(
+                    "{} (checked)",
+                    output.visible_text()
+                ))),
                 "annotated",
             ))
         }),
     )];
     let (state, events, ..) = run(&agent, "12 + 7?").await;
-    assert_eq!(state.output_text().as_deref(), Some("It makes 19 (checked)."));
+    assert_eq!(
+        state.output_text().as_deref(),
+        Some("It makes 19 (checked).")
+    );
     assert_eq!(completed_outputs(&events)[0].visible_text(), "19 (checked)");
     assert!(position(&events, "policy.decided") < position(&events, "tool.completed"));
 }
@@ -597,7 +626,10 @@ async fn a_fail_after_the_tool_fails_the_run_after_journaling_the_result() {
 
 #[tokio::test]
 async fn a_replace_on_output_changes_the_final_answer() {
-    let mut agent = agent(scripted("fake-1", json!([{"text": "Total: 1840 EUR"}])), vec![]);
+    let mut agent = agent(
+        scripted("fake-1", json!([{"text": "Total: 1840 EUR"}])),
+        vec![],
+    );
     agent.policies = vec![hook(
         "signature",
         policy(Point::OnOutput, &[DecisionKind::Replace], |subject, _| {
@@ -608,7 +640,10 @@ async fn a_replace_on_output_changes_the_final_answer() {
         }),
     )];
     let (state, events, ..) = run(&agent, "total?").await;
-    assert_eq!(state.output_text().as_deref(), Some("Total: 1840 EUR\n-- Loom"));
+    assert_eq!(
+        state.output_text().as_deref(),
+        Some("Total: 1840 EUR\n-- Loom")
+    );
     let decided = events
         .iter()
         .find_map(|e| match &e.payload {
@@ -646,7 +681,10 @@ async fn a_retry_on_output_sends_the_answer_back_then_completes() {
         }),
     )];
     let (state, events, ..) = run(&agent, "total?").await;
-    assert_eq!(state.output_text().as_deref(), Some("The total is 1840 EUR."));
+    assert_eq!(
+        state.output_text().as_deref(),
+        Some("The total is 1840 EUR.")
+    );
     assert_eq!(state.iterations, 2);
     assert_eq!(
         decisions(&events),
@@ -658,7 +696,9 @@ async fn a_retry_on_output_sends_the_answer_back_then_completes() {
 // Errors of policies
 
 fn erring(point: Point) -> FnPolicy {
-    policy(point, &[], |_, _| Err(PolicyError("lookup table missing".into())))
+    policy(point, &[], |_, _| {
+        Err(PolicyError("lookup table missing".into()))
+    })
 }
 
 #[tokio::test]
@@ -807,7 +847,9 @@ async fn a_contract_failing_then_repaired_gives_the_validated_data() {
     let guards: Vec<(String, Option<String>, bool)> = events
         .iter()
         .filter_map(|e| match &e.payload {
-            Payload::GuardChecked(g) => Some((g.outcome.clone(), g.resolution.clone(), g.normalized)),
+            Payload::GuardChecked(g) => {
+                Some((g.outcome.clone(), g.resolution.clone(), g.normalized))
+            }
             _ => None,
         })
         .collect();
@@ -932,7 +974,10 @@ async fn a_tool_result_breaking_its_contract_reaches_the_model_as_an_error() {
     assert_eq!(guard.call_id.as_deref(), Some("fake_0_0"));
     // A tool is never repaired: a single call ran.
     assert_eq!(
-        types(&events).iter().filter(|t| **t == "tool.called").count(),
+        types(&events)
+            .iter()
+            .filter(|t| **t == "tool.called")
+            .count(),
         1
     );
 }
