@@ -962,7 +962,7 @@ fn self_judging_is_an_error_under_prod() {
     assert_eq!(
         guard_refusal_with("", agent, Some(Profile::Prod)),
         "agents/a.yaml:7:16 judge.model: judge 'output' runs on model 'fake-1', the model whose \
-         output it judges ('fake-1'): a model grading itself is lenient, use another model \
-         (refused under the prod profile)"
+         output it judges: a model grading itself is lenient, use another model (refused under \
+         the prod profile)"
     );
 }

@@ -1263,9 +1263,19 @@ fn check_judge(
 
     for (id, at) in &chain {
         if same_model(config, id, judged) {
+            let same = if id == judged {
+                format!("model '{id}', the model whose output it judges")
+            } else {
+                let provider = config
+                    .model(id)
+                    .map(|m| format!("{} {}", m.sdk.as_str(), m.model))
+                    .unwrap_or_default();
+                format!(
+                    "model '{id}', the same model ({provider}) as '{judged}' whose output it judges"
+                )
+            };
             let message = format!(
-                "judge '{name}' runs on model '{id}', the model whose output it judges ('{judged}'): \
-                 a model grading itself is lenient, use another model"
+                "judge '{name}' runs on {same}: a model grading itself is lenient, use another model"
             );
             if config.raw.profile == Some(Profile::Prod) {
                 return Err(invalid(
