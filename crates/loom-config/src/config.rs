@@ -309,6 +309,10 @@ impl Config {
     }
 
     /// All agents: those of `agents_dir` (sorted by file name), then the inline ones.
+    ///
+    /// Loading fills in what their files leave implicit: the content of every output contract's
+    /// `schema_file` is in its `schema`, and judges, policies and sub-agents have their default
+    /// `name` (and sub-agents their default `description`) set.
     pub fn agents(&self) -> &[AgentSpec] {
         &self.agents
     }
@@ -1320,8 +1324,15 @@ fn not_yet(path: &KeyPath, field: &str) -> &'static str {
     let parent = &path.0[..path.0.len().saturating_sub(1)];
     let in_tenant = matches!(parent, [yaml::Seg::Key(k), yaml::Seg::Index(_)] if k == "tenants");
     let in_main = matches!(parent.last(), Some(yaml::Seg::Key(k)) if k == "main");
+    let in_tool = matches!(
+        parent,
+        [.., yaml::Seg::Key(k), yaml::Seg::Index(_)] if k == "tools"
+    );
     if field == "imports" {
         " — Rust has no runtime imports: register tools in code (Loom::register, loom_cli::App::tool)"
+    } else if in_tool && field == "judge" {
+        " — a tool's results are not judged: judges apply to an agent's answer or a role's; \
+give the tool an 'output' contract"
     } else if in_tenant {
         if TENANT_LATER.contains(&field) {
             HINT

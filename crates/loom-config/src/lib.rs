@@ -25,8 +25,14 @@
 //! The same types can be built in Rust and validated the same way with [`Config::new`].
 //! [`json_schema`] describes the file model (what `loom schema` prints).
 //!
-//! Registered tools are not known here: the facade resolves [`ToolRef::tool`] names and
-//! reports failures with [`Config::error_at_agent`].
+//! Registered tools are not known here: the facade resolves [`ToolRef::tool`] names (and the
+//! hooks of [`PolicyRef`]s and the conditions of [`JudgeWhen`]) and reports failures with
+//! [`Config::error_at_agent`].
+//!
+//! Delegation and guards are declared here and run elsewhere: [`RoleSpec`] and
+//! [`SubAgentRef`] (tools of an orchestrator), [`PolicyRef`], [`JudgeSpec`] and
+//! [`OutputContract`] (checks of outputs), [`Budgets`] (merged with
+//! [`Config::effective_budgets`]) and [`TenantSpec`] ([`Config::check_tenant`]).
 
 mod config;
 mod error;

@@ -966,3 +966,19 @@ fn self_judging_is_an_error_under_prod() {
          the prod profile)"
     );
 }
+
+#[test]
+fn judge_on_a_tool_is_explained() {
+    let agent = GUARD_AGENT.replace(
+        "  - tool: lookup\n",
+        "  - tool: lookup\n    judge: {model: judge-1}\n",
+    );
+    assert_eq!(
+        guard_refusal("", &agent),
+        "agents/a.yaml:6:5 tools[0].judge: unknown key 'judge' (expected one of: python, tool, mcp, \
+         alias, include, exclude, required, tools, description, timeout, side_effects, approval, \
+         idempotent, offload_over, folders, allow_private, max_bytes, output) — a tool's results \
+         are not judged: judges apply to an agent's answer or a role's; give the tool an 'output' \
+         contract"
+    );
+}
