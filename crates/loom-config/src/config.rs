@@ -1,5 +1,7 @@
 //! Stage 2: from the file model to a validated [`Config`].
 
+mod delegation;
+
 use std::{
     fs, io,
     path::{Path, PathBuf},
@@ -8,6 +10,7 @@ use std::{
 use serde::de::DeserializeOwned;
 
 use crate::error::{ConfigError, ConfigErrorKind};
+use crate::guards::{Budgets, TenantSpec};
 use crate::model::{
     AgentSpec, ArtifactsBackend, EventsBackend, LoomConfig, McpServerSpec, McpTransport, ModelSpec,
     Profile, Sdk, ToolOverrides, ToolRef,
@@ -158,7 +161,7 @@ impl Doc {
             return self.key_error(
                 &path,
                 ConfigErrorKind::UnknownKey,
-                format!("unknown key '{field}'{expected}{}", not_yet(field)),
+                format!("unknown key '{field}'{expected}{}", not_yet(&path, field)),
             );
         }
         if text.starts_with("missing field `") {
@@ -206,6 +209,15 @@ struct AgentMeta {
     system: String,
     /// Prompt file (display path) when the prompt comes from `system_file`.
     system_file: Option<PathBuf>,
+    /// System prompts of the agent's roles, in the order of `roles`.
+    roles: Vec<RolePrompt>,
+}
+
+/// The system prompt of a role: template text, and its file when read from `system_file`.
+#[derive(Debug, Clone)]
+struct RolePrompt {
+    system: String,
+    system_file: Option<PathBuf>,
 }
 
 /// A loaded and validated configuration.
@@ -222,7 +234,34 @@ pub struct Config {
     docs: Vec<Doc>,
     agents: Vec<AgentSpec>,
     meta: Vec<AgentMeta>,
+    warnings: Vec<String>,
 }
+
+/// A tenant that the configuration does not declare (see [`Config::check_tenant`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}", unknown_tenant_message(.tenant, .declared))]
+pub struct UnknownTenant {
+    /// The tenant asked for.
+    pub tenant: String,
+    /// The declared tenant ids (empty without a `tenants` list: then only `default` exists).
+    pub declared: Vec<String>,
+}
+
+fn unknown_tenant_message(tenant: &str, declared: &[String]) -> String {
+    if declared.is_empty() {
+        format!(
+            "tenant '{tenant}' is not declared (without a 'tenants' list, only 'default' exists)"
+        )
+    } else {
+        format!(
+            "tenant '{tenant}' is not declared (tenants: {})",
+            declared.join(", ")
+        )
+    }
+}
+
+/// The tenant that exists when no `tenants` list is declared.
+pub const DEFAULT_TENANT: &str = "default";
 
 impl Config {
     /// Validates a configuration built in Rust, exactly as if it had been read from
@@ -270,6 +309,10 @@ impl Config {
     }
 
     /// All agents: those of `agents_dir` (sorted by file name), then the inline ones.
+    ///
+    /// Loading fills in what their files leave implicit: the content of every output contract's
+    /// `schema_file` is in its `schema`, and judges, policies and sub-agents have their default
+    /// `name` (and sub-agents their default `description`) set.
     pub fn agents(&self) -> &[AgentSpec] {
         &self.agents
     }
@@ -361,7 +404,146 @@ impl Config {
             ));
         };
         let meta = &self.meta[i];
-        prompt::render(&meta.system, agent, tenant).map_err(|issue| self.template_error(i, issue))
+        prompt::render(&meta.system, agent, tenant).map_err(|issue| {
+            self.template_error_at(
+                i,
+                &KeyPath::root().key("main"),
+                meta.system_file.as_deref(),
+                issue,
+            )
+        })
+    }
+
+    /// Warnings found at load: located messages (`file:line:col key.path: message`) about
+    /// setups that work but are doubtful, such as a judge on the model it judges (an error
+    /// under the `prod` profile).
+    pub fn warnings(&self) -> &[String] {
+        &self.warnings
+    }
+
+    /// The tenant `id`, when the configuration declares a `tenants` list holding it.
+    pub fn tenant(&self, id: &str) -> Option<&TenantSpec> {
+        self.raw.tenants.iter().find(|t| t.id == id)
+    }
+
+    /// Whether runs may be opened for tenant `id`: without a `tenants` list only
+    /// [`DEFAULT_TENANT`] exists; with one, the list is closed.
+    pub fn check_tenant(&self, id: &str) -> Result<(), UnknownTenant> {
+        let known = if self.raw.tenants.is_empty() {
+            id == DEFAULT_TENANT
+        } else {
+            self.tenant(id).is_some()
+        };
+        if known {
+            Ok(())
+        } else {
+            Err(UnknownTenant {
+                tenant: id.to_owned(),
+                declared: self.raw.tenants.iter().map(|t| t.id.clone()).collect(),
+            })
+        }
+    }
+
+    /// The budgets of `agent`: its `budget` merged key by key over the root `budgets` (the
+    /// root ones alone for an unknown agent).
+    pub fn effective_budgets(&self, agent: &str) -> Budgets {
+        match self.agent(agent).and_then(|a| a.budget.as_ref()) {
+            Some(own) => self.raw.budgets.overlay(own),
+            None => self.raw.budgets.clone(),
+        }
+    }
+
+    /// The budgets of `agent` run for `tenant`: the root `budgets`, then the tenant's
+    /// `budgets`, then the agent's `budget`, each merged key by key over the previous ones (the
+    /// most specific wins). An undeclared tenant adds nothing: check it first with
+    /// [`Config::check_tenant`].
+    pub fn effective_budgets_for(&self, agent: &str, tenant: &str) -> Budgets {
+        let mut budgets = self.raw.budgets.clone();
+        if let Some(own) = self.tenant(tenant).and_then(|t| t.budgets.as_ref()) {
+            budgets = budgets.overlay(own);
+        }
+        if let Some(own) = self.agent(agent).and_then(|a| a.budget.as_ref()) {
+            budgets = budgets.overlay(own);
+        }
+        budgets
+    }
+
+    /// The raw system prompt template of role `role` of `agent` (file content or inline text).
+    pub fn role_system_prompt(&self, agent: &str, role: &str) -> Option<&str> {
+        let (i, r) = self.role_index(agent, role)?;
+        Some(self.meta[i].roles[r].system.as_str())
+    }
+
+    /// Renders the system prompt of role `role` of `agent` for `tenant` (same variables and
+    /// strictness as [`Config::render_system`]).
+    pub fn render_role_system(
+        &self,
+        agent: &str,
+        role: &str,
+        tenant: &str,
+    ) -> Result<String, ConfigError> {
+        let Some((i, r)) = self.role_index(agent, role) else {
+            return Err(self.unknown_role(agent, role));
+        };
+        let prompt = &self.meta[i].roles[r];
+        prompt::render(&prompt.system, agent, tenant).map_err(|issue| {
+            self.template_error_at(
+                i,
+                &KeyPath::root().key("roles").index(r),
+                prompt.system_file.as_deref(),
+                issue,
+            )
+        })
+    }
+
+    /// Renders the `input_template` of role `role` of `agent` with `args` (the call's
+    /// arguments) and `context` (a JSON object holding the declared context items, e.g.
+    /// `{"user_input": "…", "tool_results": {"lookup": […]}}`); `None` when the role has no
+    /// template. Strict: a variable missing from `args` or `context` is an error.
+    pub fn render_role_input(
+        &self,
+        agent: &str,
+        role: &str,
+        args: &serde_json::Value,
+        context: &serde_json::Value,
+    ) -> Result<Option<String>, ConfigError> {
+        let Some((i, r)) = self.role_index(agent, role) else {
+            return Err(self.unknown_role(agent, role));
+        };
+        let Some(template) = &self.agents[i].roles[r].input_template else {
+            return Ok(None);
+        };
+        prompt::render_input(template, args, context)
+            .map(Some)
+            .map_err(|issue| {
+                let path = self.meta[i]
+                    .prefix
+                    .key("roles")
+                    .index(r)
+                    .key("input_template");
+                self.docs[self.meta[i].doc].error(&path, ConfigErrorKind::Template, issue.message)
+            })
+    }
+
+    fn role_index(&self, agent: &str, role: &str) -> Option<(usize, usize)> {
+        let i = self.index_of(agent)?;
+        let r = self.agents[i].roles.iter().position(|x| x.name == role)?;
+        Some((i, r))
+    }
+
+    fn unknown_role(&self, agent: &str, role: &str) -> ConfigError {
+        let message = if self.index_of(agent).is_some() {
+            format!("agent '{agent}' has no role '{role}'")
+        } else {
+            format!("unknown agent '{agent}'")
+        };
+        make_error(
+            &self.docs[0].display,
+            None,
+            &KeyPath::root(),
+            ConfigErrorKind::Reference,
+            message,
+        )
     }
 
     /// An error located in `agent`'s declaration at `key_path` (like `tools[0].tool`,
@@ -406,10 +588,19 @@ impl Config {
         self.agents.iter().position(|a| a.name == agent)
     }
 
-    fn template_error(&self, i: usize, issue: prompt::TemplateIssue) -> ConfigError {
+    /// A template error of the system prompt of `role` (`main` or `roles[r]`, relative to
+    /// agent `i`): inside the prompt file when there is one, else at the inline `system`.
+    fn template_error_at(
+        &self,
+        i: usize,
+        role: &KeyPath,
+        system_file: Option<&Path>,
+        issue: prompt::TemplateIssue,
+    ) -> ConfigError {
         let meta = &self.meta[i];
         let doc = &self.docs[meta.doc];
-        match &meta.system_file {
+        let role = meta.prefix.join(role);
+        match system_file {
             Some(file) => {
                 let loc = issue.line.map(|line| Loc {
                     line,
@@ -418,13 +609,13 @@ impl Config {
                 make_error(
                     file,
                     loc,
-                    &meta.prefix.key("main").key("system_file"),
+                    &role.key("system_file"),
                     ConfigErrorKind::Template,
                     issue.message,
                 )
             }
             None => doc.error(
-                &meta.prefix.key("main").key("system"),
+                &role.key("system"),
                 ConfigErrorKind::Template,
                 issue.message,
             ),
@@ -476,7 +667,7 @@ fn build(
         apply_profile(&mut doc, profile)?;
     }
     check_version(&doc)?;
-    let raw: LoomConfig = doc.typed()?;
+    let mut raw: LoomConfig = doc.typed()?;
     if raw.version != 1 {
         return Err(doc.error(
             &KeyPath::root().key("version"),
@@ -486,7 +677,8 @@ fn build(
     }
     check_models(&doc, &raw)?;
     check_sections(&doc, &raw)?;
-    check_mcp_servers(&doc, &raw)?;
+    check_mcp_servers(&doc, &mut raw, &origin.base_dir)?;
+    delegation::check_budgets(&doc, &KeyPath::root().key("budgets"), &raw.budgets)?;
 
     let base = origin.base_dir.clone();
     let agents_dir = base.join(&raw.agents_dir);
@@ -515,6 +707,7 @@ fn build(
             prefix: KeyPath::root(),
             system: String::new(),
             system_file: None,
+            roles: Vec::new(),
         });
     }
     for (i, spec) in raw.agents.iter().enumerate() {
@@ -524,6 +717,7 @@ fn build(
             prefix: KeyPath::root().key("agents").index(i),
             system: String::new(),
             system_file: None,
+            roles: Vec::new(),
         });
     }
 
@@ -536,7 +730,9 @@ fn build(
         docs,
         agents,
         meta,
+        warnings: Vec::new(),
     };
+    delegation::check_tenants(&config)?;
     for i in 0..config.agents.len() {
         check_agent(&mut config, i)?;
     }
@@ -923,7 +1119,22 @@ fn declared_at(config: &Config, i: usize) -> String {
 }
 
 fn check_agent(config: &mut Config, i: usize) -> Result<(), ConfigError> {
-    let spec = &config.agents[i];
+    // Checked on a copy, which receives what loading fills in (schema files, default names).
+    let mut spec = config.agents[i].clone();
+    let (role_prompts, warnings) = check_agent_spec(config, i, &mut spec)?;
+    config.agents[i] = spec;
+    config.meta[i].roles = role_prompts;
+    config.warnings.extend(warnings);
+    Ok(())
+}
+
+/// Checks agent `i` (given as `spec`, filled in place); returns its roles' system prompts and
+/// the warnings found.
+fn check_agent_spec(
+    config: &mut Config,
+    i: usize,
+    spec: &mut AgentSpec,
+) -> Result<(Vec<RolePrompt>, Vec<String>), ConfigError> {
     let meta = &config.meta[i];
     let doc = &config.docs[meta.doc];
     let p = &meta.prefix;
@@ -1000,49 +1211,79 @@ fn check_agent(config: &mut Config, i: usize) -> Result<(), ConfigError> {
         ));
     }
     let mut prefixes: Vec<String> = Vec::new();
-    for (t, tool) in spec.tools.iter().enumerate() {
+    for (t, tool) in spec.tools.iter_mut().enumerate() {
         let tp = p.key("tools").index(t);
         check_tool_ref(config, doc, &tp, tool, &mut prefixes)?;
     }
 
-    // System prompt: inline text or a file under prompts_dir, never both.
-    let (system, system_file) = match &spec.main.system_file {
-        Some(_) if !spec.main.system.is_empty() => {
-            return Err(invalid(
-                &main.key("system_file"),
-                "'system' and 'system_file' are mutually exclusive".into(),
-            ));
-        }
-        Some(file) => {
-            let full = config.prompts_dir.join(file);
-            let shown = display_path(&config.base_dir, &full);
-            match fs::read_to_string(&full) {
-                Ok(text) => (text, Some(shown)),
-                Err(err) if err.kind() == io::ErrorKind::NotFound => {
-                    return Err(doc.error(
-                        &main.key("system_file"),
-                        ConfigErrorKind::MissingFile,
-                        format!("system prompt file not found: {}", shown.display()),
-                    ));
-                }
-                Err(err) => {
-                    return Err(doc.error(
-                        &main.key("system_file"),
-                        ConfigErrorKind::Io,
-                        format!("cannot read system prompt file {}: {err}", shown.display()),
-                    ));
-                }
-            }
-        }
-        None => (spec.main.system.clone(), None),
-    };
+    let (system, system_file) = read_system_prompt(
+        config,
+        doc,
+        &main,
+        &spec.main.system,
+        spec.main.system_file.as_ref(),
+    )?;
+    let mut warnings = Vec::new();
+    let role_prompts = delegation::check_guards(config, i, spec, &mut warnings)?;
     let meta = &mut config.meta[i];
     meta.system = system;
     meta.system_file = system_file;
     if let Err(issue) = prompt::check(&config.meta[i].system) {
-        return Err(config.template_error(i, issue));
+        let file = config.meta[i].system_file.clone();
+        return Err(config.template_error_at(
+            i,
+            &KeyPath::root().key("main"),
+            file.as_deref(),
+            issue,
+        ));
     }
-    Ok(())
+    for (r, role) in role_prompts.iter().enumerate() {
+        if let Err(issue) = prompt::check(&role.system) {
+            return Err(config.template_error_at(
+                i,
+                &KeyPath::root().key("roles").index(r),
+                role.system_file.as_deref(),
+                issue,
+            ));
+        }
+    }
+    Ok((role_prompts, warnings))
+}
+
+/// A system prompt: inline text or a file under `prompts_dir`, never both. `role` is the key
+/// path of the role (`main`, `roles[0]`) in `doc`. Returns the text and the file's display path.
+fn read_system_prompt(
+    config: &Config,
+    doc: &Doc,
+    role: &KeyPath,
+    system: &str,
+    system_file: Option<&PathBuf>,
+) -> Result<(String, Option<PathBuf>), ConfigError> {
+    match system_file {
+        Some(_) if !system.is_empty() => Err(doc.error(
+            &role.key("system_file"),
+            ConfigErrorKind::Invalid,
+            "'system' and 'system_file' are mutually exclusive",
+        )),
+        Some(file) => {
+            let full = config.prompts_dir.join(file);
+            let shown = display_path(&config.base_dir, &full);
+            match fs::read_to_string(&full) {
+                Ok(text) => Ok((text, Some(shown))),
+                Err(err) if err.kind() == io::ErrorKind::NotFound => Err(doc.error(
+                    &role.key("system_file"),
+                    ConfigErrorKind::MissingFile,
+                    format!("system prompt file not found: {}", shown.display()),
+                )),
+                Err(err) => Err(doc.error(
+                    &role.key("system_file"),
+                    ConfigErrorKind::Io,
+                    format!("cannot read system prompt file {}: {err}", shown.display()),
+                )),
+            }
+        }
+        None => Ok((system.to_owned(), None)),
+    }
 }
 
 /// Why `approval: policy` is refused.
@@ -1051,33 +1292,55 @@ does not have yet; use always (a human decides every call) or never";
 
 /// Why a key of the Loom-IA format is refused: Rust tools are registered in code, and some
 /// sections of the reference are not implemented yet (refused rather than silently ignored).
-fn not_yet(field: &str) -> &'static str {
+/// `path` is the key path of the unknown key, `field` its name.
+fn not_yet(path: &KeyPath, field: &str) -> &'static str {
     const LATER: &[&str] = &[
         "env_file",
         "mcp_servers",
         "tool_sources",
         "sessions",
-        "budgets",
-        "tenants",
         "security",
         "server",
         "triggers",
-        "roles",
-        "subagents",
-        "policies",
-        "output",
-        "judge",
-        "budget",
         "expose",
         "stream_output",
         "state",
         "circuit_breaker",
         "idle_timeout",
     ];
+    // Keys of a tenant (`tenants[i]`) that the reference has and Loom does not yet.
+    const TENANT_LATER: &[&str] = &[
+        "tools_deny",
+        "models",
+        "approvals",
+        "secrets",
+        "variables",
+        "quotas",
+        "storage",
+        "retention",
+        "telemetry",
+    ];
+    const HINT: &str = " — this part of the Loom-IA format is not implemented in this version yet";
+    let parent = &path.0[..path.0.len().saturating_sub(1)];
+    let in_tenant = matches!(parent, [yaml::Seg::Key(k), yaml::Seg::Index(_)] if k == "tenants");
+    let in_main = matches!(parent.last(), Some(yaml::Seg::Key(k)) if k == "main");
+    let in_tool = matches!(
+        parent,
+        [.., yaml::Seg::Key(k), yaml::Seg::Index(_)] if k == "tools"
+    );
     if field == "imports" {
         " — Rust has no runtime imports: register tools in code (Loom::register, loom_cli::App::tool)"
-    } else if LATER.contains(&field) {
-        " — this part of the Loom-IA format is not implemented in this version yet"
+    } else if in_tool && field == "judge" {
+        " — a tool's results are not judged: judges apply to an agent's answer or a role's; \
+give the tool an 'output' contract"
+    } else if in_tenant {
+        if TENANT_LATER.contains(&field) {
+            HINT
+        } else {
+            ""
+        }
+    } else if (in_main && field == "context") || LATER.contains(&field) {
+        HINT
     } else {
         ""
     }
@@ -1101,7 +1364,7 @@ fn valid_mcp_name(name: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
 }
 
-fn check_mcp_servers(doc: &Doc, raw: &LoomConfig) -> Result<(), ConfigError> {
+fn check_mcp_servers(doc: &Doc, raw: &mut LoomConfig, base: &Path) -> Result<(), ConfigError> {
     let invalid = |path: &KeyPath, msg: String| doc.error(path, ConfigErrorKind::Invalid, msg);
     for (i, server) in raw.mcp_servers.iter().enumerate() {
         let sp = KeyPath::root().key("mcp_servers").index(i);
@@ -1191,18 +1454,27 @@ fn check_mcp_servers(doc: &Doc, raw: &LoomConfig) -> Result<(), ConfigError> {
                 ));
             }
         }
-        for (tool, overrides) in &server.tools {
-            check_overrides(doc, &sp.key("tools").key(tool), overrides)?;
+    }
+    for (i, server) in raw.mcp_servers.iter_mut().enumerate() {
+        let sp = KeyPath::root().key("mcp_servers").index(i);
+        for (tool, overrides) in &mut server.tools {
+            check_overrides(doc, &sp.key("tools").key(tool), overrides, base)?;
         }
     }
     Ok(())
 }
 
+/// Checks the overrides of one tool at `path`, loading the schema file of its `output`
+/// contract (relative to `base`).
 fn check_overrides(
     doc: &Doc,
     path: &KeyPath,
-    overrides: &ToolOverrides,
+    overrides: &mut ToolOverrides,
+    base: &Path,
 ) -> Result<(), ConfigError> {
+    if let Some(output) = &mut overrides.output {
+        delegation::check_output(doc, &path.key("output"), base, output)?;
+    }
     if !positive_seconds(overrides.timeout) {
         return Err(doc.error(&path.key("timeout"), ConfigErrorKind::Invalid, NOT_POSITIVE));
     }
@@ -1223,7 +1495,25 @@ fn check_overrides(
     Ok(())
 }
 
+/// Checks a tool reference at `tp`, loading the schema files of its `output` contracts.
 fn check_tool_ref(
+    config: &Config,
+    doc: &Doc,
+    tp: &KeyPath,
+    tool: &mut ToolRef,
+    prefixes: &mut Vec<String>,
+) -> Result<(), ConfigError> {
+    check_tool_ref_shape(config, doc, tp, tool, prefixes)?;
+    if let Some(output) = &mut tool.output {
+        delegation::check_output(doc, &tp.key("output"), &config.base_dir, output)?;
+    }
+    for (name, overrides) in &mut tool.tools {
+        check_overrides(doc, &tp.key("tools").key(name), overrides, &config.base_dir)?;
+    }
+    Ok(())
+}
+
+fn check_tool_ref_shape(
     config: &Config,
     doc: &Doc,
     tp: &KeyPath,
@@ -1371,6 +1661,7 @@ fn check_tool_ref(
                 ("folders", tool.folders.is_some()),
                 ("allow_private", tool.allow_private.is_some()),
                 ("max_bytes", tool.max_bytes.is_some()),
+                ("output", tool.output.is_some()),
             ] {
                 if present {
                     return Err(invalid(
@@ -1403,9 +1694,6 @@ fn check_tool_ref(
                 ));
             }
             prefixes.push(prefix);
-            for (name, overrides) in &tool.tools {
-                check_overrides(doc, &tp.key("tools").key(name), overrides)?;
-            }
             Ok(())
         }
     }

@@ -12,30 +12,45 @@
 //!    `profiles.<name>` block deep-merged over the root, then the tree is deserialized into
 //!    the plain serde types of this crate ([`LoomConfig`], [`ModelSpec`], [`AgentSpec`]…),
 //!    which refuse unknown keys everywhere (sections of the reference format that Loom does
-//!    not implement yet, such as `mcp_servers` or `budgets`, are unknown keys too). Agent
-//!    files are read the same way.
+//!    not implement yet, such as `sessions` or `triggers`, are unknown keys too, with that
+//!    reason). Agent files are read the same way.
 //! 2. **Validated [`Config`].** Rules between fields are checked (declared models, unique
 //!    names, `system` xor `system_file`, prompt files present, template variables known,
-//!    positive limits, pricing tiers…), and every refusal is reported as a [`ConfigError`]
+//!    positive limits, pricing tiers, roles and their templates, sub-agents, policies, judges,
+//!    output contracts, budgets, tenants…), and every refusal is reported as a [`ConfigError`]
 //!    located at the offending value through the tree of stage 1:
 //!    `agents/devis.yaml:7:10 main.model: unknown model 'X' (declared models: fake-1)`.
+//!    Doubtful but working setups are kept as [`Config::warnings`].
 //!
 //! The same types can be built in Rust and validated the same way with [`Config::new`].
 //! [`json_schema`] describes the file model (what `loom schema` prints).
 //!
-//! Registered tools are not known here: the facade resolves [`ToolRef::tool`] names and
-//! reports failures with [`Config::error_at_agent`].
+//! Registered tools are not known here: the facade resolves [`ToolRef::tool`] names (and the
+//! hooks of [`PolicyRef`]s and the conditions of [`JudgeWhen`]) and reports failures with
+//! [`Config::error_at_agent`].
+//!
+//! Delegation and guards are declared here and run elsewhere: [`RoleSpec`] and
+//! [`SubAgentRef`] (tools of an orchestrator), [`PolicyRef`], [`JudgeSpec`] and
+//! [`OutputContract`] (checks of outputs), [`Budgets`] (merged with
+//! [`Config::effective_budgets`]) and [`TenantSpec`] ([`Config::check_tenant`]).
 
 mod config;
 mod error;
+mod guards;
 mod model;
 mod prompt;
 mod yaml;
 
 use std::path::{Path, PathBuf};
 
-pub use config::{APPROVAL_POLICY, BUILTIN_TOOLS, Config};
+pub use config::{APPROVAL_POLICY, BUILTIN_TOOLS, Config, DEFAULT_TENANT, UnknownTenant};
 pub use error::{ConfigError, ConfigErrorKind};
+pub use guards::{
+    Budgets, ContextItem, ContextName, ContextScope, Criterion, HookPoint, JudgeSpec, JudgeWhen,
+    LastTurnsContext, OnError, OnExceed, OnFailure, OutputContract, PolicyRef, REQUIRE_TOOL_POLICY,
+    RepairSettings, RepairTools, RoleSpec, RunBudgetSpec, SessionBudgetSpec, SubAgentRef,
+    TenantBudgetSpec, TenantSpec, ToolResultsContext, default_input_schema,
+};
 pub use model::{
     AgentApproval, AgentSpec, ArtifactsBackend, ArtifactsStorage, CaptureConfig, CircuitBreaker,
     EventsBackend, EventsStorage, ExecutionConfig, FolderRight, FolderSpec, IdempotencyBackend,

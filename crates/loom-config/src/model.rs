@@ -13,6 +13,10 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+use crate::guards::{
+    Budgets, JudgeSpec, OutputContract, PolicyRef, RoleSpec, SubAgentRef, TenantSpec,
+};
+
 /// A free JSON object (`params` blocks, profile overrides).
 pub type JsonObject = Map<String, Value>;
 
@@ -51,9 +55,16 @@ pub struct LoomConfig {
     /// Tool execution settings.
     #[serde(default)]
     pub execution: ExecutionConfig,
+    /// Default budgets of every agent (each agent's `budget` and each tenant's `budgets` are
+    /// merged over them key by key).
+    #[serde(default)]
+    pub budgets: Budgets,
     /// Logs.
     #[serde(default)]
     pub telemetry: TelemetryConfig,
+    /// Declared tenants; without the list, only the tenant `default` exists.
+    #[serde(default)]
+    pub tenants: Vec<TenantSpec>,
 }
 
 impl Default for LoomConfig {
@@ -69,7 +80,9 @@ impl Default for LoomConfig {
             agents: Vec::new(),
             storage: StorageConfig::default(),
             execution: ExecutionConfig::default(),
+            budgets: Budgets::default(),
             telemetry: TelemetryConfig::default(),
+            tenants: Vec::new(),
         }
     }
 }
@@ -326,6 +339,9 @@ pub struct ModelCapabilities {
     pub reasoning: bool,
     /// Accepts a JSON output schema.
     pub native_json: bool,
+    /// Can be forced to call a tool (`tool_choice: required`); needed by the policy
+    /// `loom.require_tool`.
+    pub forced_tool_choice: bool,
     /// Context window in tokens, when known.
     #[schemars(extend("exclusiveMinimum" = 0))]
     pub context_window: Option<u64>,
@@ -338,6 +354,7 @@ impl Default for ModelCapabilities {
             vision: false,
             reasoning: false,
             native_json: false,
+            forced_tool_choice: true,
             context_window: None,
         }
     }
@@ -369,6 +386,33 @@ pub struct AgentSpec {
     /// How long approval requests of its tools wait, and what their expiry does.
     #[serde(default)]
     pub approval: AgentApproval,
+    /// Deepest sub-agent nesting below a run of this agent (sub-agents are hidden from a run
+    /// at that depth).
+    #[serde(default = "default_max_depth")]
+    #[schemars(range(min = 1))]
+    pub max_depth: u32,
+    /// Delegated roles, called by the orchestrator like tools.
+    #[serde(default)]
+    pub roles: Vec<RoleSpec>,
+    /// Other agents of the configuration, called like tools.
+    #[serde(default)]
+    pub subagents: Vec<SubAgentRef>,
+    /// Policies, in the order they run at each point.
+    #[serde(default)]
+    pub policies: Vec<PolicyRef>,
+    /// Contract of the final answer.
+    #[serde(default)]
+    pub output: Option<OutputContract>,
+    /// Judge of the final answer.
+    #[serde(default)]
+    pub judge: Option<JudgeSpec>,
+    /// Budgets merged key by key over the root `budgets` (see `Config::effective_budgets`).
+    #[serde(default)]
+    pub budget: Option<Budgets>,
+}
+
+fn default_max_depth() -> u32 {
+    1
 }
 
 fn default_max_iterations() -> u32 {
@@ -412,6 +456,13 @@ impl AgentSpec {
             timeout: None,
             tools: Vec::new(),
             approval: AgentApproval::default(),
+            max_depth: default_max_depth(),
+            roles: Vec::new(),
+            subagents: Vec::new(),
+            policies: Vec::new(),
+            output: None,
+            judge: None,
+            budget: None,
         }
     }
 }
@@ -523,6 +574,9 @@ pub struct ToolRef {
     #[serde(default)]
     #[schemars(extend("exclusiveMinimum" = 0))]
     pub max_bytes: Option<u64>,
+    /// Contract of the tool's results (with `mcp`: set it per tool under `tools`).
+    #[serde(default)]
+    pub output: Option<OutputContract>,
 }
 
 impl ToolRef {
@@ -567,6 +621,9 @@ pub struct ToolOverrides {
     #[serde(default)]
     #[schemars(extend("exclusiveMinimum" = 0))]
     pub offload_over: Option<u64>,
+    /// Contract of the tool's results.
+    #[serde(default)]
+    pub output: Option<OutputContract>,
 }
 
 /// A folder `loom.local_files` may use.

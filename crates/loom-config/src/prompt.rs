@@ -1,4 +1,5 @@
-//! System prompts are minijinja templates over two variables: `agent` and `tenant`.
+//! System prompts are minijinja templates over two variables: `agent` and `tenant`; the input
+//! templates of roles are templates over `args` and `context`.
 //!
 //! Load time: syntax and unknown variables are refused (static analysis, since minijinja's
 //! strict mode only acts when rendering). Run time: rendered with strict undefined behaviour.
@@ -58,6 +59,76 @@ pub(crate) fn check(text: &str) -> Result<(), TemplateIssue> {
                 column,
             })
         }
+    }
+}
+
+/// The variables an input template uses, as dotted paths (`args.city`,
+/// `context.tool_results.lookup`, or just `args` when it is used whole or by subscript), in the
+/// order they first appear in the text; globals such as `range` are left out.
+pub(crate) fn input_variables(text: &str) -> Result<Vec<String>, TemplateIssue> {
+    let mut env = environment();
+    if let Err(err) = env.add_template_owned("input", text.to_owned()) {
+        return Err(syntax_issue(text, &err));
+    }
+    let template = env
+        .get_template("input")
+        .map_err(|err| syntax_issue(text, &err))?;
+    let globals: Vec<String> = env.globals().map(|(name, _)| name.to_owned()).collect();
+    let mut used: Vec<String> = template
+        .undeclared_variables(true)
+        .into_iter()
+        .filter(|v| {
+            let head = v.split('.').next().unwrap_or_default();
+            !globals.iter().any(|g| g == head)
+        })
+        .collect();
+    used.sort_by(|a, b| {
+        let pos = |v: &str| text.find(v).unwrap_or(usize::MAX);
+        pos(a).cmp(&pos(b)).then_with(|| a.cmp(b))
+    });
+    Ok(used)
+}
+
+/// Renders a role's input template over `args` and `context` (strict).
+pub(crate) fn render_input(
+    text: &str,
+    args: &serde_json::Value,
+    context: &serde_json::Value,
+) -> Result<String, TemplateIssue> {
+    let env = environment();
+    let args = to_template_value(args);
+    let context = to_template_value(context);
+    env.render_str(text, context! { args => args, context => context })
+        .map_err(|err| {
+            let mut issue = syntax_issue(text, &err);
+            issue.message = format!(
+                "cannot render input_template: {}",
+                err.detail().unwrap_or("template error")
+            );
+            issue
+        })
+}
+
+/// A JSON value as a template value (minijinja is built without its `serde` feature).
+fn to_template_value(value: &serde_json::Value) -> minijinja::Value {
+    use minijinja::Value as V;
+    use serde_json::Value as J;
+    match value {
+        J::Null => V::from(()),
+        J::Bool(b) => V::from(*b),
+        J::Number(n) => match (n.as_i64(), n.as_u64(), n.as_f64()) {
+            (Some(i), _, _) => V::from(i),
+            (None, Some(u), _) => V::from(u),
+            (None, None, Some(f)) => V::from(f),
+            (None, None, None) => V::from(n.to_string()),
+        },
+        J::String(s) => V::from(s.as_str()),
+        J::Array(items) => V::from(items.iter().map(to_template_value).collect::<Vec<_>>()),
+        J::Object(map) => V::from(
+            map.iter()
+                .map(|(k, v)| (k.clone(), to_template_value(v)))
+                .collect::<std::collections::BTreeMap<String, V>>(),
+        ),
     }
 }
 
@@ -167,6 +238,30 @@ mod tests {
             issue.message
         );
         assert_eq!(issue.line, Some(2));
+    }
+
+    #[test]
+    fn input_variables_are_dotted_paths_in_order() {
+        let used = input_variables(
+            "{{ context.tool_results.lookup }} {{ args.city|upper }} {% for i in range(2) %}{{ args['x'] }}{% endfor %}",
+        )
+        .unwrap();
+        assert_eq!(used, ["context.tool_results.lookup", "args", "args.city"]);
+        let rendered = render_input(
+            "{{ args.city }}: {{ context.user_input }}",
+            &serde_json::json!({"city": "Lyon"}),
+            &serde_json::json!({"user_input": "hi"}),
+        )
+        .unwrap();
+        assert_eq!(rendered, "Lyon: hi");
+        assert!(
+            render_input(
+                "{{ args.nope }}",
+                &serde_json::json!({}),
+                &serde_json::json!({})
+            )
+            .is_err()
+        );
     }
 
     #[test]

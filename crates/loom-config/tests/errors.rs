@@ -23,12 +23,12 @@ main:
 
 #[test]
 fn unknown_root_key() {
-    let root = "version: 1\nbudgets: {}\n";
+    let root = "version: 1\nsessions: {}\n";
     assert_eq!(
         refused(root, &[]),
-        "loom.yaml:2:1 budgets: unknown key 'budgets' (expected one of: version, \
+        "loom.yaml:2:1 sessions: unknown key 'sessions' (expected one of: version, \
          profile, profiles, agents_dir, prompts_dir, models, mcp_servers, agents, storage, execution, \
-         telemetry) — this part of the Loom-IA format is not implemented in this version yet"
+         budgets, telemetry, tenants) — this part of the Loom-IA format is not implemented in this version yet"
     );
 }
 
@@ -70,7 +70,7 @@ tools:
         refused(MODELS, &[("agents/devis.yaml", agent)]),
         "agents/devis.yaml:7:5 tools[1].retries: unknown key 'retries' (expected one of: \
          python, tool, mcp, alias, include, exclude, required, tools, description, timeout, \
-         side_effects, approval, idempotent, offload_over, folders, allow_private, max_bytes)"
+         side_effects, approval, idempotent, offload_over, folders, allow_private, max_bytes, output)"
     );
 }
 
@@ -522,5 +522,463 @@ fn unknown_builtin_and_missing_folders() {
     assert_eq!(
         refused(MCP_SERVERS, &[("agents/a.yaml", agent)]),
         "agents/a.yaml:5:11 tools[0].tool: loom.local_files needs 'folders' (at least one)"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Delegation and guards: roles, sub-agents, policies, judges, output contracts, budgets, tenants.
+
+const GUARD_ROOT: &str = "\
+version: 1
+models:
+  - {id: fake-1, sdk: fake, model: scripted}
+  - {id: judge-1, sdk: fake, model: judge}
+  - {id: eyes, sdk: fake, model: eyes, capabilities: {vision: true}}
+  - {id: stubborn, sdk: fake, model: stubborn, capabilities: {forced_tool_choice: false}}
+  - {id: blind, sdk: fake, model: blind, capabilities: {tools: false}}
+mcp_servers:
+  - name: notes
+    transport: stdio
+    command: notes
+";
+
+/// Agent `a`, with a registered tool and an MCP server; the cases append to it.
+const GUARD_AGENT: &str = "\
+name: a
+main:
+  model: fake-1
+tools:
+  - tool: lookup
+  - mcp: notes
+";
+
+const ROLE: &str = "\
+roles:
+  - name: writer
+    description: Writes
+    model: fake-1
+";
+
+/// A role with one argument, for the cases that add keys to it.
+fn role(extra: &str) -> String {
+    format!(
+        "{ROLE}    input_schema: {{type: object, properties: {{topic: {{type: string}}}}}}\n{extra}"
+    )
+}
+
+/// Loads the guard fixture with `root_extra` appended to the config file and `agent_extra`
+/// appended to agent `a` (or replacing it when it starts with `name:`), and returns the refusal.
+fn guard_refusal(root_extra: &str, agent_extra: &str) -> String {
+    guard_refusal_with(root_extra, agent_extra, None)
+}
+
+fn guard_refusal_with(root_extra: &str, agent_extra: &str, profile: Option<Profile>) -> String {
+    match guard_load(root_extra, agent_extra, profile) {
+        Ok(_) => panic!("configuration accepted, expected a refusal:\n{root_extra}{agent_extra}"),
+        Err(err) => err.to_string(),
+    }
+}
+
+fn guard_load(
+    root_extra: &str,
+    agent_extra: &str,
+    profile: Option<Profile>,
+) -> Result<loom_config::Config, loom_config::ConfigError> {
+    let root = format!("{GUARD_ROOT}{root_extra}");
+    // A whole agent replaces `a`; anything else is appended to it.
+    let agent = if agent_extra.starts_with("name:") {
+        agent_extra.to_owned()
+    } else {
+        format!("{GUARD_AGENT}{agent_extra}")
+    };
+    load_str(
+        &root,
+        &[
+            ("agents/a.yaml", &agent),
+            (
+                "agents/helper.yaml",
+                "name: helper\ndescription: Helps\nmain: {model: fake-1}\n",
+            ),
+            (
+                "agents/silent.yaml",
+                "name: silent\nmain: {model: fake-1}\n",
+            ),
+            ("prompts/role.md", "Role of {{ agent }}"),
+            ("prompts/bad.md", "Line\n{{ nope }}\n"),
+            (
+                "schemas/bad.json",
+                "{\n  \"type\": \"object\",\n  \"properties\": {,}\n}\n",
+            ),
+            ("schemas/s.txt", "type: object\n"),
+            ("schemas/list.yaml", "- a\n- b\n"),
+        ],
+        profile,
+        &no_env,
+    )
+}
+
+#[test]
+fn guard_refusals_snapshot() {
+    let cases: Vec<(&str, &str, String)> = vec![
+        // Budgets and tenants.
+        ("negative run cost", "budgets: {run: {max_cost: -1}}\n", String::new()),
+        ("unknown budget key", "budgets: {run: {max_dollars: 1}}\n", String::new()),
+        ("unknown on_exceed", "budgets: {on_exceed: pause}\n", String::new()),
+        ("negative token limit", "budgets: {session: {max_tokens: -5}}\n", String::new()),
+        ("invalid tenant id", "tenants: [{id: \"bad id\"}]\n", String::new()),
+        ("duplicate tenant", "tenants: [{id: acme}, {id: acme}]\n", String::new()),
+        ("tenant unknown agent", "tenants: [{id: acme, agents: [nobody]}]\n", String::new()),
+        ("tenant agent twice", "tenants: [{id: acme, agents: [a, a]}]\n", String::new()),
+        ("tenant key not yet", "tenants: [{id: acme, secrets: {}}]\n", String::new()),
+        ("tenant unknown key", "tenants: [{id: acme, colour: blue}]\n", String::new()),
+        (
+            "tenant budget negative",
+            "tenants: [{id: acme, budgets: {tenant: {max_cost_per_day: -2}}}]\n",
+            String::new(),
+        ),
+        // Agent.
+        ("max_depth zero", "", "max_depth: 0\n".into()),
+        ("agent budget negative", "", "budget: {session: {max_cost: -0.5}}\n".into()),
+        (
+            "orchestrator cannot call tools",
+            "",
+            GUARD_AGENT.replace("model: fake-1", "model: blind") + ROLE + "    context: [user_input]\n",
+        ),
+        (
+            "main context not yet",
+            "",
+            GUARD_AGENT.replace("  model: fake-1\n", "  model: fake-1\n  context: [session_state]\n"),
+        ),
+        // Policies.
+        ("empty hook", "", "policies: [{hook: \"\"}]\n".into()),
+        ("unknown built-in policy", "", "policies: [{hook: loom.audit}]\n".into()),
+        ("reserved policy name", "", "policies: [{hook: audit, name: loom.audit}]\n".into()),
+        ("invalid default policy name", "", "policies: [{hook: \"my hook\"}]\n".into()),
+        (
+            "duplicate policy names",
+            "",
+            "policies: [{hook: audit}, {hook: other, name: audit}]\n".into(),
+        ),
+        ("empty points", "", "policies: [{hook: audit, points: []}]\n".into()),
+        (
+            "point twice",
+            "",
+            "policies: [{hook: audit, points: [before_tool, before_tool]}]\n".into(),
+        ),
+        ("unknown point", "", "policies: [{hook: audit, points: [before_all]}]\n".into()),
+        (
+            "require_tool on another point",
+            "",
+            "policies:\n  - hook: loom.require_tool\n    points: [before_model, after_tool]\n".into(),
+        ),
+        (
+            "require_tool with params",
+            "",
+            "policies: [{hook: loom.require_tool, params: {tool: x}}]\n".into(),
+        ),
+        ("policy timeout zero", "", "policies: [{hook: audit, timeout: 0}]\n".into()),
+        ("policy attempts zero", "", "policies: [{hook: audit, max_attempts: 0}]\n".into()),
+        // Roles.
+        ("invalid role name", "", ROLE.replace("name: writer", "name: \"the writer\"")),
+        ("role named main", "", ROLE.replace("name: writer", "name: main")),
+        ("role named like a tool", "", ROLE.replace("name: writer", "name: lookup")),
+        ("role under an MCP prefix", "", ROLE.replace("name: writer", "name: notes__x")),
+        ("two roles, one name", "", role("") + "  - name: writer\n    description: Again\n    model: fake-1\n    context: [user_input]\n"),
+        ("empty description", "", role("").replace("description: Writes", "description: \" \"")),
+        ("role unknown model", "", role("").replace("model: fake-1", "model: gpt-9")),
+        ("role fallback twice", "", role("    fallbacks: [judge-1, judge-1]\n")),
+        ("role llm max_tokens zero", "", role("    llm: {max_tokens: 0}\n")),
+        ("role timeout zero", "", role("    timeout: 0\n")),
+        ("role system and file", "", role("    system: hi\n    system_file: role.md\n")),
+        ("role system file missing", "", role("    system_file: nope.md\n")),
+        ("role prompt variable", "", role("    system_file: bad.md\n")),
+        ("role inline prompt variable", "", role("    system: \"{{ client }}\"\n")),
+        ("input_schema not an object", "", ROLE.to_owned() + "    input_schema: {type: string}\n"),
+        (
+            "input_schema invalid",
+            "",
+            ROLE.to_owned() + "    input_schema: {type: object, properties: {a: {type: 12}}}\n",
+        ),
+        ("role receives nothing", "", ROLE.into()),
+        ("session_state context", "", ROLE.to_owned() + "    context: [session_state]\n"),
+        (
+            "session_state mapping",
+            "",
+            ROLE.to_owned() + "    context: [{session_state: [cart]}]\n",
+        ),
+        ("unknown context item", "", ROLE.to_owned() + "    context: [history]\n"),
+        (
+            "unknown key in tool_results",
+            "",
+            ROLE.to_owned() + "    context: [{tool_results: [lookup], scop: run}]\n",
+        ),
+        (
+            "tool_results of an unknown tool",
+            "",
+            ROLE.to_owned() + "    context: [{tool_results: [lookup, nope]}]\n",
+        ),
+        (
+            "tool_results of an excluded MCP tool",
+            "",
+            GUARD_AGENT.replace("  - mcp: notes\n", "") + "  - {mcp: notes, exclude: [secret]}\n" + ROLE
+                + "    context: [{tool_results: [notes__secret]}]\n",
+        ),
+        ("context item twice", "", ROLE.to_owned() + "    context: [user_input, user_input]\n"),
+        ("last_turns zero", "", ROLE.to_owned() + "    context: [{last_turns: 0}]\n"),
+        ("attachments without vision", "", ROLE.to_owned() + "    context: [attachments]\n"),
+        ("unknown template variable", "", role("    input_template: \"{{ user }}\"\n")),
+        ("template argument not declared", "", role("    input_template: \"{{ args.topic }} {{ args.tone }}\"\n")),
+        ("template with no arguments", "", ROLE.to_owned() + "    context: [user_input]\n    input_template: \"{{ context.user_input }} {{ args.x }}\"\n"),
+        (
+            "template context not declared",
+            "",
+            role("    input_template: \"{{ args.topic }} {{ context.user_input }}\"\n"),
+        ),
+        (
+            "template tool not declared",
+            "",
+            role("    context: [{tool_results: [lookup]}]\n    input_template: \"{{ args.topic }} {{ context.tool_results.lookup }} {{ context.tool_results.notes }}\"\n"),
+        ),
+        (
+            "template unknown context variable",
+            "",
+            role("    input_template: \"{{ args.topic }} {{ context.history }}\"\n"),
+        ),
+        (
+            "template session_state",
+            "",
+            role("    input_template: \"{{ args.topic }} {{ context.session_state.cart }}\"\n"),
+        ),
+        (
+            "declared context unused",
+            "",
+            role("    context: [user_input, session_summary]\n    input_template: \"{{ args.topic }} {{ context.user_input }}\"\n"),
+        ),
+        (
+            "declared tool_results unused",
+            "",
+            role("    context: [{tool_results: [lookup, notes__find]}]\n    input_template: \"{{ args.topic }} {{ context.tool_results.lookup }}\"\n"),
+        ),
+        ("template syntax", "", role("    input_template: \"{{ args.topic \"\n")),
+        // Sub-agents.
+        ("unknown sub-agent", "", "subagents: [{agent: nobody}]\n".into()),
+        ("own sub-agent", "", "subagents: [{agent: a}]\n".into()),
+        ("sub-agent without description", "", "subagents: [{agent: silent}]\n".into()),
+        ("sub-agent named like a role", "", role("") + "subagents: [{agent: helper, name: writer}]\n"),
+        (
+            "budget_share out of range",
+            "budgets: {run: {max_calls: 10}}\n",
+            "subagents: [{agent: helper, budget_share: 1.5}]\n".into(),
+        ),
+        (
+            "budget_share without run budget",
+            "budgets: {session: {max_cost: 1}}\n",
+            "subagents: [{agent: helper, budget_share: 0.5}]\n".into(),
+        ),
+        // Output contracts.
+        (
+            "schema and schema_file",
+            "",
+            "output: {schema: {type: object}, schema_file: schemas/ok.yaml}\n".into(),
+        ),
+        ("schema_file missing", "", "output: {schema_file: schemas/nope.json}\n".into()),
+        ("schema_file bad JSON", "", "output: {schema_file: schemas/bad.json}\n".into()),
+        ("schema_file not an object", "", "output: {schema_file: schemas/list.yaml}\n".into()),
+        ("schema_file extension", "", "output: {schema_file: schemas/s.txt}\n".into()),
+        ("schema invalid", "", "output: {schema: {type: objekt}}\n".into()),
+        ("must_match regex", "", "output: {must_match: \"total: (\\\\d+\"}\n".into()),
+        ("must_not_match empty", "", "output: {must_not_match: \"\"}\n".into()),
+        ("max_chars zero", "", "output: {max_chars: 0}\n".into()),
+        ("fallback without message", "", "output: {on_failure: fallback}\n".into()),
+        ("message without fallback", "", "output: {fallback_message: sorry}\n".into()),
+        ("role output regex", "", role("    output: {must_match: \"[\"}\n")),
+        (
+            "tool output on an MCP reference",
+            "",
+            GUARD_AGENT.replace("  - mcp: notes\n", "") + "  - {mcp: notes, output: {max_chars: 10}}\n",
+        ),
+        (
+            "MCP tool output",
+            "",
+            GUARD_AGENT.replace("  - mcp: notes\n", "") + "  - mcp: notes\n    tools:\n      find: {output: {max_chars: 0}}\n",
+        ),
+        (
+            "server tool output",
+            "    tools:\n      find: {output: {on_failure: fallback}}\n",
+            String::new(),
+        ),
+        ("tool output schema", "", GUARD_AGENT.replace("  - tool: lookup\n", "") + "  - {tool: lookup, output: {schema: {type: 3}}}\n"),
+        // Judges.
+        ("judge without criteria", "", "judge: {model: judge-1, criteria: []}\n".into()),
+        ("judge criteria missing", "", "judge: {model: judge-1}\n".into()),
+        (
+            "judge criterion twice",
+            "",
+            "judge:\n  model: judge-1\n  criteria: [{name: polite, rule: Be polite}, {name: polite, rule: Again}]\n".into(),
+        ),
+        (
+            "judge min_score",
+            "",
+            "judge: {model: judge-1, criteria: [{name: polite, rule: Be polite, min_score: 1.5}]}\n".into(),
+        ),
+        ("judge empty rule", "", "judge: {model: judge-1, criteria: [{name: polite, rule: \"\"}]}\n".into()),
+        ("judge unknown model", "", "judge: {model: gpt-9, criteria: [{name: polite, rule: Be polite}]}\n".into()),
+        ("judge model without tools", "", "judge: {model: blind, criteria: [{name: polite, rule: Be polite}]}\n".into()),
+        (
+            "judge names clash",
+            "",
+            "judge: {model: judge-1, criteria: [{name: c, rule: r}]}\n".to_owned()
+                + &role("    judge: {model: judge-1, name: output, criteria: [{name: c, rule: r}]}\n"),
+        ),
+        ("judge sample", "", "judge: {model: judge-1, criteria: [{name: c, rule: r}], when: {sample: 2}}\n".into()),
+        ("judge unknown tenant", "tenants: [{id: acme}]\n", "judge: {model: judge-1, criteria: [{name: c, rule: r}], when: {tenants: [acme, dupont]}}\n".into()),
+        ("judge tenant without tenants", "", "judge: {model: judge-1, criteria: [{name: c, rule: r}], when: {tenants: [acme]}}\n".into()),
+        ("judge unknown profile", "", "judge: {model: judge-1, criteria: [{name: c, rule: r}], when: {profiles: [staging]}}\n".into()),
+        (
+            "judge attachments without vision",
+            "",
+            "judge: {model: judge-1, criteria: [{name: c, rule: r}], context: [attachments]}\n".into(),
+        ),
+        (
+            "judge fallback without message",
+            "",
+            "judge: {model: judge-1, criteria: [{name: c, rule: r}], on_failure: fallback}\n".into(),
+        ),
+        ("judge timeout", "", "judge: {model: judge-1, criteria: [{name: c, rule: r}], timeout: -1}\n".into()),
+        ("unknown key in judge", "", "judge: {model: judge-1, criteria: [{name: c, rule: r}], sample: 1}\n".into()),
+        ("unknown key in role", "", role("    tools: [lookup]\n")),
+    ];
+    let mut transcript = String::new();
+    let mut accepted = Vec::new();
+    for (name, root_extra, agent_extra) in &cases {
+        match guard_load(root_extra, agent_extra, None) {
+            Ok(_) => accepted.push(*name),
+            Err(err) => transcript.push_str(&format!("{name}\n  {err}\n")),
+        }
+    }
+    assert!(
+        accepted.is_empty(),
+        "accepted, expected refusals: {accepted:?}"
+    );
+    insta::assert_snapshot!("guard_refusals", transcript);
+}
+
+#[test]
+fn policy_on_a_point_it_does_not_declare() {
+    let agent = "policies:\n  - hook: loom.require_tool\n    points: [after_tool]\n";
+    assert_eq!(
+        guard_refusal("", agent),
+        "agents/a.yaml:9:14 policies[0].points[0]: policy 'loom.require_tool' does not apply to \
+         after_tool (declared points: before_model)"
+    );
+}
+
+#[test]
+fn require_tool_needs_a_model_that_can_be_forced() {
+    let agent = "policies: [{hook: loom.require_tool}]\n";
+    // `fake-1` can be forced (the default): accepted.
+    guard_load("", agent, None).unwrap();
+    // `stubborn` declares `forced_tool_choice: false`: refused.
+    let stubborn = GUARD_AGENT.replace("model: fake-1", "model: stubborn");
+    let err = load_str(
+        GUARD_ROOT,
+        &[("agents/a.yaml", &format!("{stubborn}{agent}"))],
+        None,
+        &no_env,
+    )
+    .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "agents/a.yaml:7:19 policies[0].hook: policy 'loom.require_tool' forces a tool call, but \
+         model 'stubborn' cannot be forced (capabilities.forced_tool_choice: false)"
+    );
+}
+
+#[test]
+fn role_that_would_receive_nothing() {
+    let err = load_str(
+        GUARD_ROOT,
+        &[("agents/a.yaml", &format!("{GUARD_AGENT}{ROLE}"))],
+        None,
+        &no_env,
+    )
+    .unwrap_err();
+    assert_eq!(err.kind, ConfigErrorKind::Invalid);
+    assert_eq!(
+        err.to_string(),
+        "agents/a.yaml:8:5 roles[0]: role 'writer' has neither arguments nor context: it would \
+         receive nothing (declare input_schema properties or context items)"
+    );
+}
+
+#[test]
+fn template_refusals_are_template_errors() {
+    let agent = format!(
+        "{GUARD_AGENT}{}",
+        role(
+            "    context: [{tool_results: [lookup]}]\n    input_template: \"{{ args.topic }} {{ context.tool_results.foo }}\"\n"
+        )
+    );
+    let err = load_str(GUARD_ROOT, &[("agents/a.yaml", &agent)], None, &no_env).unwrap_err();
+    assert_eq!(err.kind, ConfigErrorKind::Template);
+    assert_eq!(
+        err.to_string(),
+        "agents/a.yaml:13:21 roles[0].input_template: input_template uses \
+         'context.tool_results.foo', but 'foo' is not in the tool_results of role 'writer' \
+         (declared: lookup)"
+    );
+}
+
+#[test]
+fn budget_share_needs_a_run_budget() {
+    let message = guard_refusal("", "subagents: [{agent: helper, budget_share: 0.5}]\n");
+    assert_eq!(
+        message,
+        "agents/a.yaml:7:43 subagents[0].budget_share: budget_share needs a run budget: neither \
+         the root budgets.run nor the budget.run of agent 'a' sets a limit to share"
+    );
+    // The agent's own run budget is enough.
+    let agent = format!(
+        "{GUARD_AGENT}budget: {{run: {{max_cost: 0.5}}}}\nsubagents: [{{agent: helper, budget_share: 0.5}}]\n"
+    );
+    load_str(
+        GUARD_ROOT,
+        &[
+            ("agents/a.yaml", &agent),
+            (
+                "agents/helper.yaml",
+                "name: helper\ndescription: Helps\nmain: {model: fake-1}\n",
+            ),
+        ],
+        None,
+        &no_env,
+    )
+    .unwrap();
+}
+
+#[test]
+fn self_judging_is_an_error_under_prod() {
+    let agent = "judge: {model: fake-1, criteria: [{name: polite, rule: Be polite}]}\n";
+    assert_eq!(
+        guard_refusal_with("", agent, Some(Profile::Prod)),
+        "agents/a.yaml:7:16 judge.model: judge 'output' runs on model 'fake-1', the model whose \
+         output it judges: a model grading itself is lenient, use another model (refused under \
+         the prod profile)"
+    );
+}
+
+#[test]
+fn judge_on_a_tool_is_explained() {
+    let agent = GUARD_AGENT.replace(
+        "  - tool: lookup\n",
+        "  - tool: lookup\n    judge: {model: judge-1}\n",
+    );
+    assert_eq!(
+        guard_refusal("", &agent),
+        "agents/a.yaml:6:5 tools[0].judge: unknown key 'judge' (expected one of: python, tool, mcp, \
+         alias, include, exclude, required, tools, description, timeout, side_effects, approval, \
+         idempotent, offload_over, folders, allow_private, max_bytes, output) — a tool's results \
+         are not judged: judges apply to an agent's answer or a role's; give the tool an 'output' \
+         contract"
     );
 }

@@ -8,8 +8,11 @@ use std::path::{Path, PathBuf};
 
 use common::{dir_with, load_dir, load_str, no_env};
 use loom_config::{
-    AgentSpec, Config, ConfigErrorKind, EventsBackend, LogFormat, LogLevel, LoomConfig, ModelApi,
-    ModelSpec, Profile, Sdk, ToolRef,
+    AgentSpec, Budgets, Config, ConfigErrorKind, ContextItem, ContextName, ContextScope, Criterion,
+    DEFAULT_TENANT, EventsBackend, HookPoint, JudgeSpec, JudgeWhen, LastTurnsContext, LogFormat,
+    LogLevel, LoomConfig, ModelApi, ModelSpec, OnError, OnExceed, OnFailure, OutputContract,
+    PolicyRef, Profile, REQUIRE_TOOL_POLICY, RepairSettings, RepairTools, RoleSpec, Sdk,
+    SubAgentRef, TenantSpec, ToolRef, ToolResultsContext,
 };
 use loom_core::tool::{Approval, SideEffects};
 
@@ -385,5 +388,493 @@ fn rust_config_with_profiles() {
     assert_eq!(
         config.raw().telemetry.logging.level(),
         Some(LogLevel::Error)
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Delegation and guards.
+
+const GUARDED_ROOT: &str = "\
+version: 1
+models:
+  - {id: fake-1, sdk: fake, model: scripted}
+  - {id: judge-1, sdk: fake, model: judge, capabilities: {vision: true}}
+budgets:
+  run: {max_calls: 10, max_cost: 1.5}
+  session: {max_tokens: 100000}
+  tenant: {max_cost_per_day: 20}
+  on_exceed: warn
+tenants:
+  - id: acme
+    agents: [quotes]
+    budgets:
+      run: {max_cost: 2}
+      tenant: {max_tokens_per_month: 1000000}
+  - id: dupont.sa
+";
+
+const QUOTES_YAML: &str = "\
+name: quotes
+description: Builds quotes
+main:
+  model: fake-1
+max_depth: 2
+budget:
+  run: {max_tokens: 5000}
+  on_exceed: stop
+tools:
+  - tool: lookup
+    output: {schema_file: schemas/price.yaml, repair: {max_attempts: 0}}
+roles:
+  - name: writer
+    description: Writes the quote
+    model: fake-1
+    fallbacks: [judge-1]
+    system_file: writer.md
+    llm: {max_tokens: 300}
+    input_schema:
+      type: object
+      properties:
+        topic: {type: string}
+      required: [topic]
+    context: [user_input, {tool_results: [lookup], scope: session}, {last_turns: 3}]
+    input_template: |-
+      Topic: {{ args.topic }}
+      Request: {{ context.user_input }}
+      Prices: {{ context.tool_results.lookup }}
+      History: {{ context.last_turns }}
+    terminal: true
+    timeout: 20
+    output: {schema_file: schemas/quote.json, normalize: false}
+    judge:
+      model: judge-1
+      criteria: [{name: complete, rule: Every line has a price}]
+  - name: checker
+    description: Checks a draft
+    model: fake-1
+    context: [caller_context]
+subagents:
+  - agent: helper
+    budget_share: 0.5
+  - {agent: helper, name: helper_bis, description: The helper again}
+policies:
+  - hook: loom.require_tool
+  - hook: audit
+    name: audit_calls
+    points: [before_tool, after_tool]
+    params: {level: 2}
+    timeout: 1.5
+    on_error: allow
+    max_attempts: 2
+output:
+  must_match: 'Total: \\d+'
+  must_not_match: '(?i)lorem'
+  max_chars: 2000
+  on_failure: fallback
+  fallback_message: Sorry, no quote today.
+judge:
+  model: judge-1
+  criteria:
+    - {name: polite, rule: Greets the customer}
+    - {name: short, rule: Fits in a page, min_score: 0.5, blocking: false}
+  context: [user_input, attachments]
+  when: {sample: 0.25, condition: weekdays, tenants: [acme], profiles: [prod]}
+  repair: {max_attempts: 2, tools: none}
+  on_failure: unverified
+  timeout: 30
+  on_error: allow
+";
+
+fn guarded_dir() -> tempfile::TempDir {
+    dir_with(&[
+        ("loom.yaml", GUARDED_ROOT),
+        ("agents/quotes.yaml", QUOTES_YAML),
+        (
+            "agents/helper.yaml",
+            "name: helper\ndescription: Finds prices\nmain: {model: fake-1}\n",
+        ),
+        ("prompts/writer.md", "You write quotes for {{ tenant }}."),
+        (
+            "schemas/quote.json",
+            "{\"type\": \"object\", \"required\": [\"total\"]}",
+        ),
+        (
+            "schemas/price.yaml",
+            "type: object\nproperties:\n  price: {type: number}\n",
+        ),
+    ])
+}
+
+#[test]
+fn guards_load_with_their_defaults() {
+    let dir = guarded_dir();
+    let config = load_dir(dir.path(), None).unwrap();
+    assert!(config.warnings().is_empty(), "{:?}", config.warnings());
+
+    let quotes = config.agent("quotes").unwrap();
+    assert_eq!(quotes.max_depth, 2);
+    assert_eq!(config.agent("helper").unwrap().max_depth, 1, "default");
+
+    // Tool output: the YAML schema file is loaded into `schema`.
+    let price = quotes.tools[0].output.as_ref().unwrap();
+    assert_eq!(
+        serde_json::Value::Object(price.schema.clone().unwrap()),
+        serde_json::json!({"type": "object", "properties": {"price": {"type": "number"}}})
+    );
+    assert_eq!(price.repair.max_attempts, 0);
+    assert_eq!(price.repair.tools, RepairTools::Auto);
+    assert!(price.normalize);
+
+    // Roles.
+    let writer = &quotes.roles[0];
+    assert_eq!(writer.fallbacks, ["judge-1"]);
+    assert_eq!(writer.llm.max_tokens, Some(300));
+    assert_eq!(writer.argument_names(), ["topic"]);
+    assert_eq!(
+        writer.context,
+        [
+            ContextItem::Name(ContextName::UserInput),
+            ContextItem::ToolResults(ToolResultsContext {
+                tool_results: vec!["lookup".into()],
+                scope: ContextScope::Session,
+            }),
+            ContextItem::LastTurns(LastTurnsContext { last_turns: 3 }),
+        ]
+    );
+    assert!(writer.terminal);
+    assert_eq!(writer.timeout, Some(20.0));
+    let contract = writer.output.as_ref().unwrap();
+    assert_eq!(
+        contract.schema_file.as_deref(),
+        Some(Path::new("schemas/quote.json"))
+    );
+    assert_eq!(
+        serde_json::Value::Object(contract.schema.clone().unwrap()),
+        serde_json::json!({"type": "object", "required": ["total"]})
+    );
+    assert!(!contract.normalize);
+    let writer_judge = writer.judge.as_ref().unwrap();
+    assert_eq!(
+        writer_judge.name.as_deref(),
+        Some("writer"),
+        "a role's judge is named after it"
+    );
+    assert_eq!(writer_judge.criteria[0].min_score, 0.8);
+    assert!(writer_judge.criteria[0].blocking);
+    assert_eq!(writer_judge.when, JudgeWhen::default());
+    assert_eq!(writer_judge.when.sample, 1.0);
+
+    let checker = &quotes.roles[1];
+    assert_eq!(
+        serde_json::Value::Object(checker.input_schema.clone()),
+        serde_json::json!({"type": "object", "properties": {}}),
+        "default input schema"
+    );
+    assert!(checker.input_template.is_none());
+    assert!(!checker.terminal);
+    assert!(checker.output.is_none() && checker.judge.is_none());
+    assert_eq!(config.role_system_prompt("quotes", "checker"), Some(""));
+
+    // Role prompts and input templates.
+    assert_eq!(
+        config.role_system_prompt("quotes", "writer"),
+        Some("You write quotes for {{ tenant }}.")
+    );
+    assert_eq!(
+        config
+            .render_role_system("quotes", "writer", "acme")
+            .unwrap(),
+        "You write quotes for acme."
+    );
+    let input = config
+        .render_role_input(
+            "quotes",
+            "writer",
+            &serde_json::json!({"topic": "roof"}),
+            &serde_json::json!({
+                "user_input": "a quote please",
+                "tool_results": {"lookup": "12 €"},
+                "last_turns": "none",
+            }),
+        )
+        .unwrap();
+    assert_eq!(
+        input.as_deref(),
+        Some("Topic: roof\nRequest: a quote please\nPrices: 12 €\nHistory: none")
+    );
+    assert_eq!(
+        config
+            .render_role_input(
+                "quotes",
+                "checker",
+                &serde_json::json!({}),
+                &serde_json::json!({})
+            )
+            .unwrap(),
+        None
+    );
+    let err = config
+        .render_role_input(
+            "quotes",
+            "writer",
+            &serde_json::json!({}),
+            &serde_json::json!({}),
+        )
+        .unwrap_err();
+    assert_eq!(err.kind, ConfigErrorKind::Template);
+    assert!(err.to_string().starts_with("agents/quotes.yaml:"), "{err}");
+    let err = config
+        .render_role_system("quotes", "nobody", "acme")
+        .unwrap_err();
+    assert_eq!(err.message, "agent 'quotes' has no role 'nobody'");
+
+    // Sub-agents: name and description filled at load.
+    let sub = &quotes.subagents[0];
+    assert_eq!(sub.name.as_deref(), Some("helper"));
+    assert_eq!(sub.tool_name(), "helper");
+    assert_eq!(sub.description.as_deref(), Some("Finds prices"));
+    assert_eq!(sub.budget_share, Some(0.5));
+    let bis = &quotes.subagents[1];
+    assert_eq!(bis.tool_name(), "helper_bis");
+    assert_eq!(bis.description.as_deref(), Some("The helper again"));
+
+    // Policies: names filled, defaults.
+    let require = &quotes.policies[0];
+    assert_eq!(require.hook, REQUIRE_TOOL_POLICY);
+    assert_eq!(require.name.as_deref(), Some("loom.require_tool"));
+    assert_eq!(require.points, None);
+    assert_eq!(require.timeout, 5.0);
+    assert_eq!(require.on_error, OnError::Block);
+    assert_eq!(require.max_attempts, 1);
+    let audit = &quotes.policies[1];
+    assert_eq!(audit.policy_name(), "audit_calls");
+    assert_eq!(
+        audit.points.as_deref(),
+        Some(&[HookPoint::BeforeTool, HookPoint::AfterTool][..])
+    );
+    assert_eq!(audit.params["level"], 2);
+    assert_eq!(
+        (audit.timeout, audit.on_error, audit.max_attempts),
+        (1.5, OnError::Allow, 2)
+    );
+
+    // Output contract and judge of the final answer.
+    let output = quotes.output.as_ref().unwrap();
+    assert_eq!(output.must_match.as_deref(), Some("Total: \\d+"));
+    assert_eq!(output.max_chars, Some(2000));
+    assert_eq!(output.on_failure, OnFailure::Fallback);
+    assert_eq!(
+        output.fallback_message.as_deref(),
+        Some("Sorry, no quote today.")
+    );
+    assert_eq!(output.repair, RepairSettings::default());
+    let judge = quotes.judge.as_ref().unwrap();
+    assert_eq!(
+        judge.name.as_deref(),
+        Some("output"),
+        "an agent's judge is named output"
+    );
+    assert_eq!(judge.criteria.len(), 2);
+    assert_eq!(judge.criteria[1].min_score, 0.5);
+    assert!(!judge.criteria[1].blocking);
+    assert_eq!(judge.when.sample, 0.25);
+    assert_eq!(judge.when.condition.as_deref(), Some("weekdays"));
+    assert_eq!(
+        judge.when.tenants.as_deref(),
+        Some(&["acme".to_owned()][..])
+    );
+    assert_eq!(judge.when.profiles.as_deref(), Some(&[Profile::Prod][..]));
+    assert_eq!(judge.repair.tools, RepairTools::None);
+    assert_eq!(judge.on_failure, OnFailure::Unverified);
+    assert_eq!(judge.on_error, OnError::Allow);
+    assert_eq!(judge.timeout, Some(30.0));
+
+    // The file model as written stays available.
+    assert!(config.raw().agents.is_empty());
+}
+
+#[test]
+fn budgets_merge_key_by_key() {
+    let dir = guarded_dir();
+    let config = load_dir(dir.path(), None).unwrap();
+    let root = &config.raw().budgets;
+    assert_eq!(root.run.max_calls, Some(10));
+    assert_eq!(root.exceed_action(), OnExceed::Warn);
+
+    // quotes: root, then its own budget.
+    let quotes = config.effective_budgets("quotes");
+    assert_eq!(quotes.run.max_calls, Some(10), "kept from the root");
+    assert_eq!(quotes.run.max_cost, Some(1.5), "kept from the root");
+    assert_eq!(quotes.run.max_tokens, Some(5000), "the agent's");
+    assert_eq!(quotes.session.max_tokens, Some(100_000));
+    assert_eq!(quotes.tenant.max_cost_per_day, Some(20.0));
+    assert_eq!(
+        quotes.exceed_action(),
+        OnExceed::Stop,
+        "the agent's on_exceed"
+    );
+    assert_eq!(
+        quotes.run.to_run_budget(),
+        Some(loom_core::event::RunBudget {
+            max_cost: Some(1.5),
+            max_tokens: Some(5000),
+            max_calls: Some(10),
+        })
+    );
+
+    // helper has no budget: the root's.
+    assert_eq!(config.effective_budgets("helper"), *root);
+    assert_eq!(config.effective_budgets("nobody"), *root);
+
+    // With a tenant: root, then tenant, then agent.
+    let acme = config.effective_budgets_for("quotes", "acme");
+    assert_eq!(acme.run.max_cost, Some(2.0), "the tenant's");
+    assert_eq!(acme.run.max_tokens, Some(5000), "the agent's");
+    assert_eq!(acme.tenant.max_tokens_per_month, Some(1_000_000));
+    assert_eq!(acme.tenant.max_cost_per_day, Some(20.0));
+    assert_eq!(config.effective_budgets_for("quotes", "dupont.sa"), quotes);
+
+    // Defaults: no limit, stop.
+    let none = Budgets::default();
+    assert!(!none.run.has_limit());
+    assert_eq!(none.run.to_run_budget(), None);
+    assert_eq!(none.exceed_action(), OnExceed::Stop);
+}
+
+#[test]
+fn tenants_are_a_closed_list() {
+    let dir = guarded_dir();
+    let config = load_dir(dir.path(), None).unwrap();
+    let acme = config.tenant("acme").unwrap();
+    assert!(acme.allows_agent("quotes"));
+    assert!(!acme.allows_agent("helper"));
+    assert!(
+        config.tenant("dupont.sa").unwrap().allows_agent("helper"),
+        "empty = all"
+    );
+    config.check_tenant("acme").unwrap();
+    let err = config.check_tenant("default").unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "tenant 'default' is not declared (tenants: acme, dupont.sa)"
+    );
+    assert_eq!(err.declared, ["acme", "dupont.sa"]);
+
+    // Without a list, only `default` exists.
+    let config = load_str("version: 1\n", &[], None, &no_env).unwrap();
+    assert!(config.tenant("default").is_none());
+    config.check_tenant(DEFAULT_TENANT).unwrap();
+    assert_eq!(
+        config.check_tenant("acme").unwrap_err().to_string(),
+        "tenant 'acme' is not declared (without a 'tenants' list, only 'default' exists)"
+    );
+}
+
+#[test]
+fn self_judging_is_a_warning_outside_prod() {
+    let root = "\
+version: 1
+models:
+  - {id: fake-1, sdk: fake, model: scripted}
+  - {id: twin, sdk: fake, model: scripted}
+";
+    let agent = "\
+name: a
+main: {model: fake-1}
+judge:
+  model: judge-x
+  fallbacks: [twin]
+  criteria: [{name: polite, rule: Be polite}]
+";
+    let root = format!("{root}  - {{id: judge-x, sdk: fake, model: other}}\n");
+    let config = load_str(&root, &[("agents/a.yaml", agent)], None, &no_env).unwrap();
+    assert_eq!(
+        config.warnings(),
+        [
+            "agents/a.yaml:5:15 judge.fallbacks[0]: judge 'output' runs on model 'twin', the same \
+             model (fake scripted) as 'fake-1' whose output it judges: a model grading itself is \
+             lenient, use another model (an error under the prod profile)"
+        ]
+    );
+    let err = load_str(
+        &root,
+        &[("agents/a.yaml", agent)],
+        Some(Profile::Prod),
+        &no_env,
+    )
+    .unwrap_err();
+    assert!(
+        err.message.ends_with("(refused under the prod profile)"),
+        "{err}"
+    );
+}
+
+#[test]
+fn rust_built_guards_are_validated_too() {
+    let dir = dir_with(&[]);
+    let mut raw = LoomConfig::default();
+    raw.models.push(ModelSpec::new("m", Sdk::Fake, "scripted"));
+    raw.models.push(ModelSpec::new("j", Sdk::Fake, "judge"));
+    raw.budgets.run.max_calls = Some(4);
+    raw.tenants.push(TenantSpec::new("acme"));
+
+    let mut helper = AgentSpec::new("helper", "m");
+    helper.description = "Helps".into();
+    let mut agent = AgentSpec::new("a", "m");
+    let mut role = RoleSpec::new("writer", "Writes", "m");
+    role.context.push(ContextItem::Name(ContextName::UserInput));
+    role.judge = Some(JudgeSpec::new(
+        "j",
+        vec![Criterion::new("polite", "Be polite")],
+    ));
+    agent.roles.push(role);
+    let mut sub = SubAgentRef::new("helper");
+    sub.budget_share = Some(0.5);
+    agent.subagents.push(sub);
+    agent.policies.push(PolicyRef::new(REQUIRE_TOOL_POLICY));
+    agent.output = Some(OutputContract {
+        max_chars: Some(100),
+        ..OutputContract::default()
+    });
+    agent.budget = Some(Budgets {
+        on_exceed: Some(OnExceed::Warn),
+        ..Budgets::default()
+    });
+    raw.agents.push(helper);
+    raw.agents.push(agent);
+
+    let config = Config::new(raw.clone(), dir.path().to_path_buf()).unwrap();
+    let a = config.agent("a").unwrap();
+    assert_eq!(
+        a.roles[0].judge.as_ref().unwrap().name.as_deref(),
+        Some("writer")
+    );
+    assert_eq!(a.subagents[0].description.as_deref(), Some("Helps"));
+    assert_eq!(
+        config.effective_budgets("a").exceed_action(),
+        OnExceed::Warn
+    );
+    assert_eq!(config.effective_budgets("a").run.max_calls, Some(4));
+    config.check_tenant("acme").unwrap();
+    assert_eq!(config.raw(), &raw, "raw keeps what was given");
+
+    // Same refusals, without locations.
+    let mut bad = raw.clone();
+    bad.agents[1].roles[0].context.clear();
+    assert_eq!(
+        Config::new(bad, dir.path().to_path_buf())
+            .unwrap_err()
+            .to_string(),
+        "loom.yaml agents[1].roles[0]: role 'writer' has neither arguments nor context: it would \
+         receive nothing (declare input_schema properties or context items)"
+    );
+    let mut bad = raw;
+    bad.budgets.run.max_calls = None;
+    assert_eq!(
+        Config::new(bad, dir.path().to_path_buf())
+            .unwrap_err()
+            .to_string(),
+        "loom.yaml agents[1].subagents[0].budget_share: budget_share needs a run budget: neither \
+         the root budgets.run nor the budget.run of agent 'a' sets a limit to share"
     );
 }
