@@ -196,6 +196,11 @@ pub(crate) async fn execute(cli: Cli, app: App) -> u8 {
             return fail(&error);
         }
     }
+    for (name, policy) in app.policies() {
+        if let Err(error) = loom.register_policy(name, policy.clone()) {
+            return fail(&error);
+        }
+    }
     let outcome = match cli.command {
         Command::Schema => Ok(OK),
         Command::Validate => validate(&loom).await,

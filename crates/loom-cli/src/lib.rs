@@ -32,7 +32,7 @@ use std::{
 };
 
 pub use cli::Cli;
-use loom_ia::Tool;
+use loom_ia::{Tool, policy::Policy};
 
 /// Exit code: done.
 pub const OK: u8 = 0;
@@ -45,6 +45,7 @@ pub const REFUSED: u8 = 2;
 #[derive(Debug, Default)]
 pub struct App {
     tools: Vec<Arc<dyn Tool>>,
+    policies: Vec<(String, Arc<dyn Policy>)>,
     default_config: Option<PathBuf>,
 }
 
@@ -57,6 +58,13 @@ impl App {
     /// Registers a tool (under its own name) in every Loom the application builds.
     pub fn tool(mut self, tool: impl Tool + 'static) -> App {
         self.tools.push(Arc::new(tool));
+        self
+    }
+
+    /// Registers a policy under `name` (the `hook` agents reference in `policies:`) in every
+    /// Loom the application builds.
+    pub fn policy(mut self, name: impl Into<String>, policy: impl Policy + 'static) -> App {
+        self.policies.push((name.into(), Arc::new(policy)));
         self
     }
 
@@ -108,6 +116,10 @@ impl App {
 
     pub(crate) fn tools(&self) -> &[Arc<dyn Tool>] {
         &self.tools
+    }
+
+    pub(crate) fn policies(&self) -> &[(String, Arc<dyn Policy>)] {
+        &self.policies
     }
 }
 

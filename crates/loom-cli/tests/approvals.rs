@@ -333,7 +333,7 @@ fn approval_policy_and_pausing_on_the_memory_journal_are_refused_at_load() {
     let stderr = text(&out.stderr);
     assert!(
         stderr.starts_with(
-            "config error: agents/devis.yaml:11:15 tools[0].approval: approval: policy needs approval policies"
+            "config error: agents/devis.yaml:11:15 tools[0].approval: tool 'prix_ttc': approval: policy means a policy decides when a human is asked, but no policy of the agent is hooked on before_tool with the decision 'pause'"
         ),
         "{stderr}"
     );

@@ -17,7 +17,6 @@ use crate::model::{
 };
 use crate::prompt;
 use crate::yaml::{self, KeyPath, Kind, Loc, Node, ParseError};
-use loom_core::tool::Approval;
 
 /// Where the root document comes from.
 #[derive(Debug, Clone)]
@@ -1286,9 +1285,10 @@ fn read_system_prompt(
     }
 }
 
-/// Why `approval: policy` is refused.
-pub const APPROVAL_POLICY: &str = "approval: policy needs approval policies, which this version \
-does not have yet; use always (a human decides every call) or never";
+/// Why `approval: policy` is refused on an agent without a policy that can ask a human.
+pub const APPROVAL_POLICY: &str = "approval: policy means a policy decides when a human is asked, \
+but no policy of the agent is hooked on before_tool with the decision 'pause'; hook one, or use \
+always (a human decides every call) or never";
 
 /// Why a key of the Loom-IA format is refused: Rust tools are registered in code, and some
 /// sections of the reference are not implemented yet (refused rather than silently ignored).
@@ -1485,13 +1485,6 @@ fn check_overrides(
             NOT_POSITIVE,
         ));
     }
-    if overrides.approval == Some(Approval::Policy) {
-        return Err(doc.error(
-            &path.key("approval"),
-            ConfigErrorKind::Invalid,
-            APPROVAL_POLICY,
-        ));
-    }
     Ok(())
 }
 
@@ -1526,9 +1519,6 @@ fn check_tool_ref_shape(
     }
     if tool.offload_over == Some(0) {
         return Err(invalid(&tp.key("offload_over"), NOT_POSITIVE.into()));
-    }
-    if tool.approval == Some(Approval::Policy) {
-        return Err(invalid(&tp.key("approval"), APPROVAL_POLICY.into()));
     }
     match (&tool.tool, &tool.mcp) {
         (Some(_), Some(_)) | (None, None) => Err(invalid(

@@ -52,6 +52,7 @@ pub use loom_config::{self as config, Config, ConfigError, Profile};
 pub use loom_core::{
     self as core, Event, Message, RunState, RunStatus, Usage,
     approval::{Approver, Decision, PendingApproval},
+    policy,
     tool::{FnTool, IntoToolOutput, Json, Tool, ToolContext, ToolError, ToolOutput},
 };
 pub use loom_engine::{Observer, RunRef};

@@ -13,6 +13,7 @@ use loom_core::{
     BoxStream, Event, Message, RunState,
     approval::{Approver, Decision},
     ids::is_valid_name,
+    policy::Policy,
     ports::{ArtifactStore, EventStore, SourceContext, ToolSource},
     tool::{Tool, ToolDeclarations},
 };
@@ -202,6 +203,7 @@ struct Inner {
     models: crate::resolve::Models,
     sources: BTreeMap<String, Arc<dyn ToolSource>>,
     tools: RwLock<BTreeMap<String, Arc<dyn Tool>>>,
+    policies: RwLock<BTreeMap<String, Arc<dyn Policy>>>,
     agents: RwLock<HashMap<(String, String), Arc<AgentRuntime>>>,
     active: Mutex<HashMap<String, CancellationToken>>,
 }
@@ -274,6 +276,7 @@ impl Loom {
                 models,
                 sources,
                 tools: RwLock::new(BTreeMap::new()),
+                policies: RwLock::new(BTreeMap::new()),
                 agents: RwLock::new(HashMap::new()),
                 active: Mutex::new(HashMap::new()),
             }),
@@ -325,6 +328,42 @@ impl Loom {
             agents.clear();
         }
         Ok(())
+    }
+
+    /// Registers a policy under `name`, the `hook` agents reference in their `policies:`
+    /// (names starting with `loom.` are reserved for the built-in ones).
+    pub fn register_policy(&self, name: &str, policy: Arc<dyn Policy>) -> Result<(), LoomError> {
+        if name.starts_with("loom.") || !is_valid_policy_name(name) {
+            return Err(LoomError::Registration(format!(
+                "'{name}' is not a valid policy name (^[A-Za-z0-9_][A-Za-z0-9_.-]{{0,63}}$, \
+                 not starting with 'loom.')"
+            )));
+        }
+        let mut policies = self
+            .inner
+            .policies
+            .write()
+            .map_err(|_| LoomError::Registration("registry lock poisoned".into()))?;
+        if policies.contains_key(name) {
+            return Err(LoomError::Registration(format!(
+                "a policy named '{name}' is already registered"
+            )));
+        }
+        policies.insert(name.to_owned(), policy);
+        drop(policies);
+        if let Ok(mut agents) = self.inner.agents.write() {
+            agents.clear();
+        }
+        Ok(())
+    }
+
+    /// The registered policies, by name.
+    pub(crate) fn policies(&self) -> BTreeMap<String, Arc<dyn Policy>> {
+        self.inner
+            .policies
+            .read()
+            .map(|p| p.clone())
+            .unwrap_or_default()
     }
 
     /// Resolves every agent against the registered tools, as a run would, connects to the MCP
@@ -432,10 +471,14 @@ impl Loom {
             .read()
             .map_err(|_| LoomError::Registration("registry lock poisoned".into()))?
             .clone();
+        let registry = crate::resolve::Registry {
+            tools,
+            policies: self.policies(),
+        };
         let agent = Arc::new(crate::resolve::agent(
             &self.inner.config,
             &self.inner.models,
-            &tools,
+            &registry,
             &self.inner.sources,
             name,
             tenant,
@@ -985,4 +1028,12 @@ fn mcp_servers(config: &Config) -> Result<BTreeMap<String, Arc<dyn ToolSource>>,
             .into()),
         None => Ok(BTreeMap::new()),
     }
+}
+
+/// Whether `name` can name a policy.
+fn is_valid_policy_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    matches!(chars.next(), Some(c) if c.is_ascii_alphanumeric() || c == '_')
+        && name.len() <= 64
+        && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'))
 }

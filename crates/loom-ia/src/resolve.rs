@@ -8,12 +8,16 @@ use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
 use loom_builtins::{FetchOptions, Folder, Right, Rights};
 use loom_config::{Config, ConfigError, FolderRight, ModelSpec, Sdk};
+use loom_core::policy::{DecisionKind, Point, Policy, REQUIRE_TOOL, RequireTool};
 use loom_core::{
     model::ModelClient,
     ports::ToolSource,
     tool::{Approval, OnUnknown, Tool, ToolDeclarations},
 };
-use loom_engine::{AgentRuntime, BoundSource, BoundTool, ModelBinding};
+use loom_engine::{
+    AgentRuntime, BoundPolicy, BoundSource, BoundTool, ModelBinding, PolicyOnError,
+    contract::{Contract, ContractSpec, OnFailure, RepairSettings, RepairTools},
+};
 
 use crate::sources::AgentSource;
 use loom_models::FakeModel;
@@ -50,15 +54,25 @@ pub(crate) fn models(config: &Config) -> Result<Models, LoomError> {
     Ok(clients)
 }
 
-/// Resolves an agent for a tenant: rendered prompt, model binding, bound tools.
+/// What code registered: tools and policies, by name.
+pub(crate) struct Registry {
+    /// Tools.
+    pub(crate) tools: BTreeMap<String, Arc<dyn Tool>>,
+    /// Policies (`hook` names).
+    pub(crate) policies: BTreeMap<String, Arc<dyn Policy>>,
+}
+
+/// Resolves an agent for a tenant: rendered prompt, model binding, bound tools, policies and
+/// contracts.
 pub(crate) fn agent(
     config: &Config,
     models: &Models,
-    tools: &BTreeMap<String, Arc<dyn Tool>>,
+    registry: &Registry,
     sources: &BTreeMap<String, Arc<dyn ToolSource>>,
     name: &str,
     tenant: &str,
 ) -> Result<AgentRuntime, LoomError> {
+    let tools = &registry.tools;
     let Some(spec) = config.agent(name) else {
         let known: Vec<&str> = config.agents().iter().map(|a| a.name.as_str()).collect();
         return Err(LoomError::UnknownAgent {
@@ -86,6 +100,7 @@ pub(crate) fn agent(
             )
             .into());
     }
+    let policies = agent_policies(config, registry, spec)?;
     let execution = &config.raw().execution.tools;
     let mut bound: Vec<BoundTool> = Vec::with_capacity(spec.tools.len());
     let mut bound_sources: Vec<BoundSource> = Vec::new();
@@ -99,7 +114,7 @@ pub(crate) fn agent(
             };
             for (tool, overrides) in &reference.tools {
                 match overrides.approval {
-                    Some(Approval::Policy) => {
+                    Some(Approval::Policy) if !can_pause(&policies) => {
                         return Err(at(
                             &format!("tools.{tool}.approval"),
                             loom_config::APPROVAL_POLICY.to_owned(),
@@ -169,7 +184,7 @@ pub(crate) fn agent(
             declarations.offload_over = Some(offload_over);
         }
         let from_yaml = |yaml: bool, key: &'static str| if yaml { key } else { "tool" };
-        if declarations.approval == Approval::Policy {
+        if declarations.approval == Approval::Policy && !can_pause(&policies) {
             return Err(at(
                 from_yaml(reference.approval.is_some(), "approval"),
                 format!("tool '{tool_name}': {}", loom_config::APPROVAL_POLICY),
@@ -195,8 +210,12 @@ pub(crate) fn agent(
             .description
             .clone()
             .unwrap_or_else(|| tool.spec().description.clone());
-        let bound_tool = BoundTool::new(tool.clone(), declarations, description)
+        let mut bound_tool = BoundTool::new(tool.clone(), declarations, description)
             .map_err(|e| at("tool", e.to_string()))?;
+        if let Some(output) = &reference.output {
+            bound_tool = bound_tool
+                .with_contract(contract(output).map_err(|message| at("output", message))?);
+        }
         bound.push(bound_tool);
     }
     Ok(AgentRuntime {
@@ -258,9 +277,127 @@ pub(crate) fn agent(
             },
             on_expiry: spec.approval.on_expiry,
         },
-        policies: Vec::new(),
-        output: None,
+        policies,
+        output: match &spec.output {
+            Some(output) => Some(contract(output).map_err(|message| {
+                LoomError::from(config.error_at_agent(name, "output", message))
+            })?),
+            None => None,
+        },
     })
+}
+
+/// The agent's policies, in declared order: built-in hooks, or policies registered in code.
+fn agent_policies(
+    config: &Config,
+    registry: &Registry,
+    spec: &loom_config::AgentSpec,
+) -> Result<Vec<BoundPolicy>, LoomError> {
+    let mut bound = Vec::with_capacity(spec.policies.len());
+    for (index, reference) in spec.policies.iter().enumerate() {
+        let at = |key: &str, message: String| {
+            LoomError::from(config.error_at_agent(
+                &spec.name,
+                &format!("policies[{index}].{key}"),
+                message,
+            ))
+        };
+        let policy: Arc<dyn Policy> = if reference.hook == REQUIRE_TOOL {
+            Arc::new(RequireTool)
+        } else {
+            let Some(policy) = registry.policies.get(&reference.hook) else {
+                let registered: Vec<&str> = registry.policies.keys().map(String::as_str).collect();
+                return Err(at(
+                    "hook",
+                    format!(
+                        "unknown policy '{}' (registered policies: {}; built in: {REQUIRE_TOOL}); \
+                         register it in code (Loom::register_policy, loom_cli::App::policy)",
+                        reference.hook,
+                        if registered.is_empty() {
+                            "none".to_owned()
+                        } else {
+                            registered.join(", ")
+                        }
+                    ),
+                ));
+            };
+            policy.clone()
+        };
+        let points: Vec<Point> = match &reference.points {
+            Some(points) => points
+                .iter()
+                .filter_map(|p| Point::parse(p.as_str()))
+                .collect(),
+            None => policy.points().to_vec(),
+        };
+        let name = reference.policy_name().to_owned();
+        let mut hooked =
+            BoundPolicy::on(name, policy.clone(), points).map_err(|e| at("hook", e.to_string()))?;
+        if policy.decisions().contains(&DecisionKind::Pause)
+            && hooked.points.contains(&Point::BeforeTool)
+            && !durable(config)
+        {
+            return Err(at(
+                "hook",
+                format!(
+                    "policy '{}' can pause the run for a human decision, which needs a durable \
+                     journal: with the memory journal a paused run is lost at exit; use \
+                     storage.events.backend: jsonl or sqlite (or the dev profile)",
+                    hooked.name
+                ),
+            ));
+        }
+        hooked.params = reference.params.clone();
+        hooked.timeout = Some(seconds(reference.timeout).ok_or_else(|| {
+            at(
+                "timeout",
+                format!("{} s is not a usable duration", reference.timeout),
+            )
+        })?);
+        hooked.on_error = match reference.on_error {
+            loom_config::OnError::Block => PolicyOnError::Block,
+            loom_config::OnError::Allow => PolicyOnError::Allow,
+        };
+        hooked.max_attempts = reference.max_attempts;
+        bound.push(hooked);
+    }
+    Ok(bound)
+}
+
+/// Whether one of `policies` can ask a human before a tool call (`approval: policy`).
+fn can_pause(policies: &[BoundPolicy]) -> bool {
+    policies.iter().any(|p| {
+        p.points.contains(&Point::BeforeTool) && p.policy.decisions().contains(&DecisionKind::Pause)
+    })
+}
+
+/// The engine's contract for a configured `output:` block (its `schema_file` already loaded
+/// into `schema` by the configuration).
+pub(crate) fn contract(spec: &loom_config::OutputContract) -> Result<Contract, String> {
+    Contract::new(ContractSpec {
+        schema: spec.schema.clone().map(serde_json::Value::Object),
+        must_match: spec.must_match.clone(),
+        must_not_match: spec.must_not_match.clone(),
+        max_chars: spec
+            .max_chars
+            .map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
+        normalize: spec.normalize,
+        repair: RepairSettings {
+            max_attempts: spec.repair.max_attempts,
+            tools: match spec.repair.tools {
+                loom_config::RepairTools::Auto => RepairTools::Auto,
+                loom_config::RepairTools::None => RepairTools::None,
+                loom_config::RepairTools::Allowed => RepairTools::Allowed,
+            },
+        },
+        on_failure: match spec.on_failure {
+            loom_config::OnFailure::Fail => OnFailure::Fail,
+            loom_config::OnFailure::Unverified => OnFailure::Unverified,
+            loom_config::OnFailure::Fallback => OnFailure::Fallback,
+        },
+        fallback_message: spec.fallback_message.clone(),
+    })
+    .map_err(|e| e.to_string())
 }
 
 /// Whether paused runs survive the process: any journal but `memory`, or the `dev` profile
