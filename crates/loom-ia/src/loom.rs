@@ -483,6 +483,7 @@ impl Loom {
                     user_id: options.user_id,
                     metadata: options.metadata,
                     message: Message::user(message),
+                    judges: Default::default(),
                 },
                 observer,
             )
@@ -761,6 +762,7 @@ impl Loom {
                     user_id: options.user_id,
                     metadata: options.metadata,
                     message: Message::user(message),
+                    judges: Default::default(),
                 },
                 &(),
             )
