@@ -101,6 +101,12 @@ enum Command {
         /// Choose the run id.
         #[arg(long = "run-id")]
         run_id: Option<String>,
+        /// Tenant the run is for (default `default`; must be declared when `tenants` is).
+        #[arg(long)]
+        tenant: Option<String>,
+        /// Judges: as configured (`auto`), always (`force`) or never (`skip`, refused in prod).
+        #[arg(long, value_parser = ["auto", "force", "skip"], default_value = "auto")]
+        judges: String,
     },
     /// Grant the approval a paused run waits for, then drive it on.
     Approve {
@@ -211,7 +217,13 @@ pub(crate) async fn execute(cli: Cli, app: App) -> u8 {
             json,
             stream,
             run_id,
+            tenant,
+            judges,
         } => {
+            let Ok(judges) = judges.parse::<loom_ia::JudgeMode>() else {
+                eprintln!("error: --judges must be auto, force or skip");
+                return REFUSED;
+            };
             run(
                 &loom,
                 &agent,
@@ -219,6 +231,8 @@ pub(crate) async fn execute(cli: Cli, app: App) -> u8 {
                 RunOptions {
                     session_id: session,
                     run_id,
+                    tenant_id: tenant,
+                    judges,
                     ..RunOptions::default()
                 },
                 json,

@@ -107,7 +107,7 @@ impl Engine {
                 depth: 0,
                 triggered_by: None,
                 trigger: None,
-                judges: "auto".into(),
+                judges: begin.judges.as_str().into(),
                 budget: None,
                 state: Default::default(),
             })),
@@ -434,7 +434,7 @@ impl Engine {
         self.clock.now()
     }
 
-    fn cancellation(
+    pub(crate) fn cancellation(
         &self,
         run: &RunRef,
         agent: &str,

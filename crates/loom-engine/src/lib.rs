@@ -27,6 +27,7 @@ pub mod contract;
 mod driver;
 mod hooks;
 mod ids;
+mod judges;
 mod offload;
 mod request;
 mod resilience;
@@ -50,6 +51,10 @@ use serde_json::{Map, Value};
 
 pub use driver::Observer;
 pub use ids::Ids;
+pub use judges::{
+    ContextScope, Criterion, JUDGE_SYSTEM, JudgeCondition, JudgeContext, JudgeInput, JudgeMode,
+    JudgeRuntime, JudgeWhen, VERDICT_TOOL, parse_verdict, sample_point, sampled,
+};
 pub use offload::artifact_read as artifact_reader;
 pub use request::request_hash;
 pub use resilience::{Breakers, CircuitSettings, ModelTimeouts, RetryPolicy};
@@ -311,6 +316,9 @@ pub struct AgentRuntime {
     pub policies: Vec<BoundPolicy>,
     /// The contract of the final output (`output:`), checked before the run completes.
     pub output: Option<contract::Contract>,
+    /// Judges of the final output (`judge:`), run in order after its contract and before the
+    /// `on_output` policies.
+    pub judges: Vec<JudgeRuntime>,
 }
 
 /// The agent's `approval:` settings.
@@ -354,6 +362,7 @@ impl AgentRuntime {
             approval: ApprovalSettings::default(),
             policies: Vec::new(),
             output: None,
+            judges: Vec::new(),
         }
     }
 
@@ -378,6 +387,8 @@ pub struct BeginRun {
     pub metadata: Map<String, Value>,
     /// The user's message.
     pub message: Message,
+    /// How the agent's judges run (`run.started.judges`).
+    pub judges: JudgeMode,
 }
 
 /// Where a run lives.

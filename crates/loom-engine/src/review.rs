@@ -1,5 +1,6 @@
 //! Decisions on the orchestrator's answers: the `after_model` point, the final output's guards
-//! (`on_output`: contract, then the agent's policies), and the repairs they ask for.
+//! (`on_output`: contract, then judges (`judges.rs`), then the agent's policies), and the
+//! repairs they ask for.
 //!
 //! These are decisions, written outside any step in the run's root span. A guard or policy
 //! that refuses an answer journals `policy.decided` (retry); the next decision writes the
@@ -37,7 +38,7 @@ pub(crate) struct Final {
 }
 
 /// What a guard made of the output.
-enum Guarded {
+pub(crate) enum Guarded {
     /// The output goes on.
     Pass,
     /// The events are written and the run is repaired or failed: nothing more to do.
@@ -149,8 +150,9 @@ impl Driver<'_> {
             .await
     }
 
-    /// The final output: the agent's contract, then its `on_output` policies; the run
-    /// completes with what they let through, or goes back to the model for a repair, or fails.
+    /// The final output: the agent's contract, then its judges, then its `on_output` policies;
+    /// the run completes with what they let through, or goes back to the model for a repair,
+    /// or fails.
     pub(crate) async fn finish(
         &mut self,
         state: &mut RunState,
@@ -160,6 +162,9 @@ impl Driver<'_> {
         cause_event_id: Option<String>,
     ) -> Result<(), EngineError> {
         if let Guarded::Done = self.output_contract(state, writer, &mut output).await? {
+            return Ok(());
+        }
+        if let Guarded::Done = self.output_judges(state, writer, &mut output).await? {
             return Ok(());
         }
         let span = state.run_span_id.clone();
@@ -355,7 +360,7 @@ impl Driver<'_> {
 }
 
 /// The output of a terminal tool call as an assistant message: the last tool result's blocks.
-fn terminal_message(state: &RunState) -> Message {
+pub(crate) fn terminal_message(state: &RunState) -> Message {
     state
         .messages
         .iter()

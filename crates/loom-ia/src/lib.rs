@@ -55,7 +55,7 @@ pub use loom_core::{
     policy,
     tool::{FnTool, IntoToolOutput, Json, Tool, ToolContext, ToolError, ToolOutput},
 };
-pub use loom_engine::{Observer, RunRef};
+pub use loom_engine::{JudgeCondition, JudgeInput, JudgeMode, Observer, RunRef};
 pub use loom_macros::tool;
 pub mod report;
 pub use report::{Trace, TraceCall, TraceStep, UsageLine, UsageReport};

@@ -17,7 +17,7 @@ use loom_core::{
     ports::{ArtifactStore, EventStore, SourceContext, ToolSource},
     tool::{Tool, ToolDeclarations},
 };
-use loom_engine::{AgentRuntime, BeginRun, Engine, Observer, RunRef};
+use loom_engine::{AgentRuntime, BeginRun, Engine, JudgeCondition, JudgeMode, Observer, RunRef};
 use loom_journal::{JsonlStore, LocalArtifacts, MemoryArtifacts, MemoryStore};
 use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
@@ -102,6 +102,9 @@ pub struct RunOptions {
     /// Decides approval requests inside the run (it then never pauses; requests and
     /// decisions are still journaled). Without one, a call that needs approval pauses the run.
     pub approver: Option<Arc<dyn Approver>>,
+    /// Whether the agent's judges run as configured (`auto`), always (`force`) or never
+    /// (`skip`, refused under the `prod` profile; a skipped judge still leaves a trace).
+    pub judges: JudgeMode,
 }
 
 impl std::fmt::Debug for RunOptions {
@@ -113,6 +116,7 @@ impl std::fmt::Debug for RunOptions {
             .field("user_id", &self.user_id)
             .field("metadata", &self.metadata)
             .field("approver", &self.approver.as_ref().map(|_| "inline"))
+            .field("judges", &self.judges)
             .finish()
     }
 }
@@ -204,6 +208,7 @@ struct Inner {
     sources: BTreeMap<String, Arc<dyn ToolSource>>,
     tools: RwLock<BTreeMap<String, Arc<dyn Tool>>>,
     policies: RwLock<BTreeMap<String, Arc<dyn Policy>>>,
+    conditions: RwLock<BTreeMap<String, Arc<dyn JudgeCondition>>>,
     agents: RwLock<HashMap<(String, String), Arc<AgentRuntime>>>,
     active: Mutex<HashMap<String, CancellationToken>>,
 }
@@ -277,6 +282,7 @@ impl Loom {
                 sources,
                 tools: RwLock::new(BTreeMap::new()),
                 policies: RwLock::new(BTreeMap::new()),
+                conditions: RwLock::new(BTreeMap::new()),
                 agents: RwLock::new(HashMap::new()),
                 active: Mutex::new(HashMap::new()),
             }),
@@ -351,6 +357,31 @@ impl Loom {
         }
         policies.insert(name.to_owned(), policy);
         drop(policies);
+        if let Ok(mut agents) = self.inner.agents.write() {
+            agents.clear();
+        }
+        Ok(())
+    }
+
+    /// Registers a judge condition under `name`, the `when.condition` of judges: the judge
+    /// runs only when it holds.
+    pub fn register_condition(
+        &self,
+        name: &str,
+        condition: Arc<dyn JudgeCondition>,
+    ) -> Result<(), LoomError> {
+        let mut conditions = self
+            .inner
+            .conditions
+            .write()
+            .map_err(|_| LoomError::Registration("registry lock poisoned".into()))?;
+        if conditions.contains_key(name) {
+            return Err(LoomError::Registration(format!(
+                "a condition named '{name}' is already registered"
+            )));
+        }
+        conditions.insert(name.to_owned(), condition);
+        drop(conditions);
         if let Ok(mut agents) = self.inner.agents.write() {
             agents.clear();
         }
@@ -454,6 +485,46 @@ impl Loom {
             .unwrap_or_default()
     }
 
+    /// What opens a run: the tenant (declared, allowed to use the agent), the caller's
+    /// judge mode (`skip` refused in `prod`), the resolved agent and the engine's request.
+    fn opening(
+        &self,
+        agent: &str,
+        message: String,
+        options: RunOptions,
+    ) -> Result<(Arc<AgentRuntime>, BeginRun), LoomError> {
+        let tenant = options
+            .tenant_id
+            .clone()
+            .unwrap_or_else(|| DEFAULT_TENANT.to_owned());
+        let config = &self.inner.config;
+        config
+            .check_tenant(&tenant)
+            .map_err(|e| LoomError::Refused(e.to_string()))?;
+        if let Some(spec) = config.tenant(&tenant)
+            && !spec.allows_agent(agent)
+        {
+            return Err(LoomError::Refused(format!(
+                "tenant '{tenant}' may not use the agent '{agent}' (tenants[].agents)"
+            )));
+        }
+        options
+            .judges
+            .check(config.profile().map(|p| p.as_str()))
+            .map_err(|e| LoomError::Refused(e.to_string()))?;
+        let runtime = self.agent(agent, &tenant)?;
+        let begin = BeginRun {
+            tenant_id: tenant,
+            session_id: options.session_id,
+            run_id: options.run_id,
+            user_id: options.user_id,
+            metadata: options.metadata,
+            message: Message::user(message),
+            judges: options.judges,
+        };
+        Ok((runtime, begin))
+    }
+
     fn agent(&self, name: &str, tenant: &str) -> Result<Arc<AgentRuntime>, LoomError> {
         let key = (name.to_owned(), tenant.to_owned());
         if let Some(agent) = self
@@ -474,6 +545,12 @@ impl Loom {
         let registry = crate::resolve::Registry {
             tools,
             policies: self.policies(),
+            conditions: self
+                .inner
+                .conditions
+                .read()
+                .map(|c| c.clone())
+                .unwrap_or_default(),
         };
         let agent = Arc::new(crate::resolve::agent(
             &self.inner.config,
@@ -508,28 +585,9 @@ impl Loom {
         options: RunOptions,
         observer: &dyn Observer,
     ) -> Result<RunResult, LoomError> {
-        let tenant = options
-            .tenant_id
-            .clone()
-            .unwrap_or_else(|| DEFAULT_TENANT.to_owned());
         let approver = options.approver.clone();
-        let runtime = self.agent(agent, &tenant)?;
-        let run = self
-            .inner
-            .engine
-            .begin(
-                &runtime,
-                BeginRun {
-                    tenant_id: tenant,
-                    session_id: options.session_id,
-                    run_id: options.run_id,
-                    user_id: options.user_id,
-                    metadata: options.metadata,
-                    message: Message::user(message),
-                },
-                observer,
-            )
-            .await?;
+        let (runtime, begin) = self.opening(agent, message.into(), options)?;
+        let run = self.inner.engine.begin(&runtime, begin, observer).await?;
         self.drive_approved(&run, &runtime, observer, approver)
             .await
     }
@@ -787,27 +845,8 @@ impl Loom {
         message: impl Into<String>,
         options: RunOptions,
     ) -> Result<RunRef, LoomError> {
-        let tenant = options
-            .tenant_id
-            .clone()
-            .unwrap_or_else(|| DEFAULT_TENANT.to_owned());
-        let runtime = self.agent(agent, &tenant)?;
-        let run = self
-            .inner
-            .engine
-            .begin(
-                &runtime,
-                BeginRun {
-                    tenant_id: tenant,
-                    session_id: options.session_id,
-                    run_id: options.run_id,
-                    user_id: options.user_id,
-                    metadata: options.metadata,
-                    message: Message::user(message),
-                },
-                &(),
-            )
-            .await?;
+        let (runtime, begin) = self.opening(agent, message.into(), options)?;
+        let run = self.inner.engine.begin(&runtime, begin, &()).await?;
         self.spawn_drive(run.clone(), runtime);
         Ok(run)
     }

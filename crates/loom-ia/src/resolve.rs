@@ -15,7 +15,8 @@ use loom_core::{
     tool::{Approval, OnUnknown, Tool, ToolDeclarations},
 };
 use loom_engine::{
-    AgentRuntime, BoundPolicy, BoundSource, BoundTool, ModelBinding, PolicyOnError,
+    AgentRuntime, BoundPolicy, BoundSource, BoundTool, ContextScope as JudgeScope, Criterion,
+    JudgeCondition, JudgeContext, JudgeRuntime, ModelBinding, PolicyOnError,
     contract::{Contract, ContractSpec, OnFailure, RepairSettings, RepairTools},
 };
 
@@ -60,6 +61,8 @@ pub(crate) struct Registry {
     pub(crate) tools: BTreeMap<String, Arc<dyn Tool>>,
     /// Policies (`hook` names).
     pub(crate) policies: BTreeMap<String, Arc<dyn Policy>>,
+    /// Judge conditions (`when.condition` names).
+    pub(crate) conditions: BTreeMap<String, Arc<dyn JudgeCondition>>,
 }
 
 /// Resolves an agent for a tenant: rendered prompt, model binding, bound tools, policies and
@@ -284,6 +287,7 @@ pub(crate) fn agent(
             })?),
             None => None,
         },
+        judges: agent_judges(config, models, registry, spec, name, tenant)?,
     })
 }
 
@@ -364,6 +368,136 @@ fn agent_policies(
     Ok(bound)
 }
 
+/// The agent's judge (`judge:`), with its model chain, its condition and the active profile.
+fn agent_judges(
+    config: &Config,
+    models: &Models,
+    registry: &Registry,
+    spec: &loom_config::AgentSpec,
+    name: &str,
+    _tenant: &str,
+) -> Result<Vec<JudgeRuntime>, LoomError> {
+    let Some(judge) = &spec.judge else {
+        return Ok(Vec::new());
+    };
+    let at = |key: &str, message: String| {
+        LoomError::from(config.error_at_agent(name, &format!("judge.{key}"), message))
+    };
+    let model_of = |key: &str, id: &str| {
+        config
+            .model(id)
+            .ok_or_else(|| at(key, format!("unknown model '{id}'")))
+            .and_then(|m| binding(config, models, m, &judge.llm))
+    };
+    let main = model_of("model", &judge.model)?;
+    let criteria = judge
+        .criteria
+        .iter()
+        .map(|c| Criterion {
+            name: c.name.clone(),
+            rule: c.rule.clone(),
+            min_score: c.min_score,
+            blocking: c.blocking,
+        })
+        .collect();
+    let judge_name = judge.name.clone().unwrap_or_else(|| "output".to_owned());
+    let mut runtime =
+        JudgeRuntime::new(judge_name, main, criteria).map_err(|e| at("criteria", e.to_string()))?;
+    for (f, id) in judge.fallbacks.iter().enumerate() {
+        runtime
+            .fallbacks
+            .push(model_of(&format!("fallbacks[{f}]"), id)?);
+    }
+    for item in &judge.context {
+        runtime.context.push(match item {
+            loom_config::ContextItem::Name(loom_config::ContextName::UserInput) => {
+                JudgeContext::UserInput
+            }
+            loom_config::ContextItem::Name(loom_config::ContextName::CallerContext) => {
+                JudgeContext::CallerContext
+            }
+            loom_config::ContextItem::Name(other) => {
+                return Err(at(
+                    "context",
+                    format!(
+                        "context '{}' is not available to judges in this version",
+                        other.as_str()
+                    ),
+                ));
+            }
+            loom_config::ContextItem::ToolResults(results) => JudgeContext::ToolResults {
+                tools: results.tool_results.clone(),
+                scope: match results.scope {
+                    loom_config::ContextScope::Run => JudgeScope::Run,
+                    loom_config::ContextScope::Session => JudgeScope::Session,
+                },
+            },
+            loom_config::ContextItem::LastTurns(turns) => JudgeContext::LastTurns(turns.last_turns),
+        });
+    }
+    runtime.when.sample = judge.when.sample;
+    runtime.when.tenants = judge.when.tenants.clone();
+    runtime.when.profiles = judge
+        .when
+        .profiles
+        .as_ref()
+        .map(|profiles| profiles.iter().map(|p| p.as_str().to_owned()).collect());
+    if let Some(condition) = &judge.when.condition {
+        let Some(registered) = registry.conditions.get(condition) else {
+            let known: Vec<&str> = registry.conditions.keys().map(String::as_str).collect();
+            return Err(at(
+                "when.condition",
+                format!(
+                    "unknown condition '{condition}' (registered conditions: {}); register it in \
+                     code (Loom::register_condition)",
+                    if known.is_empty() {
+                        "none".to_owned()
+                    } else {
+                        known.join(", ")
+                    }
+                ),
+            ));
+        };
+        runtime.when.condition = Some(registered.clone());
+    }
+    runtime.profile = config.profile().map(|p| p.as_str().to_owned());
+    runtime.repair = RepairSettings {
+        max_attempts: judge.repair.max_attempts,
+        tools: repair_tools(judge.repair.tools),
+    };
+    runtime.on_failure = on_failure(judge.on_failure);
+    runtime.fallback_message = judge.fallback_message.clone();
+    runtime.max_tokens = judge.llm.max_tokens;
+    runtime.timeout = match judge.timeout {
+        Some(secs) => Some(
+            seconds(secs)
+                .ok_or_else(|| at("timeout", format!("{secs} s is not a usable duration")))?,
+        ),
+        None => None,
+    };
+    runtime.on_error = match judge.on_error {
+        loom_config::OnError::Block => PolicyOnError::Block,
+        loom_config::OnError::Allow => PolicyOnError::Allow,
+    };
+    Ok(vec![runtime])
+}
+
+fn repair_tools(tools: loom_config::RepairTools) -> RepairTools {
+    match tools {
+        loom_config::RepairTools::Auto => RepairTools::Auto,
+        loom_config::RepairTools::None => RepairTools::None,
+        loom_config::RepairTools::Allowed => RepairTools::Allowed,
+    }
+}
+
+fn on_failure(on_failure: loom_config::OnFailure) -> OnFailure {
+    match on_failure {
+        loom_config::OnFailure::Fail => OnFailure::Fail,
+        loom_config::OnFailure::Unverified => OnFailure::Unverified,
+        loom_config::OnFailure::Fallback => OnFailure::Fallback,
+    }
+}
+
 /// Whether one of `policies` can ask a human before a tool call (`approval: policy`).
 fn can_pause(policies: &[BoundPolicy]) -> bool {
     policies.iter().any(|p| {
@@ -384,17 +518,9 @@ pub(crate) fn contract(spec: &loom_config::OutputContract) -> Result<Contract, S
         normalize: spec.normalize,
         repair: RepairSettings {
             max_attempts: spec.repair.max_attempts,
-            tools: match spec.repair.tools {
-                loom_config::RepairTools::Auto => RepairTools::Auto,
-                loom_config::RepairTools::None => RepairTools::None,
-                loom_config::RepairTools::Allowed => RepairTools::Allowed,
-            },
+            tools: repair_tools(spec.repair.tools),
         },
-        on_failure: match spec.on_failure {
-            loom_config::OnFailure::Fail => OnFailure::Fail,
-            loom_config::OnFailure::Unverified => OnFailure::Unverified,
-            loom_config::OnFailure::Fallback => OnFailure::Fallback,
-        },
+        on_failure: on_failure(spec.on_failure),
         fallback_message: spec.fallback_message.clone(),
     })
     .map_err(|e| e.to_string())
