@@ -23,6 +23,7 @@
 //! `Arc<dyn ModelClient>`, `Arc<dyn Tool>`, `Arc<dyn Clock>`); it reads no environment
 //! variable and no configuration file.
 
+pub mod budget;
 pub mod contract;
 mod driver;
 mod hooks;
@@ -48,6 +49,7 @@ use loom_core::{
 };
 use serde_json::{Map, Value};
 
+pub use budget::{BudgetLimits, OnExceed, RunLimits, SessionLimits};
 pub use driver::Observer;
 pub use ids::Ids;
 pub use offload::artifact_read as artifact_reader;
@@ -311,6 +313,10 @@ pub struct AgentRuntime {
     pub policies: Vec<BoundPolicy>,
     /// The contract of the final output (`output:`), checked before the run completes.
     pub output: Option<contract::Contract>,
+    /// Run and session budgets, checked before each orchestrator model call by the built-in
+    /// policy `loom.budget`, ahead of `policies` (`None`: only a budget the run was opened
+    /// with applies).
+    pub budget: Option<BudgetLimits>,
 }
 
 /// The agent's `approval:` settings.
@@ -354,6 +360,7 @@ impl AgentRuntime {
             approval: ApprovalSettings::default(),
             policies: Vec::new(),
             output: None,
+            budget: None,
         }
     }
 
@@ -378,6 +385,9 @@ pub struct BeginRun {
     pub metadata: Map<String, Value>,
     /// The user's message.
     pub message: Message,
+    /// Limits of this run, journaled in `run.started.budget`; they tighten the agent's run
+    /// limits key by key.
+    pub budget: Option<loom_core::event::RunBudget>,
 }
 
 /// Where a run lives.

@@ -120,6 +120,7 @@ fn begin() -> BeginRun {
         user_id: None,
         metadata: Map::new(),
         message: Message::user("Envoie le devis à Alice."),
+        budget: None,
     }
 }
 

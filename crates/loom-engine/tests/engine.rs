@@ -70,6 +70,7 @@ fn agent(model: Arc<dyn ModelClient>, tools: Vec<FnTool>) -> AgentRuntime {
         approval: Default::default(),
         policies: Vec::new(),
         output: None,
+        budget: None,
     }
 }
 
@@ -89,6 +90,7 @@ fn begin(message: &str) -> BeginRun {
         user_id: None,
         metadata: Map::new(),
         message: Message::user(message),
+        budget: None,
     }
 }
 

@@ -61,6 +61,7 @@ fn begin() -> BeginRun {
         user_id: None,
         metadata: Map::new(),
         message: Message::user("Relance le devis."),
+        budget: None,
     }
 }
 

@@ -114,6 +114,7 @@ fn begin() -> BeginRun {
         user_id: None,
         metadata: Map::new(),
         message: Message::user("Envoie-le."),
+        budget: None,
     }
 }
 

@@ -108,6 +108,7 @@ fn begin(message: &str) -> BeginRun {
         user_id: None,
         metadata: Map::new(),
         message: Message::user(message),
+        budget: None,
     }
 }
 

@@ -101,6 +101,9 @@ pub struct RunOptions {
     /// Decides approval requests inside the run (it then never pauses; requests and
     /// decisions are still journaled). Without one, a call that needs approval pauses the run.
     pub approver: Option<Arc<dyn Approver>>,
+    /// Limits of this run (journaled in `run.started.budget`): they tighten the agent's run
+    /// budget key by key.
+    pub budget: Option<loom_core::event::RunBudget>,
 }
 
 impl std::fmt::Debug for RunOptions {
@@ -112,6 +115,7 @@ impl std::fmt::Debug for RunOptions {
             .field("user_id", &self.user_id)
             .field("metadata", &self.metadata)
             .field("approver", &self.approver.as_ref().map(|_| "inline"))
+            .field("budget", &self.budget)
             .finish()
     }
 }
@@ -483,6 +487,7 @@ impl Loom {
                     user_id: options.user_id,
                     metadata: options.metadata,
                     message: Message::user(message),
+                    budget: options.budget,
                 },
                 observer,
             )
@@ -761,6 +766,7 @@ impl Loom {
                     user_id: options.user_id,
                     metadata: options.metadata,
                     message: Message::user(message),
+                    budget: options.budget,
                 },
                 &(),
             )

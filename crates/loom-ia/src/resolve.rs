@@ -260,6 +260,7 @@ pub(crate) fn agent(
         },
         policies: Vec::new(),
         output: None,
+        budget: None,
     })
 }
 
