@@ -15,6 +15,7 @@
 
 use std::collections::HashMap;
 
+use chrono::{DateTime, Utc};
 use loom_core::{
     Event, RunState,
     event::{BudgetExceeded, Payload, RunBudget},
@@ -147,7 +148,8 @@ impl Spent {
         }
     }
 
-    fn plus(self, other: Spent) -> Spent {
+    /// `self` and `other` together.
+    pub fn plus(self, other: Spent) -> Spent {
         Spent {
             tokens: self.tokens + other.tokens,
             cost_usd: self.cost_usd + other.cost_usd,
@@ -166,31 +168,51 @@ pub fn run_limits(agent: Option<&BudgetLimits>, state: &RunState) -> RunLimits {
     }
 }
 
-/// What the session's root runs started before `run_id` spent (all of them when `run_id` is
-/// not in `events`), folded from the session's events. Sub-agent runs are not counted on their
-/// own: their parents already report them.
-pub fn session_spent(events: &[Event], run_id: &str) -> Result<Spent, FoldError> {
+/// What one root run spent.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunSpent {
+    /// Run.
+    pub run_id: String,
+    /// When it started (`run.started.ts`).
+    pub started_at: DateTime<Utc>,
+    /// What it spent, its sub-agents included.
+    pub spent: Spent,
+}
+
+/// What each root run of a session spent, in the order the runs started, folded from the
+/// session's events. Sub-agent runs are not listed: their parents already report them.
+pub fn root_runs_spent(events: &[Event]) -> Result<Vec<RunSpent>, FoldError> {
+    let mut order: Vec<&str> = Vec::new();
     let mut runs: HashMap<&str, RunState> = HashMap::new();
-    let mut reached = false;
     for event in events {
-        if event.run_id == run_id {
-            reached = true;
-            continue;
-        }
         match runs.get_mut(event.run_id.as_str()) {
             Some(state) => state.apply(event)?,
             None => {
-                if !reached
-                    && matches!(&event.payload, Payload::RunStarted(p) if p.parent_run_id.is_none())
-                {
+                if matches!(&event.payload, Payload::RunStarted(p) if p.parent_run_id.is_none()) {
+                    order.push(&event.run_id);
                     runs.insert(&event.run_id, RunState::start(event)?);
                 }
             }
         }
     }
-    Ok(runs
-        .values()
-        .fold(Spent::default(), |sum, state| sum.plus(Spent::of(state))))
+    Ok(order
+        .into_iter()
+        .filter_map(|run_id| runs.remove(run_id))
+        .map(|state| RunSpent {
+            spent: Spent::of(&state),
+            started_at: state.started_at,
+            run_id: state.run_id,
+        })
+        .collect())
+}
+
+/// What the session's root runs started before `run_id` spent (all of them when `run_id` is
+/// not among them).
+pub fn session_spent(events: &[Event], run_id: &str) -> Result<Spent, FoldError> {
+    Ok(root_runs_spent(events)?
+        .into_iter()
+        .take_while(|run| run.run_id != run_id)
+        .fold(Spent::default(), |sum, run| sum.plus(run.spent)))
 }
 
 /// The budget a sub-agent run receives from its parent: `part` (in `(0, 1]`) of what remains of

@@ -21,7 +21,11 @@ use loom_journal::{JsonlStore, LocalArtifacts, MemoryArtifacts, MemoryStore};
 use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 
-use crate::{LoomError, RunResult, SystemClock, report};
+use crate::{
+    LoomError, RunResult, SystemClock,
+    budget::{Period, TenantBudget},
+    report,
+};
 
 /// Opens the `sqlite` journal the configuration names (creating the file and its schema).
 #[cfg(feature = "sqlite")]
@@ -208,6 +212,7 @@ struct Inner {
     tools: RwLock<BTreeMap<String, Arc<dyn Tool>>>,
     agents: RwLock<HashMap<(String, String), Arc<AgentRuntime>>>,
     active: Mutex<HashMap<String, CancellationToken>>,
+    tenant_budgets: RwLock<BTreeMap<String, TenantBudget>>,
 }
 
 impl std::fmt::Debug for Loom {
@@ -280,6 +285,7 @@ impl Loom {
                 tools: RwLock::new(BTreeMap::new()),
                 agents: RwLock::new(HashMap::new()),
                 active: Mutex::new(HashMap::new()),
+                tenant_budgets: RwLock::new(BTreeMap::new()),
             }),
         })
     }
@@ -292,6 +298,72 @@ impl Loom {
     /// This instance's worker id.
     pub fn worker_id(&self) -> &str {
         self.inner.engine.worker_id()
+    }
+
+    /// Sets `tenant`'s period ceilings (replacing any it had): a run of the tenant is refused
+    /// ([`LoomError::BudgetExhausted`], nothing written) once the root runs it started in the
+    /// current UTC day or month spent as much. Applies to every clone of this instance.
+    pub fn with_tenant_budget(self, tenant: impl Into<String>, budget: TenantBudget) -> Loom {
+        if let Ok(mut budgets) = self.inner.tenant_budgets.write() {
+            budgets.insert(tenant.into(), budget);
+        }
+        self
+    }
+
+    /// The period ceilings of `tenant`, if any.
+    pub fn tenant_budget(&self, tenant: &str) -> Option<TenantBudget> {
+        self.inner
+            .tenant_budgets
+            .read()
+            .ok()
+            .and_then(|b| b.get(tenant).copied())
+    }
+
+    /// Refuses a run of `tenant` when it reached one of its period ceilings.
+    async fn check_tenant_budget(&self, tenant: &str) -> Result<(), LoomError> {
+        let Some(budget) = self.tenant_budget(tenant).filter(|b| !b.is_empty()) else {
+            return Ok(());
+        };
+        let now = chrono::Utc::now();
+        let from = crate::budget::scan_from(&budget, now);
+        let mut runs = Vec::new();
+        for (_, events) in self.tenant_sessions(tenant, from).await? {
+            let spent = loom_engine::budget::root_runs_spent(&events)
+                .map_err(|e| LoomError::from(loom_engine::EngineError::Fold(e)))?;
+            runs.extend(spent.into_iter().filter(|r| r.started_at >= from));
+        }
+        match crate::budget::exhausted(&budget, &runs, now) {
+            None => Ok(()),
+            Some(hit) => {
+                tracing::info!(tenant, period = %hit.period, "run refused: tenant budget reached");
+                Err(LoomError::BudgetExhausted {
+                    tenant: tenant.to_owned(),
+                    period: hit.period,
+                    spent: hit.spent,
+                    limit: hit.limit,
+                    retry_in: hit.retry_in,
+                })
+            }
+        }
+    }
+
+    /// The journals of `tenant`'s sessions written to since `since` (a session last written
+    /// before cannot hold a run started after), as `(session id, events)`.
+    async fn tenant_sessions(
+        &self,
+        tenant: &str,
+        since: chrono::DateTime<chrono::Utc>,
+    ) -> Result<Vec<(String, Vec<Event>)>, LoomError> {
+        let store = self.inner.engine.store();
+        let mut sessions = Vec::new();
+        for session in store.sessions(tenant).await? {
+            if session.updated_at.is_some_and(|at| at < since) {
+                continue;
+            }
+            let events = store.read(tenant, &session.session_id, 0).await?;
+            sessions.push((session.session_id, events));
+        }
+        Ok(sessions)
     }
 
     /// Registers a tool under `name` (the name agents reference and the model sees).
@@ -475,6 +547,7 @@ impl Loom {
             .unwrap_or_else(|| DEFAULT_TENANT.to_owned());
         let approver = options.approver.clone();
         let runtime = self.agent(agent, &tenant)?;
+        self.check_tenant_budget(&tenant).await?;
         let run = self
             .inner
             .engine
@@ -754,6 +827,7 @@ impl Loom {
             .clone()
             .unwrap_or_else(|| DEFAULT_TENANT.to_owned());
         let runtime = self.agent(agent, &tenant)?;
+        self.check_tenant_budget(&tenant).await?;
         let run = self
             .inner
             .engine
@@ -953,10 +1027,52 @@ impl Loom {
             .map_err(|e| LoomError::from(loom_engine::EngineError::Fold(e)))
     }
 
-    /// Tokens and cost of a run, by role and by model (what `loom report` shows).
+    /// Tokens and cost of a run, by role, by sub-run and by model, its sub-runs rolled up
+    /// (what `loom report <run>` shows).
     pub async fn report(&self, run: &RunRef) -> Result<report::UsageReport, LoomError> {
-        let events = self.events(run).await?;
+        let events = self
+            .inner
+            .engine
+            .store()
+            .read(&run.tenant_id, &run.session_id, 0)
+            .await?;
+        if !events.iter().any(|e| e.run_id == run.run_id) {
+            return Err(LoomError::UnknownRun(run.run_id.clone()));
+        }
         Ok(report::UsageReport::from_events(&run.run_id, &events))
+    }
+
+    /// Tokens and cost of a session: each root run, and every call by role, by sub-agent and
+    /// by model (what `loom report --session` shows).
+    pub async fn session_report(
+        &self,
+        session: &str,
+        tenant: Option<&str>,
+    ) -> Result<report::SessionReport, LoomError> {
+        let tenant = tenant.unwrap_or(DEFAULT_TENANT);
+        if !loom_core::ids::is_safe_id(session) {
+            return Err(LoomError::UnknownSession(session.to_owned()));
+        }
+        let events = self.inner.engine.store().read(tenant, session, 0).await?;
+        if events.is_empty() {
+            return Err(LoomError::UnknownSession(session.to_owned()));
+        }
+        Ok(report::SessionReport::from_events(tenant, session, &events))
+    }
+
+    /// Tokens and cost of a tenant over the UTC day or month holding `at`: the root runs it
+    /// started then, by agent, role, sub-agent and model (what `loom report --tenant` shows).
+    pub async fn tenant_report(
+        &self,
+        tenant: &str,
+        period: Period,
+        at: chrono::DateTime<chrono::Utc>,
+    ) -> Result<report::TenantReport, LoomError> {
+        let (from, _) = period.window(at);
+        let sessions = self.tenant_sessions(tenant, from).await?;
+        Ok(report::TenantReport::from_sessions(
+            tenant, period, at, &sessions,
+        ))
     }
 }
 
