@@ -16,7 +16,8 @@
 //! ```
 //!
 //! Exit codes follow the reference: `0` done, `1` the run did not complete (or the journal
-//! failed), `2` refused (bad configuration, unknown agent or run, conflict).
+//! failed), `2` refused (bad configuration, unknown agent or run, conflict, a tenant budget
+//! reached).
 //!
 //! **Architecture invariant:** the CLI depends on the `loom-ia` facade only; output written
 //! for people lives here, the data it shows comes from the facade's projections.
@@ -32,7 +33,7 @@ use std::{
 };
 
 pub use cli::Cli;
-use loom_ia::Tool;
+use loom_ia::{TenantBudget, Tool};
 
 /// Exit code: done.
 pub const OK: u8 = 0;
@@ -46,6 +47,7 @@ pub const REFUSED: u8 = 2;
 pub struct App {
     tools: Vec<Arc<dyn Tool>>,
     default_config: Option<PathBuf>,
+    tenant_budgets: Vec<(String, TenantBudget)>,
 }
 
 impl App {
@@ -57,6 +59,13 @@ impl App {
     /// Registers a tool (under its own name) in every Loom the application builds.
     pub fn tool(mut self, tool: impl Tool + 'static) -> App {
         self.tools.push(Arc::new(tool));
+        self
+    }
+
+    /// Sets `tenant`'s period ceilings in every Loom the application builds: a run of the tenant
+    /// is then refused (exit code 2) once it spent that much in the current UTC day or month.
+    pub fn tenant_budget(mut self, tenant: impl Into<String>, budget: TenantBudget) -> App {
+        self.tenant_budgets.push((tenant.into(), budget));
         self
     }
 
@@ -108,6 +117,10 @@ impl App {
 
     pub(crate) fn tools(&self) -> &[Arc<dyn Tool>] {
         &self.tools
+    }
+
+    pub(crate) fn tenant_budgets(&self) -> &[(String, TenantBudget)] {
+        &self.tenant_budgets
     }
 }
 
