@@ -4,7 +4,8 @@ use std::{io::Write, path::PathBuf, sync::Mutex};
 
 use clap::{Parser, Subcommand};
 use loom_ia::{
-    Event, Loom, LoomError, Profile, RunOptions, RunStatus, config::LogFormat, core::event::Payload,
+    Event, Loom, LoomError, Period, Profile, RunOptions, RunStatus, config::LogFormat,
+    core::event::Payload,
 };
 
 use crate::{App, FAILED, OK, REFUSED, render};
@@ -24,6 +25,10 @@ pub struct Cli {
 }
 
 fn parse_profile(text: &str) -> Result<Profile, String> {
+    text.parse()
+}
+
+fn parse_period(text: &str) -> Result<Period, String> {
     text.parse()
 }
 
@@ -135,13 +140,20 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Tokens and cost of a run, by role and by model.
+    /// Tokens and cost of a run, a session, or a tenant over the current UTC day or month.
     Report {
-        /// Run id.
-        run_id: String,
-        /// Session of the run (found by search when absent).
+        /// Run id (without it: the session's report with --session, else the tenant's over
+        /// --period, by default today).
+        run_id: Option<String>,
+        /// The session (of the run, found by search when absent; alone: the session's report).
         #[arg(long)]
         session: Option<String>,
+        /// Tenant (default: default).
+        #[arg(long)]
+        tenant: Option<String>,
+        /// The tenant's usage over the current UTC `day` or `month`.
+        #[arg(long, value_parser = parse_period, conflicts_with_all = ["run_id", "session"])]
+        period: Option<Period>,
         /// Print the report as JSON.
         #[arg(long)]
         json: bool,
@@ -207,6 +219,12 @@ pub(crate) async fn execute(cli: Cli, app: App) -> u8 {
             return fail(&error);
         }
     }
+    let loom = app
+        .tenant_budgets()
+        .iter()
+        .fold(loom, |loom, (tenant, budget)| {
+            loom.with_tenant_budget(tenant.clone(), *budget)
+        });
     let outcome = match cli.command {
         Command::Schema => Ok(OK),
         Command::Validate => validate(&loom).await,
@@ -254,8 +272,17 @@ pub(crate) async fn execute(cli: Cli, app: App) -> u8 {
         Command::Report {
             run_id,
             session,
+            tenant,
+            period,
             json,
-        } => report(&loom, &run_id, session.as_deref(), json).await,
+        } => {
+            let target = match (run_id, session) {
+                (Some(run_id), session) => ReportOf::Run { run_id, session },
+                (None, Some(session)) => ReportOf::Session(session),
+                (None, None) => ReportOf::Tenant(period.unwrap_or(Period::Day)),
+            };
+            report(&loom, target, tenant.as_deref(), json).await
+        }
         Command::Resume {
             run_id,
             session,
@@ -278,11 +305,20 @@ pub(crate) async fn execute(cli: Cli, app: App) -> u8 {
 }
 
 fn fail(error: &LoomError) -> u8 {
-    match error {
-        LoomError::Config(config) => eprintln!("config error: {config}"),
-        other => eprintln!("error: {other}"),
-    }
+    eprintln!("{}", error_line(error));
     if error.is_refusal() { REFUSED } else { FAILED }
+}
+
+/// What `loom` prints for an error.
+fn error_line(error: &LoomError) -> String {
+    match error {
+        LoomError::Config(config) => format!("config error: {config}"),
+        LoomError::BudgetExhausted { retry_in, .. } => format!(
+            "error: {error} — retry in {}",
+            loom_ia::budget::human_delay(*retry_in)
+        ),
+        other => format!("error: {other}"),
+    }
 }
 
 fn init_logging(loom: &Loom) {
@@ -518,18 +554,50 @@ async fn inspect(
     Ok(OK)
 }
 
+/// What `loom report` covers.
+enum ReportOf {
+    Run {
+        run_id: String,
+        session: Option<String>,
+    },
+    Session(String),
+    Tenant(Period),
+}
+
 async fn report(
     loom: &Loom,
-    run_id: &str,
-    session: Option<&str>,
+    target: ReportOf,
+    tenant: Option<&str>,
     json: bool,
 ) -> Result<u8, LoomError> {
-    let run = loom.locate(run_id, session, None).await?;
-    let report = loom.report(&run).await?;
-    if json {
-        return Ok(print_json(&report));
-    }
-    print!("{}", render::usage(&report));
+    let text = match target {
+        ReportOf::Run { run_id, session } => {
+            let run = loom.locate(&run_id, session.as_deref(), tenant).await?;
+            let report = loom.report(&run).await?;
+            if json {
+                return Ok(print_json(&report));
+            }
+            render::usage(&report)
+        }
+        ReportOf::Session(session) => {
+            let report = loom.session_report(&session, tenant).await?;
+            if json {
+                return Ok(print_json(&report));
+            }
+            render::session_usage(&report)
+        }
+        ReportOf::Tenant(period) => {
+            let tenant = tenant.unwrap_or(loom_ia::DEFAULT_TENANT);
+            let report = loom
+                .tenant_report(tenant, period, chrono::Utc::now())
+                .await?;
+            if json {
+                return Ok(print_json(&report));
+            }
+            render::tenant_usage(&report)
+        }
+    };
+    print!("{text}");
     Ok(OK)
 }
 
@@ -626,5 +694,30 @@ async fn sessions(loom: &Loom, command: SessionsCommand) -> Result<u8, LoomError
             eprintln!("Session {session}: {deleted} event(s) and its files deleted.");
             Ok(OK)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use loom_ia::budget::Amount;
+
+    use super::*;
+
+    #[test]
+    fn an_exhausted_tenant_budget_says_when_to_retry() {
+        let error = LoomError::BudgetExhausted {
+            tenant: "dupont".into(),
+            period: Period::Day,
+            spent: Amount::Tokens(577),
+            limit: Amount::Tokens(100),
+            retry_in: Duration::from_secs(11 * 3600 + 57 * 60 + 12),
+        };
+        assert_eq!(
+            error_line(&error),
+            "error: tenant 'dupont': tenant budget reached for the day: 577 tokens (limit 100 tokens) — retry in 11 h 57 min"
+        );
+        assert_eq!(fail(&error), REFUSED);
     }
 }

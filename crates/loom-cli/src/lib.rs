@@ -16,7 +16,8 @@
 //! ```
 //!
 //! Exit codes follow the reference: `0` done, `1` the run did not complete (or the journal
-//! failed), `2` refused (bad configuration, unknown agent or run, conflict).
+//! failed), `2` refused (bad configuration, unknown agent or run, conflict, a tenant budget
+//! reached).
 //!
 //! **Architecture invariant:** the CLI depends on the `loom-ia` facade only; output written
 //! for people lives here, the data it shows comes from the facade's projections.
@@ -32,7 +33,7 @@ use std::{
 };
 
 pub use cli::Cli;
-use loom_ia::{Tool, policy::Policy};
+use loom_ia::{TenantBudget, Tool, policy::Policy};
 
 /// Exit code: done.
 pub const OK: u8 = 0;
@@ -47,6 +48,7 @@ pub struct App {
     tools: Vec<Arc<dyn Tool>>,
     policies: Vec<(String, Arc<dyn Policy>)>,
     default_config: Option<PathBuf>,
+    tenant_budgets: Vec<(String, TenantBudget)>,
 }
 
 impl App {
@@ -65,6 +67,13 @@ impl App {
     /// Loom the application builds.
     pub fn policy(mut self, name: impl Into<String>, policy: impl Policy + 'static) -> App {
         self.policies.push((name.into(), Arc::new(policy)));
+        self
+    }
+
+    /// Sets `tenant`'s period ceilings in every Loom the application builds: a run of the tenant
+    /// is then refused (exit code 2) once it spent that much in the current UTC day or month.
+    pub fn tenant_budget(mut self, tenant: impl Into<String>, budget: TenantBudget) -> App {
+        self.tenant_budgets.push((tenant.into(), budget));
         self
     }
 
@@ -120,6 +129,10 @@ impl App {
 
     pub(crate) fn policies(&self) -> &[(String, Arc<dyn Policy>)] {
         &self.policies
+    }
+
+    pub(crate) fn tenant_budgets(&self) -> &[(String, TenantBudget)] {
+        &self.tenant_budgets
     }
 }
 

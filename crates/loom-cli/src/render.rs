@@ -3,8 +3,8 @@
 use std::fmt::Write as _;
 
 use loom_ia::{
-    Event, RunResult, Trace, UsageLine, UsageReport, Validation, core::event::Payload,
-    report::TraceCall,
+    Event, RunResult, SessionReport, TenantReport, Trace, UsageLine, UsageReport, Validation,
+    core::event::Payload, report::TraceCall,
 };
 use serde_json::Value;
 
@@ -125,6 +125,17 @@ pub(crate) fn progress_line(event: &Event) -> Option<String> {
         Payload::IdempotencyReused(reused) => Some(format!(
             "· {}: already done (key {}), recorded result reused",
             reused.tool_name, reused.key
+        )),
+        Payload::BudgetExceeded(budget) => Some(format!(
+            "· {} budget reached: {} (limit {}) — {}",
+            budget.scope,
+            budget_amount(&budget.limit, budget.spent),
+            budget_amount(&budget.limit, budget.value),
+            if budget.action == "stop" {
+                "stop"
+            } else {
+                "warning"
+            }
         )),
         _ => None,
     }
@@ -310,11 +321,96 @@ fn step_effect(effect: loom_ia::core::event::Effect) -> &'static str {
 
 /// `loom report`.
 pub(crate) fn usage(report: &UsageReport) -> String {
-    let width = report
-        .roles
-        .keys()
-        .chain(report.models.keys())
-        .map(|k| k.chars().count())
+    let mut sections = vec![("By role", lines(&report.roles))];
+    if !report.sub_runs.is_empty() {
+        let subs = report
+            .sub_runs
+            .iter()
+            .map(|sub| {
+                let label = match &sub.agent {
+                    Some(agent) => format!("{} ({agent})", sub.run_id),
+                    None => sub.run_id.clone(),
+                };
+                (label, &sub.usage)
+            })
+            .collect();
+        sections.push(("By sub-run", subs));
+    }
+    sections.push(("By model", lines(&report.models)));
+    usage_table(
+        &format!("Usage — run {}", report.run_id),
+        &report.total,
+        &sections,
+    )
+}
+
+/// `loom report --session`.
+pub(crate) fn session_usage(report: &SessionReport) -> String {
+    let runs = report
+        .runs
+        .iter()
+        .map(|run| {
+            let label = format!(
+                "{} ({}, {})",
+                run.run_id,
+                run.agent.as_deref().unwrap_or("-"),
+                run.status
+            );
+            (label, &run.usage)
+        })
+        .collect();
+    let mut sections = vec![("By run", runs), ("By role", lines(&report.roles))];
+    if !report.sub_agents.is_empty() {
+        sections.push(("By sub-agent", lines(&report.sub_agents)));
+    }
+    sections.push(("By model", lines(&report.models)));
+    usage_table(
+        &format!(
+            "Usage — session {} (tenant {})",
+            report.session_id, report.tenant_id
+        ),
+        &report.total,
+        &sections,
+    )
+}
+
+/// `loom report --tenant/--period`.
+pub(crate) fn tenant_usage(report: &TenantReport) -> String {
+    let mut sections = vec![
+        ("By agent", lines(&report.agents)),
+        ("By role", lines(&report.roles)),
+    ];
+    if !report.sub_agents.is_empty() {
+        sections.push(("By sub-agent", lines(&report.sub_agents)));
+    }
+    sections.push(("By model", lines(&report.models)));
+    usage_table(
+        &format!(
+            "Usage — tenant {}, {} {} (UTC): {} run(s) in {} session(s)",
+            report.tenant_id,
+            report.period,
+            report.period.label(report.from),
+            report.runs,
+            report.sessions
+        ),
+        &report.total,
+        &sections,
+    )
+}
+
+fn lines(map: &std::collections::BTreeMap<String, UsageLine>) -> Vec<(String, &UsageLine)> {
+    map.iter().map(|(k, v)| (k.clone(), v)).collect()
+}
+
+/// A usage report: a title, the total, then each section's rows, labels in one column.
+fn usage_table(
+    title: &str,
+    total: &UsageLine,
+    sections: &[(&str, Vec<(String, &UsageLine)>)],
+) -> String {
+    let width = sections
+        .iter()
+        .flat_map(|(_, rows)| rows.iter().map(|(label, _)| label.chars().count()))
         .max()
         .unwrap_or(0)
         .max(14);
@@ -333,17 +429,27 @@ pub(crate) fn usage(report: &UsageReport) -> String {
             width = width + 2 - indent.saturating_sub(2),
         )
     };
-    let mut out = format!("Usage — run {}\n", report.run_id);
-    out.push_str(&row("Total", &report.total, 2));
-    out.push_str("  By role:\n");
-    for (role, line) in &report.roles {
-        out.push_str(&row(role, line, 4));
-    }
-    out.push_str("  By model:\n");
-    for (model, line) in &report.models {
-        out.push_str(&row(model, line, 4));
+    let mut out = format!("{title}\n");
+    out.push_str(&row("Total", total, 2));
+    for (name, rows) in sections {
+        let _ = writeln!(out, "  {name}:");
+        for (label, line) in rows {
+            out.push_str(&row(label, line, 4));
+        }
     }
     out
+}
+
+/// A budget amount of `limit` (`max_cost`, `max_tokens`, `max_calls`) as people read it.
+fn budget_amount(limit: &str, value: f64) -> String {
+    match limit {
+        "max_cost" => format!("{value:.5} $"),
+        "max_tokens" if value == 1.0 => "1 token".to_owned(),
+        "max_tokens" => format!("{value} tokens"),
+        "max_calls" if value == 1.0 => "1 call".to_owned(),
+        "max_calls" => format!("{value} calls"),
+        _ => format!("{value}"),
+    }
 }
 
 /// `loom validate`.
@@ -469,5 +575,94 @@ fn duration(ms: f64) -> String {
         format!("{} ms", ms.round() as u64)
     } else {
         format!("{:.1} s", ms / 1000.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use loom_ia::{
+        SubRunUsage, Usage,
+        core::event::{BudgetExceeded, Envelope},
+    };
+
+    use super::*;
+
+    fn line(calls: u32, input: u64, output: u64, cost_usd: f64) -> UsageLine {
+        UsageLine {
+            calls,
+            usage: Usage {
+                input_tokens: input,
+                output_tokens: output,
+                ..Usage::default()
+            },
+            cost_usd,
+        }
+    }
+
+    #[test]
+    fn a_run_report_lists_its_sub_runs_between_roles_and_models() {
+        let report = UsageReport {
+            run_id: "r1".into(),
+            total: line(3, 300, 30, 0.003),
+            roles: [("main".to_owned(), line(1, 100, 10, 0.001))].into(),
+            models: [("fake-1 (FAKE)".to_owned(), line(3, 300, 30, 0.003))].into(),
+            sub_runs: vec![SubRunUsage {
+                run_id: "c1".into(),
+                agent: Some("recherche".into()),
+                call_id: Some("call-1".into()),
+                usage: line(2, 200, 20, 0.002),
+            }],
+        };
+        assert_eq!(
+            usage(&report),
+            "Usage — run r1\n\
+             \x20 Total               3 call(s) ·        300/30 tokens · 0.00300 $\n\
+             \x20 By role:\n\
+             \x20   main              1 call(s) ·        100/10 tokens · 0.00100 $\n\
+             \x20 By sub-run:\n\
+             \x20   c1 (recherche)    2 call(s) ·        200/20 tokens · 0.00200 $\n\
+             \x20 By model:\n\
+             \x20   fake-1 (FAKE)     3 call(s) ·        300/30 tokens · 0.00300 $\n"
+        );
+    }
+
+    #[test]
+    fn a_budget_reached_gets_a_progress_line() {
+        let event = |limit: &str, value: f64, spent: f64, action: &str| {
+            Event::new(
+                Envelope {
+                    event_id: "e1".into(),
+                    ts: chrono::Utc::now(),
+                    tenant_id: "default".into(),
+                    session_id: "s1".into(),
+                    run_id: "r1".into(),
+                    root_run_id: "r1".into(),
+                    span_id: "span".into(),
+                    parent_span_id: None,
+                    agent: Some("demo".into()),
+                    role: None,
+                },
+                Payload::BudgetExceeded(BudgetExceeded {
+                    scope: "run".into(),
+                    limit: limit.into(),
+                    value,
+                    spent,
+                    action: action.into(),
+                    policy: Some("loom.budget".into()),
+                }),
+            )
+        };
+        assert_eq!(
+            progress_line(&event("max_calls", 2.0, 2.0, "stop")).as_deref(),
+            Some("· run budget reached: 2 calls (limit 2 calls) — stop")
+        );
+        assert_eq!(
+            progress_line(&event("max_cost", 0.001, 0.002_31, "warn")).as_deref(),
+            Some("· run budget reached: 0.00231 $ (limit 0.00100 $) — warning")
+        );
+        assert_eq!(
+            progress_line(&event("max_tokens", 1.0, 577.0, "stop")).as_deref(),
+            Some("· run budget reached: 577 tokens (limit 1 token) — stop")
+        );
     }
 }

@@ -371,3 +371,71 @@ fn version_schema_and_profiles() {
         .unwrap();
     assert!(text(&env.stdout).contains("Profile    : prod"));
 }
+
+/// `report` text with the UTC date of today replaced (the tenant report names its window).
+fn dated(text: &str) -> String {
+    let today = chrono::Utc::now();
+    text.replace(&today.format("%Y-%m-%d").to_string(), "<today>")
+        .replace(&today.format("%Y-%m").to_string(), "<month>")
+}
+
+#[test]
+fn session_and_tenant_reports_render_their_runs() {
+    let dir = devis_project();
+    let bin = devis_bin();
+    for (run_id, session) in [("r1", "s1"), ("r2", "s1"), ("r3", "s2")] {
+        let out = run_in(
+            &bin,
+            dir.path(),
+            &[
+                "run",
+                "devis",
+                QUESTION,
+                "--run-id",
+                run_id,
+                "--session",
+                session,
+            ],
+        );
+        assert!(out.status.success(), "{}", text(&out.stderr));
+    }
+
+    let session = run_in(&bin, dir.path(), &["report", "--session", "s1"]);
+    assert!(session.status.success(), "{}", text(&session.stderr));
+    insta::assert_snapshot!("report_session", text(&session.stdout));
+    let json: Value = serde_json::from_slice(
+        &run_in(&bin, dir.path(), &["report", "--session", "s1", "--json"]).stdout,
+    )
+    .unwrap();
+    assert_eq!(json["total"]["calls"], 4);
+    assert_eq!(json["runs"][1]["run_id"], "r2");
+    assert_eq!(json["runs"][1]["status"], "completed");
+
+    let tenant = run_in(
+        &bin,
+        dir.path(),
+        &["report", "--tenant", "default", "--period", "day"],
+    );
+    assert!(tenant.status.success(), "{}", text(&tenant.stderr));
+    insta::assert_snapshot!("report_tenant_day", dated(&text(&tenant.stdout)));
+    let json: Value = serde_json::from_slice(
+        &run_in(&bin, dir.path(), &["report", "--period", "month", "--json"]).stdout,
+    )
+    .unwrap();
+    assert_eq!(json["period"], "month");
+    assert_eq!(
+        (json["runs"].as_u64(), json["sessions"].as_u64()),
+        (Some(3), Some(2))
+    );
+    assert_eq!(json["total"]["calls"], 6);
+
+    // A period names a window of the tenant, not of a run or a session.
+    let both = run_in(&bin, dir.path(), &["report", "r1", "--period", "day"]);
+    assert_eq!(both.status.code(), Some(2));
+    let missing = run_in(&bin, dir.path(), &["report", "--session", "nope"]);
+    assert_eq!(missing.status.code(), Some(2));
+    assert_eq!(
+        text(&missing.stderr).trim(),
+        "error: session nope not found"
+    );
+}

@@ -108,7 +108,7 @@ impl Engine {
                 triggered_by: None,
                 trigger: None,
                 judges: begin.judges.as_str().into(),
-                budget: None,
+                budget: begin.budget,
                 state: Default::default(),
             })),
             envelope(Payload::MessageUser(MessageUser {
@@ -198,6 +198,12 @@ impl Engine {
         for event in events.iter().filter(|e| e.run_id == run.run_id) {
             last_ids.note(event);
         }
+        let session_spent = match &agent.budget {
+            Some(budget) if !budget.session.is_empty() && state.parent_run_id.is_none() => {
+                Some(crate::budget::session_spent(&events, &run.run_id)?)
+            }
+            _ => None,
+        };
         let mut driver = Driver {
             engine: self,
             run,
@@ -210,6 +216,7 @@ impl Engine {
             tools: agent.tools.clone(),
             opened: Vec::new(),
             approver,
+            session_spent,
         };
         let outcome = driver.pilot(&mut state, &mut writer).await;
         // Run-scoped sources close with the pilot, whatever happened.
@@ -526,6 +533,9 @@ pub(crate) struct Driver<'a> {
     observer: &'a dyn Observer,
     /// Decides approvals inline (the run then never pauses).
     pub(crate) approver: Option<Arc<dyn Approver>>,
+    /// What the session's earlier runs spent, folded when this pilot began; `None` when no
+    /// session limit applies (none set, or a sub-agent run).
+    pub(crate) session_spent: Option<crate::budget::Spent>,
 }
 
 impl Driver<'_> {

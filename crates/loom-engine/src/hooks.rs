@@ -349,8 +349,9 @@ pub(crate) enum Gate {
     },
 }
 
-/// The `before_model` point: the agent's policies on the request about to be sent. Their
-/// decisions are journaled in the model step.
+/// The `before_model` point: the built-in budget policy (`loom.budget`), then the agent's
+/// policies, on the request about to be sent. Their decisions are journaled in the model step,
+/// in one append.
 pub(crate) async fn before_model(
     driver: &mut Driver<'_>,
     state: &mut RunState,
@@ -358,12 +359,22 @@ pub(crate) async fn before_model(
     step: &StepSpan,
     request: ModelRequest,
 ) -> Result<Gate, EngineError> {
-    let chain = run(driver, state, Subject::Request(request), None).await;
-    let emitted = u32::try_from(chain.decisions.len()).unwrap_or(u32::MAX);
-    if !chain.decisions.is_empty() {
+    let budget = crate::budget::check(driver.agent.budget.as_ref(), state, driver.session_spent);
+    let mut decisions = budget.payloads;
+    let chain = match budget.stop {
+        Some(reason) => Chain {
+            subject: Subject::Request(request),
+            replaced: false,
+            decisions: Vec::new(),
+            end: End::Stop { reason },
+        },
+        None => run(driver, state, Subject::Request(request), None).await,
+    };
+    decisions.extend(chain.decisions);
+    let emitted = u32::try_from(decisions.len()).unwrap_or(u32::MAX);
+    if !decisions.is_empty() {
         let parent = state.run_span_id.clone();
-        let events = chain
-            .decisions
+        let events = decisions
             .into_iter()
             .map(|payload| driver.event(&step.span, Some(&parent), None, payload))
             .collect();

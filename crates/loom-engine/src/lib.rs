@@ -23,6 +23,7 @@
 //! `Arc<dyn ModelClient>`, `Arc<dyn Tool>`, `Arc<dyn Clock>`); it reads no environment
 //! variable and no configuration file.
 
+pub mod budget;
 pub mod contract;
 mod driver;
 mod hooks;
@@ -49,6 +50,7 @@ use loom_core::{
 };
 use serde_json::{Map, Value};
 
+pub use budget::{BudgetLimits, OnExceed, RunLimits, SessionLimits};
 pub use driver::Observer;
 pub use ids::Ids;
 pub use judges::{
@@ -319,6 +321,10 @@ pub struct AgentRuntime {
     /// Judges of the final output (`judge:`), run in order after its contract and before the
     /// `on_output` policies.
     pub judges: Vec<JudgeRuntime>,
+    /// Run and session budgets, checked before each orchestrator model call by the built-in
+    /// policy `loom.budget`, ahead of `policies` (`None`: only a budget the run was opened
+    /// with applies).
+    pub budget: Option<BudgetLimits>,
 }
 
 /// The agent's `approval:` settings.
@@ -363,6 +369,7 @@ impl AgentRuntime {
             policies: Vec::new(),
             output: None,
             judges: Vec::new(),
+            budget: None,
         }
     }
 
@@ -389,6 +396,9 @@ pub struct BeginRun {
     pub message: Message,
     /// How the agent's judges run (`run.started.judges`).
     pub judges: JudgeMode,
+    /// Limits of this run, journaled in `run.started.budget`; they tighten the agent's run
+    /// limits key by key.
+    pub budget: Option<loom_core::event::RunBudget>,
 }
 
 /// Where a run lives.

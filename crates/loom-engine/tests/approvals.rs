@@ -121,6 +121,7 @@ fn begin() -> BeginRun {
         metadata: Map::new(),
         message: Message::user("Envoie le devis à Alice."),
         judges: Default::default(),
+        budget: None,
     }
 }
 

@@ -71,6 +71,7 @@ fn agent(model: Arc<dyn ModelClient>, tools: Vec<FnTool>) -> AgentRuntime {
         policies: Vec::new(),
         output: None,
         judges: Vec::new(),
+        budget: None,
     }
 }
 
@@ -91,6 +92,7 @@ fn begin(message: &str) -> BeginRun {
         metadata: Map::new(),
         message: Message::user(message),
         judges: Default::default(),
+        budget: None,
     }
 }
 

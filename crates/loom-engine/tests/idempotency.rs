@@ -62,6 +62,7 @@ fn begin() -> BeginRun {
         metadata: Map::new(),
         message: Message::user("Relance le devis."),
         judges: Default::default(),
+        budget: None,
     }
 }
 

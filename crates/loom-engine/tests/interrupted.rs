@@ -115,6 +115,7 @@ fn begin() -> BeginRun {
         metadata: Map::new(),
         message: Message::user("Envoie-le."),
         judges: Default::default(),
+        budget: None,
     }
 }
 

@@ -103,6 +103,7 @@ fn begin(message: &str, judges: JudgeMode) -> BeginRun {
         user_id: None,
         metadata: Map::new(),
         message: Message::user(message),
+        budget: None,
         judges,
     }
 }
@@ -988,6 +989,7 @@ async fn the_judge_sees_the_declared_context() {
             user_id: Some("alice".into()),
             metadata: metadata.clone(),
             message: Message::user(message),
+            budget: None,
             judges: JudgeMode::Auto,
         };
         let (_, state) = run(&engine, &agent, request).await;

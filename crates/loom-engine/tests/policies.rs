@@ -68,6 +68,7 @@ async fn run(agent: &AgentRuntime, message: &str) -> (RunState, Vec<Event>, RunR
                 user_id: None,
                 metadata: Map::new(),
                 message: Message::user(message),
+                budget: None,
                 judges: Default::default(),
             },
             &(),

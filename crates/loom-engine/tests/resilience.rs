@@ -109,6 +109,7 @@ fn begin(message: &str) -> BeginRun {
         metadata: Map::new(),
         message: Message::user(message),
         judges: Default::default(),
+        budget: None,
     }
 }
 

@@ -34,6 +34,20 @@ pub enum LoomError {
     /// Another worker drives the run.
     #[error("{0} — this run is driven elsewhere: retry after the lease expires")]
     Conflict(String),
+    /// A tenant reached one of its period ceilings: the run was not opened (nothing written).
+    #[error("tenant '{tenant}': tenant budget reached for the {period}: {spent} (limit {limit})")]
+    BudgetExhausted {
+        /// The tenant.
+        tenant: String,
+        /// The window whose ceiling was reached.
+        period: crate::budget::Period,
+        /// What the tenant spent in it.
+        spent: crate::budget::Amount,
+        /// The ceiling.
+        limit: crate::budget::Amount,
+        /// Until the window ends.
+        retry_in: std::time::Duration,
+    },
     /// The journal could not be read or written.
     #[error(transparent)]
     Journal(StoreError),
@@ -55,6 +69,7 @@ impl LoomError {
                 | LoomError::Registration(_)
                 | LoomError::Refused(_)
                 | LoomError::Conflict(_)
+                | LoomError::BudgetExhausted { .. }
         )
     }
 }

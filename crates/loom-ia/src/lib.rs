@@ -32,6 +32,7 @@
 //! adapter; it picks them from the configuration and Cargo features. Access crates (the CLI)
 //! depend on it and on nothing below it.
 
+pub mod budget;
 mod clock;
 mod error;
 mod loom;
@@ -42,6 +43,7 @@ mod resolve;
 mod result;
 mod sources;
 
+pub use budget::{Period, TenantBudget};
 pub use clock::SystemClock;
 pub use error::LoomError;
 pub use loom::{
@@ -58,7 +60,10 @@ pub use loom_core::{
 pub use loom_engine::{JudgeCondition, JudgeInput, JudgeMode, Observer, RunRef};
 pub use loom_macros::tool;
 pub mod report;
-pub use report::{Trace, TraceCall, TraceStep, UsageLine, UsageReport};
+pub use report::{
+    RunUsage, SessionReport, SubRunUsage, TenantReport, Trace, TraceCall, TraceStep, UsageLine,
+    UsageReport,
+};
 pub use result::RunResult;
 
 #[doc(hidden)]

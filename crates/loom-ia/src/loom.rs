@@ -22,7 +22,11 @@ use loom_journal::{JsonlStore, LocalArtifacts, MemoryArtifacts, MemoryStore};
 use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 
-use crate::{LoomError, RunResult, SystemClock, report};
+use crate::{
+    LoomError, RunResult, SystemClock,
+    budget::{Period, TenantBudget},
+    report,
+};
 
 /// Opens the `sqlite` journal the configuration names (creating the file and its schema).
 #[cfg(feature = "sqlite")]
@@ -105,6 +109,9 @@ pub struct RunOptions {
     /// Whether the agent's judges run as configured (`auto`), always (`force`) or never
     /// (`skip`, refused under the `prod` profile; a skipped judge still leaves a trace).
     pub judges: JudgeMode,
+    /// Limits of this run (journaled in `run.started.budget`): they tighten the agent's run
+    /// budget key by key.
+    pub budget: Option<loom_core::event::RunBudget>,
 }
 
 impl std::fmt::Debug for RunOptions {
@@ -117,6 +124,7 @@ impl std::fmt::Debug for RunOptions {
             .field("metadata", &self.metadata)
             .field("approver", &self.approver.as_ref().map(|_| "inline"))
             .field("judges", &self.judges)
+            .field("budget", &self.budget)
             .finish()
     }
 }
@@ -211,6 +219,7 @@ struct Inner {
     conditions: RwLock<BTreeMap<String, Arc<dyn JudgeCondition>>>,
     agents: RwLock<HashMap<(String, String), Arc<AgentRuntime>>>,
     active: Mutex<HashMap<String, CancellationToken>>,
+    tenant_budgets: RwLock<BTreeMap<String, TenantBudget>>,
 }
 
 impl std::fmt::Debug for Loom {
@@ -274,6 +283,7 @@ impl Loom {
         if let Some(idempotency) = idempotency_store(&config)? {
             engine = engine.with_idempotency(idempotency);
         }
+        let tenant_budgets = crate::resolve::tenant_budgets(&config);
         Ok(Loom {
             inner: Arc::new(Inner {
                 config,
@@ -285,6 +295,7 @@ impl Loom {
                 conditions: RwLock::new(BTreeMap::new()),
                 agents: RwLock::new(HashMap::new()),
                 active: Mutex::new(HashMap::new()),
+                tenant_budgets: RwLock::new(tenant_budgets),
             }),
         })
     }
@@ -297,6 +308,72 @@ impl Loom {
     /// This instance's worker id.
     pub fn worker_id(&self) -> &str {
         self.inner.engine.worker_id()
+    }
+
+    /// Sets `tenant`'s period ceilings (replacing any it had): a run of the tenant is refused
+    /// ([`LoomError::BudgetExhausted`], nothing written) once the root runs it started in the
+    /// current UTC day or month spent as much. Applies to every clone of this instance.
+    pub fn with_tenant_budget(self, tenant: impl Into<String>, budget: TenantBudget) -> Loom {
+        if let Ok(mut budgets) = self.inner.tenant_budgets.write() {
+            budgets.insert(tenant.into(), budget);
+        }
+        self
+    }
+
+    /// The period ceilings of `tenant`, if any.
+    pub fn tenant_budget(&self, tenant: &str) -> Option<TenantBudget> {
+        self.inner
+            .tenant_budgets
+            .read()
+            .ok()
+            .and_then(|b| b.get(tenant).copied())
+    }
+
+    /// Refuses a run of `tenant` when it reached one of its period ceilings.
+    async fn check_tenant_budget(&self, tenant: &str) -> Result<(), LoomError> {
+        let Some(budget) = self.tenant_budget(tenant).filter(|b| !b.is_empty()) else {
+            return Ok(());
+        };
+        let now = chrono::Utc::now();
+        let from = crate::budget::scan_from(&budget, now);
+        let mut runs = Vec::new();
+        for (_, events) in self.tenant_sessions(tenant, from).await? {
+            let spent = loom_engine::budget::root_runs_spent(&events)
+                .map_err(|e| LoomError::from(loom_engine::EngineError::Fold(e)))?;
+            runs.extend(spent.into_iter().filter(|r| r.started_at >= from));
+        }
+        match crate::budget::exhausted(&budget, &runs, now) {
+            None => Ok(()),
+            Some(hit) => {
+                tracing::info!(tenant, period = %hit.period, "run refused: tenant budget reached");
+                Err(LoomError::BudgetExhausted {
+                    tenant: tenant.to_owned(),
+                    period: hit.period,
+                    spent: hit.spent,
+                    limit: hit.limit,
+                    retry_in: hit.retry_in,
+                })
+            }
+        }
+    }
+
+    /// The journals of `tenant`'s sessions written to since `since` (a session last written
+    /// before cannot hold a run started after), as `(session id, events)`.
+    async fn tenant_sessions(
+        &self,
+        tenant: &str,
+        since: chrono::DateTime<chrono::Utc>,
+    ) -> Result<Vec<(String, Vec<Event>)>, LoomError> {
+        let store = self.inner.engine.store();
+        let mut sessions = Vec::new();
+        for session in store.sessions(tenant).await? {
+            if session.updated_at.is_some_and(|at| at < since) {
+                continue;
+            }
+            let events = store.read(tenant, &session.session_id, 0).await?;
+            sessions.push((session.session_id, events));
+        }
+        Ok(sessions)
     }
 
     /// Registers a tool under `name` (the name agents reference and the model sees).
@@ -521,6 +598,7 @@ impl Loom {
             metadata: options.metadata,
             message: Message::user(message),
             judges: options.judges,
+            budget: options.budget,
         };
         Ok((runtime, begin))
     }
@@ -587,6 +665,7 @@ impl Loom {
     ) -> Result<RunResult, LoomError> {
         let approver = options.approver.clone();
         let (runtime, begin) = self.opening(agent, message.into(), options)?;
+        self.check_tenant_budget(&begin.tenant_id).await?;
         let run = self.inner.engine.begin(&runtime, begin, observer).await?;
         self.drive_approved(&run, &runtime, observer, approver)
             .await
@@ -846,6 +925,7 @@ impl Loom {
         options: RunOptions,
     ) -> Result<RunRef, LoomError> {
         let (runtime, begin) = self.opening(agent, message.into(), options)?;
+        self.check_tenant_budget(&begin.tenant_id).await?;
         let run = self.inner.engine.begin(&runtime, begin, &()).await?;
         self.spawn_drive(run.clone(), runtime);
         Ok(run)
@@ -1029,10 +1109,52 @@ impl Loom {
             .map_err(|e| LoomError::from(loom_engine::EngineError::Fold(e)))
     }
 
-    /// Tokens and cost of a run, by role and by model (what `loom report` shows).
+    /// Tokens and cost of a run, by role, by sub-run and by model, its sub-runs rolled up
+    /// (what `loom report <run>` shows).
     pub async fn report(&self, run: &RunRef) -> Result<report::UsageReport, LoomError> {
-        let events = self.events(run).await?;
+        let events = self
+            .inner
+            .engine
+            .store()
+            .read(&run.tenant_id, &run.session_id, 0)
+            .await?;
+        if !events.iter().any(|e| e.run_id == run.run_id) {
+            return Err(LoomError::UnknownRun(run.run_id.clone()));
+        }
         Ok(report::UsageReport::from_events(&run.run_id, &events))
+    }
+
+    /// Tokens and cost of a session: each root run, and every call by role, by sub-agent and
+    /// by model (what `loom report --session` shows).
+    pub async fn session_report(
+        &self,
+        session: &str,
+        tenant: Option<&str>,
+    ) -> Result<report::SessionReport, LoomError> {
+        let tenant = tenant.unwrap_or(DEFAULT_TENANT);
+        if !loom_core::ids::is_safe_id(session) {
+            return Err(LoomError::UnknownSession(session.to_owned()));
+        }
+        let events = self.inner.engine.store().read(tenant, session, 0).await?;
+        if events.is_empty() {
+            return Err(LoomError::UnknownSession(session.to_owned()));
+        }
+        Ok(report::SessionReport::from_events(tenant, session, &events))
+    }
+
+    /// Tokens and cost of a tenant over the UTC day or month holding `at`: the root runs it
+    /// started then, by agent, role, sub-agent and model (what `loom report --tenant` shows).
+    pub async fn tenant_report(
+        &self,
+        tenant: &str,
+        period: Period,
+        at: chrono::DateTime<chrono::Utc>,
+    ) -> Result<report::TenantReport, LoomError> {
+        let (from, _) = period.window(at);
+        let sessions = self.tenant_sessions(tenant, from).await?;
+        Ok(report::TenantReport::from_sessions(
+            tenant, period, at, &sessions,
+        ))
     }
 }
 

@@ -6,6 +6,7 @@
 
 use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
+use crate::budget::TenantBudget;
 use loom_builtins::{FetchOptions, Folder, Right, Rights};
 use loom_config::{Config, ConfigError, FolderRight, ModelSpec, Sdk};
 use loom_core::policy::{DecisionKind, Point, Policy, REQUIRE_TOOL, RequireTool};
@@ -15,8 +16,9 @@ use loom_core::{
     tool::{Approval, OnUnknown, Tool, ToolDeclarations},
 };
 use loom_engine::{
-    AgentRuntime, BoundPolicy, BoundSource, BoundTool, ContextScope as JudgeScope, Criterion,
-    JudgeCondition, JudgeContext, JudgeRuntime, ModelBinding, PolicyOnError,
+    AgentRuntime, BoundPolicy, BoundSource, BoundTool, BudgetLimits, ContextScope as JudgeScope,
+    Criterion, JudgeCondition, JudgeContext, JudgeRuntime, ModelBinding,
+    OnExceed as EngineOnExceed, PolicyOnError, RunLimits, SessionLimits,
     contract::{Contract, ContractSpec, OnFailure, RepairSettings, RepairTools},
 };
 
@@ -288,6 +290,7 @@ pub(crate) fn agent(
             None => None,
         },
         judges: agent_judges(config, models, registry, spec, name, tenant)?,
+        budget: agent_budget(config, spec, tenant),
     })
 }
 
@@ -496,6 +499,66 @@ fn on_failure(on_failure: loom_config::OnFailure) -> OnFailure {
         loom_config::OnFailure::Unverified => OnFailure::Unverified,
         loom_config::OnFailure::Fallback => OnFailure::Fallback,
     }
+}
+
+/// The agent's run and session budgets for `tenant` (root `budgets`, then the tenant's, then
+/// the agent's `budget`, key by key); `None` when no limit is set.
+fn agent_budget(
+    config: &Config,
+    spec: &loom_config::AgentSpec,
+    tenant: &str,
+) -> Option<BudgetLimits> {
+    let budgets = config.effective_budgets_for(&spec.name, tenant);
+    let limits = BudgetLimits {
+        run: RunLimits {
+            max_cost: budgets.run.max_cost,
+            max_tokens: budgets.run.max_tokens,
+            max_calls: budgets.run.max_calls,
+        },
+        session: SessionLimits {
+            max_cost: budgets.session.max_cost,
+            max_tokens: budgets.session.max_tokens,
+        },
+        on_exceed: match budgets.exceed_action() {
+            loom_config::OnExceed::Stop => EngineOnExceed::Stop,
+            loom_config::OnExceed::Warn => EngineOnExceed::Warn,
+        },
+    };
+    (!limits.run.is_empty() || !limits.session.is_empty()).then_some(limits)
+}
+
+/// The period ceilings of each tenant (root `budgets.tenant`, then the tenant's own), for
+/// every declared tenant (`default` without a `tenants` list).
+pub(crate) fn tenant_budgets(config: &Config) -> BTreeMap<String, TenantBudget> {
+    let root = &config.raw().budgets;
+    let tenants: Vec<(String, loom_config::Budgets)> = if config.raw().tenants.is_empty() {
+        vec![(loom_config::DEFAULT_TENANT.to_owned(), root.clone())]
+    } else {
+        config
+            .raw()
+            .tenants
+            .iter()
+            .map(|t| {
+                let budgets = match &t.budgets {
+                    Some(own) => root.overlay(own),
+                    None => root.clone(),
+                };
+                (t.id.clone(), budgets)
+            })
+            .collect()
+    };
+    tenants
+        .into_iter()
+        .filter_map(|(id, budgets)| {
+            let ceilings = TenantBudget {
+                max_cost_per_day: budgets.tenant.max_cost_per_day,
+                max_tokens_per_day: budgets.tenant.max_tokens_per_day,
+                max_cost_per_month: budgets.tenant.max_cost_per_month,
+                max_tokens_per_month: budgets.tenant.max_tokens_per_month,
+            };
+            (!ceilings.is_empty()).then_some((id, ceilings))
+        })
+        .collect()
 }
 
 /// Whether one of `policies` can ask a human before a tool call (`approval: policy`).
