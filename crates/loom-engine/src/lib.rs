@@ -31,6 +31,7 @@ mod offload;
 mod request;
 mod resilience;
 mod review;
+mod subagents;
 mod tools;
 mod writer;
 
@@ -53,6 +54,9 @@ pub use ids::Ids;
 pub use offload::artifact_read as artifact_reader;
 pub use request::request_hash;
 pub use resilience::{Breakers, CircuitSettings, ModelTimeouts, RetryPolicy};
+pub use subagents::{
+    AGENT_HINT, SubAgentRuntime, budget_share, descendant_approvals, open_descendants,
+};
 pub use tools::{UNKNOWN_REASON, UNKNOWN_STATE, idempotency_key};
 
 /// The lease a driver takes on a run (`execution.lease`).
@@ -311,6 +315,11 @@ pub struct AgentRuntime {
     pub policies: Vec<BoundPolicy>,
     /// The contract of the final output (`output:`), checked before the run completes.
     pub output: Option<contract::Contract>,
+    /// Agents offered as tools (`subagents:`): each call opens a child run in the session.
+    pub subagents: Vec<SubAgentRuntime>,
+    /// Sub-agents are offered only to runs whose depth is below this (`max_depth`, default 1:
+    /// a root run may call sub-agents, their runs may not).
+    pub max_depth: u32,
 }
 
 /// The agent's `approval:` settings.
@@ -337,7 +346,7 @@ pub const DEFAULT_APPROVAL_EXPIRY: Duration = Duration::from_secs(86_400);
 
 impl AgentRuntime {
     /// An agent without tools nor fallbacks: 10 iterations, no run timeout, the default tool
-    /// timeout, arguments validated.
+    /// timeout, arguments validated, no sub-agents (`max_depth` 1).
     pub fn new(name: impl Into<String>, system: impl Into<String>, main: ModelBinding) -> Self {
         AgentRuntime {
             name: name.into(),
@@ -354,6 +363,8 @@ impl AgentRuntime {
             approval: ApprovalSettings::default(),
             policies: Vec::new(),
             output: None,
+            subagents: Vec::new(),
+            max_depth: 1,
         }
     }
 

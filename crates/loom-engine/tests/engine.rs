@@ -70,6 +70,8 @@ fn agent(model: Arc<dyn ModelClient>, tools: Vec<FnTool>) -> AgentRuntime {
         approval: Default::default(),
         policies: Vec::new(),
         output: None,
+        subagents: Vec::new(),
+        max_depth: 1,
     }
 }
 

@@ -260,6 +260,8 @@ pub(crate) fn agent(
         },
         policies: Vec::new(),
         output: None,
+        subagents: Vec::new(),
+        max_depth: 1,
     })
 }
 
