@@ -720,16 +720,38 @@ async fn an_approval_in_the_child_is_decided_from_the_root_and_the_child_resumes
     assert_eq!(again.status, RunStatus::WaitingChild);
     assert_eq!(read_all(&store, &run).await.len(), events.len());
 
+    // Corrected arguments are checked against the child agent's tool, found from the root.
+    let refused = engine
+        .settle(
+            &run,
+            &boss,
+            Some(&pending[0].call_id),
+            &Decision::Approved {
+                by: "alice".into(),
+                reason: None,
+                arguments: Some(json!({"to": 42})),
+            },
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        refused
+            .to_string()
+            .contains("do not match the schema of send"),
+        "{refused}"
+    );
+    assert_eq!(read_all(&store, &run).await.len(), events.len());
+
     // Approved through the root's id: the decision lands in the child's run.
     let decided = engine
         .settle(
             &run,
             &boss,
-            None,
+            Some(&pending[0].call_id),
             &Decision::Approved {
                 by: "alice".into(),
                 reason: None,
-                arguments: None,
+                arguments: Some(json!({"to": "carol@example.com"})),
             },
         )
         .await
@@ -750,9 +772,9 @@ async fn an_approval_in_the_child_is_decided_from_the_root_and_the_child_resumes
     assert_eq!(state.status, RunStatus::Completed);
     assert_eq!(
         state.output_text().as_deref(),
-        Some("Le chercheur dit : Courriel : sent to bob@example.com")
+        Some("Le chercheur dit : Courriel : sent to carol@example.com")
     );
-    assert_eq!(sent.lock().unwrap().len(), 1);
+    assert_eq!(*sent.lock().unwrap(), [json!({"to": "carol@example.com"})]);
     let events = read_all(&store, &run).await;
     assert_eq!(child_of(&events), child, "never relaunched");
     let calls = called_of(&events, &run.run_id, "researcher");
@@ -983,4 +1005,38 @@ async fn a_kill_in_the_middle_of_a_child_resumes_the_same_child() {
             .count(),
         0
     );
+}
+
+#[tokio::test]
+async fn a_parent_out_of_time_stops_its_running_child_first() {
+    let (engine, store, _) = setup();
+    let researcher = agent("researcher", Arc::new(HangingModel::default()), Vec::new());
+    let mut boss = offering(
+        agent("boss", scripted("fake-1", boss_script()), Vec::new()),
+        researcher,
+    );
+    boss.timeout = Some(Duration::from_millis(200));
+    let run = engine.begin(&boss, begin("Délègue."), &()).await.unwrap();
+    let state = tokio::time::timeout(Duration::from_secs(5), drive(&engine, &run, &boss))
+        .await
+        .unwrap();
+    assert_eq!(state.status, RunStatus::Failed);
+    assert_eq!(state.error_type.as_deref(), Some("timeout"));
+    let events = read_all(&store, &run).await;
+    let child = child_of(&events);
+    let (child_at, child_cancel) = cancelled_of(&events, &child);
+    let failed_at = events
+        .iter()
+        .position(|e| e.run_id == run.run_id && e.event_type == "run.failed")
+        .unwrap();
+    assert!(child_at < failed_at);
+    assert_eq!(
+        (child_cancel.reason.as_str(), child_cancel.by.as_deref()),
+        ("parent", Some(run.run_id.as_str()))
+    );
+    // The call has its result, with what the child consumed (nothing: it never answered).
+    let done = completed_of(&events, &run.run_id, "researcher");
+    assert_eq!(done.len(), 1);
+    assert_eq!(done[0].cost_usd, 0.0);
+    assert!(open_descendants(&events, &run.run_id).unwrap().is_empty());
 }
