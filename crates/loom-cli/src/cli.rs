@@ -402,7 +402,7 @@ async fn run(
 fn report_result(result: &loom_ia::RunResult, json: bool, streamed: bool) -> u8 {
     if json {
         print_json(result);
-    } else if !streamed && result.status != RunStatus::Paused {
+    } else if !streamed && !waits(result.status) {
         println!(
             "{}",
             if result.text.is_empty() {
@@ -414,6 +414,11 @@ fn report_result(result: &loom_ia::RunResult, json: bool, streamed: bool) -> u8 
     }
     eprint!("{}", render::run_summary(result));
     if result.ok() { OK } else { FAILED }
+}
+
+/// Whether a run stopped to wait for a human: its own approval, or a sub-run's.
+fn waits(status: RunStatus) -> bool {
+    matches!(status, RunStatus::Paused | RunStatus::WaitingChild)
 }
 
 /// `approve` (with `arguments`, possibly `None` inside) and `reject` (`arguments` `None`).
@@ -464,7 +469,7 @@ async fn decide(
     }
     if args.json {
         print_json(&result);
-    } else if result.status != RunStatus::Paused {
+    } else if !waits(result.status) {
         println!(
             "{}",
             if result.text.is_empty() {

@@ -176,12 +176,16 @@ impl Engine {
             return Ok(state);
         }
         // The conversation of the session's earlier runs: every event before this run began
-        // (a store returns events in seq order).
+        // (a store returns events in seq order). A sub-run starts from its message alone.
         let start = events
             .iter()
             .position(|e| e.run_id == run.run_id)
             .unwrap_or(0);
-        let history = session_history(&events[..start])?;
+        let history = if state.parent_run_id.is_some() {
+            Vec::new()
+        } else {
+            session_history(&events[..start])?
+        };
         let last_seq = events.last().map_or(0, |e| e.seq);
         let mut writer = SessionWriter::new(
             self.store.as_ref(),
@@ -204,6 +208,8 @@ impl Engine {
             }
             _ => None,
         };
+        let mut tools = agent.tools.clone();
+        tools.extend(crate::subagents::offered(agent, state.depth));
         let mut driver = Driver {
             engine: self,
             run,
@@ -213,10 +219,14 @@ impl Engine {
             names,
             cancel,
             observer,
-            tools: agent.tools.clone(),
+            tools,
             opened: Vec::new(),
             approver,
             session_spent,
+            sub: state.parent_run_id.is_some(),
+            root_run_id: state.root_run_id.clone(),
+            children_blocked: state.status == RunStatus::WaitingChild
+                && crate::subagents::blocked(&events, &state, self.clock.now()),
         };
         let outcome = driver.pilot(&mut state, &mut writer).await;
         // Run-scoped sources close with the pilot, whatever happened.
@@ -262,7 +272,7 @@ impl Engine {
                     run.run_id, state.status
                 )));
             }
-            let event = self.event(
+            let mut event = self.event(
                 run,
                 agent_name,
                 &state.run_span_id,
@@ -275,6 +285,7 @@ impl Engine {
                     tools: true,
                 }),
             );
+            event.root_run_id.clone_from(&state.root_run_id);
             match self
                 .store
                 .append(vec![event], events.last().map_or(0, |e| e.seq))
@@ -288,8 +299,9 @@ impl Engine {
         Err(EngineError::Contention(run.session_id.clone()))
     }
 
-    /// Closes a run that is not being driven by this process as cancelled.
-    /// Returns `false` when the run had already closed.
+    /// Closes a run that is not being driven by this process as cancelled, after its open
+    /// sub-runs (most recent first, reason `parent`). Returns `false` when the run had already
+    /// closed.
     pub async fn cancel_idle(
         &self,
         run: &RunRef,
@@ -303,7 +315,9 @@ impl Engine {
             if state.finished || state.status.is_terminal() {
                 return Ok(false);
             }
-            let batch = self.cancellation(run, agent_name, &state, by.clone());
+            // Open sub-runs are cancelled first, in the same write.
+            let mut batch = self.descendants_closing(&events, &run.run_id)?;
+            batch.extend(self.cancellation(run, agent_name, &state, "requested", by.clone()));
             match self
                 .store
                 .append(batch, events.last().map_or(0, |e| e.seq))
@@ -317,8 +331,10 @@ impl Engine {
         Err(EngineError::Contention(run.session_id.clone()))
     }
 
-    /// Journals a human decision on the approval requests of a paused run: the request of
-    /// `call_id`, or every waiting one. Returns the call ids decided.
+    /// Journals a human decision on the approval requests of a paused run, or of the open
+    /// sub-runs of a run waiting for them (a root run answers for its whole tree): the request
+    /// of `call_id` (the run's own first, then its descendants' in the order they started), or
+    /// every waiting one. Returns the call ids decided.
     ///
     /// Refused ([`EngineError::Invalid`], nothing written) when nothing waits, the call has no
     /// waiting request, its request expired, corrected arguments name no single call or break
@@ -345,22 +361,33 @@ impl Engine {
         for _ in 0..MAX_BEGIN_ATTEMPTS {
             let events = self.store.read(&run.tenant_id, &run.session_id, 0).await?;
             let state = RunState::fold(&run.run_id, &events)?;
-            let waiting = if state.finished || state.status.is_terminal() {
+            // Requests of the open sub-runs surface on their ancestors.
+            let descendants = if state.finished || state.status.is_terminal() {
                 Vec::new()
             } else {
-                state.waiting_approvals()
+                crate::subagents::open_descendants(&events, &run.run_id)?
             };
+            let waiting: Vec<(&RunState, &ApprovalRecord)> = std::iter::once(&state)
+                .chain(descendants.iter().rev())
+                .flat_map(|owner| {
+                    owner
+                        .waiting_approvals()
+                        .into_iter()
+                        .map(move |record| (owner, record))
+                })
+                .collect();
             if waiting.is_empty() {
                 return Err(EngineError::Invalid(format!(
                     "run {}: nothing is waiting for a decision",
                     run.run_id
                 )));
             }
-            let targets: Vec<&ApprovalRecord> = match call_id {
-                Some(call_id) => match waiting.iter().find(|a| a.call_id == call_id) {
-                    Some(record) => vec![*record],
+            let targets: Vec<(&RunState, &ApprovalRecord)> = match call_id {
+                Some(call_id) => match waiting.iter().find(|(_, a)| a.call_id == call_id) {
+                    Some(target) => vec![*target],
                     None => {
-                        let ids: Vec<&str> = waiting.iter().map(|a| a.call_id.as_str()).collect();
+                        let ids: Vec<&str> =
+                            waiting.iter().map(|(_, a)| a.call_id.as_str()).collect();
                         return Err(EngineError::Invalid(format!(
                             "run {}: no approval is waiting for call '{call_id}' (waiting: {})",
                             run.run_id,
@@ -371,7 +398,7 @@ impl Engine {
                 None => waiting,
             };
             let now = self.clock.now();
-            if let Some(stale) = targets.iter().find(|a| a.is_stale(now)) {
+            if let Some((_, stale)) = targets.iter().find(|(_, a)| a.is_stale(now)) {
                 return Err(EngineError::Invalid(format!(
                     "run {}: the approval request for call '{}' expired at {}; it can no longer be decided",
                     run.run_id,
@@ -380,15 +407,25 @@ impl Engine {
                 )));
             }
             if let Some(arguments) = corrected {
-                let record = targets[0];
+                let (owner, record) = targets[0];
                 if !arguments.is_object() {
                     return Err(EngineError::Invalid(format!(
                         "corrected arguments for call '{}' must be a JSON object",
                         record.call_id
                     )));
                 }
-                if let Some(tool) = agent.tools.iter().find(|t| t.name() == record.tool_name)
-                    && agent.validate_arguments
+                // The tool belongs to the agent of the run that asked.
+                let owner_agent = if owner.run_id == run.run_id {
+                    Some(agent)
+                } else {
+                    crate::subagents::find_agent(agent, owner.agent.as_deref().unwrap_or_default())
+                };
+                if let Some(owner_agent) = owner_agent
+                    && let Some(tool) = owner_agent
+                        .tools
+                        .iter()
+                        .find(|t| t.name() == record.tool_name)
+                    && owner_agent.validate_arguments
                 {
                     let problems = tool.schema_problems(arguments);
                     if !problems.is_empty() {
@@ -403,7 +440,7 @@ impl Engine {
             }
             let batch: Vec<Event> = targets
                 .iter()
-                .map(|record| {
+                .map(|(owner, record)| {
                     let call = loom_core::state::PendingCall {
                         call_id: record.call_id.clone(),
                         name: record.tool_name.clone(),
@@ -412,17 +449,24 @@ impl Engine {
                         replaced_arguments: None,
                         child_run_id: None,
                     };
-                    self.event(
-                        run,
-                        &agent.name,
+                    let owner_run = RunRef {
+                        tenant_id: run.tenant_id.clone(),
+                        session_id: run.session_id.clone(),
+                        run_id: owner.run_id.clone(),
+                    };
+                    let mut event = self.event(
+                        &owner_run,
+                        owner.agent.as_deref().unwrap_or(&agent.name),
                         &record.span_id,
                         record.parent_span_id.as_deref(),
                         None,
                         tools::decision_payload(&call, decision),
-                    )
+                    );
+                    event.root_run_id.clone_from(&owner.root_run_id);
+                    event
                 })
                 .collect();
-            let decided: Vec<String> = targets.iter().map(|a| a.call_id.clone()).collect();
+            let decided: Vec<String> = targets.iter().map(|(_, a)| a.call_id.clone()).collect();
             match self
                 .store
                 .append(batch, events.last().map_or(0, |e| e.seq))
@@ -441,11 +485,14 @@ impl Engine {
         self.clock.now()
     }
 
+    /// The transition to `cancelled` and the closing `run.cancelled` of a run (`reason`:
+    /// `requested`, or `parent` for a sub-run closed with its parent).
     pub(crate) fn cancellation(
         &self,
         run: &RunRef,
         agent: &str,
         state: &RunState,
+        reason: &str,
         by: Option<String>,
     ) -> Vec<Event> {
         let transition = self.event(
@@ -462,19 +509,28 @@ impl Engine {
                 cause_event_id: None,
             }),
         );
-        vec![transition, self.cancelled(run, agent, state, by)]
+        let mut transition = transition;
+        transition.root_run_id.clone_from(&state.root_run_id);
+        vec![transition, self.cancelled(run, agent, state, reason, by)]
     }
 
     /// The closing `run.cancelled` of a run.
-    fn cancelled(&self, run: &RunRef, agent: &str, state: &RunState, by: Option<String>) -> Event {
-        self.event(
+    fn cancelled(
+        &self,
+        run: &RunRef,
+        agent: &str,
+        state: &RunState,
+        reason: &str,
+        by: Option<String>,
+    ) -> Event {
+        let mut event = self.event(
             run,
             agent,
             &state.run_span_id,
             None,
             None,
             Payload::RunCancelled(RunCancelled {
-                reason: "requested".into(),
+                reason: reason.into(),
                 by,
                 iterations: state.iterations,
                 usage: state.usage,
@@ -486,7 +542,9 @@ impl Engine {
                     .map(|a| a.call_id.clone())
                     .collect(),
             }),
-        )
+        );
+        event.root_run_id.clone_from(&state.root_run_id);
+        event
     }
 
     pub(crate) fn event(
@@ -530,12 +588,18 @@ pub(crate) struct Driver<'a> {
     /// Sources opened by this pilot, released when it ends.
     opened: Vec<Arc<dyn ToolSource>>,
     pub(crate) cancel: &'a CancellationToken,
-    observer: &'a dyn Observer,
+    pub(crate) observer: &'a dyn Observer,
     /// Decides approvals inline (the run then never pauses).
     pub(crate) approver: Option<Arc<dyn Approver>>,
     /// What the session's earlier runs spent, folded when this pilot began; `None` when no
     /// session limit applies (none set, or a sub-agent run).
     pub(crate) session_spent: Option<crate::budget::Spent>,
+    /// A sub-run: its parent pilots it, so it takes no lease (no `run.claimed`).
+    sub: bool,
+    /// The root of the run tree, in every envelope.
+    root_run_id: String,
+    /// Waiting for children that cannot move now (each waits for a human).
+    pub(crate) children_blocked: bool,
 }
 
 impl Driver<'_> {
@@ -547,8 +611,19 @@ impl Driver<'_> {
         role: Option<&str>,
         payload: Payload,
     ) -> Event {
+        let mut event = self
+            .engine
+            .event(self.run, &self.agent.name, span, parent, role, payload);
+        event.root_run_id.clone_from(&self.root_run_id);
+        event
+    }
+
+    /// The cancellation of this run: `requested`, or for a sub-run `parent` (its token is its
+    /// parent's).
+    pub(crate) fn cancellation(&self, state: &RunState) -> Vec<Event> {
+        let (reason, by) = cancel_cause(state);
         self.engine
-            .event(self.run, &self.agent.name, span, parent, role, payload)
+            .cancellation(self.run, &self.agent.name, state, reason, by)
     }
 
     /// Writes `batch`, then applies it to `state`.
@@ -558,11 +633,28 @@ impl Driver<'_> {
         writer: &mut SessionWriter<'_>,
         batch: Vec<Event>,
     ) -> Result<Vec<Event>, EngineError> {
+        // Closing a run whose sub-runs are open cancels them first, in the same write.
+        let batch = if state.pending_calls.iter().any(|c| c.child_run_id.is_some())
+            && batch
+                .iter()
+                .any(|e| e.run_id == self.run.run_id && e.payload.is_closing())
+        {
+            let events = self
+                .engine
+                .store()
+                .read(&self.run.tenant_id, &self.run.session_id, 0)
+                .await?;
+            let mut closing = self.engine.descendants_closing(&events, &self.run.run_id)?;
+            closing.extend(batch);
+            closing
+        } else {
+            batch
+        };
         let written = writer.append(batch).await?;
         for event in writer.take_foreign() {
             state.apply(&event)?;
         }
-        for event in &written {
+        for event in written.iter().filter(|e| e.run_id == self.run.run_id) {
             state.apply(event)?;
             self.last_ids.note(event);
             self.names.note(event);
@@ -602,6 +694,10 @@ impl Driver<'_> {
         tracing::debug!(run_id = %self.run.run_id, worker_id = %self.engine.worker_id, "driving run");
         while !state.finished {
             if self.waiting(state) {
+                if self.sub {
+                    // A sub-run holds no lease: its parent pilots it.
+                    return Ok(());
+                }
                 // Paused: the lease is handed back, nothing is left running.
                 let span = state.run_span_id.clone();
                 let event = self.event(
@@ -779,6 +875,10 @@ impl Driver<'_> {
         state: &mut RunState,
         writer: &mut SessionWriter<'_>,
     ) -> Result<(), EngineError> {
+        if self.sub {
+            // The parent's pilot holds the lease of the whole tree.
+            return Ok(());
+        }
         let lease =
             chrono::Duration::from_std(self.engine.lease).unwrap_or(chrono::Duration::seconds(60));
         let payload = Payload::RunClaimed(RunClaimed {
@@ -830,9 +930,7 @@ impl Driver<'_> {
             return self.review(state, writer).await;
         }
         if self.cancel.is_cancelled() {
-            let batch = self
-                .engine
-                .cancellation(self.run, &self.agent.name, state, None);
+            let batch = self.cancellation(state);
             return self.write(state, writer, batch).await.map(drop);
         }
         if let Some(limit) = self.agent.timeout {
@@ -873,9 +971,14 @@ impl Driver<'_> {
         }
     }
 
-    /// Whether the run is paused for a human and nothing can move it now.
+    /// Whether the run is paused for a human, or waits for children that are, and nothing can
+    /// move it now.
     fn waiting(&self, state: &RunState) -> bool {
-        state.status == RunStatus::Paused && !state.finished && self.resumed(state).is_none()
+        match state.status {
+            RunStatus::Paused => !state.finished && self.resumed(state).is_none(),
+            RunStatus::WaitingChild => !state.finished && self.children_blocked,
+            _ => false,
+        }
     }
 
     /// The decision of a paused run: expire the requests past their deadline (failing the run
@@ -931,6 +1034,14 @@ impl Driver<'_> {
         let closing = |payload| vec![self.event(&span, None, None, payload)];
         match state.status {
             RunStatus::Paused => self.resumed(state),
+            // Back to the batch, which re-plays the calls of the waiting children: each child
+            // run is resumed where it stopped.
+            RunStatus::WaitingChild => Some(vec![self.transition(
+                state,
+                RunStatus::AwaitingTools,
+                "model.responded",
+                self.last_ids.model.clone(),
+            )]),
             RunStatus::AwaitingTools if state.approvals.iter().any(ApprovalRecord::is_pending) => {
                 Some(vec![self.transition(
                     state,
@@ -950,12 +1061,16 @@ impl Driver<'_> {
                 usage: state.usage,
                 cost_usd: state.cost_usd,
             }))),
-            RunStatus::Cancelled => Some(vec![self.engine.cancelled(
-                self.run,
-                &self.agent.name,
-                state,
-                None,
-            )]),
+            RunStatus::Cancelled => {
+                let (reason, by) = cancel_cause(state);
+                Some(vec![self.engine.cancelled(
+                    self.run,
+                    &self.agent.name,
+                    state,
+                    reason,
+                    by,
+                )])
+            }
             RunStatus::AwaitingTools if state.pending_calls.is_empty() => {
                 let to = if state.iterations >= self.agent.max_iterations {
                     RunStatus::Finalizing
@@ -1074,10 +1189,7 @@ impl Driver<'_> {
             projected.step = step.step_no;
             batch.extend(self.failure(&projected, "timeout", "timeout", &message));
         } else {
-            batch.extend(
-                self.engine
-                    .cancellation(self.run, &self.agent.name, state, None),
-            );
+            batch.extend(self.cancellation(state));
         }
         self.write(state, writer, batch).await.map(drop)
     }
@@ -1388,8 +1500,8 @@ impl Driver<'_> {
         let key = Breakers::model_key(&model.config_id);
         let run = self.run;
         let observer = self.observer;
-        // Only the orchestrator's text is streamed to a live display.
-        let live = caller.slot == SLOT;
+        // Only the orchestrator's text is streamed to a live display (not a sub-run's).
+        let live = caller.slot == SLOT && !self.sub;
         let (request_hash, request_parts) = request::request_hash(&request);
         let mut attempt = 1u32;
         loop {
@@ -1786,6 +1898,15 @@ impl StepSpan {
                 outcome,
             }),
         )
+    }
+}
+
+/// Why a driven run is cancelled: `requested`, or `parent` (by its parent) for a sub-run,
+/// whose cancellation token is its parent's.
+fn cancel_cause(state: &RunState) -> (&'static str, Option<String>) {
+    match &state.parent_run_id {
+        Some(parent) => ("parent", Some(parent.clone())),
+        None => ("requested", None),
     }
 }
 

@@ -941,8 +941,7 @@ impl Driver<'_> {
                     );
                     self.failure(state, "timeout", "timeout", &message)
                 } else {
-                    self.engine
-                        .cancellation(self.run, &self.agent.name, state, None)
+                    self.cancellation(state)
                 };
                 self.write(state, writer, batch).await?;
                 Ok(Call::Over)

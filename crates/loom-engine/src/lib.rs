@@ -33,6 +33,7 @@ mod offload;
 mod request;
 mod resilience;
 mod review;
+mod subagents;
 mod tools;
 mod writer;
 
@@ -60,6 +61,7 @@ pub use judges::{
 pub use offload::artifact_read as artifact_reader;
 pub use request::request_hash;
 pub use resilience::{Breakers, CircuitSettings, ModelTimeouts, RetryPolicy};
+pub use subagents::{AGENT_HINT, SubAgentRuntime, descendant_approvals, open_descendants};
 pub use tools::{UNKNOWN_REASON, UNKNOWN_STATE, idempotency_key};
 
 /// The lease a driver takes on a run (`execution.lease`).
@@ -325,6 +327,11 @@ pub struct AgentRuntime {
     /// policy `loom.budget`, ahead of `policies` (`None`: only a budget the run was opened
     /// with applies).
     pub budget: Option<BudgetLimits>,
+    /// Agents offered as tools (`subagents:`): each call opens a child run in the session.
+    pub subagents: Vec<SubAgentRuntime>,
+    /// Sub-agents are offered only to runs whose depth is below this (`max_depth`, default 1:
+    /// a root run may call sub-agents, their runs may not).
+    pub max_depth: u32,
 }
 
 /// The agent's `approval:` settings.
@@ -351,7 +358,7 @@ pub const DEFAULT_APPROVAL_EXPIRY: Duration = Duration::from_secs(86_400);
 
 impl AgentRuntime {
     /// An agent without tools nor fallbacks: 10 iterations, no run timeout, the default tool
-    /// timeout, arguments validated.
+    /// timeout, arguments validated, no sub-agents (`max_depth` 1).
     pub fn new(name: impl Into<String>, system: impl Into<String>, main: ModelBinding) -> Self {
         AgentRuntime {
             name: name.into(),
@@ -370,6 +377,8 @@ impl AgentRuntime {
             output: None,
             judges: Vec::new(),
             budget: None,
+            subagents: Vec::new(),
+            max_depth: 1,
         }
     }
 

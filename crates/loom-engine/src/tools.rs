@@ -4,13 +4,15 @@
 //! arguments; a `tool.completed` error each, no `tool.called`), in call order; then every
 //! `tool.called` of the batch in one write; then each `tool.completed` as its tool finishes.
 //! The next model request re-sorts results into call order, so requests stay deterministic.
+//! Sub-agent calls run alongside as child runs ([`crate::subagents`]); a child that waits for a
+//! human ends the batch with the run in `waiting_child`.
 
 use std::{any::Any, panic::AssertUnwindSafe, time::Instant};
 
 use futures_util::FutureExt;
 
 use loom_core::{
-    RunState,
+    RunState, RunStatus,
     approval::{ApprovalStatus, Decision, PendingApproval, expiry_message, rejection_message},
     event::{
         ApprovalGranted, ApprovalRejected, ApprovalRequested, Effect, IdempotencyRecorded,
@@ -29,6 +31,7 @@ use crate::{
     BoundTool, EngineError,
     driver::{Driver, StepEnd, StepSpan, fmt_secs},
     hooks::{self, End},
+    subagents::{self, ChildDone, ChildEnd, Next},
     writer::SessionWriter,
 };
 
@@ -58,6 +61,8 @@ struct Launch {
     resumed: bool,
     /// What the tool receives: the model's arguments, or those corrected at approval.
     arguments: Value,
+    /// The child run of a sub-agent call.
+    child: Option<String>,
 }
 
 /// What the batch does with one call.
@@ -83,8 +88,8 @@ enum Plan {
 pub const UNKNOWN_REASON: &str = "the call was interrupted mid-flight and may have produced its \
 effect; it runs again only if approved";
 
-pub(crate) async fn batch(
-    driver: &mut Driver<'_>,
+pub(crate) async fn batch<'d>(
+    driver: &mut Driver<'d>,
     state: &mut RunState,
     writer: &mut SessionWriter<'_>,
 ) -> Result<(), EngineError> {
@@ -207,6 +212,7 @@ pub(crate) async fn batch(
                 resumed,
                 arguments,
             } => launches.push(Launch {
+                child: subagents::child_id(driver, &tool, &call),
                 call,
                 tool,
                 span,
@@ -240,7 +246,7 @@ pub(crate) async fn batch(
                     arguments: l.call.arguments.clone(),
                     refs: Vec::new(),
                     resumed: l.resumed,
-                    child_run_id: None,
+                    child_run_id: l.child.clone(),
                 }),
             )
         })
@@ -258,7 +264,25 @@ pub(crate) async fn batch(
 
     let mut running = JoinSet::new();
     let mut spans = Vec::with_capacity(launches.len());
+    // Child runs of sub-agent calls: driven here, stopped with the batch.
+    let mut children = subagents::Children::new();
+    let stop_children = driver.cancel.child_token();
+    let mut children_wait = false;
     for (index, launch) in launches.into_iter().enumerate() {
+        if let Some(child) = &launch.child {
+            children.push(subagents::launch(
+                driver,
+                state,
+                &launch.call,
+                &launch.span,
+                child,
+                &launch.arguments,
+                index,
+                stop_children.clone(),
+            ));
+            spans.push((launch.span, launch.call, launch.tool, Business::None));
+            continue;
+        }
         let ctx = ToolContext {
             tenant_id: driver.run.tenant_id.clone(),
             session_id: driver.run.session_id.clone(),
@@ -343,29 +367,81 @@ pub(crate) async fn batch(
 
     // The run's timeout counts from the start of the batch, not from each result.
     let deadline = driver.deadline(state);
-    while !running.is_empty() {
+    while !running.is_empty() || !children.is_empty() {
         let next = driver
-            .wait(state, writer, running.join_next(), deadline)
+            .wait(
+                state,
+                writer,
+                subagents::next(&mut running, &mut children),
+                deadline,
+            )
             .await?;
-        let joined = match next {
-            StepEnd::Done(Some(joined)) => joined,
-            StepEnd::Done(None) => break,
-            StepEnd::Cancelled => {
+        // A sub-agent's result carries the child run's consumption, rolled up.
+        let (index, output, latency, rolled) = match next {
+            // Panics are caught inside the task, so a join error can only be an abort.
+            StepEnd::Done(Next::Tool(joined)) => match joined {
+                Ok((index, output, latency)) => (index, output, latency, None),
+                Err(_) => continue,
+            },
+            StepEnd::Done(Next::Child(done)) => {
+                let ChildDone {
+                    index,
+                    end,
+                    latency_ms,
+                } = *done;
+                let end = match end {
+                    Ok(end) => end,
+                    Err(error) => {
+                        running.abort_all();
+                        subagents::stop(&stop_children, &mut children).await;
+                        return Err(error);
+                    }
+                };
+                let cancelled = matches!(end, ChildEnd::Cancelled { .. });
+                let Some((output, usage, cost)) = end.result(&spans[index].1.name) else {
+                    // The child waits for a human: its call stays open.
+                    children_wait = true;
+                    continue;
+                };
+                if cancelled {
+                    // A cancelled child cancels its parent.
+                    running.abort_all();
+                    let (span, call, ..) = &spans[index];
+                    let mut batch = vec![driver.event(
+                        span,
+                        Some(&step.span),
+                        None,
+                        subagents::rolled_up(
+                            completed_payload(call, output, latency_ms),
+                            usage,
+                            cost,
+                        ),
+                    )];
+                    let stopped = subagents::stop(&stop_children, &mut children).await;
+                    batch.extend(stopped_children(driver, &step, &spans, stopped));
+                    emitted += batch.len() as u32;
+                    driver.write(state, writer, batch).await?;
+                    return driver
+                        .interrupted(state, writer, &step, emitted, false)
+                        .await;
+                }
+                (index, output, latency_ms, Some((usage, cost)))
+            }
+            StepEnd::Done(Next::Empty) => break,
+            end @ (StepEnd::Cancelled | StepEnd::TimedOut) => {
                 running.abort_all();
+                // Children close themselves (reason `parent`) before their parent does.
+                let stopped = subagents::stop(&stop_children, &mut children).await;
+                let results = stopped_children(driver, &step, &spans, stopped);
+                if !results.is_empty() {
+                    emitted += results.len() as u32;
+                    driver.write(state, writer, results).await?;
+                }
+                let timed_out = matches!(end, StepEnd::TimedOut);
                 return driver
-                    .interrupted(state, writer, &step, emitted, false)
+                    .interrupted(state, writer, &step, emitted, timed_out)
                     .await;
             }
-            StepEnd::TimedOut => {
-                running.abort_all();
-                return driver
-                    .interrupted(state, writer, &step, emitted, true)
-                    .await;
-            }
-        };
-        // Panics are caught inside the task, so a join error can only be an abort.
-        let Ok((index, output, latency)) = joined else {
-            continue;
         };
         let (span, call, tool, business) = &spans[index];
         let mut batch = Vec::with_capacity(4);
@@ -419,6 +495,10 @@ pub(crate) async fn batch(
                 reason,
             } => {
                 running.abort_all();
+                let stopped = subagents::stop(&stop_children, &mut children).await;
+                let results = stopped_children(driver, &step, &spans, stopped);
+                emitted += results.len() as u32;
+                batch.extend(results);
                 emitted += events.len() as u32 + 1;
                 batch.extend(events);
                 batch.push(driver.event(
@@ -463,21 +543,21 @@ pub(crate) async fn batch(
             },
             None => output,
         };
-        let event = driver.event(
-            span,
-            Some(&step.span),
-            None,
-            completed_payload(call, output, latency),
-        );
+        let mut completed = completed_payload(call, output, latency);
+        if let Some((usage, cost)) = rolled {
+            completed = subagents::rolled_up(completed, usage, cost);
+        }
+        let event = driver.event(span, Some(&step.span), None, completed);
         batch.push(event);
         emitted += 1;
-        if running.is_empty() {
+        if running.is_empty() && children.is_empty() {
             // The last result and the end of the step go to the journal in one append;
             // earlier results were each made durable as soon as they came. Approval requests
             // come after the results of the calls that ran.
             emitted += requests.len() as u32;
             batch.append(&mut requests);
             batch.push(step.completed(driver, state, emitted, Outcome::Ok));
+            batch.extend(waiting_children(driver, state, children_wait));
             return driver.write(state, writer, batch).await.map(drop);
         }
         driver.write(state, writer, batch).await?;
@@ -485,7 +565,57 @@ pub(crate) async fn batch(
     emitted += requests.len() as u32;
     let done = step.completed(driver, state, emitted, Outcome::Ok);
     requests.push(done);
+    requests.extend(waiting_children(driver, state, children_wait));
     driver.write(state, writer, requests).await.map(drop)
+}
+
+/// After a batch in which child runs stopped to wait for a human: the run waits for them
+/// (`awaiting_tools` → `waiting_child`), and its pilot hands the lease back.
+fn waiting_children(
+    driver: &mut Driver<'_>,
+    state: &RunState,
+    children_wait: bool,
+) -> Option<loom_core::Event> {
+    if !children_wait {
+        return None;
+    }
+    driver.children_blocked = true;
+    Some(driver.transition(
+        state,
+        RunStatus::WaitingChild,
+        "model.responded",
+        driver.last_ids.model.clone(),
+    ))
+}
+
+/// The results of sub-agent calls whose child runs were stopped with the batch (a child that
+/// waits keeps its call open: closing the parent cancels it).
+fn stopped_children(
+    driver: &Driver<'_>,
+    step: &StepSpan,
+    spans: &[(String, PendingCall, BoundTool, Business)],
+    stopped: Vec<ChildDone>,
+) -> Vec<loom_core::Event> {
+    stopped
+        .into_iter()
+        .filter_map(|done| {
+            let (span, call, ..) = &spans[done.index];
+            let end = match done.end {
+                Ok(end) => end,
+                Err(error) => {
+                    tracing::warn!(run_id = %driver.run.run_id, call_id = %call.call_id, %error, "sub-run stopped with an error");
+                    return None;
+                }
+            };
+            let (output, usage, cost) = end.result(&call.name)?;
+            Some(driver.event(
+                span,
+                Some(&step.span),
+                None,
+                subagents::rolled_up(completed_payload(call, output, done.latency_ms), usage, cost),
+            ))
+        })
+        .collect()
 }
 
 /// What the `after_tool` point made of a result.

@@ -72,6 +72,8 @@ fn agent(model: Arc<dyn ModelClient>, tools: Vec<FnTool>) -> AgentRuntime {
         output: None,
         judges: Vec::new(),
         budget: None,
+        subagents: Vec::new(),
+        max_depth: 1,
     }
 }
 

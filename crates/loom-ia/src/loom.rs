@@ -675,6 +675,12 @@ impl Loom {
     /// where the journal ends. A closed run is returned as it is.
     pub async fn resume(&self, run: &RunRef) -> Result<RunResult, LoomError> {
         let state = self.state(run).await?;
+        if let Some(parent) = &state.parent_run_id {
+            return Err(LoomError::Refused(format!(
+                "run {} is a sub-run of {parent}: resume its root run {}, which drives it",
+                run.run_id, state.root_run_id
+            )));
+        }
         let agent = state
             .agent
             .clone()
@@ -721,7 +727,28 @@ impl Loom {
         if let Ok(mut active) = self.inner.active.lock() {
             active.remove(&run.run_id);
         }
-        Ok(RunResult::from_state(&outcome?))
+        self.with_subruns(run, RunResult::from_state(&outcome?))
+            .await
+    }
+
+    /// A result whose run waits for its sub-runs lists their pending approvals as its own:
+    /// the root answers for its tree (`approve` on the root decides them).
+    async fn with_subruns(&self, run: &RunRef, result: RunResult) -> Result<RunResult, LoomError> {
+        if result.status != loom_core::RunStatus::WaitingChild {
+            return Ok(result);
+        }
+        let events = self
+            .inner
+            .engine
+            .store()
+            .read(&run.tenant_id, &run.session_id, 0)
+            .await?;
+        let mut result = result;
+        result.pending_approvals.extend(
+            loom_engine::descendant_approvals(&events, &run.run_id)
+                .map_err(|e| LoomError::from(loom_engine::EngineError::Fold(e)))?,
+        );
+        Ok(result)
     }
 
     /// Runs `agent` in the background and streams what happens: events once durable, text
@@ -816,8 +843,8 @@ impl Loom {
             .map_err(|e| LoomError::from(loom_engine::EngineError::Fold(e)))
     }
 
-    /// Grants the approval requests of a paused run: the request of `call_id`, or every
-    /// waiting one. `by` and `reason` are journaled; corrected `arguments` (with `call_id`
+    /// Grants the approval requests of a paused run, or of the sub-runs a run waits for (a
+    /// root run answers for its tree): the request of `call_id`, or every waiting one. `by` and `reason` are journaled; corrected `arguments` (with `call_id`
     /// only; checked against the tool's schema) are what the tool receives, while the
     /// journal's `tool.called` keeps the model's. Works from any process. Unless `no_wait`,
     /// the run is then driven on (until it closes or pauses again).
@@ -877,17 +904,32 @@ impl Loom {
             .engine
             .settle(run, &runtime, call_id, &decision)
             .await?;
+        // A sub-run is driven by its root, which re-plays the call that resumes it.
+        let root = RunRef {
+            run_id: state.root_run_id.clone(),
+            ..run.clone()
+        };
         let result = if no_wait {
             self.result(run).await?
-        } else {
+        } else if root.run_id == run.run_id {
             self.drive(run, &runtime, &()).await?
+        } else {
+            let root_agent = self
+                .state(&root)
+                .await?
+                .agent
+                .ok_or_else(|| LoomError::UnknownRun(root.run_id.clone()))?;
+            let root_runtime = self.agent(&root_agent, &root.tenant_id)?;
+            self.drive(&root, &root_runtime, &()).await?
         };
         Ok(Decided { calls, result })
     }
 
-    /// The run's result, read from its journal (also for a run still going on).
+    /// The run's result, read from its journal (also for a run still going on). A run waiting
+    /// for its sub-runs lists their pending approvals.
     pub async fn result(&self, run: &RunRef) -> Result<RunResult, LoomError> {
-        Ok(RunResult::from_state(&self.state(run).await?))
+        let result = RunResult::from_state(&self.state(run).await?);
+        self.with_subruns(run, result).await
     }
 
     /// Cancels a run: a run driven by this instance stops at once (between or during steps);

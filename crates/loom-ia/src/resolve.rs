@@ -18,7 +18,7 @@ use loom_core::{
 use loom_engine::{
     AgentRuntime, BoundPolicy, BoundSource, BoundTool, BudgetLimits, ContextScope as JudgeScope,
     Criterion, JudgeCondition, JudgeContext, JudgeRuntime, ModelBinding,
-    OnExceed as EngineOnExceed, PolicyOnError, RunLimits, SessionLimits,
+    OnExceed as EngineOnExceed, PolicyOnError, RunLimits, SessionLimits, SubAgentRuntime,
     contract::{Contract, ContractSpec, OnFailure, RepairSettings, RepairTools},
 };
 
@@ -76,6 +76,20 @@ pub(crate) fn agent(
     sources: &BTreeMap<String, Arc<dyn ToolSource>>,
     name: &str,
     tenant: &str,
+) -> Result<AgentRuntime, LoomError> {
+    agent_at(config, models, registry, sources, name, tenant, 0)
+}
+
+/// Resolves an agent whose runs have `depth` (0 for a root run): its sub-agents are resolved
+/// only while `depth` is below its `max_depth`, since deeper runs are never offered them.
+fn agent_at(
+    config: &Config,
+    models: &Models,
+    registry: &Registry,
+    sources: &BTreeMap<String, Arc<dyn ToolSource>>,
+    name: &str,
+    tenant: &str,
+    depth: u32,
 ) -> Result<AgentRuntime, LoomError> {
     let tools = &registry.tools;
     let Some(spec) = config.agent(name) else {
@@ -291,6 +305,26 @@ pub(crate) fn agent(
         },
         judges: agent_judges(config, models, registry, spec, name, tenant)?,
         budget: agent_budget(config, spec, tenant),
+        subagents: if depth < spec.max_depth {
+            spec.subagents
+                .iter()
+                .map(|sub| {
+                    let child = agent_at(config, models, registry, sources, &sub.agent, tenant, depth + 1)?;
+                    // Filled from the agent's own description when loading the configuration.
+                    let description = sub.description.clone().unwrap_or_default();
+                    let mut runtime = SubAgentRuntime::new(
+                        sub.tool_name().to_owned(),
+                        description,
+                        Arc::new(child),
+                    );
+                    runtime.budget_share = sub.budget_share;
+                    Ok(runtime)
+                })
+                .collect::<Result<Vec<_>, LoomError>>()?
+        } else {
+            Vec::new()
+        },
+        max_depth: spec.max_depth,
     })
 }
 

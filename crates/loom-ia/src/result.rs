@@ -46,7 +46,8 @@ pub struct RunResult {
     /// Replaced by a fallback message.
     #[serde(default)]
     pub fallback: bool,
-    /// Approvals waiting for a human (the run is `paused`).
+    /// Approvals waiting for a human: the run's own (it is `paused`), or those of the sub-runs
+    /// it waits for (it is `waiting_child`).
     #[serde(default)]
     pub pending_approvals: Vec<PendingApproval>,
 }

@@ -1,0 +1,584 @@
+//! Sub-agents: a complete agent offered as a tool, each call a child run in the same journal.
+//!
+//! A call opens a child run in the parent's session: `run.started` with the parent's run and
+//! call ids, `depth + 1`, the parent's root, the budget share, then `message.user` with the
+//! message. The parent's pilot drives it inline: no `run.claimed` (the parent holds the
+//! lease), the same cancellation (a child token of the parent's), observer and approver, and no
+//! session history. Only the child's final answer returns, as the call's result; its usage and
+//! cost ride on the parent's `tool.completed`, so they roll up into the parent's totals (the
+//! child's own model calls stay in its run and are never counted twice).
+//!
+//! A child that pauses for an approval ends the parent's batch in `waiting_child`, the lease
+//! handed back; the request surfaces on the root run ([`crate::Engine::settle`] on the root
+//! decides it, [`descendant_approvals`] lists it). Driving the root again re-plays the call,
+//! which is started and names its child run: the child is resumed, never relaunched (sub-agent
+//! calls are declared irreversible and idempotent). Closing a run that has open descendants
+//! first cancels each of them, most recent first (`run.cancelled` reason `parent`, by the
+//! closing run), in the same write.
+
+use std::{future::Future, pin::Pin, sync::Arc, time::Instant};
+
+use chrono::{DateTime, Utc};
+use futures_util::{StreamExt, stream::FuturesUnordered};
+use loom_core::{
+    BoxFuture, Event, Message, RunState, RunStatus, Usage,
+    approval::{ApprovalRecord, Approver, PendingApproval},
+    event::{MessageUser, Payload, RunBudget, RunContext, RunStarted},
+    state::{FoldError, PendingCall},
+    tool::{
+        SideEffects, Tool, ToolContext, ToolDeclarations, ToolError, ToolKind, ToolOutput, ToolSpec,
+    },
+};
+use serde_json::{Map, Value, json};
+use tokio::task::{JoinError, JoinSet};
+use tokio_util::sync::CancellationToken;
+
+use crate::{
+    AgentRuntime, BoundTool, Engine, EngineError, RunRef, driver::Driver, driver::Observer,
+};
+
+/// How many times opening a child run is attempted when the session's journal keeps moving.
+const MAX_OPEN_ATTEMPTS: usize = 5;
+
+/// Appended to a sub-agent's description, for the model that may call it.
+pub const AGENT_HINT: &str = "This tool hands a task to another agent, which does not see this \
+conversation: write in `message` everything it needs. Only its final answer comes back.";
+
+/// An agent offered to another as a tool (`subagents:` of the calling agent).
+#[derive(Debug, Clone)]
+pub struct SubAgentRuntime {
+    /// The tool name the model calls (the agent's name unless renamed).
+    pub name: String,
+    /// What the tool does, offered to the model (followed by [`AGENT_HINT`]).
+    pub description: String,
+    /// The agent that runs each call, as a child run.
+    pub agent: Arc<AgentRuntime>,
+    /// The part, in `(0, 1]`, of what remains of the caller's run budget that the child run
+    /// receives (`None`: the child run has no budget of its own).
+    pub budget_share: Option<f64>,
+}
+
+impl SubAgentRuntime {
+    /// Offers `agent` under `name`, without a budget share.
+    pub fn new(
+        name: impl Into<String>,
+        description: impl Into<String>,
+        agent: Arc<AgentRuntime>,
+    ) -> SubAgentRuntime {
+        SubAgentRuntime {
+            name: name.into(),
+            description: description.into(),
+            agent,
+            budget_share: None,
+        }
+    }
+}
+
+/// The declaration of a sub-agent as a tool: the engine intercepts its calls and drives them as
+/// child runs, so [`Tool::call`] is never how a sub-agent runs.
+#[derive(Debug)]
+struct SubAgentTool {
+    spec: ToolSpec,
+}
+
+impl Tool for SubAgentTool {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    fn call(
+        &self,
+        _ctx: ToolContext,
+        _arguments: Value,
+    ) -> BoxFuture<'_, Result<ToolOutput, ToolError>> {
+        let name = self.spec.name.clone();
+        Box::pin(async move {
+            Err(ToolError::new(format!(
+                "the sub-agent {name} runs as a child run driven by the engine, not as a plain \
+                 tool call"
+            )))
+        })
+    }
+}
+
+/// The tools offered for an agent's sub-agents to a run at `depth`: none once the depth
+/// reaches the agent's `max_depth` (a call then is refused as an unknown tool).
+pub(crate) fn offered(agent: &AgentRuntime, depth: u32) -> Vec<BoundTool> {
+    if depth >= agent.max_depth {
+        return Vec::new();
+    }
+    let declarations = ToolDeclarations {
+        side_effects: SideEffects::Irreversible,
+        idempotent: true,
+        ..ToolDeclarations::default()
+    };
+    let input_schema = json!({
+        "type": "object",
+        "properties": {
+            "message": {
+                "type": "string",
+                "minLength": 1,
+                "description": "The task, with everything the agent needs to do it."
+            }
+        },
+        "required": ["message"],
+        "additionalProperties": false
+    });
+    agent
+        .subagents
+        .iter()
+        .filter_map(|sub| {
+            let description = if sub.description.trim().is_empty() {
+                AGENT_HINT.to_owned()
+            } else {
+                format!("{}\n\n{AGENT_HINT}", sub.description.trim_end())
+            };
+            let tool = SubAgentTool {
+                spec: ToolSpec {
+                    name: sub.name.clone(),
+                    description: description.clone(),
+                    input_schema: input_schema.clone(),
+                    kind: ToolKind::Agent,
+                    declarations: declarations.clone(),
+                },
+            };
+            match BoundTool::new(Arc::new(tool), declarations.clone(), description) {
+                Ok(bound) => Some(bound),
+                Err(error) => {
+                    tracing::warn!(subagent = %sub.name, %error, "sub-agent not offered");
+                    None
+                }
+            }
+        })
+        .collect()
+}
+
+/// The descendants of `run_id` (children, their children…) that have not closed, folded from
+/// the session's `events`, most recently started first: the order in which a closing parent
+/// cancels them.
+pub fn open_descendants(events: &[Event], run_id: &str) -> Result<Vec<RunState>, FoldError> {
+    let mut tree: Vec<&str> = vec![run_id];
+    for event in events {
+        if let Payload::RunStarted(started) = &event.payload
+            && let Some(parent) = &started.parent_run_id
+            && tree.contains(&parent.as_str())
+            && !tree.contains(&event.run_id.as_str())
+        {
+            tree.push(&event.run_id);
+        }
+    }
+    let mut open = Vec::new();
+    for id in tree.into_iter().skip(1).rev() {
+        let state = RunState::fold(id, events)?;
+        if !state.finished && !state.status.is_terminal() {
+            open.push(state);
+        }
+    }
+    Ok(open)
+}
+
+/// The approval requests waiting in the open descendants of `run_id`, in the order their runs
+/// started: what a root run waiting for its children shows as its own pending approvals.
+pub fn descendant_approvals(
+    events: &[Event],
+    run_id: &str,
+) -> Result<Vec<PendingApproval>, FoldError> {
+    Ok(open_descendants(events, run_id)?
+        .iter()
+        .rev()
+        .flat_map(RunState::pending_approvals)
+        .collect())
+}
+
+/// Whether a run waiting for its children cannot move now: it has child runs, and each is
+/// paused on a request that waits and has not expired, or is itself blocked on its children.
+pub(crate) fn blocked(events: &[Event], state: &RunState, now: DateTime<Utc>) -> bool {
+    let children: Vec<&str> = state
+        .pending_calls
+        .iter()
+        .filter_map(|c| c.child_run_id.as_deref())
+        .collect();
+    !children.is_empty()
+        && children.iter().all(|id| match RunState::fold(id, events) {
+            Ok(child) if !child.finished => match child.status {
+                RunStatus::Paused => {
+                    child.approvals.iter().any(ApprovalRecord::is_pending)
+                        && !child.approvals.iter().any(|a| a.is_stale(now))
+                }
+                RunStatus::WaitingChild => blocked(events, &child, now),
+                _ => false,
+            },
+            _ => false,
+        })
+}
+
+/// The agent named `name` in `agent`'s tree of sub-agents (`agent` itself included).
+pub(crate) fn find_agent<'a>(agent: &'a AgentRuntime, name: &str) -> Option<&'a AgentRuntime> {
+    if agent.name == name {
+        return Some(agent);
+    }
+    agent
+        .subagents
+        .iter()
+        .find_map(|sub| find_agent(&sub.agent, name))
+}
+
+/// The child run a launched call drives: the one its `tool.called` already names (a re-played
+/// call), else a new id; `None` when the call is not a sub-agent's.
+pub(crate) fn child_id(
+    driver: &Driver<'_>,
+    tool: &BoundTool,
+    call: &PendingCall,
+) -> Option<String> {
+    let is_subagent = tool.tool.spec().kind == ToolKind::Agent
+        && driver.agent.subagents.iter().any(|s| s.name == call.name);
+    is_subagent.then(|| {
+        call.child_run_id
+            .clone()
+            .unwrap_or_else(|| driver.engine.ids().uuid())
+    })
+}
+
+/// How a child run ended, for its parent.
+#[derive(Debug)]
+pub(crate) enum ChildEnd {
+    /// The child closed (completed or failed): its result, and its consumption to roll up.
+    Answered {
+        output: Box<ToolOutput>,
+        usage: Usage,
+        cost_usd: f64,
+    },
+    /// The child waits for a human (or for its own children): the parent waits for it.
+    Waiting,
+    /// The child was cancelled: the parent is cancelled too.
+    Cancelled { usage: Usage, cost_usd: f64 },
+}
+
+impl ChildEnd {
+    /// The result journaled for the call, with the consumption to roll up (`None` for a child
+    /// that waits: its call stays open).
+    pub(crate) fn result(self, name: &str) -> Option<(ToolOutput, Usage, f64)> {
+        match self {
+            ChildEnd::Answered {
+                output,
+                usage,
+                cost_usd,
+            } => Some((*output, usage, cost_usd)),
+            ChildEnd::Cancelled { usage, cost_usd } => Some((
+                ToolOutput::error(format!("The sub-agent {name} was cancelled.")),
+                usage,
+                cost_usd,
+            )),
+            ChildEnd::Waiting => None,
+        }
+    }
+}
+
+/// A child run driven to where it stops, with the index of its call in the batch.
+#[derive(Debug)]
+pub(crate) struct ChildDone {
+    pub(crate) index: usize,
+    pub(crate) end: Result<ChildEnd, EngineError>,
+    pub(crate) latency_ms: f64,
+}
+
+/// The child runs of one batch, driven concurrently with its tools.
+pub(crate) type Children<'a> =
+    FuturesUnordered<Pin<Box<dyn Future<Output = ChildDone> + Send + 'a>>>;
+
+/// What finished next in a batch.
+pub(crate) enum Next<T> {
+    /// A tool task.
+    Tool(Result<T, JoinError>),
+    /// A child run.
+    Child(Box<ChildDone>),
+    /// Nothing is left running.
+    Empty,
+}
+
+/// The next tool task or child run of the batch to finish.
+pub(crate) async fn next<T: Send + 'static>(
+    running: &mut JoinSet<T>,
+    children: &mut Children<'_>,
+) -> Next<T> {
+    tokio::select! {
+        Some(joined) = running.join_next(), if !running.is_empty() => Next::Tool(joined),
+        Some(done) = children.next(), if !children.is_empty() => Next::Child(Box::new(done)),
+        else => Next::Empty,
+    }
+}
+
+/// Stops the batch's child runs (each closes itself as cancelled, reason `parent`) and waits
+/// until they have.
+pub(crate) async fn stop(
+    cancel: &CancellationToken,
+    children: &mut Children<'_>,
+) -> Vec<ChildDone> {
+    cancel.cancel();
+    let mut done = Vec::with_capacity(children.len());
+    while let Some(child) = children.next().await {
+        done.push(child);
+    }
+    done
+}
+
+/// Sets the consumption of a sub-agent on its `tool.completed`.
+pub(crate) fn rolled_up(payload: Payload, usage: Usage, cost_usd: f64) -> Payload {
+    match payload {
+        Payload::ToolCompleted(mut completed) => {
+            completed.usage = Some(usage);
+            completed.cost_usd = cost_usd;
+            Payload::ToolCompleted(completed)
+        }
+        other => other,
+    }
+}
+
+/// What opening a child run needs to know of its parent.
+struct Opening {
+    run: RunRef,
+    root_run_id: String,
+    parent_run_id: String,
+    parent_call_id: String,
+    /// The span of the parent's call: the parent span of the child's `run.started`.
+    parent_span: String,
+    depth: u32,
+    judges: String,
+    budget: Option<RunBudget>,
+    message: Option<String>,
+}
+
+/// The child run of call `call` (its `tool.called` in span `span` names `child_run_id`):
+/// opened unless it exists, then driven until it closes or waits.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn launch<'d>(
+    driver: &Driver<'d>,
+    state: &RunState,
+    call: &PendingCall,
+    span: &str,
+    child_run_id: &str,
+    arguments: &Value,
+    index: usize,
+    cancel: CancellationToken,
+) -> Pin<Box<dyn Future<Output = ChildDone> + Send + 'd>> {
+    let engine: &'d Engine = driver.engine;
+    let observer: &'d dyn Observer = driver.observer;
+    let approver = driver.approver.clone();
+    let sub = driver
+        .agent
+        .subagents
+        .iter()
+        .find(|s| s.name == call.name)
+        .cloned();
+    // The child's budget: its share of what remains of the parent's limits (the agent's,
+    // tightened by the parent's own share).
+    let budget = sub.as_ref().and_then(|s| s.budget_share).and_then(|part| {
+        crate::budget::share(
+            &crate::budget::run_limits(driver.agent.budget.as_ref(), state),
+            crate::budget::Spent::of(state),
+            part,
+        )
+    });
+    let opening = Opening {
+        run: RunRef {
+            tenant_id: driver.run.tenant_id.clone(),
+            session_id: driver.run.session_id.clone(),
+            run_id: child_run_id.to_owned(),
+        },
+        root_run_id: state.root_run_id.clone(),
+        parent_run_id: state.run_id.clone(),
+        parent_call_id: call.call_id.clone(),
+        parent_span: span.to_owned(),
+        depth: state.depth + 1,
+        judges: state.judges.clone(),
+        budget,
+        message: arguments
+            .get("message")
+            .and_then(Value::as_str)
+            .map(str::to_owned),
+    };
+    let name = call.name.clone();
+    Box::pin(async move {
+        let started = Instant::now();
+        let end = match sub {
+            Some(sub) => run_child(engine, observer, approver, cancel, sub, opening).await,
+            None => Err(EngineError::Invalid(format!("no sub-agent named '{name}'"))),
+        };
+        ChildDone {
+            index,
+            end,
+            latency_ms: started.elapsed().as_secs_f64() * 1000.0,
+        }
+    })
+}
+
+async fn run_child(
+    engine: &Engine,
+    observer: &dyn Observer,
+    approver: Option<Arc<dyn Approver>>,
+    cancel: CancellationToken,
+    sub: SubAgentRuntime,
+    opening: Opening,
+) -> Result<ChildEnd, EngineError> {
+    if !engine.open_child(&sub.agent, &opening, observer).await? {
+        return Ok(ChildEnd::Answered {
+            output: Box::new(ToolOutput::error(format!(
+                "The sub-agent {} needs a non-empty `message` (a string) describing its task.",
+                sub.name
+            ))),
+            usage: Usage::default(),
+            cost_usd: 0.0,
+        });
+    }
+    let state = engine
+        .drive_with(&opening.run, &sub.agent, observer, &cancel, approver)
+        .await?;
+    end_of(&sub.name, &state)
+}
+
+/// What the state a child's drive returned means for its parent.
+fn end_of(name: &str, state: &RunState) -> Result<ChildEnd, EngineError> {
+    let (usage, cost_usd) = (state.usage, state.cost_usd);
+    match state.status {
+        RunStatus::Completed if state.finished => {
+            let mut output = ToolOutput::text(state.output_text().unwrap_or_default());
+            output.data = state.output_data.clone();
+            output.unverified = state.unverified;
+            output.fallback = state.fallback;
+            Ok(ChildEnd::Answered {
+                output: Box::new(output),
+                usage,
+                cost_usd,
+            })
+        }
+        RunStatus::Failed if state.finished => Ok(ChildEnd::Answered {
+            output: Box::new(ToolOutput::error(format!(
+                "The sub-agent {name} failed ({}): {}",
+                state.error_type.as_deref().unwrap_or("error"),
+                state.error.as_deref().unwrap_or("no message")
+            ))),
+            usage,
+            cost_usd,
+        }),
+        RunStatus::Cancelled if state.finished => Ok(ChildEnd::Cancelled { usage, cost_usd }),
+        RunStatus::Paused | RunStatus::WaitingChild if !state.finished => Ok(ChildEnd::Waiting),
+        other => Err(EngineError::Invalid(format!(
+            "sub-run {} stopped in state {other} without closing",
+            state.run_id
+        ))),
+    }
+}
+
+impl Engine {
+    /// Writes the child's `run.started` and `message.user` in one batch, unless the child run
+    /// exists (a re-played call resumes it). `false` when it does not exist and the call gave
+    /// no usable message.
+    async fn open_child(
+        &self,
+        agent: &AgentRuntime,
+        opening: &Opening,
+        observer: &dyn Observer,
+    ) -> Result<bool, EngineError> {
+        let run = &opening.run;
+        for _ in 0..MAX_OPEN_ATTEMPTS {
+            let events = self
+                .store()
+                .read(&run.tenant_id, &run.session_id, 0)
+                .await?;
+            if events.iter().any(|e| e.run_id == run.run_id) {
+                return Ok(true);
+            }
+            let Some(text) = opening.message.as_deref().filter(|t| !t.is_empty()) else {
+                return Ok(false);
+            };
+            // The child runs for the same end user as its parent.
+            let context = events
+                .iter()
+                .find_map(|e| match &e.payload {
+                    Payload::RunStarted(started) if e.run_id == opening.parent_run_id => {
+                        Some(started.context.clone())
+                    }
+                    _ => None,
+                })
+                .unwrap_or_else(|| RunContext {
+                    tenant_id: run.tenant_id.clone(),
+                    user_id: None,
+                    metadata: Map::new(),
+                });
+            let span = self.ids().uuid();
+            let event = |parent: Option<&str>, payload| {
+                let mut event = self.event(run, &agent.name, &span, parent, None, payload);
+                event.root_run_id = opening.root_run_id.clone();
+                event
+            };
+            let batch = vec![
+                event(
+                    Some(&opening.parent_span),
+                    Payload::RunStarted(RunStarted {
+                        kind: "normal".into(),
+                        context,
+                        parent_run_id: Some(opening.parent_run_id.clone()),
+                        parent_call_id: Some(opening.parent_call_id.clone()),
+                        depth: opening.depth,
+                        triggered_by: None,
+                        trigger: None,
+                        judges: opening.judges.clone(),
+                        budget: opening.budget.clone(),
+                        state: Map::new(),
+                    }),
+                ),
+                event(
+                    None,
+                    Payload::MessageUser(MessageUser {
+                        message: Message::user(text),
+                        kind: "request".into(),
+                        policy: None,
+                        tools: true,
+                    }),
+                ),
+            ];
+            match self
+                .store()
+                .append(batch, events.last().map_or(0, |e| e.seq))
+                .await
+            {
+                Ok(written) => {
+                    for event in &written {
+                        observer.event(event);
+                    }
+                    tracing::debug!(run_id = %run.run_id, parent_run_id = %opening.parent_run_id, agent = %agent.name, "sub-run opened");
+                    return Ok(true);
+                }
+                Err(loom_core::ports::StoreError::Conflict { .. }) => continue,
+                Err(other) => return Err(other.into()),
+            }
+        }
+        Err(EngineError::Contention(run.session_id.clone()))
+    }
+
+    /// The cancellation of every open descendant of `run_id` (most recent first, reason
+    /// `parent`, by `run_id`), read from the session's `events`.
+    pub(crate) fn descendants_closing(
+        &self,
+        events: &[Event],
+        run_id: &str,
+    ) -> Result<Vec<Event>, EngineError> {
+        let mut batch = Vec::new();
+        for child in open_descendants(events, run_id)? {
+            let run = RunRef {
+                tenant_id: child.tenant_id.clone(),
+                session_id: child.session_id.clone(),
+                run_id: child.run_id.clone(),
+            };
+            let agent = child.agent.clone().unwrap_or_default();
+            batch.extend(self.cancellation(
+                &run,
+                &agent,
+                &child,
+                "parent",
+                Some(run_id.to_owned()),
+            ));
+        }
+        Ok(batch)
+    }
+}

@@ -1,0 +1,225 @@
+//! Child runs seen through the facade: a session holding a root run and its sub-run (built
+//! with the engine, since the configuration cannot declare sub-agents yet) is listed, folded,
+//! traced and reported; the root lists its child's pending approvals, decides them, and its
+//! cancellation closes the child first; a sub-run is not resumed on its own.
+
+// Helpers outside #[test] functions unwrap too: a panic there is a failed test.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::Arc;
+
+use loom_core::{
+    event::Payload,
+    model::ModelClient,
+    ports::EventStore,
+    tool::{Approval, FnTool, SideEffects, Tool, ToolDeclarations, ToolKind, ToolOutput, ToolSpec},
+};
+use loom_engine::{AgentRuntime, BeginRun, BoundTool, Engine, ModelBinding, SubAgentRuntime};
+use loom_ia::{
+    Loom, LoomError, Message, RunRef, RunStatus, SystemClock,
+    config::{AgentSpec, Config, LoomConfig, ModelSpec, Sdk},
+};
+use loom_journal::MemoryStore;
+use loom_testkit::scripted;
+use serde_json::{Map, Value, json};
+use tokio_util::sync::CancellationToken;
+
+fn config(dir: &std::path::Path) -> Config {
+    let mut model = ModelSpec::new("fake-1", Sdk::Fake, "FAKE");
+    model
+        .params
+        .insert("script".into(), json!([{"text": "ok"}]));
+    let raw = LoomConfig {
+        models: vec![model],
+        agents: vec![
+            AgentSpec::new("boss", "fake-1"),
+            AgentSpec::new("mailer", "fake-1"),
+        ],
+        ..LoomConfig::default()
+    };
+    Config::new(raw, dir.to_path_buf()).unwrap()
+}
+
+fn runtime(name: &str, model: Arc<dyn ModelClient>, tools: Vec<FnTool>) -> AgentRuntime {
+    let mut agent = AgentRuntime::new(name, "", ModelBinding::new("FAKE", "fake-1", model));
+    agent.tools = tools
+        .into_iter()
+        .map(|t| {
+            let declarations = t.spec().declarations.clone();
+            let description = t.spec().description.clone();
+            BoundTool::new(Arc::new(t), declarations, description).unwrap()
+        })
+        .collect();
+    agent
+}
+
+fn send_tool() -> FnTool {
+    let spec = ToolSpec {
+        name: "send".into(),
+        description: "Sends an e-mail.".into(),
+        input_schema: json!({"type": "object", "properties": {"to": {"type": "string"}}}),
+        kind: ToolKind::Python,
+        declarations: Default::default(),
+    };
+    FnTool::new(spec, |_, args: Value| {
+        Box::pin(async move { Ok(ToolOutput::text(format!("sent to {}", args["to"]))) })
+    })
+    .with_declarations(ToolDeclarations {
+        side_effects: SideEffects::Irreversible,
+        approval: Approval::Always,
+        ..Default::default()
+    })
+}
+
+/// A session where the boss waits for its mailer, paused on `send`.
+async fn waiting_tree(store: Arc<MemoryStore>) -> (RunRef, String) {
+    let mailer = runtime(
+        "mailer",
+        scripted(
+            "fake-1",
+            json!([
+                {"tool_calls": [{"name": "send", "arguments": {"to": "bob"}}]},
+                {"text": "Courriel : {{ tool_result }}"}
+            ]),
+        ),
+        vec![send_tool()],
+    );
+    let mut boss = runtime(
+        "boss",
+        scripted(
+            "fake-1",
+            json!([
+                {"tool_calls": [{"name": "mailer", "arguments": {"message": "Préviens Bob."}}]},
+                {"text": "Fait : {{ tool_result }}"}
+            ]),
+        ),
+        Vec::new(),
+    );
+    boss.subagents.push(SubAgentRuntime::new(
+        "mailer",
+        "Sends e-mails.",
+        Arc::new(mailer),
+    ));
+    let engine = Engine::new(store.clone(), Arc::new(SystemClock));
+    let run = engine
+        .begin(
+            &boss,
+            BeginRun {
+                tenant_id: "default".into(),
+                session_id: Some("tree".into()),
+                run_id: Some("root".into()),
+                user_id: None,
+                metadata: Map::new(),
+                message: Message::user("Préviens Bob."),
+                judges: Default::default(),
+                budget: None,
+            },
+            &(),
+        )
+        .await
+        .unwrap();
+    let state = engine
+        .drive(&run, &boss, &(), &CancellationToken::new())
+        .await
+        .unwrap();
+    assert_eq!(state.status, RunStatus::WaitingChild);
+    let events = store.read("default", "tree", 0).await.unwrap();
+    let child = events
+        .iter()
+        .find(|e| matches!(&e.payload, Payload::RunStarted(s) if s.parent_run_id.is_some()))
+        .map(|e| e.run_id.clone())
+        .unwrap();
+    (run, child)
+}
+
+#[tokio::test]
+async fn a_session_with_a_child_run_is_listed_folded_and_decided_from_the_root() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(MemoryStore::new());
+    let (root, child) = waiting_tree(store.clone()).await;
+    let loom = Loom::with_store(config(dir.path()), store.clone()).unwrap();
+
+    // Listing and folding the session's runs, the child included.
+    let runs = loom.session_runs("tree", None).await.unwrap();
+    let listed: Vec<(&str, RunStatus)> =
+        runs.iter().map(|r| (r.run_id.as_str(), r.status)).collect();
+    assert_eq!(
+        listed,
+        [
+            ("root", RunStatus::WaitingChild),
+            (child.as_str(), RunStatus::Paused)
+        ]
+    );
+    assert_eq!(runs[1].parent_run_id.as_deref(), Some("root"));
+    let located = loom.locate(&child, None, None).await.unwrap();
+    assert_eq!(located.session_id, "tree");
+    assert!(!loom.trace(&located).await.unwrap().steps.is_empty());
+    // The root's report rolls its child's call up into its total.
+    let report = loom.report(&root).await.unwrap();
+    assert_eq!(report.total.calls, 2);
+    assert_eq!(report.sub_runs.len(), 1);
+
+    // The root shows its child's request; the child's own result shows it too.
+    let result = loom.result(&root).await.unwrap();
+    assert_eq!(result.status, RunStatus::WaitingChild);
+    assert_eq!(result.pending_approvals.len(), 1);
+    assert_eq!(result.pending_approvals[0].tool_name, "send");
+    assert_eq!(result.pending_approvals[0].run_id, child);
+    assert_eq!(
+        loom.result(&located).await.unwrap().pending_approvals.len(),
+        1
+    );
+
+    // A sub-run is driven by its root, never on its own.
+    let refused = loom.resume(&located).await.unwrap_err();
+    assert!(matches!(refused, LoomError::Refused(_)), "{refused}");
+    assert!(refused.to_string().contains("resume its root run root"));
+
+    // Approved through the root's id (journaled only): the grant is the child's.
+    let call_id = result.pending_approvals[0].call_id.clone();
+    let decided = loom
+        .approve(&root, None, "alice", Some("ok"), None, true)
+        .await
+        .unwrap();
+    assert_eq!(decided.calls, [call_id]);
+    assert!(decided.result.pending_approvals.is_empty());
+    let events = store.read("default", "tree", 0).await.unwrap();
+    let granted = events.last().unwrap();
+    assert_eq!(
+        (granted.event_type.as_str(), granted.run_id.as_str()),
+        ("approval.granted", child.as_str())
+    );
+    assert_eq!(granted.root_run_id, "root");
+}
+
+#[tokio::test]
+async fn cancelling_the_root_through_the_facade_closes_its_child_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(MemoryStore::new());
+    let (root, child) = waiting_tree(store.clone()).await;
+    let loom = Loom::with_store(config(dir.path()), store.clone()).unwrap();
+    assert!(loom.cancel(&root, Some("ops".into())).await.unwrap());
+    let runs = loom.session_runs("tree", None).await.unwrap();
+    assert!(
+        runs.iter()
+            .all(|r| r.finished && r.status == RunStatus::Cancelled)
+    );
+    let events = store.read("default", "tree", 0).await.unwrap();
+    let closings: Vec<(&str, String)> = events
+        .iter()
+        .filter_map(|e| match &e.payload {
+            Payload::RunCancelled(c) => Some((e.run_id.as_str(), c.reason.clone())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        closings,
+        [
+            (child.as_str(), "parent".to_owned()),
+            ("root", "requested".to_owned())
+        ]
+    );
+    let result = loom.result(&root).await.unwrap();
+    assert!(result.pending_approvals.is_empty());
+    assert!(!loom.cancel(&root, None).await.unwrap(), "already closed");
+}
