@@ -247,6 +247,12 @@ pub struct RunState {
     /// Calls whose arguments were corrected (at approval, or by a `before_tool` policy): the
     /// model is told, after their results, with a system note.
     pub amendments: Vec<Amendment>,
+    /// Calls answered by model calls journaled in this run (`model.responded` with a
+    /// `call_id`: roles). Their consumption is counted once, from those `model.responded`; the
+    /// `usage`/`cost_usd` their `tool.completed` repeats is not added again.
+    pub priced_calls: std::collections::BTreeSet<String>,
+    /// The caller's metadata (`run.started.context.metadata`).
+    pub metadata: serde_json::Map<String, Value>,
     /// Seq of the last event applied.
     pub last_seq: u64,
     /// When the run started.
@@ -320,6 +326,8 @@ impl RunState {
             parent_call_id: started.parent_call_id.clone(),
             tools_called: Vec::new(),
             amendments: Vec::new(),
+            priced_calls: std::collections::BTreeSet::new(),
+            metadata: started.context.metadata.clone(),
             last_seq: event.seq,
             started_at: event.ts,
             updated_at: event.ts,
@@ -397,6 +405,9 @@ impl RunState {
                 self.usage.add(&response.usage);
                 self.cost_usd += response.cost_usd;
                 self.model_calls += 1;
+                if let Some(call_id) = &response.call_id {
+                    self.priced_calls.insert(call_id.clone());
+                }
                 if response.call_id.is_none() && response.judge.is_none() {
                     self.iterations += 1;
                     self.repair_without_tools = false;
@@ -453,10 +464,14 @@ impl RunState {
                     ));
                 };
                 self.pending_calls.remove(index);
-                if let Some(usage) = &completed.usage {
-                    self.usage.add(usage);
+                // A call whose model calls are journaled in this run (a role) was already
+                // counted by its `model.responded`: its `tool.completed` only restates it.
+                if !self.priced_calls.contains(&completed.call_id) {
+                    if let Some(usage) = &completed.usage {
+                        self.usage.add(usage);
+                    }
+                    self.cost_usd += completed.cost_usd;
                 }
-                self.cost_usd += completed.cost_usd;
                 self.messages
                     .push(tool_message(&completed.call_id, completed.output.clone()));
                 if self.pending_calls.is_empty() {
@@ -478,6 +493,17 @@ impl RunState {
             Payload::RunCompleted(completed) => {
                 self.output = completed.output.clone();
                 self.output_data = completed.data.clone();
+                // A terminal role's result is the answer (`output` null, `output_event_id` on
+                // its `tool.completed`, the last result of the run).
+                if self.output.is_none()
+                    && completed.output_event_id.is_some()
+                    && let Some(result) = last_result(&self.messages)
+                {
+                    self.output = Some(Message::assistant(result.visible_text()));
+                    if self.output_data.is_none() {
+                        self.output_data = result.data.clone();
+                    }
+                }
                 self.finished = true;
             }
             Payload::RunFailed(failed) => {
@@ -802,6 +828,16 @@ fn rewrite_call(messages: &mut [Message], call_id: &str, new: &Value) {
     }
 }
 
+/// The last tool result of `messages`.
+fn last_result(messages: &[Message]) -> Option<&ToolOutput> {
+    messages.iter().rev().find_map(|m| {
+        m.blocks.iter().rev().find_map(|b| match &b.kind {
+            BlockKind::ToolResult { output, .. } => Some(output),
+            _ => None,
+        })
+    })
+}
+
 fn tool_message(call_id: &str, output: ToolOutput) -> Message {
     Message {
         role: Role::Tool,
@@ -932,6 +968,10 @@ mod tests {
     const PLAIN_RUN: &str = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/../../../shared/reference/journals/plain-run.jsonl"
+    );
+    const TERMINAL_ROLE: &str = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../../shared/reference/journals/policies-terminal-role.jsonl"
     );
     const SESSION_TWO_RUNS: &str = concat!(
         env!("CARGO_MANIFEST_DIR"),
@@ -2285,6 +2325,51 @@ mod tests {
         assert_eq!(state.iterations, done.iterations);
         assert_eq!(state.cost_usd, done.cost_usd);
         assert_eq!(state.output, done.output);
+    }
+
+    #[test]
+    fn reference_terminal_role_answer_is_the_roles_result() {
+        let events = read_journal(TERMINAL_ROLE);
+        let state = RunState::fold("j3-run", &events).unwrap();
+        let Some(Payload::RunCompleted(done)) = events.last().map(|e| &e.payload) else {
+            panic!("the reference run ends with run.completed");
+        };
+        assert!(done.output.is_none());
+        assert!(done.output_event_id.is_some());
+        assert_eq!(state.status, RunStatus::Completed);
+        // The journal's answer is null: the state exposes the terminal role's result.
+        assert_eq!(
+            state.output_text().as_deref(),
+            Some(
+                "Objet : votre devis D-2026-042\n\nBonjour Madame Martin, devis D-2026-042 de 1 840 €."
+            )
+        );
+        // The role's model calls are counted once (run totals = every model.responded).
+        assert_eq!(state.usage, done.usage);
+        assert_eq!(state.iterations, done.iterations);
+        assert_eq!(state.model_calls, 6);
+        assert_eq!(state.priced_calls.len(), 2);
+    }
+
+    #[test]
+    fn a_role_call_is_priced_once() {
+        let mut journal = Journal::new();
+        journal.begin("hello");
+        journal.push(responded_with(asks("a role", &["c1"]), usage(100, 10), 0.5));
+        journal.push(called("c1"));
+        journal.push(role_responded("c1", usage(20, 5), 0.25));
+        // The role's tool.completed restates its model's consumption.
+        journal.push(tool_completed_with(
+            "c1",
+            ToolOutput::text("role answer"),
+            Some(usage(20, 5)),
+            0.25,
+        ));
+        let state = journal.state();
+        assert_eq!(state.usage, usage(120, 15));
+        assert_eq!(state.cost_usd, 0.75);
+        assert_eq!(state.iterations, 1);
+        assert_eq!(state.model_calls, 2);
     }
 
     #[test]

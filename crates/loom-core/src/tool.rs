@@ -243,6 +243,12 @@ pub struct ToolOutput {
     /// Session-state writes refused, with their reason.
     #[serde(default, skip_serializing_if = "Map::is_empty")]
     pub state_refused: Map<String, Value>,
+    /// The full payload for interfaces (the second view of a result): journaled in
+    /// `tool.completed` and streamed to clients with the event, but **never sent to a model**.
+    /// The engine removes it from every model request; [`ToolOutput::visible_text`], offload
+    /// previews and `$ref` resolution ignore it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub full: Option<Value>,
 }
 
 impl ToolOutput {
@@ -270,6 +276,18 @@ impl ToolOutput {
             is_error: true,
             ..ToolOutput::default()
         }
+    }
+
+    /// The two views of a result in one call: `model` is what the model reads (text, JSON,
+    /// any [`IntoToolOutput`]), `full` the complete payload kept for interfaces only.
+    pub fn views(model: impl IntoToolOutput, full: Value) -> ToolOutput {
+        model.into_tool_output().with_full(full)
+    }
+
+    /// Sets the full payload for interfaces (builder style); see [`ToolOutput::full`].
+    pub fn with_full(mut self, full: Value) -> ToolOutput {
+        self.full = Some(full);
+        self
     }
 
     /// The text shown to the model: text blocks, then JSON blocks rendered compactly.
@@ -451,6 +469,28 @@ impl IntoToolOutput for Value {
     }
 }
 
+/// A result with two views: `model`, what the model reads, and `full`, the complete payload
+/// for interfaces (journaled, streamed, never sent to a model). A `#[tool]` function may return
+/// it: `Views { model: "3 invoices, 1 240 EUR in total", full: invoices }`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Views<M, F> {
+    /// The compact view given to the model.
+    pub model: M,
+    /// The full payload for interfaces.
+    pub full: F,
+}
+
+impl<M: IntoToolOutput, F: Serialize> IntoToolOutput for Views<M, F> {
+    fn into_tool_output(self) -> ToolOutput {
+        match serde_json::to_value(&self.full) {
+            Ok(full) => ToolOutput::views(self.model, full),
+            Err(error) => ToolOutput::error(format!(
+                "the tool's full result could not be serialized: {error}"
+            )),
+        }
+    }
+}
+
 /// The JSON Schema of an argument type, cleaned for models: no `$schema`, no `title`.
 pub fn schema_for<T: schemars::JsonSchema>() -> Value {
     let schema = schemars::SchemaGenerator::new(schemars::generate::SchemaSettings::draft2020_12())
@@ -486,6 +526,32 @@ mod tests {
         );
         // The reference journal records this output's size as 164 bytes.
         assert_eq!(json.len(), 164);
+    }
+
+    #[test]
+    fn the_full_view_is_journaled_but_not_visible() {
+        let output = Views {
+            model: "2 lines",
+            full: serde_json::json!({"lines": ["FULL-ONLY-1", "FULL-ONLY-2"]}),
+        }
+        .into_tool_output();
+        assert_eq!(output.visible_text(), "2 lines");
+        let json = serde_json::to_string(&output).unwrap();
+        assert!(json.ends_with(r#""full":{"lines":["FULL-ONLY-1","FULL-ONLY-2"]}}"#));
+        let back: ToolOutput = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, output);
+        // Without a full view, the field is left out (the journal stays as the reference's).
+        assert!(
+            !serde_json::to_string(&ToolOutput::text("x"))
+                .unwrap()
+                .contains("full")
+        );
+        let same = ToolOutput::views(
+            ToolOutput::json(serde_json::json!({"n": 2})),
+            serde_json::json!([1, 2]),
+        );
+        assert_eq!(same.data, Some(serde_json::json!({"n": 2})));
+        assert_eq!(same.full, Some(serde_json::json!([1, 2])));
     }
 
     #[derive(serde::Deserialize, schemars::JsonSchema)]

@@ -210,11 +210,13 @@ impl Engine {
         };
         let mut tools = agent.tools.clone();
         tools.extend(crate::subagents::offered(agent, state.depth));
+        let role_faces = crate::roles::bind_all(&agent.roles)?;
         let mut driver = Driver {
             engine: self,
             run,
             agent,
             history,
+            role_faces,
             last_ids,
             names,
             cancel,
@@ -579,7 +581,10 @@ pub(crate) struct Driver<'a> {
     pub(crate) engine: &'a Engine,
     pub(crate) run: &'a RunRef,
     pub(crate) agent: &'a AgentRuntime,
-    history: Vec<Message>,
+    /// The conversation of the session's earlier runs.
+    pub(crate) history: Vec<Message>,
+    /// The tool faces of the agent's roles.
+    role_faces: Vec<BoundTool>,
     pub(crate) last_ids: LastIds,
     /// Which model configs produced each provider model name in the session.
     names: ModelNames,
@@ -662,19 +667,24 @@ impl Driver<'_> {
         Ok(written)
     }
 
-    /// The tools offered now: the pilot's, plus `artifact_read` once a result was offloaded.
+    /// The tools offered now: the pilot's, then the roles (a role that reads images only when
+    /// the run has one), plus `artifact_read` once a result was offloaded.
     pub(crate) fn offered(&self, state: &RunState) -> std::borrow::Cow<'_, [BoundTool]> {
-        match (self.engine.artifacts(), state.offloaded.is_empty()) {
+        let reader = match (self.engine.artifacts(), state.offloaded.is_empty()) {
             (Some(store), false) => {
-                let mut tools = self.tools.clone();
-                tools.extend(crate::offload::artifact_read(
-                    store.clone(),
-                    state.offloaded.clone(),
-                ));
-                std::borrow::Cow::Owned(tools)
+                crate::offload::artifact_read(store.clone(), state.offloaded.clone())
             }
-            _ => std::borrow::Cow::Borrowed(&self.tools),
+            _ => None,
+        };
+        let roles = crate::roles::offered(&self.role_faces, &self.agent.roles, state);
+        let mut roles = roles.peekable();
+        if reader.is_none() && roles.peek().is_none() {
+            return std::borrow::Cow::Borrowed(&self.tools);
         }
+        let mut tools = self.tools.clone();
+        tools.extend(roles.cloned());
+        tools.extend(reader);
+        std::borrow::Cow::Owned(tools)
     }
 
     /// Claims the run, opens its tool sources, then steps until the run closes.
@@ -915,6 +925,12 @@ impl Driver<'_> {
     ) -> Result<(), EngineError> {
         if let Some(batch) = self.repair(state) {
             return self.write(state, writer, batch).await.map(drop);
+        }
+        // A terminal role called alone, and successful: its result is the final output.
+        if let Some((output, cause)) = crate::roles::terminal_output(self, state) {
+            return self
+                .finish(state, writer, output, "tool.completed", Some(cause))
+                .await;
         }
         if let Some(batch) = self.decide(state) {
             return self.write(state, writer, batch).await.map(drop);
@@ -1211,7 +1227,12 @@ impl Driver<'_> {
             .await?;
         let finalizing = effect == Effect::Finalize;
         let tools = self.offered(state).into_owned();
-        let conversation = state.conversation();
+        let mut conversation = state.conversation();
+        // With a role (or sub-agent) offered, results are numbered for `$ref`.
+        let refs = crate::roles::refs_enabled(&tools);
+        if refs {
+            crate::roles::number_results(&mut conversation);
+        }
         let agent = self.agent;
         let chain: Vec<&ModelBinding> = agent.chain().collect();
         // A run that fell back stays on the model it switched to.
@@ -1239,6 +1260,9 @@ impl Driver<'_> {
                 choice,
             );
             request::strip_foreign_reasoning(&mut request.messages, |id| names.is_own(id, model));
+            if refs {
+                request.system = crate::roles::with_refs_hint(&request.system);
+            }
             request
         };
         let first = build(chain[start]);

@@ -34,6 +34,7 @@ mod request;
 mod resilience;
 mod review;
 mod subagents;
+pub mod roles;
 mod tools;
 mod writer;
 
@@ -62,6 +63,7 @@ pub use offload::artifact_read as artifact_reader;
 pub use request::request_hash;
 pub use resilience::{Breakers, CircuitSettings, ModelTimeouts, RetryPolicy};
 pub use subagents::{AGENT_HINT, SubAgentRuntime, descendant_approvals, open_descendants};
+pub use roles::{ContextScope, REFS_HINT, RoleContext, RoleRuntime};
 pub use tools::{UNKNOWN_REASON, UNKNOWN_STATE, idempotency_key};
 
 /// The lease a driver takes on a run (`execution.lease`).
@@ -332,6 +334,8 @@ pub struct AgentRuntime {
     /// Sub-agents are offered only to runs whose depth is below this (`max_depth`, default 1:
     /// a root run may call sub-agents, their runs may not).
     pub max_depth: u32,
+    /// Roles, offered to the orchestrator as tools after `tools` (see [`roles`]).
+    pub roles: Vec<RoleRuntime>,
 }
 
 /// The agent's `approval:` settings.
@@ -379,6 +383,7 @@ impl AgentRuntime {
             budget: None,
             subagents: Vec::new(),
             max_depth: 1,
+            roles: Vec::new(),
         }
     }
 

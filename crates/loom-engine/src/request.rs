@@ -11,8 +11,8 @@ use sha2::{Digest, Sha256};
 use crate::{AgentRuntime, ModelBinding};
 
 /// Builds the orchestrator's request for `model`: system prompt, session history, the run's
-/// conversation (tool results in call order), and the finalize hint when tools are no longer
-/// allowed. The model's own name, token cap and parameters are used.
+/// conversation (tool results in call order, without their full view), and the finalize hint
+/// when tools are no longer allowed. The model's own name, token cap and parameters are used.
 pub(crate) fn build(
     agent: &AgentRuntime,
     model: &ModelBinding,
@@ -28,6 +28,7 @@ pub(crate) fn build(
     if finalizing {
         messages.push(Message::user(FINALIZE_HINT));
     }
+    without_full_views(&mut messages);
     ModelRequest {
         model_id: model.model_id.clone(),
         system: agent.system.clone(),
@@ -44,6 +45,18 @@ pub(crate) fn build(
         max_tokens: model.max_tokens,
         params: model.params.clone(),
         output_schema: None,
+    }
+}
+
+/// Removes the full view of every tool result (`ToolOutput::full`): it is for interfaces and
+/// never reaches a model.
+pub(crate) fn without_full_views(messages: &mut [Message]) {
+    for message in messages {
+        for block in &mut message.blocks {
+            if let BlockKind::ToolResult { output, .. } = &mut block.kind {
+                output.full = None;
+            }
+        }
     }
 }
 

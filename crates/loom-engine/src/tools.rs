@@ -21,7 +21,7 @@ use loom_core::{
     policy::Subject,
     ports::{DEFAULT_IDEMPOTENCY_TTL, IdempotencyScope, IdempotencyStore, Reservation},
     state::PendingCall,
-    tool::{Approval, OnUnknown, SideEffects, ToolContext, ToolOutput},
+    tool::{Approval, OnUnknown, SideEffects, ToolContext, ToolKind, ToolOutput},
 };
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -31,6 +31,7 @@ use crate::{
     BoundTool, EngineError,
     driver::{Driver, StepEnd, StepSpan, fmt_secs},
     hooks::{self, End},
+    roles::RoleEnd,
     subagents::{self, ChildDone, ChildEnd, Next},
     writer::SessionWriter,
 };
@@ -63,6 +64,8 @@ struct Launch {
     arguments: Value,
     /// The child run of a sub-agent call.
     child: Option<String>,
+    /// The `$ref`s resolved in its arguments (`tool.called.refs`).
+    refs: Vec<Value>,
 }
 
 /// What the batch does with one call.
@@ -107,9 +110,32 @@ pub(crate) async fn batch<'d>(
     let mut refusals = Vec::new();
     let mut launches = Vec::new();
     let mut requests = Vec::new();
+    let refs_on = crate::roles::refs_enabled(&offered);
     for call in state.pending_calls.clone() {
         let span = driver.engine.ids().uuid();
         let tool = offered.iter().find(|t| t.name() == call.name);
+        // `$ref`s are resolved first: the schema check, the policies and the tool see the
+        // results they name; `tool.called` keeps what the model wrote.
+        let mut call = call;
+        let mut resolved = None;
+        if refs_on && tool.is_some() {
+            match crate::roles::resolve_refs(driver, state, call.effective_arguments()).await {
+                Ok(None) => {}
+                Ok(Some((arguments, refs))) => {
+                    call.replaced_arguments = Some(arguments.clone());
+                    resolved = Some((arguments, refs));
+                }
+                Err(message) => {
+                    refusals.push(driver.event(
+                        &span,
+                        Some(&step.span),
+                        None,
+                        completed_payload(&call, ToolOutput::error(message), 0.0),
+                    ));
+                    continue;
+                }
+            }
+        }
         // A fresh call passes the `before_tool` policies first; their decisions are journaled
         // before anything else happens to the call.
         let mut policy_plan = None;
@@ -157,13 +183,16 @@ pub(crate) async fn batch<'d>(
                 End::Retry { .. } | End::Stop { .. } => None,
             };
         }
-        // The call as the policies left it (arguments replaced).
-        let call = state
+        // The call as the policies left it (arguments replaced), else with its `$ref`s resolved.
+        let mut call = state
             .pending_calls
             .iter()
             .find(|c| c.call_id == call.call_id)
             .cloned()
             .unwrap_or(call);
+        if call.replaced_arguments.is_none() {
+            call.replaced_arguments = resolved.as_ref().map(|(arguments, _)| arguments.clone());
+        }
         let plan = match (tool, policy_plan) {
             (_, Some(plan)) => plan,
             (None, None) => Plan::Refuse(unknown_tool(&offered, &call.name)),
@@ -218,6 +247,7 @@ pub(crate) async fn batch<'d>(
                 span,
                 resumed,
                 arguments,
+                refs: resolved.map(|(_, refs)| refs).unwrap_or_default(),
             }),
             Plan::Refuse(message) => refusals.push(driver.event(
                 &span,
@@ -244,7 +274,7 @@ pub(crate) async fn batch<'d>(
                     tool_name: l.call.name.clone(),
                     tool_kind: l.tool.tool.spec().kind,
                     arguments: l.call.arguments.clone(),
-                    refs: Vec::new(),
+                    refs: l.refs.clone(),
                     resumed: l.resumed,
                     child_run_id: l.child.clone(),
                 }),
@@ -262,6 +292,11 @@ pub(crate) async fn batch<'d>(
         driver.write(state, writer, calls).await?;
     }
 
+    // Plain tools and sub-agents run concurrently in the background; roles then run one after
+    // another.
+    let (role_launches, launches): (Vec<Launch>, Vec<Launch>) = launches
+        .into_iter()
+        .partition(|l| l.tool.tool.spec().kind == ToolKind::Role);
     let mut running = JoinSet::new();
     let mut spans = Vec::with_capacity(launches.len());
     // Child runs of sub-agent calls: driven here, stopped with the batch.
@@ -367,6 +402,80 @@ pub(crate) async fn batch<'d>(
 
     // The run's timeout counts from the start of the batch, not from each result.
     let deadline = driver.deadline(state);
+    for launch in role_launches {
+        let started = Instant::now();
+        let end = crate::roles::call(
+            driver,
+            state,
+            writer,
+            &step,
+            &launch.call,
+            &launch.span,
+            &launch.arguments,
+            deadline,
+        )
+        .await?;
+        let (output, cost_usd) = match end {
+            RoleEnd::Done {
+                output,
+                cost_usd,
+                emitted: inside,
+            } => {
+                emitted += inside;
+                (*output, cost_usd)
+            }
+            RoleEnd::Interrupted {
+                timed_out,
+                emitted: inside,
+            } => {
+                emitted += inside;
+                running.abort_all();
+                // Children close themselves (reason `parent`) before their parent does.
+                let stopped = subagents::stop(&stop_children, &mut children).await;
+                let results = stopped_children(driver, &step, &spans, stopped);
+                if !results.is_empty() {
+                    emitted += results.len() as u32;
+                    driver.write(state, writer, results).await?;
+                }
+                return driver
+                    .interrupted(state, writer, &step, emitted, timed_out)
+                    .await;
+            }
+        };
+        let latency = started.elapsed().as_secs_f64() * 1000.0;
+        let finished = finish_call(
+            driver,
+            state,
+            &launch.span,
+            &step,
+            &launch.call,
+            &launch.tool,
+            output,
+            latency,
+            Consumption::Role(cost_usd),
+        )
+        .await?;
+        match finished {
+            Finished::Completed(events) => {
+                emitted += events.len() as u32;
+                driver.write(state, writer, events).await?;
+            }
+            Finished::Failed {
+                events,
+                error_type,
+                reason,
+            } => {
+                running.abort_all();
+                let stopped = subagents::stop(&stop_children, &mut children).await;
+                let mut batch = stopped_children(driver, &step, &spans, stopped);
+                batch.extend(events);
+                emitted += batch.len() as u32;
+                batch.push(step.completed(driver, state, emitted, Outcome::Error));
+                batch.extend(driver.failure(state, "policy.decided", &error_type, &reason));
+                return driver.write(state, writer, batch).await.map(drop);
+            }
+        }
+    }
     while !running.is_empty() || !children.is_empty() {
         let next = driver
             .wait(
@@ -481,15 +590,29 @@ pub(crate) async fn batch<'d>(
                 }
             }
         }
-        // The tool's output contract, then the `after_tool` policies.
-        let output = match after_tool(driver, state, span, &step, call, tool, output).await {
-            AfterTool::Result { output, events } => {
+        // The tool's output contract, the `after_tool` policies, the offload.
+        let consumption = match rolled {
+            Some((usage, cost)) => Consumption::Child(usage, cost),
+            None => Consumption::None,
+        };
+        let finished = finish_call(
+            driver,
+            state,
+            span,
+            &step,
+            call,
+            tool,
+            output,
+            latency,
+            consumption,
+        )
+        .await?;
+        match finished {
+            Finished::Completed(events) => {
                 emitted += events.len() as u32;
                 batch.extend(events);
-                output
             }
-            AfterTool::Failed {
-                output,
+            Finished::Failed {
                 events,
                 error_type,
                 reason,
@@ -499,57 +622,13 @@ pub(crate) async fn batch<'d>(
                 let results = stopped_children(driver, &step, &spans, stopped);
                 emitted += results.len() as u32;
                 batch.extend(results);
-                emitted += events.len() as u32 + 1;
+                emitted += events.len() as u32;
                 batch.extend(events);
-                batch.push(driver.event(
-                    span,
-                    Some(&step.span),
-                    None,
-                    completed_payload(call, output, latency),
-                ));
                 batch.push(step.completed(driver, state, emitted, Outcome::Error));
                 batch.extend(driver.failure(state, "policy.decided", &error_type, &reason));
                 return driver.write(state, writer, batch).await.map(drop);
             }
-        };
-        let output = match offload_limit(driver, tool) {
-            Some(limit) => match driver.engine.artifacts() {
-                Some(store) => {
-                    let moved = crate::offload::offload(
-                        store.as_ref(),
-                        &driver.run.tenant_id,
-                        &driver.run.session_id,
-                        &call.name,
-                        &call.call_id,
-                        &output,
-                        limit,
-                    )
-                    .await?;
-                    match moved {
-                        Some((stored, preview)) => {
-                            emitted += 1;
-                            batch.push(driver.event(
-                                span,
-                                Some(&step.span),
-                                None,
-                                Payload::ArtifactStored(stored),
-                            ));
-                            preview
-                        }
-                        None => output,
-                    }
-                }
-                None => output,
-            },
-            None => output,
-        };
-        let mut completed = completed_payload(call, output, latency);
-        if let Some((usage, cost)) = rolled {
-            completed = subagents::rolled_up(completed, usage, cost);
         }
-        let event = driver.event(span, Some(&step.span), None, completed);
-        batch.push(event);
-        emitted += 1;
         if running.is_empty() && children.is_empty() {
             // The last result and the end of the step go to the journal in one append;
             // earlier results were each made durable as soon as they came. Approval requests
@@ -616,6 +695,110 @@ fn stopped_children(
             ))
         })
         .collect()
+}
+
+/// What a call consumed, restated on its `tool.completed`.
+enum Consumption {
+    /// Nothing (a plain tool).
+    None,
+    /// The cost of a role's model calls (already counted by their `model.responded`).
+    Role(f64),
+    /// A sub-agent's child run, rolled up (counted by the parent from `tool.completed`).
+    Child(loom_core::Usage, f64),
+}
+
+/// What became of a result on its way to the journal.
+enum Finished {
+    /// The events to write: the `after_tool` decisions, `artifact.stored` when the result was
+    /// offloaded, then `tool.completed`.
+    Completed(Vec<loom_core::Event>),
+    /// A policy failed the run: the events (ending with `tool.completed`), then the failure.
+    Failed {
+        events: Vec<loom_core::Event>,
+        error_type: String,
+        reason: String,
+    },
+}
+
+/// The end of one call: the `after_tool` point (the tool's contract, the policies), the
+/// `loom.terminal` note of a terminal role that was not alone in its turn, the offload of a
+/// large result, then `tool.completed` with what the call consumed.
+#[allow(clippy::too_many_arguments)]
+async fn finish_call(
+    driver: &Driver<'_>,
+    state: &RunState,
+    span: &str,
+    step: &StepSpan,
+    call: &PendingCall,
+    tool: &BoundTool,
+    output: ToolOutput,
+    latency: f64,
+    consumption: Consumption,
+) -> Result<Finished, EngineError> {
+    let completed = |output| {
+        let payload = completed_payload(call, output, latency);
+        let payload = match &consumption {
+            Consumption::None => payload,
+            Consumption::Role(cost) => match payload {
+                Payload::ToolCompleted(mut p) => {
+                    p.cost_usd = *cost;
+                    Payload::ToolCompleted(p)
+                }
+                other => other,
+            },
+            Consumption::Child(usage, cost) => subagents::rolled_up(payload, *usage, *cost),
+        };
+        driver.event(span, Some(&step.span), None, payload)
+    };
+    let (output, mut events) = match after_tool(driver, state, span, step, call, tool, output).await
+    {
+        AfterTool::Result { output, events } => (output, events),
+        AfterTool::Failed {
+            output,
+            mut events,
+            error_type,
+            reason,
+        } => {
+            events.push(completed(output));
+            return Ok(Finished::Failed {
+                events,
+                error_type,
+                reason,
+            });
+        }
+    };
+    if let Some(payload) = crate::roles::not_alone(driver, state, call) {
+        events.push(driver.event(span, Some(&step.span), None, payload));
+    }
+    let output = match (offload_limit(driver, tool), driver.engine.artifacts()) {
+        (Some(limit), Some(store)) => {
+            let moved = crate::offload::offload(
+                store.as_ref(),
+                &driver.run.tenant_id,
+                &driver.run.session_id,
+                &call.name,
+                &call.call_id,
+                &output,
+                limit,
+            )
+            .await?;
+            match moved {
+                Some((stored, preview)) => {
+                    events.push(driver.event(
+                        span,
+                        Some(&step.span),
+                        None,
+                        Payload::ArtifactStored(stored),
+                    ));
+                    preview
+                }
+                None => output,
+            }
+        }
+        _ => output,
+    };
+    events.push(completed(output));
+    Ok(Finished::Completed(events))
 }
 
 /// What the `after_tool` point made of a result.
@@ -898,9 +1081,11 @@ pub(crate) fn decision_payload(call: &PendingCall, decision: &Decision) -> Paylo
     }
 }
 
-/// The size above which this tool's results are offloaded (never for built-in tools).
+/// The size above which this tool's results are offloaded (never for built-in tools nor
+/// terminal roles, whose result may be the final answer).
 fn offload_limit(driver: &Driver<'_>, tool: &BoundTool) -> Option<u64> {
-    if tool.tool.spec().kind == loom_core::tool::ToolKind::Builtin {
+    if tool.tool.spec().kind == ToolKind::Builtin || crate::roles::is_terminal(driver, tool.name())
+    {
         return None;
     }
     tool.declarations.offload_over.or(driver.agent.offload_over)

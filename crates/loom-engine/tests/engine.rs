@@ -74,6 +74,7 @@ fn agent(model: Arc<dyn ModelClient>, tools: Vec<FnTool>) -> AgentRuntime {
         budget: None,
         subagents: Vec::new(),
         max_depth: 1,
+        roles: Vec::new(),
     }
 }
 

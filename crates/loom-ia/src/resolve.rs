@@ -325,6 +325,7 @@ fn agent_at(
             Vec::new()
         },
         max_depth: spec.max_depth,
+        roles: Vec::new(),
     })
 }
 

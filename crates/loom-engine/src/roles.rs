@@ -1,0 +1,1107 @@
+//! Roles: models the orchestrator calls like tools, and `$ref` between tool results.
+//!
+//! A [`RoleRuntime`] is offered to the orchestrator as a tool (its name, description and
+//! argument schema; `tool_kind: role`). A call goes through the batch like any other (unknown
+//! name, `$ref`, schema, `before_tool` policies, approvals), then makes **one model call with
+//! no history and no tools**: the role's system prompt and one user message built from its
+//! `input_template` (minijinja over `args` and `context`) or, without a template, from tagged
+//! context blocks (`<user_input>…</user_input>`, …) followed by `<arguments>{json}</arguments>`.
+//! The role receives only what its [`RoleContext`] declares:
+//!
+//! | item | what the role receives |
+//! |---|---|
+//! | `user_input` | the text of the run's first user message |
+//! | `caller_context` | the caller's metadata (`run.started.context.metadata`), as JSON; nothing when empty |
+//! | `attachments` | the images of the run's user messages (artifact blocks of type `image/*`), added to the role's message; a role that declares them is offered only when the run carries an image, and its models must read images (checked when the configuration is loaded) |
+//! | `session_summary` | the session's summary; always empty in this version, which has no compaction (the block is then left out) |
+//! | `tool_results` | the successful results (text) of the named tools, in this run (`scope: run`) or in the whole session (`scope: session`) |
+//! | `last_turns: N` | the last N user/assistant text messages of the session (earlier runs, then this run so far) |
+//!
+//! **Journal.** The call's `tool.called` (kind `role`), then the role's `model.responded`
+//! (envelope `role` = the role's name, `call_id` = the call) in a new span under the call's
+//! span, then `tool.completed` with the role's text. Retries, fallbacks and breakers of the
+//! role's model chain are journaled like the orchestrator's, with the call id. An empty answer
+//! or a model that fails for good becomes an error result the orchestrator reads.
+//!
+//! **Cost.** `tool.completed.cost_usd` restates the cost of the role's model calls; the run
+//! counts it once, from the `model.responded` events (see `RunState::priced_calls`).
+//!
+//! **Order.** Within a batch, plain tools are launched first and keep running concurrently;
+//! roles then run one after another (each one's events are written as it ends), and the plain
+//! tools' results are journaled after them. A role call started but not completed before a crash
+//! is simply run again on resume: it has no side effect.
+//!
+//! **Output contract.** A role's `output` contract is checked on its answer: a failure is
+//! repaired by the role's own model (the first exchange plus a user message with the
+//! diagnostic) up to `repair.max_attempts` (`guard.checked` with target `role:<name>` and
+//! `policy.decided` retry, both with the call id), then `on_failure` applies: `fail` gives an
+//! error result, `unverified` keeps the answer flagged `unverified`, `fallback` replaces it
+//! with the fallback message.
+//!
+//! **Terminal roles.** A terminal role called alone in its turn, whose result is not an
+//! error, ends the run: its result is the final output (`run.completed.output` null,
+//! `output_event_id` on its `tool.completed`), after the agent's output guards. Called with
+//! other tools in the same turn, it is an ordinary call: `policy.decided` (`loom.terminal`,
+//! `after_tool`, `continue`) says so and the loop goes on.
+//!
+//! **`$ref`.** When a role (or a sub-agent) is offered, each successful tool result shown to
+//! the orchestrator is prefixed `[result:N]` (N: the 1-based index of the call in the run, in
+//! request order) and the system prompt gets [`REFS_HINT`]. An argument equal to
+//! `{"$ref": "result:N"}` (or that JSON as a string) is replaced, when the call runs, by the
+//! referenced result's structured data, else its full text (read back from the artifact store
+//! when the result was offloaded). `tool.called.arguments` keep the model's `$ref`;
+//! `tool.called.refs` lists what was resolved. Only results obtained before the current turn
+//! can be referenced; any other reference refuses the call before it starts.
+
+use std::{collections::BTreeMap, sync::Arc, time::Duration};
+
+use loom_core::{
+    Block, BlockKind, Message, Role, RunState,
+    event::{GuardChecked, Payload},
+    model::{ModelRequest, ToolChoice},
+    policy::{DecisionKind, Point},
+    state::PendingCall,
+    tool::{Tool, ToolContext, ToolDeclarations, ToolError, ToolKind, ToolOutput, ToolSpec},
+};
+use serde_json::{Value, json};
+
+use crate::{
+    BoundTool, EngineError, ModelBinding,
+    contract::{Contract, OnFailure, Verdict},
+    driver::{AttemptState, Caller, ChainEnd, Driver, StepSpan, fmt_secs},
+    hooks,
+    review::{CONTRACT, Final},
+    writer::SessionWriter,
+};
+
+/// What the orchestrator is told when results can be referenced (appended to its system
+/// prompt).
+pub const REFS_HINT: &str = "Tool results are numbered [result:N]. To pass a whole earlier \
+result as an argument, write {\"$ref\": \"result:N\"} as that argument's value instead of \
+copying it: its complete content (structured data, or full text) is substituted when the call \
+runs. Only results shown before your current answer can be referenced.";
+
+/// Name of the built-in decision that a terminal role called with other tools did not end the
+/// run.
+pub const TERMINAL: &str = "loom.terminal";
+
+/// How far back `tool_results` look.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum ContextScope {
+    /// The current run.
+    #[default]
+    Run,
+    /// Every run of the session.
+    Session,
+}
+
+/// One item of what a role receives besides its arguments (`context:`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum RoleContext {
+    /// The text of the run's first user message.
+    UserInput,
+    /// The caller's metadata (`run.started.context.metadata`).
+    CallerContext,
+    /// The images attached to the run's user messages.
+    Attachments,
+    /// The session's summary (empty in this version: there is no compaction).
+    SessionSummary,
+    /// The successful results of the named tools.
+    ToolResults {
+        /// Tool names as the orchestrator sees them.
+        tools: Vec<String>,
+        /// This run, or the whole session.
+        scope: ContextScope,
+    },
+    /// The last N user/assistant text messages of the session.
+    LastTurns(u32),
+}
+
+impl RoleContext {
+    /// The item's name, as a tag and as a key under `context` in a template.
+    pub fn key(&self) -> &'static str {
+        match self {
+            RoleContext::UserInput => "user_input",
+            RoleContext::CallerContext => "caller_context",
+            RoleContext::Attachments => "attachments",
+            RoleContext::SessionSummary => "session_summary",
+            RoleContext::ToolResults { .. } => "tool_results",
+            RoleContext::LastTurns(_) => "last_turns",
+        }
+    }
+}
+
+/// A role as the engine runs it: a model called like a tool (reference `RoleSpec`).
+#[derive(Debug, Clone)]
+pub struct RoleRuntime {
+    /// Tool name offered to the orchestrator (also the envelope `role` of its model calls).
+    pub name: String,
+    /// Description offered to the orchestrator.
+    pub description: String,
+    /// The role's rendered system prompt.
+    pub system: String,
+    /// The role's model.
+    pub main: ModelBinding,
+    /// The models tried after `main`, in order.
+    pub fallbacks: Vec<ModelBinding>,
+    /// JSON Schema of the arguments (`type: object`).
+    pub input_schema: Value,
+    /// The role's user message: a minijinja template over `args` (the arguments) and
+    /// `context` (the declared items, by [`RoleContext::key`]; `context.tool_results.<tool>` is
+    /// the text of that tool's results). `None`: tagged context blocks, then the arguments.
+    pub input_template: Option<String>,
+    /// What the role receives besides its arguments.
+    pub context: Vec<RoleContext>,
+    /// Whether the role's answer ends the run when it is called alone in its turn.
+    pub terminal: bool,
+    /// Time limit of one call (its model calls and repairs); `None`: no limit of its own.
+    pub timeout: Option<Duration>,
+    /// The contract its answers must meet.
+    pub output: Option<Contract>,
+}
+
+impl RoleRuntime {
+    /// A role on `main` without fallbacks, arguments (`{type: object, properties: {}}`),
+    /// template, context, contract nor time limit; not terminal.
+    pub fn new(
+        name: impl Into<String>,
+        description: impl Into<String>,
+        system: impl Into<String>,
+        main: ModelBinding,
+    ) -> RoleRuntime {
+        RoleRuntime {
+            name: name.into(),
+            description: description.into(),
+            system: system.into(),
+            main,
+            fallbacks: Vec::new(),
+            input_schema: json!({"type": "object", "properties": {}}),
+            input_template: None,
+            context: Vec::new(),
+            terminal: false,
+            timeout: None,
+            output: None,
+        }
+    }
+
+    /// The role's model chain: `main`, then `fallbacks`.
+    pub fn chain(&self) -> impl Iterator<Item = &ModelBinding> {
+        std::iter::once(&self.main).chain(self.fallbacks.iter())
+    }
+
+    /// Whether the role reads the run's images (it declares `attachments`): it is offered only
+    /// when the run carries one.
+    pub fn sees_attachments(&self) -> bool {
+        self.context.contains(&RoleContext::Attachments)
+    }
+
+    /// The tool face offered to the orchestrator, its argument schema compiled. Refused when
+    /// the name is not a tool name, the schema is not a valid JSON Schema of an object, or the
+    /// template does not parse.
+    pub fn bind(&self) -> Result<BoundTool, EngineError> {
+        let invalid = |why: String| EngineError::Invalid(format!("role '{}': {why}", self.name));
+        if !loom_core::ids::is_valid_name(&self.name) {
+            return Err(invalid("not a usable tool name".into()));
+        }
+        if self.input_schema.get("type").and_then(Value::as_str) != Some("object") {
+            return Err(invalid("its input_schema must be of type object".into()));
+        }
+        if let Some(template) = &self.input_template {
+            minijinja::Environment::new()
+                .template_from_str(template)
+                .map_err(|e| invalid(format!("its input_template does not parse: {e}")))?;
+        }
+        let spec = ToolSpec {
+            name: self.name.clone(),
+            description: self.description.clone(),
+            input_schema: self.input_schema.clone(),
+            kind: ToolKind::Role,
+            declarations: ToolDeclarations::default(),
+        };
+        BoundTool::new(
+            Arc::new(RoleTool { spec }),
+            ToolDeclarations::default(),
+            self.description.clone(),
+        )
+    }
+}
+
+/// The tool face of a role. The batch runs role calls itself ([`call`]), with the run's state
+/// and journal, so this face is never called by the engine; called directly, it refuses.
+#[derive(Debug)]
+struct RoleTool {
+    spec: ToolSpec,
+}
+
+impl Tool for RoleTool {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    fn call(
+        &self,
+        _ctx: ToolContext,
+        _arguments: Value,
+    ) -> loom_core::BoxFuture<'_, Result<ToolOutput, ToolError>> {
+        let name = self.spec.name.clone();
+        Box::pin(async move {
+            Err(ToolError::new(format!(
+                "{name} is a role: it is run by the engine's tool batch, not called directly"
+            )))
+        })
+    }
+}
+
+/// The tool faces of an agent's roles, in declared order.
+pub(crate) fn bind_all(roles: &[RoleRuntime]) -> Result<Vec<BoundTool>, EngineError> {
+    roles.iter().map(RoleRuntime::bind).collect()
+}
+
+/// The role faces offered now: a role that reads images is hidden from a run without one.
+pub(crate) fn offered<'t>(
+    faces: &'t [BoundTool],
+    roles: &[RoleRuntime],
+    state: &RunState,
+) -> impl Iterator<Item = &'t BoundTool> {
+    let images = !images(state).is_empty();
+    faces.iter().filter(move |face| {
+        roles
+            .iter()
+            .find(|r| r.name == face.name())
+            .is_some_and(|r| images || !r.sees_attachments())
+    })
+}
+
+/// Whether results can be referenced: a role or a sub-agent is offered.
+pub(crate) fn refs_enabled(offered: &[BoundTool]) -> bool {
+    offered
+        .iter()
+        .any(|t| matches!(t.tool.spec().kind, ToolKind::Role | ToolKind::Agent))
+}
+
+/// The system prompt with [`REFS_HINT`].
+pub(crate) fn with_refs_hint(system: &str) -> String {
+    if system.trim().is_empty() {
+        REFS_HINT.to_owned()
+    } else {
+        format!("{system}\n\n{REFS_HINT}")
+    }
+}
+
+/// Prefixes each successful tool result of the run's conversation with `[result:N]`.
+pub(crate) fn number_results(conversation: &mut [Message]) {
+    let mut n = 0usize;
+    for message in conversation.iter_mut().filter(|m| m.role == Role::Tool) {
+        for block in &mut message.blocks {
+            if let BlockKind::ToolResult { output, .. } = &mut block.kind {
+                n += 1;
+                if output.is_error {
+                    continue;
+                }
+                if output.blocks.is_empty()
+                    && let Some(data) = &output.data
+                {
+                    // The data alone was the content: keep it visible behind the prefix.
+                    output.blocks.push(Block::json(data.clone()));
+                }
+                output
+                    .blocks
+                    .insert(0, Block::text(format!("[result:{n}]")));
+            }
+        }
+    }
+}
+
+/// The results the current turn may reference, numbered from 1 as the orchestrator saw them:
+/// every tool result of the run's conversation before its last answer.
+fn addressable(state: &RunState) -> Vec<(String, ToolOutput)> {
+    let conversation = state.conversation();
+    let end = conversation
+        .iter()
+        .rposition(|m| m.role == Role::Assistant)
+        .unwrap_or(0);
+    conversation[..end]
+        .iter()
+        .filter(|m| m.role == Role::Tool)
+        .flat_map(|m| m.blocks.iter())
+        .filter_map(|b| match &b.kind {
+            BlockKind::ToolResult { call_id, output } => Some((call_id.clone(), output.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The reference an argument value stands for: `{"$ref": "…"}`, or that JSON as a string.
+fn reference(value: &Value) -> Option<String> {
+    match value {
+        Value::Object(map) if map.len() == 1 => map.get("$ref")?.as_str().map(str::to_owned),
+        Value::String(text) if text.trim_start().starts_with('{') && text.contains("$ref") => {
+            serde_json::from_str::<Value>(text)
+                .ok()
+                .and_then(|parsed| match parsed {
+                    Value::Object(_) => reference(&parsed),
+                    _ => None,
+                })
+        }
+        _ => None,
+    }
+}
+
+/// Every reference in `arguments`, with its JSON pointer.
+fn references(value: &Value, path: &str, out: &mut Vec<(String, String)>) {
+    if let Some(target) = reference(value) {
+        out.push((path.to_owned(), target));
+        return;
+    }
+    match value {
+        Value::Object(map) => {
+            for (key, item) in map {
+                let key = key.replace('~', "~0").replace('/', "~1");
+                references(item, &format!("{path}/{key}"), out);
+            }
+        }
+        Value::Array(items) => {
+            for (i, item) in items.iter().enumerate() {
+                references(item, &format!("{path}/{i}"), out);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Replaces the `$ref`s of a call's arguments by the results they name. `Ok(None)`: no
+/// reference; `Err`: the call is refused with that message (no `tool.called`).
+pub(crate) async fn resolve_refs(
+    driver: &Driver<'_>,
+    state: &RunState,
+    arguments: &Value,
+) -> Result<Option<(Value, Vec<Value>)>, String> {
+    let mut found = Vec::new();
+    references(arguments, "", &mut found);
+    if found.is_empty() {
+        return Ok(None);
+    }
+    let results = addressable(state);
+    let known = match results.len() {
+        0 => "no result can be referenced yet".to_owned(),
+        1 => "results that can be referenced: result:1".to_owned(),
+        n => format!("results that can be referenced: result:1 to result:{n}"),
+    };
+    let mut resolved = arguments.clone();
+    let mut refs = Vec::with_capacity(found.len());
+    for (path, target) in found {
+        let index = target
+            .strip_prefix("result:")
+            .and_then(|n| n.trim().parse::<usize>().ok())
+            .filter(|n| (1..=results.len()).contains(n));
+        let Some(index) = index else {
+            return Err(format!(
+                "Unknown reference: '{target}' ({known}; only results obtained before this turn)."
+            ));
+        };
+        let (call_id, output) = &results[index - 1];
+        if output.is_error {
+            return Err(format!(
+                "Reference '{target}' names an error result, which cannot be passed on."
+            ));
+        }
+        let value = content(driver, output)
+            .await
+            .map_err(|why| format!("Reference '{target}' cannot be read: {why}."))?;
+        match resolved.pointer_mut(&path) {
+            Some(slot) => *slot = value,
+            None => resolved = value,
+        }
+        refs.push(json!({"ref": target, "call_id": call_id, "path": path}));
+    }
+    Ok(Some((resolved, refs)))
+}
+
+/// What a reference stands for: the result's data, else its full text; an offloaded result is
+/// read back whole from the artifact store.
+async fn content(driver: &Driver<'_>, output: &ToolOutput) -> Result<Value, String> {
+    let Some(uri) = &output.offloaded else {
+        return Ok(match &output.data {
+            Some(data) => data.clone(),
+            None => Value::String(output.visible_text()),
+        });
+    };
+    let store = driver
+        .engine
+        .artifacts()
+        .ok_or("the engine has no artifact store")?;
+    let bytes = store
+        .get(uri)
+        .await
+        .map_err(|e| e.to_string())?
+        .ok_or_else(|| format!("{uri} is missing from the artifact store"))?;
+    if uri.ends_with(".json")
+        && let Ok(data) = serde_json::from_slice::<Value>(&bytes)
+    {
+        return Ok(data);
+    }
+    Ok(Value::String(String::from_utf8_lossy(&bytes).into_owned()))
+}
+
+/// The images of the run's user messages (artifact blocks of an `image/*` type).
+fn images(state: &RunState) -> Vec<Block> {
+    state
+        .messages
+        .iter()
+        .filter(|m| m.role == Role::User)
+        .flat_map(|m| m.blocks.iter())
+        .filter(|b| matches!(&b.kind, BlockKind::Artifact { media_type, .. } if media_type.starts_with("image/")))
+        .cloned()
+        .collect()
+}
+
+/// The successful results of `tools` in `messages` (text, `full` never included).
+fn results_of<'m>(
+    messages: impl Iterator<Item = &'m Message> + Clone,
+    tools: &[String],
+) -> Vec<(String, String)> {
+    let names: BTreeMap<&str, &str> = messages
+        .clone()
+        .flat_map(Message::tool_calls)
+        .map(|(call_id, name, _)| (call_id, name))
+        .collect();
+    messages
+        .flat_map(|m| m.blocks.iter())
+        .filter_map(|b| match &b.kind {
+            BlockKind::ToolResult { call_id, output } if !output.is_error => {
+                let name = names.get(call_id.as_str())?;
+                tools
+                    .iter()
+                    .any(|t| t == name)
+                    .then(|| ((*name).to_owned(), output.visible_text()))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// What a role receives, computed from the run (only the declared items).
+struct Gathered {
+    /// Template values under `context`.
+    values: BTreeMap<String, Value>,
+    /// Tagged blocks, in declared order.
+    blocks: Vec<String>,
+    /// Images added to the role's message.
+    images: Vec<Block>,
+}
+
+fn gather(driver: &Driver<'_>, state: &RunState, role: &RoleRuntime) -> Gathered {
+    let mut gathered = Gathered {
+        values: BTreeMap::new(),
+        blocks: Vec::new(),
+        images: Vec::new(),
+    };
+    let tagged = |tag: &str, body: &str| format!("<{tag}>\n{body}\n</{tag}>");
+    for item in &role.context {
+        let key = item.key();
+        match item {
+            RoleContext::UserInput => {
+                let text = state
+                    .messages
+                    .iter()
+                    .find(|m| m.role == Role::User)
+                    .map(Message::text)
+                    .unwrap_or_default();
+                gathered.blocks.push(tagged(key, &text));
+                gathered.values.insert(key.into(), Value::String(text));
+            }
+            RoleContext::CallerContext => {
+                let metadata = Value::Object(state.metadata.clone());
+                if !state.metadata.is_empty() {
+                    gathered.blocks.push(tagged(key, &metadata.to_string()));
+                }
+                gathered.values.insert(key.into(), metadata);
+            }
+            RoleContext::Attachments => {
+                let images = images(state);
+                let listed: Vec<Value> = images
+                    .iter()
+                    .filter_map(|b| match &b.kind {
+                        BlockKind::Artifact {
+                            uri,
+                            media_type,
+                            name,
+                            ..
+                        } => Some(json!({"name": name, "media_type": media_type, "uri": uri})),
+                        _ => None,
+                    })
+                    .collect();
+                let lines: Vec<String> = listed
+                    .iter()
+                    .map(|i| {
+                        format!(
+                            "- {} ({})",
+                            i["name"].as_str().unwrap_or("unnamed"),
+                            i["media_type"].as_str().unwrap_or_default()
+                        )
+                    })
+                    .collect();
+                gathered.blocks.push(tagged(key, &lines.join("\n")));
+                gathered.values.insert(key.into(), Value::Array(listed));
+                gathered.images = images;
+            }
+            RoleContext::SessionSummary => {
+                // No compaction in this version: the session has no summary.
+                gathered
+                    .values
+                    .insert(key.into(), Value::String(String::new()));
+            }
+            RoleContext::ToolResults { tools, scope } => {
+                let found = match scope {
+                    ContextScope::Run => results_of(state.messages.iter(), tools),
+                    ContextScope::Session => {
+                        results_of(driver.history.iter().chain(state.messages.iter()), tools)
+                    }
+                };
+                let body = if found.is_empty() {
+                    "(none)".to_owned()
+                } else {
+                    found
+                        .iter()
+                        .map(|(tool, text)| format!("<result tool=\"{tool}\">\n{text}\n</result>"))
+                        .collect::<Vec<_>>()
+                        .join("\n")
+                };
+                gathered.blocks.push(tagged(key, &body));
+                let mut by_tool = serde_json::Map::new();
+                for tool in tools {
+                    let texts: Vec<&str> = found
+                        .iter()
+                        .filter(|(t, _)| t == tool)
+                        .map(|(_, text)| text.as_str())
+                        .collect();
+                    by_tool.insert(tool.clone(), Value::String(texts.join("\n\n")));
+                }
+                gathered.values.insert(key.into(), Value::Object(by_tool));
+            }
+            RoleContext::LastTurns(n) => {
+                let turns: Vec<String> = driver
+                    .history
+                    .iter()
+                    .chain(state.messages.iter())
+                    .filter(|m| matches!(m.role, Role::User | Role::Assistant))
+                    .filter_map(|m| {
+                        let text = m.text();
+                        let who = if m.role == Role::User {
+                            "user"
+                        } else {
+                            "assistant"
+                        };
+                        (!text.trim().is_empty()).then(|| format!("{who}: {text}"))
+                    })
+                    .collect();
+                let keep = usize::try_from(*n).unwrap_or(usize::MAX);
+                let last = turns[turns.len().saturating_sub(keep)..].join("\n");
+                gathered.blocks.push(tagged(key, &last));
+                gathered.values.insert(key.into(), Value::String(last));
+            }
+        }
+    }
+    gathered
+}
+
+/// A JSON value as a template value.
+fn template_value(value: &Value) -> minijinja::Value {
+    match value {
+        Value::Null => minijinja::Value::from(()),
+        Value::Bool(b) => minijinja::Value::from(*b),
+        Value::Number(n) => match (n.as_i64(), n.as_u64(), n.as_f64()) {
+            (Some(i), _, _) => minijinja::Value::from(i),
+            (_, Some(u), _) => minijinja::Value::from(u),
+            (_, _, f) => minijinja::Value::from(f.unwrap_or_default()),
+        },
+        Value::String(s) => minijinja::Value::from(s.as_str()),
+        Value::Array(items) => items.iter().map(template_value).collect(),
+        Value::Object(map) => minijinja::Value::from(
+            map.iter()
+                .map(|(k, v)| (minijinja::Value::from(k.as_str()), template_value(v)))
+                .collect::<BTreeMap<_, _>>(),
+        ),
+    }
+}
+
+/// The role's user message: its template rendered, or the tagged blocks then the arguments;
+/// the run's images after the text when the role reads them.
+fn input(
+    driver: &Driver<'_>,
+    state: &RunState,
+    role: &RoleRuntime,
+    arguments: &Value,
+) -> Result<Message, String> {
+    let gathered = gather(driver, state, role);
+    let text = match &role.input_template {
+        Some(template) => {
+            let context: serde_json::Map<String, Value> = gathered.values.into_iter().collect();
+            let mut values = BTreeMap::new();
+            values.insert(minijinja::Value::from("args"), template_value(arguments));
+            values.insert(
+                minijinja::Value::from("context"),
+                template_value(&Value::Object(context)),
+            );
+            minijinja::Environment::new()
+                .render_str(template, minijinja::Value::from(values))
+                .map_err(|e| format!("its input template could not be rendered: {e}"))?
+        }
+        None => {
+            let mut parts = gathered.blocks;
+            parts.push(format!("<arguments>\n{arguments}\n</arguments>"));
+            parts.join("\n\n")
+        }
+    };
+    let mut blocks = vec![Block::text(text)];
+    blocks.extend(gathered.images);
+    Ok(Message {
+        role: Role::User,
+        blocks,
+    })
+}
+
+/// How a role call ended.
+pub(crate) enum RoleEnd {
+    /// The role's result; its model calls and guard verdicts are journaled already.
+    Done {
+        /// The result for `tool.completed`.
+        output: Box<ToolOutput>,
+        /// Cost of the role's model calls.
+        cost_usd: f64,
+        /// Events written.
+        emitted: u32,
+    },
+    /// Cancelled, or the run's time ran out.
+    Interrupted {
+        /// Out of time (else cancelled).
+        timed_out: bool,
+        /// Events written.
+        emitted: u32,
+    },
+}
+
+/// Runs one role call: its model chain, then its output contract (repaired by the role's
+/// model when allowed), within the run's `deadline` (the batch's) and the role's own limit.
+/// Errors the orchestrator should read are results, not failures.
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn call(
+    driver: &mut Driver<'_>,
+    state: &mut RunState,
+    writer: &mut SessionWriter<'_>,
+    step: &StepSpan,
+    call: &PendingCall,
+    span: &str,
+    arguments: &Value,
+    run_deadline: Option<tokio::time::Instant>,
+) -> Result<RoleEnd, EngineError> {
+    let agent = driver.agent;
+    let mut progress = AttemptState::default();
+    let mut cost_usd = 0.0;
+    let Some(role) = agent.roles.iter().find(|r| r.name == call.name) else {
+        return Ok(RoleEnd::Done {
+            output: Box::new(ToolOutput::error(format!("Unknown role: '{}'.", call.name))),
+            cost_usd,
+            emitted: 0,
+        });
+    };
+    let first = match input(driver, state, role, arguments) {
+        Ok(message) => message,
+        Err(problem) => {
+            return Ok(RoleEnd::Done {
+                output: Box::new(ToolOutput::error(format!(
+                    "The role {} could not be called: {problem}",
+                    role.name
+                ))),
+                cost_usd,
+                emitted: 0,
+            });
+        }
+    };
+    let chain: Vec<&ModelBinding> = role.chain().collect();
+    let own_deadline = role
+        .timeout
+        .map(|limit| tokio::time::Instant::now() + limit);
+    let deadline = match (run_deadline, own_deadline) {
+        (Some(run), Some(own)) => Some(run.min(own)),
+        (run, own) => run.or(own),
+    };
+    let mut messages = vec![first];
+    let model_span = driver.engine.ids().uuid();
+    let caller = Caller {
+        slot: &role.name,
+        call_id: Some(&call.call_id),
+        judge: None,
+        span: &model_span,
+        parent: Some(span),
+    };
+    loop {
+        // A run that fell back stays on the model it switched to, per slot.
+        let start = state
+            .models
+            .get(&role.name)
+            .and_then(|id| chain.iter().position(|m| m.config_id == *id))
+            .unwrap_or(0);
+        let sent = messages.clone();
+        let build = |model: &ModelBinding| ModelRequest {
+            model_id: model.model_id.clone(),
+            system: role.system.clone(),
+            messages: sent.clone(),
+            tools: Vec::new(),
+            tool_choice: ToolChoice::None,
+            max_tokens: model.max_tokens,
+            params: model.params.clone(),
+            output_schema: None,
+        };
+        let end = driver
+            .call_chain(
+                state,
+                writer,
+                caller,
+                &chain,
+                start,
+                &build,
+                deadline,
+                &mut progress,
+            )
+            .await?;
+        let (model, answer) = match end {
+            ChainEnd::Answered { model, answer } => (model, answer),
+            ChainEnd::Interrupted { timed_out } => {
+                let run_out = run_deadline.is_some_and(|d| tokio::time::Instant::now() >= d);
+                if timed_out
+                    && !run_out
+                    && let Some(limit) = role.timeout
+                {
+                    // The role's own limit: the orchestrator reads it, the run goes on.
+                    return Ok(RoleEnd::Done {
+                        output: Box::new(ToolOutput::error(format!(
+                            "Timed out: the role {} gave no answer in {} s.",
+                            role.name,
+                            fmt_secs(limit)
+                        ))),
+                        cost_usd,
+                        emitted: progress.emitted,
+                    });
+                }
+                return Ok(RoleEnd::Interrupted {
+                    timed_out,
+                    emitted: progress.emitted,
+                });
+            }
+            ChainEnd::Failed(error) => {
+                return Ok(RoleEnd::Done {
+                    output: Box::new(ToolOutput::error(format!(
+                        "The role {} failed: {}",
+                        role.name, error.message
+                    ))),
+                    cost_usd,
+                    emitted: progress.emitted,
+                });
+            }
+        };
+        let (responded, exchanged) = driver.responded(caller, model, answer);
+        let text = match &responded.payload {
+            Payload::ModelResponded(p) => {
+                cost_usd += p.cost_usd;
+                p.message.text()
+            }
+            _ => String::new(),
+        };
+        let mut batch = exchanged;
+        batch.push(responded);
+        driver
+            .write_in_step(state, writer, batch, &mut progress)
+            .await?;
+        if text.trim().is_empty() {
+            return Ok(RoleEnd::Done {
+                output: Box::new(ToolOutput::error(format!(
+                    "The role {} gave an empty answer.",
+                    role.name
+                ))),
+                cost_usd,
+                emitted: progress.emitted,
+            });
+        }
+        let Some(contract) = &role.output else {
+            return Ok(RoleEnd::Done {
+                output: Box::new(ToolOutput::text(text)),
+                cost_usd,
+                emitted: progress.emitted,
+            });
+        };
+        let key = format!("{CONTRACT}#{}", call.call_id);
+        let attempt = state.retries.get(&key).copied().unwrap_or(0);
+        let checked =
+            |outcome: &str, reason: Option<String>, normalized: bool, resolution: Option<&str>| {
+                Payload::GuardChecked(GuardChecked {
+                    guard: "contract".into(),
+                    target: format!("role:{}", role.name),
+                    outcome: outcome.into(),
+                    reason,
+                    attempt: Some(attempt + 1),
+                    normalized,
+                    resolution: resolution.map(str::to_owned),
+                    policy: Some(CONTRACT.into()),
+                    call_id: Some(call.call_id.clone()),
+                })
+            };
+        let event = |payload| driver.event(span, Some(&step.span), None, payload);
+        match contract.check(&text, None) {
+            Verdict::Passed {
+                text: checked_text,
+                data,
+                normalized,
+            } => {
+                let passed = vec![event(checked("passed", None, normalized, None))];
+                driver
+                    .write_in_step(state, writer, passed, &mut progress)
+                    .await?;
+                let mut output = ToolOutput::text(checked_text);
+                output.data = data;
+                return Ok(RoleEnd::Done {
+                    output: Box::new(output),
+                    cost_usd,
+                    emitted: progress.emitted,
+                });
+            }
+            Verdict::Failed {
+                problems,
+                diagnostic,
+            } => {
+                let spec = contract.spec();
+                if attempt < spec.repair.max_attempts {
+                    let mut decided = hooks::decided(
+                        CONTRACT,
+                        Point::AfterTool,
+                        DecisionKind::Retry,
+                        Some(diagnostic.clone()),
+                        Some(&call.call_id),
+                        false,
+                    );
+                    if let Payload::PolicyDecided(p) = &mut decided {
+                        p.attempt = Some(attempt + 1);
+                        p.tools = Some(false);
+                    }
+                    let batch = vec![
+                        event(checked(
+                            "failed",
+                            Some(diagnostic.clone()),
+                            false,
+                            Some("retry"),
+                        )),
+                        event(decided),
+                    ];
+                    driver
+                        .write_in_step(state, writer, batch, &mut progress)
+                        .await?;
+                    // The role's own model repairs: the first exchange, then the diagnostic.
+                    messages.push(Message::assistant(text));
+                    messages.push(Message::user(diagnostic));
+                    continue;
+                }
+                let resolution = spec.on_failure.as_str();
+                let failed = vec![event(checked(
+                    "failed",
+                    Some(diagnostic.clone()),
+                    false,
+                    Some(resolution),
+                ))];
+                driver
+                    .write_in_step(state, writer, failed, &mut progress)
+                    .await?;
+                let output = match spec.on_failure {
+                    OnFailure::Fail => ToolOutput::error(format!(
+                        "The result of {} was refused by its output contract (a rule of the \
+                         configuration, not a failure): {}",
+                        role.name,
+                        problems.join("; ")
+                    )),
+                    OnFailure::Unverified => ToolOutput {
+                        unverified: true,
+                        ..ToolOutput::text(text)
+                    },
+                    OnFailure::Fallback => ToolOutput {
+                        fallback: true,
+                        ..ToolOutput::text(spec.fallback_message.clone().unwrap_or_default())
+                    },
+                };
+                return Ok(RoleEnd::Done {
+                    output: Box::new(output),
+                    cost_usd,
+                    emitted: progress.emitted,
+                });
+            }
+        }
+    }
+}
+
+/// Whether `name` is a terminal role of the agent.
+pub(crate) fn is_terminal(driver: &Driver<'_>, name: &str) -> bool {
+    driver
+        .agent
+        .roles
+        .iter()
+        .any(|r| r.terminal && r.name == name)
+}
+
+/// The calls of the run's last answer.
+fn turn_calls(state: &RunState) -> Vec<(String, String)> {
+    state
+        .messages
+        .iter()
+        .rev()
+        .find(|m| m.role == Role::Assistant)
+        .map(|m| {
+            m.tool_calls()
+                .map(|(id, name, _)| (id.to_owned(), name.to_owned()))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The `loom.terminal` decision of a terminal role called with other tools in its turn: its
+/// result goes back to the orchestrator like any other.
+pub(crate) fn not_alone(
+    driver: &Driver<'_>,
+    state: &RunState,
+    call: &PendingCall,
+) -> Option<Payload> {
+    if !is_terminal(driver, &call.name) || turn_calls(state).len() < 2 {
+        return None;
+    }
+    Some(hooks::decided(
+        TERMINAL,
+        Point::AfterTool,
+        DecisionKind::Continue,
+        Some(format!(
+            "{} is terminal but was called with other tools in the same turn: its result goes \
+             back to the orchestrator",
+            call.name
+        )),
+        Some(&call.call_id),
+        false,
+    ))
+}
+
+/// The final output when the batch just completed was a terminal role called alone whose
+/// result is not an error: that result, and the `tool.completed` that carries it.
+pub(crate) fn terminal_output(driver: &Driver<'_>, state: &RunState) -> Option<(Final, String)> {
+    if state.status != loom_core::RunStatus::AwaitingTools
+        || !state.pending_calls.is_empty()
+        || state.pending_repair.is_some()
+        || state
+            .approvals
+            .iter()
+            .any(loom_core::approval::ApprovalRecord::is_pending)
+    {
+        return None;
+    }
+    let calls = turn_calls(state);
+    let [(call_id, name)] = calls.as_slice() else {
+        return None;
+    };
+    if !is_terminal(driver, name) {
+        return None;
+    }
+    let result = state.messages.iter().rev().find_map(|m| {
+        m.blocks.iter().find_map(|b| match &b.kind {
+            BlockKind::ToolResult {
+                call_id: id,
+                output,
+            } if id == call_id => Some(output),
+            _ => None,
+        })
+    })?;
+    if result.is_error {
+        return None;
+    }
+    let event_id = driver.last_ids.tool.clone()?;
+    Some((
+        Final {
+            message: None,
+            output_event_id: Some(event_id.clone()),
+            data: result.data.clone(),
+        },
+        event_id,
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn references_are_found_as_objects_and_as_strings() {
+        let mut found = Vec::new();
+        references(
+            &json!({
+                "a": {"$ref": "result:1"},
+                "b": ["x", "{\"$ref\": \"result:2\"}"],
+                "c/d": {"$ref": "result:3", "other": 1},
+                "e": "{not json $ref"
+            }),
+            "",
+            &mut found,
+        );
+        assert_eq!(
+            found,
+            [
+                ("/a".to_owned(), "result:1".to_owned()),
+                ("/b/1".to_owned(), "result:2".to_owned()),
+            ]
+        );
+    }
+
+    #[test]
+    fn results_are_numbered_in_request_order_and_errors_are_not_prefixed() {
+        let result = |id: &str, output: ToolOutput| {
+            Block::new(BlockKind::ToolResult {
+                call_id: id.into(),
+                output,
+            })
+        };
+        let mut conversation = vec![
+            Message::user("q"),
+            Message {
+                role: Role::Tool,
+                blocks: vec![
+                    result("a", ToolOutput::text("one")),
+                    result("b", ToolOutput::error("bad")),
+                ],
+            },
+            Message {
+                role: Role::Tool,
+                blocks: vec![result(
+                    "c",
+                    ToolOutput {
+                        data: Some(json!({"n": 3})),
+                        ..ToolOutput::default()
+                    },
+                )],
+            },
+        ];
+        number_results(&mut conversation);
+        let texts: Vec<String> = conversation[1..]
+            .iter()
+            .flat_map(|m| m.blocks.iter())
+            .filter_map(|b| match &b.kind {
+                BlockKind::ToolResult { output, .. } => Some(output.visible_text()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(texts, ["[result:1]\none", "bad", "[result:3]\n{\"n\":3}"]);
+    }
+
+    #[test]
+    fn json_becomes_template_values() {
+        let value = template_value(&json!({"a": [1, 2.5, "x", null, true], "b": {"c": "d"}}));
+        let rendered = minijinja::Environment::new()
+            .render_str(
+                "{{ v.a[0] }} {{ v.a[1] }} {{ v.a[2] }} {{ v.b.c }} {{ v.a[4] }}",
+                minijinja::context! { v => value },
+            )
+            .unwrap();
+        assert_eq!(rendered, "1 2.5 x d True");
+    }
+}
