@@ -61,8 +61,11 @@ pub(crate) async fn offload(
         "[Result offloaded: {chars} characters ({kind}); only the preview above is shown. \
          To read the rest: tool {ARTIFACT_READ} with ref=\"{uri}\", offset and limit in characters.]"
     );
+    // The full view (for interfaces) stays with the preview; the artifact holds what the
+    // model may read.
     let replacement = ToolOutput {
         offloaded: Some(uri.clone()),
+        full: output.full.clone(),
         ..ToolOutput::text(format!("{preview}\n{note}"))
     };
     let stored = ArtifactStored {

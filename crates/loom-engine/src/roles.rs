@@ -455,29 +455,31 @@ fn images(state: &RunState) -> Vec<Block> {
         .collect()
 }
 
-/// The successful results of `tools` in `messages` (text, `full` never included).
+/// The successful results of `tools` in `messages` (text, `full` never included). Call ids are
+/// unique within a run only: a result belongs to the last call of that id before it.
 fn results_of<'m>(
-    messages: impl Iterator<Item = &'m Message> + Clone,
+    messages: impl Iterator<Item = &'m Message>,
     tools: &[String],
 ) -> Vec<(String, String)> {
-    let names: BTreeMap<&str, &str> = messages
-        .clone()
-        .flat_map(Message::tool_calls)
-        .map(|(call_id, name, _)| (call_id, name))
-        .collect();
-    messages
-        .flat_map(|m| m.blocks.iter())
-        .filter_map(|b| match &b.kind {
-            BlockKind::ToolResult { call_id, output } if !output.is_error => {
-                let name = names.get(call_id.as_str())?;
-                tools
-                    .iter()
-                    .any(|t| t == name)
-                    .then(|| ((*name).to_owned(), output.visible_text()))
+    let mut names: BTreeMap<&str, &str> = BTreeMap::new();
+    let mut found = Vec::new();
+    for message in messages {
+        names.extend(
+            message
+                .tool_calls()
+                .map(|(call_id, name, _)| (call_id, name)),
+        );
+        for block in &message.blocks {
+            if let BlockKind::ToolResult { call_id, output } = &block.kind
+                && !output.is_error
+                && let Some(name) = names.get(call_id.as_str())
+                && tools.iter().any(|t| t == name)
+            {
+                found.push(((*name).to_owned(), output.visible_text()));
             }
-            _ => None,
-        })
-        .collect()
+        }
+    }
+    found
 }
 
 /// What a role receives, computed from the run (only the declared items).

@@ -55,7 +55,7 @@ pub use loom_core::{
     self as core, Event, Message, RunState, RunStatus, Usage,
     approval::{Approver, Decision, PendingApproval},
     policy,
-    tool::{FnTool, IntoToolOutput, Json, Tool, ToolContext, ToolError, ToolOutput},
+    tool::{FnTool, IntoToolOutput, Json, Tool, ToolContext, ToolError, ToolOutput, Views},
 };
 pub use loom_engine::{JudgeCondition, JudgeInput, JudgeMode, Observer, RunRef};
 pub use loom_macros::tool;

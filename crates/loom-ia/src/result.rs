@@ -89,3 +89,32 @@ impl RunResult {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use loom_core::Event;
+
+    use super::*;
+
+    /// The reference journal of a run answered by a terminal role.
+    const TERMINAL_ROLE: &str = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../../shared/reference/journals/policies-terminal-role.jsonl"
+    );
+
+    #[test]
+    fn a_terminal_roles_result_is_the_text() {
+        let text = std::fs::read_to_string(TERMINAL_ROLE).expect("the reference journal");
+        let events: Vec<Event> = text
+            .lines()
+            .map(|line| Event::from_json(line).expect("a reference event"))
+            .collect();
+        let state = RunState::fold("j3-run", &events).expect("the run folds");
+        let result = RunResult::from_state(&state);
+        assert!(result.ok());
+        assert_eq!(
+            result.text,
+            "Objet : votre devis D-2026-042\n\nBonjour Madame Martin, devis D-2026-042 de 1 840 €."
+        );
+    }
+}

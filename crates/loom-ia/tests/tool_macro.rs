@@ -361,6 +361,34 @@ async fn description_falls_back_to_the_args_struct() {
     assert_eq!(output.data, Some(json!({ "words": 3 })));
 }
 
+/// Lists a customer's invoices: a summary for the model, every invoice for interfaces.
+#[loom_ia::tool]
+fn invoices(customer: String) -> loom_ia::Views<String, Vec<Hit>> {
+    let all: Vec<Hit> = (1..=3)
+        .map(|rank| Hit {
+            title: format!("{customer} invoice {rank}"),
+            rank,
+        })
+        .collect();
+    loom_ia::Views {
+        model: format!("{} invoices for {customer}", all.len()),
+        full: all,
+    }
+}
+
+#[tokio::test]
+async fn views_give_the_model_a_summary_and_interfaces_everything() {
+    let output = call(&invoices_tool(), json!({ "customer": "ACME" }))
+        .await
+        .unwrap();
+    assert_eq!(output.visible_text(), "3 invoices for ACME");
+    assert_eq!(output.data, None);
+    assert_eq!(
+        output.full.as_ref().and_then(|f| f[2]["title"].as_str()),
+        Some("ACME invoice 3")
+    );
+}
+
 // --- Parameter docs and serde attributes --------------------------------------------------------
 
 /// Repeats a word.

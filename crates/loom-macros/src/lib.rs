@@ -33,8 +33,9 @@ use proc_macro::TokenStream;
 ///   injected instead. A parameter marked `#[args]` receives the whole arguments object, its type
 ///   implementing `serde::Deserialize` and `schemars::JsonSchema`.
 /// - **Result**: `T` or `Result<T, E>` with `E: Display`. `String`, `&str`, `()`, `ToolOutput`,
-///   `Value`, `Json<_>` and `impl IntoToolOutput` convert through `IntoToolOutput`; any other `T`
-///   is serialized as a structured result (a JSON block and `data`).
+///   `Value`, `Json<_>`, `Views<_, _>` (a compact view for the model and a full payload for
+///   interfaces) and `impl IntoToolOutput` convert through `IntoToolOutput`; any other `T` is
+///   serialized as a structured result (a JSON block and `data`).
 /// - **Options**: `name = "..."`, `side_effects = "none" | "reversible" | "irreversible"`,
 ///   `approval = "never" | "always" | "policy"`, `idempotent` (or `idempotent = true|false`),
 ///   `on_unknown = "error" | "pause"`, `timeout = <seconds>` (integer or float),

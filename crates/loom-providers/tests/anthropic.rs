@@ -744,6 +744,22 @@ fn request_tool_loop_with_results_and_signed_thinking() {
 }
 
 #[test]
+fn request_never_carries_the_full_view_of_a_result() {
+    let mut request = tool_loop_request();
+    let plain = build_request(&options(), &AnthropicSettings::default(), &request);
+    for message in &mut request.messages {
+        for block in &mut message.blocks {
+            if let BlockKind::ToolResult { output, .. } = &mut block.kind {
+                output.full = Some(json!({"rows": ["FULL-VIEW-ONLY"]}));
+            }
+        }
+    }
+    let with_full = build_request(&options(), &AnthropicSettings::default(), &request);
+    assert!(!with_full.to_string().contains("FULL-VIEW-ONLY"));
+    assert_eq!(with_full, plain);
+}
+
+#[test]
 fn request_cache_breakpoints() {
     let settings = AnthropicSettings {
         cache: CacheSettings {

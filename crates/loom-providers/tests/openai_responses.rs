@@ -235,6 +235,19 @@ fn request_tool_loop_with_results_and_echoed_reasoning() {
 }
 
 #[test]
+fn request_never_carries_the_full_view_of_a_result() {
+    let request = tool_loop(
+        json!({ "item_id": "rs_old", "encrypted_content": "gAAAA-old" }),
+        json!({ "item_id": "rs_new", "encrypted_content": "gAAAA-new" }),
+    );
+    let settings = settings(false, false, true);
+    let plain = build_request(&options("", None), &settings, &request);
+    let with_full = build_request(&options("", None), &settings, &with_full_views(request));
+    assert!(!with_full.to_string().contains("FULL-VIEW-ONLY"));
+    assert_eq!(with_full, plain);
+}
+
+#[test]
 fn request_native_json_schema() {
     let body = build_request(
         &options("", None),

@@ -35,6 +35,18 @@ use loom_providers::{ErrorClass, ProviderError, ProviderOptions};
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 
+/// `request` with a full view (`ToolOutput::full`, for interfaces only) on every tool result.
+pub(crate) fn with_full_views(mut request: ModelRequest) -> ModelRequest {
+    for message in &mut request.messages {
+        for block in &mut message.blocks {
+            if let BlockKind::ToolResult { output, .. } = &mut block.kind {
+                output.full = Some(json!({"rows": ["FULL-VIEW-ONLY"]}));
+            }
+        }
+    }
+    request
+}
+
 /// `../shared/fixtures/providers`.
 pub(crate) fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures/providers")
