@@ -958,3 +958,186 @@ async fn the_full_view_is_journaled_but_never_sent_to_a_model() {
         .unwrap();
     assert!(!String::from_utf8_lossy(&stored).contains("FULL-ONLY"));
 }
+
+/// What a journal line says, for comparing sequences: type, envelope role, tool kind, policy
+/// decision, transition.
+fn shape(event: &Event) -> String {
+    let detail = match &event.payload {
+        Payload::ToolCalled(p) => format!("{:?}", p.tool_kind).to_lowercase(),
+        Payload::PolicyDecided(p) => format!("{} {} {}", p.policy, p.point, p.decision),
+        Payload::RunTransitioned(p) => format!("{}>{} {}", p.from_state, p.to_state, p.cause_type),
+        _ => String::new(),
+    };
+    format!(
+        "{} {} {detail}",
+        event.event_type,
+        event.role.as_deref().unwrap_or("-")
+    )
+    .trim_end()
+    .to_owned()
+}
+
+const REFERENCE_TERMINAL_ROLE: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../../shared/reference/journals/policies-terminal-role.jsonl"
+);
+
+#[tokio::test]
+async fn a_terminal_role_refused_on_output_goes_back_to_the_orchestrator_as_in_the_reference() {
+    let (engine, store) = engine();
+    let main = scripted(
+        "fake-main",
+        json!([
+            {"tool_calls": [{"name": "rediger_relance", "arguments": {"ton": "cordial"}}],
+             "without_text": "refused"},
+            {"tool_calls": [{"name": "rediger_relance",
+                             "arguments": {"ton": "cordial", "consignes": "Cite D-2026-042"}}],
+             "with_text": "refused"}
+        ]),
+    );
+    let role_model = scripted(
+        "fake-role",
+        json!([
+            {"text": "Bonjour Madame Martin, 1 840 €.", "without_text": "Cite"},
+            {"text": "Objet : devis D-2026-042. Bonjour Madame Martin.", "with_text": "Cite"}
+        ]),
+    );
+    let mut relance = role("rediger_relance", role_model);
+    relance.terminal = true;
+    relance.input_schema = json!({"type": "object", "properties": {
+        "ton": {"type": "string"}, "consignes": {"type": "string"}
+    }});
+    let policy = loom_core::policy::FnPolicy::new(
+        [loom_core::policy::Point::OnOutput],
+        [loom_core::policy::DecisionKind::Retry],
+        |subject, _| {
+            let loom_core::policy::Subject::Output(message) = subject else {
+                return Ok(loom_core::policy::Decision::Continue);
+            };
+            if message.text().contains("D-2026-042") {
+                Ok(loom_core::policy::Decision::Continue)
+            } else {
+                Ok(loom_core::policy::Decision::Retry {
+                    feedback: "cite the quote number; call rediger_relance again".into(),
+                    tools: true,
+                })
+            }
+        },
+    );
+    let mut agent = agent(main, Vec::new(), vec![relance]);
+    agent.policies =
+        vec![loom_engine::BoundPolicy::new("cite_le_devis", Arc::new(policy)).unwrap()];
+    let (run, state) = run(&engine, &agent, begin(Message::user("Relance le client."))).await;
+    assert_eq!(state.status, RunStatus::Completed);
+    assert_eq!(
+        state.output_text().as_deref(),
+        Some("Objet : devis D-2026-042. Bonjour Madame Martin.")
+    );
+
+    // From the first role call to the end, the journal has the reference's shape.
+    let ours: Vec<String> = events(&store, &run)
+        .await
+        .iter()
+        .skip_while(
+            |e| !matches!(&e.payload, Payload::ToolCalled(p) if p.tool_kind == ToolKind::Role),
+        )
+        .filter(|e| e.event_type != "run.claimed")
+        .map(shape)
+        .collect();
+    let reference: Vec<String> = std::fs::read_to_string(REFERENCE_TERMINAL_ROLE)
+        .unwrap()
+        .lines()
+        .map(|line| Event::from_json(line).unwrap())
+        .skip_while(
+            |e| !matches!(&e.payload, Payload::ToolCalled(p) if p.tool_kind == ToolKind::Role),
+        )
+        .map(|e| shape(&e))
+        .collect();
+    assert_eq!(ours, reference);
+}
+
+#[tokio::test]
+async fn a_role_out_of_its_own_time_is_an_error_result() {
+    let (engine, store) = engine();
+    let main = scripted(
+        "fake-main",
+        json!([{"tool_calls": [{"name": "draft"}]}, {"text": "Late: {{ tool_result }}"}]),
+    );
+    let hanging = Arc::new(loom_testkit::HangingModel::default());
+    let mut draft = role("draft", hanging.clone());
+    draft.context = vec![RoleContext::UserInput];
+    draft.timeout = Some(std::time::Duration::from_millis(50));
+    let agent = agent(main, Vec::new(), vec![draft]);
+    let (run, state) = run(&engine, &agent, begin(Message::user("Go."))).await;
+    assert_eq!(state.status, RunStatus::Completed);
+    assert_eq!(
+        state.output_text().as_deref(),
+        Some("Late: Timed out: the role draft gave no answer in 0.05 s.")
+    );
+    assert_eq!(hanging.calls.load(std::sync::atomic::Ordering::SeqCst), 1);
+    assert!(
+        completed(&events(&store, &run).await, "draft")[0]
+            .output
+            .is_error
+    );
+}
+
+#[tokio::test]
+async fn a_role_interrupted_by_a_crash_is_run_again_on_resume() {
+    let (engine, store) = engine();
+    let main = scripted(
+        "fake-main",
+        json!([{"tool_calls": [{"name": "draft"}]}, {"text": "Sent: {{ tool_result }}"}]),
+    );
+    let role_model = Arc::new(RecordingModel::new(scripted(
+        "fake-role",
+        json!([{"text": "a letter"}]),
+    )));
+    let mut draft = role("draft", role_model.clone());
+    draft.context = vec![RoleContext::UserInput];
+    let agent = agent(main, Vec::new(), vec![draft]);
+    let (run, _) = run(&engine, &agent, begin(Message::user("Go."))).await;
+
+    // The journal as a kill after the role's model answered would have left it.
+    let all = events(&store, &run).await;
+    let cut = all
+        .iter()
+        .position(|e| e.role.as_deref() == Some("draft"))
+        .unwrap()
+        + 1;
+    let crashed = Arc::new(MemoryStore::new());
+    for event in &all[..cut] {
+        let mut fresh = event.clone();
+        fresh.seq = 0;
+        crashed.append(vec![fresh], event.seq - 1).await.unwrap();
+    }
+    let later = Arc::new(ManualClock::new());
+    later.advance(std::time::Duration::from_secs(120));
+    let engine = Engine::new(crashed.clone(), later);
+    let state = engine
+        .drive(&run, &agent, &(), &CancellationToken::new())
+        .await
+        .unwrap();
+    assert_eq!(state.status, RunStatus::Completed);
+    assert_eq!(
+        state.output_text().as_deref(),
+        Some("Sent: [result:1]\na letter")
+    );
+    assert_eq!(role_model.requests().len(), 2);
+    let events = events(&crashed, &run).await;
+    let resumed: Vec<bool> = events
+        .iter()
+        .filter_map(|e| match &e.payload {
+            Payload::ToolCalled(p) => Some(p.resumed),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(resumed, [false, true]);
+    // Both role answers are counted: each was a real model call.
+    let role_calls = events
+        .iter()
+        .filter(|e| e.role.as_deref() == Some("draft"))
+        .count();
+    assert_eq!(role_calls, 2);
+    assert_eq!(state.model_calls, 4);
+}
