@@ -251,8 +251,6 @@ pub struct RunState {
     /// `call_id`: roles). Their consumption is counted once, from those `model.responded`; the
     /// `usage`/`cost_usd` their `tool.completed` repeats is not added again.
     pub priced_calls: std::collections::BTreeSet<String>,
-    /// The caller's metadata (`run.started.context.metadata`).
-    pub metadata: serde_json::Map<String, Value>,
     /// Seq of the last event applied.
     pub last_seq: u64,
     /// When the run started.
@@ -327,7 +325,6 @@ impl RunState {
             tools_called: Vec::new(),
             amendments: Vec::new(),
             priced_calls: std::collections::BTreeSet::new(),
-            metadata: started.context.metadata.clone(),
             last_seq: event.seq,
             started_at: event.ts,
             updated_at: event.ts,

@@ -581,8 +581,7 @@ pub(crate) struct Driver<'a> {
     pub(crate) engine: &'a Engine,
     pub(crate) run: &'a RunRef,
     pub(crate) agent: &'a AgentRuntime,
-    /// The conversation of the session's earlier runs.
-    pub(crate) history: Vec<Message>,
+    history: Vec<Message>,
     /// The tool faces of the agent's roles.
     role_faces: Vec<BoundTool>,
     pub(crate) last_ids: LastIds,

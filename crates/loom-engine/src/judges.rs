@@ -1003,15 +1003,7 @@ impl Driver<'_> {
                 }
                 JudgeContext::LastTurns(n) => {
                     let earlier = session.as_ref().map_or(&[][..], |s| &s.earlier[..]);
-                    let skip = earlier.len().saturating_sub(*n as usize);
-                    let mut lines = Vec::new();
-                    for run in &earlier[skip..] {
-                        lines.push(format!("user: {}", user_input(run)));
-                        if let Some(answer) = run.output_text() {
-                            lines.push(format!("assistant: {answer}"));
-                        }
-                    }
-                    ("last_turns", or_none(lines.join("\n")))
+                    ("last_turns", or_none(last_turns(earlier, *n)))
                 }
             };
             prompt.push_str(&format!("<{tag}>\n{body}\n</{tag}>\n"));
@@ -1020,9 +1012,9 @@ impl Driver<'_> {
         Ok(prompt)
     }
 
-    /// The session as a judge's context sees it: the application's context of this run and
-    /// the earlier root runs, folded.
-    async fn session(&self) -> Result<Session, EngineError> {
+    /// The session as a judge's (or a role's) context sees it: the application's context of
+    /// this run and the earlier root runs, folded.
+    pub(crate) async fn session(&self) -> Result<Session, EngineError> {
         let events = self
             .engine
             .store()
@@ -1050,16 +1042,32 @@ impl Driver<'_> {
     }
 }
 
-/// What the session gives a judge's context.
-struct Session {
+/// What the session gives a judge's (or a role's) context.
+pub(crate) struct Session {
     /// `run.started.context` of the current run.
-    context: Option<RunContext>,
+    pub(crate) context: Option<RunContext>,
     /// Earlier root runs of the session, in order.
-    earlier: Vec<RunState>,
+    pub(crate) earlier: Vec<RunState>,
+}
+
+/// The last `n` turns of `earlier` runs (one turn = one run): `user: <request>`, then
+/// `assistant: <final answer>` when it has one.
+pub(crate) fn last_turns(earlier: &[RunState], n: u32) -> String {
+    let skip = earlier
+        .len()
+        .saturating_sub(usize::try_from(n).unwrap_or(usize::MAX));
+    let mut lines = Vec::new();
+    for run in &earlier[skip..] {
+        lines.push(format!("user: {}", user_input(run)));
+        if let Some(answer) = run.output_text() {
+            lines.push(format!("assistant: {answer}"));
+        }
+    }
+    lines.join("\n")
 }
 
 /// The text of the request that opened a run (its first user message).
-fn user_input(state: &RunState) -> String {
+pub(crate) fn user_input(state: &RunState) -> String {
     state
         .messages
         .iter()
@@ -1092,7 +1100,8 @@ fn tool_results(messages: &[Message], tools: &[String]) -> Vec<String> {
     lines
 }
 
-fn or_none(text: String) -> String {
+/// `text`, or `(none)` when it is empty.
+pub(crate) fn or_none(text: String) -> String {
     if text.is_empty() {
         "(none)".into()
     } else {

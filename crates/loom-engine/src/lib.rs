@@ -62,8 +62,8 @@ pub use judges::{
 pub use offload::artifact_read as artifact_reader;
 pub use request::request_hash;
 pub use resilience::{Breakers, CircuitSettings, ModelTimeouts, RetryPolicy};
+pub use roles::{REFS_HINT, RoleContext, RoleRuntime};
 pub use subagents::{AGENT_HINT, SubAgentRuntime, descendant_approvals, open_descendants};
-pub use roles::{ContextScope, REFS_HINT, RoleContext, RoleRuntime};
 pub use tools::{UNKNOWN_REASON, UNKNOWN_STATE, idempotency_key};
 
 /// The lease a driver takes on a run (`execution.lease`).

@@ -11,11 +11,13 @@
 //! | item | what the role receives |
 //! |---|---|
 //! | `user_input` | the text of the run's first user message |
-//! | `caller_context` | the caller's metadata (`run.started.context.metadata`), as JSON; nothing when empty |
+//! | `caller_context` | what the application said about the run when opening it (`run.started.context`: tenant, user and metadata), as JSON |
 //! | `attachments` | the images of the run's user messages (artifact blocks of type `image/*`), added to the role's message; a role that declares them is offered only when the run carries an image, and its models must read images (checked when the configuration is loaded) |
 //! | `session_summary` | the session's summary; always empty in this version, which has no compaction (the block is then left out) |
-//! | `tool_results` | the successful results (text) of the named tools, in this run (`scope: run`) or in the whole session (`scope: session`) |
-//! | `last_turns: N` | the last N user/assistant text messages of the session (earlier runs, then this run so far) |
+//! | `tool_results` | the successful results (text) of the named tools, in this run (`scope: run`) or in the whole session (`scope: session`), one `tool: text` line each |
+//! | `last_turns: N` | the last N turns of the session before this run (one turn = one run: `user: <request>`, `assistant: <final answer>`) |
+//!
+//! These items mean the same for a role as for a judge (`judges.rs`), and are read the same way.
 //!
 //! **Journal.** The call's `tool.called` (kind `role`), then the role's `model.responded`
 //! (envelope `role` = the role's name, `call_id` = the call) in a new span under the call's
@@ -70,6 +72,7 @@ use crate::{
     contract::{Contract, OnFailure, Verdict},
     driver::{AttemptState, Caller, ChainEnd, Driver, StepSpan, fmt_secs},
     hooks,
+    judges::{self, ContextScope},
     review::{CONTRACT, Final},
     writer::SessionWriter,
 };
@@ -85,22 +88,13 @@ runs. Only results shown before your current answer can be referenced.";
 /// run.
 pub const TERMINAL: &str = "loom.terminal";
 
-/// How far back `tool_results` look.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
-pub enum ContextScope {
-    /// The current run.
-    #[default]
-    Run,
-    /// Every run of the session.
-    Session,
-}
-
 /// One item of what a role receives besides its arguments (`context:`).
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RoleContext {
     /// The text of the run's first user message.
     UserInput,
-    /// The caller's metadata (`run.started.context.metadata`).
+    /// What the application said about the run when opening it (`run.started.context`:
+    /// tenant, user and metadata, as JSON).
     CallerContext,
     /// The images attached to the run's user messages.
     Attachments,
@@ -113,7 +107,8 @@ pub enum RoleContext {
         /// This run, or the whole session.
         scope: ContextScope,
     },
-    /// The last N user/assistant text messages of the session.
+    /// The last N turns of the session before this run (one turn = one run: its request and
+    /// its final answer).
     LastTurns(u32),
 }
 
@@ -455,8 +450,7 @@ fn images(state: &RunState) -> Vec<Block> {
         .collect()
 }
 
-/// The successful results of `tools` in `messages` (text, `full` never included). Call ids are
-/// unique within a run only: a result belongs to the last call of that id before it.
+/// The successful results of `tools` in one run's `messages` (text, `full` never included).
 fn results_of<'m>(
     messages: impl Iterator<Item = &'m Message>,
     tools: &[String],
@@ -492,32 +486,50 @@ struct Gathered {
     images: Vec<Block>,
 }
 
-fn gather(driver: &Driver<'_>, state: &RunState, role: &RoleRuntime) -> Gathered {
+async fn gather(
+    driver: &Driver<'_>,
+    state: &RunState,
+    role: &RoleRuntime,
+) -> Result<Gathered, EngineError> {
     let mut gathered = Gathered {
         values: BTreeMap::new(),
         blocks: Vec::new(),
         images: Vec::new(),
+    };
+    // Earlier runs of the session, read only when an item needs them.
+    let needs_session = role.context.iter().any(|c| {
+        matches!(
+            c,
+            RoleContext::LastTurns(_)
+                | RoleContext::CallerContext
+                | RoleContext::ToolResults {
+                    scope: ContextScope::Session,
+                    ..
+                }
+        )
+    });
+    let session = if needs_session {
+        Some(driver.session().await?)
+    } else {
+        None
     };
     let tagged = |tag: &str, body: &str| format!("<{tag}>\n{body}\n</{tag}>");
     for item in &role.context {
         let key = item.key();
         match item {
             RoleContext::UserInput => {
-                let text = state
-                    .messages
-                    .iter()
-                    .find(|m| m.role == Role::User)
-                    .map(Message::text)
-                    .unwrap_or_default();
+                let text = judges::user_input(state);
                 gathered.blocks.push(tagged(key, &text));
                 gathered.values.insert(key.into(), Value::String(text));
             }
             RoleContext::CallerContext => {
-                let metadata = Value::Object(state.metadata.clone());
-                if !state.metadata.is_empty() {
-                    gathered.blocks.push(tagged(key, &metadata.to_string()));
-                }
-                gathered.values.insert(key.into(), metadata);
+                let context = session
+                    .as_ref()
+                    .and_then(|s| s.context.as_ref())
+                    .and_then(|c| serde_json::to_value(c).ok())
+                    .unwrap_or_else(|| json!({}));
+                gathered.blocks.push(tagged(key, &context.to_string()));
+                gathered.values.insert(key.into(), context);
             }
             RoleContext::Attachments => {
                 let images = images(state);
@@ -554,22 +566,22 @@ fn gather(driver: &Driver<'_>, state: &RunState, role: &RoleRuntime) -> Gathered
                     .insert(key.into(), Value::String(String::new()));
             }
             RoleContext::ToolResults { tools, scope } => {
-                let found = match scope {
-                    ContextScope::Run => results_of(state.messages.iter(), tools),
-                    ContextScope::Session => {
-                        results_of(driver.history.iter().chain(state.messages.iter()), tools)
+                let mut found = Vec::new();
+                if *scope == ContextScope::Session
+                    && let Some(session) = &session
+                {
+                    for earlier in &session.earlier {
+                        found.extend(results_of(earlier.messages.iter(), tools));
                     }
-                };
-                let body = if found.is_empty() {
-                    "(none)".to_owned()
-                } else {
-                    found
-                        .iter()
-                        .map(|(tool, text)| format!("<result tool=\"{tool}\">\n{text}\n</result>"))
-                        .collect::<Vec<_>>()
-                        .join("\n")
-                };
-                gathered.blocks.push(tagged(key, &body));
+                }
+                found.extend(results_of(state.messages.iter(), tools));
+                let lines: Vec<String> = found
+                    .iter()
+                    .map(|(tool, text)| format!("{tool}: {text}"))
+                    .collect();
+                gathered
+                    .blocks
+                    .push(tagged(key, &judges::or_none(lines.join("\n"))));
                 let mut by_tool = serde_json::Map::new();
                 for tool in tools {
                     let texts: Vec<&str> = found
@@ -582,29 +594,16 @@ fn gather(driver: &Driver<'_>, state: &RunState, role: &RoleRuntime) -> Gathered
                 gathered.values.insert(key.into(), Value::Object(by_tool));
             }
             RoleContext::LastTurns(n) => {
-                let turns: Vec<String> = driver
-                    .history
-                    .iter()
-                    .chain(state.messages.iter())
-                    .filter(|m| matches!(m.role, Role::User | Role::Assistant))
-                    .filter_map(|m| {
-                        let text = m.text();
-                        let who = if m.role == Role::User {
-                            "user"
-                        } else {
-                            "assistant"
-                        };
-                        (!text.trim().is_empty()).then(|| format!("{who}: {text}"))
-                    })
-                    .collect();
-                let keep = usize::try_from(*n).unwrap_or(usize::MAX);
-                let last = turns[turns.len().saturating_sub(keep)..].join("\n");
-                gathered.blocks.push(tagged(key, &last));
-                gathered.values.insert(key.into(), Value::String(last));
+                let earlier = session.as_ref().map_or(&[][..], |s| &s.earlier[..]);
+                let turns = judges::last_turns(earlier, *n);
+                gathered
+                    .blocks
+                    .push(tagged(key, &judges::or_none(turns.clone())));
+                gathered.values.insert(key.into(), Value::String(turns));
             }
         }
     }
-    gathered
+    Ok(gathered)
 }
 
 /// A JSON value as a template value.
@@ -628,14 +627,15 @@ fn template_value(value: &Value) -> minijinja::Value {
 }
 
 /// The role's user message: its template rendered, or the tagged blocks then the arguments;
-/// the run's images after the text when the role reads them.
-fn input(
+/// the run's images after the text when the role reads them. `Ok(Err)`: the message cannot be
+/// made (the orchestrator is told).
+async fn input(
     driver: &Driver<'_>,
     state: &RunState,
     role: &RoleRuntime,
     arguments: &Value,
-) -> Result<Message, String> {
-    let gathered = gather(driver, state, role);
+) -> Result<Result<Message, String>, EngineError> {
+    let gathered = gather(driver, state, role).await?;
     let text = match &role.input_template {
         Some(template) => {
             let context: serde_json::Map<String, Value> = gathered.values.into_iter().collect();
@@ -645,9 +645,15 @@ fn input(
                 minijinja::Value::from("context"),
                 template_value(&Value::Object(context)),
             );
-            minijinja::Environment::new()
-                .render_str(template, minijinja::Value::from(values))
-                .map_err(|e| format!("its input template could not be rendered: {e}"))?
+            match minijinja::Environment::new().render_str(template, minijinja::Value::from(values))
+            {
+                Ok(text) => text,
+                Err(e) => {
+                    return Ok(Err(format!(
+                        "its input template could not be rendered: {e}"
+                    )));
+                }
+            }
         }
         None => {
             let mut parts = gathered.blocks;
@@ -657,10 +663,10 @@ fn input(
     };
     let mut blocks = vec![Block::text(text)];
     blocks.extend(gathered.images);
-    Ok(Message {
+    Ok(Ok(Message {
         role: Role::User,
         blocks,
-    })
+    }))
 }
 
 /// How a role call ended.
@@ -707,7 +713,7 @@ pub(crate) async fn call(
             emitted: 0,
         });
     };
-    let first = match input(driver, state, role, arguments) {
+    let first = match input(driver, state, role, arguments).await? {
         Ok(message) => message,
         Err(problem) => {
             return Ok(RoleEnd::Done {

@@ -104,6 +104,7 @@ fn begin(message: Message) -> BeginRun {
         user_id: None,
         metadata: Map::new(),
         message,
+        judges: Default::default(),
     }
 }
 
@@ -209,7 +210,7 @@ async fn a_role_receives_exactly_its_declared_context() {
     assert_eq!(
         role_input(request),
         "<user_input>\nRemind the client of quote D-42.\n</user_input>\n\n\
-         <tool_results>\n<result tool=\"lookup\">\nLOOKUP-RESULT quote D-42\n</result>\n</tool_results>\n\n\
+         <tool_results>\nlookup: LOOKUP-RESULT quote D-42\n</tool_results>\n\n\
          <arguments>\n{\"tone\":\"cordial\"}\n</arguments>"
     );
     let everything = sent(request);
@@ -310,8 +311,9 @@ async fn caller_context_last_turns_and_session_results_come_from_the_session() {
         json!([
             {"text": "Looking.", "tool_calls": [{"name": "lookup"}], "with_text": "first"},
             {"text": "first answer", "with_text": "first"},
-            {"tool_calls": [{"name": "draft"}], "with_text": "second"},
-            {"text": "second answer", "with_text": "second"}
+            {"text": "second answer", "with_text": "second"},
+            {"tool_calls": [{"name": "draft"}], "with_text": "third"},
+            {"text": "third answer", "with_text": "third"}
         ]),
     );
     let role_model = Arc::new(RecordingModel::new(scripted(
@@ -321,7 +323,7 @@ async fn caller_context_last_turns_and_session_results_come_from_the_session() {
     let mut draft = role("draft", role_model.clone());
     draft.context = vec![
         RoleContext::CallerContext,
-        RoleContext::LastTurns(2),
+        RoleContext::LastTurns(1),
         RoleContext::ToolResults {
             tools: vec!["lookup".into()],
             scope: ContextScope::Session,
@@ -332,20 +334,27 @@ async fn caller_context_last_turns_and_session_results_come_from_the_session() {
         vec![text_tool("lookup", "LOOKUP-RESULT")],
         vec![draft],
     );
-    let mut first = begin(Message::user("first question"));
-    first.session_id = Some("s1".into());
-    let (_, state) = run(&engine, &agent, first).await;
-    assert_eq!(state.output_text().as_deref(), Some("first answer"));
-    let mut second = begin(Message::user("second question"));
-    second.session_id = Some("s1".into());
-    second.metadata.insert("client".into(), json!("ACME"));
-    let (_, state) = run(&engine, &agent, second).await;
-    assert_eq!(state.status, RunStatus::Completed);
+    for (question, answer) in [
+        ("first question", "first answer"),
+        ("second question", "second answer"),
+    ] {
+        let mut request = begin(Message::user(question));
+        request.session_id = Some("s1".into());
+        let (_, state) = run(&engine, &agent, request).await;
+        assert_eq!(state.output_text().as_deref(), Some(answer));
+    }
+    let mut third = begin(Message::user("third question"));
+    third.session_id = Some("s1".into());
+    third.metadata.insert("client".into(), json!("ACME"));
+    let (_, state) = run(&engine, &agent, third).await;
+    assert_eq!(state.output_text().as_deref(), Some("third answer"));
+    // The caller's context of this run, the last earlier turn only, and a result of the first
+    // run (the session's, not only this run's).
     assert_eq!(
         role_input(&role_model.requests()[0]),
-        "<caller_context>\n{\"client\":\"ACME\"}\n</caller_context>\n\n\
-         <last_turns>\nassistant: first answer\nuser: second question\n</last_turns>\n\n\
-         <tool_results>\n<result tool=\"lookup\">\nLOOKUP-RESULT\n</result>\n</tool_results>\n\n\
+        "<caller_context>\n{\"tenant_id\":\"default\",\"user_id\":null,\"metadata\":{\"client\":\"ACME\"}}\n</caller_context>\n\n\
+         <last_turns>\nuser: second question\nassistant: second answer\n</last_turns>\n\n\
+         <tool_results>\nlookup: LOOKUP-RESULT\n</tool_results>\n\n\
          <arguments>\n{}\n</arguments>"
     );
 }
