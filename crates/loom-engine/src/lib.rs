@@ -33,8 +33,8 @@ mod offload;
 mod request;
 mod resilience;
 mod review;
-mod subagents;
 pub mod roles;
+mod subagents;
 mod tools;
 mod writer;
 

@@ -105,6 +105,7 @@ fn begin(message: Message) -> BeginRun {
         metadata: Map::new(),
         message,
         judges: Default::default(),
+        budget: None,
     }
 }
 

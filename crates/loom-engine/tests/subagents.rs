@@ -174,9 +174,10 @@ async fn a_sub_agent_runs_as_a_child_run_of_the_same_journal() {
         .unwrap();
     let state = drive(&engine, &run, &boss).await;
     assert_eq!(state.status, RunStatus::Completed);
+    // With a sub-agent offered, results are numbered for `$ref` (the child offers none).
     assert_eq!(
         state.output_text().as_deref(),
-        Some("Le chercheur dit : La somme vaut 5.")
+        Some("Le chercheur dit : [result:1]\nLa somme vaut 5.")
     );
 
     let events = read_all(&store, &run).await;
@@ -394,7 +395,7 @@ async fn a_deeper_max_depth_opens_grandchildren_under_the_same_root() {
     assert_eq!(state.status, RunStatus::Completed);
     assert_eq!(
         state.output_text().as_deref(),
-        Some("Le chercheur dit : Avec aide : aidé")
+        Some("Le chercheur dit : [result:1]\nAvec aide : [result:1]\naidé")
     );
     let events = read_all(&store, &run).await;
     let runs: Vec<(String, u32, Option<String>)> = events
@@ -783,7 +784,7 @@ async fn an_approval_in_the_child_is_decided_from_the_root_and_the_child_resumes
     assert_eq!(state.status, RunStatus::Completed);
     assert_eq!(
         state.output_text().as_deref(),
-        Some("Le chercheur dit : Courriel : sent to carol@example.com")
+        Some("Le chercheur dit : [result:1]\nCourriel : sent to carol@example.com")
     );
     assert_eq!(*sent.lock().unwrap(), [json!({"to": "carol@example.com"})]);
     let events = read_all(&store, &run).await;
