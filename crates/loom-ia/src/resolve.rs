@@ -20,6 +20,7 @@ use loom_engine::{
     Criterion, JudgeCondition, JudgeContext, JudgeRuntime, ModelBinding,
     OnExceed as EngineOnExceed, PolicyOnError, RunLimits, SessionLimits, SubAgentRuntime,
     contract::{Contract, ContractSpec, OnFailure, RepairSettings, RepairTools},
+    roles::{RoleContext, RoleRuntime},
 };
 
 use crate::sources::AgentSource;
@@ -325,7 +326,7 @@ fn agent_at(
             Vec::new()
         },
         max_depth: spec.max_depth,
-        roles: Vec::new(),
+        roles: agent_roles(config, models, spec, name, tenant)?,
     })
 }
 
@@ -404,6 +405,96 @@ fn agent_policies(
         bound.push(hooked);
     }
     Ok(bound)
+}
+
+/// The agent's roles (`roles:`): their models, rendered system prompts, declared context,
+/// contract and timeout.
+fn agent_roles(
+    config: &Config,
+    models: &Models,
+    spec: &loom_config::AgentSpec,
+    name: &str,
+    tenant: &str,
+) -> Result<Vec<RoleRuntime>, LoomError> {
+    spec.roles
+        .iter()
+        .enumerate()
+        .map(|(r, role)| {
+            let at = |key: &str, message: String| {
+                LoomError::from(config.error_at_agent(name, &format!("roles[{r}].{key}"), message))
+            };
+            if role.judge.is_some() {
+                return Err(at(
+                    "judge",
+                    "a judge on a role is not implemented in this version yet (judge the agent's \
+                     final output with the agent's judge:)"
+                        .to_owned(),
+                ));
+            }
+            let model_of = |key: &str, id: &str| {
+                config
+                    .model(id)
+                    .ok_or_else(|| at(key, format!("unknown model '{id}'")))
+                    .and_then(|m| binding(config, models, m, &role.llm))
+            };
+            let mut runtime = RoleRuntime::new(
+                role.name.clone(),
+                role.description.clone(),
+                config.render_role_system(name, &role.name, tenant)?,
+                model_of("model", &role.model)?,
+            );
+            for (f, id) in role.fallbacks.iter().enumerate() {
+                runtime
+                    .fallbacks
+                    .push(model_of(&format!("fallbacks[{f}]"), id)?);
+            }
+            runtime.input_schema = serde_json::Value::Object(role.input_schema.clone());
+            runtime.input_template = role.input_template.clone();
+            runtime.context = role
+                .context
+                .iter()
+                .map(|item| match item {
+                    loom_config::ContextItem::Name(loom_config::ContextName::UserInput) => {
+                        RoleContext::UserInput
+                    }
+                    loom_config::ContextItem::Name(loom_config::ContextName::CallerContext) => {
+                        RoleContext::CallerContext
+                    }
+                    loom_config::ContextItem::Name(loom_config::ContextName::Attachments) => {
+                        RoleContext::Attachments
+                    }
+                    loom_config::ContextItem::Name(loom_config::ContextName::SessionSummary) => {
+                        RoleContext::SessionSummary
+                    }
+                    loom_config::ContextItem::ToolResults(results) => RoleContext::ToolResults {
+                        tools: results.tool_results.clone(),
+                        scope: match results.scope {
+                            loom_config::ContextScope::Run => JudgeScope::Run,
+                            loom_config::ContextScope::Session => JudgeScope::Session,
+                        },
+                    },
+                    loom_config::ContextItem::LastTurns(turns) => {
+                        RoleContext::LastTurns(turns.last_turns)
+                    }
+                })
+                .collect();
+            runtime.terminal = role.terminal;
+            runtime.timeout =
+                match role.timeout {
+                    Some(secs) => Some(seconds(secs).ok_or_else(|| {
+                        at("timeout", format!("{secs} s is not a usable duration"))
+                    })?),
+                    None => None,
+                };
+            if let Some(output) = &role.output {
+                runtime.output = Some(contract(output).map_err(|message| at("output", message))?);
+            }
+            runtime
+                .bind()
+                .map_err(|e| at("input_schema", e.to_string()))?;
+            Ok(runtime)
+        })
+        .collect()
 }
 
 /// The agent's judge (`judge:`), with its model chain, its condition and the active profile.
