@@ -209,6 +209,11 @@ pub(crate) async fn execute(cli: Cli, app: App) -> u8 {
         Err(error) => return fail(&error),
     };
     init_logging(&loom);
+    // Setup warnings (e.g. a judge on the model it judges): said once, on stderr; `prod` makes
+    // them errors when the configuration is loaded.
+    for warning in loom.config().warnings() {
+        eprintln!("warning: {warning}");
+    }
     for tool in app.tools() {
         if let Err(error) = loom.register_arc(&tool.spec().name, tool.clone()) {
             return fail(&error);
