@@ -224,6 +224,11 @@ pub(crate) async fn execute(cli: Cli, app: App) -> u8 {
             return fail(&error);
         }
     }
+    for (name, condition) in app.conditions() {
+        if let Err(error) = loom.register_condition(name, condition.clone()) {
+            return fail(&error);
+        }
+    }
     let loom = app
         .tenant_budgets()
         .iter()

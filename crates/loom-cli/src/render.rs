@@ -39,6 +39,18 @@ pub(crate) fn run_summary(result: &RunResult) -> String {
             pending.tool_name, pending.call_id, result.run_id, pending.call_id
         );
     }
+    if result.unverified {
+        let _ = writeln!(
+            out,
+            "Verified   : no (kept despite its contract or its judge)"
+        );
+    }
+    if result.fallback {
+        let _ = writeln!(
+            out,
+            "Fallback   : yes (answer replaced by the fallback message of its contract or its judge)"
+        );
+    }
     if let Some(error) = &result.error {
         let kind = result.error_type.as_deref().unwrap_or("error");
         let _ = writeln!(out, "Error      : {error} ({kind})");
