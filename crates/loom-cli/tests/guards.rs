@@ -615,8 +615,9 @@ fn a_retry_after_the_model_closes_its_calls_and_asks_for_a_repair() {
     let decided_at = position(&events, "policy.decided", |_| true);
     let repair_at = position(&events, "message.user", |m| m["kind"] == "repair");
     assert!(decided_at < repair_at);
-    // Only the repaired answer's call ran.
-    assert_eq!(only(&events, "tool.called")["call_id"], "fake_0_0");
+    // Only the repaired answer's call ran; the model reused the refused call's id, which the
+    // engine renamed so that one id names one call of the run.
+    assert_eq!(only(&events, "tool.called")["call_id"], "fake_0_0_2");
     assert!(repair_at < position(&events, "tool.called", |_| true));
     assert_eq!(final_text(&events), FOUND);
 }
@@ -1628,4 +1629,85 @@ fn a_judge_still_refusing_keeps_the_answer_flagged_unverified() {
     assert!(decisions(&events).is_empty());
     assert!(repairs(&events).is_empty());
     assert_eq!(only(&events, "run.completed")["unverified"], true);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The reference's whole scenario
+
+fn keys(value: &Value) -> Vec<String> {
+    value
+        .as_object()
+        .map(|m| m.keys().cloned().collect())
+        .unwrap_or_default()
+}
+
+#[test]
+fn the_reference_scenario_writes_the_reference_journal() {
+    // loom.require_tool, a denied and a normalized call, a terminal role whose first draft is
+    // refused on output, then a draft that ends the run: policies-terminal-role.jsonl.
+    let dir = copy_example("garde");
+    let out = run(
+        dir.path(),
+        "relance",
+        "Relance le client du devis D-2026-042, sur un ton cordial.",
+        "j3-run",
+        &[],
+    );
+    exits(&out, 0);
+    assert_eq!(
+        text(&out.stdout).trim(),
+        "Objet : votre devis D-2026-042\n\nBonjour Madame Martin, devis D-2026-042 de 1 840 €."
+    );
+    let ours = journal(dir.path(), "j3-run");
+    let reference: Vec<Value> = fs::read_to_string(
+        repo().join("../shared/reference/journals/policies-terminal-role.jsonl"),
+    )
+    .unwrap()
+    .lines()
+    .map(|l| serde_json::from_str(l).unwrap())
+    .collect();
+    assert_eq!(types(&ours), types(&reference));
+    for (mine, theirs) in ours.iter().zip(&reference) {
+        let what = format!("{} (seq {})", theirs["type"], theirs["seq"]);
+        assert_eq!(keys(mine), keys(theirs), "envelope of {what}");
+        assert_eq!(
+            keys(&mine["payload"]),
+            keys(&theirs["payload"]),
+            "payload of {what}"
+        );
+        assert_eq!(
+            keys(&mine["facets"]),
+            keys(&theirs["facets"]),
+            "facets of {what}"
+        );
+        assert_eq!(mine["role"], theirs["role"], "envelope role of {what}");
+        assert_eq!(mine["status"], theirs["status"], "status of {what}");
+        for field in [
+            "policy",
+            "point",
+            "decision",
+            "kind",
+            "tool_kind",
+            "to_state",
+            "cause_type",
+        ] {
+            assert_eq!(
+                mine["payload"][field], theirs["payload"][field],
+                "{field} of {what}"
+            );
+        }
+    }
+    // The closing event points at the role's result instead of repeating it.
+    let completed = ours.last().unwrap();
+    assert_eq!(completed["payload"]["output"], Value::Null);
+    let role_result = &ours[ours.len() - 4];
+    assert_eq!(role_result["type"], "tool.completed");
+    assert_eq!(
+        completed["payload"]["output_event_id"],
+        role_result["event_id"]
+    );
+    // Transitions decided by a policy name the decision as their cause.
+    let repaired = &ours[34];
+    assert_eq!(repaired["payload"]["cause_type"], "policy.decided");
+    assert_eq!(repaired["payload"]["cause_event_id"], ours[32]["event_id"]);
 }
