@@ -680,6 +680,59 @@ fn runs_of_another_tenant_are_decided_inspected_and_cancelled_with_tenant() {
     assert!(text(&out.stderr).contains("already closed"));
 }
 
+#[test]
+fn a_childs_spend_counts_in_its_tenants_budget_before_its_result_reaches_the_root() {
+    let dir = project();
+    // Dupont's first run waits for an approval in its child, which has already spent.
+    let comptable = waiting_for_approval(dir.path(), "tv", Some("dupont"));
+    let events = session(dir.path(), "dupont", "tv");
+    let spent = |run_id: &str| -> u64 {
+        payloads(&of_run(&events, run_id), "model.responded")
+            .iter()
+            .map(|p| tokens(&p["usage"]))
+            .sum()
+    };
+    let total = spent("tv") + spent(&comptable);
+    assert!(spent(&comptable) > 0);
+    let check = |when: &str| {
+        // The tenant's report counts every model call of the tree…
+        let report: Value = serde_json::from_str(&ok(
+            dir.path(),
+            &["report", "--tenant", "dupont", "--period", "day", "--json"],
+        ))
+        .unwrap();
+        assert_eq!(tokens(&report["total"]["usage"]), total, "{when}");
+        // …and so does the ceiling that refuses the next run.
+        let out = equipe(
+            dir.path(),
+            &[
+                "run",
+                "secretariat",
+                SOLDE,
+                "--tenant",
+                "dupont",
+                "--run-id",
+                "tx",
+            ],
+        );
+        assert_eq!(out.status.code(), Some(2), "{when}");
+        let stderr = text(&out.stderr);
+        assert!(
+            stderr.contains(&format!(
+                "tenant budget reached for the day: {total} tokens (limit 100 tokens)"
+            )),
+            "{when}: {stderr}"
+        );
+    };
+    check("while the child waits");
+    // Cancelled from another process, the child's result never reaches the root.
+    let out = equipe(dir.path(), &["cancel", "tv", "--tenant", "dupont"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let cancelled = session(dir.path(), "dupont", "tv");
+    assert!(payloads(&of_run(&cancelled, "tv"), "tool.completed").is_empty());
+    check("once the tree is cancelled");
+}
+
 /// Appends a run budget to the comptable, run alone on the reconciliation of three accounts
 /// (one model call each, then the answer).
 fn pointage_with(dir: &Path, budget: &str) -> (String, Vec<Value>) {
