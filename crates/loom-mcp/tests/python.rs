@@ -309,7 +309,7 @@ async fn http_crash_mid_call_is_an_error_not_a_hang() {
             .await
             .expect_err("server is down");
         assert!(error.message.contains("py"), "{error}");
-        assert!(started.elapsed() < Duration::from_secs(8));
+        assert!(started.elapsed() < Duration::from_secs(20));
         server.shutdown().await;
     })
     .await;
@@ -343,7 +343,7 @@ async fn slow_call_dropped_by_the_engine_leaves_the_connection_usable() {
             .await
             .unwrap();
         assert_eq!(out.visible_text(), "after");
-        assert!(started.elapsed() < Duration::from_secs(3));
+        assert!(started.elapsed() < Duration::from_secs(20));
         assert_eq!(line_count(&connections), 1, "same connection");
         server.shutdown().await;
     })
