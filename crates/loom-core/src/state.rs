@@ -398,6 +398,9 @@ impl RunState {
                     self.pending_repair = None;
                     self.repair_without_tools = !user.tools;
                     self.replaced_output = None;
+                    // The repaired answer is checked afresh.
+                    self.unverified = false;
+                    self.fallback = false;
                 }
                 self.messages.push(user.message.clone());
             }

@@ -239,15 +239,34 @@ async fn decide(
     context: &PolicyContext,
 ) -> Result<Decision, String> {
     let point = context.point;
-    let call = bound.policy.decide(subject, context);
-    let decision = match bound.timeout {
-        Some(limit) => match tokio::time::timeout(limit, call).await {
-            Ok(result) => result,
-            Err(_) => return Err(format!("no decision in {}", secs(limit))),
+    // The policy decides in its own task: a slow synchronous policy cannot hold the timeout
+    // back (it fires on another worker), and a panic is the policy's error, not the run's.
+    let policy = bound.policy.clone();
+    let (owned_subject, owned_context) = (subject.clone(), context.clone());
+    let mut task = tokio::spawn(async move { policy.decide(&owned_subject, &owned_context).await });
+    let joined = match bound.timeout {
+        Some(limit) => match tokio::time::timeout(limit, &mut task).await {
+            Ok(joined) => joined,
+            Err(_) => {
+                task.abort();
+                return Err(format!("no decision in {}", secs(limit)));
+            }
         },
-        None => call.await,
-    }
-    .map_err(|e| e.0)?;
+        None => task.await,
+    };
+    let decision = match joined {
+        Ok(result) => result.map_err(|e| e.0)?,
+        Err(error) if error.is_panic() => {
+            let panic = error.into_panic();
+            let why = panic
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_owned())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "panic".to_owned());
+            return Err(format!("it stopped abnormally: {why}"));
+        }
+        Err(_) => return Err("its task was cancelled".into()),
+    };
     let kind = decision.kind();
     if kind != DecisionKind::Continue && !bound.policy.decisions().contains(&kind) {
         return Err(format!("it returned '{kind}', which it does not declare"));
@@ -262,10 +281,38 @@ async fn decide(
                 value.point()
             ));
         }
-        if let Replacement::Arguments(arguments) = value
-            && !arguments.is_object()
-        {
-            return Err("replacement arguments must be a JSON object".into());
+        match value {
+            Replacement::Arguments(arguments) if !arguments.is_object() => {
+                return Err("replacement arguments must be a JSON object".into());
+            }
+            Replacement::Message(message) => {
+                if message.role != loom_core::Role::Assistant {
+                    return Err("a replacement answer must be an assistant message".into());
+                }
+                if message.blocks.iter().any(|b| {
+                    !matches!(
+                        b.kind,
+                        loom_core::BlockKind::Text { .. } | loom_core::BlockKind::Json { .. }
+                    )
+                }) {
+                    return Err("a replacement answer may hold only text and JSON blocks".into());
+                }
+                message
+                    .check()
+                    .map_err(|e| format!("its replacement answer is not valid: {e}"))?;
+            }
+            Replacement::Output(output)
+                if output
+                    .blocks
+                    .iter()
+                    .any(|b| matches!(b.kind, loom_core::BlockKind::InlineData { .. })) =>
+            {
+                return Err(
+                    "a replacement result may not carry file bytes (store them as an artifact)"
+                        .into(),
+                );
+            }
+            _ => {}
         }
     }
     Ok(decision)

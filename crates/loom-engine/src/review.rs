@@ -115,7 +115,9 @@ impl Driver<'_> {
                 batch.extend(self.failure(state, "policy.decided", &error_type, &reason));
                 return self.write(state, writer, batch).await.map(drop);
             }
-            End::Stop { reason, .. } if !finalizing => {
+            // A stop closes the answer's calls and finishes without tools; an answer without
+            // calls is already final (reference §3.3).
+            End::Stop { reason, .. } if !finalizing && !state.pending_calls.is_empty() => {
                 for call in &state.pending_calls {
                     let call_span = self.engine.ids().uuid();
                     batch.push(self.event(
@@ -196,10 +198,10 @@ impl Driver<'_> {
         {
             output.message = Some(message);
             output.output_event_id = None;
+            // The contract's data described the text that was replaced.
+            output.data = None;
         }
-        if !batch.is_empty() {
-            self.write(state, writer, batch).await?;
-        }
+        // The decisions and the completion they allow go to the journal in one append.
         let done = self.transition(state, RunStatus::Completed, cause, cause_event_id);
         let completed = self.event(
             &span,
@@ -216,9 +218,8 @@ impl Driver<'_> {
                 fallback: state.fallback,
             }),
         );
-        self.write(state, writer, vec![done, completed])
-            .await
-            .map(drop)
+        batch.extend([done, completed]);
+        self.write(state, writer, batch).await.map(drop)
     }
 
     /// The agent's output contract (`loom.contract`) on the final output: a pass may

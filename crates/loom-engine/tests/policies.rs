@@ -1023,3 +1023,86 @@ async fn a_call_id_the_model_reuses_in_the_run_is_renamed() {
         .collect();
     assert_eq!(ids, ["fake_0_0", "fake_0_0_2"]);
 }
+
+#[tokio::test]
+async fn a_panicking_policy_is_an_error_of_the_policy_not_of_the_run() {
+    let mut agent = agent(scripted("fake-1", json!([{"text": "Hi."}])), vec![]);
+    agent.policies = vec![hook(
+        "fragile",
+        policy(Point::OnOutput, &[], |_, _| {
+            panic!("lookup table corrupted")
+        }),
+    )];
+    let (state, ..) = run(&agent, "hi").await;
+    assert_eq!(state.status, RunStatus::Failed);
+    assert_eq!(
+        state.error.as_deref(),
+        Some("policy fragile failed: it stopped abnormally: lookup table corrupted")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_synchronous_policy_is_cut_by_its_timeout() {
+    let mut agent = agent(scripted("fake-1", json!([{"text": "Hi."}])), vec![]);
+    let mut bound = hook(
+        "sluggish",
+        policy(Point::OnOutput, &[], |_, _| {
+            std::thread::sleep(Duration::from_millis(1500));
+            Ok(Decision::Continue)
+        }),
+    );
+    bound.timeout = Some(Duration::from_millis(50));
+    agent.policies = vec![bound];
+    let (state, ..) = run(&agent, "hi").await;
+    assert_eq!(state.status, RunStatus::Failed);
+    assert_eq!(
+        state.error.as_deref(),
+        Some("policy sluggish failed: no decision in 0.05 s")
+    );
+}
+
+#[tokio::test]
+async fn a_replacement_of_the_wrong_shape_is_an_error_of_the_policy() {
+    let mut agent = agent(scripted("fake-1", json!([{"text": "Hi."}])), vec![]);
+    agent.policies = vec![hook(
+        "sloppy",
+        policy(Point::OnOutput, &[DecisionKind::Replace], |_, _| {
+            Ok(Decision::replace(
+                Replacement::Message(Message::user("not an answer")),
+                "oops",
+            ))
+        }),
+    )];
+    let (state, events, ..) = run(&agent, "hi").await;
+    assert_eq!(state.status, RunStatus::Failed);
+    assert_eq!(
+        state.error.as_deref(),
+        Some("policy sloppy failed: a replacement answer must be an assistant message")
+    );
+    // The bad value never reached the journal.
+    assert!(
+        decisions(&events)
+            .iter()
+            .all(|(_, _, decision)| decision != "replace")
+    );
+}
+
+#[tokio::test]
+async fn a_stop_after_a_final_answer_keeps_it() {
+    let model = Arc::new(RecordingModel::new(scripted(
+        "fake-1",
+        json!([{"text": "The total is 19."}]),
+    )));
+    let mut agent = agent(model.clone(), vec![add_tool()]);
+    agent.policies = vec![hook(
+        "enough",
+        policy(Point::AfterModel, &[DecisionKind::Stop], |_, _| {
+            Ok(Decision::Stop("enough".into()))
+        }),
+    )];
+    let (state, ..) = run(&agent, "12 + 7?").await;
+    assert_eq!(state.status, RunStatus::Completed);
+    assert_eq!(state.output_text().as_deref(), Some("The total is 19."));
+    // No extra generation to finalize an answer that was already final.
+    assert_eq!(model.requests().len(), 1);
+}

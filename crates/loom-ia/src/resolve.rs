@@ -256,6 +256,16 @@ fn agent_at(
                     ),
                 ));
             }
+            if output.repair != loom_config::RepairSettings::default() {
+                // A tool is never repaired: a result that breaks its contract is an error.
+                return Err(at(
+                    "output.repair",
+                    format!(
+                        "tool '{tool_name}': a tool is never repaired (a result that breaks its \
+                         contract becomes an error result the model reads); remove output.repair"
+                    ),
+                ));
+            }
             bound_tool = bound_tool
                 .with_contract(contract(output).map_err(|message| at("output", message))?);
         }
