@@ -52,7 +52,7 @@ pub use guards::{
     TenantBudgetSpec, TenantSpec, ToolResultsContext, default_input_schema,
 };
 pub use model::{
-    AgentApproval, AgentSpec, ArtifactsBackend, ArtifactsStorage, CaptureConfig, CircuitBreaker,
+    AgentApproval, AgentSpec, ArtifactsBackend, AttachmentsExecution, DEFAULT_ATTACHMENT_TYPES, ArtifactsStorage, CaptureConfig, CircuitBreaker,
     EventsBackend, EventsStorage, ExecutionConfig, FolderRight, FolderSpec, IdempotencyBackend,
     IdempotencyStorage, JsonObject, LlmSettings, LogFormat, LogLevel, LoggingConfig, LoomConfig,
     MainRole, McpScope, McpServerSpec, McpTransport, ModelApi, ModelCapabilities, ModelSpec,
