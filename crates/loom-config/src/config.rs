@@ -1034,7 +1034,9 @@ fn check_sections(doc: &Doc, raw: &LoomConfig) -> Result<(), ConfigError> {
         if !is_media_type(media_type) {
             return Err(invalid(
                 &ap.key("types").index(i),
-                format!("'{media_type}' is not a media type (expected type/subtype, e.g. image/png)"),
+                format!(
+                    "'{media_type}' is not a media type (expected type/subtype, e.g. image/png)"
+                ),
             ));
         }
         if attachments.types[..i].contains(media_type) {
@@ -1069,11 +1071,13 @@ fn check_sections(doc: &Doc, raw: &LoomConfig) -> Result<(), ConfigError> {
 /// Whether `text` reads as a media type `type/subtype` (RFC 6838 restricted names, lowercase).
 fn is_media_type(text: &str) -> bool {
     let name = |part: &str| {
-        part.chars().next().is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
+        part.chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
             && part.len() <= 127
-            && part.chars().all(|c| {
-                c.is_ascii_lowercase() || c.is_ascii_digit() || "!#$&^_.+-".contains(c)
-            })
+            && part
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "!#$&^_.+-".contains(c))
     };
     text.split_once('/')
         .is_some_and(|(kind, sub)| name(kind) && name(sub))

@@ -903,7 +903,8 @@ pub struct AttachmentsExecution {
 }
 
 /// The media types attached by default: the images every vision model reads.
-pub const DEFAULT_ATTACHMENT_TYPES: [&str; 4] = ["image/jpeg", "image/png", "image/gif", "image/webp"];
+pub const DEFAULT_ATTACHMENT_TYPES: [&str; 4] =
+    ["image/jpeg", "image/png", "image/gif", "image/webp"];
 
 impl Default for AttachmentsExecution {
     /// 5 MiB per file, the four common image types, 10 files.
