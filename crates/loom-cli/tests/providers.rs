@@ -676,10 +676,16 @@ fn an_attached_image_reaches_a_vision_model_inline_and_never_the_journal() {
         ("/v1/messages", sse("anthropic/stream-text-basic.sse")),
         ("/v1/messages", sse("anthropic/stream-text-basic.sse")),
     ]);
-    let seeing = config(&server, "claude", "").replace(
-        "    model: claude-sonnet-4-5\n",
-        "    model: claude-sonnet-4-5\n    capabilities: {vision: true}\n",
-    );
+    let seeing = config(&server, "claude", "")
+        .replace(
+            "    model: claude-sonnet-4-5\n",
+            "    model: claude-sonnet-4-5\n    capabilities: {vision: true}\n",
+        )
+        // Raw exchanges are captured too: their copy of the request keeps no file bytes either.
+        .replace(
+            "storage:",
+            "telemetry:\n  capture: {raw_exchanges: true}\nstorage:",
+        );
     let attach = |dir: &Path, run_id: &str| {
         fs::write(dir.join("photo.png"), PNG).unwrap();
         Command::new(loom_bin())
@@ -725,6 +731,17 @@ fn an_attached_image_reaches_a_vision_model_inline_and_never_the_journal() {
     assert!(
         !journal_text.contains(&encoded),
         "no file bytes in the journal"
+    );
+    let exchanged = events
+        .iter()
+        .find(|e| e["type"] == "model.exchanged")
+        .unwrap();
+    assert!(
+        exchanged["payload"]["request_body"]
+            .as_str()
+            .unwrap()
+            .contains("\"data\":\"<70 bytes>\""),
+        "{exchanged}"
     );
     // The bytes live beside the journal, content-addressed.
     let stored = dir.path().join(format!(
