@@ -76,6 +76,9 @@ struct DecisionArgs {
     /// Session of the run (found by search when absent).
     #[arg(long)]
     session: Option<String>,
+    /// Tenant of the run (default `default`).
+    #[arg(long)]
+    tenant: Option<String>,
     /// Only journal the decision: the run stays paused until `loom resume`.
     #[arg(long = "no-wait")]
     no_wait: bool,
@@ -137,6 +140,9 @@ enum Command {
         /// Session of the run (found by search when absent).
         #[arg(long)]
         session: Option<String>,
+        /// Tenant of the run (default `default`).
+        #[arg(long)]
+        tenant: Option<String>,
         /// Show everything, uncut.
         #[arg(long)]
         full: bool,
@@ -169,6 +175,9 @@ enum Command {
         /// Session of the run (found by search when absent).
         #[arg(long)]
         session: Option<String>,
+        /// Tenant of the run (default `default`).
+        #[arg(long)]
+        tenant: Option<String>,
         /// Print the result as JSON.
         #[arg(long)]
         json: bool,
@@ -180,6 +189,9 @@ enum Command {
         /// Session of the run (found by search when absent).
         #[arg(long)]
         session: Option<String>,
+        /// Tenant of the run (default `default`).
+        #[arg(long)]
+        tenant: Option<String>,
         /// Who cancels (journaled).
         #[arg(long)]
         by: Option<String>,
@@ -193,6 +205,9 @@ enum Command {
         /// Session of the run (found by search when absent).
         #[arg(long)]
         session: Option<String>,
+        /// Tenant of the run (default `default`).
+        #[arg(long)]
+        tenant: Option<String>,
     },
     /// List, show, export or delete sessions.
     Sessions {
@@ -213,6 +228,11 @@ pub(crate) async fn execute(cli: Cli, app: App) -> u8 {
         Err(error) => return fail(&error),
     };
     init_logging(&loom);
+    // Setup warnings (e.g. a judge on the model it judges): said once, on stderr; `prod` makes
+    // them errors when the configuration is loaded.
+    for warning in loom.config().warnings() {
+        eprintln!("warning: {warning}");
+    }
     for tool in app.tools() {
         if let Err(error) = loom.register_arc(&tool.spec().name, tool.clone()) {
             return fail(&error);
@@ -220,6 +240,11 @@ pub(crate) async fn execute(cli: Cli, app: App) -> u8 {
     }
     for (name, policy) in app.policies() {
         if let Err(error) = loom.register_policy(name, policy.clone()) {
+            return fail(&error);
+        }
+    }
+    for (name, condition) in app.conditions() {
+        if let Err(error) = loom.register_condition(name, condition.clone()) {
             return fail(&error);
         }
     }
@@ -281,9 +306,13 @@ pub(crate) async fn execute(cli: Cli, app: App) -> u8 {
         Command::Inspect {
             run_id,
             session,
+            tenant,
             full,
             json,
-        } => inspect(&loom, &run_id, session.as_deref(), full, json).await,
+        } => {
+            let at = At::new(session, tenant);
+            inspect(&loom, &run_id, &at, full, json).await
+        }
         Command::Report {
             run_id,
             session,
@@ -301,18 +330,21 @@ pub(crate) async fn execute(cli: Cli, app: App) -> u8 {
         Command::Resume {
             run_id,
             session,
+            tenant,
             json,
-        } => resume(&loom, &run_id, session.as_deref(), json).await,
+        } => resume(&loom, &run_id, &At::new(session, tenant), json).await,
         Command::Cancel {
             run_id,
             session,
+            tenant,
             by,
-        } => cancel(&loom, &run_id, session.as_deref(), by).await,
+        } => cancel(&loom, &run_id, &At::new(session, tenant), by).await,
         Command::Steer {
             run_id,
             message,
             session,
-        } => steer(&loom, &run_id, &message, session.as_deref()).await,
+            tenant,
+        } => steer(&loom, &run_id, &message, &At::new(session, tenant)).await,
         Command::Sessions { command } => sessions(&loom, command).await,
     };
     loom.shutdown().await;
@@ -393,6 +425,10 @@ async fn run(
             }
         })
     };
+    let tenant = options
+        .tenant_id
+        .clone()
+        .unwrap_or_else(|| loom_ia::DEFAULT_TENANT.to_owned());
     let result = if stream {
         let progress = Progress {
             deltas: !json,
@@ -409,12 +445,12 @@ async fn run(
         loom.run(agent, message, options).await?
     };
     interrupt.abort();
-    Ok(report_result(&result, json, stream))
+    Ok(report_result(&result, &tenant, json, stream))
 }
 
 /// Prints a run's result as `loom run` does: the answer on stdout (nothing for a paused run),
 /// the summary on stderr; the exit code says whether it completed.
-fn report_result(result: &loom_ia::RunResult, json: bool, streamed: bool) -> u8 {
+fn report_result(result: &loom_ia::RunResult, tenant: &str, json: bool, streamed: bool) -> u8 {
     if json {
         print_json(result);
     } else if !streamed && !waits(result.status) {
@@ -427,7 +463,7 @@ fn report_result(result: &loom_ia::RunResult, json: bool, streamed: bool) -> u8 
             }
         );
     }
-    eprint!("{}", render::run_summary(result));
+    eprint!("{}", render::run_summary(result, tenant));
     if result.ok() { OK } else { FAILED }
 }
 
@@ -459,7 +495,11 @@ async fn decide(
     };
     let by = args.by.clone().unwrap_or_else(user_name);
     let run = loom
-        .locate(&args.run_id, args.session.as_deref(), None)
+        .locate(
+            &args.run_id,
+            args.session.as_deref(),
+            args.tenant.as_deref(),
+        )
         .await?;
     let call = args.call.as_deref();
     let reason = args.reason.as_deref();
@@ -477,8 +517,11 @@ async fn decide(
             print_json(&result);
         }
         eprintln!(
-            "Run {}: decision journaled; the run stays {} until `loom resume {}`.",
-            result.run_id, result.status, result.run_id
+            "Run {}: decision journaled; the run stays {} until `loom resume {}{}`.",
+            result.run_id,
+            result.status,
+            result.run_id,
+            render::tenant_flag(&run.tenant_id)
         );
         return Ok(OK);
     }
@@ -494,7 +537,7 @@ async fn decide(
             }
         );
     }
-    eprint!("{}", render::run_summary(&result));
+    eprint!("{}", render::run_summary(&result, &run.tenant_id));
     Ok(if result.ok() { OK } else { FAILED })
 }
 
@@ -558,14 +601,31 @@ impl loom_ia::Observer for Progress {
     }
 }
 
+/// Where to look for a run: `--session` and `--tenant`.
+struct At {
+    session: Option<String>,
+    tenant: Option<String>,
+}
+
+impl At {
+    fn new(session: Option<String>, tenant: Option<String>) -> At {
+        At { session, tenant }
+    }
+
+    async fn locate(&self, loom: &Loom, run_id: &str) -> Result<loom_ia::RunRef, LoomError> {
+        loom.locate(run_id, self.session.as_deref(), self.tenant.as_deref())
+            .await
+    }
+}
+
 async fn inspect(
     loom: &Loom,
     run_id: &str,
-    session: Option<&str>,
+    at: &At,
     full: bool,
     json: bool,
 ) -> Result<u8, LoomError> {
-    let run = loom.locate(run_id, session, None).await?;
+    let run = at.locate(loom, run_id).await?;
     let trace = loom.trace(&run).await?;
     if json {
         return Ok(print_json(&trace));
@@ -621,24 +681,14 @@ async fn report(
     Ok(OK)
 }
 
-async fn resume(
-    loom: &Loom,
-    run_id: &str,
-    session: Option<&str>,
-    json: bool,
-) -> Result<u8, LoomError> {
-    let run = loom.locate(run_id, session, None).await?;
+async fn resume(loom: &Loom, run_id: &str, at: &At, json: bool) -> Result<u8, LoomError> {
+    let run = at.locate(loom, run_id).await?;
     let result = loom.resume(&run).await?;
-    Ok(report_result(&result, json, false))
+    Ok(report_result(&result, &run.tenant_id, json, false))
 }
 
-async fn cancel(
-    loom: &Loom,
-    run_id: &str,
-    session: Option<&str>,
-    by: Option<String>,
-) -> Result<u8, LoomError> {
-    let run = loom.locate(run_id, session, None).await?;
+async fn cancel(loom: &Loom, run_id: &str, at: &At, by: Option<String>) -> Result<u8, LoomError> {
+    let run = at.locate(loom, run_id).await?;
     if loom.cancel(&run, by).await? {
         eprintln!("Run {run_id}: cancelled.");
         Ok(OK)
@@ -648,13 +698,8 @@ async fn cancel(
     }
 }
 
-async fn steer(
-    loom: &Loom,
-    run_id: &str,
-    message: &str,
-    session: Option<&str>,
-) -> Result<u8, LoomError> {
-    let run = loom.locate(run_id, session, None).await?;
+async fn steer(loom: &Loom, run_id: &str, message: &str, at: &At) -> Result<u8, LoomError> {
+    let run = at.locate(loom, run_id).await?;
     loom.steer(&run, message).await?;
     eprintln!("Run {run_id}: message journaled; the run reads it before its next model call.");
     Ok(OK)

@@ -33,7 +33,7 @@ use std::{
 };
 
 pub use cli::Cli;
-use loom_ia::{TenantBudget, Tool, policy::Policy};
+use loom_ia::{JudgeCondition, TenantBudget, Tool, policy::Policy};
 
 /// Exit code: done.
 pub const OK: u8 = 0;
@@ -47,6 +47,7 @@ pub const REFUSED: u8 = 2;
 pub struct App {
     tools: Vec<Arc<dyn Tool>>,
     policies: Vec<(String, Arc<dyn Policy>)>,
+    conditions: Vec<(String, Condition)>,
     default_config: Option<PathBuf>,
     tenant_budgets: Vec<(String, TenantBudget)>,
 }
@@ -67,6 +68,18 @@ impl App {
     /// Loom the application builds.
     pub fn policy(mut self, name: impl Into<String>, policy: impl Policy + 'static) -> App {
         self.policies.push((name.into(), Arc::new(policy)));
+        self
+    }
+
+    /// Registers a judge condition under `name` (the `when.condition` judges reference) in
+    /// every Loom the application builds: such a judge runs only when the condition holds.
+    pub fn condition(
+        mut self,
+        name: impl Into<String>,
+        condition: impl JudgeCondition + 'static,
+    ) -> App {
+        self.conditions
+            .push((name.into(), Condition(Arc::new(condition))));
         self
     }
 
@@ -131,8 +144,24 @@ impl App {
         &self.policies
     }
 
+    pub(crate) fn conditions(&self) -> impl Iterator<Item = (&str, &Arc<dyn JudgeCondition>)> {
+        self.conditions
+            .iter()
+            .map(|(name, condition)| (name.as_str(), &condition.0))
+    }
+
     pub(crate) fn tenant_budgets(&self) -> &[(String, TenantBudget)] {
         &self.tenant_budgets
+    }
+}
+
+/// A registered judge condition (conditions are closures: shown by name only).
+#[derive(Clone)]
+struct Condition(Arc<dyn JudgeCondition>);
+
+impl std::fmt::Debug for Condition {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("JudgeCondition")
     }
 }
 

@@ -11,8 +11,18 @@ use serde_json::Value;
 /// Longest line `inspect` prints without `--full`.
 const MAX_LINE: usize = 110;
 
-/// The lines `loom run` prints on stderr after the answer.
-pub(crate) fn run_summary(result: &RunResult) -> String {
+/// ` --tenant <tenant>` for a command that names a run of `tenant`, empty for the default one.
+pub(crate) fn tenant_flag(tenant: &str) -> String {
+    if tenant == loom_ia::DEFAULT_TENANT {
+        String::new()
+    } else {
+        format!(" --tenant {tenant}")
+    }
+}
+
+/// The lines `loom run` prints on stderr after the answer (`tenant`: the run's, named in the
+/// commands it suggests).
+pub(crate) fn run_summary(result: &RunResult, tenant: &str) -> String {
     let mut out = String::from("\n");
     let _ = writeln!(
         out,
@@ -35,8 +45,24 @@ pub(crate) fn run_summary(result: &RunResult) -> String {
         };
         let _ = writeln!(
             out,
-            "Waiting    : {} ({}) — loom approve {} --call {}{session}",
-            pending.tool_name, pending.call_id, result.run_id, pending.call_id
+            "Waiting    : {} ({}) — loom approve {} --call {}{session}{}",
+            pending.tool_name,
+            pending.call_id,
+            result.run_id,
+            pending.call_id,
+            tenant_flag(tenant)
+        );
+    }
+    if result.unverified {
+        let _ = writeln!(
+            out,
+            "Verified   : no (kept despite its contract or its judge)"
+        );
+    }
+    if result.fallback {
+        let _ = writeln!(
+            out,
+            "Fallback   : yes (answer replaced by the fallback message of its contract or its judge)"
         );
     }
     if let Some(error) = &result.error {

@@ -439,3 +439,28 @@ fn session_and_tenant_reports_render_their_runs() {
         "error: session nope not found"
     );
 }
+
+#[test]
+fn a_judge_on_the_model_it_judges_is_a_warning_and_an_error_in_prod() {
+    let dir = devis_project();
+    let agent_file = dir.path().join("agents/devis.yaml");
+    let agent = fs::read_to_string(&agent_file).unwrap();
+    fs::write(
+        &agent_file,
+        format!(
+            "{agent}judge:\n  model: fake-1\n  criteria:\n    - {{name: exact, rule: \"Le montant vient de l'outil.\"}}\n"
+        ),
+    )
+    .unwrap();
+    let out = run_in(&devis_bin(), dir.path(), &["validate"]);
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.starts_with("warning: agents/devis.yaml:"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("judge"), "{stderr}");
+    let out = run_in(&devis_bin(), dir.path(), &["--profile", "prod", "validate"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).starts_with("config error: agents/devis.yaml:"));
+}

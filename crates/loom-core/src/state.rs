@@ -242,7 +242,10 @@ pub struct RunState {
     pub budget: Option<crate::event::RunBudget>,
     /// The parent's call that opened this run (sub-agents).
     pub parent_call_id: Option<String>,
-    /// Names of the tools called in the run (`tool.called`), in order.
+    /// Names of the tools the model called in the run, in the order their results came: run,
+    /// refused before launch or denied by a policy, each call the model made and got an answer
+    /// to counts (as in the reference, where `loom.require_tool` forces one call, not one
+    /// successful call).
     pub tools_called: Vec<String>,
     /// Calls whose arguments were corrected (at approval, or by a `before_tool` policy): the
     /// model is told, after their results, with a system note.
@@ -438,7 +441,6 @@ impl RunState {
                 if called.child_run_id.is_some() {
                     call.child_run_id = called.child_run_id.clone();
                 }
-                self.tools_called.push(called.tool_name.clone());
                 if let Some(approval) = self
                     .approvals
                     .iter_mut()
@@ -460,7 +462,8 @@ impl RunState {
                         &format!("tool.completed for unknown call '{}'", completed.call_id),
                     ));
                 };
-                self.pending_calls.remove(index);
+                let answered = self.pending_calls.remove(index);
+                self.tools_called.push(answered.name);
                 // A call whose model calls are journaled in this run (a role) was already
                 // counted by its `model.responded`: its `tool.completed` only restates it.
                 if !self.priced_calls.contains(&completed.call_id) {

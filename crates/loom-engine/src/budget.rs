@@ -13,7 +13,7 @@
 //! answer without tools, so the overrun is bounded by that one generation; with
 //! [`OnExceed::Warn`] the call goes on.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use chrono::{DateTime, Utc};
 use loom_core::{
@@ -180,16 +180,32 @@ pub struct RunSpent {
 }
 
 /// What each root run of a session spent, in the order the runs started, folded from the
-/// session's events. Sub-agent runs are not listed: their parents already report them.
+/// session's events. Sub-agent runs are not listed: their spend counts in their root's, through
+/// their calls' results (`tool.completed`) or, for a sub-run whose result never reached its
+/// parent (still waiting for a human, or closed by a cancellation written from outside its
+/// driver), directly.
 pub fn root_runs_spent(events: &[Event]) -> Result<Vec<RunSpent>, FoldError> {
     let mut order: Vec<&str> = Vec::new();
     let mut runs: HashMap<&str, RunState> = HashMap::new();
+    // Sub-runs by parent, with the call that opened each.
+    let mut children: HashMap<&str, Vec<(&str, &str)>> = HashMap::new();
+    // Calls that have their result: (run, call id).
+    let mut answered: HashSet<(&str, &str)> = HashSet::new();
     for event in events {
+        if let Payload::ToolCompleted(done) = &event.payload {
+            answered.insert((&event.run_id, &done.call_id));
+        }
         match runs.get_mut(event.run_id.as_str()) {
             Some(state) => state.apply(event)?,
             None => {
-                if matches!(&event.payload, Payload::RunStarted(p) if p.parent_run_id.is_none()) {
-                    order.push(&event.run_id);
+                if let Payload::RunStarted(started) = &event.payload {
+                    match &started.parent_run_id {
+                        None => order.push(&event.run_id),
+                        Some(parent) => children.entry(parent).or_default().push((
+                            &event.run_id,
+                            started.parent_call_id.as_deref().unwrap_or_default(),
+                        )),
+                    }
                     runs.insert(&event.run_id, RunState::start(event)?);
                 }
             }
@@ -197,13 +213,37 @@ pub fn root_runs_spent(events: &[Event]) -> Result<Vec<RunSpent>, FoldError> {
     }
     Ok(order
         .into_iter()
-        .filter_map(|run_id| runs.remove(run_id))
+        .filter_map(|run_id| runs.get(run_id))
         .map(|state| RunSpent {
-            spent: Spent::of(&state),
+            spent: Spent::of(state).plus(unreported(&state.run_id, &runs, &children, &answered)),
             started_at: state.started_at,
-            run_id: state.run_id,
+            run_id: state.run_id.clone(),
         })
         .collect())
+}
+
+/// Tokens and dollars of the descendants of `run_id` whose result never reached their parent,
+/// which the parents' folds therefore lack (their model calls are not counted: a run's calls
+/// are its own).
+fn unreported(
+    run_id: &str,
+    runs: &HashMap<&str, RunState>,
+    children: &HashMap<&str, Vec<(&str, &str)>>,
+    answered: &HashSet<(&str, &str)>,
+) -> Spent {
+    let mut sum = Spent::default();
+    for &(child, call) in children.get(run_id).map(Vec::as_slice).unwrap_or_default() {
+        if !answered.contains(&(run_id, call))
+            && let Some(state) = runs.get(child)
+        {
+            sum = sum.plus(Spent {
+                calls: 0,
+                ..Spent::of(state)
+            });
+        }
+        sum = sum.plus(unreported(child, runs, children, answered));
+    }
+    sum
 }
 
 /// What the session's root runs started before `run_id` spent (all of them when `run_id` is

@@ -1317,7 +1317,7 @@ impl Driver<'_> {
                         state,
                         RunStatus::Finalizing,
                         "policy.decided",
-                        None,
+                        self.last_ids.policy.clone(),
                     ));
                     return self.write(state, writer, batch).await.map(drop);
                 }
@@ -1771,6 +1771,7 @@ impl Driver<'_> {
         if finalizing {
             answer.response = without_calls(answer.response);
         }
+        distinct_call_ids(&mut answer.response.message, &state.messages);
         let caller = Caller {
             slot: SLOT,
             call_id: None,
@@ -1903,6 +1904,8 @@ impl ModelNames {
 pub(crate) struct LastIds {
     pub(crate) model: Option<String>,
     pub(crate) tool: Option<String>,
+    /// The last `policy.decided`, cause of the transitions a policy decides.
+    pub(crate) policy: Option<String>,
 }
 
 impl LastIds {
@@ -1912,6 +1915,7 @@ impl LastIds {
                 self.model = Some(event.event_id.clone());
             }
             Payload::ToolCompleted(_) => self.tool = Some(event.event_id.clone()),
+            Payload::PolicyDecided(_) => self.policy = Some(event.event_id.clone()),
             _ => {}
         }
     }
@@ -1977,6 +1981,30 @@ fn cancel_cause(state: &RunState) -> (&'static str, Option<String>) {
 }
 
 /// A finalizing answer keeps its text and drops any tool call.
+/// Renames the tool calls of `answer` whose id is already used in the run (`earlier`) or twice
+/// in the answer: `<id>_2`, `<id>_3`… A call id then names one call of the run, so a result,
+/// an approval or a policy decision can never be taken for another call's.
+fn distinct_call_ids(answer: &mut Message, earlier: &[Message]) {
+    let mut used: BTreeSet<String> = earlier
+        .iter()
+        .flat_map(|m| m.tool_calls().map(|(id, _, _)| id.to_owned()))
+        .collect();
+    for block in &mut answer.blocks {
+        if let loom_core::BlockKind::ToolCall { call_id, .. } = &mut block.kind {
+            if used.contains(call_id.as_str()) {
+                let base = call_id.clone();
+                let fresh = (2u32..)
+                    .map(|n| format!("{base}_{n}"))
+                    .find(|candidate| !used.contains(candidate))
+                    .unwrap_or(base);
+                tracing::debug!(from = %call_id, to = %fresh, "tool call id already used in the run: renamed");
+                *call_id = fresh;
+            }
+            used.insert(call_id.clone());
+        }
+    }
+}
+
 fn without_calls(mut response: ModelResponse) -> ModelResponse {
     response
         .message

@@ -91,25 +91,9 @@ pub enum ContextScope {
     Session,
 }
 
-/// A context section a judge receives besides the output.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum JudgeContext {
-    /// The user's request that opened the run (`<user_input>`).
-    UserInput,
-    /// Successful results of the named tools (`<tool_results>`), `tool: text` per result.
-    ToolResults {
-        /// Tool names (as the model sees them).
-        tools: Vec<String>,
-        /// Which runs.
-        scope: ContextScope,
-    },
-    /// The last N turns of the session before this run (`<last_turns>`; one turn = one run:
-    /// its request and its final answer).
-    LastTurns(u32),
-    /// What the application said about the run when opening it (`<caller_context>`: tenant,
-    /// user and metadata of `run.started.context`, as JSON).
-    CallerContext,
-}
+/// A context section a judge receives besides the output: the same items as a role's
+/// (`user_input`, `caller_context`, `tool_results`, `last_turns`), gathered the same way.
+pub type JudgeContext = crate::roles::RoleContext;
 
 /// What a [`JudgeCondition`] sees to decide whether a judge runs.
 #[derive(Debug, Clone, PartialEq)]
@@ -961,52 +945,12 @@ impl Driver<'_> {
             prompt.push_str(&format!("{}: {}\n", criterion.name, criterion.rule));
         }
         prompt.push_str("</criteria>\n");
-        // Earlier runs of the session, read only when a section needs them.
-        let needs_session = judge.context.iter().any(|c| {
-            matches!(
-                c,
-                JudgeContext::LastTurns(_)
-                    | JudgeContext::CallerContext
-                    | JudgeContext::ToolResults {
-                        scope: ContextScope::Session,
-                        ..
-                    }
-            )
-        });
-        let session = if needs_session {
-            Some(self.session().await?)
-        } else {
-            None
-        };
-        for item in &judge.context {
-            let (tag, body) = match item {
-                JudgeContext::UserInput => ("user_input", user_input(state)),
-                JudgeContext::CallerContext => (
-                    "caller_context",
-                    session
-                        .as_ref()
-                        .and_then(|s| s.context.as_ref())
-                        .and_then(|c| serde_json::to_string(c).ok())
-                        .unwrap_or_else(|| "{}".into()),
-                ),
-                JudgeContext::ToolResults { tools, scope } => {
-                    let mut lines = Vec::new();
-                    if *scope == ContextScope::Session
-                        && let Some(session) = &session
-                    {
-                        for earlier in &session.earlier {
-                            lines.extend(tool_results(&earlier.messages, tools));
-                        }
-                    }
-                    lines.extend(tool_results(&state.messages, tools));
-                    ("tool_results", or_none(lines.join("\n")))
-                }
-                JudgeContext::LastTurns(n) => {
-                    let earlier = session.as_ref().map_or(&[][..], |s| &s.earlier[..]);
-                    ("last_turns", or_none(last_turns(earlier, *n)))
-                }
-            };
-            prompt.push_str(&format!("<{tag}>\n{body}\n</{tag}>\n"));
+        for block in crate::roles::gather(self, state, &judge.context)
+            .await?
+            .blocks
+        {
+            prompt.push_str(&block);
+            prompt.push('\n');
         }
         prompt.push_str(&format!("<output>\n{text}\n</output>"));
         Ok(prompt)
@@ -1074,30 +1018,6 @@ pub(crate) fn user_input(state: &RunState) -> String {
         .find(|m| m.role == loom_core::Role::User)
         .map(Message::text)
         .unwrap_or_default()
-}
-
-/// `tool: text` for each successful result of `tools` in `messages`.
-fn tool_results(messages: &[Message], tools: &[String]) -> Vec<String> {
-    let mut names: HashMap<&str, &str> = HashMap::new();
-    let mut lines = Vec::new();
-    for message in messages {
-        for block in &message.blocks {
-            match &block.kind {
-                BlockKind::ToolCall { call_id, name, .. } => {
-                    names.insert(call_id, name);
-                }
-                BlockKind::ToolResult { call_id, output } if !output.is_error => {
-                    if let Some(name) = names.get(call_id.as_str())
-                        && tools.iter().any(|t| t == name)
-                    {
-                        lines.push(format!("{name}: {}", output.visible_text()));
-                    }
-                }
-                _ => {}
-            }
-        }
-    }
-    lines
 }
 
 /// `text`, or `(none)` when it is empty.

@@ -85,7 +85,7 @@ impl Driver<'_> {
             } else {
                 RunStatus::ReadyForModel
             };
-            batch.push(self.transition(state, to, "policy.decided", None));
+            batch.push(self.transition(state, to, "policy.decided", self.last_ids.policy.clone()));
         }
         Some(batch)
     }
@@ -129,7 +129,12 @@ impl Driver<'_> {
                         ),
                     ));
                 }
-                batch.push(self.transition(state, RunStatus::Finalizing, "policy.decided", None));
+                let cause = batch
+                    .iter()
+                    .rev()
+                    .find(|e| matches!(e.payload, Payload::PolicyDecided(_)))
+                    .map(|e| e.event_id.clone());
+                batch.push(self.transition(state, RunStatus::Finalizing, "policy.decided", cause));
                 return self.write(state, writer, batch).await.map(drop);
             }
             _ => {}

@@ -477,19 +477,21 @@ fn results_of<'m>(
 }
 
 /// What a role receives, computed from the run (only the declared items).
-struct Gathered {
+pub(crate) struct Gathered {
     /// Template values under `context`.
-    values: BTreeMap<String, Value>,
-    /// Tagged blocks, in declared order.
-    blocks: Vec<String>,
+    pub(crate) values: BTreeMap<String, Value>,
+    /// Tagged blocks (`<tag>\nbody\n</tag>`), in declared order.
+    pub(crate) blocks: Vec<String>,
     /// Images added to the role's message.
-    images: Vec<Block>,
+    pub(crate) images: Vec<Block>,
 }
 
-async fn gather(
+/// What the declared `context` items give a role or a judge: tagged blocks, template values
+/// and images. The session journal is read only when an item needs earlier runs.
+pub(crate) async fn gather(
     driver: &Driver<'_>,
     state: &RunState,
-    role: &RoleRuntime,
+    context: &[RoleContext],
 ) -> Result<Gathered, EngineError> {
     let mut gathered = Gathered {
         values: BTreeMap::new(),
@@ -497,7 +499,7 @@ async fn gather(
         images: Vec::new(),
     };
     // Earlier runs of the session, read only when an item needs them.
-    let needs_session = role.context.iter().any(|c| {
+    let needs_session = context.iter().any(|c| {
         matches!(
             c,
             RoleContext::LastTurns(_)
@@ -514,7 +516,7 @@ async fn gather(
         None
     };
     let tagged = |tag: &str, body: &str| format!("<{tag}>\n{body}\n</{tag}>");
-    for item in &role.context {
+    for item in context {
         let key = item.key();
         match item {
             RoleContext::UserInput => {
@@ -635,7 +637,7 @@ async fn input(
     role: &RoleRuntime,
     arguments: &Value,
 ) -> Result<Result<Message, String>, EngineError> {
-    let gathered = gather(driver, state, role).await?;
+    let gathered = gather(driver, state, &role.context).await?;
     let text = match &role.input_template {
         Some(template) => {
             let context: serde_json::Map<String, Value> = gathered.values.into_iter().collect();

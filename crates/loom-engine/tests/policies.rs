@@ -984,3 +984,43 @@ async fn a_tool_result_breaking_its_contract_reaches_the_model_as_an_error() {
         1
     );
 }
+
+#[tokio::test]
+async fn a_call_id_the_model_reuses_in_the_run_is_renamed() {
+    // After a repair the fake model numbers its turns from 0 again: its second call reuses
+    // `fake_0_0`, which already names the refused call.
+    let mut agent = agent(
+        scripted(
+            "fake-1",
+            json!([
+                {"text": "Sure.", "tool_calls": [{"name": "add", "arguments": {"a": 1, "b": 2}}], "without_text": "refused"},
+                {"text": "Computing.", "tool_calls": [{"name": "add", "arguments": {"a": 1, "b": 2}}], "with_text": "refused"},
+                {"text": "It makes {{ tool_result }}.", "with_text": "refused"}
+            ]),
+        ),
+        vec![add_tool()],
+    );
+    agent.policies = vec![hook(
+        "no_sure",
+        policy(Point::AfterModel, &[DecisionKind::Retry], |subject, _| {
+            Ok(if subject.text().starts_with("Sure") {
+                Decision::Retry {
+                    feedback: "no".into(),
+                    tools: true,
+                }
+            } else {
+                Decision::Continue
+            })
+        }),
+    )];
+    let (state, events, ..) = run(&agent, "1 + 2?").await;
+    assert_eq!(state.status, RunStatus::Completed);
+    let ids: Vec<String> = events
+        .iter()
+        .filter_map(|e| match &e.payload {
+            Payload::ToolCompleted(p) => Some(p.call_id.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(ids, ["fake_0_0", "fake_0_0_2"]);
+}

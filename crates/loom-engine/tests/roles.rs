@@ -228,7 +228,7 @@ async fn a_role_receives_exactly_its_declared_context() {
     assert!(sent(&main_requests[2]).contains("[result:3]"));
     assert_eq!(
         state.output_text().as_deref(),
-        Some("Sent: [result:3]\nDear client, here is your quote.")
+        Some("Sent: Dear client, here is your quote.")
     );
 
     // Journal: tool.called (role), the role's model.responded under the call's span, then
@@ -1130,10 +1130,7 @@ async fn a_role_interrupted_by_a_crash_is_run_again_on_resume() {
         .await
         .unwrap();
     assert_eq!(state.status, RunStatus::Completed);
-    assert_eq!(
-        state.output_text().as_deref(),
-        Some("Sent: [result:1]\na letter")
-    );
+    assert_eq!(state.output_text().as_deref(), Some("Sent: a letter"));
     assert_eq!(role_model.requests().len(), 2);
     let events = events(&crashed, &run).await;
     let resumed: Vec<bool> = events

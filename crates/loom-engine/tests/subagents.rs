@@ -178,7 +178,7 @@ async fn a_sub_agent_runs_as_a_child_run_of_the_same_journal() {
     // With a sub-agent offered, results are numbered for `$ref` (the child offers none).
     assert_eq!(
         state.output_text().as_deref(),
-        Some("Le chercheur dit : [result:1]\nLa somme vaut 5.")
+        Some("Le chercheur dit : La somme vaut 5.")
     );
 
     let events = read_all(&store, &run).await;
@@ -396,7 +396,7 @@ async fn a_deeper_max_depth_opens_grandchildren_under_the_same_root() {
     assert_eq!(state.status, RunStatus::Completed);
     assert_eq!(
         state.output_text().as_deref(),
-        Some("Le chercheur dit : [result:1]\nAvec aide : [result:1]\naidé")
+        Some("Le chercheur dit : Avec aide : aidé")
     );
     let events = read_all(&store, &run).await;
     let runs: Vec<(String, u32, Option<String>)> = events
@@ -785,7 +785,7 @@ async fn an_approval_in_the_child_is_decided_from_the_root_and_the_child_resumes
     assert_eq!(state.status, RunStatus::Completed);
     assert_eq!(
         state.output_text().as_deref(),
-        Some("Le chercheur dit : [result:1]\nCourriel : sent to carol@example.com")
+        Some("Le chercheur dit : Courriel : sent to carol@example.com")
     );
     assert_eq!(*sent.lock().unwrap(), [json!({"to": "carol@example.com"})]);
     let events = read_all(&store, &run).await;
@@ -881,6 +881,66 @@ async fn cancelling_a_root_that_waits_for_its_child_cancels_the_child_first() {
             .unwrap()
             .is_empty()
     );
+}
+
+#[tokio::test]
+async fn a_child_whose_result_never_reached_its_root_still_counts_in_the_roots_spend() {
+    let Approving {
+        engine,
+        store,
+        boss,
+        run,
+        child,
+        ..
+    } = waiting_for_the_child().await;
+    let waiting = read_all(&store, &run).await;
+    let own = RunState::fold(&run.run_id, &waiting).unwrap();
+    let sub = RunState::fold(&child, &waiting).unwrap();
+    assert!(sub.usage.total_tokens() > 0);
+    // What session and tenant budgets count for the root: its own calls, and the child's
+    // tokens although no result carried them to the root yet (its calls stay the child's).
+    let expected = (
+        own.usage.total_tokens() + sub.usage.total_tokens(),
+        u64::from(own.model_calls),
+    );
+    let root_spent = |events: &[Event]| {
+        let runs = loom_engine::budget::root_runs_spent(events).unwrap();
+        assert_eq!(runs.len(), 1, "sub-runs are not listed");
+        assert_eq!(runs[0].run_id, run.run_id);
+        (runs[0].spent.tokens, runs[0].spent.calls)
+    };
+    assert_eq!(root_spent(&waiting), expected);
+    // Still counted once the tree is cancelled from outside its driver.
+    assert!(engine.cancel_idle(&run, &boss.name, None).await.unwrap());
+    assert_eq!(root_spent(&read_all(&store, &run).await), expected);
+}
+
+#[tokio::test]
+async fn an_answered_child_counts_once_in_its_roots_spend() {
+    let Approving {
+        engine,
+        store,
+        boss,
+        run,
+        child,
+        ..
+    } = waiting_for_the_child().await;
+    let decision = Decision::Approved {
+        by: "alice".into(),
+        reason: None,
+        arguments: None,
+    };
+    engine.settle(&run, &boss, None, &decision).await.unwrap();
+    let state = drive(&engine, &run, &boss).await;
+    assert_eq!(state.status, RunStatus::Completed);
+    let events = read_all(&store, &run).await;
+    let sub = RunState::fold(&child, &events).unwrap();
+    assert!(sub.finished);
+    // The child's tokens came with its result: the root's fold holds them, counted once.
+    let runs = loom_engine::budget::root_runs_spent(&events).unwrap();
+    assert_eq!(runs.len(), 1);
+    assert_eq!(runs[0].spent.tokens, state.usage.total_tokens());
+    assert!(state.usage.total_tokens() > sub.usage.total_tokens());
 }
 
 #[tokio::test]

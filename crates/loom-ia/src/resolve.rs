@@ -133,6 +133,16 @@ fn agent_at(
                 return Err(at("mcp", format!("unknown MCP server '{server}'")));
             };
             for (tool, overrides) in &reference.tools {
+                if overrides.output.is_some() {
+                    // Tools of a source are bound when a run opens it, without contracts.
+                    return Err(at(
+                        &format!("tools.{tool}.output"),
+                        format!(
+                            "an output contract on the MCP tool '{server}__{tool}' is not \
+                             supported in this version; give contracts to registered tools"
+                        ),
+                    ));
+                }
                 match overrides.approval {
                     Some(Approval::Policy) if !can_pause(&policies) => {
                         return Err(at(
@@ -233,6 +243,19 @@ fn agent_at(
         let mut bound_tool = BoundTool::new(tool.clone(), declarations, description)
             .map_err(|e| at("tool", e.to_string()))?;
         if let Some(output) = &reference.output {
+            if output.on_failure != loom_config::OnFailure::Fail {
+                // The engine turns a tool result that breaks its contract into an error result;
+                // keeping it flagged or replacing it is not implemented for tools.
+                return Err(at(
+                    "output.on_failure",
+                    format!(
+                        "tool '{tool_name}': on_failure '{}' is not supported for a tool's \
+                         output contract in this version (a result that breaks it becomes an \
+                         error result the model reads); use on_failure: fail",
+                        on_failure(output.on_failure).as_str()
+                    ),
+                ));
+            }
             bound_tool = bound_tool
                 .with_contract(contract(output).map_err(|message| at("output", message))?);
         }
@@ -374,8 +397,18 @@ fn agent_policies(
             None => policy.points().to_vec(),
         };
         let name = reference.policy_name().to_owned();
-        let mut hooked =
-            BoundPolicy::on(name, policy.clone(), points).map_err(|e| at("hook", e.to_string()))?;
+        // A point the hook does not declare, or one that refuses a decision it declares:
+        // located at that point when `points` is written, else at the hook (all its points).
+        let undeclared = points.iter().position(|p| !policy.points().contains(p));
+        let refusing = points
+            .iter()
+            .position(|&point| policy.decisions().iter().any(|&kind| !point.allows(kind)));
+        let hooked_at = match undeclared.or(refusing) {
+            Some(i) if reference.points.is_some() => format!("points[{i}]"),
+            _ => "hook".to_owned(),
+        };
+        let mut hooked = BoundPolicy::on(name, policy.clone(), points)
+            .map_err(|e| at(&hooked_at, e.to_string()))?;
         if policy.decisions().contains(&DecisionKind::Pause)
             && hooked.points.contains(&Point::BeforeTool)
             && !durable(config)

@@ -69,8 +69,8 @@ impl RunResult {
             cost_usd: state.cost_usd,
             artifacts: Vec::new(),
             data: state.output_data.clone(),
-            unverified: false,
-            fallback: false,
+            unverified: state.unverified,
+            fallback: state.fallback,
             pending_approvals: state.pending_approvals(),
         }
     }

@@ -6,7 +6,7 @@
 //!
 //! | key | meaning |
 //! |---|---|
-//! | `text` | the answer's text; `{{ tool_result }}` is replaced by the text of the last tool result |
+//! | `text` | the answer's text; `{{ tool_result }}` is replaced by the text of the last tool result (without the engine's `[result:N]` marker) |
 //! | `tool_calls` | `[{name, arguments}]`, call ids `fake_<turn>_<i>` |
 //! | `reasoning` | a reasoning block before the text |
 //! | `with_tool` / `without_tool` | keep the reply only if that tool is (not) offered |
@@ -247,11 +247,24 @@ fn last_tool_result(messages: &[Message]) -> String {
     for message in messages.iter().rev() {
         for block in message.blocks.iter().rev() {
             if let BlockKind::ToolResult { output, .. } = &block.kind {
-                return output.visible_text();
+                return without_ref_marker(output.visible_text());
             }
         }
     }
     String::new()
+}
+
+/// The result without the `[result:N]` line the engine puts before it when `$ref` is on: the
+/// placeholder stands for what the tool answered.
+fn without_ref_marker(text: String) -> String {
+    let marker = text
+        .strip_prefix("[result:")
+        .and_then(|rest| rest.split_once("]\n"))
+        .filter(|(n, _)| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
+    match marker {
+        Some((_, rest)) => rest.to_owned(),
+        None => text,
+    }
 }
 
 /// Assistant messages since the last real user message.
@@ -357,6 +370,13 @@ fn split_deltas(text: &str) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_tool_result_placeholder_leaves_out_the_ref_marker() {
+        assert_eq!(without_ref_marker("[result:12]\n87".into()), "87");
+        assert_eq!(without_ref_marker("[result:]\n87".into()), "[result:]\n87");
+        assert_eq!(without_ref_marker("87".into()), "87");
+    }
     use futures_util::StreamExt;
     use loom_core::model::{ResponseAccumulator, ToolDefinition};
     use serde_json::json;
