@@ -464,7 +464,7 @@ fn roles_refused_at_load_are_located() {
       type: object
       properties: {montant: {type: string}}
     judge:
-      model: fake-lettre
+      model: fake-juge
       criteria: [{name: poli, rule: La lettre est polie.}]
 "#;
     let undeclared = r#"  - name: lettre
@@ -491,7 +491,10 @@ fn roles_refused_at_load_are_located() {
     ] {
         let dir = project(
             orchestrator.clone(),
-            &[model("fake-lettre", json!([{"text": "x"}]), false)],
+            &[
+                model("fake-lettre", json!([{"text": "x"}]), false),
+                model("fake-juge", json!([{"text": "x"}]), false),
+            ],
             roles,
             "",
         );

@@ -380,10 +380,7 @@ async fn a_vision_role_sees_the_attached_image_inline() {
 
     let (run, state) = drive(&engine, &agent, begin("s2", "What is it?", vec![photo()])).await;
     assert_eq!(state.status, RunStatus::Completed);
-    assert_eq!(
-        state.output_text().as_deref(),
-        Some("Seen: [result:1]\na red dot")
-    );
+    assert_eq!(state.output_text().as_deref(), Some("Seen: a red dot"));
     let offered: Vec<String> = main.requests()[1]
         .tools
         .iter()
