@@ -115,6 +115,10 @@ enum Command {
         /// Judges: as configured (`auto`), always (`force`) or never (`skip`, refused in prod).
         #[arg(long, value_parser = ["auto", "force", "skip"], default_value = "auto")]
         judges: String,
+        /// Attach a file to the message (repeatable): an image the models that read images
+        /// see; its type comes from its content or its extension (`execution.attachments`).
+        #[arg(long = "attach", value_name = "FILE")]
+        attach: Vec<PathBuf>,
     },
     /// Grant the approval a paused run waits for, then drive it on.
     Approve {
@@ -262,26 +266,37 @@ pub(crate) async fn execute(cli: Cli, app: App) -> u8 {
             run_id,
             tenant,
             judges,
+            attach,
         } => {
             let Ok(judges) = judges.parse::<loom_ia::JudgeMode>() else {
                 eprintln!("error: --judges must be auto, force or skip");
                 return REFUSED;
             };
-            run(
-                &loom,
-                &agent,
-                &message,
-                RunOptions {
-                    session_id: session,
-                    run_id,
-                    tenant_id: tenant,
-                    judges,
-                    ..RunOptions::default()
-                },
-                json,
-                stream,
-            )
-            .await
+            let attachments: Result<Vec<_>, _> = attach
+                .iter()
+                .map(|path| loom.read_attachment(path))
+                .collect();
+            match attachments {
+                Ok(attachments) => {
+                    run(
+                        &loom,
+                        &agent,
+                        &message,
+                        RunOptions {
+                            session_id: session,
+                            run_id,
+                            tenant_id: tenant,
+                            judges,
+                            attachments,
+                            ..RunOptions::default()
+                        },
+                        json,
+                        stream,
+                    )
+                    .await
+                }
+                Err(error) => Err(error),
+            }
         }
         Command::Approve {
             decision,

@@ -659,3 +659,190 @@ fn a_model_breaker_opens_within_a_run_and_the_fallback_answers() {
         2
     );
 }
+
+/// A 1×1 PNG.
+const PNG: &[u8] = &[
+    0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a, 0x00, 0x00, 0x00, 0x0d, 0x49, 0x48, 0x44, 0x52,
+    0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x01, 0x08, 0x06, 0x00, 0x00, 0x00, 0x1f, 0x15, 0xc4,
+    0x89, 0x00, 0x00, 0x00, 0x0d, 0x49, 0x44, 0x41, 0x54, 0x78, 0x9c, 0x63, 0xf8, 0xcf, 0xc0, 0xf0,
+    0x1f, 0x00, 0x05, 0x00, 0x01, 0xff, 0x89, 0x99, 0x3d, 0x1d, 0x00, 0x00, 0x00, 0x00, 0x49, 0x45,
+    0x4e, 0x44, 0xae, 0x42, 0x60, 0x82,
+];
+
+#[test]
+fn an_attached_image_reaches_a_vision_model_inline_and_never_the_journal() {
+    use base64::Engine as _;
+    let server = Server::start(vec![
+        ("/v1/messages", sse("anthropic/stream-text-basic.sse")),
+        ("/v1/messages", sse("anthropic/stream-text-basic.sse")),
+    ]);
+    let seeing = config(&server, "claude", "")
+        .replace(
+            "    model: claude-sonnet-4-5\n",
+            "    model: claude-sonnet-4-5\n    capabilities: {vision: true}\n",
+        )
+        // Raw exchanges are captured too: their copy of the request keeps no file bytes either.
+        .replace(
+            "storage:",
+            "telemetry:\n  capture: {raw_exchanges: true}\nstorage:",
+        );
+    let attach = |dir: &Path, run_id: &str| {
+        fs::write(dir.join("photo.png"), PNG).unwrap();
+        Command::new(loom_bin())
+            .current_dir(dir)
+            .env("TEST_ANTHROPIC_KEY", "sk-ant-test")
+            .env("TEST_OPENAI_KEY", "sk-test")
+            .args([
+                "--config",
+                "loom.yaml",
+                "run",
+                "a",
+                "Qu'y a-t-il sur la photo ?",
+            ])
+            .args(["--run-id", run_id, "--attach", "photo.png"])
+            .output()
+            .unwrap()
+    };
+    let encoded = base64::engine::general_purpose::STANDARD.encode(PNG);
+    let dir = project(&seeing);
+    let out = attach(dir.path(), "v1");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let (_, body) = &server.requests()[0];
+    assert_eq!(
+        body["messages"][0]["content"],
+        serde_json::json!([
+            {"type": "text", "text": "Qu'y a-t-il sur la photo ?"},
+            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": encoded}}
+        ])
+    );
+    let events = journal(dir.path(), "v1");
+    assert_eq!(
+        types(&events)[..3],
+        ["run.started", "artifact.stored", "message.user"]
+    );
+    let uri = format!("artifact://default/v1/{}.png", sha256_hex(PNG));
+    assert_eq!(events[1]["payload"]["uri"], uri.as_str());
+    assert_eq!(events[1]["payload"]["origin"], "attachment");
+    assert_eq!(
+        events[2]["payload"]["message"]["blocks"][1]["type"],
+        "artifact"
+    );
+    let journal_text = fs::read_to_string(dir.path().join("data/default/v1.jsonl")).unwrap();
+    assert!(
+        !journal_text.contains(&encoded),
+        "no file bytes in the journal"
+    );
+    let exchanged = events
+        .iter()
+        .find(|e| e["type"] == "model.exchanged")
+        .unwrap();
+    assert!(
+        exchanged["payload"]["request_body"]
+            .as_str()
+            .unwrap()
+            .contains("\"data\":\"<70 bytes>\""),
+        "{exchanged}"
+    );
+    // The bytes live beside the journal, content-addressed.
+    let stored = dir.path().join(format!(
+        "data/.artifacts/default/v1/{}.png",
+        sha256_hex(PNG)
+    ));
+    assert_eq!(fs::read(&stored).unwrap(), PNG, "{}", stored.display());
+
+    // A model without vision is told a file was there, and is not sent its bytes.
+    let dir = project(&config(&server, "claude", ""));
+    let out = attach(dir.path(), "b1");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let (_, body) = &server.requests()[1];
+    let content = body["messages"][0]["content"].to_string();
+    assert!(!content.contains(&encoded), "{content}");
+    assert!(
+        content.contains("photo.png (image/png, 70 bytes)"),
+        "{content}"
+    );
+}
+
+#[test]
+fn a_vision_role_on_claude_is_sent_the_attached_image() {
+    use base64::Engine as _;
+    let server = Server::start(vec![(
+        "/v1/messages",
+        sse("anthropic/stream-text-basic.sse"),
+    )]);
+    let config = format!(
+        r#"version: 1
+models:
+  - id: fake
+    sdk: fake
+    model: FAKE
+    params:
+      script:
+        - {{text: "Pas d'image.", without_tool: decrit}}
+        - {{tool_calls: [{{name: decrit, arguments: {{}}}}], with_tool: decrit}}
+        - {{text: "Vu.", with_tool: decrit}}
+  - id: claude
+    sdk: anthropic
+    model: claude-sonnet-4-5
+    base_url: {url}
+    api_key_env: TEST_ANTHROPIC_KEY
+    capabilities: {{vision: true}}
+storage:
+  events: {{backend: jsonl, path: data}}
+agents:
+  - name: a
+    main:
+      model: fake
+      system: Tu es un assistant.
+    roles:
+      - name: decrit
+        description: Décrit l'image jointe.
+        model: claude
+        system: Tu décris des images.
+        context: [attachments]
+"#,
+        url = server.url()
+    );
+    let dir = project(&config);
+    fs::write(dir.path().join("photo.png"), PNG).unwrap();
+    let out = Command::new(loom_bin())
+        .current_dir(dir.path())
+        .env("TEST_ANTHROPIC_KEY", "sk-ant-test")
+        .args(["--config", "loom.yaml", "run", "a", "Décris la photo."])
+        .args(["--run-id", "role-1", "--attach", "photo.png"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout).trim(), "Vu.");
+    let requests = server.requests();
+    assert_eq!(requests.len(), 1, "only the role calls Claude");
+    let body = &requests[0].1;
+    assert_eq!(body["system"], "Tu décris des images.");
+    assert!(body.get("tools").is_none(), "{body}");
+    assert_eq!(
+        body["messages"],
+        serde_json::json!([{"role": "user", "content": [
+            {"type": "text", "text": "<attachments>\n- photo.png (image/png)\n</attachments>\n\n<arguments>\n{}\n</arguments>"},
+            {"type": "image", "source": {
+                "type": "base64",
+                "media_type": "image/png",
+                "data": base64::engine::general_purpose::STANDARD.encode(PNG)
+            }}
+        ]}])
+    );
+    let events = journal(dir.path(), "role-1");
+    let responded = events
+        .iter()
+        .find(|e| e["type"] == "model.responded" && e["role"] == "decrit")
+        .unwrap();
+    assert_eq!(responded["payload"]["call_id"], "fake_0_0");
+    assert_eq!(responded["payload"]["provider"], "anthropic");
+    let completed = events
+        .iter()
+        .find(|e| e["type"] == "tool.completed")
+        .unwrap();
+    assert_eq!(
+        completed["payload"]["output"]["blocks"][0]["text"],
+        "Hello!"
+    );
+}

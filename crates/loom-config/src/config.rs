@@ -1025,6 +1025,27 @@ fn check_sections(doc: &Doc, raw: &LoomConfig) -> Result<(), ConfigError> {
     if tools.offload_over == Some(0) {
         return Err(invalid(&tp.key("offload_over"), NOT_POSITIVE.into()));
     }
+    let ap = KeyPath::root().key("execution").key("attachments");
+    let attachments = &raw.execution.attachments;
+    if attachments.max_bytes == 0 {
+        return Err(invalid(&ap.key("max_bytes"), NOT_POSITIVE.into()));
+    }
+    for (i, media_type) in attachments.types.iter().enumerate() {
+        if !is_media_type(media_type) {
+            return Err(invalid(
+                &ap.key("types").index(i),
+                format!(
+                    "'{media_type}' is not a media type (expected type/subtype, e.g. image/png)"
+                ),
+            ));
+        }
+        if attachments.types[..i].contains(media_type) {
+            return Err(invalid(
+                &ap.key("types").index(i),
+                format!("media type '{media_type}' is listed twice"),
+            ));
+        }
+    }
     if raw.telemetry.capture.raw_max_bytes == 0 {
         return Err(invalid(
             &KeyPath::root()
@@ -1045,6 +1066,21 @@ fn check_sections(doc: &Doc, raw: &LoomConfig) -> Result<(), ConfigError> {
         ));
     }
     Ok(())
+}
+
+/// Whether `text` reads as a media type `type/subtype` (RFC 6838 restricted names, lowercase).
+fn is_media_type(text: &str) -> bool {
+    let name = |part: &str| {
+        part.chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
+            && part.len() <= 127
+            && part
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "!#$&^_.+-".contains(c))
+    };
+    text.split_once('/')
+        .is_some_and(|(kind, sub)| name(kind) && name(sub))
 }
 
 /// Agent files of `agents_dir`, sorted by file name; none when the directory is missing.

@@ -52,11 +52,12 @@ pub use guards::{
     TenantBudgetSpec, TenantSpec, ToolResultsContext, default_input_schema,
 };
 pub use model::{
-    AgentApproval, AgentSpec, ArtifactsBackend, ArtifactsStorage, CaptureConfig, CircuitBreaker,
-    EventsBackend, EventsStorage, ExecutionConfig, FolderRight, FolderSpec, IdempotencyBackend,
-    IdempotencyStorage, JsonObject, LlmSettings, LogFormat, LogLevel, LoggingConfig, LoomConfig,
-    MainRole, McpScope, McpServerSpec, McpTransport, ModelApi, ModelCapabilities, ModelSpec,
-    Profile, Profiles, Sdk, StorageConfig, TelemetryConfig, ToolOverrides, ToolRef, ToolsExecution,
+    AgentApproval, AgentSpec, ArtifactsBackend, ArtifactsStorage, AttachmentsExecution,
+    CaptureConfig, CircuitBreaker, DEFAULT_ATTACHMENT_TYPES, EventsBackend, EventsStorage,
+    ExecutionConfig, FolderRight, FolderSpec, IdempotencyBackend, IdempotencyStorage, JsonObject,
+    LlmSettings, LogFormat, LogLevel, LoggingConfig, LoomConfig, MainRole, McpScope, McpServerSpec,
+    McpTransport, ModelApi, ModelCapabilities, ModelSpec, Profile, Profiles, Sdk, StorageConfig,
+    TelemetryConfig, ToolOverrides, ToolRef, ToolsExecution,
 };
 
 /// Loads and validates the configuration at `path` (usually `loom.yaml`).

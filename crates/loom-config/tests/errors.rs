@@ -385,6 +385,32 @@ fn unknown_profile() {
 }
 
 #[test]
+fn attachment_limits_are_checked() {
+    assert_eq!(
+        refused(
+            "version: 1\nexecution:\n  attachments: {max_bytes: 0}\n",
+            &[]
+        ),
+        "loom.yaml:3:28 execution.attachments.max_bytes: must be greater than 0"
+    );
+    assert_eq!(
+        refused(
+            "version: 1\nexecution:\n  attachments:\n    types: [image/png, png]\n",
+            &[]
+        ),
+        "loom.yaml:4:24 execution.attachments.types[1]: 'png' is not a media type (expected \
+         type/subtype, e.g. image/png)"
+    );
+    assert_eq!(
+        refused(
+            "version: 1\nexecution:\n  attachments:\n    types: [image/png, image/png]\n",
+            &[]
+        ),
+        "loom.yaml:4:24 execution.attachments.types[1]: media type 'image/png' is listed twice"
+    );
+}
+
+#[test]
 fn profile_override_errors_point_into_the_profile_block() {
     let root = "\
 version: 1

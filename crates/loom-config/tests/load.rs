@@ -190,7 +190,27 @@ fn defaults_apply() {
     assert_eq!(config.events_path(), None);
     assert_eq!(raw.execution.tools.timeout, Some(30.0));
     assert_eq!(raw.execution.tools.offload_over, Some(50_000));
+    assert_eq!(raw.execution.attachments.max_bytes, 5_242_880);
+    assert_eq!(raw.execution.attachments.max_files, 10);
+    assert_eq!(
+        raw.execution.attachments.types,
+        ["image/jpeg", "image/png", "image/gif", "image/webp"]
+    );
     assert_eq!(raw.telemetry.logging.level(), Some(LogLevel::Info));
+}
+
+#[test]
+fn attachment_limits_are_read() {
+    let root = "\
+version: 1
+execution:
+  attachments: {max_bytes: 1000, types: [image/png, application/pdf], max_files: 2}
+";
+    let config = load_str(root, &[], None, &no_env).unwrap();
+    let attachments = &config.raw().execution.attachments;
+    assert_eq!(attachments.max_bytes, 1000);
+    assert_eq!(attachments.types, ["image/png", "application/pdf"]);
+    assert_eq!(attachments.max_files, 2);
 }
 
 #[test]

@@ -61,10 +61,13 @@ pub(crate) enum StepEnd<T> {
 }
 
 impl Engine {
-    /// Opens a run: writes `run.started` and `message.user` in one batch.
+    /// Opens a run: writes `run.started`, one `artifact.stored` per attachment, and
+    /// `message.user` (the message, then an `artifact` block per attachment) in one batch.
     ///
-    /// Nothing is written when the ids are unusable, the chosen run id exists in the session,
-    /// or the session's journal cannot be folded.
+    /// Nothing is written when the ids are unusable, an attachment is refused (count, size,
+    /// type; see [`crate::AttachmentLimits::check`]), the chosen run id exists in the session,
+    /// or the session's journal cannot be folded. Attachments are stored in the artifact store
+    /// just before the batch is appended.
     pub async fn begin(
         &self,
         agent: &AgentRuntime,
@@ -85,6 +88,16 @@ impl Engine {
                 )));
             }
         }
+        if !begin.attachments.is_empty() {
+            self.attachment_limits
+                .check(&begin.attachments)
+                .map_err(EngineError::Invalid)?;
+            if self.artifacts.is_none() {
+                return Err(EngineError::Invalid(
+                    "attachments need an artifact store, and this engine has none".into(),
+                ));
+            }
+        }
         let run_id = begin.run_id.clone().unwrap_or_else(|| self.ids.uuid());
         let session_id = begin.session_id.clone().unwrap_or_else(|| run_id.clone());
         let run = RunRef {
@@ -94,42 +107,65 @@ impl Engine {
         };
         let span = self.ids.uuid();
         let envelope = |payload| self.event(&run, &agent.name, &span, None, None, payload);
-        let batch = vec![
-            envelope(Payload::RunStarted(RunStarted {
-                kind: "normal".into(),
-                context: RunContext {
-                    tenant_id: begin.tenant_id,
-                    user_id: begin.user_id,
-                    metadata: begin.metadata,
-                },
-                parent_run_id: None,
-                parent_call_id: None,
-                depth: 0,
-                triggered_by: None,
-                trigger: None,
-                judges: begin.judges.as_str().into(),
-                budget: begin.budget,
-                state: Default::default(),
-            })),
-            envelope(Payload::MessageUser(MessageUser {
-                message: begin.message,
-                kind: "request".into(),
-                policy: None,
-                tools: true,
-            })),
-        ];
+        let started = envelope(Payload::RunStarted(RunStarted {
+            kind: "normal".into(),
+            context: RunContext {
+                tenant_id: begin.tenant_id,
+                user_id: begin.user_id,
+                metadata: begin.metadata,
+            },
+            parent_run_id: None,
+            parent_call_id: None,
+            depth: 0,
+            triggered_by: None,
+            trigger: None,
+            judges: begin.judges.as_str().into(),
+            budget: begin.budget,
+            state: Default::default(),
+        }));
+        let mut message = begin.message;
+        // Built once the run is known to be new: attachments are stored then, not before.
+        let mut batch: Option<Vec<Event>> = None;
         // Other runs of the session may write in between: re-read and re-check, a few times.
         for _ in 0..MAX_BEGIN_ATTEMPTS {
             let events = self.store.read(&run.tenant_id, &run.session_id, 0).await?;
             if events.iter().any(|e| e.run_id == run.run_id) {
                 return Err(EngineError::RunExists {
-                    run_id: run.run_id,
-                    session_id: run.session_id,
+                    run_id: run.run_id.clone(),
+                    session_id: run.session_id.clone(),
                 });
             }
             session_history(&events)?;
+            let opening = match batch.take() {
+                Some(opening) => opening,
+                None => {
+                    let mut opening = vec![started.clone()];
+                    if let Some(store) = &self.artifacts
+                        && !begin.attachments.is_empty()
+                    {
+                        let stored = crate::attachments::store(
+                            store.as_ref(),
+                            &run.tenant_id,
+                            &run.session_id,
+                            &begin.attachments,
+                        )
+                        .await?;
+                        for (event, block) in stored {
+                            opening.push(envelope(Payload::ArtifactStored(event)));
+                            message.blocks.push(block);
+                        }
+                    }
+                    opening.push(envelope(Payload::MessageUser(MessageUser {
+                        message: message.clone(),
+                        kind: "request".into(),
+                        policy: None,
+                        tools: true,
+                    })));
+                    opening
+                }
+            };
             let last_seq = events.last().map_or(0, |e| e.seq);
-            match self.store.append(batch.clone(), last_seq).await {
+            match self.store.append(opening.clone(), last_seq).await {
                 Ok(written) => {
                     for event in &written {
                         observer.event(event);
@@ -137,7 +173,7 @@ impl Engine {
                     tracing::debug!(run_id = %run.run_id, session_id = %run.session_id, agent = %agent.name, "run opened");
                     return Ok(run);
                 }
-                Err(loom_core::ports::StoreError::Conflict { .. }) => continue,
+                Err(loom_core::ports::StoreError::Conflict { .. }) => batch = Some(opening),
                 Err(other) => return Err(other.into()),
             }
         }
@@ -1526,6 +1562,13 @@ impl Driver<'_> {
         // Only the orchestrator's text is streamed to a live display (not a sub-run's).
         let live = caller.slot == SLOT && !self.sub;
         let (request_hash, request_parts) = request::request_hash(&request);
+        // Images go inline to a model that reads them, once the request is hashed: the hash
+        // names the request by its content-addressed references, as the journal knows it.
+        let request = if model.vision {
+            crate::attachments::inline_images(engine.artifacts(), request).await
+        } else {
+            request
+        };
         let mut attempt = 1u32;
         loop {
             if progress.streamed && live {

@@ -23,6 +23,7 @@
 //! `Arc<dyn ModelClient>`, `Arc<dyn Tool>`, `Arc<dyn Clock>`); it reads no environment
 //! variable and no configuration file.
 
+pub mod attachments;
 pub mod budget;
 pub mod contract;
 mod driver;
@@ -52,6 +53,9 @@ use loom_core::{
 };
 use serde_json::{Map, Value};
 
+pub use attachments::{
+    Attachment, AttachmentLimits, IMAGE_TYPES, media_type_of_name, sniff_media_type,
+};
 pub use budget::{BudgetLimits, OnExceed, RunLimits, SessionLimits};
 pub use driver::Observer;
 pub use ids::Ids;
@@ -96,11 +100,15 @@ pub struct ModelBinding {
     /// Declared context window in tokens: after a `context_overflow`, the chain moves on to
     /// the first following model whose window is larger.
     pub context_window: Option<u64>,
+    /// Whether the model reads images (`capabilities.vision`): the images of its requests are
+    /// then sent inline (base64 from the artifact store) instead of as references.
+    pub vision: bool,
 }
 
 impl ModelBinding {
     /// A binding with default settings: no pricing, no token cap, no parameters, the default
-    /// [`RetryPolicy`], [`ModelTimeouts`] and [`CircuitSettings`], no declared context window.
+    /// [`RetryPolicy`], [`ModelTimeouts`] and [`CircuitSettings`], no declared context window,
+    /// no vision.
     pub fn new(
         config_id: impl Into<String>,
         model_id: impl Into<String>,
@@ -117,6 +125,7 @@ impl ModelBinding {
             timeouts: ModelTimeouts::default(),
             circuit: Some(CircuitSettings::default()),
             context_window: None,
+            vision: false,
         }
     }
 }
@@ -413,6 +422,9 @@ pub struct BeginRun {
     /// Limits of this run, journaled in `run.started.budget`; they tighten the agent's run
     /// limits key by key.
     pub budget: Option<loom_core::event::RunBudget>,
+    /// Files attached to the request (checked against [`Engine::attachment_limits`], stored in
+    /// the artifact store, referenced by `artifact` blocks after the message's own blocks).
+    pub attachments: Vec<Attachment>,
 }
 
 /// Where a run lives.
@@ -481,6 +493,7 @@ pub struct Engine {
     artifacts: Option<Arc<dyn ArtifactStore>>,
     idempotency: Option<Arc<dyn IdempotencyStore>>,
     breakers: Arc<Breakers>,
+    attachment_limits: Arc<AttachmentLimits>,
 }
 
 impl Engine {
@@ -498,6 +511,7 @@ impl Engine {
             artifacts: None,
             idempotency: None,
             breakers: Arc::new(Breakers::new()),
+            attachment_limits: Arc::new(AttachmentLimits::default()),
         }
     }
 
@@ -519,10 +533,22 @@ impl Engine {
         self
     }
 
-    /// Sets the artifact store where large results are moved out of the context.
+    /// Sets the artifact store: where large results are moved out of the context, and where
+    /// the files attached to a run are kept.
     pub fn with_artifacts(mut self, artifacts: Arc<dyn ArtifactStore>) -> Engine {
         self.artifacts = Some(artifacts);
         self
+    }
+
+    /// Sets the limits on the files attached to a run (default [`AttachmentLimits::default`]).
+    pub fn with_attachment_limits(mut self, limits: AttachmentLimits) -> Engine {
+        self.attachment_limits = Arc::new(limits);
+        self
+    }
+
+    /// The limits on the files attached to a run.
+    pub fn attachment_limits(&self) -> &AttachmentLimits {
+        &self.attachment_limits
     }
 
     /// The artifact store, if any.

@@ -122,6 +122,7 @@ fn begin() -> BeginRun {
         message: Message::user("Envoie le devis à Alice."),
         judges: Default::default(),
         budget: None,
+        attachments: Vec::new(),
     }
 }
 

@@ -85,6 +85,7 @@ fn begin(message: &str) -> BeginRun {
         message: Message::user(message),
         judges: Default::default(),
         budget: None,
+        attachments: Vec::new(),
     }
 }
 

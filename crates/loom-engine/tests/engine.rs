@@ -51,6 +51,7 @@ fn agent(model: Arc<dyn ModelClient>, tools: Vec<FnTool>) -> AgentRuntime {
             timeouts: Default::default(),
             circuit: Some(Default::default()),
             context_window: None,
+            vision: false,
         },
         fallbacks: Vec::new(),
         tools: tools
@@ -96,6 +97,7 @@ fn begin(message: &str) -> BeginRun {
         message: Message::user(message),
         judges: Default::default(),
         budget: None,
+        attachments: Vec::new(),
     }
 }
 

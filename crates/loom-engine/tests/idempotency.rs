@@ -63,6 +63,7 @@ fn begin() -> BeginRun {
         message: Message::user("Relance le devis."),
         judges: Default::default(),
         budget: None,
+        attachments: Vec::new(),
     }
 }
 

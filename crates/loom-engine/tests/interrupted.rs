@@ -116,6 +116,7 @@ fn begin() -> BeginRun {
         message: Message::user("Envoie-le."),
         judges: Default::default(),
         budget: None,
+        attachments: Vec::new(),
     }
 }
 

@@ -104,6 +104,7 @@ fn begin(message: &str, judges: JudgeMode) -> BeginRun {
         metadata: Map::new(),
         message: Message::user(message),
         budget: None,
+        attachments: Vec::new(),
         judges,
     }
 }
@@ -990,6 +991,7 @@ async fn the_judge_sees_the_declared_context() {
             metadata: metadata.clone(),
             message: Message::user(message),
             budget: None,
+            attachments: Vec::new(),
             judges: JudgeMode::Auto,
         };
         let (_, state) = run(&engine, &agent, request).await;

@@ -69,6 +69,7 @@ async fn run(agent: &AgentRuntime, message: &str) -> (RunState, Vec<Event>, RunR
                 metadata: Map::new(),
                 message: Message::user(message),
                 budget: None,
+                attachments: Vec::new(),
                 judges: Default::default(),
             },
             &(),

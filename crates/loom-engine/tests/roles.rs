@@ -106,6 +106,7 @@ fn begin(message: Message) -> BeginRun {
         message,
         judges: Default::default(),
         budget: None,
+        attachments: Vec::new(),
     }
 }
 

@@ -57,7 +57,9 @@ pub use loom_core::{
     policy,
     tool::{FnTool, IntoToolOutput, Json, Tool, ToolContext, ToolError, ToolOutput, Views},
 };
-pub use loom_engine::{JudgeCondition, JudgeInput, JudgeMode, Observer, RunRef};
+pub use loom_engine::{
+    Attachment, AttachmentLimits, JudgeCondition, JudgeInput, JudgeMode, Observer, RunRef,
+};
 pub use loom_macros::tool;
 pub mod report;
 pub use report::{

@@ -17,7 +17,10 @@ use loom_core::{
     ports::{ArtifactStore, EventStore, SourceContext, ToolSource},
     tool::{Tool, ToolDeclarations},
 };
-use loom_engine::{AgentRuntime, BeginRun, Engine, JudgeCondition, JudgeMode, Observer, RunRef};
+use loom_engine::{
+    AgentRuntime, Attachment, AttachmentLimits, BeginRun, Engine, JudgeCondition, JudgeMode,
+    Observer, RunRef,
+};
 use loom_journal::{JsonlStore, LocalArtifacts, MemoryArtifacts, MemoryStore};
 use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
@@ -112,6 +115,11 @@ pub struct RunOptions {
     /// Limits of this run (journaled in `run.started.budget`): they tighten the agent's run
     /// budget key by key.
     pub budget: Option<loom_core::event::RunBudget>,
+    /// Files attached to the request (`execution.attachments` limits them; see
+    /// [`Loom::read_attachment`]): stored beside the journal and referenced in the user's
+    /// message, they reach the models that read images, and make the roles that declare
+    /// `attachments` available.
+    pub attachments: Vec<Attachment>,
 }
 
 impl std::fmt::Debug for RunOptions {
@@ -125,6 +133,7 @@ impl std::fmt::Debug for RunOptions {
             .field("approver", &self.approver.as_ref().map(|_| "inline"))
             .field("judges", &self.judges)
             .field("budget", &self.budget)
+            .field("attachments", &self.attachments)
             .finish()
     }
 }
@@ -277,9 +286,15 @@ impl Loom {
             std::time::Duration::try_from_secs_f64(config.raw().execution.lease).map_err(|_| {
                 LoomError::from(config.error_at_root("execution.lease", "not a usable duration"))
             })?;
+        let attachments = &config.raw().execution.attachments;
         let mut engine = Engine::new(store, Arc::new(SystemClock))
             .with_artifacts(artifacts)
-            .with_lease(lease);
+            .with_lease(lease)
+            .with_attachment_limits(AttachmentLimits {
+                max_bytes: attachments.max_bytes,
+                types: attachments.types.clone(),
+                max_files: usize::try_from(attachments.max_files).unwrap_or(usize::MAX),
+            });
         if let Some(idempotency) = idempotency_store(&config)? {
             engine = engine.with_idempotency(idempotency);
         }
@@ -599,8 +614,51 @@ impl Loom {
             message: Message::user(message),
             judges: options.judges,
             budget: options.budget,
+            attachments: options.attachments,
         };
         Ok((runtime, begin))
+    }
+
+    /// Reads the file at `path` as an attachment for [`RunOptions::attachments`]: named after
+    /// the file, its media type read from its first bytes, else from its extension. Refused
+    /// (nothing read beyond the limit) when the file cannot be read, is larger than
+    /// `execution.attachments.max_bytes`, or is of a type that is not recognised or not in
+    /// `execution.attachments.types`; each refusal names the file and the limit.
+    pub fn read_attachment(&self, path: &Path) -> Result<Attachment, LoomError> {
+        use std::io::Read;
+        let shown = path.display();
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| shown.to_string());
+        let refused = |why: String| LoomError::Refused(why);
+        let unreadable =
+            |e: std::io::Error| refused(format!("attachment '{shown}' cannot be read: {e}"));
+        let limits = self.inner.engine.attachment_limits();
+        let file = std::fs::File::open(path).map_err(unreadable)?;
+        let size = file.metadata().map_err(unreadable)?.len();
+        if size > limits.max_bytes {
+            return Err(refused(format!(
+                "attachment '{name}' is {size} bytes, more than the limit of {} bytes \
+                 (execution.attachments.max_bytes)",
+                limits.max_bytes
+            )));
+        }
+        let mut bytes = Vec::new();
+        file.take(limits.max_bytes.saturating_add(1))
+            .read_to_end(&mut bytes)
+            .map_err(unreadable)?;
+        let attachment = Attachment::detect(name.clone(), bytes).ok_or_else(|| {
+            refused(format!(
+                "attachment '{name}': unsupported type (recognised neither from its content nor \
+                 from its extension; execution.attachments.types: {})",
+                limits.types.join(", ")
+            ))
+        })?;
+        limits
+            .check(std::slice::from_ref(&attachment))
+            .map_err(refused)?;
+        Ok(attachment)
     }
 
     fn agent(&self, name: &str, tenant: &str) -> Result<Arc<AgentRuntime>, LoomError> {

@@ -893,6 +893,7 @@ fn binding(
         None => None,
     };
     binding.context_window = model.capabilities.context_window;
+    binding.vision = model.capabilities.vision;
     Ok(binding)
 }
 

@@ -365,3 +365,69 @@ async fn recover_drives_runs_left_unfinished() {
     // Nothing left to recover.
     assert!(second.recover(None).await.unwrap().is_empty());
 }
+
+/// A 1×1 PNG.
+const PNG: &[u8] = &[
+    0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a, 0x00, 0x00, 0x00, 0x0d, 0x49, 0x48, 0x44, 0x52,
+    0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x01, 0x08, 0x06, 0x00, 0x00, 0x00, 0x1f, 0x15, 0xc4,
+    0x89, 0x00, 0x00, 0x00, 0x0d, 0x49, 0x44, 0x41, 0x54, 0x78, 0x9c, 0x63, 0xf8, 0xcf, 0xc0, 0xf0,
+    0x1f, 0x00, 0x05, 0x00, 0x01, 0xff, 0x89, 0x99, 0x3d, 0x1d, 0x00, 0x00, 0x00, 0x00, 0x49, 0x45,
+    0x4e, 0x44, 0xae, 0x42, 0x60, 0x82,
+];
+
+#[tokio::test]
+async fn attachments_are_read_stored_beside_the_journal_and_erased_with_the_session() {
+    let dir = tempfile::tempdir().unwrap();
+    let loom = loom(dir.path(), json!([{"text": "Vu."}]), EventsBackend::Jsonl);
+    // The content says PNG, whatever the extension says.
+    fs_write(dir.path(), "voiture.jpg", PNG);
+    let attachment = loom
+        .read_attachment(&dir.path().join("voiture.jpg"))
+        .unwrap();
+    assert_eq!(attachment.name, "voiture.jpg");
+    assert_eq!(attachment.media_type, "image/png");
+    assert_eq!(attachment.bytes, PNG);
+
+    let result = loom
+        .run(
+            "calc",
+            "Et ça ?",
+            RunOptions {
+                session_id: Some("s1".into()),
+                attachments: vec![attachment],
+                ..RunOptions::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert!(result.ok());
+    let run = loom.locate(&result.run_id, Some("s1"), None).await.unwrap();
+    let events = loom.events(&run).await.unwrap();
+    let Payload::ArtifactStored(stored) = &events[1].payload else {
+        panic!("artifact.stored follows run.started")
+    };
+    assert_eq!(stored.origin, "attachment");
+    let folder = dir.path().join("journal/.artifacts/default/s1");
+    assert_eq!(std::fs::read_dir(&folder).unwrap().count(), 1);
+
+    loom.delete_session("s1", None).await.unwrap();
+    assert!(
+        !folder.exists() || std::fs::read_dir(&folder).unwrap().count() == 0,
+        "the attachment is erased with the session"
+    );
+
+    // Unknown content with an unknown extension is refused, naming the file.
+    fs_write(dir.path(), "notes.xyz", b"plain words");
+    let Err(LoomError::Refused(message)) = loom.read_attachment(&dir.path().join("notes.xyz"))
+    else {
+        panic!("refused")
+    };
+    assert!(
+        message.starts_with("attachment 'notes.xyz': unsupported type"),
+        "{message}"
+    );
+}
+
+fn fs_write(dir: &std::path::Path, name: &str, bytes: &[u8]) {
+    std::fs::write(dir.join(name), bytes).unwrap();
+}

@@ -113,6 +113,7 @@ async fn waiting_tree(store: Arc<MemoryStore>) -> (RunRef, String) {
                 message: Message::user("Préviens Bob."),
                 judges: Default::default(),
                 budget: None,
+                attachments: Vec::new(),
             },
             &(),
         )

@@ -1,0 +1,512 @@
+//! Roles end to end through the `devis` example binary on the fake model, asserting on the
+//! journal: a role receives exactly the context it declares (the role models' scripts answer
+//! only when their single user message holds it, and lacks what is not declared), `$ref`
+//! between results, a terminal role whose answer is the run's, a vision role offered only to a
+//! run that carries an image (`loom run --attach`), `--attach` refusals, and roles refused when
+//! the configuration is loaded. Each test works on a copy of examples/devis in its own
+//! temporary directory, its `loom.yaml` rewritten with more fake models and its agent given
+//! `roles:`.
+
+// Helpers outside #[test] functions unwrap too: a panic there is a failed test.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use common::*;
+use std::{
+    fs,
+    path::Path,
+    process::{Command, Output},
+};
+
+use serde_json::{Value, json};
+
+const QUESTION: &str = "Quel prix TTC pour un devis de 1 250 € HT en rénovation (TVA à 10 %) ?";
+
+/// What `prix_ttc` answers for the question.
+const PRICE: &str = "1\u{202f}375 € TTC (1\u{202f}250 € HT + 125 € de TVA à 10 %)";
+
+/// The first words of the orchestrator's system prompt (examples/devis/prompts/devis.md).
+const ORCHESTRATOR_PROMPT: &str = "Tu es l'assistant « devis »";
+
+/// A 1×1 PNG.
+const PNG: &[u8] = &[
+    0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a, 0x00, 0x00, 0x00, 0x0d, 0x49, 0x48, 0x44, 0x52,
+    0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x01, 0x08, 0x06, 0x00, 0x00, 0x00, 0x1f, 0x15, 0xc4,
+    0x89, 0x00, 0x00, 0x00, 0x0d, 0x49, 0x44, 0x41, 0x54, 0x78, 0x9c, 0x63, 0xf8, 0xcf, 0xc0, 0xf0,
+    0x1f, 0x00, 0x05, 0x00, 0x01, 0xff, 0x89, 0x99, 0x3d, 0x1d, 0x00, 0x00, 0x00, 0x00, 0x49, 0x45,
+    0x4e, 0x44, 0xae, 0x42, 0x60, 0x82,
+];
+
+/// A fake model declaration for `models:` (its provider name is its id in capitals).
+fn model(id: &str, script: Value, vision: bool) -> String {
+    let capabilities = if vision {
+        "    capabilities: {vision: true}\n"
+    } else {
+        ""
+    };
+    format!(
+        "  - id: {id}\n    sdk: fake\n    model: {}\n{capabilities}    params:\n      script: {script}\n",
+        id.to_uppercase()
+    )
+}
+
+/// A copy of examples/devis whose orchestrator `fake-1` follows `orchestrator`, with the other
+/// `models` and the agent's `roles` (YAML items under `roles:`).
+fn project(
+    orchestrator: Value,
+    models: &[String],
+    roles: &str,
+    extra_root: &str,
+) -> tempfile::TempDir {
+    let dir = copy_example("devis");
+    let root = format!(
+        "version: 1\nmodels:\n{}{}storage:\n  events:\n    backend: jsonl\n    path: data\n\
+         telemetry:\n  logging: {{level: WARN}}\n{extra_root}",
+        model("fake-1", orchestrator, false),
+        models.concat()
+    );
+    fs::write(dir.path().join("loom.yaml"), root).unwrap();
+    let agent_file = dir.path().join("agents/devis.yaml");
+    let agent = fs::read_to_string(&agent_file).unwrap();
+    assert!(agent.ends_with("    side_effects: none\n"), "{agent}");
+    fs::write(&agent_file, format!("{agent}roles:\n{roles}")).unwrap();
+    dir
+}
+
+fn devis(dir: &Path, args: &[&str]) -> Output {
+    Command::new(devis_bin())
+        .current_dir(dir)
+        .env_remove("LOOM_PROFILE")
+        .env_remove("LOOM_LOG")
+        .args(["--config", "loom.yaml"])
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+/// `devis run devis QUESTION --run-id <run_id> <extra>`, which must complete; its stdout.
+fn completed_run(dir: &Path, run_id: &str, extra: &[&str]) -> String {
+    let out = devis(
+        dir,
+        &[&["run", "devis", QUESTION, "--run-id", run_id], extra].concat(),
+    );
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "stdout: {stdout}\nstderr: {stderr}");
+    assert!(stderr.contains("Status     : completed"), "{stderr}");
+    stdout
+}
+
+fn of_type<'a>(events: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    events.iter().filter(|e| e["type"] == kind).collect()
+}
+
+/// The event of `kind` for the call `call_id`.
+fn for_call<'a>(events: &'a [Value], kind: &str, call_id: &str) -> &'a Value {
+    events
+        .iter()
+        .find(|e| e["type"] == kind && e["payload"]["call_id"] == call_id)
+        .unwrap_or_else(|| panic!("no {kind} for {call_id}"))
+}
+
+/// The text of a `tool.completed` event's output.
+fn output_text(completed: &Value) -> String {
+    completed["payload"]["output"]["blocks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|b| b["text"].as_str())
+        .collect()
+}
+
+#[test]
+fn a_role_receives_exactly_its_declared_context() {
+    let orchestrator = json!([
+        {"tool_calls": [{"name": "prix_ttc", "arguments": {"montant_ht": 1250, "taux_tva": 10}}]},
+        {"tool_calls": [
+            {"name": "redige", "arguments": {"ton": "cordial"}},
+            {"name": "verifie", "arguments": {}},
+            {"name": "indiscret", "arguments": {}}
+        ]},
+        {"text": "Fini."}
+    ]);
+    // Each role model answers only a message that is exactly what its role declares.
+    let redige = json!([{
+        "text": "Madame, votre devis s'élève à 1 375 € TTC.",
+        "with_text": format!("Demande : {QUESTION}\nMontant : {PRICE}\nTon : cordial"),
+        "without_text": ORCHESTRATOR_PROMPT
+    }]);
+    let verifie = json!([{
+        "text": "Montant vérifié.",
+        "with_text": format!("<tool_results>\nprix_ttc: {PRICE}\n</tool_results>\n\n<arguments>\n{{}}\n</arguments>"),
+        "without_text": "rénovation"
+    }]);
+    // Declares the user's input, but answers only without it: its call must fail.
+    let indiscret = json!([{"text": "Je n'ai rien lu.", "without_text": "rénovation"}]);
+    let roles = r#"  - name: redige
+    description: Rédige la réponse au client.
+    model: fake-redige
+    system: Tu rédiges des lettres.
+    input_schema:
+      type: object
+      properties: {ton: {type: string}}
+      required: [ton]
+    context: [user_input, {tool_results: [prix_ttc]}]
+    input_template: "Demande : {{ context.user_input }}\nMontant : {{ context.tool_results.prix_ttc }}\nTon : {{ args.ton }}"
+  - name: verifie
+    description: Vérifie le montant.
+    model: fake-verifie
+    context: [{tool_results: [prix_ttc]}]
+  - name: indiscret
+    description: Lit la demande.
+    model: fake-indiscret
+    context: [user_input]
+"#;
+    let dir = project(
+        orchestrator,
+        &[
+            model("fake-redige", redige, false),
+            model("fake-verifie", verifie, false),
+            model("fake-indiscret", indiscret, false),
+        ],
+        roles,
+        "",
+    );
+    let stdout = completed_run(dir.path(), "ctx-1", &[]);
+    assert_eq!(stdout, "Fini.\n");
+    let events = journal(dir.path(), "ctx-1");
+
+    for (call_id, role, answer) in [
+        (
+            "fake_1_0",
+            "redige",
+            "Madame, votre devis s'élève à 1 375 € TTC.",
+        ),
+        ("fake_1_1", "verifie", "Montant vérifié."),
+    ] {
+        let called = for_call(&events, "tool.called", call_id);
+        assert_eq!(called["payload"]["tool_kind"], "role");
+        assert_eq!(called["payload"]["tool_name"], role);
+        let responded = for_call(&events, "model.responded", call_id);
+        assert_eq!(responded["role"], role);
+        assert_eq!(responded["payload"]["model"], format!("fake-{role}"));
+        assert_eq!(responded["parent_span_id"], called["span_id"]);
+        let completed = for_call(&events, "tool.completed", call_id);
+        assert_eq!(completed["payload"]["output"]["is_error"], false);
+        assert_eq!(output_text(completed), answer);
+    }
+    // The role that would have read the user's input got it, so its script had no answer.
+    assert!(
+        of_type(&events, "model.responded")
+            .iter()
+            .all(|e| e["payload"]["call_id"] != "fake_1_2")
+    );
+    let refused = for_call(&events, "tool.completed", "fake_1_2");
+    assert_eq!(refused["payload"]["output"]["is_error"], true);
+    assert_eq!(
+        output_text(refused),
+        "The role indiscret failed: script of model 'FAKE-INDISCRET' exhausted: reply #1 \
+         requested, 0 planned with these tools"
+    );
+    // Role calls are not orchestrator iterations.
+    let done = of_type(&events, "run.completed");
+    assert_eq!(done[0]["payload"]["iterations"], 3);
+}
+
+/// The roles of the `$ref` and terminal tests: `lettre` writes from the price it is passed.
+fn lettre(terminal: bool) -> String {
+    format!(
+        r#"  - name: lettre
+    description: Rédige la lettre du devis à partir du prix.
+    model: fake-lettre
+    system: Tu rédiges des lettres.
+    input_schema:
+      type: object
+      properties: {{montant: {{type: string}}}}
+      required: [montant]
+    input_template: "Lettre pour : {{{{ args.montant }}}}"
+    terminal: {terminal}
+"#
+    )
+}
+
+const LETTER: &str = "Madame, votre devis de rénovation s'élève à 1 375 € TTC.";
+
+fn lettre_model() -> String {
+    // Answers only when the whole result reached it through the reference.
+    model(
+        "fake-lettre",
+        json!([{"text": LETTER, "with_text": format!("Lettre pour : {PRICE}")}]),
+        false,
+    )
+}
+
+#[test]
+fn a_ref_passes_a_whole_earlier_result_to_a_role() {
+    let orchestrator = json!([
+        {"tool_calls": [{"name": "prix_ttc", "arguments": {"montant_ht": 1250, "taux_tva": 10}}]},
+        {"tool_calls": [{"name": "lettre", "arguments": {"montant": {"$ref": "result:1"}}}]},
+        {"text": "Lettre envoyée."}
+    ]);
+    let dir = project(orchestrator, &[lettre_model()], &lettre(false), "");
+    assert_eq!(completed_run(dir.path(), "ref-1", &[]), "Lettre envoyée.\n");
+    let events = journal(dir.path(), "ref-1");
+    let called = for_call(&events, "tool.called", "fake_1_0");
+    assert_eq!(
+        called["payload"]["arguments"],
+        json!({"montant": {"$ref": "result:1"}}),
+        "the journal keeps the model's reference"
+    );
+    assert_eq!(
+        called["payload"]["refs"],
+        json!([{"ref": "result:1", "call_id": "fake_0_0", "path": "/montant"}])
+    );
+    let responded = for_call(&events, "model.responded", "fake_1_0");
+    assert_eq!(responded["role"], "lettre");
+    assert_eq!(
+        output_text(for_call(&events, "tool.completed", "fake_1_0")),
+        LETTER
+    );
+    // The orchestrator was told how to reference results.
+    let first = &of_type(&events, "model.responded")[0];
+    assert_eq!(first["role"], "main");
+}
+
+#[test]
+fn a_terminal_role_alone_in_its_turn_answers_for_the_run() {
+    let orchestrator = json!([
+        {"tool_calls": [{"name": "prix_ttc", "arguments": {"montant_ht": 1250, "taux_tva": 10}}]},
+        {"tool_calls": [{"name": "lettre", "arguments": {"montant": {"$ref": "result:1"}}}]},
+        {"text": "never: the terminal role ends the run"}
+    ]);
+    let dir = project(orchestrator, &[lettre_model()], &lettre(true), "");
+    assert_eq!(
+        completed_run(dir.path(), "term-1", &[]),
+        format!("{LETTER}\n")
+    );
+    let events = journal(dir.path(), "term-1");
+    let completed = for_call(&events, "tool.completed", "fake_1_0");
+    let done = of_type(&events, "run.completed");
+    assert_eq!(done.len(), 1);
+    assert_eq!(done[0]["payload"]["output"], Value::Null);
+    assert_eq!(done[0]["payload"]["output_event_id"], completed["event_id"]);
+    assert_eq!(done[0]["payload"]["iterations"], 2);
+    assert_eq!(
+        of_type(&events, "model.responded")
+            .iter()
+            .filter(|e| e["role"] == "main")
+            .count(),
+        2,
+        "no orchestrator call after the terminal role"
+    );
+    let last: Vec<&str> = events[events.len() - 2..]
+        .iter()
+        .map(|e| e["type"].as_str().unwrap())
+        .collect();
+    assert_eq!(last, ["run.transitioned", "run.completed"]);
+
+    // The facade's result, as --json prints it.
+    let stdout = completed_run(dir.path(), "term-2", &["--json"]);
+    let result: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(result["status"], "completed");
+    assert_eq!(result["text"], LETTER);
+    assert_eq!(result["output"]["role"], "assistant");
+}
+
+/// A project whose agent has the vision role `decrit`.
+fn vision_project(extra_root: &str) -> tempfile::TempDir {
+    let orchestrator = json!([
+        {"text": "Pas d'image.", "without_tool": "decrit"},
+        {"tool_calls": [{"name": "decrit", "arguments": {}}], "with_tool": "decrit"},
+        {"text": "Image décrite.", "with_tool": "decrit"}
+    ]);
+    let eyes = json!([{
+        "text": "un point rouge",
+        "with_text": "<attachments>\n- photo.png (image/png)\n</attachments>\n\n<arguments>\n{}\n</arguments>"
+    }]);
+    let roles = r#"  - name: decrit
+    description: Décrit l'image jointe.
+    model: fake-eyes
+    system: Tu décris des images.
+    context: [attachments]
+"#;
+    let dir = project(
+        orchestrator,
+        &[model("fake-eyes", eyes, true)],
+        roles,
+        extra_root,
+    );
+    fs::write(dir.path().join("photo.png"), PNG).unwrap();
+    dir
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::{Digest, Sha256};
+    Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+#[test]
+fn a_vision_role_is_offered_only_when_the_run_carries_an_image() {
+    let dir = vision_project("");
+    // Without an image, the role is not offered: the orchestrator's script takes its
+    // `without_tool` reply.
+    assert_eq!(completed_run(dir.path(), "blind-1", &[]), "Pas d'image.\n");
+    let events = journal(dir.path(), "blind-1");
+    assert!(of_type(&events, "tool.called").is_empty());
+    assert!(of_type(&events, "artifact.stored").is_empty());
+
+    assert_eq!(
+        completed_run(dir.path(), "eyes-1", &["--attach", "photo.png"]),
+        "Image décrite.\n"
+    );
+    let events = journal(dir.path(), "eyes-1");
+    let kinds: Vec<&str> = events[..3]
+        .iter()
+        .map(|e| e["type"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["run.started", "artifact.stored", "message.user"]);
+    let uri = format!("artifact://default/eyes-1/{}.png", sha256_hex(PNG));
+    assert_eq!(
+        events[1]["payload"],
+        json!({
+            "type": "artifact.stored",
+            "uri": uri,
+            "media_type": "image/png",
+            "size": PNG.len(),
+            "name": "photo.png",
+            "origin": "attachment",
+            "call_id": null
+        })
+    );
+    let blocks = &events[2]["payload"]["message"]["blocks"];
+    assert_eq!(blocks[0]["text"], QUESTION);
+    assert_eq!(blocks[1]["type"], "artifact");
+    assert_eq!(blocks[1]["uri"], uri.as_str());
+    assert_eq!(
+        fs::read(dir.path().join(format!(
+            "data/.artifacts/default/eyes-1/{}.png",
+            sha256_hex(PNG)
+        )))
+        .unwrap(),
+        PNG
+    );
+    // The role was offered and called; its message listed the image (its script checks it),
+    // and its model, which reads images, was sent the image itself.
+    let called = for_call(&events, "tool.called", "fake_0_0");
+    assert_eq!(called["payload"]["tool_name"], "decrit");
+    let responded = for_call(&events, "model.responded", "fake_0_0");
+    assert_eq!(responded["role"], "decrit");
+    assert_eq!(
+        output_text(for_call(&events, "tool.completed", "fake_0_0")),
+        "un point rouge"
+    );
+    let journal_text = fs::read_to_string(dir.path().join("data/default/eyes-1.jsonl")).unwrap();
+    assert!(
+        !journal_text.contains("inline_data"),
+        "no file bytes in the journal"
+    );
+}
+
+#[test]
+fn attach_refusals_name_the_file_and_the_limit_and_write_nothing() {
+    let dir = vision_project("execution:\n  attachments: {max_bytes: 50}\n");
+    fs::write(dir.path().join("notes.txt"), "bonjour").unwrap();
+    fs::write(dir.path().join("blob"), [1u8, 2, 3]).unwrap();
+    for (file, message) in [
+        (
+            "photo.png",
+            "error: request refused: attachment 'photo.png' is 70 bytes, more than the limit of \
+             50 bytes (execution.attachments.max_bytes)",
+        ),
+        (
+            "notes.txt",
+            "error: request refused: attachment 'notes.txt': type text/plain is not accepted \
+             (execution.attachments.types: image/jpeg, image/png, image/gif, image/webp)",
+        ),
+        (
+            "blob",
+            "error: request refused: attachment 'blob': unsupported type (recognised neither \
+             from its content nor from its extension; execution.attachments.types: image/jpeg, \
+             image/png, image/gif, image/webp)",
+        ),
+    ] {
+        let out = devis(
+            dir.path(),
+            &["run", "devis", QUESTION, "--run-id", "r", "--attach", file],
+        );
+        assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+        assert_eq!(text(&out.stderr).trim_end(), message);
+        assert_eq!(text(&out.stdout), "");
+    }
+    let out = devis(
+        dir.path(),
+        &["run", "devis", QUESTION, "--attach", "missing.png"],
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr)
+            .starts_with("error: request refused: attachment 'missing.png' cannot be read: "),
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(!dir.path().join("data").exists(), "nothing was written");
+}
+
+#[test]
+fn roles_refused_at_load_are_located() {
+    let judged = r#"  - name: lettre
+    description: Rédige la lettre.
+    model: fake-lettre
+    input_schema:
+      type: object
+      properties: {montant: {type: string}}
+    judge:
+      model: fake-juge
+      criteria: [{name: poli, rule: La lettre est polie.}]
+"#;
+    let undeclared = r#"  - name: lettre
+    description: Rédige la lettre.
+    model: fake-lettre
+    input_schema:
+      type: object
+      properties: {montant: {type: string}}
+    input_template: "{{ context.user_input }} : {{ args.montant }}"
+"#;
+    let orchestrator = json!([{"text": "never"}]);
+    for (roles, message) in [
+        (
+            judged,
+            "config error: agents/devis.yaml:19:7 roles[0].judge: a judge on a role is not \
+             implemented in this version yet (judge the agent's final output with the agent's \
+             judge:)",
+        ),
+        (
+            undeclared,
+            "config error: agents/devis.yaml:18:21 roles[0].input_template: input_template uses \
+             'context.user_input', but the context of role 'lettre' does not declare 'user_input'",
+        ),
+    ] {
+        let dir = project(
+            orchestrator.clone(),
+            &[
+                model("fake-lettre", json!([{"text": "x"}]), false),
+                model("fake-juge", json!([{"text": "x"}]), false),
+            ],
+            roles,
+            "",
+        );
+        for args in [&["validate"][..], &["run", "devis", QUESTION]] {
+            let out = devis(dir.path(), args);
+            assert_eq!(
+                out.status.code(),
+                Some(2),
+                "{args:?}: {}",
+                text(&out.stderr)
+            );
+            assert_eq!(text(&out.stderr).trim_end(), message, "{args:?}");
+        }
+    }
+}
