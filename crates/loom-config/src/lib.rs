@@ -56,7 +56,7 @@ pub use model::{
     EventsBackend, EventsStorage, ExecutionConfig, FolderRight, FolderSpec, IdempotencyBackend,
     IdempotencyStorage, JsonObject, LlmSettings, LogFormat, LogLevel, LoggingConfig, LoomConfig,
     MainRole, McpScope, McpServerSpec, McpTransport, ModelApi, ModelCapabilities, ModelSpec,
-    Profile, Profiles, Sdk, StorageConfig, TelemetryConfig, ToolOverrides, ToolRef, ToolsExecution,
+    Profile, Profiles, Sdk, HttpServerConfig, ServerConfig, StorageConfig, TelemetryConfig, ToolOverrides, ToolRef, ToolsExecution,
 };
 
 /// Loads and validates the configuration at `path` (usually `loom.yaml`).
