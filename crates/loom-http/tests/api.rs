@@ -84,6 +84,14 @@ impl Server {
     }
 
     async fn start_with(adapt: impl FnOnce(Loom) -> Loom) -> Server {
+        Server::start_until(adapt, std::future::pending()).await.0
+    }
+
+    /// Serves until `shutdown` resolves; the handle resolves when the server has stopped.
+    async fn start_until(
+        adapt: impl FnOnce(Loom) -> Loom,
+        shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> (Server, tokio::task::JoinHandle<std::io::Result<()>>) {
         let _ = rustls::crypto::ring::default_provider().install_default();
         let dir = tempfile::tempdir().unwrap();
         let loom = Loom::new(config(dir.path())).unwrap();
@@ -97,17 +105,17 @@ impl Server {
             ..HttpServerConfig::default()
         };
         let served = loom.clone();
-        tokio::spawn(async move {
-            loom_http::serve(served, listener, &settings, std::future::pending())
-                .await
-                .unwrap();
-        });
-        Server {
+        let handle =
+            tokio::spawn(
+                async move { loom_http::serve(served, listener, &settings, shutdown).await },
+            );
+        let server = Server {
             base: format!("http://{address}/api/v1"),
             client: reqwest::Client::new(),
             loom,
             _dir: dir,
-        }
+        };
+        (server, handle)
     }
 
     async fn get(&self, path: &str) -> (StatusCode, Value) {
@@ -643,4 +651,71 @@ async fn a_running_run_is_cancelled() {
         .await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(body["cancelled"], false);
+}
+
+#[tokio::test]
+async fn a_graceful_shutdown_cancels_the_runs_in_flight_and_answers_them() {
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let (server, handle) = Server::start_until(|loom| loom, async move {
+        let _ = stopped.await;
+    })
+    .await;
+    let server = std::sync::Arc::new(server);
+    // A synchronous run that would take 5 s.
+    let request = {
+        let server = server.clone();
+        tokio::spawn(async move {
+            server
+                .post(
+                    "/agents/calc/runs",
+                    json!({"message": "long", "session_id": "s-stop", "run_id": "r-stop"}),
+                )
+                .await
+        })
+    };
+    let mut events = loop {
+        let response = server
+            .client
+            .get(format!(
+                "{}/runs/r-stop/events?session_id=s-stop",
+                server.base
+            ))
+            .send()
+            .await
+            .unwrap();
+        if response.status() == StatusCode::OK {
+            break Sse {
+                body: Box::pin(response.bytes_stream()),
+                buffer: Vec::new(),
+            };
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    while let Some(frame) = events.next().await {
+        if frame.event.as_deref() == Some("tool.called") {
+            break;
+        }
+    }
+    stop.send(()).unwrap();
+    // The open SSE stream ends, the in-flight request gets its (cancelled) result, the
+    // server stops, and the journal closes the run.
+    let _ = events.rest().await;
+    let (status, body) = tokio::time::timeout(Duration::from_secs(10), request)
+        .await
+        .expect("the in-flight request was not answered")
+        .unwrap();
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    assert_eq!(body["status"], "cancelled");
+    tokio::time::timeout(Duration::from_secs(10), handle)
+        .await
+        .expect("the server did not stop")
+        .unwrap()
+        .unwrap();
+    let run = server
+        .loom
+        .locate("r-stop", Some("s-stop"), None)
+        .await
+        .unwrap();
+    let journal = server.loom.events(&run).await.unwrap();
+    assert_eq!(journal.last().unwrap().event_type, "run.cancelled");
 }
