@@ -46,6 +46,7 @@ pub const CRATES: &[(&str, Layer)] = &[
     ("loom-testkit", Layer::Testkit),
     ("loom-ia", Layer::Facade),
     ("loom-cli", Layer::Access),
+    ("loom-http", Layer::Access),
     ("xtask", Layer::Tooling),
 ];
 
@@ -161,8 +162,9 @@ impl Layer {
                 ..free
             },
             Access => Rule {
-                loom_layers: &[Facade],
-                loom_reason: "access crates go through the facade loom-ia, \
+                loom_layers: &[Facade, Access],
+                loom_reason: "access crates go through the facade loom-ia (the CLI may \
+                              mount another access crate, such as loom-http for `loom serve`), \
                               never directly to the engine or an adapter",
                 ..free
             },

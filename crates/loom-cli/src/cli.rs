@@ -214,6 +214,15 @@ enum Command {
         #[command(subcommand)]
         command: SessionsCommand,
     },
+    /// Serve the REST API with SSE (`server.http` of the configuration) until Ctrl-C or SIGTERM.
+    Serve {
+        /// Address to listen on (default `server.http.host`).
+        #[arg(long)]
+        host: Option<String>,
+        /// Port to listen on (default `server.http.port`; `0`: a free port).
+        #[arg(long)]
+        port: Option<u16>,
+    },
     /// Print the JSON Schema of the configuration.
     Schema,
 }
@@ -346,9 +355,75 @@ pub(crate) async fn execute(cli: Cli, app: App) -> u8 {
             tenant,
         } => steer(&loom, &run_id, &message, &At::new(session, tenant)).await,
         Command::Sessions { command } => sessions(&loom, command).await,
+        Command::Serve { host, port } => serve(&loom, host, port).await,
     };
     loom.shutdown().await;
     outcome.unwrap_or_else(|error| fail(&error))
+}
+
+/// `loom serve`: the REST API until Ctrl-C or SIGTERM; in-flight runs are then cancelled
+/// (their journals close them) and open requests finish.
+async fn serve(loom: &Loom, host: Option<String>, port: Option<u16>) -> Result<u8, LoomError> {
+    if loom.config().profile() == Some(Profile::Prod) {
+        eprintln!(
+            "error: loom serve is refused under the prod profile: the API would be open \
+             (API keys, security.api_keys, are not implemented in this version yet)"
+        );
+        return Ok(REFUSED);
+    }
+    let mut settings = loom.config().raw().server.http.clone();
+    if let Some(host) = host {
+        settings.host = host;
+    }
+    if let Some(port) = port {
+        settings.port = port;
+    }
+    let (listener, address) = match loom_http::bind(&settings.host, settings.port).await {
+        Ok(bound) => bound,
+        Err(error) => {
+            eprintln!(
+                "error: cannot listen on {}:{}: {error}",
+                settings.host, settings.port
+            );
+            return Ok(FAILED);
+        }
+    };
+    tracing::warn!("the REST API is open: no API key is required (tenant 'default', every scope)");
+    eprintln!("Listening on http://{address}");
+    match loom_http::serve(loom.clone(), listener, &settings, stop_signal()).await {
+        Ok(()) => Ok(OK),
+        Err(error) => {
+            eprintln!("error: the server stopped: {error}");
+            Ok(FAILED)
+        }
+    }
+}
+
+/// Resolves on Ctrl-C or, on Unix, SIGTERM.
+async fn stop_signal() {
+    #[cfg(unix)]
+    {
+        let mut terminate = match tokio::signal::unix::signal(
+            tokio::signal::unix::SignalKind::terminate(),
+        ) {
+            Ok(signal) => signal,
+            Err(error) => {
+                tracing::warn!(%error, "SIGTERM cannot be caught: only Ctrl-C stops the server");
+                let _ = tokio::signal::ctrl_c().await;
+                eprintln!("Stopping.");
+                return;
+            }
+        };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = terminate.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+    eprintln!("Stopping.");
 }
 
 fn fail(error: &LoomError) -> u8 {

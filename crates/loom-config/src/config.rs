@@ -1055,6 +1055,26 @@ fn check_sections(doc: &Doc, raw: &LoomConfig) -> Result<(), ConfigError> {
             NOT_POSITIVE.into(),
         ));
     }
+    let http = &raw.server.http;
+    let hp = KeyPath::root().key("server").key("http");
+    let usable_prefix = |path: &str| {
+        path.starts_with('/') && !path.ends_with('/') && !path.contains(['?', '#', ' '])
+    };
+    if !http.base_path.is_empty() && !usable_prefix(&http.base_path) {
+        return Err(invalid(
+            &hp.key("base_path"),
+            format!(
+                "base_path '{}' must be empty or a path starting with '/' (without a trailing '/')",
+                http.base_path
+            ),
+        ));
+    }
+    if http.host.trim().is_empty() {
+        return Err(invalid(&hp.key("host"), "host must not be empty".into()));
+    }
+    if http.max_body_bytes == 0 {
+        return Err(invalid(&hp.key("max_body_bytes"), NOT_POSITIVE.into()));
+    }
     let logging = &raw.telemetry.logging;
     if logging.level().is_none() {
         return Err(invalid(
@@ -1336,7 +1356,6 @@ fn not_yet(path: &KeyPath, field: &str) -> &'static str {
         "tool_sources",
         "sessions",
         "security",
-        "server",
         "triggers",
         "expose",
         "stream_output",
@@ -1360,6 +1379,9 @@ fn not_yet(path: &KeyPath, field: &str) -> &'static str {
     let parent = &path.0[..path.0.len().saturating_sub(1)];
     let in_tenant = matches!(parent, [yaml::Seg::Key(k), yaml::Seg::Index(_)] if k == "tenants");
     let in_main = matches!(parent.last(), Some(yaml::Seg::Key(k)) if k == "main");
+    let in_server = matches!(parent, [yaml::Seg::Key(k)] if k == "server");
+    let in_http =
+        matches!(parent, [yaml::Seg::Key(s), yaml::Seg::Key(h)] if s == "server" && h == "http");
     let in_tool = matches!(
         parent,
         [.., yaml::Seg::Key(k), yaml::Seg::Index(_)] if k == "tools"
@@ -1375,7 +1397,11 @@ give the tool an 'output' contract"
         } else {
             ""
         }
-    } else if (in_main && field == "context") || LATER.contains(&field) {
+    } else if (in_server && field == "mcp")
+        || (in_http && field == "docs")
+        || (in_main && field == "context")
+        || LATER.contains(&field)
+    {
         HINT
     } else {
         ""

@@ -54,10 +54,11 @@ pub use guards::{
 pub use model::{
     AgentApproval, AgentSpec, ArtifactsBackend, ArtifactsStorage, AttachmentsExecution,
     CaptureConfig, CircuitBreaker, DEFAULT_ATTACHMENT_TYPES, EventsBackend, EventsStorage,
-    ExecutionConfig, FolderRight, FolderSpec, IdempotencyBackend, IdempotencyStorage, JsonObject,
-    LlmSettings, LogFormat, LogLevel, LoggingConfig, LoomConfig, MainRole, McpScope, McpServerSpec,
-    McpTransport, ModelApi, ModelCapabilities, ModelSpec, Profile, Profiles, Sdk, StorageConfig,
-    TelemetryConfig, ToolOverrides, ToolRef, ToolsExecution,
+    ExecutionConfig, FolderRight, FolderSpec, HttpServerConfig, IdempotencyBackend,
+    IdempotencyStorage, JsonObject, LlmSettings, LogFormat, LogLevel, LoggingConfig, LoomConfig,
+    MainRole, McpScope, McpServerSpec, McpTransport, ModelApi, ModelCapabilities, ModelSpec,
+    Profile, Profiles, Sdk, ServerConfig, StorageConfig, TelemetryConfig, ToolOverrides, ToolRef,
+    ToolsExecution,
 };
 
 /// Loads and validates the configuration at `path` (usually `loom.yaml`).

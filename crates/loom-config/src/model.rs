@@ -65,6 +65,9 @@ pub struct LoomConfig {
     /// Declared tenants; without the list, only the tenant `default` exists.
     #[serde(default)]
     pub tenants: Vec<TenantSpec>,
+    /// Servers started by `loom serve`.
+    #[serde(default)]
+    pub server: ServerConfig,
 }
 
 impl Default for LoomConfig {
@@ -83,6 +86,7 @@ impl Default for LoomConfig {
             budgets: Budgets::default(),
             telemetry: TelemetryConfig::default(),
             tenants: Vec::new(),
+            server: ServerConfig::default(),
         }
     }
 }
@@ -913,6 +917,41 @@ impl Default for AttachmentsExecution {
             max_bytes: 5_242_880,
             types: DEFAULT_ATTACHMENT_TYPES.map(str::to_owned).to_vec(),
             max_files: 10,
+        }
+    }
+}
+
+/// Servers (`server`). Only the REST server (`http`) exists in this version.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerConfig {
+    /// The REST API with SSE (`loom serve`).
+    pub http: HttpServerConfig,
+}
+
+/// The REST server (`server.http`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct HttpServerConfig {
+    /// Address to listen on.
+    pub host: String,
+    /// Port to listen on (`0`: a free port, printed at start).
+    pub port: u16,
+    /// Prefix of every route (`""`, or a path starting with `/`); routes live under
+    /// `<base_path>/v1`.
+    pub base_path: String,
+    /// Largest request body accepted, in bytes (larger → 413).
+    #[schemars(extend("exclusiveMinimum" = 0))]
+    pub max_body_bytes: u64,
+}
+
+impl Default for HttpServerConfig {
+    fn default() -> Self {
+        HttpServerConfig {
+            host: "127.0.0.1".to_owned(),
+            port: 8000,
+            base_path: String::new(),
+            max_body_bytes: 134_217_728,
         }
     }
 }

@@ -28,7 +28,7 @@ fn unknown_root_key() {
         refused(root, &[]),
         "loom.yaml:2:1 sessions: unknown key 'sessions' (expected one of: version, \
          profile, profiles, agents_dir, prompts_dir, models, mcp_servers, agents, storage, execution, \
-         budgets, telemetry, tenants) — this part of the Loom-IA format is not implemented in this version yet"
+         budgets, telemetry, tenants, server) — this part of the Loom-IA format is not implemented in this version yet"
     );
 }
 
@@ -1007,4 +1007,53 @@ fn judge_on_a_tool_is_explained() {
          are not judged: judges apply to an agent's answer or a role's; give the tool an 'output' \
          contract"
     );
+}
+
+#[test]
+fn server_http_is_read_with_defaults() {
+    let config = load_str(
+        &format!("{MODELS}server:\n  http:\n    port: 9001\n"),
+        &[],
+        None,
+        &no_env,
+    )
+    .unwrap();
+    let http = &config.raw().server.http;
+    assert_eq!((http.host.as_str(), http.port), ("127.0.0.1", 9001));
+    assert_eq!(http.base_path, "");
+    assert_eq!(http.max_body_bytes, 134_217_728);
+}
+
+#[test]
+fn server_base_path_must_start_with_a_slash() {
+    let message = refused(
+        &format!("{MODELS}server:\n  http:\n    base_path: api\n"),
+        &[],
+    );
+    assert!(
+        message.starts_with("loom.yaml:8:16 server.http.base_path: base_path 'api' must be empty or a path starting with '/'"),
+        "{message}"
+    );
+}
+
+#[test]
+fn server_mcp_and_security_are_not_implemented_yet() {
+    for (root, key) in [
+        (
+            format!("{MODELS}server:\n  mcp:\n    http: true\n"),
+            "server.mcp",
+        ),
+        (format!("{MODELS}security:\n  api_keys: []\n"), "security"),
+        (format!("{MODELS}triggers: []\n"), "triggers"),
+    ] {
+        let message = refused(&root, &[]);
+        assert!(
+            message.contains(&format!(" {key}: unknown key")),
+            "{message}"
+        );
+        assert!(
+            message.ends_with("not implemented in this version yet"),
+            "{message}"
+        );
+    }
 }

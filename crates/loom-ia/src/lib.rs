@@ -35,6 +35,7 @@
 pub mod budget;
 mod clock;
 mod error;
+pub mod follow;
 mod loom;
 #[cfg(feature = "mcp")]
 mod mcp;

@@ -1202,6 +1202,11 @@ impl Loom {
         }
     }
 
+    /// The journal this instance writes to.
+    pub(crate) fn event_store(&self) -> Arc<dyn EventStore> {
+        self.inner.engine.store().clone()
+    }
+
     /// The run as a tree of steps, model calls and tool calls (what `loom inspect` shows).
     pub async fn trace(&self, run: &RunRef) -> Result<report::Trace, LoomError> {
         let events = self.events(run).await?;

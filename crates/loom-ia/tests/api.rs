@@ -431,3 +431,54 @@ async fn attachments_are_read_stored_beside_the_journal_and_erased_with_the_sess
 fn fs_write(dir: &std::path::Path, name: &str, bytes: &[u8]) {
     std::fs::write(dir.join(name), bytes).unwrap();
 }
+
+#[tokio::test]
+async fn follow_replays_a_run_from_a_seq_and_ends_after_its_terminal_event() {
+    use futures_util::StreamExt;
+
+    let dir = tempfile::tempdir().unwrap();
+    let loom = follow_loom(dir.path());
+    let result = loom
+        .run("echo", "Salut", loom_ia::RunOptions::default())
+        .await
+        .unwrap();
+    let run = loom.locate(&result.run_id, None, None).await.unwrap();
+    let journal: Vec<u64> = loom
+        .events(&run)
+        .await
+        .unwrap()
+        .iter()
+        .map(|e| e.seq)
+        .collect();
+
+    let all: Vec<u64> = loom.follow(&run, 0).map(|e| e.unwrap().seq).collect().await;
+    assert_eq!(all, journal);
+    let tail: Vec<u64> = loom
+        .follow(&run, journal[1])
+        .map(|e| e.unwrap().seq)
+        .collect()
+        .await;
+    assert_eq!(tail, journal[2..].to_vec());
+    let after_end: Vec<_> = loom.follow(&run, *journal.last().unwrap()).collect().await;
+    assert!(after_end.is_empty());
+
+    let unknown = loom_ia::RunRef {
+        run_id: "nope".into(),
+        ..run.clone()
+    };
+    let errors: Vec<_> = loom.follow(&unknown, 0).collect().await;
+    assert!(matches!(
+        errors.as_slice(),
+        [Err(loom_ia::LoomError::UnknownRun(id))] if id == "nope"
+    ));
+}
+
+fn follow_loom(dir: &std::path::Path) -> loom_ia::Loom {
+    use loom_ia::config::{AgentSpec, Config, LoomConfig, ModelSpec, Sdk};
+    let raw = LoomConfig {
+        models: vec![ModelSpec::new("fake-1", Sdk::Fake, "FAKE")],
+        agents: vec![AgentSpec::new("echo", "fake-1")],
+        ..LoomConfig::default()
+    };
+    loom_ia::Loom::new(Config::new(raw, dir.to_path_buf()).unwrap()).unwrap()
+}

@@ -1,0 +1,146 @@
+//! `loom serve` end to end: the real binary on a free port (`--port 0`, the address read from
+//! stderr), one run over HTTP, a graceful stop on SIGTERM, and the refusal under `prod`.
+
+// Helpers outside #[test] functions unwrap too: a panic there is a failed test.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::{
+    io::{BufRead, BufReader, Read, Write},
+    net::TcpStream,
+    process::{Command, Stdio},
+    time::Duration,
+};
+
+use common::loom_bin;
+use serde_json::Value;
+
+const CONFIG: &str = "\
+version: 1
+models:
+  - id: fake-1
+    sdk: fake
+    model: FAKE
+    params:
+      script:
+        - text: Bonjour depuis le serveur.
+agents:
+  - name: hello
+    description: Says hello.
+    main: {model: fake-1}
+storage:
+  events: {backend: jsonl, path: data}
+telemetry:
+  logging: {level: WARN}
+";
+
+fn project() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("loom.yaml"), CONFIG).unwrap();
+    dir
+}
+
+/// One HTTP/1.1 request on a fresh connection; returns the status code and the body.
+fn request(address: &str, method: &str, path: &str, body: &str) -> (u16, String) {
+    let mut stream = TcpStream::connect(address).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    write!(
+        stream,
+        "{method} {path} HTTP/1.1\r\nHost: {address}\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let status = response[9..12].parse().unwrap();
+    let (_, body) = response.split_once("\r\n\r\n").unwrap();
+    (status, body.to_owned())
+}
+
+#[test]
+fn loom_serve_answers_a_run_and_stops_on_sigterm() {
+    let dir = project();
+    let mut child = Command::new(loom_bin())
+        .current_dir(dir.path())
+        .args(["--config", "loom.yaml", "serve", "--port", "0"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let mut address = None;
+    let mut line = String::new();
+    while stderr.read_line(&mut line).unwrap() > 0 {
+        if let Some(rest) = line.trim().strip_prefix("Listening on http://") {
+            address = Some(rest.to_owned());
+            break;
+        }
+        line.clear();
+    }
+    let Some(address) = address else {
+        let _ = child.kill();
+        panic!("no 'Listening on' line on stderr");
+    };
+    assert!(address.starts_with("127.0.0.1:"), "{address}");
+    assert_ne!(address, "127.0.0.1:0");
+
+    let (status, body) = request(
+        &address,
+        "POST",
+        "/v1/agents/hello/runs",
+        r#"{"message": "Salut", "session_id": "s1"}"#,
+    );
+    assert_eq!(status, 201, "{body}");
+    let result: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(result["status"], "completed");
+    assert_eq!(result["text"], "Bonjour depuis le serveur.");
+    assert!(dir.path().join("data/default/s1.jsonl").exists());
+
+    let (status, body) = request(&address, "GET", "/v1/agents", "");
+    assert_eq!(status, 200);
+    assert_eq!(
+        serde_json::from_str::<Value>(&body).unwrap(),
+        serde_json::json!([{"name": "hello", "description": "Says hello."}])
+    );
+
+    // SIGTERM: a graceful stop, exit code 0.
+    let killed = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let mut rest = String::new();
+    stderr.read_to_string(&mut rest).unwrap();
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{status:?}: {rest}");
+    assert!(rest.contains("Stopping."), "{rest}");
+}
+
+#[test]
+fn loom_serve_is_refused_under_prod_while_keys_do_not_exist() {
+    let dir = project();
+    let output = Command::new(loom_bin())
+        .current_dir(dir.path())
+        .args([
+            "--config",
+            "loom.yaml",
+            "--profile",
+            "prod",
+            "serve",
+            "--port",
+            "0",
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("refused under the prod profile"),
+        "{stderr}"
+    );
+}

@@ -1,0 +1,166 @@
+//! The API's errors: an HTTP status, a stable `kind`, a message, and `Retry-After` when
+//! retrying later can succeed.
+
+use axum::{
+    Json,
+    extract::rejection::{JsonRejection, QueryRejection},
+    http::{HeaderValue, StatusCode, header},
+    response::{IntoResponse, Response},
+};
+use loom_ia::LoomError;
+use serde_json::json;
+
+/// An error answered as `{"error": {"kind": ..., "message": ...}}`.
+///
+/// `kind` is stable and chosen by the error's variant, never by its text:
+///
+/// | kind | status | from |
+/// |---|---|---|
+/// | `unknown_agent` | 404 | [`LoomError::UnknownAgent`] |
+/// | `unknown_run` | 404 | [`LoomError::UnknownRun`] |
+/// | `unknown_session` | 404 | [`LoomError::UnknownSession`] |
+/// | `refused` | 409 | [`LoomError::Refused`] (run exists, nothing to approve, unusable id) |
+/// | `conflict` | 409 + `Retry-After` | [`LoomError::Conflict`] (the run is driven elsewhere) |
+/// | `budget_exhausted` | 429 + `Retry-After` | [`LoomError::BudgetExhausted`] |
+/// | `config` | 500 | [`LoomError::Config`] |
+/// | `registration` | 500 | [`LoomError::Registration`] |
+/// | `journal` | 500 | [`LoomError::Journal`] |
+/// | `engine` | 500 | [`LoomError::Engine`] |
+/// | `invalid_body` | 422 | a body that is not the expected JSON |
+/// | `body_too_large` | 413 | a body over `server.http.max_body_bytes` |
+/// | `invalid_query` | 422 | an unusable query string |
+/// | `invalid_header` | 422 | an unusable header (`Last-Event-ID`) |
+/// | `not_found` | 404 | no such route |
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{kind}: {message}")]
+pub struct ApiError {
+    /// HTTP status.
+    pub status: StatusCode,
+    /// Stable classification.
+    pub kind: &'static str,
+    /// What went wrong, for a human.
+    pub message: String,
+    /// Seconds after which retrying can succeed (`Retry-After`).
+    pub retry_after: Option<u64>,
+}
+
+impl ApiError {
+    /// An error without `Retry-After`.
+    pub fn new(status: StatusCode, kind: &'static str, message: impl Into<String>) -> ApiError {
+        ApiError {
+            status,
+            kind,
+            message: message.into(),
+            retry_after: None,
+        }
+    }
+
+    /// A request body the API cannot use (422).
+    pub fn invalid_body(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_body", message)
+    }
+
+    /// A request body over `server.http.max_body_bytes` (413).
+    pub fn too_large() -> ApiError {
+        ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "body_too_large",
+            "the request body is larger than server.http.max_body_bytes",
+        )
+    }
+
+    /// The error answered for `error`; `lease_seconds` is the run lease, after which a run
+    /// driven elsewhere can be claimed again.
+    pub fn from_loom(error: &LoomError, lease_seconds: u64) -> ApiError {
+        let message = error.to_string();
+        let (status, kind, retry_after) = match error {
+            LoomError::UnknownAgent { .. } => (StatusCode::NOT_FOUND, "unknown_agent", None),
+            LoomError::UnknownRun(_) => (StatusCode::NOT_FOUND, "unknown_run", None),
+            LoomError::UnknownSession(_) => (StatusCode::NOT_FOUND, "unknown_session", None),
+            LoomError::Refused(_) => (StatusCode::CONFLICT, "refused", None),
+            LoomError::Conflict(_) => (StatusCode::CONFLICT, "conflict", Some(lease_seconds)),
+            LoomError::BudgetExhausted { retry_in, .. } => (
+                StatusCode::TOO_MANY_REQUESTS,
+                "budget_exhausted",
+                Some(retry_in.as_secs() + u64::from(retry_in.subsec_nanos() > 0)),
+            ),
+            LoomError::Config(_) => (StatusCode::INTERNAL_SERVER_ERROR, "config", None),
+            LoomError::Registration(_) => (StatusCode::INTERNAL_SERVER_ERROR, "registration", None),
+            LoomError::Journal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "journal", None),
+            LoomError::Engine(_) => (StatusCode::INTERNAL_SERVER_ERROR, "engine", None),
+        };
+        if status.is_server_error() {
+            tracing::error!(%error, kind, "request failed");
+        }
+        ApiError {
+            status,
+            kind,
+            message,
+            retry_after: retry_after.map(|seconds| seconds.max(1)),
+        }
+    }
+
+    /// The JSON body, also sent as an SSE `error` event.
+    pub fn body(&self) -> serde_json::Value {
+        json!({"error": {"kind": self.kind, "message": self.message}})
+    }
+}
+
+impl From<JsonRejection> for ApiError {
+    fn from(rejection: JsonRejection) -> ApiError {
+        if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::too_large()
+        } else {
+            ApiError::invalid_body(rejection.body_text())
+        }
+    }
+}
+
+impl From<QueryRejection> for ApiError {
+    fn from(rejection: QueryRejection) -> ApiError {
+        ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_query",
+            rejection.body_text(),
+        )
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut response = (self.status, Json(self.body())).into_response();
+        if let Some(seconds) = self.retry_after {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+        }
+        response
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A run driven elsewhere (no HTTP route can make one in a single process): 409 with the
+    /// lease as `Retry-After`, classified by variant whatever the message says.
+    #[test]
+    fn a_claim_conflict_is_409_with_retry_after() {
+        let error = LoomError::Conflict("run r1 is claimed by worker w2".into());
+        let api = ApiError::from_loom(&error, 60);
+        assert_eq!(
+            (api.status, api.kind, api.retry_after),
+            (StatusCode::CONFLICT, "conflict", Some(60))
+        );
+        let response = api.into_response();
+        assert_eq!(response.headers()[header::RETRY_AFTER], "60");
+
+        let refused = ApiError::from_loom(&LoomError::Refused("conflict".into()), 60);
+        assert_eq!((refused.kind, refused.retry_after), ("refused", None));
+        let unknown = ApiError::from_loom(&LoomError::UnknownRun("refused".into()), 60);
+        assert_eq!(
+            (unknown.status, unknown.kind),
+            (StatusCode::NOT_FOUND, "unknown_run")
+        );
+    }
+}

@@ -1,0 +1,94 @@
+//! # loom-http
+//!
+//! The Loom REST API (`loom serve`): agents, runs (synchronous or in the background), run
+//! results, approvals, cancellation, and a run's events as Server-Sent Events — every route
+//! under `<base_path>/v1`, over a shared [`loom_ia::Loom`].
+//!
+//! This version serves the API **open** (no `security.api_keys` yet): every request acts for
+//! the tenant `default` with every scope, as the reference does when no key is declared.
+//! Errors are JSON `{"error": {"kind": "...", "message": "..."}}` with a stable `kind` per
+//! error variant (see [`ApiError`]).
+
+mod error;
+mod routes;
+mod sse;
+
+use std::{future::Future, net::SocketAddr};
+
+use axum::{Router, extract::DefaultBodyLimit};
+use loom_ia::{Loom, config::HttpServerConfig};
+use tokio::{net::TcpListener, sync::watch};
+
+pub use error::ApiError;
+
+/// How often an idle SSE stream sends a keep-alive comment.
+pub const KEEP_ALIVE: std::time::Duration = std::time::Duration::from_secs(15);
+
+/// What every handler shares.
+#[derive(Clone, Debug)]
+pub(crate) struct AppState {
+    pub(crate) loom: Loom,
+    /// Turns `true` when the server shuts down: open SSE streams end.
+    pub(crate) closing: watch::Receiver<bool>,
+}
+
+impl AppState {
+    /// Resolves when the server starts shutting down (never, for a router served without
+    /// [`serve`]).
+    pub(crate) async fn closed(mut closing: watch::Receiver<bool>) {
+        loop {
+            if *closing.borrow_and_update() {
+                return;
+            }
+            if closing.changed().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        }
+    }
+}
+
+/// The API's router for `loom`, with its routes under `<base_path>/v1` and the request body
+/// limit of `settings` (`host` and `port` are the listener's business).
+pub fn router(loom: Loom, settings: &HttpServerConfig) -> Router {
+    let (_closing, receiver) = watch::channel(false);
+    build(loom, settings, receiver)
+}
+
+fn build(loom: Loom, settings: &HttpServerConfig, closing: watch::Receiver<bool>) -> Router {
+    let limit = usize::try_from(settings.max_body_bytes).unwrap_or(usize::MAX);
+    let prefix = format!("{}/v1", settings.base_path);
+    Router::new()
+        .nest(&prefix, routes::v1())
+        .fallback(routes::not_found)
+        .layer(DefaultBodyLimit::max(limit))
+        .with_state(AppState { loom, closing })
+}
+
+/// Serves the API on `listener` until `shutdown` resolves, then shuts down gracefully: it
+/// stops accepting connections, cancels the runs `loom` is driving ([`Loom::cancel_all`], so
+/// their journals close them as cancelled and a synchronous request still gets its result),
+/// ends open SSE streams, and waits for in-flight requests.
+pub async fn serve(
+    loom: Loom,
+    listener: TcpListener,
+    settings: &HttpServerConfig,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let (closing, receiver) = watch::channel(false);
+    let app = build(loom.clone(), settings, receiver);
+    axum::serve(listener, app)
+        .with_graceful_shutdown(async move {
+            shutdown.await;
+            tracing::info!("shutting down: cancelling the runs in flight");
+            loom.cancel_all();
+            let _ = closing.send(true);
+        })
+        .await
+}
+
+/// Binds `host:port` (`port` 0: a free port).
+pub async fn bind(host: &str, port: u16) -> std::io::Result<(TcpListener, SocketAddr)> {
+    let listener = TcpListener::bind((host, port)).await?;
+    let address = listener.local_addr()?;
+    Ok((listener, address))
+}

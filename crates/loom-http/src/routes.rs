@@ -1,0 +1,273 @@
+//! The `/v1` routes: agents, runs, decisions, cancellation.
+
+use axum::{
+    Json, Router,
+    body::Bytes,
+    extract::{
+        Path, Query, State,
+        rejection::{BytesRejection, JsonRejection, QueryRejection},
+    },
+    http::{StatusCode, Uri},
+    response::{IntoResponse, Response},
+    routing::{get, post},
+};
+use loom_ia::{JudgeMode, Loom, LoomError, RunOptions, RunRef};
+use serde::Deserialize;
+use serde_json::{Map, Value, json};
+
+use crate::{AppState, error::ApiError};
+
+/// Who decides or cancels when the request does not say (the API is open: no key names the
+/// caller).
+const DEFAULT_BY: &str = "api";
+
+pub(crate) fn v1() -> Router<AppState> {
+    Router::new()
+        .route("/agents", get(agents))
+        .route("/agents/{name}/runs", post(create_run))
+        .route("/runs/{run_id}", get(run_result))
+        .route("/runs/{run_id}/events", get(crate::sse::events))
+        .route("/runs/{run_id}/approve", post(approve))
+        .route("/runs/{run_id}/reject", post(reject))
+        .route("/runs/{run_id}/cancel", post(cancel))
+}
+
+/// No route matched.
+pub(crate) async fn not_found(uri: Uri) -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        "not_found",
+        format!("no route for {}", uri.path()),
+    )
+}
+
+/// The run lease in whole seconds: how long a run driven elsewhere stays claimed.
+pub(crate) fn lease_seconds(loom: &Loom) -> u64 {
+    let lease = loom.config().raw().execution.lease;
+    if lease.is_finite() && lease > 0.0 {
+        // A finite positive lease in seconds fits: configs are checked at load.
+        lease.ceil().min(u64::MAX as f64) as u64
+    } else {
+        1
+    }
+}
+
+pub(crate) fn loom_error(loom: &Loom, error: &LoomError) -> ApiError {
+    ApiError::from_loom(error, lease_seconds(loom))
+}
+
+async fn agents(State(state): State<AppState>) -> Json<Value> {
+    let agents: Vec<Value> = state
+        .loom
+        .config()
+        .agents()
+        .iter()
+        .map(|agent| json!({"name": agent.name, "description": agent.description}))
+        .collect();
+    Json(Value::Array(agents))
+}
+
+/// `POST /agents/{name}/runs`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RunRequest {
+    message: String,
+    #[serde(default)]
+    session_id: Option<String>,
+    #[serde(default)]
+    run_id: Option<String>,
+    #[serde(default)]
+    user_id: Option<String>,
+    #[serde(default)]
+    metadata: Option<Map<String, Value>>,
+    #[serde(default)]
+    judges: Option<String>,
+    #[serde(default)]
+    background: bool,
+}
+
+async fn create_run(
+    State(state): State<AppState>,
+    Path(agent): Path<String>,
+    body: Result<Json<RunRequest>, JsonRejection>,
+) -> Result<Response, ApiError> {
+    let Json(request) = body?;
+    if request.message.is_empty() {
+        return Err(ApiError::invalid_body("message must not be empty"));
+    }
+    let judges = match request.judges.as_deref() {
+        None => JudgeMode::Auto,
+        Some(text) => text
+            .parse::<JudgeMode>()
+            .map_err(|_| ApiError::invalid_body("judges must be auto, force or skip"))?,
+    };
+    let options = RunOptions {
+        session_id: request.session_id,
+        run_id: request.run_id,
+        user_id: request.user_id,
+        metadata: request.metadata.unwrap_or_default(),
+        judges,
+        ..RunOptions::default()
+    };
+    let loom = &state.loom;
+    if request.background {
+        let run = loom
+            .submit(&agent, request.message, options)
+            .await
+            .map_err(|e| loom_error(loom, &e))?;
+        let status = loom
+            .result(&run)
+            .await
+            .map_err(|e| loom_error(loom, &e))?
+            .status;
+        let body = json!({"run_id": run.run_id, "session_id": run.session_id, "status": status});
+        return Ok((StatusCode::ACCEPTED, Json(body)).into_response());
+    }
+    let result = loom
+        .run(&agent, request.message, options)
+        .await
+        .map_err(|e| loom_error(loom, &e))?;
+    Ok((StatusCode::CREATED, Json(result)).into_response())
+}
+
+/// `?session_id=` of the run routes.
+#[derive(Debug, Deserialize)]
+struct At {
+    #[serde(default)]
+    session_id: Option<String>,
+}
+
+pub(crate) async fn locate(
+    loom: &Loom,
+    run_id: &str,
+    session: Option<&str>,
+) -> Result<RunRef, ApiError> {
+    loom.locate(run_id, session, None)
+        .await
+        .map_err(|e| loom_error(loom, &e))
+}
+
+async fn run_result(
+    State(state): State<AppState>,
+    Path(run_id): Path<String>,
+    query: Result<Query<At>, QueryRejection>,
+) -> Result<Response, ApiError> {
+    let Query(at) = query?;
+    let loom = &state.loom;
+    let run = locate(loom, &run_id, at.session_id.as_deref()).await?;
+    let result = loom.result(&run).await.map_err(|e| loom_error(loom, &e))?;
+    Ok(Json(result).into_response())
+}
+
+/// `POST /runs/{run_id}/approve` and `/reject`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DecisionRequest {
+    #[serde(default)]
+    call_id: Option<String>,
+    #[serde(default)]
+    by: Option<String>,
+    #[serde(default)]
+    reason: Option<String>,
+    #[serde(default)]
+    arguments: Option<Value>,
+    #[serde(default)]
+    session_id: Option<String>,
+}
+
+async fn approve(
+    State(state): State<AppState>,
+    Path(run_id): Path<String>,
+    body: Result<Json<DecisionRequest>, JsonRejection>,
+) -> Result<Response, ApiError> {
+    let Json(request) = body?;
+    decide(&state.loom, &run_id, request, true).await
+}
+
+async fn reject(
+    State(state): State<AppState>,
+    Path(run_id): Path<String>,
+    body: Result<Json<DecisionRequest>, JsonRejection>,
+) -> Result<Response, ApiError> {
+    let Json(request) = body?;
+    if request.arguments.is_some() {
+        return Err(ApiError::invalid_body(
+            "arguments are for an approval, not a rejection",
+        ));
+    }
+    decide(&state.loom, &run_id, request, false).await
+}
+
+/// Journals the decision and answers at once; the run is driven on in the background (from
+/// its root run, which answers for its sub-runs) until it closes or pauses again.
+async fn decide(
+    loom: &Loom,
+    run_id: &str,
+    request: DecisionRequest,
+    approved: bool,
+) -> Result<Response, ApiError> {
+    let run = locate(loom, run_id, request.session_id.as_deref()).await?;
+    let by = request.by.as_deref().unwrap_or(DEFAULT_BY);
+    let call_id = request.call_id.as_deref();
+    let reason = request.reason.as_deref();
+    let decided = if approved {
+        loom.approve(&run, call_id, by, reason, request.arguments, true)
+            .await
+    } else {
+        loom.reject(&run, call_id, by, reason, true).await
+    }
+    .map_err(|e| loom_error(loom, &e))?;
+    let root = loom
+        .state(&run)
+        .await
+        .map_err(|e| loom_error(loom, &e))?
+        .root_run_id;
+    let root = RunRef {
+        run_id: root,
+        ..run.clone()
+    };
+    let driver = loom.clone();
+    tokio::spawn(async move {
+        if let Err(error) = driver.resume(&root).await {
+            tracing::warn!(run_id = %root.run_id, %error, "run not driven on after a decision");
+        }
+    });
+    Ok(Json(json!({"run_id": run.run_id, "calls": decided.calls})).into_response())
+}
+
+/// `POST /runs/{run_id}/cancel` (the body is optional).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CancelRequest {
+    #[serde(default)]
+    by: Option<String>,
+    #[serde(default)]
+    session_id: Option<String>,
+}
+
+async fn cancel(
+    State(state): State<AppState>,
+    Path(run_id): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let body = body.map_err(|rejection| {
+        if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::too_large()
+        } else {
+            ApiError::invalid_body(rejection.body_text())
+        }
+    })?;
+    let request: CancelRequest = if body.iter().all(u8::is_ascii_whitespace) {
+        CancelRequest::default()
+    } else {
+        serde_json::from_slice(&body).map_err(|e| ApiError::invalid_body(e.to_string()))?
+    };
+    let loom = &state.loom;
+    let run = locate(loom, &run_id, request.session_id.as_deref()).await?;
+    let by = Some(request.by.unwrap_or_else(|| DEFAULT_BY.to_owned()));
+    let cancelled = loom
+        .cancel(&run, by)
+        .await
+        .map_err(|e| loom_error(loom, &e))?;
+    Ok(Json(json!({"run_id": run.run_id, "cancelled": cancelled})).into_response())
+}

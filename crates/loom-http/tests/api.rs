@@ -1,0 +1,721 @@
+//! The REST API through a real socket: `loom_http::serve` on 127.0.0.1:0, driven by reqwest,
+//! over a configuration built in Rust with scripted fake models. Every route, each status
+//! code it answers, and SSE (resume with `Last-Event-ID`, end after the terminal event).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use loom_ia::{
+    Loom, TenantBudget,
+    config::{
+        AgentSpec, Config, EventsBackend, HttpServerConfig, LoomConfig, ModelSpec, Sdk, ToolRef,
+    },
+};
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+/// Waits `ms` milliseconds, then says so.
+#[loom_ia::tool]
+async fn lent(ms: u64) -> String {
+    tokio::time::sleep(Duration::from_millis(ms)).await;
+    format!("attendu {ms} ms")
+}
+
+/// Sends a quote to a customer (a human approves every call).
+#[loom_ia::tool(side_effects = "irreversible", approval = "always")]
+fn envoyer(client: String) -> String {
+    format!("devis envoyé à {client}")
+}
+
+fn model(id: &str, script: Value) -> ModelSpec {
+    let mut model = ModelSpec::new(id, Sdk::Fake, "FAKE");
+    model.params.insert("script".into(), script);
+    model
+}
+
+fn config(dir: &std::path::Path) -> Config {
+    let mut echo = AgentSpec::new("echo", "fake-echo");
+    echo.description = "Says hello.".into();
+    let mut calc = AgentSpec::new("calc", "fake-calc");
+    calc.tools = vec![ToolRef::new("lent")];
+    let mut devis = AgentSpec::new("devis", "fake-devis");
+    devis.tools = vec![ToolRef::new("envoyer")];
+    let broken = AgentSpec::new("broken", "fake-broken");
+    let mut raw = LoomConfig {
+        models: vec![
+            model("fake-echo", json!([{"text": "Bonjour."}])),
+            model(
+                "fake-calc",
+                json!([
+                    {"text": "J'attends.", "tool_calls": [{"name": "lent", "arguments": {"ms": 400}}], "with_text": "vite"},
+                    {"text": "J'attends.", "tool_calls": [{"name": "lent", "arguments": {"ms": 5000}}], "with_text": "long"},
+                    {"text": "Fini : {{ tool_result }}."}
+                ]),
+            ),
+            model(
+                "fake-devis",
+                json!([
+                    {"text": "J'envoie.", "tool_calls": [{"name": "envoyer", "arguments": {"client": "Martin"}}]},
+                    {"text": "Résultat : {{ tool_result }}"}
+                ]),
+            ),
+            model("fake-broken", json!([{"error": "auth"}])),
+        ],
+        agents: vec![echo, calc, devis, broken],
+        ..LoomConfig::default()
+    };
+    raw.storage.events.backend = EventsBackend::Jsonl;
+    raw.storage.events.path = Some("journal".into());
+    Config::new(raw, dir.to_path_buf()).unwrap()
+}
+
+struct Server {
+    base: String,
+    client: reqwest::Client,
+    loom: Loom,
+    _dir: tempfile::TempDir,
+}
+
+impl Server {
+    async fn start() -> Server {
+        Server::start_with(|loom| loom).await
+    }
+
+    async fn start_with(adapt: impl FnOnce(Loom) -> Loom) -> Server {
+        Server::start_until(adapt, std::future::pending()).await.0
+    }
+
+    /// Serves until `shutdown` resolves; the handle resolves when the server has stopped.
+    async fn start_until(
+        adapt: impl FnOnce(Loom) -> Loom,
+        shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> (Server, tokio::task::JoinHandle<std::io::Result<()>>) {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let dir = tempfile::tempdir().unwrap();
+        let loom = Loom::new(config(dir.path())).unwrap();
+        loom.register("lent", lent_tool()).unwrap();
+        loom.register("envoyer", envoyer_tool()).unwrap();
+        let loom = adapt(loom);
+        let (listener, address) = loom_http::bind("127.0.0.1", 0).await.unwrap();
+        let settings = HttpServerConfig {
+            base_path: "/api".into(),
+            max_body_bytes: 4096,
+            ..HttpServerConfig::default()
+        };
+        let served = loom.clone();
+        let handle =
+            tokio::spawn(
+                async move { loom_http::serve(served, listener, &settings, shutdown).await },
+            );
+        let server = Server {
+            base: format!("http://{address}/api/v1"),
+            client: reqwest::Client::new(),
+            loom,
+            _dir: dir,
+        };
+        (server, handle)
+    }
+
+    async fn get(&self, path: &str) -> (StatusCode, Value) {
+        let response = self
+            .client
+            .get(format!("{}{path}", self.base))
+            .send()
+            .await
+            .unwrap();
+        let status = response.status();
+        (status, response.json().await.unwrap())
+    }
+
+    async fn post(&self, path: &str, body: Value) -> (StatusCode, Value) {
+        let response = self.post_raw(path, body).await;
+        let status = response.status();
+        (status, response.json().await.unwrap())
+    }
+
+    async fn post_raw(&self, path: &str, body: Value) -> reqwest::Response {
+        self.client
+            .post(format!("{}{path}", self.base))
+            .json(&body)
+            .send()
+            .await
+            .unwrap()
+    }
+
+    /// Opens the SSE stream of a run.
+    async fn sse(&self, run_id: &str, query: &str, last_event_id: Option<&str>) -> Sse {
+        let mut request = self
+            .client
+            .get(format!("{}/runs/{run_id}/events{query}", self.base));
+        if let Some(id) = last_event_id {
+            request = request.header("Last-Event-ID", id);
+        }
+        let response = request.send().await.unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        assert_eq!(
+            response.headers()["content-type"].to_str().unwrap(),
+            "text/event-stream"
+        );
+        Sse {
+            body: Box::pin(response.bytes_stream()),
+            buffer: Vec::new(),
+        }
+    }
+}
+
+/// One SSE frame: `id`, `event`, and the JSON of `data`.
+#[derive(Debug, Clone, PartialEq)]
+struct Frame {
+    id: Option<String>,
+    event: Option<String>,
+    data: Value,
+}
+
+struct Sse {
+    body: std::pin::Pin<Box<dyn futures_util::Stream<Item = reqwest::Result<bytes::Bytes>> + Send>>,
+    buffer: Vec<u8>,
+}
+
+impl Sse {
+    /// The next frame, or `None` when the server ended the stream.
+    async fn next(&mut self) -> Option<Frame> {
+        loop {
+            if let Some(end) = self.buffer.windows(2).position(|w| w == b"\n\n") {
+                // Whole frames only: a chunk may end inside a multi-byte character.
+                let bytes: Vec<u8> = self.buffer.drain(..end + 2).collect();
+                let block = String::from_utf8(bytes).unwrap();
+                let mut frame = Frame {
+                    id: None,
+                    event: None,
+                    data: Value::Null,
+                };
+                let mut data = String::new();
+                for line in block.lines() {
+                    if line.starts_with(':') || line.is_empty() {
+                        continue;
+                    }
+                    let (field, value) = line.split_once(':').unwrap_or((line, ""));
+                    let value = value.strip_prefix(' ').unwrap_or(value);
+                    match field {
+                        "id" => frame.id = Some(value.to_owned()),
+                        "event" => frame.event = Some(value.to_owned()),
+                        "data" => data.push_str(value),
+                        other => panic!("unexpected SSE field {other}"),
+                    }
+                }
+                if data.is_empty() && frame.event.is_none() {
+                    continue; // a keep-alive comment
+                }
+                frame.data = serde_json::from_str(&data).unwrap();
+                return Some(frame);
+            }
+            let chunk = tokio::time::timeout(Duration::from_secs(20), self.body.next())
+                .await
+                .expect("the SSE stream stalled")?
+                .unwrap();
+            self.buffer.extend_from_slice(&chunk);
+        }
+    }
+
+    /// Every remaining frame, until the server ends the stream.
+    async fn rest(&mut self) -> Vec<Frame> {
+        let mut frames = Vec::new();
+        while let Some(frame) = self.next().await {
+            frames.push(frame);
+        }
+        frames
+    }
+}
+
+fn ids(frames: &[Frame]) -> Vec<u64> {
+    frames
+        .iter()
+        .map(|f| f.id.as_deref().unwrap().parse().unwrap())
+        .collect()
+}
+
+fn kind(body: &Value) -> &str {
+    body["error"]["kind"].as_str().unwrap()
+}
+
+#[tokio::test]
+async fn agents_are_listed_under_the_base_path() {
+    let server = Server::start().await;
+    let (status, body) = server.get("/agents").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        body,
+        json!([
+            {"name": "echo", "description": "Says hello."},
+            {"name": "calc", "description": ""},
+            {"name": "devis", "description": ""},
+            {"name": "broken", "description": ""}
+        ])
+    );
+    // Outside `<base_path>/v1` nothing is served.
+    let response = server
+        .client
+        .get(server.base.replace("/api/v1", "/v1/agents"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::NOT_FOUND);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(kind(&body), "not_found");
+}
+
+#[tokio::test]
+async fn a_synchronous_run_is_created_and_read_back() {
+    let server = Server::start().await;
+    let (status, created) = server
+        .post(
+            "/agents/echo/runs",
+            json!({"message": "Salut", "session_id": "s1", "run_id": "r1", "user_id": "u1",
+                   "metadata": {"canal": "web"}, "judges": "auto"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    assert_eq!(created["status"], "completed");
+    assert_eq!(created["text"], "Bonjour.");
+    assert_eq!(
+        (created["run_id"].as_str(), created["session_id"].as_str()),
+        (Some("r1"), Some("s1"))
+    );
+
+    let (status, read) = server.get("/runs/r1?session_id=s1").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(read, created);
+    // Found without its session too (by search).
+    let (status, read) = server.get("/runs/r1").await;
+    assert_eq!(
+        (status, read["run_id"].as_str()),
+        (StatusCode::OK, Some("r1"))
+    );
+    // The metadata reached the journal.
+    let run = server.loom.locate("r1", Some("s1"), None).await.unwrap();
+    let events = server.loom.events(&run).await.unwrap();
+    let started = serde_json::to_value(&events[0]).unwrap();
+    assert_eq!(
+        started["payload"]["context"]["metadata"]["canal"], "web",
+        "{started}"
+    );
+
+    // The same run id again: 409.
+    let (status, body) = server
+        .post(
+            "/agents/echo/runs",
+            json!({"message": "Encore", "session_id": "s1", "run_id": "r1"}),
+        )
+        .await;
+    assert_eq!(
+        (status, kind(&body)),
+        (StatusCode::CONFLICT, "refused"),
+        "{body}"
+    );
+}
+
+#[tokio::test]
+async fn a_failed_run_is_still_created() {
+    let server = Server::start().await;
+    let (status, body) = server
+        .post("/agents/broken/runs", json!({"message": "Salut"}))
+        .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    assert_eq!(body["status"], "failed");
+    assert!(body["error"].is_string(), "{body}");
+}
+
+#[tokio::test]
+async fn unknown_things_are_404_and_bad_requests_are_422_or_413() {
+    let server = Server::start().await;
+    let (status, body) = server
+        .post("/agents/nope/runs", json!({"message": "x"}))
+        .await;
+    assert_eq!(
+        (status, kind(&body)),
+        (StatusCode::NOT_FOUND, "unknown_agent")
+    );
+    assert!(body["error"]["message"].as_str().unwrap().contains("nope"));
+    let (status, body) = server.get("/runs/nope").await;
+    assert_eq!(
+        (status, kind(&body)),
+        (StatusCode::NOT_FOUND, "unknown_run")
+    );
+    for path in [
+        "/runs/nope/approve",
+        "/runs/nope/reject",
+        "/runs/nope/cancel",
+    ] {
+        let (status, body) = server.post(path, json!({})).await;
+        assert_eq!(
+            (status, kind(&body)),
+            (StatusCode::NOT_FOUND, "unknown_run"),
+            "{path}"
+        );
+    }
+    let response = server
+        .client
+        .get(format!("{}/runs/nope/events", server.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::NOT_FOUND);
+
+    for bad in [
+        json!({}),
+        json!({"message": ""}),
+        json!({"message": 3}),
+        json!({"message": "x", "judges": "sometimes"}),
+        json!({"message": "x", "colour": "blue"}),
+    ] {
+        let (status, body) = server.post("/agents/echo/runs", bad.clone()).await;
+        assert_eq!(
+            (status, kind(&body)),
+            (StatusCode::UNPROCESSABLE_ENTITY, "invalid_body"),
+            "{bad}"
+        );
+    }
+    let response = server
+        .client
+        .post(format!("{}/agents/echo/runs", server.base))
+        .header("content-type", "application/json")
+        .body("{not json")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(kind(&body), "invalid_body");
+
+    let (status, body) = server
+        .post("/agents/echo/runs", json!({"message": "x".repeat(5000)}))
+        .await;
+    assert_eq!(
+        (status, kind(&body)),
+        (StatusCode::PAYLOAD_TOO_LARGE, "body_too_large")
+    );
+
+    let (status, body) = server.get("/runs/nope?after_seq=abc").await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+    let response = server
+        .client
+        .get(format!("{}/runs/nope/events?after_seq=abc", server.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(kind(&body), "invalid_query");
+}
+
+#[tokio::test]
+async fn an_exhausted_tenant_budget_is_429_with_retry_after() {
+    let server = Server::start_with(|loom| {
+        loom.with_tenant_budget(
+            "default",
+            TenantBudget {
+                max_tokens_per_day: Some(1),
+                ..TenantBudget::default()
+            },
+        )
+    })
+    .await;
+    let (status, _) = server
+        .post("/agents/echo/runs", json!({"message": "Salut"}))
+        .await;
+    assert_eq!(status, StatusCode::CREATED);
+    let response = server
+        .post_raw("/agents/echo/runs", json!({"message": "Encore"}))
+        .await;
+    assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+    let retry: u64 = response.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((1..=86_400).contains(&retry), "{retry}");
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(kind(&body), "budget_exhausted");
+}
+
+#[tokio::test]
+async fn approve_and_reject_decide_and_the_run_goes_on() {
+    let server = Server::start().await;
+    let (status, paused) = server
+        .post("/agents/devis/runs", json!({"message": "Envoie le devis."}))
+        .await;
+    assert_eq!(status, StatusCode::CREATED);
+    assert_eq!(paused["status"], "paused");
+    let run_id = paused["run_id"].as_str().unwrap().to_owned();
+    let call_id = paused["pending_approvals"][0]["call_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+
+    let (status, body) = server
+        .post(
+            &format!("/runs/{run_id}/approve"),
+            json!({"call_id": call_id, "by": "denis", "reason": "ok", "arguments": {"client": "Dupont"}}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body, json!({"run_id": run_id, "calls": [call_id]}));
+    // The run is driven on in the background: follow it to its end.
+    let frames = server.sse(&run_id, "", None).await.rest().await;
+    assert_eq!(
+        frames.last().unwrap().event.as_deref(),
+        Some("run.completed")
+    );
+    let (_, done) = server.get(&format!("/runs/{run_id}")).await;
+    assert_eq!(done["text"], "Résultat : devis envoyé à Dupont");
+    // Nothing waits any more: 409.
+    let (status, body) = server
+        .post(&format!("/runs/{run_id}/approve"), json!({}))
+        .await;
+    assert_eq!((status, kind(&body)), (StatusCode::CONFLICT, "refused"));
+
+    let (_, paused) = server
+        .post("/agents/devis/runs", json!({"message": "Envoie le devis."}))
+        .await;
+    let run_id = paused["run_id"].as_str().unwrap().to_owned();
+    let (status, body) = server
+        .post(
+            &format!("/runs/{run_id}/reject"),
+            json!({"by": "denis", "reason": "pas encore"}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["calls"].as_array().unwrap().len(), 1);
+    let frames = server.sse(&run_id, "", None).await.rest().await;
+    assert_eq!(
+        frames.last().unwrap().event.as_deref(),
+        Some("run.completed")
+    );
+    let (_, done) = server.get(&format!("/runs/{run_id}")).await;
+    assert!(
+        done["text"]
+            .as_str()
+            .unwrap()
+            .contains("rejected by denis: pas encore"),
+        "{done}"
+    );
+}
+
+#[tokio::test]
+async fn a_background_run_is_202_and_followed_until_completed() {
+    let server = Server::start().await;
+    let (status, accepted) = server
+        .post(
+            "/agents/calc/runs",
+            json!({"message": "vite", "background": true}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{accepted}");
+    let run_id = accepted["run_id"].as_str().unwrap().to_owned();
+    assert!(accepted["session_id"].is_string());
+    // The run's status when it was accepted (it goes on in the background).
+    assert!(accepted["status"].is_string(), "{accepted}");
+    assert_ne!(accepted["status"], "failed");
+
+    let frames = server.sse(&run_id, "", None).await.rest().await;
+    let types: Vec<&str> = frames.iter().map(|f| f.event.as_deref().unwrap()).collect();
+    assert_eq!(types.first(), Some(&"run.started"));
+    assert_eq!(types.last(), Some(&"run.completed"));
+    assert!(types.contains(&"tool.completed"), "{types:?}");
+    // Each frame is the event itself: `id` its seq, `event` its type.
+    for frame in &frames {
+        assert_eq!(frame.data["seq"].to_string(), *frame.id.as_ref().unwrap());
+        assert_eq!(frame.data["type"].as_str(), frame.event.as_deref());
+        assert_eq!(frame.data["run_id"], run_id.as_str());
+    }
+    let (_, done) = server.get(&format!("/runs/{run_id}")).await;
+    assert_eq!(done["text"], "Fini : attendu 400 ms.");
+}
+
+#[tokio::test]
+async fn an_sse_client_resumes_with_last_event_id_exactly_after_what_it_saw() {
+    let server = Server::start().await;
+    let (_, accepted) = server
+        .post(
+            "/agents/calc/runs",
+            json!({"message": "vite", "background": true}),
+        )
+        .await;
+    let run_id = accepted["run_id"].as_str().unwrap().to_owned();
+    let session = accepted["session_id"].as_str().unwrap().to_owned();
+
+    // Read two events, then disconnect.
+    let mut first = server
+        .sse(&run_id, &format!("?session_id={session}"), None)
+        .await;
+    let seen = vec![first.next().await.unwrap(), first.next().await.unwrap()];
+    drop(first);
+    let last = seen[1].id.clone().unwrap();
+    // `Last-Event-ID` wins over `after_seq`.
+    let rest = server
+        .sse(
+            &run_id,
+            &format!("?session_id={session}&after_seq=0"),
+            Some(&last),
+        )
+        .await
+        .rest()
+        .await;
+    assert_eq!(rest.last().unwrap().event.as_deref(), Some("run.completed"));
+
+    let run = server
+        .loom
+        .locate(&run_id, Some(&session), None)
+        .await
+        .unwrap();
+    let journal: Vec<u64> = server
+        .loom
+        .events(&run)
+        .await
+        .unwrap()
+        .iter()
+        .map(|e| e.seq)
+        .collect();
+    let mut all = ids(&seen);
+    all.extend(ids(&rest));
+    assert_eq!(all, journal, "nothing lost, nothing repeated");
+
+    // After the end, `after_seq` replays from there and a resume after the terminal event is
+    // empty.
+    let third = journal[2];
+    let tail = server
+        .sse(&run_id, &format!("?after_seq={third}"), None)
+        .await
+        .rest()
+        .await;
+    assert_eq!(ids(&tail), journal[3..].to_vec());
+    let end = journal.last().unwrap().to_string();
+    assert!(
+        server
+            .sse(&run_id, "", Some(&end))
+            .await
+            .rest()
+            .await
+            .is_empty()
+    );
+
+    let response = server
+        .client
+        .get(format!("{}/runs/{run_id}/events", server.base))
+        .header("Last-Event-ID", "abc")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(kind(&body), "invalid_header");
+}
+
+#[tokio::test]
+async fn a_running_run_is_cancelled() {
+    let server = Server::start().await;
+    let (status, accepted) = server
+        .post(
+            "/agents/calc/runs",
+            json!({"message": "long", "background": true}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    let run_id = accepted["run_id"].as_str().unwrap().to_owned();
+    let mut events = server.sse(&run_id, "", None).await;
+    // Wait until the slow tool is called.
+    while let Some(frame) = events.next().await {
+        if frame.event.as_deref() == Some("tool.called") {
+            break;
+        }
+    }
+    // No body at all: `by` defaults.
+    let response = server
+        .client
+        .post(format!("{}/runs/{run_id}/cancel", server.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body, json!({"run_id": run_id, "cancelled": true}));
+    let rest = events.rest().await;
+    assert_eq!(rest.last().unwrap().event.as_deref(), Some("run.cancelled"));
+    let (_, result) = server.get(&format!("/runs/{run_id}")).await;
+    assert_eq!(result["status"], "cancelled");
+    // Already closed: nothing to cancel.
+    let (status, body) = server
+        .post(&format!("/runs/{run_id}/cancel"), json!({"by": "denis"}))
+        .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(body["cancelled"], false);
+}
+
+#[tokio::test]
+async fn a_graceful_shutdown_cancels_the_runs_in_flight_and_answers_them() {
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let (server, handle) = Server::start_until(|loom| loom, async move {
+        let _ = stopped.await;
+    })
+    .await;
+    let server = std::sync::Arc::new(server);
+    // A synchronous run that would take 5 s.
+    let request = {
+        let server = server.clone();
+        tokio::spawn(async move {
+            server
+                .post(
+                    "/agents/calc/runs",
+                    json!({"message": "long", "session_id": "s-stop", "run_id": "r-stop"}),
+                )
+                .await
+        })
+    };
+    let mut events = loop {
+        let response = server
+            .client
+            .get(format!(
+                "{}/runs/r-stop/events?session_id=s-stop",
+                server.base
+            ))
+            .send()
+            .await
+            .unwrap();
+        if response.status() == StatusCode::OK {
+            break Sse {
+                body: Box::pin(response.bytes_stream()),
+                buffer: Vec::new(),
+            };
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    while let Some(frame) = events.next().await {
+        if frame.event.as_deref() == Some("tool.called") {
+            break;
+        }
+    }
+    stop.send(()).unwrap();
+    // The open SSE stream ends, the in-flight request gets its (cancelled) result, the
+    // server stops, and the journal closes the run.
+    let _ = events.rest().await;
+    let (status, body) = tokio::time::timeout(Duration::from_secs(10), request)
+        .await
+        .expect("the in-flight request was not answered")
+        .unwrap();
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    assert_eq!(body["status"], "cancelled");
+    tokio::time::timeout(Duration::from_secs(10), handle)
+        .await
+        .expect("the server did not stop")
+        .unwrap()
+        .unwrap();
+    let run = server
+        .loom
+        .locate("r-stop", Some("s-stop"), None)
+        .await
+        .unwrap();
+    let journal = server.loom.events(&run).await.unwrap();
+    assert_eq!(journal.last().unwrap().event_type, "run.cancelled");
+}

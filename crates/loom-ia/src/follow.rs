@@ -1,0 +1,120 @@
+//! Following a run: its journaled events, then the new ones as they are written, until the
+//! run closes. The REST API's SSE route and Rust callers share [`Loom::follow`].
+//!
+//! The journal ports have no change notification yet, so the live part polls the store
+//! every [`POLL_INTERVAL`]: one `read` of the session after the last seq seen.
+
+use std::{collections::VecDeque, sync::Arc, time::Duration};
+
+use loom_core::{BoxStream, Event, Payload, ports::EventStore};
+use loom_engine::RunRef;
+
+use crate::{Loom, LoomError};
+
+/// How often the live part of [`Loom::follow`] reads the journal for new events.
+pub const POLL_INTERVAL: Duration = Duration::from_millis(50);
+
+/// Whether `event` closes its run.
+fn is_terminal(event: &Event) -> bool {
+    matches!(
+        event.payload,
+        Payload::RunCompleted(_) | Payload::RunFailed(_) | Payload::RunCancelled(_)
+    )
+}
+
+struct Follower {
+    store: Arc<dyn EventStore>,
+    run: RunRef,
+    /// Events with seq at most this one were read (of any run of the session).
+    last_seq: u64,
+    /// The client's resume point: events at or before it are not yielded.
+    after_seq: u64,
+    pending: VecDeque<Event>,
+    started: bool,
+    done: bool,
+}
+
+impl Follower {
+    /// Reads the session after the last seq seen; on the first read, from the start, to check
+    /// that the run exists and whether it already closed before `after_seq`.
+    async fn fill(&mut self) -> Result<(), LoomError> {
+        let from = if self.started { self.last_seq } else { 0 };
+        let events = self
+            .store
+            .read(&self.run.tenant_id, &self.run.session_id, from)
+            .await?;
+        if let Some(last) = events.last() {
+            self.last_seq = self.last_seq.max(last.seq);
+        }
+        let mut seen = false;
+        for event in events {
+            if event.run_id != self.run.run_id {
+                continue;
+            }
+            seen = true;
+            if event.seq <= self.after_seq {
+                if is_terminal(&event) {
+                    self.done = true;
+                }
+                continue;
+            }
+            if !self.done {
+                self.pending.push_back(event);
+            }
+        }
+        if !self.started && !seen {
+            return Err(LoomError::UnknownRun(self.run.run_id.clone()));
+        }
+        self.started = true;
+        Ok(())
+    }
+
+    async fn next(mut self) -> Option<(Result<Event, LoomError>, Follower)> {
+        loop {
+            if let Some(event) = self.pending.pop_front() {
+                if is_terminal(&event) {
+                    self.done = true;
+                    self.pending.clear();
+                }
+                return Some((Ok(event), self));
+            }
+            if self.done {
+                return None;
+            }
+            if self.started {
+                tokio::time::sleep(POLL_INTERVAL).await;
+            }
+            if let Err(error) = self.fill().await {
+                self.done = true;
+                return Some((Err(error), self));
+            }
+        }
+    }
+}
+
+impl Loom {
+    /// The events of `run` with `seq > after_seq` (session seq; `0` for all), in journal
+    /// order: those already written, then the new ones as they are journaled, ending after
+    /// the run's terminal event (`run.completed`, `run.failed` or `run.cancelled`). A run that
+    /// closed at or before `after_seq` gives an empty stream; an unknown run one
+    /// [`LoomError::UnknownRun`]. A paused run keeps the stream open until it closes.
+    ///
+    /// Only the run's own events are yielded (not its sub-runs'). New events are found by
+    /// reading the journal every [`POLL_INTERVAL`].
+    pub fn follow(
+        &self,
+        run: &RunRef,
+        after_seq: u64,
+    ) -> BoxStream<'static, Result<Event, LoomError>> {
+        let follower = Follower {
+            store: self.event_store(),
+            run: run.clone(),
+            last_seq: after_seq,
+            after_seq,
+            pending: VecDeque::new(),
+            started: false,
+            done: false,
+        };
+        Box::pin(futures_util::stream::unfold(follower, Follower::next))
+    }
+}
