@@ -95,7 +95,7 @@ pub struct Event {
     pub status: EventStatus,
     /// Agent running.
     pub agent: Option<String>,
-    /// Model slot ("main", a role name, "judge:<n>") for model events.
+    /// Model slot (`main`, a role name, `judge:<n>`) for model events.
     pub role: Option<String>,
     /// Scalar summary of the payload (derived), for queries and traces.
     pub facets: Map<String, Value>,
@@ -783,7 +783,7 @@ pub struct ModelRetried {
 /// `model.fell_back`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ModelFellBack {
-    /// "main", a role name or "judge:<name>".
+    /// `main`, a role name or `judge:<name>`.
     pub slot: String,
     /// Config id of the model left.
     pub from_model: String,

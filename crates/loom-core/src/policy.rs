@@ -237,7 +237,7 @@ pub enum Decision {
         /// Whether the repair may call tools.
         tools: bool,
     },
-    /// Refuse the call; the model gets "Call refused (<policy>): <reason>".
+    /// Refuse the call; the model gets `Call refused (<policy>): <reason>`.
     Deny(String),
     /// Ask a human before the call runs.
     Pause(String),

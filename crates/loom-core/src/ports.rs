@@ -161,7 +161,7 @@ pub struct SourceContext {
 /// A circuit breaker that opened while a source was used, for the journal.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CircuitNotice {
-    /// What it guards ("mcp:<server>").
+    /// What it guards (`mcp:<server>`).
     pub target: String,
     /// Consecutive failures that opened it.
     pub failures: u32,

@@ -349,7 +349,7 @@ pub struct UsageReport {
     pub run_id: String,
     /// Everything, sub-runs included.
     pub total: UsageLine,
-    /// The run's own calls, by slot ("main", role names, "judge:<n>").
+    /// The run's own calls, by slot (`main`, role names, `judge:<n>`).
     pub roles: BTreeMap<String, UsageLine>,
     /// Every call, sub-runs included, by model, keyed `"<config id> (<provider model>)"`.
     pub models: BTreeMap<String, UsageLine>,
@@ -437,7 +437,7 @@ pub struct SessionReport {
     pub total: UsageLine,
     /// The root runs, in the order they started.
     pub runs: Vec<RunUsage>,
-    /// Calls of the root runs themselves, by slot ("main", role names, "judge:<n>").
+    /// Calls of the root runs themselves, by slot (`main`, role names, `judge:<n>`).
     pub roles: BTreeMap<String, UsageLine>,
     /// Sub-agent runs, by agent (their own sub-runs rolled up).
     pub sub_agents: BTreeMap<String, UsageLine>,

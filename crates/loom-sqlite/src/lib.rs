@@ -44,7 +44,7 @@
 //! fsynced, so `append` returning means the batch survives a crash or a power loss, and a crash
 //! mid-append loses that batch whole (SQLite rolls the transaction back), never part of it.
 //! `secure_delete = ON` overwrites the content of deleted rows; after a
-//! [`delete`](EventStore::delete) the WAL is checkpointed and truncated (best effort: a reader
+//! [`delete`](loom_core::ports::EventStore::delete) the WAL is checkpointed and truncated (best effort: a reader
 //! still holding an old snapshot delays it) so that erased events do not linger in it.
 //!
 //! ## Runtime
