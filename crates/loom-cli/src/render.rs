@@ -523,6 +523,9 @@ pub(crate) fn validation(validation: &Validation) -> String {
         for (name, d) in &agent.tools {
             let _ = writeln!(out, "  · tool {name}: {}", declarations(d));
         }
+        for line in &agent.guards {
+            let _ = writeln!(out, "  · {line}");
+        }
         for source in &agent.sources {
             let required = if source.required { ", required" } else { "" };
             match &source.error {

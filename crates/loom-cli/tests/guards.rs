@@ -1711,3 +1711,24 @@ fn the_reference_scenario_writes_the_reference_journal() {
     assert_eq!(repaired["payload"]["cause_type"], "policy.decided");
     assert_eq!(repaired["payload"]["cause_event_id"], ours[32]["event_id"]);
 }
+
+#[test]
+fn validate_lists_what_surrounds_each_agents_loop() {
+    let dir = copy_example("garde");
+    let out = garde(dir.path(), &["validate"]);
+    exits(&out, 0);
+    let stdout = text(&out.stdout);
+    for line in [
+        "  · role rediger_relance: model fake-role, terminal, context tool_results\n",
+        "  · policy loom.require_tool: before_model\n",
+        "  · policy numero_devis: before_tool\n",
+        "  · policy cite_le_devis: on_output\n",
+    ] {
+        assert!(stdout.contains(line), "{line:?} not in:\n{stdout}");
+    }
+    assert!(stdout.contains("  · judge "), "{stdout}");
+    assert!(
+        stdout.contains("  · output contract: on_failure fail"),
+        "{stdout}"
+    );
+}

@@ -197,6 +197,9 @@ pub struct ValidatedAgent {
     pub tools: Vec<(String, ToolDeclarations)>,
     /// Tool sources (MCP servers) with the tools they gave.
     pub sources: Vec<ValidatedSource>,
+    /// What surrounds the loop, one line each: roles, sub-agents, policies (with their
+    /// points), the output contract, judges, budgets.
+    pub guards: Vec<String>,
 }
 
 /// A tool source as `validate` found it.
@@ -529,6 +532,7 @@ impl Loom {
                     .map(|t| (t.name().to_owned(), t.declarations.clone()))
                     .collect(),
                 sources,
+                guards: guards_of(&runtime),
             });
         }
         let journal = match config.raw().storage.events.backend {
@@ -1302,4 +1306,77 @@ fn is_valid_policy_name(name: &str) -> bool {
     matches!(chars.next(), Some(c) if c.is_ascii_alphanumeric() || c == '_')
         && name.len() <= 64
         && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'))
+}
+
+/// The lines `validate` prints about what surrounds an agent's loop.
+fn guards_of(agent: &AgentRuntime) -> Vec<String> {
+    let mut lines = Vec::new();
+    for role in &agent.roles {
+        let mut traits = vec![format!("model {}", role.main.config_id)];
+        if role.terminal {
+            traits.push("terminal".into());
+        }
+        if !role.context.is_empty() {
+            let keys: Vec<&str> = role.context.iter().map(|c| c.key()).collect();
+            traits.push(format!("context {}", keys.join(", ")));
+        }
+        if role.output.is_some() {
+            traits.push("output contract".into());
+        }
+        lines.push(format!("role {}: {}", role.name, traits.join(", ")));
+    }
+    for sub in &agent.subagents {
+        let share = sub
+            .budget_share
+            .map(|s| format!(", budget share {s}"))
+            .unwrap_or_default();
+        lines.push(format!(
+            "sub-agent {}: agent {}{share} (max_depth {})",
+            sub.name, sub.agent.name, agent.max_depth
+        ));
+    }
+    for policy in &agent.policies {
+        let points: Vec<&str> = policy.points.iter().map(|p| p.as_str()).collect();
+        lines.push(format!("policy {}: {}", policy.name, points.join(", ")));
+    }
+    if let Some(contract) = &agent.output {
+        lines.push(format!(
+            "output contract: on_failure {}, {} repair(s)",
+            contract.spec().on_failure.as_str(),
+            contract.spec().repair.max_attempts
+        ));
+    }
+    for judge in &agent.judges {
+        lines.push(format!(
+            "judge {}: model {}, {} criterion(s), sample {}",
+            judge.name,
+            judge.main.config_id,
+            judge.criteria.len(),
+            judge.when.sample
+        ));
+    }
+    if let Some(budget) = &agent.budget {
+        let mut limits = Vec::new();
+        if let Some(v) = budget.run.max_calls {
+            limits.push(format!("run max_calls {v}"));
+        }
+        if let Some(v) = budget.run.max_tokens {
+            limits.push(format!("run max_tokens {v}"));
+        }
+        if let Some(v) = budget.run.max_cost {
+            limits.push(format!("run max_cost {v} $"));
+        }
+        if let Some(v) = budget.session.max_tokens {
+            limits.push(format!("session max_tokens {v}"));
+        }
+        if let Some(v) = budget.session.max_cost {
+            limits.push(format!("session max_cost {v} $"));
+        }
+        lines.push(format!(
+            "budget: {} (on_exceed {})",
+            limits.join(", "),
+            budget.on_exceed.as_str()
+        ));
+    }
+    lines
 }
