@@ -265,6 +265,7 @@ impl Engine {
             root_run_id: state.root_run_id.clone(),
             children_blocked: state.status == RunStatus::WaitingChild
                 && crate::subagents::blocked(&events, &state, self.clock.now()),
+            decided: Duration::ZERO,
         };
         let outcome = driver.pilot(&mut state, &mut writer).await;
         // Run-scoped sources close with the pilot, whatever happened.
@@ -640,6 +641,8 @@ pub(crate) struct Driver<'a> {
     root_run_id: String,
     /// Waiting for children that cannot move now (each waits for a human).
     pub(crate) children_blocked: bool,
+    /// Time spent in decisions outside steps by this pilot (counted in the run's timeout).
+    decided: Duration,
 }
 
 impl Driver<'_> {
@@ -978,14 +981,18 @@ impl Driver<'_> {
             .last()
             .is_some_and(|m| m.role == loom_core::Role::Assistant)
         {
-            return self.review(state, writer).await;
+            // Decisions count in the run's piloting time (reference §3.3), not only steps.
+            let started = Instant::now();
+            let reviewed = self.review(state, writer).await;
+            self.decided += started.elapsed();
+            return reviewed;
         }
         if self.cancel.is_cancelled() {
             let batch = self.cancellation(state);
             return self.write(state, writer, batch).await.map(drop);
         }
         if let Some(limit) = self.agent.timeout {
-            let spent = Duration::from_secs_f64(state.active_ms.max(0.0) / 1000.0);
+            let spent = self.piloted(state);
             if spent >= limit {
                 let message = format!(
                     "maximum time of {} s exceeded: {:.1} s of piloting already spent before the next step",
@@ -1208,9 +1215,15 @@ impl Driver<'_> {
 
     /// The time left before the run's timeout, if it has one.
     pub(crate) fn budget(&self, state: &RunState) -> Option<Duration> {
-        self.agent.timeout.map(|limit| {
-            limit.saturating_sub(Duration::from_secs_f64(state.active_ms.max(0.0) / 1000.0))
-        })
+        self.agent
+            .timeout
+            .map(|limit| limit.saturating_sub(self.piloted(state)))
+    }
+
+    /// Piloting time spent: the journaled steps, plus the decisions (policies, contracts,
+    /// judges) this pilot took outside steps.
+    fn piloted(&self, state: &RunState) -> Duration {
+        Duration::from_secs_f64(state.active_ms.max(0.0) / 1000.0) + self.decided
     }
 
     /// Closes a step whose effect was interrupted: cancelled, or out of time.

@@ -1107,3 +1107,35 @@ async fn a_stop_after_a_final_answer_keeps_it() {
     // No extra generation to finalize an answer that was already final.
     assert_eq!(model.requests().len(), 1);
 }
+
+#[tokio::test]
+async fn time_spent_in_decisions_counts_in_the_run_timeout() {
+    struct Slow;
+    impl Policy for Slow {
+        fn points(&self) -> &[Point] {
+            &[Point::AfterModel]
+        }
+        fn decisions(&self) -> &[DecisionKind] {
+            &[DecisionKind::Continue]
+        }
+        fn decide<'a>(
+            &'a self,
+            _: &'a Subject,
+            _: &'a PolicyContext,
+        ) -> loom_core::BoxFuture<'a, Result<Decision, PolicyError>> {
+            Box::pin(async {
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                Ok(Decision::Continue)
+            })
+        }
+    }
+    let mut agent = agent(scripted("fake-1", calc_script()), vec![add_tool()]);
+    agent.timeout = Some(Duration::from_millis(250));
+    agent.policies = vec![hook("slow", Slow)];
+    let (state, events, ..) = run(&agent, "12 + 7?").await;
+    // The review of the first answer took longer than the whole run may: the tool batch
+    // never starts.
+    assert_eq!(state.status, RunStatus::Failed);
+    assert_eq!(state.error_type.as_deref(), Some("timeout"));
+    assert!(!types(&events).contains(&"tool.called"));
+}
