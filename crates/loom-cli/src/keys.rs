@@ -114,8 +114,8 @@ pub(crate) fn entry(
     Ok(out)
 }
 
-/// `loom keys create`: prints the key (first line of stdout) and the entry; returns the exit
-/// code.
+/// `loom keys create`: the text to print — the key on the first line, a blank line, then the
+/// `security.api_keys` entry (default scopes `run` and `read`, duplicates dropped).
 pub(crate) fn create(
     id: &str,
     tenant: Option<&str>,

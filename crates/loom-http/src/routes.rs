@@ -109,6 +109,10 @@ async fn create_run(
             .parse::<JudgeMode>()
             .map_err(|_| ApiError::invalid_body("judges must be auto, force or skip"))?,
     };
+    if judges == JudgeMode::Skip {
+        // Skipping the judges lowers the guard on the answer: only an admin key may.
+        caller.require(Scope::Admin)?;
+    }
     let options = RunOptions {
         session_id: request.session_id,
         run_id: request.run_id,

@@ -201,6 +201,19 @@ async fn scopes_and_agents_are_403_and_the_key_decides_the_tenant() {
     }
     let (status, _) = send(bearer(server.post("/runs/x/cancel", json!({})), READ_A)).await;
     assert_eq!(status, StatusCode::FORBIDDEN);
+    let (status, body) = send(bearer(
+        server.post(
+            "/agents/echo/runs",
+            json!({"message": "hi", "judges": "skip"}),
+        ),
+        RUN_A,
+    ))
+    .await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+    assert_eq!(
+        body["error"]["message"],
+        "key 'run-a' lacks the scope 'admin'"
+    );
 
     // A run opened with tenant acme's key lands in acme's journal.
     let (status, body) = send(bearer(
