@@ -225,11 +225,68 @@ enum Command {
     },
     /// Print the JSON Schema of the configuration.
     Schema,
+    /// Manage the API keys of `loom serve`.
+    Keys {
+        #[command(subcommand)]
+        command: KeysCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum KeysCommand {
+    /// Create a key: print it once, and the `security.api_keys` entry holding only its hash.
+    Create {
+        /// Key id (named in logs and errors).
+        id: String,
+        /// Tenant every request made with the key acts for (default `default`).
+        #[arg(long)]
+        tenant: Option<String>,
+        /// A scope: run, read, read_content, approve, admin (repeatable; default run and read).
+        #[arg(long = "scope", value_name = "SCOPE", value_parser = parse_scope)]
+        scopes: Vec<loom_ia::config::Scope>,
+        /// An agent the key may use (repeatable; default every agent of its tenant).
+        #[arg(long = "agents", alias = "agent", value_name = "AGENT")]
+        agents: Vec<String>,
+        /// Expiry: a duration from now (`90d`, `12h`) or a date (`2027-01-01`).
+        #[arg(long)]
+        expires: Option<String>,
+    },
+}
+
+fn parse_scope(text: &str) -> Result<loom_ia::config::Scope, String> {
+    text.parse()
 }
 
 pub(crate) async fn execute(cli: Cli, app: App) -> u8 {
     if let Command::Schema = cli.command {
         return print_json(&loom_ia::config::json_schema());
+    }
+    if let Command::Keys {
+        command:
+            KeysCommand::Create {
+                id,
+                tenant,
+                scopes,
+                agents,
+                expires,
+            },
+    } = &cli.command
+    {
+        return match crate::keys::create(id, tenant.as_deref(), scopes, agents, expires.as_deref())
+        {
+            Ok(text) => {
+                print!("{text}");
+                eprintln!(
+                    "The key is shown once: only its hash is stored. Add the entry to \
+                     security.api_keys in loom.yaml."
+                );
+                OK
+            }
+            Err(error) => {
+                eprintln!("error: {error}");
+                REFUSED
+            }
+        };
     }
     let path = app.config_path(cli.config.as_deref());
     let loom = match Loom::from_config_with(&path, cli.profile) {
@@ -264,7 +321,7 @@ pub(crate) async fn execute(cli: Cli, app: App) -> u8 {
             loom.with_tenant_budget(tenant.clone(), *budget)
         });
     let outcome = match cli.command {
-        Command::Schema => Ok(OK),
+        Command::Schema | Command::Keys { .. } => Ok(OK),
         Command::Validate => validate(&loom).await,
         Command::Run {
             agent,
@@ -364,10 +421,13 @@ pub(crate) async fn execute(cli: Cli, app: App) -> u8 {
 /// `loom serve`: the REST API until Ctrl-C or SIGTERM; in-flight runs are then cancelled
 /// (their journals close them) and open requests finish.
 async fn serve(loom: &Loom, host: Option<String>, port: Option<u16>) -> Result<u8, LoomError> {
-    if loom.config().profile() == Some(Profile::Prod) {
+    if loom.config().profile() == Some(Profile::Prod)
+        && loom.config().raw().security.api_keys.is_empty()
+    {
         eprintln!(
-            "error: loom serve is refused under the prod profile: the API would be open \
-             (API keys, security.api_keys, are not implemented in this version yet)"
+            "error: loom serve is refused under the prod profile without API keys: the API \
+             would be open (create one with 'loom keys create <id>' and declare it in \
+             security.api_keys)"
         );
         return Ok(REFUSED);
     }

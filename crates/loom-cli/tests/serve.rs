@@ -1,5 +1,6 @@
 //! `loom serve` end to end: the real binary on a free port (`--port 0`, the address read from
-//! stderr), one run over HTTP, a graceful stop on SIGTERM, and the refusal under `prod`.
+//! stderr), one run over HTTP, a graceful stop on SIGTERM, the refusal under `prod` without
+//! keys, and `loom keys create` whose key then opens a server under `prod`.
 
 // Helpers outside #[test] functions unwrap too: a panic there is a failed test.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -43,6 +44,17 @@ fn project() -> tempfile::TempDir {
 
 /// One HTTP/1.1 request on a fresh connection; returns the status code and the body.
 fn request(address: &str, method: &str, path: &str, body: &str) -> (u16, String) {
+    request_with(address, method, path, "", body)
+}
+
+/// Same, with extra header lines (each ending with `\r\n`).
+fn request_with(
+    address: &str,
+    method: &str,
+    path: &str,
+    headers: &str,
+    body: &str,
+) -> (u16, String) {
     let mut stream = TcpStream::connect(address).unwrap();
     stream
         .set_read_timeout(Some(Duration::from_secs(30)))
@@ -50,7 +62,7 @@ fn request(address: &str, method: &str, path: &str, body: &str) -> (u16, String)
     write!(
         stream,
         "{method} {path} HTTP/1.1\r\nHost: {address}\r\nContent-Type: application/json\r\n\
-         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+         {headers}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     )
     .unwrap();
@@ -143,4 +155,95 @@ fn loom_serve_is_refused_under_prod_while_keys_do_not_exist() {
         stderr.contains("refused under the prod profile"),
         "{stderr}"
     );
+}
+
+#[test]
+fn loom_keys_create_prints_a_key_that_opens_the_api_under_prod() {
+    let dir = project();
+    let output = Command::new(loom_bin())
+        .current_dir(dir.path())
+        .args([
+            "keys",
+            "create",
+            "ci",
+            "--scope",
+            "run",
+            "--scope",
+            "read",
+            "--agents",
+            "hello",
+            "--expires",
+            "90d",
+        ])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    assert_eq!(output.status.code(), Some(0), "{stdout}");
+    let (key, yaml) = stdout.split_once("\n\n").unwrap();
+    let body = key.strip_prefix("lk_").unwrap();
+    assert_eq!(body.len(), 43, "{key}");
+    assert!(
+        !yaml.contains(key),
+        "the key itself is never in the entry:\n{yaml}"
+    );
+    assert!(yaml.contains("hash: \"sha256:"), "{yaml}");
+    assert!(yaml.contains("agents: [\"hello\"]"), "{yaml}");
+    assert!(yaml.contains("expires: \""), "{yaml}");
+    std::fs::write(dir.path().join("loom.yaml"), format!("{CONFIG}{yaml}")).unwrap();
+
+    let mut child = Command::new(loom_bin())
+        .current_dir(dir.path())
+        .args([
+            "--config",
+            "loom.yaml",
+            "--profile",
+            "prod",
+            "serve",
+            "--port",
+            "0",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let mut address = None;
+    let mut seen = String::new();
+    let mut line = String::new();
+    while stderr.read_line(&mut line).unwrap() > 0 {
+        seen.push_str(&line);
+        if let Some(rest) = line.trim().strip_prefix("Listening on http://") {
+            address = Some(rest.to_owned());
+            break;
+        }
+        line.clear();
+    }
+    let Some(address) = address else {
+        let _ = child.kill();
+        panic!("no 'Listening on' line on stderr:\n{seen}");
+    };
+    let (status, body) = request(&address, "GET", "/v1/agents", "");
+    assert_eq!(status, 401, "{body}");
+    let (status, _) = request_with(&address, "GET", "/v1/agents", "X-API-Key: lk_other\r\n", "");
+    assert_eq!(status, 401);
+    let (status, body) = request_with(
+        &address,
+        "GET",
+        "/v1/agents",
+        &format!("X-API-Key: {key}\r\n"),
+        "",
+    );
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = request_with(
+        &address,
+        "POST",
+        "/v1/agents/hello/runs",
+        &format!("Authorization: Bearer {key}\r\n"),
+        r#"{"message": "Salut", "session_id": "s1"}"#,
+    );
+    assert_eq!(status, 201, "{body}");
+    assert!(dir.path().join("data/default/s1.jsonl").exists());
+    let _ = child.kill();
+    let _ = child.wait();
 }

@@ -735,6 +735,7 @@ fn build(
     for i in 0..config.agents.len() {
         check_agent(&mut config, i)?;
     }
+    delegation::check_security(&config)?;
     Ok(config)
 }
 
@@ -1355,7 +1356,6 @@ fn not_yet(path: &KeyPath, field: &str) -> &'static str {
         "mcp_servers",
         "tool_sources",
         "sessions",
-        "security",
         "triggers",
         "expose",
         "stream_output",
@@ -1386,6 +1386,11 @@ fn not_yet(path: &KeyPath, field: &str) -> &'static str {
         parent,
         [.., yaml::Seg::Key(k), yaml::Seg::Index(_)] if k == "tools"
     );
+    let in_key = matches!(
+        parent,
+        [yaml::Seg::Key(s), yaml::Seg::Key(k), yaml::Seg::Index(_)]
+            if s == "security" && k == "api_keys"
+    );
     if field == "imports" {
         " — Rust has no runtime imports: register tools in code (Loom::register, loom_cli::App::tool)"
     } else if in_tool && field == "judge" {
@@ -1397,7 +1402,8 @@ give the tool an 'output' contract"
         } else {
             ""
         }
-    } else if (in_server && field == "mcp")
+    } else if (in_key && field == "rate_limit")
+        || (in_server && field == "mcp")
         || (in_http && field == "docs")
         || (in_main && field == "context")
         || LATER.contains(&field)

@@ -39,6 +39,7 @@ mod error;
 mod guards;
 mod model;
 mod prompt;
+mod security;
 mod yaml;
 
 use std::path::{Path, PathBuf};
@@ -60,6 +61,7 @@ pub use model::{
     Profile, Profiles, Sdk, ServerConfig, StorageConfig, TelemetryConfig, ToolOverrides, ToolRef,
     ToolsExecution,
 };
+pub use security::{ApiKeySpec, Scope, SecurityConfig, is_key_hash, parse_expiry};
 
 /// Loads and validates the configuration at `path` (usually `loom.yaml`).
 ///

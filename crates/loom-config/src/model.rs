@@ -68,6 +68,9 @@ pub struct LoomConfig {
     /// Servers started by `loom serve`.
     #[serde(default)]
     pub server: ServerConfig,
+    /// API keys of `loom serve`; without any, the API is open.
+    #[serde(default)]
+    pub security: crate::security::SecurityConfig,
 }
 
 impl Default for LoomConfig {
@@ -87,6 +90,7 @@ impl Default for LoomConfig {
             telemetry: TelemetryConfig::default(),
             tenants: Vec::new(),
             server: ServerConfig::default(),
+            security: crate::security::SecurityConfig::default(),
         }
     }
 }

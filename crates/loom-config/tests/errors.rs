@@ -5,7 +5,7 @@
 mod common;
 
 use common::{load_str, no_env, refused, refused_with};
-use loom_config::{ConfigErrorKind, Profile};
+use loom_config::{ConfigErrorKind, Profile, Scope};
 
 const MODELS: &str = "\
 version: 1
@@ -28,7 +28,7 @@ fn unknown_root_key() {
         refused(root, &[]),
         "loom.yaml:2:1 sessions: unknown key 'sessions' (expected one of: version, \
          profile, profiles, agents_dir, prompts_dir, models, mcp_servers, agents, storage, execution, \
-         budgets, telemetry, tenants, server) — this part of the Loom-IA format is not implemented in this version yet"
+         budgets, telemetry, tenants, server, security) — this part of the Loom-IA format is not implemented in this version yet"
     );
 }
 
@@ -1037,13 +1037,19 @@ fn server_base_path_must_start_with_a_slash() {
 }
 
 #[test]
-fn server_mcp_and_security_are_not_implemented_yet() {
+fn server_mcp_and_key_rate_limit_are_not_implemented_yet() {
+    const H: &str = KEY_HASH;
     for (root, key) in [
         (
             format!("{MODELS}server:\n  mcp:\n    http: true\n"),
             "server.mcp",
         ),
-        (format!("{MODELS}security:\n  api_keys: []\n"), "security"),
+        (
+            format!(
+                "{MODELS}security:\n  api_keys:\n    - {{id: k, hash: \"sha256:{H}\", rate_limit: {{per_minute: 5}}}}\n"
+            ),
+            "security.api_keys[0].rate_limit",
+        ),
         (format!("{MODELS}triggers: []\n"), "triggers"),
     ] {
         let message = refused(&root, &[]);
@@ -1056,4 +1062,84 @@ fn server_mcp_and_security_are_not_implemented_yet() {
             "{message}"
         );
     }
+}
+
+/// A well-formed key hash (`sha256:` + 64 hex).
+const KEY_HASH: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+
+#[test]
+fn api_keys_are_typed_and_checked_where_written() {
+    let key = |body: &str| format!("{MODELS}security:\n  api_keys:\n    - {body}\n");
+    let ok = format!("id: k1, hash: \"sha256:{KEY_HASH}\"");
+    let cases: Vec<(String, &str)> = vec![
+        (
+            key("{id: k1, hash: \"sha256:abc\"}"),
+            "loom.yaml:8:22 security.api_keys[0].hash: expected 'sha256:' followed by 64 lowercase hex digits",
+        ),
+        (
+            key(&format!("{{id: k1, hash: \"{KEY_HASH}\"}}")),
+            "security.api_keys[0].hash: expected 'sha256:'",
+        ),
+        (
+            key(&format!(
+                "{{{ok}}}\n    - {{id: k1, hash: \"sha256:{}\"}}",
+                KEY_HASH.replace('0', "f")
+            )),
+            "loom.yaml:9:12 security.api_keys[1].id: duplicate key id 'k1' (already declared at security.api_keys[0])",
+        ),
+        (
+            key(&format!("{{{ok}, tenant: acme}}")),
+            "security.api_keys[0].tenant: tenant 'acme' is not declared (without a 'tenants' list, only 'default' exists)",
+        ),
+        (
+            format!("{}tenants: [{{id: acme}}]\n", key(&format!("{{{ok}}}"))),
+            "security.api_keys[0].tenant: tenant 'default' is not declared (tenants: acme)",
+        ),
+        (
+            key(&format!("{{{ok}, scopes: [run, write]}}")),
+            "security.api_keys[0].scopes[1]: unknown value 'write' (expected one of: run, read, read_content, approve, admin)",
+        ),
+        (
+            key(&format!("{{{ok}, scopes: []}}")),
+            "security.api_keys[0].scopes: a key needs at least one scope",
+        ),
+        (
+            key(&format!("{{{ok}, agents: [nobody]}}")),
+            "security.api_keys[0].agents[0]: unknown agent 'nobody'",
+        ),
+        (
+            key(&format!("{{{ok}, expires: soon}}")),
+            "security.api_keys[0].expires: unreadable expiry 'soon'",
+        ),
+        (
+            key(&format!("{{{ok}, colour: blue}}")),
+            "security.api_keys[0].colour: unknown key 'colour' (expected one of: id, hash, tenant, expires, scopes, agents)",
+        ),
+    ];
+    for (root, expected) in cases {
+        let message = refused(&root, &[]);
+        assert!(
+            message.contains(expected),
+            "expected {expected:?} in:\n{message}"
+        );
+    }
+}
+
+#[test]
+fn api_keys_default_to_tenant_default_and_run_read() {
+    let root = format!(
+        "{MODELS}tenants: [{{id: acme}}, {{id: default}}]\nsecurity:\n  api_keys:\n    - {{id: k1, hash: \"sha256:{KEY_HASH}\"}}\n    - {{id: k2, hash: \"sha256:{}\", tenant: acme, expires: 2027-01-01, scopes: [approve]}}\n",
+        KEY_HASH.replace('1', "e")
+    );
+    let config = load_str(&root, &[], None, &no_env).unwrap();
+    let keys = &config.raw().security.api_keys;
+    assert_eq!(keys[0].tenant, "default");
+    assert_eq!(keys[0].scopes, vec![Scope::Run, Scope::Read]);
+    assert_eq!(keys[0].expires_at(), None);
+    assert_eq!(keys[1].tenant, "acme");
+    assert!(keys[1].allows(Scope::Approve) && !keys[1].allows(Scope::Run));
+    assert_eq!(
+        keys[1].expires_at().map(|t| t.to_rfc3339()),
+        Some("2027-01-01T00:00:00+00:00".to_owned())
+    );
 }

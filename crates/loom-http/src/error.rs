@@ -31,6 +31,11 @@ use serde_json::json;
 /// | `invalid_query` | 422 | an unusable query string |
 /// | `invalid_header` | 422 | an unusable header (`Last-Event-ID`) |
 /// | `not_found` | 404 | no such route |
+/// | `missing_key` | 401 | keys are declared and the request names none |
+/// | `unknown_key` | 401 | a key that is not declared |
+/// | `expired_key` | 401 | a key past its `expires` |
+/// | `missing_scope` | 403 | the key lacks the route's scope |
+/// | `agent_not_allowed` | 403 | the key is limited to other agents |
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{kind}: {message}")]
 pub struct ApiError {

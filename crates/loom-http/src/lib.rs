@@ -4,16 +4,21 @@
 //! results, approvals, cancellation, and a run's events as Server-Sent Events — every route
 //! under `<base_path>/v1`, over a shared [`loom_ia::Loom`].
 //!
-//! This version serves the API **open** (no `security.api_keys` yet): every request acts for
-//! the tenant `default` with every scope, as the reference does when no key is declared.
+//! Without `security.api_keys` the API is **open**: every request acts for the tenant
+//! `default` with every scope, as the reference does. With keys, every `/v1` route needs one
+//! (`Authorization: Bearer lk_…` or `X-API-Key`): 401 when it is missing, unknown or expired;
+//! the key alone decides the tenant; a missing scope (`run`: open and cancel runs; `read`:
+//! agents, results, events; `approve`: approve and reject; `admin`: all) or an agent outside
+//! the key's `agents` is a 403.
 //! Errors are JSON `{"error": {"kind": "...", "message": "..."}}` with a stable `kind` per
 //! error variant (see [`ApiError`]).
 
+mod auth;
 mod error;
 mod routes;
 mod sse;
 
-use std::{future::Future, net::SocketAddr};
+use std::{future::Future, net::SocketAddr, sync::Arc};
 
 use axum::{Router, extract::DefaultBodyLimit};
 use loom_ia::{Loom, config::HttpServerConfig};
@@ -30,6 +35,8 @@ pub(crate) struct AppState {
     pub(crate) loom: Loom,
     /// Turns `true` when the server shuts down: open SSE streams end.
     pub(crate) closing: watch::Receiver<bool>,
+    /// The declared API keys (none: the API is open).
+    pub(crate) keys: Arc<auth::Keys>,
 }
 
 impl AppState {
@@ -57,11 +64,16 @@ pub fn router(loom: Loom, settings: &HttpServerConfig) -> Router {
 fn build(loom: Loom, settings: &HttpServerConfig, closing: watch::Receiver<bool>) -> Router {
     let limit = usize::try_from(settings.max_body_bytes).unwrap_or(usize::MAX);
     let prefix = format!("{}/v1", settings.base_path);
+    let keys = Arc::new(auth::Keys::new(&loom.config().raw().security.api_keys));
     Router::new()
         .nest(&prefix, routes::v1())
         .fallback(routes::not_found)
         .layer(DefaultBodyLimit::max(limit))
-        .with_state(AppState { loom, closing })
+        .with_state(AppState {
+            loom,
+            closing,
+            keys,
+        })
 }
 
 /// Serves the API on `listener` until `shutdown` resolves, then shuts down gracefully: it

@@ -15,10 +15,11 @@ use loom_ia::{JudgeMode, Loom, LoomError, RunOptions, RunRef};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
-use crate::{AppState, error::ApiError};
+use loom_ia::config::Scope;
 
-/// Who decides or cancels when the request does not say (the API is open: no key names the
-/// caller).
+use crate::{AppState, auth::Caller, error::ApiError};
+
+/// Who decides or cancels when the request does not say.
 const DEFAULT_BY: &str = "api";
 
 pub(crate) fn v1() -> Router<AppState> {
@@ -56,15 +57,19 @@ pub(crate) fn loom_error(loom: &Loom, error: &LoomError) -> ApiError {
     ApiError::from_loom(error, lease_seconds(loom))
 }
 
-async fn agents(State(state): State<AppState>) -> Json<Value> {
-    let agents: Vec<Value> = state
-        .loom
-        .config()
+/// `GET /agents`: the agents the caller's tenant and key may use.
+async fn agents(State(state): State<AppState>, caller: Caller) -> Result<Json<Value>, ApiError> {
+    caller.require(Scope::Read)?;
+    let config = state.loom.config();
+    let tenant = config.tenant(&caller.tenant);
+    let agents: Vec<Value> = config
         .agents()
         .iter()
+        .filter(|agent| caller.allows_agent(&agent.name))
+        .filter(|agent| tenant.is_none_or(|t| t.allows_agent(&agent.name)))
         .map(|agent| json!({"name": agent.name, "description": agent.description}))
         .collect();
-    Json(Value::Array(agents))
+    Ok(Json(Value::Array(agents)))
 }
 
 /// `POST /agents/{name}/runs`.
@@ -88,9 +93,12 @@ struct RunRequest {
 
 async fn create_run(
     State(state): State<AppState>,
+    caller: Caller,
     Path(agent): Path<String>,
     body: Result<Json<RunRequest>, JsonRejection>,
 ) -> Result<Response, ApiError> {
+    caller.require(Scope::Run)?;
+    caller.agent(&agent)?;
     let Json(request) = body?;
     if request.message.is_empty() {
         return Err(ApiError::invalid_body("message must not be empty"));
@@ -101,12 +109,17 @@ async fn create_run(
             .parse::<JudgeMode>()
             .map_err(|_| ApiError::invalid_body("judges must be auto, force or skip"))?,
     };
+    if judges == JudgeMode::Skip {
+        // Skipping the judges lowers the guard on the answer: only an admin key may.
+        caller.require(Scope::Admin)?;
+    }
     let options = RunOptions {
         session_id: request.session_id,
         run_id: request.run_id,
         user_id: request.user_id,
         metadata: request.metadata.unwrap_or_default(),
         judges,
+        tenant_id: Some(caller.tenant.clone()),
         ..RunOptions::default()
     };
     let loom = &state.loom;
@@ -137,24 +150,18 @@ struct At {
     session_id: Option<String>,
 }
 
-pub(crate) async fn locate(
-    loom: &Loom,
-    run_id: &str,
-    session: Option<&str>,
-) -> Result<RunRef, ApiError> {
-    loom.locate(run_id, session, None)
-        .await
-        .map_err(|e| loom_error(loom, &e))
-}
-
 async fn run_result(
     State(state): State<AppState>,
+    caller: Caller,
     Path(run_id): Path<String>,
     query: Result<Query<At>, QueryRejection>,
 ) -> Result<Response, ApiError> {
+    caller.require(Scope::Read)?;
     let Query(at) = query?;
     let loom = &state.loom;
-    let run = locate(loom, &run_id, at.session_id.as_deref()).await?;
+    let run = caller
+        .run(&state, &run_id, at.session_id.as_deref())
+        .await?;
     let result = loom.result(&run).await.map_err(|e| loom_error(loom, &e))?;
     Ok(Json(result).into_response())
 }
@@ -177,36 +184,44 @@ struct DecisionRequest {
 
 async fn approve(
     State(state): State<AppState>,
+    caller: Caller,
     Path(run_id): Path<String>,
     body: Result<Json<DecisionRequest>, JsonRejection>,
 ) -> Result<Response, ApiError> {
+    caller.require(Scope::Approve)?;
     let Json(request) = body?;
-    decide(&state.loom, &run_id, request, true).await
+    decide(&state, &caller, &run_id, request, true).await
 }
 
 async fn reject(
     State(state): State<AppState>,
+    caller: Caller,
     Path(run_id): Path<String>,
     body: Result<Json<DecisionRequest>, JsonRejection>,
 ) -> Result<Response, ApiError> {
+    caller.require(Scope::Approve)?;
     let Json(request) = body?;
     if request.arguments.is_some() {
         return Err(ApiError::invalid_body(
             "arguments are for an approval, not a rejection",
         ));
     }
-    decide(&state.loom, &run_id, request, false).await
+    decide(&state, &caller, &run_id, request, false).await
 }
 
 /// Journals the decision and answers at once; the run is driven on in the background (from
 /// its root run, which answers for its sub-runs) until it closes or pauses again.
 async fn decide(
-    loom: &Loom,
+    state: &AppState,
+    caller: &Caller,
     run_id: &str,
     request: DecisionRequest,
     approved: bool,
 ) -> Result<Response, ApiError> {
-    let run = locate(loom, run_id, request.session_id.as_deref()).await?;
+    let loom = &state.loom;
+    let run = caller
+        .run(state, run_id, request.session_id.as_deref())
+        .await?;
     let by = request.by.as_deref().unwrap_or(DEFAULT_BY);
     let call_id = request.call_id.as_deref();
     let reason = request.reason.as_deref();
@@ -247,9 +262,11 @@ struct CancelRequest {
 
 async fn cancel(
     State(state): State<AppState>,
+    caller: Caller,
     Path(run_id): Path<String>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
+    caller.require(Scope::Run)?;
     let body = body.map_err(|rejection| {
         if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
             ApiError::too_large()
@@ -263,7 +280,9 @@ async fn cancel(
         serde_json::from_slice(&body).map_err(|e| ApiError::invalid_body(e.to_string()))?
     };
     let loom = &state.loom;
-    let run = locate(loom, &run_id, request.session_id.as_deref()).await?;
+    let run = caller
+        .run(&state, &run_id, request.session_id.as_deref())
+        .await?;
     let by = Some(request.by.unwrap_or_else(|| DEFAULT_BY.to_owned()));
     let cancelled = loom
         .cancel(&run, by)

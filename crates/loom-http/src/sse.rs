@@ -22,11 +22,9 @@ use futures_util::StreamExt;
 use loom_ia::Event;
 use serde::Deserialize;
 
-use crate::{
-    AppState, KEEP_ALIVE,
-    error::ApiError,
-    routes::{lease_seconds, locate},
-};
+use loom_ia::config::Scope;
+
+use crate::{AppState, KEEP_ALIVE, auth::Caller, error::ApiError, routes::lease_seconds};
 
 /// The query of the events route.
 #[derive(Debug, Deserialize)]
@@ -80,14 +78,18 @@ fn error_event(error: &ApiError) -> SseEvent {
 
 pub(crate) async fn events(
     State(state): State<AppState>,
+    caller: Caller,
     Path(run_id): Path<String>,
     query: Result<Query<EventsQuery>, QueryRejection>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
+    caller.require(Scope::Read)?;
     let Query(query) = query?;
     let after = last_event_id(&headers)?.or(query.after_seq).unwrap_or(0);
     let loom = state.loom.clone();
-    let run = locate(&loom, &run_id, query.session_id.as_deref()).await?;
+    let run = caller
+        .run(&state, &run_id, query.session_id.as_deref())
+        .await?;
     let lease = lease_seconds(&loom);
     let stream = loom
         .follow(&run, after)

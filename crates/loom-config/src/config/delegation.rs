@@ -1297,3 +1297,77 @@ fn check_judge(
     judge.name = Some(name);
     Ok(())
 }
+
+/// `security.api_keys`: hash format, unique ids, declared tenants, declared agents, readable
+/// expiry.
+pub(super) fn check_security(config: &Config) -> Result<(), ConfigError> {
+    let doc = &config.docs[0];
+    let keys = &config.raw.security.api_keys;
+    for (k, key) in keys.iter().enumerate() {
+        let kp = KeyPath::root().key("security").key("api_keys").index(k);
+        if key.id.trim().is_empty() {
+            return Err(invalid(doc, &kp.key("id"), "a key id must not be empty"));
+        }
+        if let Some(j) = keys[..k].iter().position(|x| x.id == key.id) {
+            return Err(invalid(
+                doc,
+                &kp.key("id"),
+                format!(
+                    "duplicate key id '{}' (already declared at security.api_keys[{j}])",
+                    key.id
+                ),
+            ));
+        }
+        if !crate::security::is_key_hash(&key.hash) {
+            return Err(invalid(
+                doc,
+                &kp.key("hash"),
+                "expected 'sha256:' followed by 64 lowercase hex digits (the hash printed by \
+                 'loom keys create'; never the key itself)",
+            ));
+        }
+        if let Some(j) = keys[..k].iter().position(|x| x.hash == key.hash) {
+            return Err(invalid(
+                doc,
+                &kp.key("hash"),
+                format!("the same hash as security.api_keys[{j}]: each key must be distinct"),
+            ));
+        }
+        if let Err(unknown) = config.check_tenant(&key.tenant) {
+            return Err(reference(doc, &kp.key("tenant"), unknown.to_string()));
+        }
+        if let Some(expires) = &key.expires
+            && crate::security::parse_expiry(expires).is_none()
+        {
+            return Err(invalid(
+                doc,
+                &kp.key("expires"),
+                format!(
+                    "unreadable expiry '{expires}' (expected a date such as 2027-01-01 or an \
+                     RFC 3339 date-time)"
+                ),
+            ));
+        }
+        if key.scopes.is_empty() {
+            return Err(invalid(
+                doc,
+                &kp.key("scopes"),
+                "a key needs at least one scope (run, read, read_content, approve, admin)",
+            ));
+        }
+        for (a, agent) in key.agents.iter().enumerate() {
+            let ap = kp.key("agents").index(a);
+            if config.agent(agent).is_none() {
+                return Err(reference(
+                    doc,
+                    &ap,
+                    format!(
+                        "unknown agent '{agent}' (declared agents: {})",
+                        declared_agents(config)
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,180 @@
+//! API keys (`security.api_keys`): who calls, for which tenant, with which scopes.
+//!
+//! Without any declared key the API is open: every request acts for the tenant `default` with
+//! every scope. With keys, every `/v1` route needs one, in `Authorization: Bearer lk_…` or
+//! `X-API-Key`; the key alone decides the tenant (nothing in a body or a query can change it),
+//! its scopes decide what it may do and its `agents` which agents it may use.
+
+use std::sync::Arc;
+
+use axum::{
+    extract::FromRequestParts,
+    http::{HeaderMap, StatusCode, request::Parts},
+};
+use chrono::Utc;
+use loom_ia::{
+    RunRef,
+    config::{ApiKeySpec, DEFAULT_TENANT, Scope},
+};
+use sha2::{Digest, Sha256};
+
+use crate::{AppState, error::ApiError, routes::loom_error};
+
+/// The declared keys, by the hash the configuration stores.
+#[derive(Debug, Default)]
+pub(crate) struct Keys {
+    keys: Vec<ApiKeySpec>,
+}
+
+impl Keys {
+    pub(crate) fn new(keys: &[ApiKeySpec]) -> Keys {
+        Keys {
+            keys: keys.to_vec(),
+        }
+    }
+
+    /// Who makes a request with these headers.
+    fn caller(&self, headers: &HeaderMap) -> Result<Caller, ApiError> {
+        if self.keys.is_empty() {
+            return Ok(Caller {
+                tenant: DEFAULT_TENANT.to_owned(),
+                key: None,
+            });
+        }
+        let presented = presented_key(headers).ok_or_else(|| {
+            unauthorized(
+                "missing_key",
+                "API key missing: send the header 'Authorization: Bearer …' or 'X-API-Key'",
+            )
+        })?;
+        let hash = hash(&presented);
+        let Some(key) = self.keys.iter().find(|k| k.hash == hash) else {
+            tracing::warn!("request refused: unknown API key");
+            return Err(unauthorized("unknown_key", "API key refused"));
+        };
+        if let Some(at) = key.expires_at()
+            && at <= Utc::now()
+        {
+            tracing::warn!(key = %key.id, "request refused: expired API key");
+            return Err(unauthorized(
+                "expired_key",
+                format!(
+                    "key '{}' expired on {}",
+                    key.id,
+                    at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+                ),
+            ));
+        }
+        Ok(Caller {
+            tenant: key.tenant.clone(),
+            key: Some(Arc::new(key.clone())),
+        })
+    }
+}
+
+/// `sha256:<hex>` of a presented key.
+fn hash(key: &str) -> String {
+    let digest = Sha256::digest(key.as_bytes());
+    let mut out = String::from("sha256:");
+    for byte in digest {
+        out.push_str(&format!("{byte:02x}"));
+    }
+    out
+}
+
+/// The key of `Authorization: Bearer <key>` (scheme case-insensitive), else of `X-API-Key`.
+fn presented_key(headers: &HeaderMap) -> Option<String> {
+    let bearer = headers
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| {
+            let (scheme, rest) = v.trim().split_once(' ')?;
+            scheme.eq_ignore_ascii_case("bearer").then(|| rest.trim())
+        })
+        .filter(|k| !k.is_empty());
+    let header = || {
+        headers
+            .get("x-api-key")
+            .and_then(|v| v.to_str().ok())
+            .map(str::trim)
+            .filter(|k| !k.is_empty())
+    };
+    bearer.or_else(header).map(str::to_owned)
+}
+
+fn unauthorized(kind: &'static str, message: impl Into<String>) -> ApiError {
+    ApiError::new(StatusCode::UNAUTHORIZED, kind, message)
+}
+
+fn forbidden(kind: &'static str, message: impl Into<String>) -> ApiError {
+    ApiError::new(StatusCode::FORBIDDEN, kind, message)
+}
+
+/// Who makes the request: its tenant, and its key (`None`: the API is open, every scope).
+#[derive(Debug, Clone)]
+pub(crate) struct Caller {
+    /// The tenant every run of the request is opened and looked up in.
+    pub(crate) tenant: String,
+    key: Option<Arc<ApiKeySpec>>,
+}
+
+impl Caller {
+    /// 403 unless the caller has `scope`.
+    pub(crate) fn require(&self, scope: Scope) -> Result<(), ApiError> {
+        match &self.key {
+            Some(key) if !key.allows(scope) => Err(forbidden(
+                "missing_scope",
+                format!("key '{}' lacks the scope '{scope}'", key.id),
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// Whether the caller may use `agent`.
+    pub(crate) fn allows_agent(&self, agent: &str) -> bool {
+        self.key.as_ref().is_none_or(|key| key.allows_agent(agent))
+    }
+
+    /// 403 unless the caller may use `agent`.
+    pub(crate) fn agent(&self, agent: &str) -> Result<(), ApiError> {
+        match &self.key {
+            Some(key) if !key.allows_agent(agent) => Err(forbidden(
+                "agent_not_allowed",
+                format!("key '{}' is not allowed on the agent '{agent}'", key.id),
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// The run `run_id` of the caller's tenant, checked against the key's agents.
+    pub(crate) async fn run(
+        &self,
+        state: &AppState,
+        run_id: &str,
+        session: Option<&str>,
+    ) -> Result<RunRef, ApiError> {
+        let loom = &state.loom;
+        let run = loom
+            .locate(run_id, session, Some(&self.tenant))
+            .await
+            .map_err(|e| loom_error(loom, &e))?;
+        if self.key.as_ref().is_some_and(|key| !key.agents.is_empty()) {
+            let agent = loom
+                .state(&run)
+                .await
+                .map_err(|e| loom_error(loom, &e))?
+                .agent
+                .unwrap_or_default();
+            self.agent(&agent)?;
+        }
+        Ok(run)
+    }
+}
+
+impl FromRequestParts<AppState> for Caller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Caller, ApiError> {
+        state.keys.caller(&parts.headers)
+    }
+}
