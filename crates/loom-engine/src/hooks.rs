@@ -10,7 +10,7 @@
 use std::time::Duration;
 
 use loom_core::{
-    RunState,
+    Message, RunState,
     event::{Payload, PolicyDecided},
     model::ModelRequest,
     policy::{Decision, DecisionKind, Point, PolicyContext, Replacement, Subject},
@@ -374,6 +374,23 @@ pub(crate) fn decided(
         output: None,
         error,
     })
+}
+
+/// The `policy.decided` of a built-in guard (`loom.contract`, `loom.judge.<name>`) that puts
+/// `message` in place of the final output.
+pub(crate) fn output_replaced(policy: &str, reason: String, message: &Message) -> Payload {
+    let mut payload = decided(
+        policy,
+        Point::OnOutput,
+        DecisionKind::Replace,
+        Some(reason),
+        None,
+        false,
+    );
+    if let Payload::PolicyDecided(p) = &mut payload {
+        p.output = serde_json::to_value(message).ok();
+    }
+    payload
 }
 
 /// What the `before_model` point let through.

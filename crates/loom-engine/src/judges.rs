@@ -788,17 +788,7 @@ impl Driver<'_> {
                     "fallback message after the judge {} refused the output: {summary}",
                     judge.name
                 );
-                let mut payload = hooks::decided(
-                    &policy,
-                    Point::OnOutput,
-                    DecisionKind::Replace,
-                    Some(reason),
-                    None,
-                    false,
-                );
-                if let Payload::PolicyDecided(p) = &mut payload {
-                    p.output = serde_json::to_value(&message).ok();
-                }
+                let payload = hooks::output_replaced(&policy, reason, &message);
                 batch.push(self.event(&span, None, None, payload));
                 output.message = Some(message);
                 output.output_event_id = None;

@@ -240,20 +240,17 @@ impl Driver<'_> {
             None => terminal_message(state).text(),
         };
         let attempt = state.retries.get(CONTRACT).copied().unwrap_or(0);
-        let checked =
-            |outcome: &str, reason: Option<String>, normalized, resolution: Option<&str>| {
-                Payload::GuardChecked(GuardChecked {
-                    guard: "contract".into(),
-                    target: "output".into(),
-                    outcome: outcome.into(),
-                    reason,
-                    attempt: Some(attempt + 1),
-                    normalized,
-                    resolution: resolution.map(str::to_owned),
-                    policy: Some(CONTRACT.into()),
-                    call_id: None,
-                })
-            };
+        let checked = |outcome: &str, reason, normalized, resolution| {
+            contract_checked(
+                "output",
+                attempt + 1,
+                None,
+                outcome,
+                reason,
+                normalized,
+                resolution,
+            )
+        };
         match contract.check(&text, None) {
             Verdict::Passed {
                 text: normalized_text,
@@ -264,17 +261,11 @@ impl Driver<'_> {
                     vec![self.event(&span, None, None, checked("passed", None, normalized, None))];
                 if normalized {
                     let message = Message::assistant(normalized_text);
-                    let mut payload = hooks::decided(
+                    let payload = hooks::output_replaced(
                         CONTRACT,
-                        Point::OnOutput,
-                        DecisionKind::Replace,
-                        Some("output normalized (code fence or surrounding text removed)".into()),
-                        None,
-                        false,
+                        "output normalized (code fence or surrounding text removed)".into(),
+                        &message,
                     );
-                    if let Payload::PolicyDecided(p) = &mut payload {
-                        p.output = serde_json::to_value(&message).ok();
-                    }
                     batch.push(self.event(&span, None, None, payload));
                     output.message = Some(message);
                     output.output_event_id = None;
@@ -340,19 +331,11 @@ impl Driver<'_> {
                     OnFailure::Fallback => {
                         let message =
                             Message::assistant(spec.fallback_message.clone().unwrap_or_default());
-                        let mut payload = hooks::decided(
+                        let payload = hooks::output_replaced(
                             CONTRACT,
-                            Point::OnOutput,
-                            DecisionKind::Replace,
-                            Some(format!(
-                                "fallback message after a failed contract: {summary}"
-                            )),
-                            None,
-                            false,
+                            format!("fallback message after a failed contract: {summary}"),
+                            &message,
                         );
-                        if let Payload::PolicyDecided(p) = &mut payload {
-                            p.output = serde_json::to_value(&message).ok();
-                        }
                         batch.push(self.event(&span, None, None, payload));
                         output.message = Some(message);
                         output.output_event_id = None;
@@ -363,6 +346,30 @@ impl Driver<'_> {
             }
         }
     }
+}
+
+/// The `guard.checked` of an output contract (`loom.contract`) on `target` (`output`,
+/// `role:<name>`, `tool:<name>`).
+pub(crate) fn contract_checked(
+    target: &str,
+    attempt: u32,
+    call_id: Option<&str>,
+    outcome: &str,
+    reason: Option<String>,
+    normalized: bool,
+    resolution: Option<&str>,
+) -> Payload {
+    Payload::GuardChecked(GuardChecked {
+        guard: "contract".into(),
+        target: target.into(),
+        outcome: outcome.into(),
+        reason,
+        attempt: Some(attempt),
+        normalized,
+        resolution: resolution.map(str::to_owned),
+        policy: Some(CONTRACT.into()),
+        call_id: call_id.map(str::to_owned),
+    })
 }
 
 /// The output of a terminal tool call as an assistant message: the last tool result's blocks.

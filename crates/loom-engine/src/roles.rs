@@ -59,7 +59,7 @@ use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
 use loom_core::{
     Block, BlockKind, Message, Role, RunState,
-    event::{GuardChecked, Payload},
+    event::Payload,
     model::{ModelRequest, ToolChoice},
     policy::{DecisionKind, Point},
     state::PendingCall,
@@ -842,20 +842,18 @@ pub(crate) async fn call(
         };
         let key = format!("{CONTRACT}#{}", call.call_id);
         let attempt = state.retries.get(&key).copied().unwrap_or(0);
-        let checked =
-            |outcome: &str, reason: Option<String>, normalized: bool, resolution: Option<&str>| {
-                Payload::GuardChecked(GuardChecked {
-                    guard: "contract".into(),
-                    target: format!("role:{}", role.name),
-                    outcome: outcome.into(),
-                    reason,
-                    attempt: Some(attempt + 1),
-                    normalized,
-                    resolution: resolution.map(str::to_owned),
-                    policy: Some(CONTRACT.into()),
-                    call_id: Some(call.call_id.clone()),
-                })
-            };
+        let target = format!("role:{}", role.name);
+        let checked = |outcome: &str, reason, normalized, resolution| {
+            crate::review::contract_checked(
+                &target,
+                attempt + 1,
+                Some(&call.call_id),
+                outcome,
+                reason,
+                normalized,
+                resolution,
+            )
+        };
         let event = |payload| driver.event(span, Some(&step.span), None, payload);
         match contract.check(&text, None) {
             Verdict::Passed {

@@ -834,20 +834,17 @@ async fn after_tool(
         && !output.is_error
     {
         let target = format!("tool:{}", call.name);
-        let checked =
-            |outcome: &str, reason: Option<String>, normalized: bool, resolution: Option<&str>| {
-                Payload::GuardChecked(loom_core::event::GuardChecked {
-                    guard: "contract".into(),
-                    target: target.clone(),
-                    outcome: outcome.into(),
-                    reason,
-                    attempt: Some(1),
-                    normalized,
-                    resolution: resolution.map(str::to_owned),
-                    policy: Some(crate::review::CONTRACT.into()),
-                    call_id: Some(call.call_id.clone()),
-                })
-            };
+        let checked = |outcome: &str, reason, normalized, resolution| {
+            crate::review::contract_checked(
+                &target,
+                1,
+                Some(&call.call_id),
+                outcome,
+                reason,
+                normalized,
+                resolution,
+            )
+        };
         match contract.check(&output.visible_text(), output.data.as_ref()) {
             crate::contract::Verdict::Passed {
                 text,
