@@ -19,6 +19,7 @@ pub mod journal;
 pub mod model;
 pub mod policy;
 pub mod ports;
+pub mod redact;
 pub mod state;
 pub mod tool;
 pub mod usage;

@@ -25,6 +25,17 @@ pub enum LoomError {
     /// No such session.
     #[error("session {0} not found")]
     UnknownSession(String),
+    /// No such file in the session (`artifact.stored`), or its bytes are gone.
+    #[error("file {0} not found")]
+    UnknownArtifact(String),
+    /// A read query the journal cannot answer: a filter value out of range or naming nothing.
+    #[error("{parameter}: {reason}")]
+    InvalidQuery {
+        /// The query parameter at fault.
+        parameter: &'static str,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// A tool registration was refused.
     #[error("tool registration refused: {0}")]
     Registration(String),
@@ -66,6 +77,8 @@ impl LoomError {
                 | LoomError::UnknownAgent { .. }
                 | LoomError::UnknownRun(_)
                 | LoomError::UnknownSession(_)
+                | LoomError::UnknownArtifact(_)
+                | LoomError::InvalidQuery { .. }
                 | LoomError::Registration(_)
                 | LoomError::Refused(_)
                 | LoomError::Conflict(_)

@@ -1,10 +1,15 @@
-//! Following a run: its journaled events, then the new ones as they are written, until the
-//! run closes. The REST API's SSE route and Rust callers share [`Loom::follow`].
+//! Following a run: its journaled events (and its sub-runs', unless asked not to), then the
+//! new ones as they are written, until the run closes. The REST API's SSE route and Rust
+//! callers share [`Loom::follow`] and [`Loom::follow_with`].
 //!
 //! The journal ports have no change notification yet, so the live part polls the store
 //! every [`POLL_INTERVAL`]: one `read` of the session after the last seq seen.
 
-use std::{collections::VecDeque, sync::Arc, time::Duration};
+use std::{
+    collections::{HashSet, VecDeque},
+    sync::Arc,
+    time::Duration,
+};
 
 use loom_core::{BoxStream, Event, Payload, ports::EventStore};
 use loom_engine::RunRef;
@@ -22,9 +27,31 @@ fn is_terminal(event: &Event) -> bool {
     )
 }
 
+/// How [`Loom::follow_with`] follows a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FollowOptions {
+    /// Only events with a greater session seq (`0`: all).
+    pub after_seq: u64,
+    /// Also the events of the runs it opened (sub-agents), down its tree (default `true`).
+    pub subruns: bool,
+}
+
+impl Default for FollowOptions {
+    fn default() -> FollowOptions {
+        FollowOptions {
+            after_seq: 0,
+            subruns: true,
+        }
+    }
+}
+
 struct Follower {
     store: Arc<dyn EventStore>,
     run: RunRef,
+    /// Whether the events of the run's sub-runs are yielded too.
+    subruns: bool,
+    /// The followed run and, with `subruns`, every run its tree opened so far.
+    tree: HashSet<String>,
     /// Events with seq at most this one were read (of any run of the session).
     last_seq: u64,
     /// The client's resume point: events at or before it are not yielded.
@@ -48,12 +75,22 @@ impl Follower {
         }
         let mut seen = false;
         for event in events {
-            if event.run_id != self.run.run_id {
+            if self.subruns
+                && let Payload::RunStarted(started) = &event.payload
+                && started
+                    .parent_run_id
+                    .as_ref()
+                    .is_some_and(|parent| self.tree.contains(parent))
+            {
+                self.tree.insert(event.run_id.clone());
+            }
+            if !self.tree.contains(&event.run_id) {
                 continue;
             }
-            seen = true;
+            let own = event.run_id == self.run.run_id;
+            seen |= own;
             if event.seq <= self.after_seq {
-                if is_terminal(&event) {
+                if own && is_terminal(&event) {
                     self.done = true;
                 }
                 continue;
@@ -72,7 +109,7 @@ impl Follower {
     async fn next(mut self) -> Option<(Result<Event, LoomError>, Follower)> {
         loop {
             if let Some(event) = self.pending.pop_front() {
-                if is_terminal(&event) {
+                if event.run_id == self.run.run_id && is_terminal(&event) {
                     self.done = true;
                     self.pending.clear();
                 }
@@ -93,24 +130,44 @@ impl Follower {
 }
 
 impl Loom {
-    /// The events of `run` with `seq > after_seq` (session seq; `0` for all), in journal
-    /// order: those already written, then the new ones as they are journaled, ending after
-    /// the run's terminal event (`run.completed`, `run.failed` or `run.cancelled`). A run that
-    /// closed at or before `after_seq` gives an empty stream; an unknown run one
-    /// [`LoomError::UnknownRun`]. A paused run keeps the stream open until it closes.
-    ///
-    /// Only the run's own events are yielded (not its sub-runs'). New events are found by
-    /// reading the journal every [`POLL_INTERVAL`].
+    /// The events of `run` and of its sub-runs with `seq > after_seq` (session seq; `0` for
+    /// all): [`Loom::follow_with`] with sub-runs, as the reference's `follow` does.
     pub fn follow(
         &self,
         run: &RunRef,
         after_seq: u64,
     ) -> BoxStream<'static, Result<Event, LoomError>> {
+        self.follow_with(
+            run,
+            FollowOptions {
+                after_seq,
+                subruns: true,
+            },
+        )
+    }
+
+    /// The events of `run` with `seq > options.after_seq`, in journal order: those already
+    /// written, then the new ones as they are journaled, ending after the run's terminal event
+    /// (`run.completed`, `run.failed` or `run.cancelled`). A run that closed at or before
+    /// `after_seq` gives an empty stream; an unknown run one [`LoomError::UnknownRun`]. A
+    /// paused run keeps the stream open until it closes.
+    ///
+    /// With `options.subruns`, the events of the runs it opened (sub-agents, down its tree)
+    /// come too, in their place in the shared session journal; their own terminal events do
+    /// not end the stream. New events are found by reading the journal every
+    /// [`POLL_INTERVAL`].
+    pub fn follow_with(
+        &self,
+        run: &RunRef,
+        options: FollowOptions,
+    ) -> BoxStream<'static, Result<Event, LoomError>> {
         let follower = Follower {
             store: self.event_store(),
             run: run.clone(),
-            last_seq: after_seq,
-            after_seq,
+            subruns: options.subruns,
+            tree: HashSet::from([run.run_id.clone()]),
+            last_seq: options.after_seq,
+            after_seq: options.after_seq,
             pending: VecDeque::new(),
             started: false,
             done: false,

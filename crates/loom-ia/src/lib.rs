@@ -40,8 +40,11 @@ mod loom;
 #[cfg(feature = "mcp")]
 mod mcp;
 
+pub mod query;
+pub mod redact;
 mod resolve;
 mod result;
+mod sessions;
 mod sources;
 
 pub use budget::{Period, TenantBudget};
@@ -63,11 +66,15 @@ pub use loom_engine::{
 };
 pub use loom_macros::tool;
 pub mod report;
+pub use follow::FollowOptions;
+pub use query::{EventQuery, RunListed, RunPage, RunQuery};
+pub use redact::Redact;
 pub use report::{
     RunUsage, SessionReport, SubRunUsage, TenantReport, Trace, TraceCall, TraceStep, UsageLine,
     UsageReport,
 };
 pub use result::RunResult;
+pub use sessions::{FILE_ORIGINS, SessionDeletion, SessionFile, SessionInfo, SessionRun};
 
 #[doc(hidden)]
 pub mod __private {

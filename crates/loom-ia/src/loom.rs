@@ -1176,25 +1176,34 @@ impl Loom {
         Ok(out)
     }
 
-    /// Erases a session (GDPR): its journal, its files and its idempotency keys. Returns the
-    /// events deleted.
+    /// Erases a session (GDPR): its journal, its files and its idempotency keys, and says how
+    /// many of each went. [`LoomError::UnknownSession`] when its journal held nothing.
     pub async fn delete_session(
         &self,
         session: &str,
         tenant: Option<&str>,
-    ) -> Result<u64, LoomError> {
+    ) -> Result<crate::SessionDeletion, LoomError> {
         let tenant = tenant.unwrap_or(DEFAULT_TENANT);
-        let deleted = self.inner.engine.store().delete(tenant, session).await?;
-        if deleted == 0 {
+        if !loom_core::ids::is_safe_id(session) {
             return Err(LoomError::UnknownSession(session.to_owned()));
         }
+        let events_deleted = self.inner.engine.store().delete(tenant, session).await?;
+        if events_deleted == 0 {
+            return Err(LoomError::UnknownSession(session.to_owned()));
+        }
+        let mut deletion = crate::SessionDeletion {
+            session_id: session.to_owned(),
+            events_deleted,
+            files_deleted: 0,
+            idempotency_keys_deleted: 0,
+        };
         if let Some(artifacts) = self.inner.engine.artifacts() {
-            artifacts.delete_session(tenant, session).await?;
+            deletion.files_deleted = artifacts.delete_session(tenant, session).await?;
         }
         if let Some(keys) = self.inner.engine.idempotency() {
-            keys.delete_session(tenant, session).await?;
+            deletion.idempotency_keys_deleted = keys.delete_session(tenant, session).await?;
         }
-        Ok(deleted)
+        Ok(deletion)
     }
 
     /// Cancels every run this instance is driving (what Ctrl-C does in the CLI).
@@ -1209,6 +1218,11 @@ impl Loom {
     /// The journal this instance writes to.
     pub(crate) fn event_store(&self) -> Arc<dyn EventStore> {
         self.inner.engine.store().clone()
+    }
+
+    /// Where this instance stores files, if anywhere.
+    pub(crate) fn artifact_store(&self) -> Option<Arc<dyn ArtifactStore>> {
+        self.inner.engine.artifacts().cloned()
     }
 
     /// The run as a tree of steps, model calls and tool calls (what `loom inspect` shows).

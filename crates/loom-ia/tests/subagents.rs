@@ -224,3 +224,121 @@ async fn cancelling_the_root_through_the_facade_closes_its_child_first() {
     assert!(result.pending_approvals.is_empty());
     assert!(!loom.cancel(&root, None).await.unwrap(), "already closed");
 }
+
+#[tokio::test]
+async fn a_waiting_tree_is_seen_whole_through_session_query_and_follow() {
+    use futures_util::StreamExt;
+    use loom_ia::{EventQuery, FollowOptions, Redact, RunQuery};
+
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(MemoryStore::new());
+    let (root, child) = waiting_tree(store.clone()).await;
+    let loom = Loom::with_store(config(dir.path()), store.clone()).unwrap();
+    let journal = store.read("default", "tree", 0).await.unwrap();
+
+    // The session: both runs, the child's request, nobody left driving nothing.
+    let info = loom.session("tree", None).await.unwrap();
+    let runs: Vec<(&str, RunStatus, bool)> = info
+        .runs
+        .iter()
+        .map(|r| (r.run_id.as_str(), r.status, r.unpiloted))
+        .collect();
+    assert_eq!(
+        runs,
+        [
+            ("root", RunStatus::WaitingChild, false),
+            (child.as_str(), RunStatus::Paused, false)
+        ]
+    );
+    assert_eq!(info.last_seq, journal.len() as u64);
+    assert_eq!(info.pending_approvals.len(), 1);
+    assert_eq!(info.pending_approvals[0].run_id, child);
+    let masked = info.redacted();
+    assert_eq!(
+        masked["redacted"],
+        json!([
+            "pending_approvals[0].arguments",
+            "pending_approvals[0].reason"
+        ])
+    );
+    assert!(matches!(
+        loom.session("nope", None).await,
+        Err(LoomError::UnknownSession(_))
+    ));
+
+    // The agents of the tree, from the root and from the child.
+    let agents = loom.tree_agents(&root).await.unwrap();
+    assert_eq!(agents.into_iter().collect::<Vec<_>>(), ["boss", "mailer"]);
+    let located = loom.locate(&child, Some("tree"), None).await.unwrap();
+    let agents = loom.tree_agents(&located).await.unwrap();
+    assert_eq!(agents.into_iter().collect::<Vec<_>>(), ["mailer"]);
+
+    // Runs, most recent first; events of one agent.
+    let page = loom.runs(&RunQuery::default()).await.unwrap();
+    let listed: Vec<&str> = page.runs.iter().map(|r| r.run_id.as_str()).collect();
+    assert_eq!(listed, [child.as_str(), "root"]);
+    let mailer = loom
+        .query(&EventQuery {
+            agent: Some("mailer".into()),
+            limit: 10_000,
+            ..EventQuery::default()
+        })
+        .await
+        .unwrap();
+    let expected: Vec<u64> = journal
+        .iter()
+        .filter(|e| e.agent.as_deref() == Some("mailer"))
+        .map(|e| e.seq)
+        .collect();
+    assert_eq!(mailer.iter().map(|e| e.seq).collect::<Vec<_>>(), expected);
+    let refused = loom
+        .query(&EventQuery {
+            limit: 0,
+            ..EventQuery::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(
+        refused.to_string(),
+        "limit: must be between 1 and 10000 (got 0)"
+    );
+
+    // Following the root (which stays open, waiting): its events and its child's, or its own.
+    let tree: Vec<u64> = loom
+        .follow(&root, 0)
+        .take(journal.len())
+        .map(|e| e.unwrap().seq)
+        .collect()
+        .await;
+    assert_eq!(tree, journal.iter().map(|e| e.seq).collect::<Vec<_>>());
+    let own_count = journal.iter().filter(|e| e.run_id == "root").count();
+    let own: Vec<String> = loom
+        .follow_with(
+            &root,
+            FollowOptions {
+                after_seq: 0,
+                subruns: false,
+            },
+        )
+        .take(own_count)
+        .map(|e| e.unwrap().run_id)
+        .collect()
+        .await;
+    assert!(own.iter().all(|r| r == "root"), "{own:?}");
+    // Resuming after the child's first event yields the rest of the tree only.
+    let first_child = journal.iter().find(|e| e.run_id == child).unwrap().seq;
+    let rest: Vec<u64> = loom
+        .follow(&root, first_child)
+        .take(journal.len() - first_child as usize)
+        .map(|e| e.unwrap().seq)
+        .collect()
+        .await;
+    assert_eq!(
+        rest,
+        journal
+            .iter()
+            .map(|e| e.seq)
+            .filter(|s| *s > first_child)
+            .collect::<Vec<_>>()
+    );
+}

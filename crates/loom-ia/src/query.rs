@@ -1,0 +1,520 @@
+//! Reading a tenant's journal across its sessions: its runs, most recent first
+//! ([`Loom::runs`]), and the event search ([`Loom::query`]).
+//!
+//! Both scan the tenant's sessions through the `EventStore` port (`sessions`, then `read`), as
+//! the reference does for its file journals: a session last written before `since` is not
+//! read. A session that cannot be read fails the query (the journal is never skipped
+//! silently).
+
+use std::{
+    cmp::Reverse,
+    collections::{BTreeMap, BinaryHeap},
+};
+
+use chrono::{DateTime, Utc};
+use loom_core::{Category, Event, EventStatus, RunState, RunStatus, Usage, ids::is_safe_id};
+use serde::{Deserialize, Serialize};
+
+use crate::{DEFAULT_TENANT, Loom, LoomError};
+
+/// Most runs [`Loom::runs`] returns.
+pub const MAX_RUNS: usize = 200;
+/// Runs returned when the query does not say.
+pub const DEFAULT_RUNS: usize = 50;
+/// Most sessions [`Loom::runs`] reads.
+pub const MAX_SESSIONS: usize = 200;
+/// Sessions read when the query does not say.
+pub const DEFAULT_SESSIONS: usize = 50;
+/// Most events [`Loom::query`] returns.
+pub const MAX_EVENTS: usize = 10_000;
+/// Events returned when the query does not say.
+pub const DEFAULT_EVENTS: usize = 100;
+
+/// Every event type of the reference catalogue (31 types), the values `EventQuery::types`
+/// accepts; the types this build does not write yet simply match nothing.
+pub const EVENT_TYPES: [&str; 31] = [
+    "run.started",
+    "step.started",
+    "step.completed",
+    "run.transitioned",
+    "run.completed",
+    "run.failed",
+    "run.cancelled",
+    "run.claimed",
+    "message.user",
+    "model.responded",
+    "model.retried",
+    "model.exchanged",
+    "model.fell_back",
+    "circuit.opened",
+    "tool.called",
+    "tool.completed",
+    "tool.source_unavailable",
+    "policy.decided",
+    "guard.checked",
+    "judge.evaluated",
+    "budget.exceeded",
+    "approval.requested",
+    "approval.granted",
+    "approval.rejected",
+    "approval.expired",
+    "idempotency.recorded",
+    "idempotency.reused",
+    "artifact.stored",
+    "session.snapshot",
+    "session.compacted",
+    "session.trimmed",
+];
+
+/// Which runs [`Loom::runs`] lists.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunQuery {
+    /// Tenant (default `default`).
+    pub tenant_id: Option<String>,
+    /// Only the runs of this agent.
+    pub agent: Option<String>,
+    /// Only the runs of one of these agents (an API key limited to some agents); `None`: any.
+    pub agents: Option<Vec<String>>,
+    /// Only runs in one of these states; empty: any.
+    pub statuses: Vec<RunStatus>,
+    /// Only runs started at or after this instant.
+    pub since: Option<DateTime<Utc>>,
+    /// Only runs started before this instant.
+    pub until: Option<DateTime<Utc>>,
+    /// Most runs returned, 1 to [`MAX_RUNS`].
+    pub limit: usize,
+    /// Most recent sessions read, 1 to [`MAX_SESSIONS`].
+    pub sessions: usize,
+}
+
+impl Default for RunQuery {
+    fn default() -> RunQuery {
+        RunQuery {
+            tenant_id: None,
+            agent: None,
+            agents: None,
+            statuses: Vec::new(),
+            since: None,
+            until: None,
+            limit: DEFAULT_RUNS,
+            sessions: DEFAULT_SESSIONS,
+        }
+    }
+}
+
+/// One run of a [`RunPage`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunListed {
+    /// Run.
+    pub run_id: String,
+    /// Its session.
+    pub session_id: String,
+    /// Its agent.
+    pub agent: String,
+    /// Its current state.
+    pub status: RunStatus,
+    /// The run that opened it (sub-agent runs).
+    pub parent_run_id: Option<String>,
+    /// The root of its run tree.
+    pub root_run_id: String,
+    /// Depth in the run tree (0 for a root run).
+    pub depth: u32,
+    /// When `run.started` was written.
+    #[serde(with = "crate::query::rfc3339")]
+    pub started_at: DateTime<Utc>,
+    /// When its last event was written.
+    #[serde(with = "crate::query::rfc3339")]
+    pub updated_at: DateTime<Utc>,
+    /// Orchestrator model calls.
+    pub iterations: u32,
+    /// Tokens of every model call of the run.
+    pub usage: Usage,
+    /// Cost in dollars.
+    pub cost_usd: f64,
+}
+
+/// What [`Loom::runs`] found: `runs` most recent first (by start), how many sessions were
+/// read, and whether there was more to see (more matching runs than `limit`, or sessions left
+/// unread beyond `sessions`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunPage {
+    /// The runs, most recent first.
+    pub runs: Vec<RunListed>,
+    /// Sessions read.
+    pub scanned: usize,
+    /// Whether runs were left out (`limit` reached, or sessions not read).
+    pub truncated: bool,
+}
+
+/// Which events [`Loom::query`] returns. Every filter that is set must match; a list matches
+/// when the event has one of its values.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EventQuery {
+    /// Tenant (default `default`).
+    pub tenant_id: Option<String>,
+    /// Only this session (otherwise every session of the tenant).
+    pub session_id: Option<String>,
+    /// Only the events of this run (not of its sub-runs).
+    pub run_id: Option<String>,
+    /// Event types (`tool.called`, …, see [`EVENT_TYPES`]); empty: any.
+    pub types: Vec<String>,
+    /// Categories; empty: any.
+    pub categories: Vec<Category>,
+    /// Statuses; empty: any.
+    pub statuses: Vec<EventStatus>,
+    /// The envelope's agent.
+    pub agent: Option<String>,
+    /// Only the events of one of these agents (an API key limited to some agents); `None`: any.
+    pub agents: Option<Vec<String>>,
+    /// The envelope's role (`main`, a role name, `judge:<name>`).
+    pub role: Option<String>,
+    /// The `tool_name` facet (tool, approval and idempotency events).
+    pub tool_name: Option<String>,
+    /// The `model_id` facet: the provider's model name.
+    pub model_id: Option<String>,
+    /// The `model` facet: the configuration's model id.
+    pub model: Option<String>,
+    /// Only events written at or after this instant.
+    pub since: Option<DateTime<Utc>>,
+    /// Only events written before this instant.
+    pub until: Option<DateTime<Utc>>,
+    /// Only events after this one (an `event_id`), in the order of the result.
+    pub after: Option<String>,
+    /// Most events returned, 1 to [`MAX_EVENTS`].
+    pub limit: usize,
+}
+
+impl Default for EventQuery {
+    fn default() -> EventQuery {
+        EventQuery {
+            tenant_id: None,
+            session_id: None,
+            run_id: None,
+            types: Vec::new(),
+            categories: Vec::new(),
+            statuses: Vec::new(),
+            agent: None,
+            agents: None,
+            role: None,
+            tool_name: None,
+            model_id: None,
+            model: None,
+            since: None,
+            until: None,
+            after: None,
+            limit: DEFAULT_EVENTS,
+        }
+    }
+}
+
+impl EventQuery {
+    /// Refuses values out of range or unknown, naming the field.
+    fn check(&self) -> Result<(), LoomError> {
+        check_limit("limit", self.limit, MAX_EVENTS)?;
+        if let Some(session) = &self.session_id
+            && !is_safe_id(session)
+        {
+            return Err(invalid(
+                "session_id",
+                format!("'{session}' is not a usable session id"),
+            ));
+        }
+        if let Some(unknown) = self
+            .types
+            .iter()
+            .find(|t| !EVENT_TYPES.contains(&t.as_str()))
+        {
+            return Err(invalid(
+                "type",
+                format!(
+                    "unknown event type '{unknown}' (types: {})",
+                    EVENT_TYPES.join(", ")
+                ),
+            ));
+        }
+        check_window(self.since, self.until)
+    }
+
+    /// Whether `event` passes every filter but `after` and `limit`.
+    fn matches(&self, event: &Event) -> bool {
+        let facet = |name: &str, wanted: &Option<String>| {
+            wanted
+                .as_ref()
+                .is_none_or(|w| event.facets.get(name).and_then(|v| v.as_str()) == Some(w))
+        };
+        self.run_id.as_ref().is_none_or(|r| event.run_id == *r)
+            && (self.types.is_empty() || self.types.contains(&event.event_type))
+            && (self.categories.is_empty() || self.categories.contains(&event.category))
+            && (self.statuses.is_empty() || self.statuses.contains(&event.status))
+            && self
+                .agent
+                .as_ref()
+                .is_none_or(|a| event.agent.as_deref() == Some(a))
+            && self.agents.as_ref().is_none_or(|allowed| {
+                event
+                    .agent
+                    .as_ref()
+                    .is_some_and(|agent| allowed.contains(agent))
+            })
+            && self
+                .role
+                .as_ref()
+                .is_none_or(|r| event.role.as_deref() == Some(r))
+            && facet("tool_name", &self.tool_name)
+            && facet("model_id", &self.model_id)
+            && facet("model", &self.model)
+            && self.since.is_none_or(|since| event.ts >= since)
+            && self.until.is_none_or(|until| event.ts < until)
+    }
+}
+
+fn invalid(parameter: &'static str, reason: impl Into<String>) -> LoomError {
+    LoomError::InvalidQuery {
+        parameter,
+        reason: reason.into(),
+    }
+}
+
+fn check_limit(parameter: &'static str, value: usize, max: usize) -> Result<(), LoomError> {
+    if value == 0 || value > max {
+        return Err(invalid(
+            parameter,
+            format!("must be between 1 and {max} (got {value})"),
+        ));
+    }
+    Ok(())
+}
+
+fn check_window(
+    since: Option<DateTime<Utc>>,
+    until: Option<DateTime<Utc>>,
+) -> Result<(), LoomError> {
+    if let (Some(since), Some(until)) = (since, until)
+        && until < since
+    {
+        return Err(invalid("until", "is before since"));
+    }
+    Ok(())
+}
+
+/// The runs of one session's journal, as listed.
+fn listed(events: &[Event]) -> Result<Vec<RunListed>, LoomError> {
+    let mut by_run: BTreeMap<&str, Vec<&Event>> = BTreeMap::new();
+    for event in events {
+        by_run.entry(event.run_id.as_str()).or_default().push(event);
+    }
+    let mut runs = Vec::with_capacity(by_run.len());
+    for (run_id, mine) in by_run {
+        let (Some(first), Some(last)) = (mine.first(), mine.last()) else {
+            continue;
+        };
+        let state = RunState::fold(run_id, mine.iter().copied())
+            .map_err(|e| LoomError::from(loom_engine::EngineError::Fold(e)))?;
+        runs.push(RunListed {
+            run_id: state.run_id,
+            session_id: state.session_id,
+            agent: state.agent.unwrap_or_default(),
+            status: state.status,
+            parent_run_id: state.parent_run_id,
+            root_run_id: state.root_run_id,
+            depth: state.depth,
+            started_at: first.ts,
+            updated_at: last.ts,
+            iterations: state.iterations,
+            usage: state.usage,
+            cost_usd: state.cost_usd,
+        });
+    }
+    Ok(runs)
+}
+
+impl Loom {
+    /// The runs of a tenant, most recent first: the runs (sub-runs included) of its
+    /// `query.sessions` most recently written sessions that pass the filters, at most
+    /// `query.limit`. Refused ([`LoomError::InvalidQuery`]) when `limit` or `sessions` is out
+    /// of range or `until` is before `since`.
+    pub async fn runs(&self, query: &RunQuery) -> Result<RunPage, LoomError> {
+        check_limit("limit", query.limit, MAX_RUNS)?;
+        check_limit("sessions", query.sessions, MAX_SESSIONS)?;
+        check_window(query.since, query.until)?;
+        let tenant = query.tenant_id.as_deref().unwrap_or(DEFAULT_TENANT);
+        let store = self.event_store();
+        let mut sessions = store.sessions(tenant).await?;
+        if let Some(since) = query.since {
+            // A session last written before `since` holds no run started after it.
+            sessions.retain(|s| s.updated_at.is_none_or(|at| at >= since));
+        }
+        let unread = sessions.len() > query.sessions;
+        sessions.truncate(query.sessions);
+        let mut runs = Vec::new();
+        for session in &sessions {
+            let events = store.read(tenant, &session.session_id, 0).await?;
+            runs.extend(listed(&events)?.into_iter().filter(|run| {
+                query.agent.as_ref().is_none_or(|a| run.agent == *a)
+                    && query
+                        .agents
+                        .as_ref()
+                        .is_none_or(|allowed| allowed.contains(&run.agent))
+                    && (query.statuses.is_empty() || query.statuses.contains(&run.status))
+                    && query.since.is_none_or(|since| run.started_at >= since)
+                    && query.until.is_none_or(|until| run.started_at < until)
+            }));
+        }
+        runs.sort_by(|a, b| {
+            b.started_at
+                .cmp(&a.started_at)
+                .then_with(|| b.run_id.cmp(&a.run_id))
+        });
+        let truncated = unread || runs.len() > query.limit;
+        runs.truncate(query.limit);
+        Ok(RunPage {
+            runs,
+            scanned: sessions.len(),
+            truncated,
+        })
+    }
+
+    /// Searches a tenant's journal: the events that pass every filter of `query`, in write
+    /// order, at most `query.limit`.
+    ///
+    /// Write order is each session's journal order (by seq); events of different sessions are
+    /// interleaved by time (`ts`, then `event_id`), so a session's events never change order.
+    /// `after` names an event of the tenant's journal (of `session_id` when given): only the
+    /// events after it in that order are returned, which pages through a search with the last
+    /// `event_id` of the previous page.
+    ///
+    /// Refused ([`LoomError::InvalidQuery`]) when `limit` is out of range, a type is not an
+    /// event type, `session_id` is not a usable id, `until` is before `since`, or `after` names
+    /// no event of the journal searched.
+    pub async fn query(&self, query: &EventQuery) -> Result<Vec<Event>, LoomError> {
+        query.check()?;
+        let tenant = query.tenant_id.as_deref().unwrap_or(DEFAULT_TENANT);
+        let store = self.event_store();
+        let session_ids: Vec<String> = match &query.session_id {
+            Some(session) => vec![session.clone()],
+            None => {
+                let mut sessions = store.sessions(tenant).await?;
+                // Without a cursor, a session last written before `since` cannot match.
+                if let (Some(since), None) = (query.since, &query.after) {
+                    sessions.retain(|s| s.updated_at.is_none_or(|at| at >= since));
+                }
+                sessions.into_iter().map(|s| s.session_id).collect()
+            }
+        };
+        let mut journals = Vec::with_capacity(session_ids.len());
+        for session in &session_ids {
+            journals.push(store.read(tenant, session, 0).await?);
+        }
+        let mut found = Vec::new();
+        let mut passed = query.after.is_none();
+        for event in merged(journals) {
+            if !passed {
+                passed = query.after.as_deref() == Some(event.event_id.as_str());
+                continue;
+            }
+            if query.matches(&event) {
+                found.push(event);
+                if found.len() == query.limit {
+                    break;
+                }
+            }
+        }
+        if !passed {
+            return Err(invalid(
+                "after",
+                format!(
+                    "no event '{}' in the journal searched",
+                    query.after.as_deref().unwrap_or_default()
+                ),
+            ));
+        }
+        Ok(found)
+    }
+}
+
+/// The events of several journals in write order: each journal's order kept, journals
+/// interleaved by `(ts, event_id)` of their next event.
+fn merged(journals: Vec<Vec<Event>>) -> impl Iterator<Item = Event> {
+    let mut cursors: Vec<std::vec::IntoIter<Event>> =
+        journals.into_iter().map(Vec::into_iter).collect();
+    let mut heads: Vec<Option<Event>> = cursors.iter_mut().map(Iterator::next).collect();
+    let mut heap: BinaryHeap<Reverse<(DateTime<Utc>, String, usize)>> = heads
+        .iter()
+        .enumerate()
+        .filter_map(|(i, e)| e.as_ref().map(|e| Reverse((e.ts, e.event_id.clone(), i))))
+        .collect();
+    std::iter::from_fn(move || {
+        let Reverse((_, _, index)) = heap.pop()?;
+        let event = heads[index].take()?;
+        heads[index] = cursors[index].next();
+        if let Some(next) = &heads[index] {
+            heap.push(Reverse((next.ts, next.event_id.clone(), index)));
+        }
+        Some(event)
+    })
+}
+
+/// RFC 3339 instants with microseconds, as the journal writes `ts`.
+pub(crate) mod rfc3339 {
+    use chrono::{DateTime, SecondsFormat, Utc};
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    /// Writes `ts` as RFC 3339 UTC with microseconds.
+    pub(crate) fn serialize<S: Serializer>(ts: &DateTime<Utc>, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&ts.to_rfc3339_opts(SecondsFormat::Micros, true))
+    }
+
+    /// Reads an RFC 3339 instant.
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<DateTime<Utc>, D::Error> {
+        let text = String::deserialize(d)?;
+        DateTime::parse_from_rfc3339(&text)
+            .map(|t| t.with_timezone(&Utc))
+            .map_err(serde::de::Error::custom)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use loom_core::event::{Envelope, Payload, RunClaimed};
+
+    use super::*;
+
+    fn event(session: &str, seq: u64, ts_micros: i64, id: &str) -> Event {
+        let ts = DateTime::from_timestamp_micros(ts_micros).unwrap();
+        let mut event = Event::new(
+            Envelope {
+                event_id: id.into(),
+                ts,
+                tenant_id: "t".into(),
+                session_id: session.into(),
+                run_id: session.into(),
+                root_run_id: session.into(),
+                span_id: "s".into(),
+                parent_span_id: None,
+                agent: None,
+                role: None,
+            },
+            Payload::RunClaimed(RunClaimed {
+                worker_id: "w".into(),
+                lease_until: ts,
+            }),
+        );
+        event.seq = seq;
+        event
+    }
+
+    /// Sessions interleave by time, but a session whose events were written with clocks out of
+    /// order (a retried batch) keeps its journal order.
+    #[test]
+    fn merged_journals_keep_each_journals_order() {
+        let a = vec![event("a", 1, 10, "a1"), event("a", 2, 30, "a2")];
+        // b2 was built before b1 (its batch was retried): it still comes after it.
+        let b = vec![
+            event("b", 1, 20, "b1"),
+            event("b", 2, 15, "b2"),
+            event("b", 3, 40, "b3"),
+        ];
+        let order: Vec<String> = merged(vec![a, b]).map(|e| e.event_id).collect();
+        assert_eq!(order, vec!["a1", "b1", "b2", "a2", "b3"]);
+    }
+}

@@ -1,0 +1,173 @@
+//! What a reader without the `read_content` scope sees: every read that returns content has
+//! its content fields removed and lists them in `redacted` (JSON paths of what was removed).
+//!
+//! The content fields, in one place:
+//!
+//! - events: per payload type, [`loom_core::event::Payload::content_fields`] (messages, model
+//!   answers, tool arguments and results, run outputs and data, error texts, approval and
+//!   policy reasons, file names), removed from `payload` (`payload.message`);
+//! - run results ([`RunResult`]): [`RESULT_CONTENT`];
+//! - traces ([`Trace`]): [`TRACE_CONTENT`];
+//! - sessions ([`SessionInfo`]): [`SESSION_CONTENT`];
+//! - session files ([`SessionFile`]): [`FILE_CONTENT`].
+//!
+//! Ids, types, statuses, counters, usage, costs, latencies, model and tool names are not
+//! content and stay. A path is a chain of keys separated by `.`, `key[]` standing for every
+//! element of the array `key`; `redacted` lists concrete paths (`pending_approvals[0].reason`)
+//! of the fields that held something, and is absent when nothing was removed.
+
+use serde::Serialize;
+use serde_json::Value;
+
+use loom_core::{
+    Event,
+    redact::{mark_redacted, redact_event, remove_paths},
+};
+
+use crate::{RunResult, SessionFile, SessionInfo, Trace};
+
+/// Content fields of a [`RunResult`]: the answer (`text`, `output`, `data`), the failure
+/// message, and what waiting approvals would run with and why.
+pub const RESULT_CONTENT: &[&str] = &[
+    "text",
+    "output",
+    "data",
+    "error",
+    "pending_approvals[].arguments",
+    "pending_approvals[].reason",
+];
+
+/// Content fields of a [`Trace`]: the answer and failure message, each model call's text and
+/// tool calls, each tool call's arguments and result, each approval's reasons and corrected
+/// arguments.
+pub const TRACE_CONTENT: &[&str] = &[
+    "output",
+    "error",
+    "steps[].calls[].text",
+    "steps[].calls[].tool_calls",
+    "steps[].calls[].arguments",
+    "steps[].calls[].result",
+    "steps[].calls[].reason",
+    "steps[].calls[].decision_reason",
+];
+
+/// Content fields of a [`SessionInfo`]: what waiting approvals would run with and why.
+pub const SESSION_CONTENT: &[&str] = &[
+    "pending_approvals[].arguments",
+    "pending_approvals[].reason",
+];
+
+/// Content fields of a [`SessionFile`]: its display name (an attachment's file name). The
+/// bytes themselves need `read_content` to be read at all.
+pub const FILE_CONTENT: &[&str] = &["name"];
+
+/// A value read through an access path (REST, MCP) that can be shown without its content.
+pub trait Redact {
+    /// The value as JSON without its content fields, plus `redacted` when some were removed.
+    fn redacted(&self) -> Value;
+
+    /// The value as JSON: whole when the reader may read content, else [`Redact::redacted`].
+    fn view(&self, read_content: bool) -> Value
+    where
+        Self: Serialize,
+    {
+        if read_content {
+            serde_json::to_value(self).unwrap_or(Value::Null)
+        } else {
+            self.redacted()
+        }
+    }
+}
+
+fn without(value: &impl Serialize, content: &[&str]) -> Value {
+    let mut json = serde_json::to_value(value).unwrap_or(Value::Null);
+    let removed = remove_paths(&mut json, content, "");
+    mark_redacted(&mut json, removed);
+    json
+}
+
+impl Redact for Event {
+    fn redacted(&self) -> Value {
+        redact_event(self)
+    }
+}
+
+impl Redact for RunResult {
+    fn redacted(&self) -> Value {
+        without(self, RESULT_CONTENT)
+    }
+}
+
+impl Redact for Trace {
+    fn redacted(&self) -> Value {
+        without(self, TRACE_CONTENT)
+    }
+}
+
+impl Redact for SessionInfo {
+    fn redacted(&self) -> Value {
+        without(self, SESSION_CONTENT)
+    }
+}
+
+impl Redact for SessionFile {
+    fn redacted(&self) -> Value {
+        without(self, FILE_CONTENT)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use loom_core::{Message, RunStatus, Usage, approval::PendingApproval};
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn a_result_keeps_its_metadata_and_lists_what_went() {
+        let result = RunResult {
+            run_id: "r1".into(),
+            session_id: "s1".into(),
+            agent: "devis".into(),
+            status: RunStatus::Paused,
+            text: "secret answer".into(),
+            output: Some(Message::assistant("secret answer")),
+            error_type: None,
+            error: None,
+            iterations: 2,
+            usage: Usage::default(),
+            cost_usd: 0.5,
+            artifacts: Vec::new(),
+            data: None,
+            unverified: false,
+            fallback: false,
+            pending_approvals: vec![PendingApproval {
+                call_id: "c1".into(),
+                tool_name: "envoyer".into(),
+                arguments: json!({"client": "secret"}),
+                reason: "secret reason".into(),
+                expire_at: None,
+                run_id: "r1".into(),
+                session_id: "s1".into(),
+                tenant_id: "default".into(),
+            }],
+        };
+        let masked = result.view(false);
+        assert!(!masked.to_string().contains("secret"), "{masked}");
+        assert_eq!(
+            masked["redacted"],
+            json!([
+                "text",
+                "output",
+                "pending_approvals[0].arguments",
+                "pending_approvals[0].reason"
+            ])
+        );
+        assert_eq!(masked["pending_approvals"][0]["tool_name"], "envoyer");
+        assert_eq!(
+            (masked["iterations"].clone(), masked["cost_usd"].clone()),
+            (json!(2), json!(0.5))
+        );
+        assert_eq!(result.view(true), serde_json::to_value(&result).unwrap());
+    }
+}
