@@ -891,7 +891,10 @@ async fn sessions(loom: &Loom, command: SessionsCommand) -> Result<u8, LoomError
                 return Ok(REFUSED);
             }
             let deleted = loom.delete_session(&session, None).await?;
-            eprintln!("Session {session}: {deleted} event(s) and its files deleted.");
+            eprintln!(
+                "Session {session}: {} event(s) and {} file(s) deleted.",
+                deleted.events_deleted, deleted.files_deleted
+            );
             Ok(OK)
         }
     }

@@ -135,6 +135,21 @@ impl Caller {
         self.key.as_ref().is_none_or(|key| key.allows_agent(agent))
     }
 
+    /// Whether the caller may read content fields (`read_content`; an open API may).
+    pub(crate) fn reads_content(&self) -> bool {
+        self.key
+            .as_ref()
+            .is_none_or(|key| key.allows(Scope::ReadContent))
+    }
+
+    /// The agents the caller is limited to, when its key names some.
+    pub(crate) fn agent_limit(&self) -> Option<&[String]> {
+        self.key
+            .as_ref()
+            .map(|key| key.agents.as_slice())
+            .filter(|agents| !agents.is_empty())
+    }
+
     /// 403 unless the caller may use `agent`.
     pub(crate) fn agent(&self, agent: &str) -> Result<(), ApiError> {
         match &self.key {

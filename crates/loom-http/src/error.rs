@@ -19,6 +19,7 @@ use serde_json::json;
 /// | `unknown_agent` | 404 | [`LoomError::UnknownAgent`] |
 /// | `unknown_run` | 404 | [`LoomError::UnknownRun`] |
 /// | `unknown_session` | 404 | [`LoomError::UnknownSession`] |
+/// | `unknown_artifact` | 404 | [`LoomError::UnknownArtifact`] (a session file) |
 /// | `refused` | 409 | [`LoomError::Refused`] (run exists, nothing to approve, unusable id) |
 /// | `conflict` | 409 + `Retry-After` | [`LoomError::Conflict`] (the run is driven elsewhere) |
 /// | `budget_exhausted` | 429 + `Retry-After` | [`LoomError::BudgetExhausted`] |
@@ -28,7 +29,7 @@ use serde_json::json;
 /// | `engine` | 500 | [`LoomError::Engine`] |
 /// | `invalid_body` | 422 | a body that is not the expected JSON |
 /// | `body_too_large` | 413 | a body over `server.http.max_body_bytes` |
-/// | `invalid_query` | 422 | an unusable query string |
+/// | `invalid_query` | 422 | an unusable query string or filter value ([`LoomError::InvalidQuery`]); the message starts with the parameter |
 /// | `invalid_header` | 422 | an unusable header (`Last-Event-ID`) |
 /// | `not_found` | 404 | no such route |
 /// | `missing_key` | 401 | keys are declared and the request names none |
@@ -82,6 +83,10 @@ impl ApiError {
             LoomError::UnknownAgent { .. } => (StatusCode::NOT_FOUND, "unknown_agent", None),
             LoomError::UnknownRun(_) => (StatusCode::NOT_FOUND, "unknown_run", None),
             LoomError::UnknownSession(_) => (StatusCode::NOT_FOUND, "unknown_session", None),
+            LoomError::UnknownArtifact(_) => (StatusCode::NOT_FOUND, "unknown_artifact", None),
+            LoomError::InvalidQuery { .. } => {
+                (StatusCode::UNPROCESSABLE_ENTITY, "invalid_query", None)
+            }
             LoomError::Refused(_) => (StatusCode::CONFLICT, "refused", None),
             LoomError::Conflict(_) => (StatusCode::CONFLICT, "conflict", Some(lease_seconds)),
             LoomError::BudgetExhausted { retry_in, .. } => (

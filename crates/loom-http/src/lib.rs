@@ -1,21 +1,27 @@
 //! # loom-http
 //!
 //! The Loom REST API (`loom serve`): agents, runs (synchronous or in the background), run
-//! results, approvals, cancellation, and a run's events as Server-Sent Events — every route
-//! under `<base_path>/v1`, over a shared [`loom_ia::Loom`].
+//! results, approvals, cancellation, a run's events (and its sub-runs') as Server-Sent Events,
+//! the run list, the event search, traces, and sessions (their journal, files, report and
+//! erasure) — every route under `<base_path>/v1`, over a shared [`loom_ia::Loom`].
 //!
 //! Without `security.api_keys` the API is **open**: every request acts for the tenant
 //! `default` with every scope, as the reference does. With keys, every `/v1` route needs one
 //! (`Authorization: Bearer lk_…` or `X-API-Key`): 401 when it is missing, unknown or expired;
 //! the key alone decides the tenant; a missing scope (`run`: open and cancel runs; `read`:
-//! agents, results, events; `approve`: approve and reject; `admin`: all) or an agent outside
-//! the key's `agents` is a 403.
+//! agents, results, events, sessions; `read_content`: content fields and file bytes;
+//! `approve`: approve and reject; `admin`: all, and session erasure) or an agent outside the
+//! key's `agents` is a 403. Without `read_content`, reads lose their content fields, listed in
+//! `redacted` ([`loom_ia::redact`]).
 //! Errors are JSON `{"error": {"kind": "...", "message": "..."}}` with a stable `kind` per
 //! error variant (see [`ApiError`]).
 
 mod auth;
 mod error;
+mod params;
 mod routes;
+mod search;
+mod sessions;
 mod sse;
 
 use std::{future::Future, net::SocketAddr, sync::Arc};

@@ -1,4 +1,5 @@
-//! The `/v1` routes: agents, runs, decisions, cancellation.
+//! The `/v1` routes: agents, runs, decisions, cancellation; the read routes of
+//! [`crate::search`] and [`crate::sessions`] are merged in.
 
 use axum::{
     Json, Router,
@@ -11,7 +12,7 @@ use axum::{
     response::{IntoResponse, Response},
     routing::{get, post},
 };
-use loom_ia::{JudgeMode, Loom, LoomError, RunOptions, RunRef};
+use loom_ia::{JudgeMode, Loom, LoomError, Redact, RunOptions, RunRef};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
@@ -31,6 +32,8 @@ pub(crate) fn v1() -> Router<AppState> {
         .route("/runs/{run_id}/approve", post(approve))
         .route("/runs/{run_id}/reject", post(reject))
         .route("/runs/{run_id}/cancel", post(cancel))
+        .merge(crate::search::routes())
+        .merge(crate::sessions::routes())
 }
 
 /// No route matched.
@@ -163,7 +166,7 @@ async fn run_result(
         .run(&state, &run_id, at.session_id.as_deref())
         .await?;
     let result = loom.result(&run).await.map_err(|e| loom_error(loom, &e))?;
-    Ok(Json(result).into_response())
+    Ok(Json(result.view(caller.reads_content())).into_response())
 }
 
 /// `POST /runs/{run_id}/approve` and `/reject`.

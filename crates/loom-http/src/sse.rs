@@ -7,6 +7,12 @@
 //! terminal event. A keep-alive comment is sent every [`crate::KEEP_ALIVE`]. An error while
 //! following is sent as an `error` event (`{"error": {kind, message}}`) and ends the stream;
 //! so does the server's shutdown.
+//!
+//! With `subruns=true` (the default) the events of the runs it opened (sub-agents) come too, in
+//! their place in the shared session journal (same `id:` seq). When one of them runs an agent
+//! the caller's key is not allowed on, an `error` event `{"detail": …, "error": {kind:
+//! "agent_not_allowed", message}}` is sent instead and the stream ends. Without
+//! `read_content`, each event's content fields are removed and listed in `redacted`.
 
 use std::convert::Infallible;
 
@@ -19,7 +25,7 @@ use axum::{
     },
 };
 use futures_util::StreamExt;
-use loom_ia::Event;
+use loom_ia::{Event, FollowOptions, Redact};
 use serde::Deserialize;
 
 use loom_ia::config::Scope;
@@ -33,6 +39,9 @@ pub(crate) struct EventsQuery {
     session_id: Option<String>,
     #[serde(default)]
     after_seq: Option<u64>,
+    /// Whether the events of the run's sub-runs come too (default `true`).
+    #[serde(default)]
+    subruns: Option<bool>,
 }
 
 /// The resume point a `Last-Event-ID` header gives: 1 to 18 digits.
@@ -54,8 +63,8 @@ fn last_event_id(headers: &HeaderMap) -> Result<Option<u64>, ApiError> {
     text.parse().map(Some).map_err(|_| invalid())
 }
 
-fn sse_event(event: &Event) -> SseEvent {
-    let data = serde_json::to_string(event).unwrap_or_else(|error| {
+fn sse_event(event: &Event, content: bool) -> SseEvent {
+    let data = serde_json::to_string(&event.view(content)).unwrap_or_else(|error| {
         ApiError::new(
             StatusCode::INTERNAL_SERVER_ERROR,
             "engine",
@@ -91,16 +100,49 @@ pub(crate) async fn events(
         .run(&state, &run_id, query.session_id.as_deref())
         .await?;
     let lease = lease_seconds(&loom);
-    let stream = loom
-        .follow(&run, after)
-        .map(move |item| {
-            Ok::<_, Infallible>(match item {
-                Ok(event) => sse_event(&event),
-                Err(error) => error_event(&ApiError::from_loom(&error, lease)),
-            })
-        })
-        .take_until(AppState::closed(state.closing.clone()));
+    let content = caller.reads_content();
+    let options = FollowOptions {
+        after_seq: after,
+        subruns: query.subruns.unwrap_or(true),
+    };
+    // The stream ends right after a refusal, without waiting for the run's next event.
+    let followed = loom.follow_with(&run, options);
+    let stream = futures_util::stream::unfold((followed, false), move |(mut followed, ended)| {
+        let caller = caller.clone();
+        async move {
+            if ended {
+                return None;
+            }
+            let (frame, ended) = match followed.next().await? {
+                Ok(event) => match refused_agent(&caller, &event) {
+                    Some(refusal) => (refusal, true),
+                    None => (sse_event(&event, content), false),
+                },
+                Err(error) => (error_event(&ApiError::from_loom(&error, lease)), false),
+            };
+            Some((Ok::<_, Infallible>(frame), (followed, ended)))
+        }
+    })
+    .take_until(AppState::closed(state.closing.clone()));
     Ok(Sse::new(stream)
         .keep_alive(KeepAlive::new().interval(KEEP_ALIVE))
         .into_response())
+}
+
+/// The `error` event that ends the stream when `event` belongs to a run of an agent the
+/// caller may not use (a sub-agent of the followed run).
+fn refused_agent(caller: &Caller, event: &Event) -> Option<SseEvent> {
+    let agent = event.agent.as_deref()?;
+    let error = caller.agent(agent).err()?;
+    let mut body = error.body();
+    if let Some(object) = body.as_object_mut() {
+        object.insert(
+            "detail".into(),
+            serde_json::Value::String(format!(
+                "run {} runs the agent '{agent}', which this key may not read: the stream ends",
+                event.run_id
+            )),
+        );
+    }
+    Some(SseEvent::default().event("error").data(body.to_string()))
 }
