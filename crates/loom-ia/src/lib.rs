@@ -40,9 +40,11 @@ mod loom;
 #[cfg(feature = "mcp")]
 mod mcp;
 
+mod quota;
 mod resolve;
 mod result;
 mod sources;
+mod trigger;
 
 pub use budget::{Period, TenantBudget};
 pub use clock::SystemClock;
@@ -68,6 +70,7 @@ pub use report::{
     UsageReport,
 };
 pub use result::RunResult;
+pub use trigger::Triggered;
 
 #[doc(hidden)]
 pub mod __private {
