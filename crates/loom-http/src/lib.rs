@@ -1,22 +1,27 @@
 //! # loom-http
 //!
-//! The Loom REST API (`loom serve`): agents, runs (synchronous or in the background), run
-//! results, approvals, cancellation, and a run's events as Server-Sent Events — every route
-//! under `<base_path>/v1`, over a shared [`loom_ia::Loom`].
+//! The Loom REST API (`loom serve`): agents, runs (synchronous or in the background, from a
+//! JSON or a `multipart/form-data` body with attachments), run results, approvals,
+//! cancellation, a run's events as Server-Sent Events, and webhooks (`POST /hooks/{name}`, the
+//! configuration's `triggers`) — every route under `<base_path>/v1`, over a shared
+//! [`loom_ia::Loom`].
 //!
 //! Without `security.api_keys` the API is **open**: every request acts for the tenant
 //! `default` with every scope, as the reference does. With keys, every `/v1` route needs one
 //! (`Authorization: Bearer lk_…` or `X-API-Key`): 401 when it is missing, unknown or expired;
 //! the key alone decides the tenant; a missing scope (`run`: open and cancel runs; `read`:
 //! agents, results, events; `approve`: approve and reject; `admin`: all) or an agent outside
-//! the key's `agents` is a 403.
+//! the key's `agents` is a 403. A key's `rate_limit` and a tenant's `quotas` are 429s with
+//! `Retry-After`.
 //! Errors are JSON `{"error": {"kind": "...", "message": "..."}}` with a stable `kind` per
 //! error variant (see [`ApiError`]).
 
 mod auth;
 mod error;
+mod hooks;
 mod routes;
 mod sse;
+mod upload;
 
 use std::{future::Future, net::SocketAddr, sync::Arc};
 

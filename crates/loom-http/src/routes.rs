@@ -1,4 +1,4 @@
-//! The `/v1` routes: agents, runs, decisions, cancellation.
+//! The `/v1` routes: agents, runs, decisions, cancellation, webhooks.
 
 use axum::{
     Json, Router,
@@ -17,7 +17,7 @@ use serde_json::{Map, Value, json};
 
 use loom_ia::config::Scope;
 
-use crate::{AppState, auth::Caller, error::ApiError};
+use crate::{AppState, auth::Caller, error::ApiError, upload::RunBody};
 
 /// Who decides or cancels when the request does not say.
 const DEFAULT_BY: &str = "api";
@@ -31,6 +31,7 @@ pub(crate) fn v1() -> Router<AppState> {
         .route("/runs/{run_id}/approve", post(approve))
         .route("/runs/{run_id}/reject", post(reject))
         .route("/runs/{run_id}/cancel", post(cancel))
+        .route("/hooks/{name}", post(crate::hooks::deliver))
 }
 
 /// No route matched.
@@ -72,7 +73,8 @@ async fn agents(State(state): State<AppState>, caller: Caller) -> Result<Json<Va
     Ok(Json(Value::Array(agents)))
 }
 
-/// `POST /agents/{name}/runs`.
+/// `POST /agents/{name}/runs`: a JSON body, or the same fields in a `multipart/form-data` body
+/// with files in `attachments` parts (see [`crate::upload`]).
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RunRequest {
@@ -95,11 +97,11 @@ async fn create_run(
     State(state): State<AppState>,
     caller: Caller,
     Path(agent): Path<String>,
-    body: Result<Json<RunRequest>, JsonRejection>,
+    body: Result<RunBody<RunRequest>, ApiError>,
 ) -> Result<Response, ApiError> {
     caller.require(Scope::Run)?;
     caller.agent(&agent)?;
-    let Json(request) = body?;
+    let RunBody { request, uploads } = body?;
     if request.message.is_empty() {
         return Err(ApiError::invalid_body("message must not be empty"));
     }
@@ -113,6 +115,12 @@ async fn create_run(
         // Skipping the judges lowers the guard on the answer: only an admin key may.
         caller.require(Scope::Admin)?;
     }
+    let loom = &state.loom;
+    let attachments = uploads
+        .into_iter()
+        .map(|upload| loom.attachment(upload.name, upload.bytes, upload.media_type.as_deref()))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| loom_error(loom, &e))?;
     let options = RunOptions {
         session_id: request.session_id,
         run_id: request.run_id,
@@ -120,9 +128,9 @@ async fn create_run(
         metadata: request.metadata.unwrap_or_default(),
         judges,
         tenant_id: Some(caller.tenant.clone()),
+        attachments,
         ..RunOptions::default()
     };
-    let loom = &state.loom;
     if request.background {
         let run = loom
             .submit(&agent, request.message, options)

@@ -40,7 +40,7 @@ mod loom;
 #[cfg(feature = "mcp")]
 mod mcp;
 
-mod quota;
+pub mod quota;
 mod resolve;
 mod result;
 mod sources;

@@ -236,7 +236,7 @@ struct Inner {
     agents: RwLock<HashMap<(String, String), Arc<AgentRuntime>>>,
     active: Mutex<HashMap<String, CancellationToken>>,
     tenant_budgets: RwLock<BTreeMap<String, TenantBudget>>,
-    quotas: crate::quota::RunQuotas,
+    quotas: crate::quota::SlidingMinute,
 }
 
 impl std::fmt::Debug for Loom {
@@ -319,7 +319,7 @@ impl Loom {
                 agents: RwLock::new(HashMap::new()),
                 active: Mutex::new(HashMap::new()),
                 tenant_budgets: RwLock::new(tenant_budgets),
-                quotas: crate::quota::RunQuotas::default(),
+                quotas: crate::quota::SlidingMinute::default(),
             }),
         })
     }

@@ -1,6 +1,7 @@
-//! Tenant quotas (`tenants[].quotas.runs_per_minute`): how many runs a tenant may open in a
-//! sliding minute, counted in memory by each [`crate::Loom`] instance, so a refused run writes
-//! nothing and two processes count separately.
+//! Sliding one-minute windows, counted in memory: tenant quotas
+//! (`tenants[].quotas.runs_per_minute`, how many runs a tenant may open, per [`crate::Loom`]
+//! instance, so a refused run writes nothing and two processes count separately), and the
+//! per-key rate limits of the access crates (`security.api_keys[].rate_limit`).
 
 use std::{
     collections::{HashMap, VecDeque},
@@ -8,25 +9,25 @@ use std::{
     time::{Duration, Instant},
 };
 
-/// The window a quota counts over.
-pub(crate) const WINDOW: Duration = Duration::from_secs(60);
+/// The window counted over.
+pub const WINDOW: Duration = Duration::from_secs(60);
 
-/// When each tenant opened its runs of the last minute.
+/// When each counter (a tenant, an API key) took its slots of the last minute.
 #[derive(Debug, Default)]
-pub(crate) struct RunQuotas {
+pub struct SlidingMinute {
     opened: Mutex<HashMap<String, VecDeque<Instant>>>,
 }
 
-impl RunQuotas {
-    /// Takes a slot for a run of `tenant` at `now`, allowed `limit` runs per [`WINDOW`]: the
-    /// slot's instant (to give it back if the run is not opened after all), or how long until
-    /// the oldest slot of the window frees.
-    pub(crate) fn take(&self, tenant: &str, limit: u32, now: Instant) -> Result<Instant, Duration> {
+impl SlidingMinute {
+    /// Takes a slot of `counter` at `now`, allowed `limit` slots per [`WINDOW`]: the slot's
+    /// instant (to give it back if what it counted did not happen after all), or how long
+    /// until the oldest slot of the window frees.
+    pub fn take(&self, counter: &str, limit: u32, now: Instant) -> Result<Instant, Duration> {
         let Ok(mut opened) = self.opened.lock() else {
             // A poisoned table counts nothing rather than refusing every run.
             return Ok(now);
         };
-        let slots = opened.entry(tenant.to_owned()).or_default();
+        let slots = opened.entry(counter.to_owned()).or_default();
         while slots
             .front()
             .is_some_and(|at| now.saturating_duration_since(*at) >= WINDOW)
@@ -41,10 +42,10 @@ impl RunQuotas {
         Ok(now)
     }
 
-    /// Gives back the slot taken at `at` (the run was not opened).
-    pub(crate) fn give_back(&self, tenant: &str, at: Instant) {
+    /// Gives back the slot of `counter` taken at `at`.
+    pub fn give_back(&self, counter: &str, at: Instant) {
         if let Ok(mut opened) = self.opened.lock()
-            && let Some(slots) = opened.get_mut(tenant)
+            && let Some(slots) = opened.get_mut(counter)
             && let Some(index) = slots.iter().rposition(|slot| *slot == at)
         {
             slots.remove(index);
@@ -60,7 +61,7 @@ mod tests {
 
     #[test]
     fn a_sliding_minute_per_tenant() {
-        let quotas = RunQuotas::default();
+        let quotas = SlidingMinute::default();
         let t0 = Instant::now();
         let at = |secs: u64| t0 + Duration::from_secs(secs);
         assert!(quotas.take("acme", 2, at(0)).is_ok());

@@ -7,6 +7,7 @@
 //! ([`Triggered::repeated`]) instead of opening another; a delivery id that already names a run
 //! of another session, or of something else than this trigger, is refused.
 
+use loom_config::TriggerSpec;
 use loom_core::{Payload, RunStatus, ids::is_safe_id};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -30,6 +31,17 @@ pub struct Triggered {
 }
 
 impl Loom {
+    /// The trigger called `name`, or [`LoomError::UnknownTrigger`].
+    pub fn trigger_spec(&self, name: &str) -> Result<&TriggerSpec, LoomError> {
+        let config = self.config();
+        config
+            .trigger(name)
+            .ok_or_else(|| LoomError::UnknownTrigger {
+                name: name.to_owned(),
+                known: config.triggers().iter().map(|t| t.name.clone()).collect(),
+            })
+    }
+
     /// Delivers `payload` to the trigger `name` for `tenant` (default `default`): renders the
     /// trigger's `message` and `session` templates over `{payload, trigger, delivery}` and
     /// opens a background run of its agent (like [`Loom::submit`], tenant budgets and quotas
@@ -52,13 +64,7 @@ impl Loom {
         tenant: Option<&str>,
     ) -> Result<Triggered, LoomError> {
         let config = self.config();
-        let Some(spec) = config.trigger(name) else {
-            return Err(LoomError::UnknownTrigger {
-                name: name.to_owned(),
-                known: config.triggers().iter().map(|t| t.name.clone()).collect(),
-            });
-        };
-        let agent = spec.agent.clone();
+        let agent = self.trigger_spec(name)?.agent.clone();
         let tenant = tenant.unwrap_or(DEFAULT_TENANT).to_owned();
         let refused = |why: String| LoomError::Invalid(format!("trigger '{name}': {why}"));
         if let Some(delivery) = &delivery_id
