@@ -250,6 +250,9 @@ enum KeysCommand {
         /// Expiry: a duration from now (`90d`, `12h`) or a date (`2027-01-01`).
         #[arg(long)]
         expires: Option<String>,
+        /// Requests per minute the key may make (`rate_limit.per_minute`; default no limit).
+        #[arg(long, value_name = "PER_MINUTE")]
+        rate_limit: Option<u32>,
     },
 }
 
@@ -269,11 +272,18 @@ pub(crate) async fn execute(cli: Cli, app: App) -> u8 {
                 scopes,
                 agents,
                 expires,
+                rate_limit,
             },
     } = &cli.command
     {
-        return match crate::keys::create(id, tenant.as_deref(), scopes, agents, expires.as_deref())
-        {
+        return match crate::keys::create(
+            id,
+            tenant.as_deref(),
+            scopes,
+            agents,
+            expires.as_deref(),
+            *rate_limit,
+        ) {
             Ok(text) => {
                 print!("{text}");
                 eprintln!(
@@ -450,6 +460,12 @@ async fn serve(loom: &Loom, host: Option<String>, port: Option<u16>) -> Result<u
     };
     tracing::warn!("the REST API is open: no API key is required (tenant 'default', every scope)");
     eprintln!("Listening on http://{address}");
+    for trigger in loom.config().triggers() {
+        eprintln!(
+            "Hook: POST http://{address}{}/v1/hooks/{}",
+            settings.base_path, trigger.name
+        );
+    }
     match loom_http::serve(loom.clone(), listener, &settings, stop_signal()).await {
         Ok(()) => Ok(OK),
         Err(error) => {
@@ -907,6 +923,20 @@ mod tests {
     use loom_ia::budget::Amount;
 
     use super::*;
+
+    #[test]
+    fn a_tenant_quota_says_when_to_retry_and_is_a_refusal() {
+        let error = LoomError::QuotaExceeded {
+            tenant: "acme".into(),
+            limit: 30,
+            retry_after: Duration::from_millis(41_200),
+        };
+        assert_eq!(
+            error_line(&error),
+            "error: tenant 'acme': 30 runs per minute exceeded, retry in 42 s"
+        );
+        assert_eq!(fail(&error), REFUSED);
+    }
 
     #[test]
     fn an_exhausted_tenant_budget_says_when_to_retry() {

@@ -85,6 +85,7 @@ pub(crate) fn entry(
     scopes: &[Scope],
     agents: &[String],
     expires: Option<DateTime<Utc>>,
+    rate_limit: Option<u32>,
 ) -> Result<String, KeyError> {
     if !loom_ia::core::ids::is_safe_id(id) {
         return Err(KeyError::Invalid(format!(
@@ -111,17 +112,30 @@ pub(crate) fn entry(
             at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
         ));
     }
+    match rate_limit {
+        Some(0) => {
+            return Err(KeyError::Invalid(
+                "--rate-limit must be at least 1 request per minute".into(),
+            ));
+        }
+        Some(per_minute) => {
+            out.push_str(&format!("      rate_limit: {{per_minute: {per_minute}}}\n"));
+        }
+        None => {}
+    }
     Ok(out)
 }
 
 /// `loom keys create`: the text to print — the key on the first line, a blank line, then the
-/// `security.api_keys` entry (default scopes `run` and `read`, duplicates dropped).
+/// `security.api_keys` entry (default scopes `run` and `read`, duplicates dropped; with
+/// `rate_limit`, that many requests per minute).
 pub(crate) fn create(
     id: &str,
     tenant: Option<&str>,
     scopes: &[Scope],
     agents: &[String],
     expires: Option<&str>,
+    rate_limit: Option<u32>,
 ) -> Result<String, KeyError> {
     let expires = expires.map(|text| expiry(text, Utc::now())).transpose()?;
     let default_scopes = [Scope::Run, Scope::Read];
@@ -138,7 +152,7 @@ pub(crate) fn create(
     }
     let new = generate()?;
     let tenant = tenant.unwrap_or(DEFAULT_TENANT);
-    let yaml = entry(id, &new.hash, tenant, &unique, agents, expires)?;
+    let yaml = entry(id, &new.hash, tenant, &unique, agents, expires, rate_limit)?;
     Ok(format!("{}\n\n{yaml}", new.key))
 }
 
@@ -161,6 +175,19 @@ mod tests {
         );
         assert_eq!(a.hash, hash(&a.key));
         assert!(loom_ia::config::is_key_hash(&a.hash));
+    }
+
+    #[test]
+    fn the_entry_carries_the_rate_limit() {
+        let hash = hash("abc");
+        let yaml = entry("k", &hash, "acme", &[Scope::Run], &[], None, Some(30)).unwrap();
+        assert!(
+            yaml.ends_with("      rate_limit: {per_minute: 30}\n"),
+            "{yaml}"
+        );
+        let plain = entry("k", &hash, "acme", &[Scope::Run], &[], None, None).unwrap();
+        assert!(!plain.contains("rate_limit"), "{plain}");
+        assert!(entry("k", &hash, "acme", &[Scope::Run], &[], None, Some(0)).is_err());
     }
 
     #[test]

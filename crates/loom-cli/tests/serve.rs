@@ -1,6 +1,7 @@
 //! `loom serve` end to end: the real binary on a free port (`--port 0`, the address read from
 //! stderr), one run over HTTP, a graceful stop on SIGTERM, the refusal under `prod` without
-//! keys, and `loom keys create` whose key then opens a server under `prod`.
+//! keys, `loom keys create` whose key then opens a server under `prod`, and a webhook announced
+//! by the banner.
 
 // Helpers outside #[test] functions unwrap too: a panic there is a failed test.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -174,6 +175,8 @@ fn loom_keys_create_prints_a_key_that_opens_the_api_under_prod() {
             "hello",
             "--expires",
             "90d",
+            "--rate-limit",
+            "50",
         ])
         .output()
         .unwrap();
@@ -189,6 +192,7 @@ fn loom_keys_create_prints_a_key_that_opens_the_api_under_prod() {
     assert!(yaml.contains("hash: \"sha256:"), "{yaml}");
     assert!(yaml.contains("agents: [\"hello\"]"), "{yaml}");
     assert!(yaml.contains("expires: \""), "{yaml}");
+    assert!(yaml.contains("rate_limit: {per_minute: 50}"), "{yaml}");
     std::fs::write(dir.path().join("loom.yaml"), format!("{CONFIG}{yaml}")).unwrap();
 
     let mut child = Command::new(loom_bin())
@@ -246,4 +250,84 @@ fn loom_keys_create_prints_a_key_that_opens_the_api_under_prod() {
     assert!(dir.path().join("data/default/s1.jsonl").exists());
     let _ = child.kill();
     let _ = child.wait();
+}
+
+#[test]
+fn loom_serve_announces_its_hooks_and_a_delivery_opens_one_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = format!(
+        "{CONFIG}server:\n  http: {{base_path: /api}}\ntriggers:\n  - name: orders\n    agent: hello\n    \
+         message: \"Commande {{{{ payload.id }}}}\"\n    delivery_header: X-Delivery\n"
+    );
+    std::fs::write(dir.path().join("loom.yaml"), config).unwrap();
+    let mut child = Command::new(loom_bin())
+        .current_dir(dir.path())
+        .args(["--config", "loom.yaml", "serve", "--port", "0"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let (mut address, mut hook) = (None, None);
+    let mut seen = String::new();
+    let mut line = String::new();
+    while hook.is_none() && stderr.read_line(&mut line).unwrap() > 0 {
+        seen.push_str(&line);
+        let text = line.trim();
+        if let Some(rest) = text.strip_prefix("Listening on http://") {
+            address = Some(rest.to_owned());
+        }
+        if let Some(rest) = text.strip_prefix("Hook: POST ") {
+            hook = Some(rest.to_owned());
+        }
+        line.clear();
+    }
+    let (Some(address), Some(hook)) = (address, hook) else {
+        let _ = child.kill();
+        panic!("no 'Listening on' and 'Hook:' lines on stderr:\n{seen}");
+    };
+    assert_eq!(hook, format!("http://{address}/api/v1/hooks/orders"));
+
+    let path = "/api/v1/hooks/orders";
+    let (status, body) = request_with(
+        &address,
+        "POST",
+        path,
+        "X-Delivery: d-1\r\n",
+        r#"{"id": 7}"#,
+    );
+    assert_eq!(status, 202, "{body}");
+    let first: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        (first["run_id"].as_str(), first["repeated"].as_bool()),
+        (Some("d-1"), Some(false))
+    );
+    let (status, body) = request_with(
+        &address,
+        "POST",
+        path,
+        "X-Delivery: d-1\r\n",
+        r#"{"id": 7}"#,
+    );
+    assert_eq!(status, 200, "{body}");
+    let again: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        (again["run_id"].as_str(), again["repeated"].as_bool()),
+        (Some("d-1"), Some(true))
+    );
+    let _ = child.kill();
+    let _ = child.wait();
+    let journal = std::fs::read_to_string(dir.path().join("data/default/d-1.jsonl")).unwrap();
+    let started: Value = serde_json::from_str(journal.lines().next().unwrap()).unwrap();
+    assert_eq!(started["payload"]["trigger"], "orders");
+    let message = journal
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .find(|e| e["type"] == "message.user")
+        .unwrap();
+    assert_eq!(
+        message["payload"]["message"]["blocks"][0]["text"],
+        "Commande 7"
+    );
 }

@@ -1,6 +1,7 @@
 //! Stage 2: from the file model to a validated [`Config`].
 
 mod delegation;
+mod triggers;
 
 use std::{
     fs, io,
@@ -736,6 +737,7 @@ fn build(
         check_agent(&mut config, i)?;
     }
     delegation::check_security(&config)?;
+    triggers::check_triggers(&config)?;
     Ok(config)
 }
 
@@ -1356,7 +1358,6 @@ fn not_yet(path: &KeyPath, field: &str) -> &'static str {
         "mcp_servers",
         "tool_sources",
         "sessions",
-        "triggers",
         "expose",
         "stream_output",
         "state",
@@ -1370,7 +1371,6 @@ fn not_yet(path: &KeyPath, field: &str) -> &'static str {
         "approvals",
         "secrets",
         "variables",
-        "quotas",
         "storage",
         "retention",
         "telemetry",
@@ -1386,11 +1386,6 @@ fn not_yet(path: &KeyPath, field: &str) -> &'static str {
         parent,
         [.., yaml::Seg::Key(k), yaml::Seg::Index(_)] if k == "tools"
     );
-    let in_key = matches!(
-        parent,
-        [yaml::Seg::Key(s), yaml::Seg::Key(k), yaml::Seg::Index(_)]
-            if s == "security" && k == "api_keys"
-    );
     if field == "imports" {
         " — Rust has no runtime imports: register tools in code (Loom::register, loom_cli::App::tool)"
     } else if in_tool && field == "judge" {
@@ -1402,8 +1397,7 @@ give the tool an 'output' contract"
         } else {
             ""
         }
-    } else if (in_key && field == "rate_limit")
-        || (in_server && field == "mcp")
+    } else if (in_server && field == "mcp")
         || (in_http && field == "docs")
         || (in_main && field == "context")
         || LATER.contains(&field)

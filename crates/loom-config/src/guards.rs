@@ -147,7 +147,7 @@ pub enum OnExceed {
     Warn,
 }
 
-/// A tenant (`tenants[]`): an id, the agents it may run and its budgets.
+/// A tenant (`tenants[]`): an id, the agents it may run, its budgets and its quotas.
 ///
 /// Without a `tenants` list only the tenant `default` exists; with one, the list is closed.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -162,6 +162,21 @@ pub struct TenantSpec {
     /// Budgets merged over the root `budgets` for this tenant.
     #[serde(default)]
     pub budgets: Option<Budgets>,
+    /// How fast the tenant may open runs.
+    #[serde(default)]
+    pub quotas: Option<Quotas>,
+}
+
+/// How fast a tenant may open runs (`tenants[].quotas`); `null`: no limit.
+///
+/// Counted per Loom instance (a server, a worker) over a sliding minute, in memory: a run
+/// refused by a quota writes nothing.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct Quotas {
+    /// Runs opened per sliding minute (at least 1).
+    #[schemars(range(min = 1))]
+    pub runs_per_minute: Option<u32>,
 }
 
 impl TenantSpec {
@@ -171,6 +186,7 @@ impl TenantSpec {
             id: id.into(),
             agents: Vec::new(),
             budgets: None,
+            quotas: None,
         }
     }
 

@@ -12,8 +12,7 @@
 //!    `profiles.<name>` block deep-merged over the root, then the tree is deserialized into
 //!    the plain serde types of this crate ([`LoomConfig`], [`ModelSpec`], [`AgentSpec`]…),
 //!    which refuse unknown keys everywhere (sections of the reference format that Loom does
-//!    not implement yet, such as `sessions` or `triggers`, are unknown keys too, with that
-//!    reason). Agent files are read the same way.
+//!    not implement yet, such as `sessions`, are unknown keys too, with that reason). Agent files are read the same way.
 //! 2. **Validated [`Config`].** Rules between fields are checked (declared models, unique
 //!    names, `system` xor `system_file`, prompt files present, template variables known,
 //!    positive limits, pricing tiers, roles and their templates, sub-agents, policies, judges,
@@ -40,6 +39,7 @@ mod guards;
 mod model;
 mod prompt;
 mod security;
+mod trigger;
 mod yaml;
 
 use std::path::{Path, PathBuf};
@@ -48,9 +48,9 @@ pub use config::{APPROVAL_POLICY, BUILTIN_TOOLS, Config, DEFAULT_TENANT, Unknown
 pub use error::{ConfigError, ConfigErrorKind};
 pub use guards::{
     Budgets, ContextItem, ContextName, ContextScope, Criterion, HookPoint, JudgeSpec, JudgeWhen,
-    LastTurnsContext, OnError, OnExceed, OnFailure, OutputContract, PolicyRef, REQUIRE_TOOL_POLICY,
-    RepairSettings, RepairTools, RoleSpec, RunBudgetSpec, SessionBudgetSpec, SubAgentRef,
-    TenantBudgetSpec, TenantSpec, ToolResultsContext, default_input_schema,
+    LastTurnsContext, OnError, OnExceed, OnFailure, OutputContract, PolicyRef, Quotas,
+    REQUIRE_TOOL_POLICY, RepairSettings, RepairTools, RoleSpec, RunBudgetSpec, SessionBudgetSpec,
+    SubAgentRef, TenantBudgetSpec, TenantSpec, ToolResultsContext, default_input_schema,
 };
 pub use model::{
     AgentApproval, AgentSpec, ArtifactsBackend, ArtifactsStorage, AttachmentsExecution,
@@ -61,7 +61,8 @@ pub use model::{
     Profile, Profiles, Sdk, ServerConfig, StorageConfig, TelemetryConfig, ToolOverrides, ToolRef,
     ToolsExecution,
 };
-pub use security::{ApiKeySpec, Scope, SecurityConfig, is_key_hash, parse_expiry};
+pub use security::{ApiKeySpec, RateLimit, Scope, SecurityConfig, is_key_hash, parse_expiry};
+pub use trigger::{RenderedTrigger, TRIGGER_VARIABLES, TriggerSpec, is_trigger_name};
 
 /// Loads and validates the configuration at `path` (usually `loom.yaml`).
 ///

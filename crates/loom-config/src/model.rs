@@ -71,6 +71,9 @@ pub struct LoomConfig {
     /// API keys of `loom serve`; without any, the API is open.
     #[serde(default)]
     pub security: crate::security::SecurityConfig,
+    /// Webhooks of `loom serve` (`POST /v1/hooks/{name}`): each opens a background run.
+    #[serde(default)]
+    pub triggers: Vec<crate::trigger::TriggerSpec>,
 }
 
 impl Default for LoomConfig {
@@ -91,6 +94,7 @@ impl Default for LoomConfig {
             tenants: Vec::new(),
             server: ServerConfig::default(),
             security: crate::security::SecurityConfig::default(),
+            triggers: Vec::new(),
         }
     }
 }

@@ -25,6 +25,12 @@ fn environment() -> Environment<'static> {
 
 /// Checks syntax and variables of a system prompt template.
 pub(crate) fn check(text: &str) -> Result<(), TemplateIssue> {
+    check_variables(text, &KNOWN_VARIABLES)
+}
+
+/// Checks the syntax of a template and that it uses no variable outside `known` (globals such
+/// as `range` aside).
+pub(crate) fn check_variables(text: &str, known: &[&str]) -> Result<(), TemplateIssue> {
     let mut env = environment();
     if let Err(err) = env.add_template_owned("system", text.to_owned()) {
         return Err(syntax_issue(text, &err));
@@ -36,7 +42,7 @@ pub(crate) fn check(text: &str) -> Result<(), TemplateIssue> {
     let mut unknown: Vec<String> = template
         .undeclared_variables(false)
         .into_iter()
-        .filter(|v| !KNOWN_VARIABLES.contains(&v.as_str()) && !globals.contains(v))
+        .filter(|v| !known.contains(&v.as_str()) && !globals.contains(v))
         .collect();
     // Report the variable that appears first in the text.
     unknown.sort_by_key(|v| find_variable(text, v).unwrap_or(usize::MAX));
@@ -53,7 +59,7 @@ pub(crate) fn check(text: &str) -> Result<(), TemplateIssue> {
             Err(TemplateIssue {
                 message: format!(
                     "unknown template variable '{var}' (known variables: {})",
-                    KNOWN_VARIABLES.join(", ")
+                    known.join(", ")
                 ),
                 line,
                 column,
@@ -107,6 +113,31 @@ pub(crate) fn render_input(
             );
             issue
         })
+}
+
+/// Renders a trigger's `message` or `session` template over `payload` (the request's JSON),
+/// `trigger` (its name) and `delivery` (the delivery id, or none); strict, like the others.
+pub(crate) fn render_trigger(
+    text: &str,
+    payload: &serde_json::Value,
+    trigger: &str,
+    delivery: Option<&str>,
+) -> Result<String, TemplateIssue> {
+    let env = environment();
+    let payload = to_template_value(payload);
+    env.render_str(
+        text,
+        context! { payload => payload, trigger => trigger, delivery => delivery },
+    )
+    .map_err(|err| {
+        let mut issue = syntax_issue(text, &err);
+        let detail = err
+            .detail()
+            .map(str::to_owned)
+            .unwrap_or_else(|| err.kind().to_string());
+        issue.message = format!("cannot render the template: {detail}");
+        issue
+    })
 }
 
 /// A JSON value as a template value (minijinja is built without its `serde` feature).

@@ -90,6 +90,21 @@ pub struct ApiKeySpec {
     /// The agents the key may use; empty: every agent of its tenant.
     #[serde(default)]
     pub agents: Vec<String>,
+    /// How many requests the key may make per minute (sliding window, per server); absent:
+    /// no limit.
+    #[serde(default)]
+    pub rate_limit: Option<RateLimit>,
+}
+
+/// The rate of requests an API key may make (`security.api_keys[].rate_limit`), checked by
+/// `loom serve` on every `/v1` request made with the key: over it, HTTP 429 with
+/// `Retry-After`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RateLimit {
+    /// Requests per sliding minute (at least 1).
+    #[schemars(range(min = 1))]
+    pub per_minute: u32,
 }
 
 fn default_tenant() -> String {

@@ -74,7 +74,7 @@ impl Engine {
         begin: BeginRun,
         observer: &dyn Observer,
     ) -> Result<RunRef, EngineError> {
-        begin.message.check().map_err(EngineError::Invalid)?;
+        begin.message.check().map_err(EngineError::Unusable)?;
         for (what, id) in [
             ("tenant", Some(&begin.tenant_id)),
             ("session", begin.session_id.as_ref()),
@@ -83,7 +83,7 @@ impl Engine {
             if let Some(id) = id
                 && !is_safe_id(id)
             {
-                return Err(EngineError::Invalid(format!(
+                return Err(EngineError::Unusable(format!(
                     "{what} id '{id}' is not usable: expected [A-Za-z0-9][A-Za-z0-9._-]{{0,127}}"
                 )));
             }
@@ -91,7 +91,7 @@ impl Engine {
         if !begin.attachments.is_empty() {
             self.attachment_limits
                 .check(&begin.attachments)
-                .map_err(EngineError::Invalid)?;
+                .map_err(EngineError::Unusable)?;
             if self.artifacts.is_none() {
                 return Err(EngineError::Invalid(
                     "attachments need an artifact store, and this engine has none".into(),
@@ -118,7 +118,7 @@ impl Engine {
             parent_call_id: None,
             depth: 0,
             triggered_by: None,
-            trigger: None,
+            trigger: begin.trigger,
             judges: begin.judges.as_str().into(),
             budget: begin.budget,
             state: Default::default(),
@@ -301,7 +301,7 @@ impl Engine {
         agent_name: &str,
         message: Message,
     ) -> Result<(), EngineError> {
-        message.check().map_err(EngineError::Invalid)?;
+        message.check().map_err(EngineError::Unusable)?;
         for _ in 0..MAX_BEGIN_ATTEMPTS {
             let events = self.store.read(&run.tenant_id, &run.session_id, 0).await?;
             let state = RunState::fold(&run.run_id, &events)?;
@@ -375,9 +375,9 @@ impl Engine {
     /// of `call_id` (the run's own first, then its descendants' in the order they started), or
     /// every waiting one. Returns the call ids decided.
     ///
-    /// Refused ([`EngineError::Invalid`], nothing written) when nothing waits, the call has no
-    /// waiting request, its request expired, corrected arguments name no single call or break
-    /// the tool's schema. The run is not driven: [`Engine::drive`] continues it.
+    /// Refused (nothing written) when nothing waits, the call has no waiting request or its
+    /// request expired ([`EngineError::Invalid`]), or corrected arguments name no single call or
+    /// break the tool's schema ([`EngineError::Unusable`]). The run is not driven: [`Engine::drive`] continues it.
     pub async fn settle(
         &self,
         run: &RunRef,
@@ -393,7 +393,7 @@ impl Engine {
             _ => None,
         };
         if corrected.is_some() && call_id.is_none() {
-            return Err(EngineError::Invalid(
+            return Err(EngineError::Unusable(
                 "corrected arguments apply to one named call: give its call id".into(),
             ));
         }
@@ -448,7 +448,7 @@ impl Engine {
             if let Some(arguments) = corrected {
                 let (owner, record) = targets[0];
                 if !arguments.is_object() {
-                    return Err(EngineError::Invalid(format!(
+                    return Err(EngineError::Unusable(format!(
                         "corrected arguments for call '{}' must be a JSON object",
                         record.call_id
                     )));
@@ -468,7 +468,7 @@ impl Engine {
                 {
                     let problems = tool.schema_problems(arguments);
                     if !problems.is_empty() {
-                        return Err(EngineError::Invalid(format!(
+                        return Err(EngineError::Unusable(format!(
                             "corrected arguments for call '{}' do not match the schema of {}:\n{}",
                             record.call_id,
                             record.tool_name,

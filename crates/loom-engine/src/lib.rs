@@ -425,6 +425,8 @@ pub struct BeginRun {
     /// Files attached to the request (checked against [`Engine::attachment_limits`], stored in
     /// the artifact store, referenced by `artifact` blocks after the message's own blocks).
     pub attachments: Vec<Attachment>,
+    /// The trigger (webhook) that opened the run, journaled in `run.started.trigger`.
+    pub trigger: Option<String>,
 }
 
 /// Where a run lives.
@@ -474,6 +476,11 @@ pub enum EngineError {
     /// Invalid input (ids, messages, tool schemas).
     #[error("{0}")]
     Invalid(String),
+    /// The request itself is unusable as given (unusable ids, an ill-formed message, refused
+    /// attachments, corrected arguments that do not fit): refused before anything is written,
+    /// and sending it again unchanged cannot succeed.
+    #[error("{0}")]
+    Unusable(String),
     /// The journal kept moving under the writer.
     #[error("session {0}: too many write conflicts, giving up")]
     Contention(String),

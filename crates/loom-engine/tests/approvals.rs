@@ -123,6 +123,7 @@ fn begin() -> BeginRun {
         judges: Default::default(),
         budget: None,
         attachments: Vec::new(),
+        trigger: None,
     }
 }
 
@@ -262,7 +263,7 @@ async fn a_grant_from_another_engine_runs_the_call_with_corrected_arguments() {
             },
         )
         .await;
-    assert!(matches!(bad, Err(EngineError::Invalid(m)) if m.contains("schema")));
+    assert!(matches!(bad, Err(EngineError::Unusable(m)) if m.contains("schema")));
     let unknown = other
         .settle(&run, &s.agent, Some("nope"), &Decision::approved("denis"))
         .await;

@@ -83,6 +83,7 @@ fn begin(session: &str, text: &str, attachments: Vec<Attachment>) -> BeginRun {
         judges: Default::default(),
         budget: None,
         attachments,
+        trigger: None,
     }
 }
 
@@ -214,7 +215,7 @@ async fn a_refused_attachment_writes_and_stores_nothing() {
     let agent = AgentRuntime::new("demo", "", binding("MAIN", model, false));
     let refused = |request| async {
         match engine.begin(&agent, request, &()).await {
-            Err(EngineError::Invalid(message)) => message,
+            Err(EngineError::Unusable(message)) => message,
             other => panic!("expected a refusal, got {other:?}"),
         }
     };

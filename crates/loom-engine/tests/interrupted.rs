@@ -117,6 +117,7 @@ fn begin() -> BeginRun {
         judges: Default::default(),
         budget: None,
         attachments: Vec::new(),
+        trigger: None,
     }
 }
 

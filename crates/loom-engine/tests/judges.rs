@@ -106,6 +106,7 @@ fn begin(message: &str, judges: JudgeMode) -> BeginRun {
         budget: None,
         attachments: Vec::new(),
         judges,
+        trigger: None,
     }
 }
 
@@ -993,6 +994,7 @@ async fn the_judge_sees_the_declared_context() {
             budget: None,
             attachments: Vec::new(),
             judges: JudgeMode::Auto,
+            trigger: None,
         };
         let (_, state) = run(&engine, &agent, request).await;
         assert_eq!(state.status, RunStatus::Completed, "{message}");

@@ -71,6 +71,7 @@ async fn run(agent: &AgentRuntime, message: &str) -> (RunState, Vec<Event>, RunR
                 budget: None,
                 attachments: Vec::new(),
                 judges: Default::default(),
+                trigger: None,
             },
             &(),
         )

@@ -107,6 +107,7 @@ fn begin(message: Message) -> BeginRun {
         judges: Default::default(),
         budget: None,
         attachments: Vec::new(),
+        trigger: None,
     }
 }
 

@@ -91,6 +91,7 @@ fn begin(message: &str) -> BeginRun {
         judges: Default::default(),
         budget: None,
         attachments: Vec::new(),
+        trigger: None,
     }
 }
 

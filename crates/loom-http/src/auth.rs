@@ -3,7 +3,9 @@
 //! Without any declared key the API is open: every request acts for the tenant `default` with
 //! every scope. With keys, every `/v1` route needs one, in `Authorization: Bearer lk_…` or
 //! `X-API-Key`; the key alone decides the tenant (nothing in a body or a query can change it),
-//! its scopes decide what it may do and its `agents` which agents it may use.
+//! its scopes decide what it may do and its `agents` which agents it may use. A key with a
+//! `rate_limit` may make that many requests per sliding minute (counted by this server, in
+//! memory); over it, requests are refused with 429 and `Retry-After`.
 
 use std::sync::Arc;
 
@@ -15,21 +17,25 @@ use chrono::Utc;
 use loom_ia::{
     RunRef,
     config::{ApiKeySpec, DEFAULT_TENANT, Scope},
+    quota::SlidingMinute,
 };
 use sha2::{Digest, Sha256};
 
 use crate::{AppState, error::ApiError, routes::loom_error};
 
-/// The declared keys, by the hash the configuration stores.
+/// The declared keys, by the hash the configuration stores, and the requests of the last
+/// minute of those with a `rate_limit`.
 #[derive(Debug, Default)]
 pub(crate) struct Keys {
     keys: Vec<ApiKeySpec>,
+    requests: SlidingMinute,
 }
 
 impl Keys {
     pub(crate) fn new(keys: &[ApiKeySpec]) -> Keys {
         Keys {
             keys: keys.to_vec(),
+            requests: SlidingMinute::default(),
         }
     }
 
@@ -63,6 +69,18 @@ impl Keys {
                     key.id,
                     at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
                 ),
+            ));
+        }
+        if let Some(limit) = key.rate_limit
+            && let Err(retry_after) =
+                self.requests
+                    .take(&key.id, limit.per_minute, std::time::Instant::now())
+        {
+            tracing::warn!(key = %key.id, "request refused: rate limit of the API key reached");
+            return Err(ApiError::rate_limited(
+                &key.id,
+                limit.per_minute,
+                retry_after,
             ));
         }
         Ok(Caller {

@@ -7,8 +7,15 @@ use axum::{
     http::{HeaderValue, StatusCode, header},
     response::{IntoResponse, Response},
 };
+use std::time::Duration;
+
 use loom_ia::LoomError;
 use serde_json::json;
+
+/// A delay in whole seconds, rounded up, at least 1 (what `Retry-After` says).
+fn whole_seconds(delay: Duration) -> u64 {
+    (delay.as_secs() + u64::from(delay.subsec_nanos() > 0)).max(1)
+}
 
 /// An error answered as `{"error": {"kind": ..., "message": ...}}`.
 ///
@@ -20,9 +27,13 @@ use serde_json::json;
 /// | `unknown_run` | 404 | [`LoomError::UnknownRun`] |
 /// | `unknown_session` | 404 | [`LoomError::UnknownSession`] |
 /// | `unknown_artifact` | 404 | [`LoomError::UnknownArtifact`] (a session file) |
-/// | `refused` | 409 | [`LoomError::Refused`] (run exists, nothing to approve, unusable id) |
+/// | `unknown_trigger` | 404 | [`LoomError::UnknownTrigger`] |
+/// | `refused` | 409 | [`LoomError::Refused`] (run exists, nothing to approve, a rule) |
+/// | `invalid_request` | 422 | [`LoomError::Invalid`] (unusable id, refused attachment, delivery or payload) |
 /// | `conflict` | 409 + `Retry-After` | [`LoomError::Conflict`] (the run is driven elsewhere) |
 /// | `budget_exhausted` | 429 + `Retry-After` | [`LoomError::BudgetExhausted`] |
+/// | `quota_exceeded` | 429 + `Retry-After` | [`LoomError::QuotaExceeded`] (`tenants[].quotas`) |
+/// | `rate_limited` | 429 + `Retry-After` | the key's `rate_limit` (requests per minute) |
 /// | `config` | 500 | [`LoomError::Config`] |
 /// | `registration` | 500 | [`LoomError::Registration`] |
 /// | `journal` | 500 | [`LoomError::Journal`] |
@@ -75,6 +86,20 @@ impl ApiError {
         )
     }
 
+    /// A key over its `rate_limit` (429): `retry_after` until one of its requests leaves the
+    /// sliding minute.
+    pub fn rate_limited(key: &str, per_minute: u32, retry_after: Duration) -> ApiError {
+        let seconds = whole_seconds(retry_after);
+        ApiError {
+            status: StatusCode::TOO_MANY_REQUESTS,
+            kind: "rate_limited",
+            message: format!(
+                "key '{key}': {per_minute} requests per minute exceeded, retry in {seconds} s"
+            ),
+            retry_after: Some(seconds),
+        }
+    }
+
     /// The error answered for `error`; `lease_seconds` is the run lease, after which a run
     /// driven elsewhere can be claimed again.
     pub fn from_loom(error: &LoomError, lease_seconds: u64) -> ApiError {
@@ -87,12 +112,19 @@ impl ApiError {
             LoomError::InvalidQuery { .. } => {
                 (StatusCode::UNPROCESSABLE_ENTITY, "invalid_query", None)
             }
+            LoomError::UnknownTrigger { .. } => (StatusCode::NOT_FOUND, "unknown_trigger", None),
             LoomError::Refused(_) => (StatusCode::CONFLICT, "refused", None),
+            LoomError::Invalid(_) => (StatusCode::UNPROCESSABLE_ENTITY, "invalid_request", None),
             LoomError::Conflict(_) => (StatusCode::CONFLICT, "conflict", Some(lease_seconds)),
             LoomError::BudgetExhausted { retry_in, .. } => (
                 StatusCode::TOO_MANY_REQUESTS,
                 "budget_exhausted",
                 Some(retry_in.as_secs() + u64::from(retry_in.subsec_nanos() > 0)),
+            ),
+            LoomError::QuotaExceeded { retry_after, .. } => (
+                StatusCode::TOO_MANY_REQUESTS,
+                "quota_exceeded",
+                Some(whole_seconds(*retry_after)),
             ),
             LoomError::Config(_) => (StatusCode::INTERNAL_SERVER_ERROR, "config", None),
             LoomError::Registration(_) => (StatusCode::INTERNAL_SERVER_ERROR, "registration", None),
@@ -171,6 +203,48 @@ mod tests {
         assert_eq!(
             (unknown.status, unknown.kind),
             (StatusCode::NOT_FOUND, "unknown_run")
+        );
+    }
+
+    /// Bad input is 422, a conflict 409; a quota says when to retry, rounded up.
+    #[test]
+    fn refusals_are_split_by_kind() {
+        let invalid = ApiError::from_loom(&LoomError::Invalid("run exists".into()), 60);
+        assert_eq!(
+            (invalid.status, invalid.kind, invalid.retry_after),
+            (StatusCode::UNPROCESSABLE_ENTITY, "invalid_request", None)
+        );
+        let quota = LoomError::QuotaExceeded {
+            tenant: "acme".into(),
+            limit: 3,
+            retry_after: Duration::from_millis(12_300),
+        };
+        let api = ApiError::from_loom(&quota, 60);
+        assert_eq!(
+            (api.status, api.kind, api.retry_after),
+            (StatusCode::TOO_MANY_REQUESTS, "quota_exceeded", Some(13))
+        );
+        assert_eq!(
+            api.message,
+            "tenant 'acme': 3 runs per minute exceeded, retry in 13 s"
+        );
+        let trigger = LoomError::UnknownTrigger {
+            name: "x".into(),
+            known: Vec::new(),
+        };
+        let api = ApiError::from_loom(&trigger, 60);
+        assert_eq!(
+            (api.status, api.kind, api.message.as_str()),
+            (
+                StatusCode::NOT_FOUND,
+                "unknown_trigger",
+                "unknown trigger 'x' (no trigger is declared)"
+            )
+        );
+        let limited = ApiError::rate_limited("k", 5, Duration::from_millis(400));
+        assert_eq!(
+            (limited.status, limited.retry_after),
+            (StatusCode::TOO_MANY_REQUESTS, Some(1))
         );
     }
 }

@@ -1,9 +1,11 @@
 //! # loom-http
 //!
-//! The Loom REST API (`loom serve`): agents, runs (synchronous or in the background), run
-//! results, approvals, cancellation, a run's events (and its sub-runs') as Server-Sent Events,
-//! the run list, the event search, traces, and sessions (their journal, files, report and
-//! erasure) — every route under `<base_path>/v1`, over a shared [`loom_ia::Loom`].
+//! The Loom REST API (`loom serve`): agents, runs (synchronous or in the background, from a
+//! JSON or a `multipart/form-data` body with attachments), run results, approvals,
+//! cancellation, a run's events (and its sub-runs') as Server-Sent Events, the run list, the
+//! event search, traces, sessions (their journal, files, report and erasure), and webhooks
+//! (`POST /hooks/{name}`, the configuration's `triggers`) — every route under
+//! `<base_path>/v1`, over a shared [`loom_ia::Loom`].
 //!
 //! Without `security.api_keys` the API is **open**: every request acts for the tenant
 //! `default` with every scope, as the reference does. With keys, every `/v1` route needs one
@@ -12,17 +14,20 @@
 //! agents, results, events, sessions; `read_content`: content fields and file bytes;
 //! `approve`: approve and reject; `admin`: all, and session erasure) or an agent outside the
 //! key's `agents` is a 403. Without `read_content`, reads lose their content fields, listed in
-//! `redacted` ([`loom_ia::redact`]).
+//! `redacted` ([`loom_ia::redact`]). A key's `rate_limit` and a tenant's `quotas` are 429s
+//! with `Retry-After`.
 //! Errors are JSON `{"error": {"kind": "...", "message": "..."}}` with a stable `kind` per
 //! error variant (see [`ApiError`]).
 
 mod auth;
 mod error;
+mod hooks;
 mod params;
 mod routes;
 mod search;
 mod sessions;
 mod sse;
+mod upload;
 
 use std::{future::Future, net::SocketAddr, sync::Arc};
 

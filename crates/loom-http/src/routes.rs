@@ -1,4 +1,4 @@
-//! The `/v1` routes: agents, runs, decisions, cancellation; the read routes of
+//! The `/v1` routes: agents, runs, decisions, cancellation, webhooks; the read routes of
 //! [`crate::search`] and [`crate::sessions`] are merged in.
 
 use axum::{
@@ -18,7 +18,7 @@ use serde_json::{Map, Value, json};
 
 use loom_ia::config::Scope;
 
-use crate::{AppState, auth::Caller, error::ApiError};
+use crate::{AppState, auth::Caller, error::ApiError, upload::RunBody};
 
 /// Who decides or cancels when the request does not say.
 const DEFAULT_BY: &str = "api";
@@ -34,6 +34,7 @@ pub(crate) fn v1() -> Router<AppState> {
         .route("/runs/{run_id}/cancel", post(cancel))
         .merge(crate::search::routes())
         .merge(crate::sessions::routes())
+        .route("/hooks/{name}", post(crate::hooks::deliver))
 }
 
 /// No route matched.
@@ -75,7 +76,8 @@ async fn agents(State(state): State<AppState>, caller: Caller) -> Result<Json<Va
     Ok(Json(Value::Array(agents)))
 }
 
-/// `POST /agents/{name}/runs`.
+/// `POST /agents/{name}/runs`: a JSON body, or the same fields in a `multipart/form-data` body
+/// with files in `attachments` parts (see [`crate::upload`]).
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RunRequest {
@@ -98,11 +100,11 @@ async fn create_run(
     State(state): State<AppState>,
     caller: Caller,
     Path(agent): Path<String>,
-    body: Result<Json<RunRequest>, JsonRejection>,
+    body: Result<RunBody<RunRequest>, ApiError>,
 ) -> Result<Response, ApiError> {
     caller.require(Scope::Run)?;
     caller.agent(&agent)?;
-    let Json(request) = body?;
+    let RunBody { request, uploads } = body?;
     if request.message.is_empty() {
         return Err(ApiError::invalid_body("message must not be empty"));
     }
@@ -116,6 +118,12 @@ async fn create_run(
         // Skipping the judges lowers the guard on the answer: only an admin key may.
         caller.require(Scope::Admin)?;
     }
+    let loom = &state.loom;
+    let attachments = uploads
+        .into_iter()
+        .map(|upload| loom.attachment(upload.name, upload.bytes, upload.media_type.as_deref()))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| loom_error(loom, &e))?;
     let options = RunOptions {
         session_id: request.session_id,
         run_id: request.run_id,
@@ -123,9 +131,9 @@ async fn create_run(
         metadata: request.metadata.unwrap_or_default(),
         judges,
         tenant_id: Some(caller.tenant.clone()),
+        attachments,
         ..RunOptions::default()
     };
-    let loom = &state.loom;
     if request.background {
         let run = loom
             .submit(&agent, request.message, options)

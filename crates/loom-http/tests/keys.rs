@@ -34,6 +34,7 @@ fn key(id: &str, secret: &str, tenant: &str, scopes: &[Scope]) -> ApiKeySpec {
         expires: None,
         scopes: scopes.to_vec(),
         agents: Vec::new(),
+        rate_limit: None,
     }
 }
 

@@ -70,6 +70,7 @@ fn key(id: &str, secret: &str, tenant: &str, scopes: &[Scope], agents: &[&str]) 
         tenant: tenant.into(),
         expires: None,
         scopes: scopes.to_vec(),
+        rate_limit: None,
         agents: agents.iter().map(|a| (*a).to_owned()).collect(),
     }
 }

@@ -39,9 +39,39 @@ pub enum LoomError {
     /// A tool registration was refused.
     #[error("tool registration refused: {0}")]
     Registration(String),
-    /// The request was refused (ids, existing run, unusable message).
+    /// The request was refused: it conflicts with the state of things (the run exists,
+    /// nothing waits for a decision, a sub-run cannot be resumed on its own) or with a rule
+    /// (the tenant may not use the agent, judges skipped under `prod`).
     #[error("request refused: {0}")]
     Refused(String),
+    /// The request is unusable as given (an unusable id, an ill-formed message, a refused
+    /// attachment, corrected arguments that do not fit, a trigger payload its templates cannot
+    /// render, a delivery id already used elsewhere): sending it again unchanged cannot
+    /// succeed. Nothing was written.
+    #[error("request refused: {0}")]
+    Invalid(String),
+    /// No such trigger (`triggers`).
+    #[error("unknown trigger '{name}' ({})", known_triggers(.known))]
+    UnknownTrigger {
+        /// The name asked for.
+        name: String,
+        /// The declared triggers.
+        known: Vec<String>,
+    },
+    /// A tenant opened as many runs in the last minute as its `quotas.runs_per_minute`: the
+    /// run was not opened (nothing written).
+    #[error(
+        "tenant '{tenant}': {limit} runs per minute exceeded, retry in {} s",
+        whole_seconds(.retry_after)
+    )]
+    QuotaExceeded {
+        /// The tenant.
+        tenant: String,
+        /// Its `quotas.runs_per_minute`.
+        limit: u32,
+        /// Until a run can be opened again.
+        retry_after: std::time::Duration,
+    },
     /// Another worker drives the run.
     #[error("{0} — this run is driven elsewhere: retry after the lease expires")]
     Conflict(String),
@@ -81,9 +111,25 @@ impl LoomError {
                 | LoomError::InvalidQuery { .. }
                 | LoomError::Registration(_)
                 | LoomError::Refused(_)
+                | LoomError::Invalid(_)
+                | LoomError::UnknownTrigger { .. }
                 | LoomError::Conflict(_)
                 | LoomError::BudgetExhausted { .. }
+                | LoomError::QuotaExceeded { .. }
         )
+    }
+}
+
+/// A delay in whole seconds, rounded up, at least 1 (what `Retry-After` says).
+pub(crate) fn whole_seconds(delay: &std::time::Duration) -> u64 {
+    (delay.as_secs() + u64::from(delay.subsec_nanos() > 0)).max(1)
+}
+
+fn known_triggers(known: &[String]) -> String {
+    if known.is_empty() {
+        "no trigger is declared".to_owned()
+    } else {
+        format!("triggers: {}", known.join(", "))
     }
 }
 
@@ -106,6 +152,7 @@ impl From<EngineError> for LoomError {
             EngineError::RunExists { .. } | EngineError::Invalid(_) => {
                 LoomError::Refused(error.to_string())
             }
+            EngineError::Unusable(message) => LoomError::Invalid(message),
             EngineError::ClaimConflict { .. } => LoomError::Conflict(error.to_string()),
             EngineError::Fold(loom_core::state::FoldError::Unknown(run)) => {
                 LoomError::UnknownRun(run)

@@ -41,11 +41,13 @@ mod loom;
 mod mcp;
 
 pub mod query;
+pub mod quota;
 pub mod redact;
 mod resolve;
 mod result;
 mod sessions;
 mod sources;
+mod trigger;
 
 pub use budget::{Period, TenantBudget};
 pub use clock::SystemClock;
@@ -75,6 +77,7 @@ pub use report::{
 };
 pub use result::RunResult;
 pub use sessions::{FILE_ORIGINS, SessionDeletion, SessionFile, SessionInfo, SessionRun};
+pub use trigger::Triggered;
 
 #[doc(hidden)]
 pub mod __private {

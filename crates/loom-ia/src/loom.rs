@@ -120,6 +120,9 @@ pub struct RunOptions {
     /// message, they reach the models that read images, and make the roles that declare
     /// `attachments` available.
     pub attachments: Vec<Attachment>,
+    /// The trigger (webhook) opening the run, journaled in `run.started.trigger` (set by
+    /// [`Loom::trigger`]).
+    pub trigger: Option<String>,
 }
 
 impl std::fmt::Debug for RunOptions {
@@ -134,6 +137,7 @@ impl std::fmt::Debug for RunOptions {
             .field("judges", &self.judges)
             .field("budget", &self.budget)
             .field("attachments", &self.attachments)
+            .field("trigger", &self.trigger)
             .finish()
     }
 }
@@ -232,6 +236,7 @@ struct Inner {
     agents: RwLock<HashMap<(String, String), Arc<AgentRuntime>>>,
     active: Mutex<HashMap<String, CancellationToken>>,
     tenant_budgets: RwLock<BTreeMap<String, TenantBudget>>,
+    quotas: crate::quota::SlidingMinute,
 }
 
 impl std::fmt::Debug for Loom {
@@ -314,6 +319,7 @@ impl Loom {
                 agents: RwLock::new(HashMap::new()),
                 active: Mutex::new(HashMap::new()),
                 tenant_budgets: RwLock::new(tenant_budgets),
+                quotas: crate::quota::SlidingMinute::default(),
             }),
         })
     }
@@ -345,6 +351,57 @@ impl Loom {
             .read()
             .ok()
             .and_then(|b| b.get(tenant).copied())
+    }
+
+    /// Opens a run once the tenant's budgets and quota allow it (a refused run writes nothing,
+    /// and a run that could not be opened gives its quota slot back).
+    async fn open_run(
+        &self,
+        runtime: &AgentRuntime,
+        begin: BeginRun,
+        observer: &dyn Observer,
+    ) -> Result<RunRef, LoomError> {
+        let tenant = begin.tenant_id.clone();
+        self.check_tenant_budget(&tenant).await?;
+        let slot = self.take_quota(&tenant)?;
+        match self.inner.engine.begin(runtime, begin, observer).await {
+            Ok(run) => Ok(run),
+            Err(error) => {
+                if let Some(at) = slot {
+                    self.inner.quotas.give_back(&tenant, at);
+                }
+                Err(error.into())
+            }
+        }
+    }
+
+    /// Takes a slot of `tenant`'s `quotas.runs_per_minute` (`None`: the tenant has no quota),
+    /// or refuses with [`LoomError::QuotaExceeded`].
+    fn take_quota(&self, tenant: &str) -> Result<Option<std::time::Instant>, LoomError> {
+        let Some(limit) = self
+            .inner
+            .config
+            .tenant(tenant)
+            .and_then(|t| t.quotas)
+            .and_then(|q| q.runs_per_minute)
+        else {
+            return Ok(None);
+        };
+        match self
+            .inner
+            .quotas
+            .take(tenant, limit, std::time::Instant::now())
+        {
+            Ok(at) => Ok(Some(at)),
+            Err(retry_after) => {
+                tracing::info!(tenant, limit, "run refused: tenant quota reached");
+                Err(LoomError::QuotaExceeded {
+                    tenant: tenant.to_owned(),
+                    limit,
+                    retry_after,
+                })
+            }
+        }
     }
 
     /// Refuses a run of `tenant` when it reached one of its period ceilings.
@@ -619,15 +676,16 @@ impl Loom {
             judges: options.judges,
             budget: options.budget,
             attachments: options.attachments,
+            trigger: options.trigger,
         };
         Ok((runtime, begin))
     }
 
     /// Reads the file at `path` as an attachment for [`RunOptions::attachments`]: named after
     /// the file, its media type read from its first bytes, else from its extension. Refused
-    /// (nothing read beyond the limit) when the file cannot be read, is larger than
-    /// `execution.attachments.max_bytes`, or is of a type that is not recognised or not in
-    /// `execution.attachments.types`; each refusal names the file and the limit.
+    /// ([`LoomError::Invalid`], nothing read beyond the limit) when the file cannot be read, is
+    /// larger than `execution.attachments.max_bytes`, or is of a type that is not recognised or
+    /// not in `execution.attachments.types`; each refusal names the file and the limit.
     pub fn read_attachment(&self, path: &Path) -> Result<Attachment, LoomError> {
         use std::io::Read;
         let shown = path.display();
@@ -635,34 +693,72 @@ impl Loom {
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_else(|| shown.to_string());
-        let refused = |why: String| LoomError::Refused(why);
-        let unreadable =
-            |e: std::io::Error| refused(format!("attachment '{shown}' cannot be read: {e}"));
-        let limits = self.inner.engine.attachment_limits();
+        let unreadable = |e: std::io::Error| {
+            LoomError::Invalid(format!("attachment '{shown}' cannot be read: {e}"))
+        };
+        let limits = self.attachment_limits();
         let file = std::fs::File::open(path).map_err(unreadable)?;
         let size = file.metadata().map_err(unreadable)?.len();
         if size > limits.max_bytes {
-            return Err(refused(format!(
-                "attachment '{name}' is {size} bytes, more than the limit of {} bytes \
-                 (execution.attachments.max_bytes)",
-                limits.max_bytes
-            )));
+            return Err(LoomError::Invalid(too_large(&name, size, limits.max_bytes)));
         }
         let mut bytes = Vec::new();
         file.take(limits.max_bytes.saturating_add(1))
             .read_to_end(&mut bytes)
             .map_err(unreadable)?;
-        let attachment = Attachment::detect(name.clone(), bytes).ok_or_else(|| {
-            refused(format!(
+        self.attachment(name, bytes, None)
+    }
+
+    /// An attachment for [`RunOptions::attachments`] from bytes received elsewhere (an upload):
+    /// its media type is read from its first bytes, else from the name's extension, else taken
+    /// from `declared` (what the sender said, `application/octet-stream` ignored). Checked like
+    /// [`Loom::read_attachment`] (size, accepted types, an image's bytes matching its type),
+    /// with the same refusals ([`LoomError::Invalid`]) naming the file and the limit.
+    pub fn attachment(
+        &self,
+        name: impl Into<String>,
+        bytes: Vec<u8>,
+        declared: Option<&str>,
+    ) -> Result<Attachment, LoomError> {
+        let name = name.into();
+        let limits = self.attachment_limits();
+        let size = bytes.len() as u64;
+        if size > limits.max_bytes {
+            return Err(LoomError::Invalid(too_large(&name, size, limits.max_bytes)));
+        }
+        let declared = declared
+            .map(|t| {
+                t.split(';')
+                    .next()
+                    .unwrap_or_default()
+                    .trim()
+                    .to_ascii_lowercase()
+            })
+            .filter(|t| !t.is_empty() && t != "application/octet-stream");
+        let detected = loom_engine::attachments::sniff_media_type(&bytes)
+            .or_else(|| loom_engine::attachments::media_type_of_name(&name))
+            .map(str::to_owned);
+        let Some(media_type) = detected.or(declared) else {
+            return Err(LoomError::Invalid(format!(
                 "attachment '{name}': unsupported type (recognised neither from its content nor \
                  from its extension; execution.attachments.types: {})",
                 limits.types.join(", ")
-            ))
-        })?;
+            )));
+        };
+        let attachment = Attachment {
+            name,
+            media_type,
+            bytes,
+        };
         limits
             .check(std::slice::from_ref(&attachment))
-            .map_err(refused)?;
+            .map_err(LoomError::Invalid)?;
         Ok(attachment)
+    }
+
+    /// The limits attachments are checked against (`execution.attachments`).
+    pub fn attachment_limits(&self) -> &AttachmentLimits {
+        self.inner.engine.attachment_limits()
     }
 
     fn agent(&self, name: &str, tenant: &str) -> Result<Arc<AgentRuntime>, LoomError> {
@@ -727,8 +823,7 @@ impl Loom {
     ) -> Result<RunResult, LoomError> {
         let approver = options.approver.clone();
         let (runtime, begin) = self.opening(agent, message.into(), options)?;
-        self.check_tenant_budget(&begin.tenant_id).await?;
-        let run = self.inner.engine.begin(&runtime, begin, observer).await?;
+        let run = self.open_run(&runtime, begin, observer).await?;
         self.drive_approved(&run, &runtime, observer, approver)
             .await
     }
@@ -867,7 +962,7 @@ impl Loom {
         };
         for session_id in candidates {
             if !loom_core::ids::is_safe_id(&session_id) {
-                return Err(LoomError::Refused(format!(
+                return Err(LoomError::Invalid(format!(
                     "session id '{session_id}' is not usable"
                 )));
             }
@@ -1029,8 +1124,7 @@ impl Loom {
         options: RunOptions,
     ) -> Result<RunRef, LoomError> {
         let (runtime, begin) = self.opening(agent, message.into(), options)?;
-        self.check_tenant_budget(&begin.tenant_id).await?;
-        let run = self.inner.engine.begin(&runtime, begin, &()).await?;
+        let run = self.open_run(&runtime, begin, &()).await?;
         self.spawn_drive(run.clone(), runtime);
         Ok(run)
     }
@@ -1312,6 +1406,14 @@ fn mcp_servers(config: &Config) -> Result<BTreeMap<String, Arc<dyn ToolSource>>,
             .into()),
         None => Ok(BTreeMap::new()),
     }
+}
+
+/// Why an attachment of `size` bytes is refused.
+fn too_large(name: &str, size: u64, max_bytes: u64) -> String {
+    format!(
+        "attachment '{name}' is {size} bytes, more than the limit of {max_bytes} bytes \
+         (execution.attachments.max_bytes)"
+    )
 }
 
 /// Whether `name` can name a policy.

@@ -190,7 +190,7 @@ async fn registration_and_unknown_names_are_refused() {
     };
     assert!(matches!(
         loom.run("calc", "x", bad).await,
-        Err(LoomError::Refused(_))
+        Err(LoomError::Invalid(_))
     ));
 }
 
@@ -418,7 +418,7 @@ async fn attachments_are_read_stored_beside_the_journal_and_erased_with_the_sess
 
     // Unknown content with an unknown extension is refused, naming the file.
     fs_write(dir.path(), "notes.xyz", b"plain words");
-    let Err(LoomError::Refused(message)) = loom.read_attachment(&dir.path().join("notes.xyz"))
+    let Err(LoomError::Invalid(message)) = loom.read_attachment(&dir.path().join("notes.xyz"))
     else {
         panic!("refused")
     };

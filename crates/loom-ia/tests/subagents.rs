@@ -114,6 +114,7 @@ async fn waiting_tree(store: Arc<MemoryStore>) -> (RunRef, String) {
                 judges: Default::default(),
                 budget: None,
                 attachments: Vec::new(),
+                trigger: None,
             },
             &(),
         )

@@ -122,6 +122,13 @@ pub(super) fn check_tenants(config: &Config) -> Result<(), ConfigError> {
         if let Some(budgets) = &tenant.budgets {
             check_budgets(doc, &tp.key("budgets"), budgets)?;
         }
+        if tenant.quotas.and_then(|q| q.runs_per_minute) == Some(0) {
+            return Err(invalid(
+                doc,
+                &tp.key("quotas").key("runs_per_minute"),
+                "must be greater than 0",
+            ));
+        }
     }
     Ok(())
 }
@@ -1353,6 +1360,13 @@ pub(super) fn check_security(config: &Config) -> Result<(), ConfigError> {
                 doc,
                 &kp.key("scopes"),
                 "a key needs at least one scope (run, read, read_content, approve, admin)",
+            ));
+        }
+        if key.rate_limit.is_some_and(|r| r.per_minute == 0) {
+            return Err(invalid(
+                doc,
+                &kp.key("rate_limit").key("per_minute"),
+                "must be greater than 0",
             ));
         }
         for (a, agent) in key.agents.iter().enumerate() {
