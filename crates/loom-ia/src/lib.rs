@@ -39,6 +39,7 @@ pub mod follow;
 mod loom;
 #[cfg(feature = "mcp")]
 mod mcp;
+mod progress;
 
 mod resolve;
 mod result;
@@ -63,6 +64,7 @@ pub use loom_engine::{
 };
 pub use loom_macros::tool;
 pub mod report;
+pub use progress::progress_line;
 pub use report::{
     RunUsage, SessionReport, SubRunUsage, TenantReport, Trace, TraceCall, TraceStep, UsageLine,
     UsageReport,
