@@ -77,6 +77,9 @@ impl Access {
 
     /// Who decides or cancels when the caller does not say: `mcp:<client name>`.
     pub(crate) fn by(client: Option<&str>) -> String {
-        format!("mcp:{}", client.filter(|c| !c.trim().is_empty()).unwrap_or("client"))
+        format!(
+            "mcp:{}",
+            client.filter(|c| !c.trim().is_empty()).unwrap_or("client")
+        )
     }
 }

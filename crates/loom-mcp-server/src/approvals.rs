@@ -39,7 +39,11 @@ pub(crate) fn form(pending: &PendingApproval) -> ElicitRequestParams {
         Value::Object(object) => ElicitationSchema::from_json_schema(object).ok(),
         _ => None,
     }
-    .unwrap_or_else(|| ElicitationSchema::builder().required_string("decision").build_unchecked());
+    .unwrap_or_else(|| {
+        ElicitationSchema::builder()
+            .required_string("decision")
+            .build_unchecked()
+    });
     ElicitRequestParams::FormElicitationParams {
         meta: None,
         message: format!(
@@ -60,7 +64,10 @@ pub(crate) fn answer(result: &ElicitResult) -> Answer {
                 .and_then(Value::as_str)
                 .filter(|r| !r.trim().is_empty())
                 .map(str::to_owned);
-            match content.and_then(|c| c.get("decision")).and_then(Value::as_str) {
+            match content
+                .and_then(|c| c.get("decision"))
+                .and_then(Value::as_str)
+            {
                 Some("approve") => Answer::Approve(reason),
                 Some("reject") => Answer::Reject(reason),
                 _ => Answer::Undecided,

@@ -121,7 +121,9 @@ async fn by_uri(
             format!("{at}: {uri} is not a usable file URI (expected file:///absolute/path)")
         })?;
         let path = under_roots(&loom.config().mcp_file_roots(), &path, at)?;
-        let mut attachment = loom.read_attachment(&path).map_err(|e| format!("{at}: {e}"))?;
+        let mut attachment = loom
+            .read_attachment(&path)
+            .map_err(|e| format!("{at}: {e}"))?;
         if let Some(name) = name {
             attachment.name = name;
         }

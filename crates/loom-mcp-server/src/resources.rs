@@ -44,7 +44,9 @@ pub(crate) fn templates(access: &Access) -> Vec<ResourceTemplate> {
     }
     let mut templates = vec![
         ResourceTemplate::new("loom://runs/{run_id}{?session_id}", "run")
-            .with_description("A run's status and result (session_id: when the run is in a named session).")
+            .with_description(
+                "A run's status and result (session_id: when the run is in a named session).",
+            )
             .with_mime_type(JSON),
         ResourceTemplate::new("loom://runs/{run_id}/events{?session_id}", "run events")
             .with_description("A run's events, in journal order.")
@@ -136,14 +138,18 @@ pub(crate) async fn read(
             Ok(json_text(uri, &Value::Array(sessions)))
         }
         ["runs", run_id] => {
-            let run = server.visible_run(access, run_id, session.as_deref()).await?;
+            let run = server
+                .visible_run(access, run_id, session.as_deref())
+                .await?;
             let result = loom.result(&run).await.map_err(failed)?;
             let mut value = serde_json::to_value(&result).unwrap_or(Value::Null);
             masked(access, &mut value);
             Ok(json_text(uri, &value))
         }
         ["runs", run_id, "events"] => {
-            let run = server.visible_run(access, run_id, session.as_deref()).await?;
+            let run = server
+                .visible_run(access, run_id, session.as_deref())
+                .await?;
             let events: Vec<Value> = loom
                 .events(&run)
                 .await
@@ -158,7 +164,9 @@ pub(crate) async fn read(
             Ok(json_text(uri, &Value::Array(events)))
         }
         ["traces", run_id] => {
-            let run = server.visible_run(access, run_id, session.as_deref()).await?;
+            let run = server
+                .visible_run(access, run_id, session.as_deref())
+                .await?;
             let trace = loom.trace(&run).await.map_err(failed)?;
             let mut value = serde_json::to_value(&trace).unwrap_or(Value::Null);
             masked(access, &mut value);
@@ -279,9 +287,7 @@ fn masked(access: &Access, value: &mut Value) {
 
 fn json_text(uri: &str, value: &Value) -> ReadResourceResult {
     let text = serde_json::to_string_pretty(value).unwrap_or_default();
-    ReadResourceResult::new(vec![
-        ResourceContents::text(text, uri).with_mime_type(JSON),
-    ])
+    ReadResourceResult::new(vec![ResourceContents::text(text, uri).with_mime_type(JSON)])
 }
 
 fn not_found(message: String) -> ErrorData {

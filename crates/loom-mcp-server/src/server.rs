@@ -2,17 +2,15 @@
 
 use std::sync::Arc;
 
-use loom_ia::{
-    Loom, LoomError, RunOptions, RunRef, RunResult, RunStatus, config::Scope,
-};
+use loom_ia::{Loom, LoomError, RunOptions, RunRef, RunResult, RunStatus, config::Scope};
 use rmcp::{
     ErrorData, RoleServer, ServerHandler,
     model::{
         CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, DiscoverResult,
-        Implementation, InitializeRequestParams, InitializeResult, InputRequest,
-        InputRequiredResult, InputRequests, ListResourceTemplatesResult, ListResourcesResult,
-        ListToolsResult, PaginatedRequestParams, ProtocolVersion, ReadResourceRequestParams,
-        ReadResourceResponse, Request, ServerCapabilities, ServerConfig, Tool, ToolAnnotations,
+        Implementation, InitializeRequestParams, InitializeResult, InputRequest, InputRequests,
+        InputRequiredResult, ListResourceTemplatesResult, ListResourcesResult, ListToolsResult,
+        PaginatedRequestParams, ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse,
+        Request, ServerCapabilities, ServerConfig, Tool, ToolAnnotations,
     },
     service::RequestContext,
 };
@@ -118,9 +116,11 @@ impl LoomMcp {
 
     fn info(&self, access: Option<&Access>) -> ServerConfig {
         let names: Vec<String> = match access {
-            Some(access) if access.allows(Scope::Run) => {
-                self.agents(access).into_iter().map(|(name, _)| name).collect()
-            }
+            Some(access) if access.allows(Scope::Run) => self
+                .agents(access)
+                .into_iter()
+                .map(|(name, _)| name)
+                .collect(),
             Some(_) => Vec::new(),
             None => self
                 .loom
@@ -148,9 +148,7 @@ impl LoomMcp {
                 .enable_resources()
                 .build(),
         )
-        .with_server_info(
-            Implementation::new("loom", env!("CARGO_PKG_VERSION")).with_title("Loom"),
-        )
+        .with_server_info(Implementation::new("loom", env!("CARGO_PKG_VERSION")).with_title("Loom"))
         .with_instructions(instructions)
     }
 
@@ -357,7 +355,9 @@ impl LoomMcp {
                     .cancel(&run, Some(by))
                     .await
                     .map_err(|e| e.to_string())?;
-                Ok(structured(json!({"run_id": run.run_id, "cancelled": cancelled})))
+                Ok(structured(
+                    json!({"run_id": run.run_id, "cancelled": cancelled}),
+                ))
             }
         }
     }
@@ -412,12 +412,23 @@ impl LoomMcp {
         let mut result = match &request.request_state {
             Some(state) => {
                 // The retry of a call that asked for approvals: decide them, then go on.
-                match self.answered(access, agent, state, &request, progress, by).await {
+                match self
+                    .answered(access, agent, state, &request, progress, by)
+                    .await
+                {
                     Ok(result) => result,
                     Err(refused) => return Ok(tool_error(refused).into()),
                 }
             }
-            None => match self.start(access, agent, request.arguments.unwrap_or_default(), progress).await {
+            None => match self
+                .start(
+                    access,
+                    agent,
+                    request.arguments.unwrap_or_default(),
+                    progress,
+                )
+                .await
+            {
                 Ok(result) => result,
                 Err(refused) => return Ok(tool_error(refused).into()),
             },
@@ -451,14 +462,17 @@ impl LoomMcp {
                     let root = result.run_ref(access.tenant());
                     let mut decided = false;
                     for pending in result.pending_approvals.clone() {
-                        let answer = match peer.create_elicitation(approvals::form(&pending)).await {
+                        let answer = match peer.create_elicitation(approvals::form(&pending)).await
+                        {
                             Ok(answer) => approvals::answer(&answer),
                             Err(error) => {
                                 tracing::info!(%error, "approval not asked through MCP elicitation");
                                 Answer::Undecided
                             }
                         };
-                        match approvals::decide(&self.loom, &root, &pending.call_id, &answer, by).await {
+                        match approvals::decide(&self.loom, &root, &pending.call_id, &answer, by)
+                            .await
+                        {
                             Ok(written) => decided |= written,
                             Err(error) => return Ok(tool_error(error.to_string()).into()),
                         }
@@ -532,8 +546,9 @@ impl LoomMcp {
         progress: &Progress,
         by: &str,
     ) -> Result<RunResult, String> {
-        let waiting: Waiting = serde_json::from_str(state)
-            .map_err(|_| "the request state of this retry is not one this server gave".to_owned())?;
+        let waiting: Waiting = serde_json::from_str(state).map_err(|_| {
+            "the request state of this retry is not one this server gave".to_owned()
+        })?;
         if waiting.agent != agent {
             return Err(format!(
                 "the request state of this retry belongs to the agent '{}', not '{agent}'",
@@ -648,7 +663,9 @@ impl ServerHandler for LoomMcp {
         context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, ErrorData> {
         let access = self.access(&context)?;
-        Ok(ListResourcesResult::with_all_items(resources::listed(&access)))
+        Ok(ListResourcesResult::with_all_items(resources::listed(
+            &access,
+        )))
     }
 
     async fn list_resource_templates(
