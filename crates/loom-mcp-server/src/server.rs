@@ -409,6 +409,9 @@ impl LoomMcp {
         ask: &Ask,
         by: &str,
     ) -> Result<CallToolResponse, ErrorData> {
+        // Asked again in a new round only when the last round decided something (a dismissed
+        // form leaves the run paused instead of asking forever).
+        let mut ask_again = true;
         let mut result = match &request.request_state {
             Some(state) => {
                 // The retry of a call that asked for approvals: decide them, then go on.
@@ -416,7 +419,10 @@ impl LoomMcp {
                     .answered(access, agent, state, &request, progress, by)
                     .await
                 {
-                    Ok(result) => result,
+                    Ok((result, decided)) => {
+                        ask_again = decided;
+                        result
+                    }
                     Err(refused) => return Ok(tool_error(refused).into()),
                 }
             }
@@ -439,6 +445,7 @@ impl LoomMcp {
             }
             match ask {
                 Ask::No => break,
+                Ask::Rounds if !ask_again => break,
                 Ask::Rounds => {
                     let waiting = Waiting {
                         run_id: result.run_id.clone(),
@@ -536,7 +543,7 @@ impl LoomMcp {
     }
 
     /// The retry of a call that asked for approvals: the answers are journaled, then the run
-    /// is driven on.
+    /// is driven on. Also says whether anything was decided.
     async fn answered(
         &self,
         access: &Access,
@@ -545,7 +552,7 @@ impl LoomMcp {
         request: &CallToolRequestParams,
         progress: &Progress,
         by: &str,
-    ) -> Result<RunResult, String> {
+    ) -> Result<(RunResult, bool), String> {
         let waiting: Waiting = serde_json::from_str(state).map_err(|_| {
             "the request state of this retry is not one this server gave".to_owned()
         })?;
@@ -573,12 +580,14 @@ impl LoomMcp {
                 .map_err(|e| e.to_string())?;
         }
         if !decided {
-            return Ok(result);
+            return Ok((result, false));
         }
-        self.loom
+        let result = self
+            .loom
             .resume_observed(&root, progress)
             .await
-            .map_err(|e| e.to_string())
+            .map_err(|e| e.to_string())?;
+        Ok((result, true))
     }
 }
 
