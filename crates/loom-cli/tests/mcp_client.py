@@ -143,20 +143,33 @@ async def basics(args):
         out["hidden_agent"] = await call(client, "interne", {"message": "Bonjour"})
         # Cancel a long run from another call while its tool call is in flight.
         waiting = asyncio.create_task(client.call_tool("attente", {"message": "Attends la banque.", "session_id": "s-wait"}))
-        running = None
-        for _ in range(600):
-            session = await read(client, "loom://sessions/s-wait")
-            runs = session.get("json", {}).get("runs", [])
-            if runs and runs[0]["status"] == "awaiting_tools":
-                running = runs[0]["run_id"]
-                break
-            await asyncio.sleep(0.1)
+        running = await first_run(client, "s-wait", "awaiting_tools")
         out["running"] = running
         out["cancel"] = await call(client, "cancel", {"run_id": running, "session_id": "s-wait", "by": "test"})
         out["cancelled_call"] = call_view(await waiting)
         out["cancel_again"] = await call(client, "cancel", {"run_id": running, "session_id": "s-wait"})
         out["cancel_unknown"] = await call(client, "cancel", {"run_id": "nope"})
+        # A call the client gives up cancels its run.
+        abandoned = asyncio.create_task(client.call_tool("attente", {"message": "Attends encore.", "session_id": "s-abandon"}))
+        out["abandoned_running"] = await first_run(client, "s-abandon", "awaiting_tools")
+        abandoned.cancel()
+        try:
+            await abandoned
+        except asyncio.CancelledError:
+            pass
+        out["abandoned"] = await first_run(client, "s-abandon", "cancelled")
     return out
+
+
+async def first_run(client, session, status):
+    """The first run of `session` once it has `status` (polled), or None."""
+    for _ in range(600):
+        seen = await read(client, f"loom://sessions/{session}")
+        runs = seen.get("json", {}).get("runs", [])
+        if runs and runs[0]["status"] == status:
+            return runs[0]["run_id"]
+        await asyncio.sleep(0.1)
+    return None
 
 
 async def approval(args):

@@ -341,6 +341,17 @@ fn agents_are_tools_over_stdio_with_progress_control_tools_resources_and_attachm
         types(&waited)
     );
     assert_eq!(cancelled["payload"]["reason"], "requested");
+    // A call the client cancels (notifications/cancelled) cancels its run.
+    let abandoned = seen["abandoned_running"]
+        .as_str()
+        .expect("the second long run ran");
+    assert_eq!(seen["abandoned"], abandoned);
+    let events = journal(dir.path(), "default", "s-abandon");
+    assert!(
+        types(&events).contains(&"run.cancelled"),
+        "{:?}",
+        types(&events)
+    );
 }
 
 #[test]

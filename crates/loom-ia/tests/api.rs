@@ -409,7 +409,10 @@ async fn attachments_are_read_stored_beside_the_journal_and_erased_with_the_sess
     assert_eq!(stored.origin, "attachment");
     // The artifact is read back for its own tenant only.
     assert_eq!(
-        loom.artifact("default", &stored.uri).await.unwrap().as_deref(),
+        loom.artifact("default", &stored.uri)
+            .await
+            .unwrap()
+            .as_deref(),
         Some(PNG)
     );
     assert_eq!(loom.artifact("acme", &stored.uri).await.unwrap(), None);
