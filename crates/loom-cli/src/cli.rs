@@ -543,6 +543,13 @@ fn init_logging(loom: &Loom) {
     });
     let filter = tracing_subscriber::EnvFilter::try_from_env("LOOM_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
+    // rmcp logs whole MCP messages (tool arguments, answers) at debug and info: logs never hold
+    // content, so it says only warnings unless LOOM_LOG names it.
+    let named = std::env::var("LOOM_LOG").is_ok_and(|v| v.contains("rmcp"));
+    let filter = match "rmcp=warn".parse() {
+        Ok(quiet) if !named => filter.add_directive(quiet),
+        _ => filter,
+    };
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
