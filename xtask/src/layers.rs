@@ -47,6 +47,7 @@ pub const CRATES: &[(&str, Layer)] = &[
     ("loom-ia", Layer::Facade),
     ("loom-cli", Layer::Access),
     ("loom-http", Layer::Access),
+    ("loom-mcp-server", Layer::Access),
     ("xtask", Layer::Tooling),
 ];
 

@@ -223,6 +223,14 @@ enum Command {
         #[arg(long)]
         port: Option<u16>,
     },
+    /// Serve the agents as MCP tools on stdin/stdout (for Claude Desktop, Claude Code or any MCP
+    /// client), until the client closes the connection. No key: everything is allowed in the
+    /// tenant; logs go to stderr.
+    Mcp {
+        /// Tenant every run is opened and looked up in (default `default`).
+        #[arg(long)]
+        tenant: Option<String>,
+    },
     /// Print the JSON Schema of the configuration.
     Schema,
     /// Manage the API keys of `loom serve`.
@@ -423,6 +431,7 @@ pub(crate) async fn execute(cli: Cli, app: App) -> u8 {
         } => steer(&loom, &run_id, &message, &At::new(session, tenant)).await,
         Command::Sessions { command } => sessions(&loom, command).await,
         Command::Serve { host, port } => serve(&loom, host, port).await,
+        Command::Mcp { tenant } => mcp(&loom, tenant.as_deref()).await,
     };
     loom.shutdown().await;
     outcome.unwrap_or_else(|error| fail(&error))
@@ -458,7 +467,11 @@ async fn serve(loom: &Loom, host: Option<String>, port: Option<u16>) -> Result<u
             return Ok(FAILED);
         }
     };
-    tracing::warn!("the REST API is open: no API key is required (tenant 'default', every scope)");
+    if loom.config().raw().security.api_keys.is_empty() {
+        tracing::warn!(
+            "the REST API is open: no API key is required (tenant 'default', every scope)"
+        );
+    }
     eprintln!("Listening on http://{address}");
     for trigger in loom.config().triggers() {
         eprintln!(
@@ -470,6 +483,22 @@ async fn serve(loom: &Loom, host: Option<String>, port: Option<u16>) -> Result<u
         Ok(()) => Ok(OK),
         Err(error) => {
             eprintln!("error: the server stopped: {error}");
+            Ok(FAILED)
+        }
+    }
+}
+
+/// `loom mcp`: the MCP server on stdio until the client closes it (stdout is the protocol:
+/// nothing else is printed there).
+async fn mcp(loom: &Loom, tenant: Option<&str>) -> Result<u8, LoomError> {
+    match loom_mcp_server::serve_stdio(loom.clone(), tenant).await {
+        Ok(()) => Ok(OK),
+        Err(loom_mcp_server::ServeError::UnknownTenant(message)) => {
+            eprintln!("error: {message}");
+            Ok(REFUSED)
+        }
+        Err(error) => {
+            eprintln!("error: {error}");
             Ok(FAILED)
         }
     }
@@ -530,6 +559,13 @@ fn init_logging(loom: &Loom) {
     });
     let filter = tracing_subscriber::EnvFilter::try_from_env("LOOM_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
+    // rmcp logs whole MCP messages (tool arguments, answers) at debug and info: logs never hold
+    // content, so it says only warnings unless LOOM_LOG names it.
+    let named = std::env::var("LOOM_LOG").is_ok_and(|v| v.contains("rmcp"));
+    let filter = match "rmcp=warn".parse() {
+        Ok(quiet) if !named => filter.add_directive(quiet),
+        _ => filter,
+    };
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);

@@ -44,7 +44,9 @@ mod yaml;
 
 use std::path::{Path, PathBuf};
 
-pub use config::{APPROVAL_POLICY, BUILTIN_TOOLS, Config, DEFAULT_TENANT, UnknownTenant};
+pub use config::{
+    APPROVAL_POLICY, BUILTIN_TOOLS, Config, DEFAULT_TENANT, MCP_CONTROL_TOOLS, UnknownTenant,
+};
 pub use error::{ConfigError, ConfigErrorKind};
 pub use guards::{
     Budgets, ContextItem, ContextName, ContextScope, Criterion, HookPoint, JudgeSpec, JudgeWhen,
@@ -55,11 +57,11 @@ pub use guards::{
 pub use model::{
     AgentApproval, AgentSpec, ArtifactsBackend, ArtifactsStorage, AttachmentsExecution,
     CaptureConfig, CircuitBreaker, DEFAULT_ATTACHMENT_TYPES, EventsBackend, EventsStorage,
-    ExecutionConfig, FolderRight, FolderSpec, HttpServerConfig, IdempotencyBackend,
+    ExecutionConfig, Expose, FolderRight, FolderSpec, HttpServerConfig, IdempotencyBackend,
     IdempotencyStorage, JsonObject, LlmSettings, LogFormat, LogLevel, LoggingConfig, LoomConfig,
-    MainRole, McpScope, McpServerSpec, McpTransport, ModelApi, ModelCapabilities, ModelSpec,
-    Profile, Profiles, Sdk, ServerConfig, StorageConfig, TelemetryConfig, ToolOverrides, ToolRef,
-    ToolsExecution,
+    MainRole, McpAccessConfig, McpScope, McpServerSpec, McpTransport, ModelApi, ModelCapabilities,
+    ModelSpec, Profile, Profiles, Sdk, ServerConfig, StorageConfig, TelemetryConfig, ToolOverrides,
+    ToolRef, ToolsExecution,
 };
 pub use security::{ApiKeySpec, RateLimit, Scope, SecurityConfig, is_key_hash, parse_expiry};
 pub use trigger::{RenderedTrigger, TRIGGER_VARIABLES, TriggerSpec, is_trigger_name};

@@ -421,6 +421,30 @@ pub struct AgentSpec {
     /// Budgets merged key by key over the root `budgets` (see `Config::effective_budgets`).
     #[serde(default)]
     pub budget: Option<Budgets>,
+    /// Through which access the agent is offered: the REST API (`loom serve`) and the MCP
+    /// server (`loom mcp`, `/mcp`). Both by default.
+    #[serde(default)]
+    pub expose: Expose,
+}
+
+/// An agent's `expose:` block: where it is published.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct Expose {
+    /// Listed by `GET /v1/agents` and runnable with `POST /v1/agents/{name}/runs`.
+    pub rest: bool,
+    /// A tool of the MCP server.
+    pub mcp: bool,
+}
+
+impl Default for Expose {
+    /// Published everywhere.
+    fn default() -> Self {
+        Expose {
+            rest: true,
+            mcp: true,
+        }
+    }
 }
 
 fn default_max_depth() -> u32 {
@@ -475,6 +499,7 @@ impl AgentSpec {
             output: None,
             judge: None,
             budget: None,
+            expose: Expose::default(),
         }
     }
 }
@@ -929,12 +954,33 @@ impl Default for AttachmentsExecution {
     }
 }
 
-/// Servers (`server`). Only the REST server (`http`) exists in this version.
+/// Servers (`server`): the REST API and the MCP server.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct ServerConfig {
     /// The REST API with SSE (`loom serve`).
     pub http: HttpServerConfig,
+    /// The MCP server (`loom mcp` on stdio, `<base_path>/mcp` in `loom serve`).
+    pub mcp: McpAccessConfig,
+}
+
+/// The MCP server (`server.mcp`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct McpAccessConfig {
+    /// Folders a `file://` attachment of an agent tool must be in (relative to the config
+    /// file); empty: no `file://` attachment is accepted.
+    pub file_roots: Vec<PathBuf>,
+    /// Serve MCP over streamable HTTP at `<base_path>/mcp` in `loom serve` (needs at least one
+    /// API key: every request must carry one).
+    pub http: bool,
+    /// Browser origins allowed to call `/mcp` (`scheme://host[:port]`, `:*` for any port, or
+    /// `null`); a request with any other `Origin` is refused (403). Requests without `Origin`
+    /// pass.
+    pub allowed_origins: Vec<String>,
+    /// `Host` values allowed on `/mcp` (`host` or `host:port`); empty: `localhost`,
+    /// `127.0.0.1` and `::1` on any port. Protects against DNS rebinding.
+    pub allowed_hosts: Vec<String>,
 }
 
 /// The REST server (`server.http`).

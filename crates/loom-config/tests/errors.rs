@@ -1037,11 +1037,100 @@ fn server_base_path_must_start_with_a_slash() {
 }
 
 #[test]
-fn server_mcp_is_not_implemented_yet() {
+fn expose_and_server_mcp_are_read_with_defaults() {
+    let agents = "agents:\n  - {name: open, main: {model: fake-1}}\n  - {name: hidden, main: {model: fake-1}, expose: {rest: false}}\n";
+    let config = load_str(&format!("{MODELS}{agents}"), &[], None, &no_env).unwrap();
+    let open = config.agent("open").unwrap().expose;
+    assert!(open.rest && open.mcp);
+    let hidden = config.agent("hidden").unwrap().expose;
+    assert!(!hidden.rest && hidden.mcp);
+    let mcp = &config.raw().server.mcp;
+    assert!(!mcp.http && mcp.file_roots.is_empty() && mcp.allowed_origins.is_empty());
+
+    let root = format!(
+        "{MODELS}server:\n  mcp:\n    file_roots: [docs]\n    allowed_origins: [\"https://app.example.com:*\", \"null\", \"http://[::1]:8080\"]\n    allowed_hosts: [\"example.com:8443\"]\n"
+    );
+    let config = load_str(&root, &[], None, &no_env).unwrap();
+    assert_eq!(config.mcp_file_roots().len(), 1);
+    assert!(config.mcp_file_roots()[0].ends_with("docs"));
+}
+
+#[test]
+fn mcp_over_http_needs_an_api_key() {
     let message = refused(&format!("{MODELS}server:\n  mcp:\n    http: true\n"), &[]);
-    assert!(message.contains(" server.mcp: unknown key"), "{message}");
     assert!(
-        message.ends_with("not implemented in this version yet"),
+        message.starts_with("loom.yaml:8:11 server.mcp.http: MCP over HTTP needs at least one API key in security.api_keys"),
+        "{message}"
+    );
+    let with_key = format!(
+        "{MODELS}server:\n  mcp:\n    http: true\nsecurity:\n  api_keys:\n    - {{id: k, hash: \"sha256:{KEY_HASH}\"}}\n"
+    );
+    assert!(
+        load_str(&with_key, &[], None, &no_env)
+            .unwrap()
+            .raw()
+            .server
+            .mcp
+            .http
+    );
+}
+
+#[test]
+fn mcp_origins_and_hosts_must_be_readable() {
+    for (mcp, expected) in [
+        (
+            "allowed_origins: [app.example.com]",
+            "server.mcp.allowed_origins[0]: 'app.example.com' is not an origin",
+        ),
+        (
+            "allowed_origins: [\"https://a.example:port\"]",
+            "server.mcp.allowed_origins[0]: 'https://a.example:port' is not an origin",
+        ),
+        (
+            "allowed_hosts: [\"http://example.com\"]",
+            "server.mcp.allowed_hosts[0]: 'http://example.com' is not a host",
+        ),
+        (
+            "file_roots: [\"\"]",
+            "server.mcp.file_roots[0]: a file root must not be empty",
+        ),
+    ] {
+        let message = refused(&format!("{MODELS}server:\n  mcp:\n    {mcp}\n"), &[]);
+        assert!(message.contains(expected), "{mcp}: {message}");
+    }
+}
+
+#[test]
+fn an_agent_offered_over_mcp_cannot_take_a_control_tool_name() {
+    for name in ["run_status", "run_report", "cancel"] {
+        let message = refused(
+            &format!("{MODELS}agents:\n  - {{name: {name}, main: {{model: fake-1}}}}\n"),
+            &[],
+        );
+        assert!(
+            message.contains(&format!(
+                "agents[0].name: the agent name '{name}' is taken by a control tool of the MCP server (run_status, run_report, cancel)"
+            )),
+            "{message}"
+        );
+    }
+    // Kept off MCP, the name is free.
+    let root = format!(
+        "{MODELS}agents:\n  - {{name: cancel, main: {{model: fake-1}}, expose: {{mcp: false}}}}\n"
+    );
+    assert!(load_str(&root, &[], None, &no_env).is_ok());
+}
+
+#[test]
+fn expose_keys_are_checked() {
+    let message = refused(
+        &format!(
+            "{MODELS}agents:\n  - {{name: a, main: {{model: fake-1}}, expose: {{grpc: true}}}}\n"
+        ),
+        &[],
+    );
+    assert!(
+        message.contains("agents[0].expose.grpc: unknown key 'grpc' (expected one of: rest, mcp)"),
         "{message}"
     );
 }

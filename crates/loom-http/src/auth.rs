@@ -40,7 +40,7 @@ impl Keys {
     }
 
     /// Who makes a request with these headers.
-    fn caller(&self, headers: &HeaderMap) -> Result<Caller, ApiError> {
+    pub(crate) fn caller(&self, headers: &HeaderMap) -> Result<Caller, ApiError> {
         if self.keys.is_empty() {
             return Ok(Caller {
                 tenant: DEFAULT_TENANT.to_owned(),
@@ -137,6 +137,11 @@ pub(crate) struct Caller {
 }
 
 impl Caller {
+    /// The key of the request (`None`: the API is open).
+    pub(crate) fn key(&self) -> Option<&Arc<ApiKeySpec>> {
+        self.key.as_ref()
+    }
+
     /// 403 unless the caller has `scope`.
     pub(crate) fn require(&self, scope: Scope) -> Result<(), ApiError> {
         match &self.key {

@@ -18,10 +18,15 @@
 //! with `Retry-After`.
 //! Errors are JSON `{"error": {"kind": "...", "message": "..."}}` with a stable `kind` per
 //! error variant (see [`ApiError`]).
+//!
+//! With `server.mcp.http`, the MCP server (`loom-mcp-server`) is mounted at `<base_path>/mcp`
+//! over streamable HTTP: every request needs an API key, whose tenant, scopes and agents apply
+//! as on the REST API.
 
 mod auth;
 mod error;
 mod hooks;
+mod mcp;
 mod params;
 mod routes;
 mod search;
@@ -76,15 +81,20 @@ fn build(loom: Loom, settings: &HttpServerConfig, closing: watch::Receiver<bool>
     let limit = usize::try_from(settings.max_body_bytes).unwrap_or(usize::MAX);
     let prefix = format!("{}/v1", settings.base_path);
     let keys = Arc::new(auth::Keys::new(&loom.config().raw().security.api_keys));
-    Router::new()
-        .nest(&prefix, routes::v1())
+    let mcp = loom.config().raw().server.mcp.http;
+    let state = AppState {
+        loom,
+        closing,
+        keys,
+    };
+    let mut router = Router::new().nest(&prefix, routes::v1());
+    if mcp {
+        router = router.merge(mcp::routes(&state, &settings.base_path, limit));
+    }
+    router
         .fallback(routes::not_found)
         .layer(DefaultBodyLimit::max(limit))
-        .with_state(AppState {
-            loom,
-            closing,
-            keys,
-        })
+        .with_state(state)
 }
 
 /// Serves the API on `listener` until `shutdown` resolves, then shuts down gracefully: it
@@ -98,6 +108,7 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let (closing, receiver) = watch::channel(false);
+    mcp::log_exposure(&loom);
     let app = build(loom.clone(), settings, receiver);
     axum::serve(listener, app)
         .with_graceful_shutdown(async move {

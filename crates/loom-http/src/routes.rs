@@ -61,7 +61,8 @@ pub(crate) fn loom_error(loom: &Loom, error: &LoomError) -> ApiError {
     ApiError::from_loom(error, lease_seconds(loom))
 }
 
-/// `GET /agents`: the agents the caller's tenant and key may use.
+/// `GET /agents`: the agents published on the REST API that the caller's tenant and key may
+/// use.
 async fn agents(State(state): State<AppState>, caller: Caller) -> Result<Json<Value>, ApiError> {
     caller.require(Scope::Read)?;
     let config = state.loom.config();
@@ -69,6 +70,7 @@ async fn agents(State(state): State<AppState>, caller: Caller) -> Result<Json<Va
     let agents: Vec<Value> = config
         .agents()
         .iter()
+        .filter(|agent| agent.expose.rest)
         .filter(|agent| caller.allows_agent(&agent.name))
         .filter(|agent| tenant.is_none_or(|t| t.allows_agent(&agent.name)))
         .map(|agent| json!({"name": agent.name, "description": agent.description}))
@@ -103,6 +105,19 @@ async fn create_run(
     body: Result<RunBody<RunRequest>, ApiError>,
 ) -> Result<Response, ApiError> {
     caller.require(Scope::Run)?;
+    // An agent kept off the REST API (`expose.rest: false`) is unknown here.
+    if state
+        .loom
+        .config()
+        .agent(&agent)
+        .is_some_and(|spec| !spec.expose.rest)
+    {
+        return Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "unknown_agent",
+            format!("unknown agent '{agent}'"),
+        ));
+    }
     caller.agent(&agent)?;
     let RunBody { request, uploads } = body?;
     if request.message.is_empty() {

@@ -43,6 +43,9 @@ fn config(dir: &std::path::Path) -> Config {
     let mut devis = AgentSpec::new("devis", "fake-devis");
     devis.tools = vec![ToolRef::new("envoyer")];
     let broken = AgentSpec::new("broken", "fake-broken");
+    // Offered over MCP only.
+    let mut interne = AgentSpec::new("interne", "fake-echo");
+    interne.expose.rest = false;
     let mut raw = LoomConfig {
         models: vec![
             model("fake-echo", json!([{"text": "Bonjour."}])),
@@ -63,7 +66,7 @@ fn config(dir: &std::path::Path) -> Config {
             ),
             model("fake-broken", json!([{"error": "auth"}])),
         ],
-        agents: vec![echo, calc, devis, broken],
+        agents: vec![echo, calc, devis, broken, interne],
         ..LoomConfig::default()
     };
     raw.storage.events.backend = EventsBackend::Jsonl;
@@ -254,6 +257,13 @@ async fn agents_are_listed_under_the_base_path() {
             {"name": "broken", "description": ""}
         ])
     );
+    // An agent kept off the REST API is neither listed nor runnable.
+    let (status, body) = server
+        .post("/agents/interne/runs", json!({"message": "Salut"}))
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+    assert_eq!(kind(&body), "unknown_agent");
+    assert_eq!(body["error"]["message"], "unknown agent 'interne'");
     // Outside `<base_path>/v1` nothing is served.
     let response = server
         .client

@@ -39,6 +39,7 @@ pub mod follow;
 mod loom;
 #[cfg(feature = "mcp")]
 mod mcp;
+mod progress;
 
 pub mod query;
 pub mod quota;
@@ -69,6 +70,7 @@ pub use loom_engine::{
 pub use loom_macros::tool;
 pub mod report;
 pub use follow::FollowOptions;
+pub use progress::progress_line;
 pub use query::{EventQuery, RunListed, RunPage, RunQuery};
 pub use redact::Redact;
 pub use report::{

@@ -831,6 +831,15 @@ impl Loom {
     /// Drives a run again from its journal (after a crash, or a stop): it continues exactly
     /// where the journal ends. A closed run is returned as it is.
     pub async fn resume(&self, run: &RunRef) -> Result<RunResult, LoomError> {
+        self.resume_observed(run, &()).await
+    }
+
+    /// Like [`Loom::resume`], telling `observer` about each event and text delta as they happen.
+    pub async fn resume_observed(
+        &self,
+        run: &RunRef,
+        observer: &dyn Observer,
+    ) -> Result<RunResult, LoomError> {
         let state = self.state(run).await?;
         if let Some(parent) = &state.parent_run_id {
             return Err(LoomError::Refused(format!(
@@ -843,7 +852,24 @@ impl Loom {
             .clone()
             .ok_or_else(|| LoomError::UnknownRun(run.run_id.clone()))?;
         let runtime = self.agent(&agent, &run.tenant_id)?;
-        self.drive(run, &runtime, &()).await
+        self.drive(run, &runtime, observer).await
+    }
+
+    /// The bytes of the artifact `uri` (`artifact://<tenant>/<session>/<file>`) of `tenant`:
+    /// `None` when the URI names another tenant, is not an artifact URI, or nothing is stored
+    /// under it.
+    pub async fn artifact(&self, tenant: &str, uri: &str) -> Result<Option<Vec<u8>>, LoomError> {
+        let mine = uri
+            .strip_prefix("artifact://")
+            .and_then(|rest| rest.strip_prefix(tenant))
+            .is_some_and(|rest| rest.starts_with('/'));
+        if !mine {
+            return Ok(None);
+        }
+        match self.inner.engine.artifacts() {
+            Some(artifacts) => Ok(artifacts.get(uri).await?),
+            None => Ok(None),
+        }
     }
 
     async fn drive(

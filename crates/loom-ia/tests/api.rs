@@ -407,6 +407,17 @@ async fn attachments_are_read_stored_beside_the_journal_and_erased_with_the_sess
         panic!("artifact.stored follows run.started")
     };
     assert_eq!(stored.origin, "attachment");
+    // The artifact is read back for its own tenant only.
+    assert_eq!(
+        loom.artifact("default", &stored.uri)
+            .await
+            .unwrap()
+            .as_deref(),
+        Some(PNG)
+    );
+    assert_eq!(loom.artifact("acme", &stored.uri).await.unwrap(), None);
+    assert_eq!(loom.artifact("def", &stored.uri).await.unwrap(), None);
+    assert_eq!(loom.artifact("default", "loom://x").await.unwrap(), None);
     let folder = dir.path().join("journal/.artifacts/default/s1");
     assert_eq!(std::fs::read_dir(&folder).unwrap().count(), 1);
 

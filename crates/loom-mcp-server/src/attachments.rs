@@ -1,0 +1,237 @@
+//! The `attachments` of an agent tool: a base64 image, an `artifact://` link to a file the
+//! tenant already has, or a `file://` path under `server.mcp.file_roots`.
+
+use std::path::{Path, PathBuf};
+
+use base64::Engine as _;
+use loom_ia::{Attachment, Loom};
+use serde_json::Value;
+
+/// The attachments of one call, or the refusal naming the one at fault and why.
+pub(crate) async fn read(
+    loom: &Loom,
+    tenant: &str,
+    value: Option<&Value>,
+) -> Result<Vec<Attachment>, String> {
+    let items = match value {
+        None | Some(Value::Null) => return Ok(Vec::new()),
+        Some(Value::Array(items)) => items,
+        Some(_) => return Err("attachments must be an array".to_owned()),
+    };
+    let mut attachments = Vec::with_capacity(items.len());
+    for (i, item) in items.iter().enumerate() {
+        let at = format!("attachments[{i}]");
+        let attachment = match item {
+            Value::String(uri) => by_uri(loom, tenant, &at, uri, None).await?,
+            Value::Object(fields) => {
+                for key in fields.keys() {
+                    if !["data", "media_type", "name", "uri"].contains(&key.as_str()) {
+                        return Err(format!(
+                            "{at}: unknown field '{key}' (expected data, media_type and name, or \
+                             uri and name)"
+                        ));
+                    }
+                }
+                let name = match fields.get("name") {
+                    None | Some(Value::Null) => None,
+                    Some(Value::String(name)) => Some(name.clone()),
+                    Some(_) => return Err(format!("{at}.name must be a string")),
+                };
+                match (fields.get("data"), fields.get("uri")) {
+                    (Some(data), None) => inline(&at, data, fields.get("media_type"), name, i)?,
+                    (None, Some(Value::String(uri))) => {
+                        by_uri(loom, tenant, &at, uri, name).await?
+                    }
+                    (None, Some(_)) => return Err(format!("{at}.uri must be a string")),
+                    (Some(_), Some(_)) => {
+                        return Err(format!("{at}: give either data or uri, not both"));
+                    }
+                    (None, None) => {
+                        return Err(format!(
+                            "{at}: expected {{data, media_type}} (a base64 file) or {{uri}} \
+                             (artifact:// or file://)"
+                        ));
+                    }
+                }
+            }
+            _ => {
+                return Err(format!(
+                    "{at}: expected an object ({{data, media_type}} or {{uri}}) or a URI string"
+                ));
+            }
+        };
+        attachments.push(attachment);
+    }
+    Ok(attachments)
+}
+
+/// A base64 file given in the call.
+fn inline(
+    at: &str,
+    data: &Value,
+    media_type: Option<&Value>,
+    name: Option<String>,
+    index: usize,
+) -> Result<Attachment, String> {
+    let Value::String(data) = data else {
+        return Err(format!("{at}.data must be a base64 string"));
+    };
+    let Some(Value::String(media_type)) = media_type else {
+        return Err(format!(
+            "{at}.media_type is required with data (e.g. image/png)"
+        ));
+    };
+    let compact: String = data.chars().filter(|c| !c.is_ascii_whitespace()).collect();
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(compact.as_bytes())
+        .map_err(|e| format!("{at}.data is not base64: {e}"))?;
+    let extension = media_type
+        .split_once('/')
+        .map(|(_, sub)| sub.split(['+', ';']).next().unwrap_or(sub))
+        .filter(|ext| !ext.is_empty())
+        .unwrap_or("bin");
+    Ok(Attachment {
+        name: name.unwrap_or_else(|| format!("attachment-{}.{extension}", index + 1)),
+        media_type: media_type.clone(),
+        bytes,
+    })
+}
+
+/// A file named by its URI: `artifact://` (of the caller's tenant) or `file://` (under a file
+/// root).
+async fn by_uri(
+    loom: &Loom,
+    tenant: &str,
+    at: &str,
+    uri: &str,
+    name: Option<String>,
+) -> Result<Attachment, String> {
+    if uri.starts_with("artifact://") {
+        let bytes = loom
+            .artifact(tenant, uri)
+            .await
+            .map_err(|e| format!("{at}: {uri} cannot be read: {e}"))?
+            .ok_or_else(|| format!("{at}: no artifact {uri}"))?;
+        let name = name.unwrap_or_else(|| uri.rsplit('/').next().unwrap_or(uri).to_owned());
+        return Attachment::detect(name, bytes)
+            .ok_or_else(|| format!("{at}: {uri}: unsupported type"));
+    }
+    if uri.starts_with("file://") {
+        let path = file_path(uri).ok_or_else(|| {
+            format!("{at}: {uri} is not a usable file URI (expected file:///absolute/path)")
+        })?;
+        let path = under_roots(&loom.config().mcp_file_roots(), &path, at)?;
+        let mut attachment = loom
+            .read_attachment(&path)
+            .map_err(|e| format!("{at}: {e}"))?;
+        if let Some(name) = name {
+            attachment.name = name;
+        }
+        return Ok(attachment);
+    }
+    Err(format!(
+        "{at}: unsupported URI '{uri}' (expected artifact://… or file://…)"
+    ))
+}
+
+/// The path of a `file://` URI (host empty or `localhost`), percent-decoded.
+fn file_path(uri: &str) -> Option<PathBuf> {
+    let rest = uri.strip_prefix("file://")?;
+    let rest = rest.strip_prefix("localhost").unwrap_or(rest);
+    if !rest.starts_with('/') {
+        return None;
+    }
+    let bytes = rest.as_bytes();
+    let mut decoded = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
+            decoded.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            decoded.push(bytes[i]);
+            i += 1;
+        }
+    }
+    let text = String::from_utf8(decoded).ok()?;
+    if text.contains('\0') {
+        return None;
+    }
+    Some(PathBuf::from(text))
+}
+
+/// `path` resolved (symbolic links included), when it lies inside one of `roots` (resolved
+/// too); else the refusal naming the rule.
+fn under_roots(roots: &[PathBuf], path: &Path, at: &str) -> Result<PathBuf, String> {
+    let shown = path.display();
+    if roots.is_empty() {
+        return Err(format!(
+            "{at}: file://{shown} is refused: server.mcp.file_roots declares no folder, so no \
+             file:// attachment is accepted"
+        ));
+    }
+    let resolved = path
+        .canonicalize()
+        .map_err(|e| format!("{at}: file://{shown} cannot be read: {e}"))?;
+    let inside = roots
+        .iter()
+        .filter_map(|root| root.canonicalize().ok())
+        .any(|root| resolved.starts_with(&root));
+    if inside {
+        Ok(resolved)
+    } else {
+        let listed: Vec<String> = roots.iter().map(|r| r.display().to_string()).collect();
+        Err(format!(
+            "{at}: file://{shown} is outside server.mcp.file_roots ({}): a file:// attachment \
+             must be under one of them",
+            listed.join(", ")
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn file_uris_are_decoded() {
+        assert_eq!(
+            file_path("file:///tmp/a%20b.png"),
+            Some(PathBuf::from("/tmp/a b.png"))
+        );
+        assert_eq!(
+            file_path("file://localhost/tmp/x.png"),
+            Some(PathBuf::from("/tmp/x.png"))
+        );
+        assert_eq!(file_path("file://server/share/x.png"), None);
+        assert_eq!(file_path("file:///tmp/%zz"), None);
+        assert_eq!(file_path("file:///tmp/%00"), None);
+    }
+
+    #[test]
+    fn a_file_must_be_under_a_root_even_through_a_link() {
+        let root = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        let inside = root.path().join("ok.png");
+        std::fs::write(&inside, b"x").unwrap();
+        let secret = outside.path().join("secret.png");
+        std::fs::write(&secret, b"x").unwrap();
+        let roots = vec![root.path().to_path_buf()];
+        assert!(under_roots(&roots, &inside, "attachments[0]").is_ok());
+        let refused = under_roots(&roots, &secret, "attachments[0]").unwrap_err();
+        assert!(
+            refused.contains("is outside server.mcp.file_roots"),
+            "{refused}"
+        );
+        #[cfg(unix)]
+        {
+            let link = root.path().join("link.png");
+            std::os::unix::fs::symlink(&secret, &link).unwrap();
+            let refused = under_roots(&roots, &link, "attachments[0]").unwrap_err();
+            assert!(refused.contains("outside"), "{refused}");
+        }
+        let none = under_roots(&[], &inside, "attachments[0]").unwrap_err();
+        assert!(none.contains("declares no folder"), "{none}");
+    }
+}
