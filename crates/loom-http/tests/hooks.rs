@@ -89,7 +89,7 @@ triggers:
     message: "Ping {{{{ payload }}}}"
 security:
   api_keys:
-    - {{id: run-a, hash: "{run_a}", tenant: acme, scopes: [run, read]}}
+    - {{id: run-a, hash: "{run_a}", tenant: acme, scopes: [run, read, read_content]}}
     - {{id: read-a, hash: "{read_a}", tenant: acme, scopes: [read]}}
     - {{id: photo-a, hash: "{photo_a}", tenant: acme, agents: [photo]}}
     - {{id: limited-a, hash: "{limited_a}", tenant: acme, rate_limit: {{per_minute: 2}}}}
