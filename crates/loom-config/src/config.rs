@@ -1018,6 +1018,13 @@ fn check_sections(doc: &Doc, raw: &LoomConfig) -> Result<(), ConfigError> {
             NOT_POSITIVE.into(),
         ));
     }
+    let shutdown = raw.execution.shutdown_timeout;
+    if !(shutdown.is_finite() && shutdown >= 0.0) {
+        return Err(invalid(
+            &KeyPath::root().key("execution").key("shutdown_timeout"),
+            "must be a number of seconds, 0 or more".into(),
+        ));
+    }
     let tp = KeyPath::root().key("execution").key("tools");
     let tools = &raw.execution.tools;
     if !positive_seconds(tools.timeout) {
@@ -1380,8 +1387,6 @@ fn not_yet(path: &KeyPath, field: &str) -> &'static str {
     let in_tenant = matches!(parent, [yaml::Seg::Key(k), yaml::Seg::Index(_)] if k == "tenants");
     let in_main = matches!(parent.last(), Some(yaml::Seg::Key(k)) if k == "main");
     let in_server = matches!(parent, [yaml::Seg::Key(k)] if k == "server");
-    let in_http =
-        matches!(parent, [yaml::Seg::Key(s), yaml::Seg::Key(h)] if s == "server" && h == "http");
     let in_tool = matches!(
         parent,
         [.., yaml::Seg::Key(k), yaml::Seg::Index(_)] if k == "tools"
@@ -1404,7 +1409,6 @@ give the tool an 'output' contract"
         }
     } else if (in_key && field == "rate_limit")
         || (in_server && field == "mcp")
-        || (in_http && field == "docs")
         || (in_main && field == "context")
         || LATER.contains(&field)
     {

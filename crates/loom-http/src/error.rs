@@ -7,8 +7,9 @@ use axum::{
     http::{HeaderValue, StatusCode, header},
     response::{IntoResponse, Response},
 };
-use loom_ia::LoomError;
-use serde_json::json;
+use loom_ia::{LoomError, RunRef};
+
+use crate::openapi::{ErrorBody, ErrorDetail};
 
 /// An error answered as `{"error": {"kind": ..., "message": ...}}`.
 ///
@@ -26,6 +27,7 @@ use serde_json::json;
 /// | `registration` | 500 | [`LoomError::Registration`] |
 /// | `journal` | 500 | [`LoomError::Journal`] |
 /// | `engine` | 500 | [`LoomError::Engine`] |
+/// | `interrupted` | 503 | [`LoomError::Interrupted`]: the server shut down before the run closed; the body also names `run_id` and `session_id` (the run resumes at the next start) |
 /// | `invalid_body` | 422 | a body that is not the expected JSON |
 /// | `body_too_large` | 413 | a body over `server.http.max_body_bytes` |
 /// | `invalid_query` | 422 | an unusable query string |
@@ -47,6 +49,8 @@ pub struct ApiError {
     pub message: String,
     /// Seconds after which retrying can succeed (`Retry-After`).
     pub retry_after: Option<u64>,
+    /// The run an `interrupted` error is about (its `run_id` and `session_id` are in the body).
+    pub run: Option<RunRef>,
 }
 
 impl ApiError {
@@ -57,6 +61,7 @@ impl ApiError {
             kind,
             message: message.into(),
             retry_after: None,
+            run: None,
         }
     }
 
@@ -78,6 +83,7 @@ impl ApiError {
     /// driven elsewhere can be claimed again.
     pub fn from_loom(error: &LoomError, lease_seconds: u64) -> ApiError {
         let message = error.to_string();
+        let mut run = None;
         let (status, kind, retry_after) = match error {
             LoomError::UnknownAgent { .. } => (StatusCode::NOT_FOUND, "unknown_agent", None),
             LoomError::UnknownRun(_) => (StatusCode::NOT_FOUND, "unknown_run", None),
@@ -93,6 +99,10 @@ impl ApiError {
             LoomError::Registration(_) => (StatusCode::INTERNAL_SERVER_ERROR, "registration", None),
             LoomError::Journal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "journal", None),
             LoomError::Engine(_) => (StatusCode::INTERNAL_SERVER_ERROR, "engine", None),
+            LoomError::Interrupted(interrupted) => {
+                run = Some(interrupted.clone());
+                (StatusCode::SERVICE_UNAVAILABLE, "interrupted", None)
+            }
         };
         if status.is_server_error() {
             tracing::error!(%error, kind, "request failed");
@@ -102,12 +112,22 @@ impl ApiError {
             kind,
             message,
             retry_after: retry_after.map(|seconds| seconds.max(1)),
+            run,
         }
     }
 
     /// The JSON body, also sent as an SSE `error` event.
     pub fn body(&self) -> serde_json::Value {
-        json!({"error": {"kind": self.kind, "message": self.message}})
+        let body = ErrorBody {
+            error: ErrorDetail {
+                kind: self.kind.into(),
+                message: self.message.clone(),
+                run_id: self.run.as_ref().map(|run| run.run_id.clone()),
+                session_id: self.run.as_ref().map(|run| run.session_id.clone()),
+            },
+        };
+        // Strings and options only: serializing cannot fail.
+        serde_json::to_value(body).unwrap_or_default()
     }
 }
 
