@@ -110,8 +110,10 @@ impl Server {
         let status = self.child.wait().unwrap();
         // The reader thread ends with the pipe (a supervisor's children share it: they have
         // exited too).
+        let log = self.log.clone();
         let _ = self.reader.join();
-        (status.code(), self.log())
+        let log = log.lock().unwrap().clone();
+        (status.code(), log)
     }
 }
 
@@ -228,7 +230,7 @@ fn sigterm_stops_the_runs_at_a_safe_point_and_the_next_start_resumes_them() {
     // The sub-agent's tool is waiting for the bank when the server is told to stop.
     wait_for(&releves.join("demande-cic.txt"));
     server.terminate();
-    server.wait_log("shutting down");
+    server.wait_log("Stopping.");
     // The step in progress ends (the bank answers), then the runs let go.
     std::fs::write(releves.join("releve-cic.txt"), "relevé CIC de novembre\n").unwrap();
     let (status, body) = answer.join().unwrap();

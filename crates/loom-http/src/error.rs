@@ -104,7 +104,7 @@ impl ApiError {
                 (StatusCode::SERVICE_UNAVAILABLE, "interrupted", None)
             }
         };
-        if status.is_server_error() {
+        if status == StatusCode::INTERNAL_SERVER_ERROR {
             tracing::error!(%error, kind, "request failed");
         }
         ApiError {
