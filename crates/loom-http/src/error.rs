@@ -50,7 +50,7 @@ pub struct ApiError {
     /// Seconds after which retrying can succeed (`Retry-After`).
     pub retry_after: Option<u64>,
     /// The run an `interrupted` error is about (its `run_id` and `session_id` are in the body).
-    pub run: Option<RunRef>,
+    pub run: Option<Box<RunRef>>,
 }
 
 impl ApiError {
@@ -100,7 +100,7 @@ impl ApiError {
             LoomError::Journal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "journal", None),
             LoomError::Engine(_) => (StatusCode::INTERNAL_SERVER_ERROR, "engine", None),
             LoomError::Interrupted(interrupted) => {
-                run = Some(interrupted.clone());
+                run = Some(Box::new(interrupted.clone()));
                 (StatusCode::SERVICE_UNAVAILABLE, "interrupted", None)
             }
         };
