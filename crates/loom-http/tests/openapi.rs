@@ -239,3 +239,83 @@ async fn the_docs_are_hidden_under_prod_or_docs_false_and_shown_with_docs_true()
         }
     }
 }
+
+/// The JSON Schema of `T` as the document writes it (draft 2020-12, serialize contract).
+fn schema_of<T: schemars::JsonSchema>() -> Value {
+    schemars::generate::SchemaSettings::draft2020_12()
+        .for_serialize()
+        .into_generator()
+        .into_root_schema_for::<T>()
+        .to_value()
+}
+
+fn conforms<T: schemars::JsonSchema + serde::Serialize>(name: &str, value: &T) {
+    let schema = schema_of::<T>();
+    let validator = jsonschema::validator_for(&schema).unwrap();
+    let json = serde_json::to_value(value).unwrap();
+    let errors: Vec<String> = validator
+        .iter_errors(&json)
+        .map(|e| e.to_string())
+        .collect();
+    assert!(
+        errors.is_empty(),
+        "{name} does not match its schema: {errors:?}\n{json}"
+    );
+}
+
+/// The facade's schemas describe what it serializes: a run with a tool call, its result, its
+/// trace and its usage report (the last two for the routes that will serve them).
+#[tokio::test]
+async fn the_facade_types_match_their_schemas() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut model = ModelSpec::new("fake-clock", Sdk::Fake, "FAKE");
+    model.params.insert(
+        "script".into(),
+        json!([
+            {"text": "Je regarde.", "tool_calls": [{"name": "current_datetime", "arguments": {}}]},
+            {"text": "Il est {{ tool_result }}."}
+        ]),
+    );
+    let mut clock = AgentSpec::new("clock", "fake-clock");
+    clock.tools = vec![loom_ia::config::ToolRef::new("loom.current_datetime")];
+    let mut raw = LoomConfig {
+        models: vec![model],
+        agents: vec![clock],
+        ..LoomConfig::default()
+    };
+    raw.storage.events.backend = EventsBackend::Jsonl;
+    raw.storage.events.path = Some("journal".into());
+    let loom = Loom::new(Config::new(raw, dir.path().to_path_buf()).unwrap()).unwrap();
+    let result = loom
+        .run("clock", "Quelle heure ?", loom_ia::RunOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(result.status.to_string(), "completed", "{result:?}");
+    conforms("RunResult", &result);
+    let run = result.run_ref("default");
+    conforms("Trace", &loom.trace(&run).await.unwrap());
+    conforms("UsageReport", &loom.report(&run).await.unwrap());
+}
+
+/// Routes are registered only through `routes!` (annotated handlers): no module but `lib.rs`
+/// (which mounts the document and the docs page) and `openapi.rs` adds a route by hand, so a
+/// route cannot be served without being in the document.
+#[test]
+fn no_route_is_added_outside_the_document() {
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    for entry in std::fs::read_dir(&src).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        if !name.ends_with(".rs") || name == "lib.rs" || name == "openapi.rs" {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        for call in [".route(", ".route_service(", ".nest_service("] {
+            assert!(
+                !text.contains(call),
+                "{name} registers a route with `{call}`: annotate the handler with \
+                 #[utoipa::path] and register it with `.routes(routes!(handler))`"
+            );
+        }
+    }
+}
