@@ -504,11 +504,22 @@ async fn serve(
     }
     // Runs an earlier process left open (a shutdown, a crash) go on.
     resume_left_open(loom).await;
-    #[cfg(unix)]
-    let _resumer = tokio::spawn(resume_on_hangup(loom.clone()));
     if supervised {
+        // Under `--reload` only: elsewhere SIGHUP keeps its usual meaning (stop).
         #[cfg(unix)]
-        crate::reload::report_ready();
+        {
+            // Installed before the ready line: the supervisor's SIGHUP follows it.
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
+                Ok(hangup) => {
+                    tokio::spawn(resume_on_hangup(loom.clone(), hangup));
+                }
+                Err(error) => {
+                    eprintln!("error: cannot catch SIGHUP: {error}");
+                    return Ok(FAILED);
+                }
+            }
+            crate::reload::report_ready();
+        }
     }
     match loom_http::serve(loom.clone(), listener, &settings, stop_signal()).await {
         Ok(()) => Ok(OK),
@@ -538,11 +549,7 @@ async fn resume_left_open(loom: &Loom) {
 /// On SIGHUP (sent by `loom serve --reload` once the server it replaced has stopped), resumes
 /// the runs that server left open.
 #[cfg(unix)]
-async fn resume_on_hangup(loom: Loom) {
-    let Ok(mut hangup) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
-    else {
-        return;
-    };
+async fn resume_on_hangup(loom: Loom, mut hangup: tokio::signal::unix::Signal) {
     while hangup.recv().await.is_some() {
         resume_left_open(&loom).await;
     }

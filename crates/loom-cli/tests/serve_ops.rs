@@ -426,3 +426,38 @@ fn reload_is_refused_under_prod() {
         "{stderr}"
     );
 }
+
+#[test]
+fn a_reload_hands_the_runs_in_flight_to_the_new_server() {
+    let dir = equipe("execution: {shutdown_timeout: 0.2}\n");
+    let releves = dir.path().join("releves");
+    let mut args = SERVE.to_vec();
+    args.push("--reload");
+    let server = Server::start(&example_bin("equipe"), dir.path(), &args);
+    let answer = start_run(&server.address, "g3");
+    wait_for(&releves.join("demande-cic.txt"));
+    std::fs::remove_file(releves.join("demande-cic.txt")).unwrap();
+
+    // A change while the run waits for the bank: the new server takes over, the old one stops
+    // the run (its step abandoned past the timeout) and the new one resumes it.
+    let agent = dir.path().join("agents/comptable.yaml");
+    let text = std::fs::read_to_string(&agent).unwrap();
+    std::fs::write(
+        &agent,
+        text.replace("description: Tient", "description: Désormais, tient"),
+    )
+    .unwrap();
+    server.wait_log("Reloaded");
+    let (status, body) = answer.join().unwrap();
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(json(&body)["error"]["run_id"], "g3");
+    wait_for(&releves.join("demande-cic.txt"));
+    std::fs::write(releves.join("releve-cic.txt"), "relevé CIC de novembre\n").unwrap();
+    let result = wait_completed(&server.address, "g3");
+    assert!(
+        result["text"].as_str().unwrap().contains("relevé CIC"),
+        "{result}"
+    );
+    let (code, log) = server.stop();
+    assert_eq!(code, Some(0), "{log}");
+}
