@@ -20,7 +20,9 @@ use loom_core::{
     ports::EventStore,
     tool::{FnTool, Tool, ToolKind, ToolOutput, ToolSpec},
 };
-use loom_engine::{AgentRuntime, BeginRun, BoundTool, DEFAULT_TOOL_TIMEOUT, Engine, ModelBinding};
+use loom_engine::{
+    AgentRuntime, BeginRun, BoundTool, DEFAULT_TOOL_TIMEOUT, Engine, ModelBinding, SubAgentRuntime,
+};
 use loom_journal::MemoryStore;
 use loom_testkit::{ManualClock, scripted};
 use serde_json::{Map, json};
@@ -275,4 +277,103 @@ async fn a_stop_before_the_first_step_claims_nothing() {
     assert!(!state.finished);
     assert_eq!(state.status, RunStatus::ReadyForModel);
     assert_eq!(journal(&store, &run.session_id).await.len(), opened);
+}
+
+#[tokio::test]
+async fn a_stopped_child_leaves_its_parents_call_open_and_both_resume() {
+    let store = Arc::new(MemoryStore::new());
+    let clock = Arc::new(ManualClock::new());
+    let engine = Engine::new(store.clone(), clock.clone());
+    let gate = Gate::new();
+    let mut researcher = agent(
+        scripted(
+            "fake-1",
+            json!([
+                {"tool_calls": [{"name": "gate", "arguments": {}}]},
+                {"text": "Trouvé : {{ tool_result }}."}
+            ]),
+        ),
+        vec![gate.tool()],
+    );
+    researcher.name = "researcher".into();
+    let mut boss = agent(
+        scripted(
+            "fake-1",
+            json!([
+                {"text": "Je délègue.", "tool_calls": [
+                    {"name": "researcher", "arguments": {"message": "Cherche."}}
+                ]},
+                {"text": "Le chercheur dit : {{ tool_result }}"}
+            ]),
+        ),
+        Vec::new(),
+    );
+    boss.subagents.push(SubAgentRuntime::new(
+        "researcher",
+        "Finds things.",
+        Arc::new(researcher),
+    ));
+    let run = engine.begin(&boss, begin("Délègue."), &()).await.unwrap();
+    let driving = {
+        let (engine, run, boss) = (engine.clone(), run.clone(), boss.clone());
+        tokio::spawn(async move {
+            engine
+                .drive(&run, &boss, &(), &CancellationToken::new())
+                .await
+        })
+    };
+    gate.started.notified().await;
+    engine.stop_signal().request();
+    gate.permits.add_permits(1);
+    let state = driving.await.unwrap().unwrap();
+    assert!(!state.finished);
+    assert_eq!(state.status, RunStatus::AwaitingTools);
+
+    let events = journal(&store, &run.session_id).await;
+    let child = events
+        .iter()
+        .find(|e| matches!(&e.payload, Payload::RunStarted(s) if s.parent_run_id.is_some()))
+        .unwrap()
+        .run_id
+        .clone();
+    // The child's step wrote its result, then the child stopped, open.
+    assert!(events.iter().any(|e| e.run_id == child
+        && matches!(&e.payload, Payload::ToolCompleted(c) if c.tool_name == "gate")));
+    let of_child: Vec<Event> = events
+        .iter()
+        .filter(|e| e.run_id == child)
+        .cloned()
+        .collect();
+    assert!(!of_child.iter().any(|e| e.payload.is_closing()));
+    // The parent's call has no result; the parent's last event hands its lease back.
+    assert!(
+        !events
+            .iter()
+            .any(|e| e.run_id == run.run_id && matches!(&e.payload, Payload::ToolCompleted(_)))
+    );
+    let of_root: Vec<Event> = events
+        .iter()
+        .filter(|e| e.run_id == run.run_id)
+        .cloned()
+        .collect();
+    handed_back_and_open(&of_root, engine.worker_id());
+
+    // Driven again elsewhere: the parent's call resumes the same child, which finishes.
+    let next = Engine::new(store.clone(), clock);
+    let state = next
+        .drive(&run, &boss, &(), &CancellationToken::new())
+        .await
+        .unwrap();
+    assert_eq!(state.status, RunStatus::Completed);
+    assert_eq!(
+        state.output_text().unwrap(),
+        "Le chercheur dit : Trouvé : ouvert."
+    );
+    assert_eq!(gate.calls.load(Ordering::SeqCst), 1);
+    let events = journal(&store, &run.session_id).await;
+    let children = events
+        .iter()
+        .filter(|e| matches!(&e.payload, Payload::RunStarted(s) if s.parent_run_id.is_some()))
+        .count();
+    assert_eq!(children, 1, "the child run is resumed, not opened again");
 }
