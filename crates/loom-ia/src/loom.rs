@@ -1219,8 +1219,9 @@ impl Loom {
     /// its events) and hands its lease back, open in its journal; a run asked for afterwards
     /// stops before its first step. Waits until no run is driven; runs still in a step after
     /// `grace` have that step abandoned as a crash would leave it (and their lease handed
-    /// back). A caller driving a stopped run gets [`LoomError::Interrupted`]; the runs resume
-    /// with [`Loom::resume`] or [`Loom::recover`] (what the next `loom serve` does).
+    /// back); it waits at most `grace` again for them. A caller driving a stopped run gets
+    /// [`LoomError::Interrupted`]; the runs resume with [`Loom::resume`] or [`Loom::recover`]
+    /// (what the next `loom serve` does).
     pub async fn stop(&self, grace: std::time::Duration) {
         let signal = self.inner.engine.stop_signal();
         signal.request();
@@ -1232,7 +1233,12 @@ impl Loom {
                 "runs still in a step after the shutdown timeout: their steps are abandoned"
             );
             signal.interrupt();
-            self.idle().await;
+            // An abandoned step lets go at once; only a pilot stuck outside its steps (opening
+            // a tool source) can keep it: such a run resumes once its lease expires.
+            let bound = grace.max(std::time::Duration::from_secs(1));
+            if tokio::time::timeout(bound, self.idle()).await.is_err() {
+                tracing::warn!("runs did not let go: they resume once their lease expires");
+            }
         }
     }
 
