@@ -215,6 +215,9 @@ enum Command {
         command: SessionsCommand,
     },
     /// Serve the REST API with SSE (`server.http` of the configuration) until Ctrl-C or SIGTERM.
+    ///
+    /// On stop, the runs in flight stop at a safe point, open in their journal
+    /// (`execution.shutdown_timeout`), and the next `loom serve` resumes them.
     Serve {
         /// Address to listen on (default `server.http.host`).
         #[arg(long)]
@@ -222,6 +225,11 @@ enum Command {
         /// Port to listen on (default `server.http.port`; `0`: a free port).
         #[arg(long)]
         port: Option<u16>,
+        /// Development: restart the server when loom.yaml, the agents or the prompts change (a
+        /// broken configuration is refused and the running one keeps serving). Refused under
+        /// the prod profile.
+        #[arg(long)]
+        reload: bool,
     },
     /// Serve the agents as MCP tools on stdin/stdout (for Claude Desktop, Claude Code or any MCP
     /// client), until the client closes the connection. No key: everything is allowed in the
@@ -268,7 +276,7 @@ fn parse_scope(text: &str) -> Result<loom_ia::config::Scope, String> {
     text.parse()
 }
 
-pub(crate) async fn execute(cli: Cli, app: App) -> u8 {
+pub(crate) async fn execute(cli: Cli, app: App, args: Vec<std::ffi::OsString>) -> u8 {
     if let Command::Schema = cli.command {
         return print_json(&loom_ia::config::json_schema());
     }
@@ -430,16 +438,47 @@ pub(crate) async fn execute(cli: Cli, app: App) -> u8 {
             tenant,
         } => steer(&loom, &run_id, &message, &At::new(session, tenant)).await,
         Command::Sessions { command } => sessions(&loom, command).await,
-        Command::Serve { host, port } => serve(&loom, host, port).await,
+        Command::Serve { host, port, reload } => serve(&loom, host, port, reload, &args).await,
         Command::Mcp { tenant } => mcp(&loom, tenant.as_deref()).await,
     };
     loom.shutdown().await;
     outcome.unwrap_or_else(|error| fail(&error))
 }
 
-/// `loom serve`: the REST API until Ctrl-C or SIGTERM; in-flight runs are then cancelled
-/// (their journals close them) and open requests finish.
-async fn serve(loom: &Loom, host: Option<String>, port: Option<u16>) -> Result<u8, LoomError> {
+/// `loom serve`: the REST API until Ctrl-C or SIGTERM; in-flight runs then stop at a safe
+/// point, open and resumable (the next start resumes them), and open requests finish. With
+/// `reload`, a supervisor restarts it on configuration changes (`reload.rs`).
+async fn serve(
+    loom: &Loom,
+    host: Option<String>,
+    port: Option<u16>,
+    reload: bool,
+    args: &[std::ffi::OsString],
+) -> Result<u8, LoomError> {
+    let mut settings = loom.config().raw().server.http.clone();
+    if let Some(host) = host {
+        settings.host = host;
+    }
+    if let Some(port) = port {
+        settings.port = port;
+    }
+    if reload {
+        #[cfg(unix)]
+        return Ok(crate::reload::supervise(
+            loom,
+            args,
+            &settings.host,
+            settings.port,
+            stop_signal(),
+        )
+        .await);
+        #[cfg(not(unix))]
+        {
+            let _ = args;
+            eprintln!("error: loom serve --reload needs a Unix system");
+            return Ok(REFUSED);
+        }
+    }
     if loom.config().profile() == Some(Profile::Prod)
         && loom.config().raw().security.api_keys.is_empty()
     {
@@ -450,34 +489,64 @@ async fn serve(loom: &Loom, host: Option<String>, port: Option<u16>) -> Result<u
         );
         return Ok(REFUSED);
     }
-    let mut settings = loom.config().raw().server.http.clone();
-    if let Some(host) = host {
-        settings.host = host;
-    }
-    if let Some(port) = port {
-        settings.port = port;
-    }
-    let (listener, address) = match loom_http::bind(&settings.host, settings.port).await {
-        Ok(bound) => bound,
-        Err(error) => {
+    #[cfg(unix)]
+    let inherited = crate::reload::inherited_listener();
+    #[cfg(not(unix))]
+    let inherited: Option<std::io::Result<tokio::net::TcpListener>> = None;
+    let supervised = inherited.is_some();
+    let listener = match inherited {
+        Some(Ok(listener)) => listener,
+        Some(Err(error)) => {
             eprintln!(
-                "error: cannot listen on {}:{}: {error}",
-                settings.host, settings.port
+                "error: the listening socket handed over by loom serve --reload is unusable: {error}"
             );
             return Ok(FAILED);
         }
+        None => match loom_http::bind(&settings.host, settings.port).await {
+            Ok((listener, address)) => {
+                eprintln!("Listening on http://{address}");
+                listener
+            }
+            Err(error) => {
+                eprintln!(
+                    "error: cannot listen on {}:{}: {error}",
+                    settings.host, settings.port
+                );
+                return Ok(FAILED);
+            }
+        },
     };
     if loom.config().raw().security.api_keys.is_empty() {
         tracing::warn!(
             "the REST API is open: no API key is required (tenant 'default', every scope)"
         );
     }
-    eprintln!("Listening on http://{address}");
-    for trigger in loom.config().triggers() {
-        eprintln!(
-            "Hook: POST http://{address}{}/v1/hooks/{}",
-            settings.base_path, trigger.name
-        );
+    if let Ok(address) = listener.local_addr() {
+        for trigger in loom.config().triggers() {
+            eprintln!(
+                "Hook: POST http://{address}{}/v1/hooks/{}",
+                settings.base_path, trigger.name
+            );
+        }
+    }
+    // Runs an earlier process left open (a shutdown, a crash) go on.
+    resume_left_open(loom).await;
+    if supervised {
+        // Under `--reload` only: elsewhere SIGHUP keeps its usual meaning (stop).
+        #[cfg(unix)]
+        {
+            // Installed before the ready line: the supervisor's SIGHUP follows it.
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
+                Ok(hangup) => {
+                    tokio::spawn(resume_on_hangup(loom.clone(), hangup));
+                }
+                Err(error) => {
+                    eprintln!("error: cannot catch SIGHUP: {error}");
+                    return Ok(FAILED);
+                }
+            }
+            crate::reload::report_ready();
+        }
     }
     match loom_http::serve(loom.clone(), listener, &settings, stop_signal()).await {
         Ok(()) => Ok(OK),
@@ -501,6 +570,31 @@ async fn mcp(loom: &Loom, tenant: Option<&str>) -> Result<u8, LoomError> {
             eprintln!("error: {error}");
             Ok(FAILED)
         }
+    }
+}
+
+/// Resumes, in the background, the runs left open by an earlier process whose lease has ended.
+async fn resume_left_open(loom: &Loom) {
+    match loom.recover_all().await {
+        Ok(runs) if runs.is_empty() => {}
+        Ok(runs) => {
+            let ids: Vec<&str> = runs.iter().map(|r| r.run_id.as_str()).collect();
+            eprintln!(
+                "Resuming {} run(s) left open by an earlier stop: {}",
+                runs.len(),
+                ids.join(", ")
+            );
+        }
+        Err(error) => eprintln!("warning: the runs left open could not be listed: {error}"),
+    }
+}
+
+/// On SIGHUP (sent by `loom serve --reload` once the server it replaced has stopped), resumes
+/// the runs that server left open.
+#[cfg(unix)]
+async fn resume_on_hangup(loom: Loom, mut hangup: tokio::signal::unix::Signal) {
+    while hangup.recv().await.is_some() {
+        resume_left_open(&loom).await;
     }
 }
 

@@ -24,6 +24,8 @@
 
 mod cli;
 mod keys;
+#[cfg(unix)]
+mod reload;
 mod render;
 
 use std::{
@@ -108,7 +110,8 @@ impl App {
         I: IntoIterator<Item = T>,
         T: Into<OsString> + Clone,
     {
-        let cli = match <Cli as clap::Parser>::try_parse_from(args) {
+        let args: Vec<OsString> = args.into_iter().map(Into::into).collect();
+        let cli = match <Cli as clap::Parser>::try_parse_from(args.clone()) {
             Ok(cli) => cli,
             Err(error) => {
                 let code = if error.use_stderr() { REFUSED } else { OK };
@@ -126,7 +129,7 @@ impl App {
                 return FAILED;
             }
         };
-        runtime.block_on(cli::execute(cli, self))
+        runtime.block_on(cli::execute(cli, self, args))
     }
 
     pub(crate) fn config_path(&self, given: Option<&Path>) -> PathBuf {

@@ -1032,6 +1032,13 @@ fn check_sections(doc: &Doc, raw: &LoomConfig) -> Result<(), ConfigError> {
             NOT_POSITIVE.into(),
         ));
     }
+    let shutdown = raw.execution.shutdown_timeout;
+    if !(shutdown.is_finite() && shutdown >= 0.0) {
+        return Err(invalid(
+            &KeyPath::root().key("execution").key("shutdown_timeout"),
+            "must be a number of seconds, 0 or more".into(),
+        ));
+    }
     let tp = KeyPath::root().key("execution").key("tools");
     let tools = &raw.execution.tools;
     if !positive_seconds(tools.timeout) {
@@ -1488,8 +1495,6 @@ fn not_yet(path: &KeyPath, field: &str) -> &'static str {
     let parent = &path.0[..path.0.len().saturating_sub(1)];
     let in_tenant = matches!(parent, [yaml::Seg::Key(k), yaml::Seg::Index(_)] if k == "tenants");
     let in_main = matches!(parent.last(), Some(yaml::Seg::Key(k)) if k == "main");
-    let in_http =
-        matches!(parent, [yaml::Seg::Key(s), yaml::Seg::Key(h)] if s == "server" && h == "http");
     let in_tool = matches!(
         parent,
         [.., yaml::Seg::Key(k), yaml::Seg::Index(_)] if k == "tools"
@@ -1505,10 +1510,7 @@ give the tool an 'output' contract"
         } else {
             ""
         }
-    } else if (in_http && field == "docs")
-        || (in_main && field == "context")
-        || LATER.contains(&field)
-    {
+    } else if (in_main && field == "context") || LATER.contains(&field) {
         HINT
     } else {
         ""

@@ -889,6 +889,12 @@ pub struct ExecutionConfig {
     /// Seconds a driver holds a run before another may take it over (renewed while working).
     #[schemars(extend("exclusiveMinimum" = 0))]
     pub lease: f64,
+    /// Seconds a stopping server (`loom serve` on SIGTERM or Ctrl-C) lets the runs in flight
+    /// finish their current step; past it, a step still running is abandoned as a crash would
+    /// leave it. Either way the run stays open, its lease handed back, and resumes at the next
+    /// start.
+    #[schemars(range(min = 0))]
+    pub shutdown_timeout: f64,
 }
 
 impl Default for ExecutionConfig {
@@ -897,6 +903,7 @@ impl Default for ExecutionConfig {
             tools: ToolsExecution::default(),
             attachments: AttachmentsExecution::default(),
             lease: 60.0,
+            shutdown_timeout: 30.0,
         }
     }
 }
@@ -997,6 +1004,9 @@ pub struct HttpServerConfig {
     /// Largest request body accepted, in bytes (larger → 413).
     #[schemars(extend("exclusiveMinimum" = 0))]
     pub max_body_bytes: u64,
+    /// Serve the OpenAPI document (`<base_path>/openapi.json`) and the interactive docs
+    /// (`<base_path>/docs`) without a key; `null`: everywhere but under the `prod` profile.
+    pub docs: Option<bool>,
 }
 
 impl Default for HttpServerConfig {
@@ -1006,6 +1016,7 @@ impl Default for HttpServerConfig {
             port: 8000,
             base_path: String::new(),
             max_body_bytes: 134_217_728,
+            docs: None,
         }
     }
 }

@@ -1214,3 +1214,25 @@ fn api_keys_default_to_tenant_default_and_run_read() {
         Some("2027-01-01T00:00:00+00:00".to_owned())
     );
 }
+
+#[test]
+fn the_docs_switch_and_the_shutdown_timeout_are_read() {
+    let root = format!(
+        "{MODELS}execution: {{shutdown_timeout: 2.5}}\nserver: {{http: {{docs: false}}}}\n"
+    );
+    let config = load_str(&root, &[("agents/devis.yaml", AGENT_OK)], None, &no_env).unwrap();
+    assert_eq!(config.raw().execution.shutdown_timeout, 2.5);
+    assert_eq!(config.raw().server.http.docs, Some(false));
+    let defaults = load_str(MODELS, &[("agents/devis.yaml", AGENT_OK)], None, &no_env).unwrap();
+    assert_eq!(defaults.raw().execution.shutdown_timeout, 30.0);
+    assert_eq!(defaults.raw().server.http.docs, None);
+}
+
+#[test]
+fn a_negative_shutdown_timeout_is_refused() {
+    let root = format!("{MODELS}execution: {{shutdown_timeout: -1}}\n");
+    assert_eq!(
+        refused(&root, &[("agents/devis.yaml", AGENT_OK)]),
+        "loom.yaml:6:31 execution.shutdown_timeout: must be a number of seconds, 0 or more"
+    );
+}

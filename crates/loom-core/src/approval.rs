@@ -14,7 +14,7 @@ use serde_json::Value;
 use crate::BoxFuture;
 
 /// A request waiting for a decision, as an approver or a caller sees it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct PendingApproval {
     /// The call.
     pub call_id: String,

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 /// Who speaks in a message.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Role {
     /// The person (or application) asking.
@@ -19,7 +19,7 @@ pub enum Role {
 }
 
 /// One content block of a message.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Block {
     /// Whether a provider prompt-cache breakpoint follows this block.
     #[serde(default)]
@@ -36,7 +36,7 @@ pub struct Block {
 // `ToolResult` carries a whole `ToolOutput` (both views of a result) by value, so that blocks
 // stay plain data to match on; the size difference with text blocks is accepted.
 #[allow(clippy::large_enum_variant)]
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum BlockKind {
     /// Plain text.
@@ -129,7 +129,7 @@ impl Block {
 }
 
 /// A message of the conversation.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Message {
     /// Who speaks.
     pub role: Role,

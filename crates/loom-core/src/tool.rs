@@ -214,7 +214,7 @@ pub struct ToolContext {
 }
 
 /// The result of a tool call, as journaled in `tool.completed.output`.
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ToolOutput {
     /// Content shown to the model.
     #[serde(default)]

@@ -3,7 +3,9 @@
 use serde::{Deserialize, Serialize};
 
 /// Tokens consumed by one or more model calls.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema,
+)]
 pub struct Usage {
     /// Prompt tokens not read from or written to a cache.
     pub input_tokens: u64,

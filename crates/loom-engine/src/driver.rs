@@ -274,6 +274,11 @@ impl Engine {
             source.release(&context).await;
         }
         match outcome {
+            // A step abandoned mid-way: what is durable is what the journal says.
+            Ok(()) if self.stop.is_interrupted() && !state.finished => {
+                let events = self.store.read(&run.tenant_id, &run.session_id, 0).await?;
+                return Ok(RunState::fold(&run.run_id, &events)?);
+            }
             Ok(()) => {}
             // Closed by someone else (a cancel from another process): that is the outcome.
             Err(EngineError::RunMoved(_)) => {
@@ -290,6 +295,51 @@ impl Engine {
             "run closed"
         );
         Ok(state)
+    }
+
+    /// Hands back this worker's live lease on an open run, read from the journal (a step was
+    /// abandoned, so the pilot's own view may lag behind what its last append wrote). Retried
+    /// while other runs of the session write meanwhile; nothing is written when the run closed
+    /// or the lease is not this worker's.
+    async fn hand_back_after_interrupt(
+        &self,
+        run: &RunRef,
+        agent_name: &str,
+    ) -> Result<(), EngineError> {
+        for _ in 0..MAX_BEGIN_ATTEMPTS {
+            let events = self.store.read(&run.tenant_id, &run.session_id, 0).await?;
+            let state = RunState::fold(&run.run_id, &events)?;
+            let now = self.clock.now();
+            let ours = state
+                .claim
+                .as_ref()
+                .is_some_and(|c| c.worker_id == self.worker_id && c.lease_until > now);
+            if state.finished || !ours {
+                return Ok(());
+            }
+            let mut event = self.event(
+                run,
+                agent_name,
+                &state.run_span_id,
+                None,
+                None,
+                Payload::RunClaimed(RunClaimed {
+                    worker_id: self.worker_id.clone(),
+                    lease_until: now,
+                }),
+            );
+            event.root_run_id.clone_from(&state.root_run_id);
+            match self
+                .store
+                .append(vec![event], events.last().map_or(0, |e| e.seq))
+                .await
+            {
+                Ok(_) => return Ok(()),
+                Err(loom_core::ports::StoreError::Conflict { .. }) => continue,
+                Err(other) => return Err(other.into()),
+            }
+        }
+        Err(EngineError::Contention(run.session_id.clone()))
     }
 
     /// Sends a message to a run that has not closed: it joins the conversation as a user turn
@@ -735,6 +785,11 @@ impl Driver<'_> {
             // Paused for a human and nothing has expired: nothing to do, nothing written.
             return Ok(());
         }
+        let engine = self.engine;
+        if engine.stop.is_requested() && !state.status.is_terminal() {
+            // Stopping before it began: nothing claimed, nothing to hand back.
+            return Ok(());
+        }
         if !state.status.is_terminal() {
             self.claim(state, writer).await?;
             self.open_sources(state, writer).await?;
@@ -747,27 +802,66 @@ impl Driver<'_> {
                     return Ok(());
                 }
                 // Paused: the lease is handed back, nothing is left running.
-                let span = state.run_span_id.clone();
-                let event = self.event(
-                    &span,
-                    None,
-                    None,
-                    Payload::RunClaimed(RunClaimed {
-                        worker_id: self.engine.worker_id.clone(),
-                        lease_until: self.engine.clock.now(),
-                    }),
-                );
-                self.write(state, writer, vec![event]).await?;
+                self.hand_back(state, writer).await?;
                 tracing::debug!(run_id = %self.run.run_id, "run paused for approval");
                 return Ok(());
             }
+            if engine.stop.is_requested() && !state.status.is_terminal() {
+                // A safe point: the last step's events are written. The run stays open here.
+                if !self.sub {
+                    self.hand_back(state, writer).await?;
+                }
+                tracing::debug!(run_id = %self.run.run_id, "run stopped: the engine is stopping");
+                return Ok(());
+            }
             let before = state.last_seq;
-            self.step(state, writer).await?;
+            let abandoned = {
+                let step = self.step(state, writer);
+                tokio::select! {
+                    biased;
+                    outcome = step => {
+                        outcome?;
+                        false
+                    }
+                    () = engine.stop.interrupted() => true,
+                }
+            };
+            if abandoned {
+                // The step is dropped where it was (its tool tasks aborted), as a crash would
+                // leave it; the journal is re-read to hand the lease back.
+                if !self.sub {
+                    engine
+                        .hand_back_after_interrupt(self.run, &self.agent.name)
+                        .await?;
+                }
+                tracing::debug!(run_id = %self.run.run_id, "run interrupted: the engine is stopping");
+                return Ok(());
+            }
             if state.last_seq == before {
                 return Err(EngineError::NoProgress(self.run.run_id.clone()));
             }
         }
         Ok(())
+    }
+
+    /// Hands the lease back (`run.claimed` with `lease_until` = now): another driver may take
+    /// the run at once.
+    async fn hand_back(
+        &mut self,
+        state: &mut RunState,
+        writer: &mut SessionWriter<'_>,
+    ) -> Result<(), EngineError> {
+        let span = state.run_span_id.clone();
+        let event = self.event(
+            &span,
+            None,
+            None,
+            Payload::RunClaimed(RunClaimed {
+                worker_id: self.engine.worker_id.clone(),
+                lease_until: self.engine.clock.now(),
+            }),
+        );
+        self.write(state, writer, vec![event]).await.map(drop)
     }
 
     pub(crate) fn source_context(&self) -> SourceContext {

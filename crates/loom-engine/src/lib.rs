@@ -35,6 +35,7 @@ mod request;
 mod resilience;
 mod review;
 pub mod roles;
+mod stop;
 mod subagents;
 mod tools;
 mod writer;
@@ -67,6 +68,7 @@ pub use offload::artifact_read as artifact_reader;
 pub use request::request_hash;
 pub use resilience::{Breakers, CircuitSettings, ModelTimeouts, RetryPolicy};
 pub use roles::{REFS_HINT, RoleContext, RoleRuntime};
+pub use stop::StopSignal;
 pub use subagents::{AGENT_HINT, SubAgentRuntime, descendant_approvals, open_descendants};
 pub use tools::{UNKNOWN_REASON, UNKNOWN_STATE, idempotency_key};
 
@@ -501,6 +503,7 @@ pub struct Engine {
     idempotency: Option<Arc<dyn IdempotencyStore>>,
     breakers: Arc<Breakers>,
     attachment_limits: Arc<AttachmentLimits>,
+    stop: StopSignal,
 }
 
 impl Engine {
@@ -519,7 +522,14 @@ impl Engine {
             idempotency: None,
             breakers: Arc::new(Breakers::new()),
             attachment_limits: Arc::new(AttachmentLimits::default()),
+            stop: StopSignal::new(),
         }
+    }
+
+    /// The engine's stop signal, shared by its clones: once raised, every run it drives lets
+    /// go without closing (see [`StopSignal`]), and [`Engine::drive`] returns the open state.
+    pub fn stop_signal(&self) -> &StopSignal {
+        &self.stop
     }
 
     /// Shares `breakers` with other engines (by default each engine, and its clones, has its

@@ -252,6 +252,9 @@ pub(crate) enum ChildEnd {
     Waiting,
     /// The child was cancelled: the parent is cancelled too.
     Cancelled { usage: Usage, cost_usd: f64 },
+    /// The engine is stopping ([`crate::StopSignal`]): the child stopped at a safe point,
+    /// open; the parent's call stays open and driving the parent again resumes the child.
+    Stopped,
 }
 
 impl ChildEnd {
@@ -269,7 +272,7 @@ impl ChildEnd {
                 usage,
                 cost_usd,
             )),
-            ChildEnd::Waiting => None,
+            ChildEnd::Waiting | ChildEnd::Stopped => None,
         }
     }
 }
@@ -433,6 +436,10 @@ async fn run_child(
     let state = engine
         .drive_with(&opening.run, &sub.agent, observer, &cancel, approver)
         .await?;
+    let waits = matches!(state.status, RunStatus::Paused | RunStatus::WaitingChild);
+    if engine.stop_signal().is_requested() && !state.finished && !waits {
+        return Ok(ChildEnd::Stopped);
+    }
     end_of(&sub.name, &state)
 }
 

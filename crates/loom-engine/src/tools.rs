@@ -507,9 +507,11 @@ pub(crate) async fn batch<'d>(
                     }
                 };
                 let cancelled = matches!(end, ChildEnd::Cancelled { .. });
+                let waits = matches!(end, ChildEnd::Waiting);
                 let Some((output, usage, cost)) = end.result(&spans[index].1.name) else {
-                    // The child waits for a human: its call stays open.
-                    children_wait = true;
+                    // The child waits for a human, or stopped with the engine: its call stays
+                    // open.
+                    children_wait |= waits;
                     continue;
                 };
                 if cancelled {

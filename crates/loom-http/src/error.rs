@@ -9,8 +9,9 @@ use axum::{
 };
 use std::time::Duration;
 
-use loom_ia::LoomError;
-use serde_json::json;
+use loom_ia::{LoomError, RunRef};
+
+use crate::openapi::{ErrorBody, ErrorDetail};
 
 /// A delay in whole seconds, rounded up, at least 1 (what `Retry-After` says).
 fn whole_seconds(delay: Duration) -> u64 {
@@ -38,6 +39,7 @@ fn whole_seconds(delay: Duration) -> u64 {
 /// | `registration` | 500 | [`LoomError::Registration`] |
 /// | `journal` | 500 | [`LoomError::Journal`] |
 /// | `engine` | 500 | [`LoomError::Engine`] |
+/// | `interrupted` | 503 | [`LoomError::Interrupted`]: the server shut down before the run closed; the body also names `run_id` and `session_id` (the run resumes at the next start) |
 /// | `invalid_body` | 422 | a body that is not the expected JSON |
 /// | `body_too_large` | 413 | a body over `server.http.max_body_bytes` |
 /// | `invalid_query` | 422 | an unusable query string or filter value ([`LoomError::InvalidQuery`]); the message starts with the parameter |
@@ -59,6 +61,8 @@ pub struct ApiError {
     pub message: String,
     /// Seconds after which retrying can succeed (`Retry-After`).
     pub retry_after: Option<u64>,
+    /// The run an `interrupted` error is about (its `run_id` and `session_id` are in the body).
+    pub run: Option<Box<RunRef>>,
 }
 
 impl ApiError {
@@ -69,6 +73,7 @@ impl ApiError {
             kind,
             message: message.into(),
             retry_after: None,
+            run: None,
         }
     }
 
@@ -97,6 +102,7 @@ impl ApiError {
                 "key '{key}': {per_minute} requests per minute exceeded, retry in {seconds} s"
             ),
             retry_after: Some(seconds),
+            run: None,
         }
     }
 
@@ -104,6 +110,7 @@ impl ApiError {
     /// driven elsewhere can be claimed again.
     pub fn from_loom(error: &LoomError, lease_seconds: u64) -> ApiError {
         let message = error.to_string();
+        let mut run = None;
         let (status, kind, retry_after) = match error {
             LoomError::UnknownAgent { .. } => (StatusCode::NOT_FOUND, "unknown_agent", None),
             LoomError::UnknownRun(_) => (StatusCode::NOT_FOUND, "unknown_run", None),
@@ -130,8 +137,12 @@ impl ApiError {
             LoomError::Registration(_) => (StatusCode::INTERNAL_SERVER_ERROR, "registration", None),
             LoomError::Journal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "journal", None),
             LoomError::Engine(_) => (StatusCode::INTERNAL_SERVER_ERROR, "engine", None),
+            LoomError::Interrupted(interrupted) => {
+                run = Some(Box::new(interrupted.clone()));
+                (StatusCode::SERVICE_UNAVAILABLE, "interrupted", None)
+            }
         };
-        if status.is_server_error() {
+        if status == StatusCode::INTERNAL_SERVER_ERROR {
             tracing::error!(%error, kind, "request failed");
         }
         ApiError {
@@ -139,12 +150,22 @@ impl ApiError {
             kind,
             message,
             retry_after: retry_after.map(|seconds| seconds.max(1)),
+            run,
         }
     }
 
     /// The JSON body, also sent as an SSE `error` event.
     pub fn body(&self) -> serde_json::Value {
-        json!({"error": {"kind": self.kind, "message": self.message}})
+        let body = ErrorBody {
+            error: ErrorDetail {
+                kind: self.kind.into(),
+                message: self.message.clone(),
+                run_id: self.run.as_ref().map(|run| run.run_id.clone()),
+                session_id: self.run.as_ref().map(|run| run.session_id.clone()),
+            },
+        };
+        // Strings and options only: serializing cannot fail.
+        serde_json::to_value(body).unwrap_or_default()
     }
 }
 

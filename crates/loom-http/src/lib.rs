@@ -22,11 +22,18 @@
 //! With `server.mcp.http`, the MCP server (`loom-mcp-server`) is mounted at `<base_path>/mcp`
 //! over streamable HTTP: every request needs an API key, whose tenant, scopes and agents apply
 //! as on the REST API.
+//!
+//! The OpenAPI 3.1 document is generated from the annotated handlers (`utoipa`): served at
+//! `<base_path>/openapi.json`, with interactive docs at `<base_path>/docs`, both without a key,
+//! unless the profile is `prod` or `server.http.docs` is `false` (`docs: true` serves them in
+//! `prod`). [`openapi_document`] gives it without a server. How to add a route: see the
+//! `routes` module.
 
 mod auth;
 mod error;
 mod hooks;
 mod mcp;
+mod openapi;
 mod params;
 mod routes;
 mod search;
@@ -37,8 +44,10 @@ mod upload;
 use std::{future::Future, net::SocketAddr, sync::Arc};
 
 use axum::{Router, extract::DefaultBodyLimit};
-use loom_ia::{Loom, config::HttpServerConfig};
+use loom_ia::{Loom, Profile, config::HttpServerConfig};
 use tokio::{net::TcpListener, sync::watch};
+use utoipa::OpenApi;
+use utoipa_axum::router::OpenApiRouter;
 
 pub use error::ApiError;
 
@@ -77,19 +86,48 @@ pub fn router(loom: Loom, settings: &HttpServerConfig) -> Router {
     build(loom, settings, receiver)
 }
 
+/// The OpenAPI 3.1 document of the API `loom` serves with `settings` (its paths under
+/// `<base_path>/v1`), as served at `<base_path>/openapi.json`.
+pub fn openapi_document(loom: &Loom, settings: &HttpServerConfig) -> serde_json::Value {
+    let (_, api) = api(loom, settings);
+    openapi::document(&api)
+}
+
+/// The routes under `<base_path>/v1` and their document, built from the same `routes!` calls.
+fn api(loom: &Loom, settings: &HttpServerConfig) -> (Router<AppState>, utoipa::openapi::OpenApi) {
+    let prefix = format!("{}/v1", settings.base_path);
+    let (router, api) = OpenApiRouter::with_openapi(openapi::ApiDoc::openapi())
+        .nest(&prefix, routes::v1())
+        .split_for_parts();
+    let open = loom.config().raw().security.api_keys.is_empty();
+    (router, openapi::finish(api, open))
+}
+
+/// Whether `<base_path>/openapi.json` and `<base_path>/docs` are served: `server.http.docs`,
+/// else everywhere but under `prod`.
+fn docs_served(loom: &Loom, settings: &HttpServerConfig) -> bool {
+    settings
+        .docs
+        .unwrap_or(loom.config().profile() != Some(Profile::Prod))
+}
+
 fn build(loom: Loom, settings: &HttpServerConfig, closing: watch::Receiver<bool>) -> Router {
     let limit = usize::try_from(settings.max_body_bytes).unwrap_or(usize::MAX);
-    let prefix = format!("{}/v1", settings.base_path);
     let keys = Arc::new(auth::Keys::new(&loom.config().raw().security.api_keys));
     let mcp = loom.config().raw().server.mcp.http;
+    let (v1, api) = api(&loom, settings);
+    let docs = docs_served(&loom, settings);
     let state = AppState {
         loom,
         closing,
         keys,
     };
-    let mut router = Router::new().nest(&prefix, routes::v1());
+    let mut router = v1;
     if mcp {
         router = router.merge(mcp::routes(&state, &settings.base_path, limit));
+    }
+    if docs {
+        router = router.merge(openapi::docs(openapi::document(&api), &settings.base_path));
     }
     router
         .fallback(routes::not_found)
@@ -97,10 +135,14 @@ fn build(loom: Loom, settings: &HttpServerConfig, closing: watch::Receiver<bool>
         .with_state(state)
 }
 
-/// Serves the API on `listener` until `shutdown` resolves, then shuts down gracefully: it
-/// stops accepting connections, cancels the runs `loom` is driving ([`Loom::cancel_all`], so
-/// their journals close them as cancelled and a synchronous request still gets its result),
-/// ends open SSE streams, and waits for in-flight requests.
+/// Serves the API on `listener` until `shutdown` resolves, then shuts down gracefully without
+/// closing any run: it stops accepting connections, ends open SSE streams, and stops driving
+/// ([`Loom::stop`] with `execution.shutdown_timeout`): each run in flight stops at its next
+/// safe point (after its current step's events are written; past the timeout, where it is),
+/// open in its journal with its lease handed back. A synchronous `POST …/runs` whose run was
+/// stopped is answered `503` with `kind: interrupted`, its `run_id` and `session_id`; the next
+/// start resumes the run ([`Loom::recover_all`], called by `loom serve`). Returns once every
+/// request is answered and no run is driven.
 pub async fn serve(
     loom: Loom,
     listener: TcpListener,
@@ -110,14 +152,36 @@ pub async fn serve(
     let (closing, receiver) = watch::channel(false);
     mcp::log_exposure(&loom);
     let app = build(loom.clone(), settings, receiver);
-    axum::serve(listener, app)
+    let grace = shutdown_timeout(&loom);
+    // The stop runs beside axum's graceful shutdown: in-flight requests end when their runs
+    // stop, and the timeout must cut a step that would keep them waiting.
+    let (stopping, stop_now) = tokio::sync::oneshot::channel::<()>();
+    let stopper = loom.clone();
+    let stopped = tokio::spawn(async move {
+        if stop_now.await.is_ok() {
+            stopper.stop(grace).await;
+        }
+    });
+    let served = axum::serve(listener, app)
         .with_graceful_shutdown(async move {
             shutdown.await;
-            tracing::info!("shutting down: cancelling the runs in flight");
-            loom.cancel_all();
+            tracing::info!(
+                "shutting down: the runs in flight stop at their next safe point, open and resumable"
+            );
+            let _ = stopping.send(());
             let _ = closing.send(true);
         })
-        .await
+        .await;
+    let _ = stopped.await;
+    // Serving failed before any shutdown: stop the runs all the same.
+    loom.stop(grace).await;
+    served
+}
+
+/// `execution.shutdown_timeout` as a duration.
+fn shutdown_timeout(loom: &Loom) -> std::time::Duration {
+    std::time::Duration::try_from_secs_f64(loom.config().raw().execution.shutdown_timeout)
+        .unwrap_or(std::time::Duration::from_secs(30))
 }
 
 /// Binds `host:port` (`port` 0: a free port).

@@ -1,8 +1,15 @@
 //! The `/v1` routes: agents, runs, decisions, cancellation, webhooks; the read routes of
 //! [`crate::search`] and [`crate::sessions`] are merged in.
+//!
+//! **Adding a route.** Write the handler with a `#[utoipa::path(...)]` annotation (method,
+//! path relative to `/v1`, parameters, request body, every response status with its body —
+//! errors are `ErrorBody` — and `security(("bearer" = []), ("api_key" = []))`), then register it
+//! in [`v1`] with `.routes(routes!(handler))`. The router and the OpenAPI document are built
+//! from that one call, so an unannotated handler cannot be registered there (`routes!` needs
+//! the annotation), and `tests/openapi.rs` lists the routes the document must hold.
 
 use axum::{
-    Json, Router,
+    Json,
     body::Bytes,
     extract::{
         Path, Query, State,
@@ -10,31 +17,39 @@ use axum::{
     },
     http::{StatusCode, Uri},
     response::{IntoResponse, Response},
-    routing::{get, post},
 };
-use loom_ia::{JudgeMode, Loom, LoomError, Redact, RunOptions, RunRef};
-use serde::Deserialize;
-use serde_json::{Map, Value, json};
+use loom_ia::{JudgeMode, Loom, LoomError, Redact, RunOptions, RunRef, RunStatus};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use utoipa::ToSchema;
+use utoipa_axum::{router::OpenApiRouter, routes};
 
 use loom_ia::config::Scope;
 
-use crate::{AppState, auth::Caller, error::ApiError, upload::RunBody};
+use crate::{
+    AppState,
+    auth::Caller,
+    error::ApiError,
+    openapi::{ErrorBody, RunResultSchema},
+    upload::RunBody,
+};
 
 /// Who decides or cancels when the request does not say.
 const DEFAULT_BY: &str = "api";
 
-pub(crate) fn v1() -> Router<AppState> {
-    Router::new()
-        .route("/agents", get(agents))
-        .route("/agents/{name}/runs", post(create_run))
-        .route("/runs/{run_id}", get(run_result))
-        .route("/runs/{run_id}/events", get(crate::sse::events))
-        .route("/runs/{run_id}/approve", post(approve))
-        .route("/runs/{run_id}/reject", post(reject))
-        .route("/runs/{run_id}/cancel", post(cancel))
-        .merge(crate::search::routes())
-        .merge(crate::sessions::routes())
-        .route("/hooks/{name}", post(crate::hooks::deliver))
+/// The `/v1` routes and their OpenAPI description, from the annotated handlers.
+pub(crate) fn v1() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(agents))
+        .routes(routes!(create_run))
+        .routes(routes!(run_result))
+        .routes(routes!(crate::sse::events))
+        .routes(routes!(approve))
+        .routes(routes!(reject))
+        .routes(routes!(cancel))
+        .merge(OpenApiRouter::from(crate::search::routes()))
+        .merge(OpenApiRouter::from(crate::sessions::routes()))
+        .route("/hooks/{name}", axum::routing::post(crate::hooks::deliver))
 }
 
 /// No route matched.
@@ -61,43 +76,142 @@ pub(crate) fn loom_error(loom: &Loom, error: &LoomError) -> ApiError {
     ApiError::from_loom(error, lease_seconds(loom))
 }
 
+/// An agent the caller may run.
+#[derive(Debug, Serialize, ToSchema)]
+struct AgentSummary {
+    /// Its name (the `{name}` of `POST /agents/{name}/runs`).
+    name: String,
+    /// What it does (`description` of its YAML).
+    description: String,
+}
+
 /// `GET /agents`: the agents published on the REST API that the caller's tenant and key may
 /// use.
-async fn agents(State(state): State<AppState>, caller: Caller) -> Result<Json<Value>, ApiError> {
+#[utoipa::path(
+    get,
+    path = "/agents",
+    tag = "agents",
+    operation_id = "list_agents",
+    summary = "The agents the caller may run",
+    description = "The agents of the configuration that the key's tenant (`tenants[].agents`) \
+and the key's `agents` allow. Scope `read`.",
+    responses(
+        (status = 200, description = "The agents.", body = Vec<AgentSummary>),
+        (status = 401, description = "Keys are declared and the key is missing, unknown or expired.", body = ErrorBody),
+        (status = 403, description = "The key lacks the scope `read`.", body = ErrorBody),
+    ),
+    security(("bearer" = []), ("api_key" = [])),
+)]
+async fn agents(
+    State(state): State<AppState>,
+    caller: Caller,
+) -> Result<Json<Vec<AgentSummary>>, ApiError> {
     caller.require(Scope::Read)?;
     let config = state.loom.config();
     let tenant = config.tenant(&caller.tenant);
-    let agents: Vec<Value> = config
+    let agents = config
         .agents()
         .iter()
         .filter(|agent| agent.expose.rest)
         .filter(|agent| caller.allows_agent(&agent.name))
         .filter(|agent| tenant.is_none_or(|t| t.allows_agent(&agent.name)))
-        .map(|agent| json!({"name": agent.name, "description": agent.description}))
+        .map(|agent| AgentSummary {
+            name: agent.name.clone(),
+            description: agent.description.clone(),
+        })
         .collect();
-    Ok(Json(Value::Array(agents)))
+    Ok(Json(agents))
 }
 
 /// `POST /agents/{name}/runs`: a JSON body, or the same fields in a `multipart/form-data` body
 /// with files in `attachments` parts (see [`crate::upload`]).
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct RunRequest {
+    /// The user's message.
+    #[schema(min_length = 1)]
     message: String,
+    /// Continue this session (its conversation is re-read); default: a new session named
+    /// after the run.
     #[serde(default)]
+    #[schema(pattern = "^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")]
     session_id: Option<String>,
+    /// Choose the run id; default: a UUIDv7.
     #[serde(default)]
+    #[schema(pattern = "^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")]
     run_id: Option<String>,
+    /// Who the run is for (journaled).
     #[serde(default)]
     user_id: Option<String>,
+    /// Free metadata, journaled with the run.
     #[serde(default)]
+    #[schema(value_type = Option<Object>)]
     metadata: Option<Map<String, Value>>,
+    /// Judges: as configured (`auto`), always (`force`) or never (`skip`: needs the scope
+    /// `admin`).
     #[serde(default)]
+    #[schema(value_type = Option<JudgesMode>)]
     judges: Option<String>,
+    /// Answer at once with `202` and drive the run in the background.
     #[serde(default)]
     background: bool,
 }
 
+/// When judges run (`judges` of a run request).
+#[derive(Debug, ToSchema)]
+#[schema(rename_all = "lowercase")]
+#[allow(dead_code)]
+enum JudgesMode {
+    /// As configured.
+    Auto,
+    /// Always.
+    Force,
+    /// Never (scope `admin`).
+    Skip,
+}
+
+/// The answer to a background run request.
+#[derive(Debug, Serialize, ToSchema)]
+struct Accepted {
+    /// The run.
+    run_id: String,
+    /// Its session.
+    session_id: String,
+    /// Its state when the answer was written.
+    #[schema(value_type = String, example = "ready_for_model")]
+    status: RunStatus,
+}
+
+/// `POST /agents/{name}/runs`.
+#[utoipa::path(
+    post,
+    path = "/agents/{name}/runs",
+    tag = "runs",
+    operation_id = "create_run",
+    summary = "Run an agent",
+    description = "Opens a run of the agent on the message. Synchronous by default: the answer \
+is the run's result once it closes (`201`, also when it failed or paused for an approval). \
+With `\"background\": true` the answer is `202` as soon as the run is journaled. When the \
+server shuts down during a synchronous run, the run stops at a safe point and the answer is \
+`503` (`kind: interrupted`, with `run_id` and `session_id`): the run resumes when the server \
+starts again. Scope `run` (`admin` too for `judges: skip`).",
+    params(("name" = String, Path, description = "The agent's name.")),
+    request_body(content = RunRequest, content_type = "application/json"),
+    responses(
+        (status = 201, description = "The run closed (completed, failed, cancelled) or paused: its result.", body = RunResultSchema),
+        (status = 202, description = "`background`: the run is journaled and driven in the background.", body = Accepted),
+        (status = 401, description = "Keys are declared and the key is missing, unknown or expired.", body = ErrorBody),
+        (status = 403, description = "The key lacks the scope, or may not use this agent.", body = ErrorBody),
+        (status = 404, description = "No such agent for the caller's tenant.", body = ErrorBody),
+        (status = 409, description = "Refused: the run id exists, or an id is unusable (`refused`).", body = ErrorBody),
+        (status = 413, description = "The body is larger than `server.http.max_body_bytes`.", body = ErrorBody),
+        (status = 422, description = "The body is not a usable run request.", body = ErrorBody),
+        (status = 429, description = "A tenant budget is reached.", body = ErrorBody,
+            headers(("Retry-After" = u64, description = "Seconds until the budget's window lets a run in."))),
+        (status = 503, description = "The server shut down before the run closed (`interrupted`): it resumes at the next start.", body = ErrorBody),
+    ),
+    security(("bearer" = []), ("api_key" = [])),
+)]
 async fn create_run(
     State(state): State<AppState>,
     caller: Caller,
@@ -159,7 +273,11 @@ async fn create_run(
             .await
             .map_err(|e| loom_error(loom, &e))?
             .status;
-        let body = json!({"run_id": run.run_id, "session_id": run.session_id, "status": status});
+        let body = Accepted {
+            run_id: run.run_id,
+            session_id: run.session_id,
+            status,
+        };
         return Ok((StatusCode::ACCEPTED, Json(body)).into_response());
     }
     let result = loom
@@ -170,12 +288,34 @@ async fn create_run(
 }
 
 /// `?session_id=` of the run routes.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 struct At {
+    /// The run's session (found by search when absent).
     #[serde(default)]
+    #[param(pattern = "^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")]
     session_id: Option<String>,
 }
 
+/// `GET /runs/{run_id}`.
+#[utoipa::path(
+    get,
+    path = "/runs/{run_id}",
+    tag = "runs",
+    operation_id = "get_run",
+    summary = "A run's result",
+    description = "The run's result, read from its journal (also while it goes on). Scope `read`.",
+    params(("run_id" = String, Path, description = "The run."), At),
+    responses(
+        (status = 200, description = "The run's result.", body = RunResultSchema),
+        (status = 401, description = "Keys are declared and the key is missing, unknown or expired.", body = ErrorBody),
+        (status = 403, description = "The key lacks the scope, or may not use the run's agent.", body = ErrorBody),
+        (status = 404, description = "No such run in the caller's tenant.", body = ErrorBody),
+        (status = 409, description = "The session id is unusable (`refused`).", body = ErrorBody),
+        (status = 422, description = "The query string is unusable.", body = ErrorBody),
+    ),
+    security(("bearer" = []), ("api_key" = [])),
+)]
 async fn run_result(
     State(state): State<AppState>,
     caller: Caller,
@@ -192,22 +332,93 @@ async fn run_result(
     Ok(Json(result.view(caller.reads_content())).into_response())
 }
 
-/// `POST /runs/{run_id}/approve` and `/reject`.
-#[derive(Debug, Deserialize)]
+/// The body of `POST /runs/{run_id}/approve` and `/reject`.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct DecisionRequest {
+    /// The call to decide (default: every call waiting).
     #[serde(default)]
     call_id: Option<String>,
+    /// Who decides (journaled; default `api`).
     #[serde(default)]
     by: Option<String>,
+    /// Why (journaled; a rejection's reason is given to the model).
     #[serde(default)]
     reason: Option<String>,
+    /// Approval only, with `call_id`: corrected arguments the tool receives instead of the
+    /// model's (checked against the tool's schema).
     #[serde(default)]
+    #[schema(value_type = Option<Object>)]
     arguments: Option<Value>,
+    /// The run's session (found by search when absent).
     #[serde(default)]
+    #[schema(pattern = "^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")]
     session_id: Option<String>,
 }
 
+/// The body of `POST /runs/{run_id}/reject`: a decision without corrected arguments.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+struct RejectRequest {
+    /// The call to reject (default: every call waiting).
+    #[serde(default)]
+    call_id: Option<String>,
+    /// Who decides (journaled; default `api`).
+    #[serde(default)]
+    by: Option<String>,
+    /// Why (journaled and given to the model).
+    #[serde(default)]
+    reason: Option<String>,
+    /// The run's session (found by search when absent).
+    #[serde(default)]
+    #[schema(pattern = "^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")]
+    session_id: Option<String>,
+}
+
+impl From<RejectRequest> for DecisionRequest {
+    fn from(request: RejectRequest) -> DecisionRequest {
+        DecisionRequest {
+            call_id: request.call_id,
+            by: request.by,
+            reason: request.reason,
+            arguments: None,
+            session_id: request.session_id,
+        }
+    }
+}
+
+/// The answer to a decision.
+#[derive(Debug, Serialize, ToSchema)]
+struct DecisionAnswer {
+    /// The run.
+    run_id: String,
+    /// The calls decided.
+    calls: Vec<String>,
+}
+
+/// `POST /runs/{run_id}/approve`.
+#[utoipa::path(
+    post,
+    path = "/runs/{run_id}/approve",
+    tag = "runs",
+    operation_id = "approve_run",
+    summary = "Grant a paused run's approval",
+    description = "Journals the approval of the call (or of every waiting call) and answers at \
+once; the run is driven on in the background, from its root run. Scope `approve`.",
+    params(("run_id" = String, Path, description = "The paused run (or its root).")),
+    request_body(content = DecisionRequest, content_type = "application/json"),
+    responses(
+        (status = 200, description = "The decision is journaled.", body = DecisionAnswer),
+        (status = 401, description = "Keys are declared and the key is missing, unknown or expired.", body = ErrorBody),
+        (status = 403, description = "The key lacks the scope, or may not use the run's agent.", body = ErrorBody),
+        (status = 404, description = "No such run in the caller's tenant.", body = ErrorBody),
+        (status = 409, description = "Nothing waits for a decision, the request expired, the arguments are unusable (`refused`), or the run is driven elsewhere (`conflict`).", body = ErrorBody,
+            headers(("Retry-After" = u64, description = "`conflict` only: seconds until the other driver's lease ends."))),
+        (status = 413, description = "The body is larger than `server.http.max_body_bytes`.", body = ErrorBody),
+        (status = 422, description = "The body is not a usable decision.", body = ErrorBody),
+    ),
+    security(("bearer" = []), ("api_key" = [])),
+)]
 async fn approve(
     State(state): State<AppState>,
     caller: Caller,
@@ -219,20 +430,39 @@ async fn approve(
     decide(&state, &caller, &run_id, request, true).await
 }
 
+/// `POST /runs/{run_id}/reject`.
+#[utoipa::path(
+    post,
+    path = "/runs/{run_id}/reject",
+    tag = "runs",
+    operation_id = "reject_run",
+    summary = "Reject a paused run's approval",
+    description = "Journals the rejection of the call (or of every waiting call): the model \
+receives an error result with the reason. Answers at once; the run is driven on in the \
+background. Scope `approve`.",
+    params(("run_id" = String, Path, description = "The paused run (or its root).")),
+    request_body(content = RejectRequest, content_type = "application/json"),
+    responses(
+        (status = 200, description = "The decision is journaled.", body = DecisionAnswer),
+        (status = 401, description = "Keys are declared and the key is missing, unknown or expired.", body = ErrorBody),
+        (status = 403, description = "The key lacks the scope, or may not use the run's agent.", body = ErrorBody),
+        (status = 404, description = "No such run in the caller's tenant.", body = ErrorBody),
+        (status = 409, description = "Nothing waits for a decision or the request expired (`refused`), or the run is driven elsewhere (`conflict`).", body = ErrorBody,
+            headers(("Retry-After" = u64, description = "`conflict` only: seconds until the other driver's lease ends."))),
+        (status = 413, description = "The body is larger than `server.http.max_body_bytes`.", body = ErrorBody),
+        (status = 422, description = "The body is not a usable rejection.", body = ErrorBody),
+    ),
+    security(("bearer" = []), ("api_key" = [])),
+)]
 async fn reject(
     State(state): State<AppState>,
     caller: Caller,
     Path(run_id): Path<String>,
-    body: Result<Json<DecisionRequest>, JsonRejection>,
+    body: Result<Json<RejectRequest>, JsonRejection>,
 ) -> Result<Response, ApiError> {
     caller.require(Scope::Approve)?;
     let Json(request) = body?;
-    if request.arguments.is_some() {
-        return Err(ApiError::invalid_body(
-            "arguments are for an approval, not a rejection",
-        ));
-    }
-    decide(&state, &caller, &run_id, request, false).await
+    decide(&state, &caller, &run_id, request.into(), false).await
 }
 
 /// Journals the decision and answers at once; the run is driven on in the background (from
@@ -273,19 +503,58 @@ async fn decide(
             tracing::warn!(run_id = %root.run_id, %error, "run not driven on after a decision");
         }
     });
-    Ok(Json(json!({"run_id": run.run_id, "calls": decided.calls})).into_response())
+    Ok(Json(DecisionAnswer {
+        run_id: run.run_id,
+        calls: decided.calls,
+    })
+    .into_response())
 }
 
-/// `POST /runs/{run_id}/cancel` (the body is optional).
-#[derive(Debug, Default, Deserialize)]
+/// The body of `POST /runs/{run_id}/cancel` (optional).
+#[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct CancelRequest {
+    /// Who cancels (journaled; default `api`).
     #[serde(default)]
     by: Option<String>,
+    /// The run's session (found by search when absent).
     #[serde(default)]
+    #[schema(pattern = "^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")]
     session_id: Option<String>,
 }
 
+/// The answer to a cancellation.
+#[derive(Debug, Serialize, ToSchema)]
+struct Cancelled {
+    /// The run.
+    run_id: String,
+    /// `false` when the run had already closed.
+    cancelled: bool,
+}
+
+/// `POST /runs/{run_id}/cancel`.
+#[utoipa::path(
+    post,
+    path = "/runs/{run_id}/cancel",
+    tag = "runs",
+    operation_id = "cancel_run",
+    summary = "Cancel a run",
+    description = "A run driven by this server stops at once (between or during steps); another \
+open run is closed as cancelled in its journal. The body is optional. Scope `run`.",
+    params(("run_id" = String, Path, description = "The run.")),
+    request_body(content = Option<CancelRequest>, content_type = "application/json"),
+    responses(
+        (status = 200, description = "Cancelled, or already closed (`cancelled: false`).", body = Cancelled),
+        (status = 401, description = "Keys are declared and the key is missing, unknown or expired.", body = ErrorBody),
+        (status = 403, description = "The key lacks the scope, or may not use the run's agent.", body = ErrorBody),
+        (status = 404, description = "No such run in the caller's tenant.", body = ErrorBody),
+        (status = 409, description = "The session id is unusable (`refused`), or the run is driven elsewhere (`conflict`).", body = ErrorBody,
+            headers(("Retry-After" = u64, description = "`conflict` only: seconds until the other driver's lease ends."))),
+        (status = 413, description = "The body is larger than `server.http.max_body_bytes`.", body = ErrorBody),
+        (status = 422, description = "The body is not a usable cancellation.", body = ErrorBody),
+    ),
+    security(("bearer" = []), ("api_key" = [])),
+)]
 async fn cancel(
     State(state): State<AppState>,
     caller: Caller,
@@ -314,5 +583,9 @@ async fn cancel(
         .cancel(&run, by)
         .await
         .map_err(|e| loom_error(loom, &e))?;
-    Ok(Json(json!({"run_id": run.run_id, "cancelled": cancelled})).into_response())
+    Ok(Json(Cancelled {
+        run_id: run.run_id,
+        cancelled,
+    })
+    .into_response())
 }

@@ -30,18 +30,40 @@ use serde::Deserialize;
 
 use loom_ia::config::Scope;
 
-use crate::{AppState, KEEP_ALIVE, auth::Caller, error::ApiError, routes::lease_seconds};
+use crate::{
+    AppState, KEEP_ALIVE, auth::Caller, error::ApiError, openapi::ErrorBody, routes::lease_seconds,
+};
 
 /// The query of the events route.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub(crate) struct EventsQuery {
+    /// The run's session (found by search when absent).
     #[serde(default)]
+    #[param(pattern = "^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")]
     session_id: Option<String>,
+    /// Send the events with a greater seq (`Last-Event-ID` wins when both are given).
     #[serde(default)]
+    #[param(minimum = 0)]
     after_seq: Option<u64>,
     /// Whether the events of the run's sub-runs come too (default `true`).
     #[serde(default)]
     subruns: Option<bool>,
+}
+
+/// One event of the stream, as an SSE client reads it (keep-alive comments are not events).
+#[derive(Debug, utoipa::ToSchema)]
+#[allow(dead_code)]
+pub(crate) struct StreamEvent {
+    /// The event's seq (absent on an `error` event).
+    #[schema(pattern = "^[0-9]+$")]
+    id: Option<String>,
+    /// The event's type (`run.started`, `model.responded`, …), or `error`.
+    event: String,
+    /// The event's JSON as the journal holds it (the envelope: `event_id`, `ts`, `seq`,
+    /// `type`, `payload`, …), or for `error` the error body `{"error": {kind, message}}`.
+    #[schema(content_media_type = "application/json")]
+    data: String,
 }
 
 /// The resume point a `Last-Event-ID` header gives: 1 to 18 digits.
@@ -85,6 +107,35 @@ fn error_event(error: &ApiError) -> SseEvent {
         .data(error.body().to_string())
 }
 
+/// `GET /runs/{run_id}/events`.
+#[utoipa::path(
+    get,
+    path = "/runs/{run_id}/events",
+    tag = "runs",
+    operation_id = "run_events",
+    summary = "A run's events as Server-Sent Events",
+    description = "Each journal event of the run as one SSE event: `id:` its seq, `event:` its \
+type, `data:` the event's JSON (the journal's envelope: `event_id`, `ts`, `seq`, `type`, \
+`payload`, …). Events already written come first, then new ones as they are written; the \
+stream ends after the run's closing event (`run.completed`, `run.failed`, `run.cancelled`) \
+or when the server shuts down. A comment is sent every 15 s. A reconnecting client sends \
+`Last-Event-ID` and resumes exactly after it. An error while following is sent as an \
+`error` event whose data is the error body, and ends the stream. Scope `read`.",
+    params(
+        ("run_id" = String, Path, description = "The run."),
+        EventsQuery,
+        ("Last-Event-ID" = Option<String>, Header, pattern = "^[0-9]{1,18}$", description = "The seq of the last event seen (1 to 18 digits): resume after it."),
+    ),
+    responses(
+        (status = 200, description = "The event stream: each item is one SSE event.", content_type = "text/event-stream", body = StreamEvent),
+        (status = 401, description = "Keys are declared and the key is missing, unknown or expired.", body = ErrorBody),
+        (status = 403, description = "The key lacks the scope, or may not use the run's agent.", body = ErrorBody),
+        (status = 404, description = "No such run in the caller's tenant.", body = ErrorBody),
+        (status = 409, description = "The session id is unusable (`refused`).", body = ErrorBody),
+        (status = 422, description = "The query string or `Last-Event-ID` is unusable.", body = ErrorBody),
+    ),
+    security(("bearer" = []), ("api_key" = [])),
+)]
 pub(crate) async fn events(
     State(state): State<AppState>,
     caller: Caller,

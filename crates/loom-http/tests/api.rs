@@ -664,21 +664,21 @@ async fn a_running_run_is_cancelled() {
 }
 
 #[tokio::test]
-async fn a_graceful_shutdown_cancels_the_runs_in_flight_and_answers_them() {
+async fn a_graceful_shutdown_leaves_the_runs_in_flight_open_and_answers_them_503() {
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let (server, handle) = Server::start_until(|loom| loom, async move {
         let _ = stopped.await;
     })
     .await;
     let server = std::sync::Arc::new(server);
-    // A synchronous run that would take 5 s.
+    // A synchronous run whose tool takes 400 ms.
     let request = {
         let server = server.clone();
         tokio::spawn(async move {
             server
                 .post(
                     "/agents/calc/runs",
-                    json!({"message": "long", "session_id": "s-stop", "run_id": "r-stop"}),
+                    json!({"message": "vite", "session_id": "s-stop", "run_id": "r-stop"}),
                 )
                 .await
         })
@@ -707,25 +707,40 @@ async fn a_graceful_shutdown_cancels_the_runs_in_flight_and_answers_them() {
         }
     }
     stop.send(()).unwrap();
-    // The open SSE stream ends, the in-flight request gets its (cancelled) result, the
-    // server stops, and the journal closes the run.
+    // The open SSE stream ends, the tool's step finishes, the in-flight request is answered
+    // 503 `interrupted` with the run's ids, and the server stops.
     let _ = events.rest().await;
-    let (status, body) = tokio::time::timeout(Duration::from_secs(10), request)
+    let (status, body) = tokio::time::timeout(Duration::from_secs(30), request)
         .await
         .expect("the in-flight request was not answered")
         .unwrap();
-    assert_eq!(status, StatusCode::CREATED, "{body}");
-    assert_eq!(body["status"], "cancelled");
-    tokio::time::timeout(Duration::from_secs(10), handle)
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    assert_eq!(body["error"]["kind"], "interrupted");
+    assert_eq!(body["error"]["run_id"], "r-stop");
+    assert_eq!(body["error"]["session_id"], "s-stop");
+    tokio::time::timeout(Duration::from_secs(30), handle)
         .await
         .expect("the server did not stop")
         .unwrap()
         .unwrap();
+    // The journal: the step's result is written, the run is open, its lease handed back.
     let run = server
         .loom
         .locate("r-stop", Some("s-stop"), None)
         .await
         .unwrap();
     let journal = server.loom.events(&run).await.unwrap();
-    assert_eq!(journal.last().unwrap().event_type, "run.cancelled");
+    let types: Vec<&str> = journal.iter().map(|e| e.event_type.as_str()).collect();
+    assert_eq!(
+        types[types.len() - 3..],
+        ["tool.completed", "step.completed", "run.claimed"]
+    );
+    assert!(!journal.iter().any(|e| e.payload.is_closing()));
+
+    // Another instance over the same journal finishes it.
+    let next = Loom::new(config(server._dir.path())).unwrap();
+    next.register("lent", lent_tool()).unwrap();
+    let result = next.resume(&run).await.unwrap();
+    assert_eq!(result.status.to_string(), "completed");
+    assert_eq!(result.text, "Fini : attendu 400 ms.");
 }

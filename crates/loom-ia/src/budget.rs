@@ -38,7 +38,7 @@ impl TenantBudget {
 }
 
 /// A UTC calendar window.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Period {
     /// A UTC day, from midnight.

@@ -89,6 +89,15 @@ pub enum LoomError {
         /// Until the window ends.
         retry_in: std::time::Duration,
     },
+    /// This instance stopped driving the run before it closed, because it is shutting down
+    /// ([`crate::Loom::stop`]): the run is open in its journal at a safe point, its lease handed
+    /// back, and resumes where it stopped ([`crate::Loom::resume`], [`crate::Loom::recover`],
+    /// the next `loom serve`).
+    #[error(
+        "run {} was interrupted by a shutdown before it closed: it resumes where it stopped",
+        .0.run_id
+    )]
+    Interrupted(loom_engine::RunRef),
     /// The journal could not be read or written.
     #[error(transparent)]
     Journal(StoreError),

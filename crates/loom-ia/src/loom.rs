@@ -235,6 +235,8 @@ struct Inner {
     conditions: RwLock<BTreeMap<String, Arc<dyn JudgeCondition>>>,
     agents: RwLock<HashMap<(String, String), Arc<AgentRuntime>>>,
     active: Mutex<HashMap<String, CancellationToken>>,
+    /// Woken each time a run leaves `active` ([`Loom::stop`] waits on it).
+    idle: tokio::sync::Notify,
     tenant_budgets: RwLock<BTreeMap<String, TenantBudget>>,
     quotas: crate::quota::SlidingMinute,
 }
@@ -318,6 +320,7 @@ impl Loom {
                 conditions: RwLock::new(BTreeMap::new()),
                 agents: RwLock::new(HashMap::new()),
                 active: Mutex::new(HashMap::new()),
+                idle: tokio::sync::Notify::new(),
                 tenant_budgets: RwLock::new(tenant_budgets),
                 quotas: crate::quota::SlidingMinute::default(),
             }),
@@ -910,8 +913,16 @@ impl Loom {
         if let Ok(mut active) = self.inner.active.lock() {
             active.remove(&run.run_id);
         }
-        self.with_subruns(run, RunResult::from_state(&outcome?))
-            .await
+        self.inner.idle.notify_waiters();
+        let state = outcome?;
+        let waits = matches!(
+            state.status,
+            loom_core::RunStatus::Paused | loom_core::RunStatus::WaitingChild
+        );
+        if self.is_stopping() && !state.finished && !waits {
+            return Err(LoomError::Interrupted(run.clone()));
+        }
+        self.with_subruns(run, RunResult::from_state(&state)).await
     }
 
     /// A result whose run waits for its sub-runs lists their pending approvals as its own:
@@ -1158,8 +1169,14 @@ impl Loom {
     fn spawn_drive(&self, run: RunRef, runtime: Arc<AgentRuntime>) {
         let loom = self.clone();
         tokio::spawn(async move {
-            if let Err(error) = loom.drive(&run, &runtime, &()).await {
-                tracing::warn!(run_id = %run.run_id, %error, "background run stopped");
+            match loom.drive(&run, &runtime, &()).await {
+                Ok(_) => {}
+                Err(LoomError::Interrupted(_)) => {
+                    tracing::info!(run_id = %run.run_id, "background run interrupted: it resumes at the next start");
+                }
+                Err(error) => {
+                    tracing::warn!(run_id = %run.run_id, %error, "background run stopped");
+                }
             }
         });
     }
@@ -1324,6 +1341,75 @@ impl Loom {
             deletion.idempotency_keys_deleted = keys.delete_session(tenant, session).await?;
         }
         Ok(deletion)
+    }
+
+    /// Stops driving, for a process that shuts down without closing its runs: every run this
+    /// instance drives stops at its next safe point (after the step in progress has written
+    /// its events) and hands its lease back, open in its journal; a run asked for afterwards
+    /// stops before its first step. Waits until no run is driven; runs still in a step after
+    /// `grace` have that step abandoned as a crash would leave it (and their lease handed
+    /// back); it waits at most `grace` again for them. A caller driving a stopped run gets
+    /// [`LoomError::Interrupted`]; the runs resume with [`Loom::resume`] or [`Loom::recover`]
+    /// (what the next `loom serve` does).
+    pub async fn stop(&self, grace: std::time::Duration) {
+        let signal = self.inner.engine.stop_signal();
+        signal.request();
+        if tokio::time::timeout(grace, self.idle()).await.is_err() {
+            let left = self.inner.active.lock().map(|a| a.len()).unwrap_or(0);
+            tracing::warn!(
+                runs = left,
+                grace_s = grace.as_secs_f64(),
+                "runs still in a step after the shutdown timeout: their steps are abandoned"
+            );
+            signal.interrupt();
+            // An abandoned step lets go at once; only a pilot stuck outside its steps (opening
+            // a tool source) can keep it: such a run resumes once its lease expires.
+            let bound = grace.max(std::time::Duration::from_secs(1));
+            if tokio::time::timeout(bound, self.idle()).await.is_err() {
+                tracing::warn!("runs did not let go: they resume once their lease expires");
+            }
+        }
+    }
+
+    /// Whether [`Loom::stop`] was called: runs are no longer driven by this instance.
+    pub fn is_stopping(&self) -> bool {
+        self.inner.engine.stop_signal().is_requested()
+    }
+
+    /// Resolves when this instance drives no run.
+    async fn idle(&self) {
+        loop {
+            let notified = self.inner.idle.notified();
+            let mut notified = std::pin::pin!(notified);
+            notified.as_mut().enable();
+            let driving = self
+                .inner
+                .active
+                .lock()
+                .map(|a| !a.is_empty())
+                .unwrap_or(false);
+            if !driving {
+                return;
+            }
+            notified.await;
+        }
+    }
+
+    /// [`Loom::recover`] for every tenant the configuration knows (`default`, and each of
+    /// `tenants`): what a server does when it starts, so the runs a previous process left
+    /// open (a shutdown, a crash) go on.
+    pub async fn recover_all(&self) -> Result<Vec<RunRef>, LoomError> {
+        let mut tenants = vec![DEFAULT_TENANT.to_owned()];
+        for tenant in &self.config().raw().tenants {
+            if !tenants.contains(&tenant.id) {
+                tenants.push(tenant.id.clone());
+            }
+        }
+        let mut recovered = Vec::new();
+        for tenant in tenants {
+            recovered.extend(self.recover(Some(&tenant)).await?);
+        }
+        Ok(recovered)
     }
 
     /// Cancels every run this instance is driving (what Ctrl-C does in the CLI).

@@ -16,7 +16,7 @@ use serde_json::Value;
 use crate::budget::Period;
 
 /// A run as a tree: steps, and in each the model calls and tool calls it made.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Trace {
     /// Run.
     pub run_id: String,
@@ -51,7 +51,7 @@ pub struct Trace {
 }
 
 /// One step of a trace.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct TraceStep {
     /// Step number.
     pub step_no: u32,
@@ -66,7 +66,7 @@ pub struct TraceStep {
 }
 
 /// A call inside a step.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum TraceCall {
     /// A model call.
@@ -304,7 +304,7 @@ fn settle_approval(
 }
 
 /// Calls, tokens and cost of a group of model calls.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct UsageLine {
     /// Model calls.
     pub calls: u32,
@@ -343,7 +343,7 @@ fn merge_into(into: &mut BTreeMap<String, UsageLine>, from: &BTreeMap<String, Us
 /// Tokens and cost of a run, in total, by role, by sub-run and by model. A sub-agent's run
 /// rolls up into its parent: `total` is the run's own calls (`roles`) plus its sub-runs
 /// (`sub_runs`), and `models` counts every call of both.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct UsageReport {
     /// Run.
     pub run_id: String,
@@ -360,7 +360,7 @@ pub struct UsageReport {
 }
 
 /// A sub-agent run in a usage report.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct SubRunUsage {
     /// The child run.
     pub run_id: String,
@@ -408,7 +408,7 @@ impl UsageReport {
 }
 
 /// A root run in a session or tenant report.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct RunUsage {
     /// Run.
     pub run_id: String,
@@ -427,7 +427,7 @@ pub struct RunUsage {
 /// Tokens and cost of a session: each root run (its sub-runs rolled up), and every call by
 /// role, by sub-agent and by model. `total` is the sum of `runs`, of `roles` and `sub_agents`
 /// together, and of `models`.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct SessionReport {
     /// Tenant.
     pub tenant_id: String,
@@ -467,7 +467,7 @@ impl SessionReport {
 
 /// Tokens and cost of a tenant over a UTC day or month: the root runs that started in it, by
 /// agent, by role, by sub-agent and by model.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct TenantReport {
     /// Tenant.
     pub tenant_id: String,

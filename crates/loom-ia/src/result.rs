@@ -7,7 +7,10 @@ use serde_json::Value;
 
 /// The outcome of a run, read from its journal. `--json` prints it; its field names follow
 /// the reference's `RunResult` (fields without a value are left out).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+///
+/// Its JSON Schema (`schemars::JsonSchema`) is what the REST API's OpenAPI document gives for
+/// it: derived from the same serde attributes, so the document cannot drift from the JSON.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct RunResult {
     /// Run.
     pub run_id: String,

@@ -1,0 +1,463 @@
+//! Operations of `loom serve` through the real binaries: a graceful stop keeps the runs in
+//! flight open and resumable (SIGTERM mid-run, the journal checked, a restart finishes the
+//! run), past `execution.shutdown_timeout` the step is abandoned and still resumed, and
+//! `--reload` restarts the server on configuration changes and refuses a broken one.
+//!
+//! The run that waits is the `equipe` example's bank statement: the sub-agent's tool waits for
+//! a file the test writes, so every step happens when the test says.
+
+// Helpers outside #[test] functions unwrap too: a panic there is a failed test.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::{
+    io::{BufRead, BufReader, Read, Write},
+    net::TcpStream,
+    path::{Path, PathBuf},
+    process::{Child, Command, Stdio},
+    sync::{Arc, Mutex, mpsc},
+    time::{Duration, Instant},
+};
+
+use common::{copy_example, example_bin, loom_bin};
+use serde_json::Value;
+
+const RELEVE: &str = "Récupère le relevé de la banque pour le rapprochement.";
+
+/// How long a test waits for something that must happen (a bound, not a measure).
+const PATIENCE: Duration = Duration::from_secs(90);
+
+/// A server process, its address, and what it wrote on stderr so far.
+struct Server {
+    child: Child,
+    address: String,
+    log: Arc<Mutex<String>>,
+    reader: std::thread::JoinHandle<()>,
+}
+
+impl Server {
+    /// Starts `program args` in `dir` and waits for its `Listening on` line.
+    fn start(program: &Path, dir: &Path, args: &[&str]) -> Server {
+        let mut child = Command::new(program)
+            .current_dir(dir)
+            .env_remove("LOOM_PROFILE")
+            .env_remove("LOOM_LOG")
+            .env("RELEVES_DIR", dir.join("releves"))
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let log = Arc::new(Mutex::new(String::new()));
+        let (found, address) = mpsc::channel();
+        let reader = {
+            let log = log.clone();
+            std::thread::spawn(move || {
+                let mut lines = BufReader::new(stderr);
+                let mut line = String::new();
+                while lines.read_line(&mut line).unwrap_or(0) > 0 {
+                    if let Some(rest) = line.trim().strip_prefix("Listening on http://") {
+                        let _ = found.send(rest.to_owned());
+                    }
+                    log.lock().unwrap().push_str(&line);
+                    line.clear();
+                }
+            })
+        };
+        let Ok(address) = address.recv_timeout(PATIENCE) else {
+            let _ = child.kill();
+            panic!("no 'Listening on' line:\n{}", log.lock().unwrap());
+        };
+        Server {
+            child,
+            address,
+            log,
+            reader,
+        }
+    }
+
+    fn log(&self) -> String {
+        self.log.lock().unwrap().clone()
+    }
+
+    /// Waits until its stderr contains `text`.
+    fn wait_log(&self, text: &str) {
+        let start = Instant::now();
+        while !self.log().contains(text) {
+            assert!(
+                start.elapsed() < PATIENCE,
+                "never logged {text:?}:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn terminate(&self) {
+        let status = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+
+    /// SIGTERM, then its exit code and its whole stderr.
+    fn stop(mut self) -> (Option<i32>, String) {
+        self.terminate();
+        let status = self.child.wait().unwrap();
+        // The reader thread ends with the pipe (a supervisor's children share it: they have
+        // exited too).
+        let log = self.log.clone();
+        let _ = self.reader.join();
+        let log = log.lock().unwrap().clone();
+        (status.code(), log)
+    }
+}
+
+/// One HTTP/1.1 request on a fresh connection: the status code and the body.
+fn request(address: &str, method: &str, path: &str, body: &str) -> (u16, String) {
+    let mut stream = TcpStream::connect(address).unwrap();
+    stream.set_read_timeout(Some(PATIENCE)).unwrap();
+    write!(
+        stream,
+        "{method} {path} HTTP/1.1\r\nHost: {address}\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let status = response[9..12].parse().unwrap();
+    let (_, body) = response.split_once("\r\n\r\n").unwrap();
+    (status, body.to_owned())
+}
+
+fn json(body: &str) -> Value {
+    serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {body}"))
+}
+
+fn wait_for(path: &Path) {
+    let start = Instant::now();
+    while !path.exists() {
+        assert!(
+            start.elapsed() < PATIENCE,
+            "{} never appeared",
+            path.display()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The events of a session's journal.
+fn journal(dir: &Path, session: &str) -> Vec<Value> {
+    let path: PathBuf = dir.join("data/default").join(format!("{session}.jsonl"));
+    std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+fn of_run<'a>(events: &'a [Value], run: &str) -> Vec<&'a Value> {
+    events.iter().filter(|e| e["run_id"] == run).collect()
+}
+
+/// The run is open (no closing event) and its last event hands the lease back.
+fn open_with_lease_handed_back(events: &[Value], run: &str) {
+    let mine = of_run(events, run);
+    assert!(
+        !mine.iter().any(|e| matches!(
+            e["type"].as_str(),
+            Some("run.completed" | "run.failed" | "run.cancelled")
+        )),
+        "run {run} was closed"
+    );
+    let last = mine.last().unwrap();
+    assert_eq!(last["type"], "run.claimed", "{last}");
+    let until =
+        chrono::DateTime::parse_from_rfc3339(last["payload"]["lease_until"].as_str().unwrap())
+            .unwrap();
+    let ts = chrono::DateTime::parse_from_rfc3339(last["ts"].as_str().unwrap()).unwrap();
+    assert!(until <= ts, "the lease is not handed back: {last}");
+}
+
+/// Polls `GET /v1/runs/{run}` until it is completed; its result.
+fn wait_completed(address: &str, run: &str) -> Value {
+    let start = Instant::now();
+    loop {
+        let (status, body) = request(address, "GET", &format!("/v1/runs/{run}"), "");
+        if status == 200 && json(&body)["status"] == "completed" {
+            return json(&body);
+        }
+        assert!(
+            start.elapsed() < PATIENCE,
+            "run {run} never completed: {status} {body}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The `equipe` example in a fresh directory, with its bank folder.
+fn equipe(extra: &str) -> tempfile::TempDir {
+    let dir = copy_example("equipe");
+    std::fs::create_dir(dir.path().join("releves")).unwrap();
+    if !extra.is_empty() {
+        let path = dir.path().join("loom.yaml");
+        let text = std::fs::read_to_string(&path).unwrap();
+        std::fs::write(&path, format!("{text}{extra}")).unwrap();
+    }
+    dir
+}
+
+/// Starts a synchronous run of the secretariat on the bank statement, in a thread.
+fn start_run(address: &str, run: &str) -> std::thread::JoinHandle<(u16, String)> {
+    let address = address.to_owned();
+    let body = serde_json::json!({"message": RELEVE, "run_id": run}).to_string();
+    std::thread::spawn(move || request(&address, "POST", "/v1/agents/secretariat/runs", &body))
+}
+
+const SERVE: &[&str] = &["--config", "loom.yaml", "serve", "--port", "0"];
+
+#[test]
+fn sigterm_stops_the_runs_at_a_safe_point_and_the_next_start_resumes_them() {
+    let dir = equipe("");
+    let releves = dir.path().join("releves");
+    let server = Server::start(&example_bin("equipe"), dir.path(), SERVE);
+    let answer = start_run(&server.address, "g1");
+    // The sub-agent's tool is waiting for the bank when the server is told to stop.
+    wait_for(&releves.join("demande-cic.txt"));
+    server.terminate();
+    server.wait_log("Stopping.");
+    // The step in progress ends (the bank answers), then the runs let go.
+    std::fs::write(releves.join("releve-cic.txt"), "relevé CIC de novembre\n").unwrap();
+    let (status, body) = answer.join().unwrap();
+    assert_eq!(status, 503, "{body}");
+    let error = json(&body);
+    assert_eq!(error["error"]["kind"], "interrupted", "{body}");
+    assert_eq!(error["error"]["run_id"], "g1");
+    assert_eq!(error["error"]["session_id"], "g1");
+    let (code, log) = server.stop();
+    assert_eq!(code, Some(0), "{log}");
+
+    // The journal: nothing closed, the step's results written, the lease handed back.
+    let events = journal(dir.path(), "g1");
+    open_with_lease_handed_back(&events, "g1");
+    let child = events
+        .iter()
+        .find(|e| e["type"] == "run.started" && e["payload"]["parent_run_id"] == "g1")
+        .unwrap()["run_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let sub = of_run(&events, &child);
+    assert!(sub.iter().any(|e| e["type"] == "tool.completed"));
+    assert!(
+        !sub.iter()
+            .any(|e| e["type"] == "run.completed" || e["type"] == "run.cancelled"),
+        "the child was closed"
+    );
+
+    // The next start resumes the run, which completes with the bank's statement (read once).
+    let server = Server::start(&example_bin("equipe"), dir.path(), SERVE);
+    server.wait_log("Resuming 1 run(s)");
+    let result = wait_completed(&server.address, "g1");
+    assert!(
+        result["text"]
+            .as_str()
+            .unwrap()
+            .contains("relevé CIC de novembre"),
+        "{result}"
+    );
+    let (code, log) = server.stop();
+    assert_eq!(code, Some(0), "{log}");
+    let events = journal(dir.path(), "g1");
+    let calls = events
+        .iter()
+        .filter(|e| e["type"] == "tool.called" && e["payload"]["tool_name"] == "releve_bancaire")
+        .count();
+    assert_eq!(calls, 1, "the bank was asked again");
+}
+
+#[test]
+fn past_the_shutdown_timeout_the_step_is_abandoned_and_still_resumed() {
+    let dir = equipe("execution: {shutdown_timeout: 0.2}\n");
+    let releves = dir.path().join("releves");
+    let server = Server::start(&example_bin("equipe"), dir.path(), SERVE);
+    let answer = start_run(&server.address, "g2");
+    wait_for(&releves.join("demande-cic.txt"));
+    // The bank never answers before the timeout: the step is abandoned.
+    let (code, log) = server.stop();
+    assert_eq!(code, Some(0), "{log}");
+    let (status, body) = answer.join().unwrap();
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(json(&body)["error"]["kind"], "interrupted");
+    let events = journal(dir.path(), "g2");
+    open_with_lease_handed_back(&events, "g2");
+    assert!(
+        !events.iter().any(
+            |e| e["type"] == "tool.completed" && e["payload"]["tool_name"] == "releve_bancaire"
+        ),
+        "the abandoned call has no result"
+    );
+
+    // Restarted: the call is made again (the tool is idempotent), the bank answers, done.
+    std::fs::remove_file(releves.join("demande-cic.txt")).unwrap();
+    let server = Server::start(&example_bin("equipe"), dir.path(), SERVE);
+    wait_for(&releves.join("demande-cic.txt"));
+    std::fs::write(releves.join("releve-cic.txt"), "relevé CIC de novembre\n").unwrap();
+    let result = wait_completed(&server.address, "g2");
+    assert!(
+        result["text"].as_str().unwrap().contains("relevé CIC"),
+        "{result}"
+    );
+    let (code, log) = server.stop();
+    assert_eq!(code, Some(0), "{log}");
+    let events = journal(dir.path(), "g2");
+    assert!(events.iter().any(|e| e["type"] == "tool.called"
+        && e["payload"]["tool_name"] == "releve_bancaire"
+        && e["payload"]["resumed"] == true));
+}
+
+const RELOAD_CONFIG: &str = "\
+version: 1
+models:
+  - id: fake-1
+    sdk: fake
+    model: FAKE
+    params:
+      script:
+        - text: Bonjour.
+storage:
+  events: {backend: jsonl, path: data}
+telemetry:
+  logging: {level: WARN}
+";
+
+fn agent_file(description: &str) -> String {
+    format!("name: hello\ndescription: {description}\nmain: {{model: fake-1}}\n")
+}
+
+/// Polls `GET /v1/agents` until the agent's description is `expected`.
+fn wait_description(address: &str, expected: &str) {
+    let start = Instant::now();
+    loop {
+        let (status, body) = request(address, "GET", "/v1/agents", "");
+        if status == 200 && json(&body)[0]["description"] == expected {
+            return;
+        }
+        assert!(
+            start.elapsed() < PATIENCE,
+            "still {status} {body}, not {expected:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn reload_serves_a_changed_configuration_and_keeps_the_old_one_when_the_new_is_broken() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("loom.yaml"), RELOAD_CONFIG).unwrap();
+    std::fs::create_dir(dir.path().join("agents")).unwrap();
+    let agent = dir.path().join("agents/hello.yaml");
+    std::fs::write(&agent, agent_file("Says hello.")).unwrap();
+    let mut args = SERVE.to_vec();
+    args.push("--reload");
+    let server = Server::start(&loom_bin(), dir.path(), &args);
+    wait_description(&server.address, "Says hello.");
+
+    // A change: the new configuration serves, on the same address.
+    std::fs::write(&agent, agent_file("Says hello, reloaded.")).unwrap();
+    wait_description(&server.address, "Says hello, reloaded.");
+    server.wait_log("Reloaded");
+
+    // A broken change: refused with its reason, the previous configuration keeps serving.
+    std::fs::write(&agent, "name: hello\ndescription: [unclosed\n").unwrap();
+    server.wait_log("reload refused");
+    let log = server.log();
+    assert!(log.contains("config error: "), "{log}");
+    assert!(log.contains("agents/hello.yaml"), "{log}");
+    let (status, body) = request(&server.address, "GET", "/v1/agents", "");
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(json(&body)[0]["description"], "Says hello, reloaded.");
+    let (status, body) = request(
+        &server.address,
+        "POST",
+        "/v1/agents/hello/runs",
+        r#"{"message": "Salut"}"#,
+    );
+    assert_eq!(status, 201, "{body}");
+
+    let (code, log) = server.stop();
+    assert_eq!(code, Some(0), "{log}");
+}
+
+#[test]
+fn reload_is_refused_under_prod() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("loom.yaml"), RELOAD_CONFIG).unwrap();
+    std::fs::create_dir(dir.path().join("agents")).unwrap();
+    std::fs::write(
+        dir.path().join("agents/hello.yaml"),
+        agent_file("Says hello."),
+    )
+    .unwrap();
+    let output = Command::new(loom_bin())
+        .current_dir(dir.path())
+        .env_remove("LOOM_PROFILE")
+        .args([
+            "--config",
+            "loom.yaml",
+            "--profile",
+            "prod",
+            "serve",
+            "--port",
+            "0",
+            "--reload",
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("--reload is refused under the prod profile"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_reload_hands_the_runs_in_flight_to_the_new_server() {
+    let dir = equipe("execution: {shutdown_timeout: 0.2}\n");
+    let releves = dir.path().join("releves");
+    let mut args = SERVE.to_vec();
+    args.push("--reload");
+    let server = Server::start(&example_bin("equipe"), dir.path(), &args);
+    let answer = start_run(&server.address, "g3");
+    wait_for(&releves.join("demande-cic.txt"));
+    std::fs::remove_file(releves.join("demande-cic.txt")).unwrap();
+
+    // A change while the run waits for the bank: the new server takes over, the old one stops
+    // the run (its step abandoned past the timeout) and the new one resumes it.
+    let agent = dir.path().join("agents/comptable.yaml");
+    let text = std::fs::read_to_string(&agent).unwrap();
+    std::fs::write(
+        &agent,
+        text.replace("description: Tient", "description: Désormais, tient"),
+    )
+    .unwrap();
+    server.wait_log("Reloaded");
+    let (status, body) = answer.join().unwrap();
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(json(&body)["error"]["run_id"], "g3");
+    wait_for(&releves.join("demande-cic.txt"));
+    std::fs::write(releves.join("releve-cic.txt"), "relevé CIC de novembre\n").unwrap();
+    let result = wait_completed(&server.address, "g3");
+    assert!(
+        result["text"].as_str().unwrap().contains("relevé CIC"),
+        "{result}"
+    );
+    let (code, log) = server.stop();
+    assert_eq!(code, Some(0), "{log}");
+}
