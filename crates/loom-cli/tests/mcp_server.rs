@@ -721,6 +721,25 @@ fn post_mcp(address: &str, headers: &str) -> (u16, String) {
     (status, body)
 }
 
+/// `GET path` with an API key on a fresh connection; the status code and the body.
+fn get_json(address: &str, path: &str, key: &str) -> (u16, String) {
+    let mut stream = TcpStream::connect(address).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {address}\r\nAuthorization: Bearer {key}\r\n\
+         Connection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let status = response[9..12].parse().unwrap();
+    let (_, body) = response.split_once("\r\n\r\n").unwrap();
+    (status, body.to_owned())
+}
+
 #[test]
 fn mcp_over_http_needs_a_key_with_its_scopes_and_checks_origin_and_host() {
     if !python_client() {
@@ -811,10 +830,37 @@ fn mcp_over_http_needs_a_key_with_its_scopes_and_checks_origin_and_host() {
         foreign["foreign"]["cancel"]["texts"],
         json!(["key 'lecteur' lacks the scope 'run'"])
     );
+    // MCP masks exactly as REST does: the same run read by the same key over
+    // `GET /v1/runs/{id}` lists the same removed fields, and is the same JSON.
+    let (code, body) = get_json(
+        &address,
+        &format!("/v1/runs/{run_id}?session_id=s-http"),
+        "lk_test_lecteur",
+    );
+    assert_eq!(code, 200, "{body}");
+    let rest: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(status["redacted"], rest["redacted"], "{status} {rest}");
+    assert_eq!(status, &rest);
+    assert_eq!(foreign["foreign"]["run"]["json"], rest);
     let events = foreign["foreign"]["run_events"]["json"].as_array().unwrap();
     let user = events.iter().find(|e| e["type"] == "message.user").unwrap();
     assert!(user["payload"].get("message").is_none(), "{user}");
     assert_eq!(user["redacted"], json!(["payload.message"]));
+    // No content anywhere a reader without read_content looks: the question, the answer.
+    for resource in ["run", "run_events", "trace", "session", "session_events"] {
+        let seen = foreign["foreign"][resource].to_string();
+        assert!(!seen.contains("Prix TTC"), "{resource}: {seen}");
+        assert!(!seen.contains("1375"), "{resource}: {seen}");
+    }
+    let trace = &foreign["foreign"]["trace"]["json"];
+    assert_eq!(trace["run_id"], run_id);
+    assert!(
+        trace["redacted"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("output")),
+        "{trace}"
+    );
 
     // A key limited to one agent sees only that agent.
     let limited = client(

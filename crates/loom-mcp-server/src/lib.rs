@@ -21,6 +21,10 @@
 //!   the call returns with the pending approvals and the run waits, paused, for the REST API or
 //!   `loom approve`.
 //!
+//! Without the `read_content` scope, everything returned (run results of agent tools and
+//! `run_status`, events, traces, sessions) loses its content fields exactly as on the REST API
+//! ([`loom_ia::redact`]), the paths removed listed in `redacted`.
+//!
 //! Two transports: [`serve_stdio`] (`loom mcp`: one tenant, no key, everything allowed) and
 //! [`http_service`] (mounted at `<base_path>/mcp` by `loom serve` when `server.mcp.http` is on:
 //! stateless, each request's [`Access`] comes from its API key, with the REST API's scopes;
@@ -32,7 +36,6 @@
 mod access;
 mod approvals;
 mod attachments;
-mod mask;
 mod progress;
 mod resources;
 mod server;

@@ -2,17 +2,19 @@
 //! a run's result, events and trace, a session's runs and events, and artifacts (blobs).
 //!
 //! Reading needs the `read` scope; without `read_content` the content fields are removed (and
-//! listed in `redacted`) and artifacts cannot be read.
+//! listed in `redacted`) exactly as the REST API removes them ([`loom_ia::redact`]: run results,
+//! traces, sessions, and events by payload type), and artifacts cannot be read. The run and
+//! session lists hold no content (ids, statuses, usage, costs).
 
 use base64::Engine as _;
-use loom_ia::{LoomError, RunState, config::Scope};
+use loom_ia::{LoomError, Redact, RunState, config::Scope};
 use rmcp::{
     ErrorData,
     model::{ReadResourceResult, Resource, ResourceContents, ResourceTemplate},
 };
 use serde_json::{Value, json};
 
-use crate::{Access, LoomMcp, mask};
+use crate::{Access, LoomMcp};
 
 const JSON: &str = "application/json";
 const JSONL: &str = "application/x-ndjson";
@@ -101,6 +103,7 @@ pub(crate) async fn read(
     let parts: Vec<&str> = path.split('/').collect();
     let loom = server.loom();
     let tenant = access.tenant();
+    let content = access.reads_content();
     match parts.as_slice() {
         ["runs"] => {
             let mut runs = Vec::new();
@@ -142,9 +145,7 @@ pub(crate) async fn read(
                 .visible_run(access, run_id, session.as_deref())
                 .await?;
             let result = loom.result(&run).await.map_err(failed)?;
-            let mut value = serde_json::to_value(&result).unwrap_or(Value::Null);
-            masked(access, &mut value);
-            Ok(json_text(uri, &value))
+            Ok(json_text(uri, &result.view(content)))
         }
         ["runs", run_id, "events"] => {
             let run = server
@@ -155,11 +156,7 @@ pub(crate) async fn read(
                 .await
                 .map_err(failed)?
                 .iter()
-                .map(|event| {
-                    let mut value = serde_json::from_str(&event.to_json()).unwrap_or(Value::Null);
-                    masked(access, &mut value);
-                    value
-                })
+                .map(|event| event.view(content))
                 .collect();
             Ok(json_text(uri, &Value::Array(events)))
         }
@@ -168,44 +165,35 @@ pub(crate) async fn read(
                 .visible_run(access, run_id, session.as_deref())
                 .await?;
             let trace = loom.trace(&run).await.map_err(failed)?;
-            let mut value = serde_json::to_value(&trace).unwrap_or(Value::Null);
-            masked(access, &mut value);
-            Ok(json_text(uri, &value))
+            Ok(json_text(uri, &trace.view(content)))
         }
         ["sessions", session_id] => {
             whole_sessions(access)?;
-            let states = loom
-                .session_runs(session_id, Some(tenant))
+            let info = loom
+                .session(session_id, Some(tenant))
                 .await
                 .map_err(failed)?;
-            let runs: Vec<Value> = states.iter().map(run_line).collect();
-            let mut pending = Vec::new();
-            for state in &states {
-                for approval in state.pending_approvals() {
-                    pending.push(serde_json::to_value(&approval).unwrap_or(Value::Null));
-                }
-            }
-            let mut value = json!({
-                "session_id": session_id,
-                "runs": runs,
-                "pending_approvals": pending,
-            });
-            masked(access, &mut value);
-            Ok(json_text(uri, &value))
+            Ok(json_text(uri, &info.view(content)))
         }
         ["sessions", session_id, "events"] => {
             whole_sessions(access)?;
-            let journal = loom
-                .export_session(session_id, Some(tenant))
-                .await
-                .map_err(failed)?;
-            let mut text = String::with_capacity(journal.len());
-            for line in journal.lines() {
-                let mut value: Value = serde_json::from_str(line).unwrap_or(Value::Null);
-                masked(access, &mut value);
-                text.push_str(&value.to_string());
-                text.push('\n');
-            }
+            // As stored with `read_content`, else each event without its content.
+            let text = if content {
+                loom.export_session(session_id, Some(tenant))
+                    .await
+                    .map_err(failed)?
+            } else {
+                let mut text = String::new();
+                for event in loom
+                    .session_events(session_id, Some(tenant))
+                    .await
+                    .map_err(failed)?
+                {
+                    text.push_str(&event.redacted().to_string());
+                    text.push('\n');
+                }
+                text
+            };
             Ok(ReadResourceResult::new(vec![
                 ResourceContents::text(text, uri).with_mime_type(JSONL),
             ]))
@@ -276,12 +264,6 @@ fn whole_sessions(access: &Access) -> Result<(), ErrorData> {
         ))
     } else {
         Ok(())
-    }
-}
-
-fn masked(access: &Access, value: &mut Value) {
-    if !access.reads_content() {
-        mask::mask(value);
     }
 }
 

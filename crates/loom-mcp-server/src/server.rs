@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use loom_ia::{Loom, LoomError, RunOptions, RunRef, RunResult, RunStatus, config::Scope};
+use loom_ia::{Loom, LoomError, Redact, RunOptions, RunRef, RunResult, RunStatus, config::Scope};
 use rmcp::{
     ErrorData, RoleServer, ServerHandler,
     model::{
@@ -20,7 +20,7 @@ use serde_json::{Map, Value, json};
 use crate::{
     Access,
     approvals::{self, Answer},
-    attachments, mask,
+    attachments,
     progress::{self, Progress},
     resources,
 };
@@ -312,11 +312,7 @@ impl LoomMcp {
                 let run_id = run_id.ok_or("run_id is required")?;
                 let run = self.run_of(access, &run_id, session.as_deref()).await?;
                 let result = self.loom.result(&run).await.map_err(|e| e.to_string())?;
-                let mut value = to_value(&result);
-                if !access.reads_content() {
-                    mask::mask(&mut value);
-                }
-                Ok(structured(value))
+                Ok(structured(result.view(access.reads_content())))
             }
             RUN_REPORT => {
                 access.require(Scope::Read)?;
@@ -751,12 +747,8 @@ fn agent_result(result: &RunResult, access: &Access) -> CallToolResult {
     if content_readable && result.text.is_empty() || waits(result.status) {
         content.push(ContentBlock::text(status_note(result)));
     }
-    let mut value = to_value(result);
-    if !content_readable {
-        mask::mask(&mut value);
-    }
     let mut call = CallToolResult::success(content);
-    call.structured_content = Some(value);
+    call.structured_content = Some(result.view(content_readable));
     call.is_error = Some(result.status == RunStatus::Failed);
     call
 }
@@ -880,4 +872,91 @@ fn run_result_schema() -> Value {
         },
         "required": ["run_id", "session_id", "agent", "status"],
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use loom_ia::{Message, PendingApproval, Usage, config::ApiKeySpec};
+
+    use super::*;
+
+    fn paused() -> RunResult {
+        RunResult {
+            run_id: "r1".into(),
+            session_id: "s1".into(),
+            agent: "paiement".into(),
+            status: RunStatus::Paused,
+            text: "secret answer".into(),
+            output: Some(Message::assistant("secret answer")),
+            error_type: None,
+            error: None,
+            iterations: 1,
+            usage: Usage::default(),
+            cost_usd: 0.25,
+            artifacts: Vec::new(),
+            data: None,
+            unverified: false,
+            fallback: false,
+            pending_approvals: vec![PendingApproval {
+                call_id: "c1".into(),
+                tool_name: "virement".into(),
+                arguments: json!({"iban": "secret iban"}),
+                reason: "secret reason".into(),
+                expire_at: None,
+                run_id: "r1".into(),
+                session_id: "s1".into(),
+                tenant_id: "acme".into(),
+            }],
+        }
+    }
+
+    fn key(scopes: Vec<Scope>) -> Access {
+        Access::key(Arc::new(ApiKeySpec {
+            id: "k".into(),
+            hash: format!("sha256:{}", "0".repeat(64)),
+            tenant: "acme".into(),
+            expires: None,
+            scopes,
+            agents: Vec::new(),
+            rate_limit: None,
+        }))
+    }
+
+    /// Without `read_content`, an agent tool returns the run result masked as the REST API
+    /// masks it (`RunResult::view(false)`), and no text block quotes the content.
+    #[test]
+    fn an_agent_result_without_read_content_is_the_rest_view() {
+        let result = paused();
+        let call = agent_result(&result, &key(vec![Scope::Run, Scope::Read]));
+        let structured = call.structured_content.clone().unwrap();
+        assert_eq!(structured, result.view(false));
+        assert_eq!(
+            structured["redacted"],
+            json!([
+                "text",
+                "output",
+                "pending_approvals[0].arguments",
+                "pending_approvals[0].reason"
+            ])
+        );
+        let shown = serde_json::to_string(&call).unwrap();
+        assert!(!shown.contains("secret"), "{shown}");
+        assert!(shown.contains("virement"), "{shown}");
+    }
+
+    #[test]
+    fn an_agent_result_with_read_content_is_whole() {
+        let result = paused();
+        let call = agent_result(
+            &result,
+            &key(vec![Scope::Run, Scope::Read, Scope::ReadContent]),
+        );
+        assert_eq!(
+            call.structured_content,
+            Some(serde_json::to_value(&result).unwrap())
+        );
+        assert_eq!(call.is_error, Some(false));
+    }
 }
