@@ -297,25 +297,57 @@ async fn the_facade_types_match_their_schemas() {
     conforms("UsageReport", &loom.report(&run).await.unwrap());
 }
 
+/// Routes served but not yet in the document (issue 7 is open for them): the read routes and
+/// the webhooks, registered with `.route(` in their modules. This list may only shrink: a new
+/// route must be an annotated handler registered with `.routes(routes!(handler))`.
+const NOT_YET_DOCUMENTED: &[&str] = &[
+    "/hooks/{name}",
+    "/runs",
+    "/events",
+    "/traces/{run_id}",
+    "/sessions",
+    "/sessions/{session_id}",
+    "/sessions/{session_id}/events",
+    "/sessions/{session_id}/files",
+    "/sessions/{session_id}/files/{file}",
+    "/sessions/{session_id}/report",
+];
+
 /// Routes are registered only through `routes!` (annotated handlers): no module but `lib.rs`
-/// (which mounts the document and the docs page) and `openapi.rs` adds a route by hand, so a
-/// route cannot be served without being in the document.
+/// (which mounts the document and the docs page), `openapi.rs` and `mcp.rs` (the MCP endpoint,
+/// not a REST route) adds a route by hand, except the routes of [`NOT_YET_DOCUMENTED`], so a
+/// new route cannot be served without being in the document.
 #[test]
 fn no_route_is_added_outside_the_document() {
     let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut undocumented = Vec::new();
     for entry in std::fs::read_dir(&src).unwrap() {
         let path = entry.unwrap().path();
         let name = path.file_name().unwrap().to_string_lossy().into_owned();
-        if !name.ends_with(".rs") || name == "lib.rs" || name == "openapi.rs" {
+        if !name.ends_with(".rs") || ["lib.rs", "openapi.rs", "mcp.rs"].contains(&name.as_str()) {
             continue;
         }
         let text = std::fs::read_to_string(&path).unwrap();
-        for call in [".route(", ".route_service(", ".nest_service("] {
+        for call in [".route_service(", ".nest_service("] {
             assert!(
                 !text.contains(call),
                 "{name} registers a route with `{call}`: annotate the handler with \
                  #[utoipa::path] and register it with `.routes(routes!(handler))`"
             );
         }
+        for (at, _) in text.match_indices(".route(\"") {
+            let rest = &text[at + ".route(\"".len()..];
+            let route = &rest[..rest.find('"').unwrap()];
+            assert!(
+                NOT_YET_DOCUMENTED.contains(&route),
+                "{name} registers {route} with `.route(`: annotate the handler with \
+                 #[utoipa::path] and register it with `.routes(routes!(handler))`"
+            );
+            undocumented.push(route.to_owned());
+        }
     }
+    undocumented.sort();
+    let mut listed: Vec<String> = NOT_YET_DOCUMENTED.iter().map(|r| (*r).to_owned()).collect();
+    listed.sort();
+    assert_eq!(undocumented, listed, "NOT_YET_DOCUMENTED lists a route that is documented now");
 }
