@@ -349,5 +349,8 @@ fn no_route_is_added_outside_the_document() {
     undocumented.sort();
     let mut listed: Vec<String> = NOT_YET_DOCUMENTED.iter().map(|r| (*r).to_owned()).collect();
     listed.sort();
-    assert_eq!(undocumented, listed, "NOT_YET_DOCUMENTED lists a route that is documented now");
+    assert_eq!(
+        undocumented, listed,
+        "NOT_YET_DOCUMENTED lists a route that is documented now"
+    );
 }
