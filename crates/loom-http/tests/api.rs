@@ -4,9 +4,11 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
+use common::{Frame, Sse};
 use std::time::Duration;
 
-use futures_util::StreamExt;
 use loom_ia::{
     Loom, TenantBudget,
     config::{
@@ -161,74 +163,7 @@ impl Server {
             response.headers()["content-type"].to_str().unwrap(),
             "text/event-stream"
         );
-        Sse {
-            body: Box::pin(response.bytes_stream()),
-            buffer: Vec::new(),
-        }
-    }
-}
-
-/// One SSE frame: `id`, `event`, and the JSON of `data`.
-#[derive(Debug, Clone, PartialEq)]
-struct Frame {
-    id: Option<String>,
-    event: Option<String>,
-    data: Value,
-}
-
-struct Sse {
-    body: std::pin::Pin<Box<dyn futures_util::Stream<Item = reqwest::Result<bytes::Bytes>> + Send>>,
-    buffer: Vec<u8>,
-}
-
-impl Sse {
-    /// The next frame, or `None` when the server ended the stream.
-    async fn next(&mut self) -> Option<Frame> {
-        loop {
-            if let Some(end) = self.buffer.windows(2).position(|w| w == b"\n\n") {
-                // Whole frames only: a chunk may end inside a multi-byte character.
-                let bytes: Vec<u8> = self.buffer.drain(..end + 2).collect();
-                let block = String::from_utf8(bytes).unwrap();
-                let mut frame = Frame {
-                    id: None,
-                    event: None,
-                    data: Value::Null,
-                };
-                let mut data = String::new();
-                for line in block.lines() {
-                    if line.starts_with(':') || line.is_empty() {
-                        continue;
-                    }
-                    let (field, value) = line.split_once(':').unwrap_or((line, ""));
-                    let value = value.strip_prefix(' ').unwrap_or(value);
-                    match field {
-                        "id" => frame.id = Some(value.to_owned()),
-                        "event" => frame.event = Some(value.to_owned()),
-                        "data" => data.push_str(value),
-                        other => panic!("unexpected SSE field {other}"),
-                    }
-                }
-                if data.is_empty() && frame.event.is_none() {
-                    continue; // a keep-alive comment
-                }
-                frame.data = serde_json::from_str(&data).unwrap();
-                return Some(frame);
-            }
-            let chunk = tokio::time::timeout(Duration::from_secs(20), self.body.next())
-                .await
-                .expect("the SSE stream stalled")?
-                .unwrap();
-            self.buffer.extend_from_slice(&chunk);
-        }
-    }
-
-    /// Every remaining frame, until the server ends the stream.
-    async fn rest(&mut self) -> Vec<Frame> {
-        let mut frames = Vec::new();
-        while let Some(frame) = self.next().await {
-            frames.push(frame);
-        }
-        frames
+        Sse::new(response)
     }
 }
 
@@ -694,10 +629,7 @@ async fn a_graceful_shutdown_leaves_the_runs_in_flight_open_and_answers_them_503
             .await
             .unwrap();
         if response.status() == StatusCode::OK {
-            break Sse {
-                body: Box::pin(response.bytes_stream()),
-                buffer: Vec::new(),
-            };
+            break Sse::new(response);
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
