@@ -1,6 +1,6 @@
 //! Arguments and commands.
 
-use std::{io::Write, path::PathBuf, sync::Mutex};
+use std::{path::PathBuf, sync::Mutex};
 
 use clap::{Parser, Subcommand};
 use loom_ia::{
@@ -8,7 +8,11 @@ use loom_ia::{
     core::event::Payload,
 };
 
-use crate::{App, FAILED, OK, REFUSED, render};
+use crate::{
+    App, FAILED, OK, REFUSED,
+    output::{out, outln},
+    render,
+};
 
 /// Loom: run AI agents whose every fact is journaled.
 #[derive(Debug, Parser)]
@@ -301,7 +305,7 @@ pub(crate) async fn execute(cli: Cli, app: App, args: Vec<std::ffi::OsString>) -
             *rate_limit,
         ) {
             Ok(text) => {
-                print!("{text}");
+                out!("{text}");
                 eprintln!(
                     "The key is shown once: only its hash is stored. Add the entry to \
                      security.api_keys in loom.yaml."
@@ -672,7 +676,7 @@ fn init_logging(loom: &Loom) {
 fn print_json(value: &impl serde::Serialize) -> u8 {
     match serde_json::to_string_pretty(value) {
         Ok(text) => {
-            println!("{text}");
+            outln!("{text}");
             OK
         }
         Err(error) => {
@@ -684,7 +688,7 @@ fn print_json(value: &impl serde::Serialize) -> u8 {
 
 async fn validate(loom: &Loom) -> Result<u8, LoomError> {
     let validation = loom.validate().await?;
-    print!("{}", render::validation(&validation));
+    out!("{}", render::validation(&validation));
     Ok(OK)
 }
 
@@ -719,7 +723,7 @@ async fn run(
             .run_observed(agent, message, options, &progress)
             .await?;
         if progress.wrote() {
-            println!();
+            outln!();
         }
         result
     } else {
@@ -735,7 +739,7 @@ fn report_result(result: &loom_ia::RunResult, tenant: &str, json: bool, streamed
     if json {
         print_json(result);
     } else if !streamed && !waits(result.status) {
-        println!(
+        outln!(
             "{}",
             if result.text.is_empty() {
                 "—"
@@ -809,7 +813,7 @@ async fn decide(
     if args.json {
         print_json(&result);
     } else if !waits(result.status) {
-        println!(
+        outln!(
             "{}",
             if result.text.is_empty() {
                 "—"
@@ -851,7 +855,7 @@ impl loom_ia::Observer for Progress {
             && self.wrote()
             && self.deltas
         {
-            println!();
+            outln!();
             if let Ok(mut wrote) = self.wrote_text.lock() {
                 *wrote = false;
             }
@@ -861,7 +865,7 @@ impl loom_ia::Observer for Progress {
     fn reset(&self, _run_id: &str) {
         // The attempt that was streaming failed: what was shown of it is not the answer.
         if self.wrote() && self.deltas {
-            println!();
+            outln!();
             if let Ok(mut wrote) = self.wrote_text.lock() {
                 *wrote = false;
             }
@@ -873,9 +877,7 @@ impl loom_ia::Observer for Progress {
         if !self.deltas {
             return;
         }
-        let mut stdout = std::io::stdout().lock();
-        let _ = stdout.write_all(text.as_bytes());
-        let _ = stdout.flush();
+        out!("{text}");
         if let Ok(mut wrote) = self.wrote_text.lock() {
             *wrote = true;
         }
@@ -911,7 +913,7 @@ async fn inspect(
     if json {
         return Ok(print_json(&trace));
     }
-    print!("{}", render::trace(&trace, full));
+    out!("{}", render::trace(&trace, full));
     Ok(OK)
 }
 
@@ -958,7 +960,7 @@ async fn report(
             render::tenant_usage(&report)
         }
     };
-    print!("{text}");
+    out!("{text}");
     Ok(OK)
 }
 
@@ -994,18 +996,19 @@ async fn sessions(loom: &Loom, command: SessionsCommand) -> Result<u8, LoomError
                     .updated_at
                     .map(|t| t.to_rfc3339())
                     .unwrap_or_default();
-                println!(
+                outln!(
                     "{}  {} event(s)  {updated}",
-                    session.session_id, session.last_seq
+                    session.session_id,
+                    session.last_seq
                 );
             }
             Ok(OK)
         }
         SessionsCommand::Show { session } => {
             let runs = loom.session_runs(&session, None).await?;
-            println!("Session    : {session}");
+            outln!("Session    : {session}");
             for run in runs {
-                println!(
+                outln!(
                     "  {}  {}  {}  {} iteration(s)  {:.6} $",
                     run.run_id,
                     run.agent.as_deref().unwrap_or("-"),
@@ -1025,7 +1028,7 @@ async fn sessions(loom: &Loom, command: SessionsCommand) -> Result<u8, LoomError
                     })?;
                     eprintln!("Session {session} exported to {}.", path.display());
                 }
-                None => print!("{jsonl}"),
+                None => out!("{jsonl}"),
             }
             Ok(OK)
         }

@@ -24,6 +24,7 @@
 
 mod cli;
 mod keys;
+mod output;
 #[cfg(unix)]
 mod reload;
 mod render;

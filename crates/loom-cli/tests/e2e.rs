@@ -464,3 +464,57 @@ fn a_judge_on_the_model_it_judges_is_a_warning_and_an_error_in_prod() {
     assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
     assert!(text(&out.stderr).starts_with("config error: agents/devis.yaml:"));
 }
+
+/// `args` run with a stdout whose reader is already closed (`loom … | head` once `head`
+/// exited): every write fails with `BrokenPipe`.
+fn run_with_closed_stdout(bin: &Path, dir: &Path, args: &[&str]) -> Output {
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    Command::new(bin)
+        .current_dir(dir)
+        .env_remove("LOOM_PROFILE")
+        .env_remove("LOOM_LOG")
+        .args(["--config", "loom.yaml"])
+        .args(args)
+        .stdout(writer)
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn a_closed_stdout_ends_the_output_quietly_and_keeps_the_exit_code() {
+    let dir = devis_project();
+    let out = run_with_closed_stdout(
+        &devis_bin(),
+        dir.path(),
+        &["run", "devis", QUESTION, "--json", "--session", "pipe-1"],
+    );
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(!stderr.contains("error"), "{stderr}");
+    // The run happened, whether or not its output was read.
+    let events = journal(dir.path(), "pipe-1");
+    assert_eq!(events.last().unwrap()["type"], "run.completed");
+
+    let schema = run_with_closed_stdout(&devis_bin(), dir.path(), &["schema"]);
+    assert_eq!(schema.status.code(), Some(0));
+    assert!(!text(&schema.stderr).contains("panicked"));
+
+    let failing = project(&[
+        (
+            "loom.yaml",
+            &format!("{MODELS}    params:\n      script:\n        - error: auth\n"),
+        ),
+        ("agents/a.yaml", "name: a\nmain:\n  model: fake-1\n"),
+    ]);
+    let failed = run_with_closed_stdout(
+        &loom_bin(),
+        failing.path(),
+        &["run", "a", "bonjour", "--stream"],
+    );
+    let stderr = text(&failed.stderr);
+    assert_eq!(failed.status.code(), Some(1), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
