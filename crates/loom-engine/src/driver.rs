@@ -7,6 +7,13 @@ use std::{
     time::{Duration, Instant},
 };
 
+use crate::{
+    AgentRuntime, BeginRun, BoundTool, Breakers, Cancel, Engine, EngineError, ModelBinding, RunRef,
+    request,
+    resilience::{self, Admission},
+    tools,
+    writer::SessionWriter,
+};
 use loom_core::{
     Event, Message, RunState, RunStatus,
     approval::{ApprovalRecord, Approver, Decision, OnExpiry},
@@ -24,13 +31,6 @@ use loom_core::{
     },
     ports::{SourceContext, ToolSource},
     state::session_history,
-};
-use crate::{
-    AgentRuntime, BeginRun, BoundTool, Breakers, Cancel, Engine, EngineError, ModelBinding, RunRef,
-    request,
-    resilience::{self, Admission},
-    tools,
-    writer::SessionWriter,
 };
 
 /// How many times opening a run is attempted when the session's journal keeps moving.

@@ -430,7 +430,10 @@ async fn cancellation_closes_the_run_during_a_step() {
     let Payload::RunCancelled(cancelled) = &events[6].payload else {
         panic!()
     };
-    assert_eq!((cancelled.reason.as_str(), cancelled.by.as_deref()), ("requested", None));
+    assert_eq!(
+        (cancelled.reason.as_str(), cancelled.by.as_deref()),
+        ("requested", None)
+    );
 }
 
 /// A run driven here and cancelled through its [`Cancel`] journals who asked, as a run closed

@@ -204,7 +204,10 @@ async fn cancelling_a_background_run_records_who_cancelled_it() {
         (cancelled.reason.as_str(), cancelled.by.as_deref()),
         ("requested", Some("alice"))
     );
-    assert_eq!(loom.result(&run).await.unwrap().status, RunStatus::Cancelled);
+    assert_eq!(
+        loom.result(&run).await.unwrap().status,
+        RunStatus::Cancelled
+    );
 }
 
 #[tokio::test]
