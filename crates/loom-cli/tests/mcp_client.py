@@ -105,6 +105,13 @@ async def basics(args):
         out["resources"] = [r.uri for r in (await client.list_resources()).resources]
         out["templates"] = [t.uri_template for t in (await client.list_resource_templates()).resource_templates]
         out["runs"] = await read(client, "loom://runs")
+        out["runs_filtered"] = await read(client, "loom://runs?agent=devis&status=completed,failed&limit=1")
+        out["runs_none"] = await read(client, "loom://runs?status=paused&status=cancelled")
+        out["runs_since"] = await read(client, "loom://runs?since=2999-01-01")
+        out["runs_bad_status"] = await read(client, "loom://runs?status=done")
+        out["runs_bad_limit"] = await read(client, "loom://runs?limit=0")
+        out["runs_bad_since"] = await read(client, "loom://runs?since=hier")
+        out["runs_unknown"] = await read(client, "loom://runs?tenant=acme")
         out["sessions"] = await read(client, "loom://sessions")
         out["run"] = await read(client, f"loom://runs/{run_id}?session_id=s-devis")
         out["run_events"] = await read(client, f"loom://runs/{run_id}/events?session_id=s-devis")
@@ -255,6 +262,8 @@ async def http_scenario(args):
             out["paiement"] = await call(client, "paiement", {"message": "Règle la facture."})
         if args.get("foreign"):
             out["foreign"] = await foreign(client, args["foreign"])
+        out["reads"] = {uri: await read(client, uri) for uri in args.get("reads", [])}
+        out["calls"] = [await call(client, name, arguments) for name, arguments in args.get("calls", [])]
     return out
 
 

@@ -221,6 +221,7 @@ fn agents_are_tools_over_stdio_with_progress_control_tools_resources_and_attachm
     assert_eq!(
         seen["templates"],
         json!([
+            "loom://runs{?agent,status,since,until,limit,sessions}",
             "loom://runs/{run_id}{?session_id}",
             "loom://runs/{run_id}/events{?session_id}",
             "loom://traces/{run_id}{?session_id}",
@@ -229,11 +230,51 @@ fn agents_are_tools_over_stdio_with_progress_control_tools_resources_and_attachm
             "loom://artifacts/{tenant}/{session_id}/{file}",
         ])
     );
-    let runs = seen["runs"]["json"].as_array().unwrap();
+    // loom://runs is the REST run page: the runs, most recent first, the sessions read.
+    let page = &seen["runs"]["json"];
+    let runs = page["runs"].as_array().unwrap();
     assert!(
         runs.iter()
-            .any(|r| r["run_id"] == run_id && r["agent"] == "devis")
+            .any(|r| r["run_id"] == run_id && r["agent"] == "devis"),
+        "{page}"
     );
+    assert_eq!(page["truncated"], false, "{page}");
+    assert_eq!(page["scanned"], 1, "{page}");
+    assert!(runs[0]["started_at"].is_string(), "{page}");
+    // Filtered and cut: the most recent of the two devis runs, the rest left out.
+    let again = seen["again"]["structured"]["run_id"].as_str().unwrap();
+    let filtered = &seen["runs_filtered"]["json"];
+    assert_eq!(filtered["runs"].as_array().unwrap().len(), 1, "{filtered}");
+    assert_eq!(filtered["runs"][0]["run_id"], again);
+    assert_eq!(filtered["truncated"], true);
+    // Repeated statuses matching nothing; a window after every run.
+    assert_eq!(
+        seen["runs_none"]["json"],
+        json!({"runs": [], "scanned": 1, "truncated": false})
+    );
+    assert_eq!(
+        seen["runs_since"]["json"],
+        json!({"runs": [], "scanned": 0, "truncated": false})
+    );
+    // Unusable values are refused, naming the parameter.
+    for (read, expected) in [
+        (
+            "runs_bad_status",
+            "status: unknown value 'done' (expected: ready_for_model,",
+        ),
+        ("runs_bad_limit", "limit: must be between 1 and 200 (got 0)"),
+        (
+            "runs_bad_since",
+            "since: 'hier' is neither an RFC 3339 instant nor a YYYY-MM-DD date",
+        ),
+        (
+            "runs_unknown",
+            "tenant: unknown parameter (expected: agent, status,",
+        ),
+    ] {
+        let error = seen[read]["error"].as_str().unwrap_or_default();
+        assert!(error.contains(expected), "{read}: {}", seen[read]);
+    }
     assert_eq!(seen["sessions"]["json"][0]["session_id"], "s-devis");
     assert_eq!(seen["run"]["json"]["status"], "completed");
     let run_events = seen["run_events"]["json"].as_array().unwrap();
@@ -341,17 +382,20 @@ fn agents_are_tools_over_stdio_with_progress_control_tools_resources_and_attachm
         types(&waited)
     );
     assert_eq!(cancelled["payload"]["reason"], "requested");
+    // Stopped by this process's pilot, the run records who cancelled it.
+    assert_eq!(cancelled["payload"]["by"], "test");
     // A call the client cancels (notifications/cancelled) cancels its run.
     let abandoned = seen["abandoned_running"]
         .as_str()
         .expect("the second long run ran");
     assert_eq!(seen["abandoned"], abandoned);
     let events = journal(dir.path(), "default", "s-abandon");
-    assert!(
-        types(&events).contains(&"run.cancelled"),
-        "{:?}",
-        types(&events)
-    );
+    let cancelled = events
+        .iter()
+        .find(|e| e["type"] == "run.cancelled" && e["run_id"] == abandoned)
+        .unwrap_or_else(|| panic!("{:?}", types(&events)));
+    // Cancelled on behalf of the client that gave up the call.
+    assert_eq!(cancelled["payload"]["by"], "mcp:mcp");
 }
 
 #[test]
@@ -530,8 +574,9 @@ fn assert_sees_nothing(seen: &Value, run_id: &str, session: &str) {
         format!("session {session} not found")
     );
     let listed = |key: &str| seen[key]["json"].as_array().cloned().unwrap_or_default();
+    let runs = seen["runs"]["json"]["runs"].as_array().expect("a run page");
     assert!(
-        listed("runs").iter().all(|r| r["run_id"] != run_id),
+        runs.iter().all(|r| r["run_id"] != run_id),
         "{}",
         seen["runs"]
     );
@@ -812,10 +857,12 @@ fn mcp_over_http_needs_a_key_with_its_scopes_and_checks_origin_and_host() {
         first_text(&reader["devis"]),
         "key 'lecteur' lacks the scope 'run'"
     );
+    let run_lists = ["/runs", "/runs?agent=devis&status=completed"];
     let foreign = client(
         "http",
         json!({"url": served.url(), "key": "lk_test_lecteur",
-               "foreign": {"run_id": run_id, "session_id": "s-http"}}),
+               "foreign": {"run_id": run_id, "session_id": "s-http"},
+               "reads": run_lists.map(|list| format!("loom:/{list}"))}),
     );
     let status = &foreign["foreign"]["run_status"]["structured"];
     assert_eq!(status["status"], "completed");
@@ -852,6 +899,43 @@ fn mcp_over_http_needs_a_key_with_its_scopes_and_checks_origin_and_host() {
         assert!(!seen.contains("Prix TTC"), "{resource}: {seen}");
         assert!(!seen.contains("1375"), "{resource}: {seen}");
     }
+    // loom://runs is GET /v1/runs: the same page for the same key, filters included.
+    for list in run_lists {
+        let (code, body) = get_json(&address, &format!("/v1{list}"), "lk_test_lecteur");
+        assert_eq!(code, 200, "{body}");
+        let rest: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(
+            foreign["reads"][format!("loom:/{list}")]["json"],
+            rest,
+            "{list}"
+        );
+    }
+    let all_runs = foreign["reads"]["loom://runs"]["json"]["runs"]
+        .as_array()
+        .unwrap();
+    assert!(
+        all_runs.iter().any(|r| r["agent"] == "paiement"),
+        "{all_runs:?}"
+    );
+    // A report holds no content: without read_content it is whole, and the session's is the
+    // one GET /v1/sessions/{id}/report gives.
+    let report = &foreign["foreign"]["run_report"];
+    let session_report = &foreign["foreign"]["session_report"];
+    for seen in [report, session_report] {
+        assert_eq!(seen["is_error"], false, "{seen}");
+        assert!(seen["structured"].get("redacted").is_none(), "{seen}");
+        let shown = seen.to_string();
+        assert!(
+            !shown.contains("Prix TTC") && !shown.contains("1375"),
+            "{shown}"
+        );
+    }
+    assert_eq!(report["structured"]["run_id"], run_id);
+    assert_eq!(report["structured"]["total"]["calls"], 2);
+    let (code, body) = get_json(&address, "/v1/sessions/s-http/report", "lk_test_lecteur");
+    assert_eq!(code, 200, "{body}");
+    let rest: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(session_report["structured"], rest);
     let trace = &foreign["foreign"]["trace"]["json"];
     assert_eq!(trace["run_id"], run_id);
     assert!(
@@ -865,7 +949,30 @@ fn mcp_over_http_needs_a_key_with_its_scopes_and_checks_origin_and_host() {
     // A key limited to one agent sees only that agent.
     let limited = client(
         "http",
-        json!({"url": served.url(), "key": "lk_test_devis-seul"}),
+        json!({"url": served.url(), "key": "lk_test_devis-seul",
+               "reads": ["loom://runs", "loom://runs?agent=paiement"],
+               "calls": [["run_report", {"run_id": run_id, "session_id": "s-http"}]]}),
+    );
+    // The same report as read with read_content.
+    assert_eq!(limited["calls"][0]["structured"], report["structured"]);
+    // Its runs are its agents' only, as GET /v1/runs shows them to it.
+    let (code, body) = get_json(&address, "/v1/runs", "lk_test_devis-seul");
+    assert_eq!(code, 200, "{body}");
+    let rest: Value = serde_json::from_str(&body).unwrap();
+    let own = &limited["reads"]["loom://runs"]["json"];
+    assert_eq!(own, &rest);
+    let own_runs = own["runs"].as_array().unwrap();
+    assert!(
+        !own_runs.is_empty() && own_runs.iter().all(|r| r["agent"] == "devis"),
+        "{own}"
+    );
+    assert!(
+        limited["reads"]["loom://runs?agent=paiement"]["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("key 'devis-seul' is not allowed on the agent 'paiement'"),
+        "{}",
+        limited["reads"]["loom://runs?agent=paiement"]
     );
     assert_eq!(
         limited["tools"],

@@ -7,6 +7,13 @@ use std::{
     time::{Duration, Instant},
 };
 
+use crate::{
+    AgentRuntime, BeginRun, BoundTool, Breakers, Cancel, Engine, EngineError, ModelBinding, RunRef,
+    request,
+    resilience::{self, Admission},
+    tools,
+    writer::SessionWriter,
+};
 use loom_core::{
     Event, Message, RunState, RunStatus,
     approval::{ApprovalRecord, Approver, Decision, OnExpiry},
@@ -24,15 +31,6 @@ use loom_core::{
     },
     ports::{SourceContext, ToolSource},
     state::session_history,
-};
-use tokio_util::sync::CancellationToken;
-
-use crate::{
-    AgentRuntime, BeginRun, BoundTool, Breakers, Engine, EngineError, ModelBinding, RunRef,
-    request,
-    resilience::{self, Admission},
-    tools,
-    writer::SessionWriter,
 };
 
 /// How many times opening a run is attempted when the session's journal keeps moving.
@@ -182,14 +180,15 @@ impl Engine {
 
     /// Drives a run until it closes (or can no longer advance), returning its final state.
     ///
-    /// `observer` sees every event once durable and the model's text deltas; `cancel` stops the
-    /// run between or during steps, closing it as `cancelled`.
+    /// `observer` sees every event once durable and the model's text deltas; `cancel` (a
+    /// [`Cancel`], which says who cancels, or a plain `&CancellationToken`) stops the run
+    /// between or during steps, closing it as `cancelled` (`run.cancelled.by`: the `Cancel`'s).
     pub async fn drive(
         &self,
         run: &RunRef,
         agent: &AgentRuntime,
         observer: &dyn Observer,
-        cancel: &CancellationToken,
+        cancel: impl Into<Cancel>,
     ) -> Result<RunState, EngineError> {
         self.drive_with(run, agent, observer, cancel, None).await
     }
@@ -203,9 +202,11 @@ impl Engine {
         run: &RunRef,
         agent: &AgentRuntime,
         observer: &dyn Observer,
-        cancel: &CancellationToken,
+        cancel: impl Into<Cancel>,
         approver: Option<Arc<dyn Approver>>,
     ) -> Result<RunState, EngineError> {
+        let cancel: Cancel = cancel.into();
+        let cancel = &cancel;
         let events = self.store.read(&run.tenant_id, &run.session_id, 0).await?;
         let mut state = RunState::fold(&run.run_id, &events)?;
         if state.finished {
@@ -678,7 +679,7 @@ pub(crate) struct Driver<'a> {
     pub(crate) tools: Vec<BoundTool>,
     /// Sources opened by this pilot, released when it ends.
     opened: Vec<Arc<dyn ToolSource>>,
-    pub(crate) cancel: &'a CancellationToken,
+    pub(crate) cancel: &'a Cancel,
     pub(crate) observer: &'a dyn Observer,
     /// Decides approvals inline (the run then never pauses).
     pub(crate) approver: Option<Arc<dyn Approver>>,
@@ -711,10 +712,20 @@ impl Driver<'_> {
         event
     }
 
+    /// Why this run is cancelled, and by whom: `requested` by whoever cancelled it (its
+    /// [`Cancel`]'s `by`), or for a sub-run `parent` by its parent run (its token is its
+    /// parent's).
+    fn cancel_cause(&self, state: &RunState) -> (&'static str, Option<String>) {
+        match &state.parent_run_id {
+            Some(parent) => ("parent", Some(parent.clone())),
+            None => ("requested", self.cancel.by().map(str::to_owned)),
+        }
+    }
+
     /// The cancellation of this run: `requested`, or for a sub-run `parent` (its token is its
     /// parent's).
     pub(crate) fn cancellation(&self, state: &RunState) -> Vec<Event> {
-        let (reason, by) = cancel_cause(state);
+        let (reason, by) = self.cancel_cause(state);
         self.engine
             .cancellation(self.run, &self.agent.name, state, reason, by)
     }
@@ -1214,7 +1225,7 @@ impl Driver<'_> {
                 cost_usd: state.cost_usd,
             }))),
             RunStatus::Cancelled => {
-                let (reason, by) = cancel_cause(state);
+                let (reason, by) = self.cancel_cause(state);
                 Some(vec![self.engine.cancelled(
                     self.run,
                     &self.agent.name,
@@ -2075,15 +2086,6 @@ impl StepSpan {
                 outcome,
             }),
         )
-    }
-}
-
-/// Why a driven run is cancelled: `requested`, or `parent` (by its parent) for a sub-run,
-/// whose cancellation token is its parent's.
-fn cancel_cause(state: &RunState) -> (&'static str, Option<String>) {
-    match &state.parent_run_id {
-        Some(parent) => ("parent", Some(parent.clone())),
-        None => ("requested", None),
     }
 }
 

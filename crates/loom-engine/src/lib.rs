@@ -25,6 +25,7 @@
 
 pub mod attachments;
 pub mod budget;
+mod cancel;
 pub mod contract;
 mod driver;
 mod hooks;
@@ -58,6 +59,7 @@ pub use attachments::{
     Attachment, AttachmentLimits, IMAGE_TYPES, media_type_of_name, sniff_media_type,
 };
 pub use budget::{BudgetLimits, OnExceed, RunLimits, SessionLimits};
+pub use cancel::Cancel;
 pub use driver::Observer;
 pub use ids::Ids;
 pub use judges::{

@@ -21,8 +21,8 @@ use loom_core::{
     tool::{FnTool, Tool},
 };
 use loom_engine::{
-    AgentRuntime, BeginRun, BoundTool, DEFAULT_TOOL_TIMEOUT, Engine, EngineError, ModelBinding,
-    RunRef,
+    AgentRuntime, BeginRun, BoundTool, Cancel, DEFAULT_TOOL_TIMEOUT, Engine, EngineError,
+    ModelBinding, RunRef,
 };
 use loom_journal::MemoryStore;
 use loom_testkit::{
@@ -426,6 +426,64 @@ async fn cancellation_closes_the_run_during_a_step() {
         panic!()
     };
     assert_eq!(step.outcome, loom_core::event::Outcome::Cancelled);
+    // A plain token names no one.
+    let Payload::RunCancelled(cancelled) = &events[6].payload else {
+        panic!()
+    };
+    assert_eq!(
+        (cancelled.reason.as_str(), cancelled.by.as_deref()),
+        ("requested", None)
+    );
+}
+
+/// A run driven here and cancelled through its [`Cancel`] journals who asked, as a run closed
+/// by `cancel_idle` does: while it waits for the model, and while a tool runs.
+#[tokio::test]
+async fn a_driven_run_cancelled_records_who_cancelled_it() {
+    let (engine, store) = engine();
+    let waiting_model = agent(Arc::new(HangingModel::default()), vec![]);
+    let in_a_tool = agent(
+        scripted(
+            "fake-1",
+            json!([{"tool_calls": [{"name": "slow", "arguments": {}}]}, {"text": "fini"}]),
+        ),
+        vec![sleep_tool("slow", 10_000)],
+    );
+    for (agent, under_way, by) in [
+        (&waiting_model, "step.started", "alice"),
+        (&in_a_tool, "tool.called", "bob"),
+    ] {
+        let run = engine.begin(agent, begin("x"), &()).await.unwrap();
+        let cancel = Cancel::new();
+        let trigger = cancel.clone();
+        let (journal, watched) = (store.clone(), run.clone());
+        tokio::spawn(async move {
+            while !events(&journal, &watched)
+                .await
+                .iter()
+                .any(|e| e.event_type == under_way)
+            {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            trigger.cancel(Some(by.to_owned()));
+        });
+        let state = tokio::time::timeout(
+            Duration::from_secs(5),
+            engine.drive(&run, agent, &(), &cancel),
+        )
+        .await
+        .unwrap()
+        .unwrap();
+        assert_eq!(state.status, RunStatus::Cancelled);
+        let last = events(&store, &run).await.pop().unwrap();
+        let Payload::RunCancelled(cancelled) = &last.payload else {
+            panic!("{last:?}")
+        };
+        assert_eq!(
+            (cancelled.reason.as_str(), cancelled.by.as_deref()),
+            ("requested", Some(by))
+        );
+    }
 }
 
 #[tokio::test]

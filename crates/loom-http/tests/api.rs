@@ -587,7 +587,11 @@ async fn a_running_run_is_cancelled() {
     let body: Value = response.json().await.unwrap();
     assert_eq!(body, json!({"run_id": run_id, "cancelled": true}));
     let rest = events.rest().await;
-    assert_eq!(rest.last().unwrap().event.as_deref(), Some("run.cancelled"));
+    let closing = rest.last().unwrap();
+    assert_eq!(closing.event.as_deref(), Some("run.cancelled"));
+    // The pilot of this server closed it, naming who cancelled (the default).
+    assert_eq!(closing.data["payload"]["by"], "api");
+    assert_eq!(closing.data["payload"]["reason"], "requested");
     let (_, result) = server.get(&format!("/runs/{run_id}")).await;
     assert_eq!(result["status"], "cancelled");
     // Already closed: nothing to cancel.

@@ -23,7 +23,6 @@ use loom_engine::{
 };
 use loom_journal::{JsonlStore, LocalArtifacts, MemoryArtifacts, MemoryStore};
 use serde_json::{Map, Value};
-use tokio_util::sync::CancellationToken;
 
 use crate::{
     LoomError, RunResult, SystemClock,
@@ -234,7 +233,7 @@ struct Inner {
     policies: RwLock<BTreeMap<String, Arc<dyn Policy>>>,
     conditions: RwLock<BTreeMap<String, Arc<dyn JudgeCondition>>>,
     agents: RwLock<HashMap<(String, String), Arc<AgentRuntime>>>,
-    active: Mutex<HashMap<String, CancellationToken>>,
+    active: Mutex<HashMap<String, loom_engine::Cancel>>,
     /// Woken each time a run leaves `active` ([`Loom::stop`] waits on it).
     idle: tokio::sync::Notify,
     tenant_budgets: RwLock<BTreeMap<String, TenantBudget>>,
@@ -891,7 +890,7 @@ impl Loom {
         observer: &dyn Observer,
         approver: Option<Arc<dyn Approver>>,
     ) -> Result<RunResult, LoomError> {
-        let token = CancellationToken::new();
+        let token = loom_engine::Cancel::new();
         {
             let mut active =
                 self.inner.active.lock().map_err(|_| {
@@ -1127,7 +1126,8 @@ impl Loom {
     }
 
     /// Cancels a run: a run driven by this instance stops at once (between or during steps);
-    /// another open run is closed as cancelled in its journal. `false` if it had closed.
+    /// another open run is closed as cancelled in its journal. Either way its `run.cancelled`
+    /// records `by`. `false` if it had closed.
     pub async fn cancel(&self, run: &RunRef, by: Option<String>) -> Result<bool, LoomError> {
         let token = self
             .inner
@@ -1136,7 +1136,7 @@ impl Loom {
             .ok()
             .and_then(|a| a.get(&run.run_id).cloned());
         if let Some(token) = token {
-            token.cancel();
+            token.cancel(by);
             return Ok(true);
         }
         let state = self.state(run).await?;
@@ -1416,7 +1416,7 @@ impl Loom {
     pub fn cancel_all(&self) {
         if let Ok(active) = self.inner.active.lock() {
             for token in active.values() {
-                token.cancel();
+                token.cancel(None);
             }
         }
     }

@@ -297,6 +297,50 @@ fn check_window(
     Ok(())
 }
 
+/// Every run state, as [`RunQuery::statuses`] values are written (`completed`, …).
+pub const RUN_STATUSES: [RunStatus; 8] = [
+    RunStatus::ReadyForModel,
+    RunStatus::AwaitingTools,
+    RunStatus::WaitingChild,
+    RunStatus::Paused,
+    RunStatus::Finalizing,
+    RunStatus::Completed,
+    RunStatus::Failed,
+    RunStatus::Cancelled,
+];
+
+/// A run state written as text (`completed`), for the read queries of access paths (MCP
+/// resource URIs); refused naming `parameter` and the states.
+pub fn parse_run_status(parameter: &'static str, text: &str) -> Result<RunStatus, LoomError> {
+    RUN_STATUSES
+        .into_iter()
+        .find(|status| status.as_str() == text)
+        .ok_or_else(|| {
+            let names: Vec<&str> = RUN_STATUSES.iter().map(|s| s.as_str()).collect();
+            invalid(
+                parameter,
+                format!("unknown value '{text}' (expected: {})", names.join(", ")),
+            )
+        })
+}
+
+/// An instant written as text: RFC 3339 (`2026-05-01T12:00:00Z`) or a date (`2026-05-01`: its
+/// first instant, UTC), as the read routes take `since` and `until`; refused naming
+/// `parameter`.
+pub fn parse_instant(parameter: &'static str, text: &str) -> Result<DateTime<Utc>, LoomError> {
+    if let Ok(at) = DateTime::parse_from_rfc3339(text) {
+        return Ok(at.with_timezone(&Utc));
+    }
+    chrono::NaiveDate::parse_from_str(text, "%Y-%m-%d")
+        .map(|date| date.and_time(chrono::NaiveTime::MIN).and_utc())
+        .map_err(|_| {
+            invalid(
+                parameter,
+                format!("'{text}' is neither an RFC 3339 instant nor a YYYY-MM-DD date"),
+            )
+        })
+}
+
 /// The runs of one session's journal, as listed.
 fn listed(events: &[Event]) -> Result<Vec<RunListed>, LoomError> {
     let mut by_run: BTreeMap<&str, Vec<&Event>> = BTreeMap::new();
@@ -501,6 +545,33 @@ mod tests {
         );
         event.seq = seq;
         event
+    }
+
+    #[test]
+    fn texts_of_run_queries_are_read_or_refused_naming_the_parameter() {
+        assert_eq!(
+            parse_run_status("status", "waiting_child").unwrap(),
+            RunStatus::WaitingChild
+        );
+        assert_eq!(
+            parse_run_status("status", "done").unwrap_err().to_string(),
+            "status: unknown value 'done' (expected: ready_for_model, awaiting_tools, \
+             waiting_child, paused, finalizing, completed, failed, cancelled)"
+        );
+        assert_eq!(
+            parse_instant("since", "2026-05-01").unwrap().to_rfc3339(),
+            "2026-05-01T00:00:00+00:00"
+        );
+        assert_eq!(
+            parse_instant("until", "2026-05-01T12:00:00+02:00")
+                .unwrap()
+                .to_rfc3339(),
+            "2026-05-01T10:00:00+00:00"
+        );
+        assert_eq!(
+            parse_instant("until", "yesterday").unwrap_err().to_string(),
+            "until: 'yesterday' is neither an RFC 3339 instant nor a YYYY-MM-DD date"
+        );
     }
 
     /// Sessions interleave by time, but a session whose events were written with clocks out of

@@ -9,7 +9,8 @@
 //! - run results ([`RunResult`]): [`RESULT_CONTENT`];
 //! - traces ([`Trace`]): [`TRACE_CONTENT`];
 //! - sessions ([`SessionInfo`]): [`SESSION_CONTENT`];
-//! - session files ([`SessionFile`]): [`FILE_CONTENT`].
+//! - session files ([`SessionFile`]): [`FILE_CONTENT`];
+//! - usage reports ([`UsageReport`], [`SessionReport`]): [`REPORT_CONTENT`], none.
 //!
 //! Ids, types, statuses, counters, usage, costs, latencies, model and tool names are not
 //! content and stay. A path is a chain of keys separated by `.`, `key[]` standing for every
@@ -24,7 +25,7 @@ use loom_core::{
     redact::{mark_redacted, redact_event, remove_paths},
 };
 
-use crate::{RunResult, SessionFile, SessionInfo, Trace};
+use crate::{RunResult, SessionFile, SessionInfo, SessionReport, Trace, UsageReport};
 
 /// Content fields of a [`RunResult`]: the answer (`text`, `output`, `data`), the failure
 /// message, and what waiting approvals would run with and why.
@@ -60,6 +61,11 @@ pub const SESSION_CONTENT: &[&str] = &[
 /// Content fields of a [`SessionFile`]: its display name (an attachment's file name). The
 /// bytes themselves need `read_content` to be read at all.
 pub const FILE_CONTENT: &[&str] = &["name"];
+
+/// Content fields of a usage report ([`UsageReport`], [`SessionReport`]): none. A report holds
+/// ids, agent, slot and model names, call counts, tokens and costs, which any reader with the
+/// `read` scope sees; a field of content added to a report must be listed here.
+pub const REPORT_CONTENT: &[&str] = &[];
 
 /// A value read through an access path (REST, MCP) that can be shown without its content.
 pub trait Redact {
@@ -113,6 +119,18 @@ impl Redact for SessionInfo {
 impl Redact for SessionFile {
     fn redacted(&self) -> Value {
         without(self, FILE_CONTENT)
+    }
+}
+
+impl Redact for UsageReport {
+    fn redacted(&self) -> Value {
+        without(self, REPORT_CONTENT)
+    }
+}
+
+impl Redact for SessionReport {
+    fn redacted(&self) -> Value {
+        without(self, REPORT_CONTENT)
     }
 }
 

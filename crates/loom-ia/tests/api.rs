@@ -161,7 +161,53 @@ async fn cancel_reaches_a_running_run() {
         .unwrap();
     assert_eq!(result.status, RunStatus::Cancelled);
     let last = loom.events(&run).await.unwrap().pop().unwrap();
-    assert_eq!(last.event_type, "run.cancelled");
+    let Payload::RunCancelled(cancelled) = &last.payload else {
+        panic!("{last:?}")
+    };
+    assert_eq!(cancelled.by.as_deref(), Some("alice"));
+}
+
+/// A background run (`submit`, as `POST /runs` with `background`) cancelled while its tool
+/// runs: the pilot of this process closes it, and its `run.cancelled` names who cancelled.
+#[tokio::test]
+async fn cancelling_a_background_run_records_who_cancelled_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let script =
+        json!([{"tool_calls": [{"name": "wait", "arguments": {"ms": 10000}}]}, {"text": "fini"}]);
+    let loom = loom(dir.path(), script, EventsBackend::Jsonl);
+    let run = loom
+        .submit("calc", "attends", RunOptions::default())
+        .await
+        .unwrap();
+    while !loom
+        .events(&run)
+        .await
+        .unwrap()
+        .iter()
+        .any(|e| matches!(e.payload, Payload::ToolCalled(_)))
+    {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(loom.cancel(&run, Some("alice".into())).await.unwrap());
+    let cancelled = tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            let events = loom.events(&run).await.unwrap();
+            if let Some(Payload::RunCancelled(cancelled)) = events.last().map(|e| &e.payload) {
+                break cancelled.clone();
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        (cancelled.reason.as_str(), cancelled.by.as_deref()),
+        ("requested", Some("alice"))
+    );
+    assert_eq!(
+        loom.result(&run).await.unwrap().status,
+        RunStatus::Cancelled
+    );
 }
 
 #[tokio::test]

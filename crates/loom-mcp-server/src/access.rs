@@ -57,6 +57,25 @@ impl Access {
         self.key.as_ref().is_some_and(|key| !key.agents.is_empty())
     }
 
+    /// The agents the key is limited to (`None`: any), as the REST API filters its lists.
+    pub(crate) fn agent_limit(&self) -> Option<Vec<String>> {
+        self.key
+            .as_ref()
+            .filter(|key| !key.agents.is_empty())
+            .map(|key| key.agents.clone())
+    }
+
+    /// The refusal of an agent the key may not use, naming the key and the agent.
+    pub(crate) fn require_agent(&self, agent: &str) -> Result<(), String> {
+        match &self.key {
+            Some(key) if !key.allows_agent(agent) => Err(format!(
+                "key '{}' is not allowed on the agent '{agent}'",
+                key.id
+            )),
+            _ => Ok(()),
+        }
+    }
+
     /// Whether the caller may use `agent` (its key's `agents`, its tenant's `agents`).
     pub(crate) fn allows_agent(&self, config: &Config, agent: &str) -> bool {
         self.key.as_ref().is_none_or(|key| key.allows_agent(agent))

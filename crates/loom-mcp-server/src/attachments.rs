@@ -141,20 +141,7 @@ fn file_path(uri: &str) -> Option<PathBuf> {
     if !rest.starts_with('/') {
         return None;
     }
-    let bytes = rest.as_bytes();
-    let mut decoded = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
-            decoded.push(u8::from_str_radix(hex, 16).ok()?);
-            i += 3;
-        } else {
-            decoded.push(bytes[i]);
-            i += 1;
-        }
-    }
-    let text = String::from_utf8(decoded).ok()?;
+    let text = crate::resources::percent_decoded(rest).ok()?;
     if text.contains('\0') {
         return None;
     }

@@ -8,10 +8,15 @@
 //!   `{data, media_type, name?}`, an `artifact://` link, or a `file://` path under
 //!   `server.mcp.file_roots`) and returning the answer as text, the run result as structured
 //!   content, `isError` when the run failed; and the control tools `run_status`, `run_report`
-//!   and `cancel`.
-//! - **Resources**: `loom://runs`, `loom://sessions` and the templates `loom://runs/{run_id}`,
+//!   (a run's or a session's usage report) and `cancel` (`by`, default `mcp:<client name>`, is
+//!   journaled in the run's `run.cancelled`, whether this process drives the run or not).
+//! - **Resources**: `loom://runs`, `loom://sessions` and the templates
+//!   `loom://runs{?agent,status,since,until,limit,sessions}`, `loom://runs/{run_id}`,
 //!   `…/events`, `loom://traces/{run_id}`, `loom://sessions/{session_id}`, `…/events`,
-//!   `loom://artifacts/…` (blobs), all in the caller's tenant.
+//!   `loom://artifacts/…` (blobs), all in the caller's tenant. The run list is the page of
+//!   `GET /v1/runs` (`loom_ia::Loom::runs`: `{runs, scanned, truncated}`, the key's agents
+//!   only), with its filters and their values (`status` repeated or comma-separated); an
+//!   unusable query value is an `invalid params` error naming the parameter.
 //! - **Progress**: when the client sends a progress token, one notification per progress event
 //!   of the run, with the lines of `loom run --stream`.
 //! - **Approvals** never go through a tool: when a run pauses on one and the client supports
@@ -22,8 +27,9 @@
 //!   `loom approve`.
 //!
 //! Without the `read_content` scope, everything returned (run results of agent tools and
-//! `run_status`, events, traces, sessions) loses its content fields exactly as on the REST API
-//! ([`loom_ia::redact`]), the paths removed listed in `redacted`.
+//! `run_status`, usage reports of `run_report`, events, traces, sessions) loses its content
+//! fields exactly as on the REST API ([`loom_ia::redact`]), the paths removed listed in
+//! `redacted` (a usage report holds none: names, counts, tokens and costs).
 //!
 //! Two transports: [`serve_stdio`] (`loom mcp`: one tenant, no key, everything allowed) and
 //! [`http_service`] (mounted at `<base_path>/mcp` by `loom serve` when `server.mcp.http` is on:

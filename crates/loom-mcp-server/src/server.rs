@@ -316,10 +316,17 @@ impl LoomMcp {
             }
             RUN_REPORT => {
                 access.require(Scope::Read)?;
+                // Masked as every read is ([`loom_ia::redact::REPORT_CONTENT`]: a report holds
+                // names, counts, tokens and costs, no content).
+                let content = access.reads_content();
                 let value = match (run_id, session) {
                     (Some(run_id), session) => {
                         let run = self.run_of(access, &run_id, session.as_deref()).await?;
-                        to_value(&self.loom.report(&run).await.map_err(|e| e.to_string())?)
+                        self.loom
+                            .report(&run)
+                            .await
+                            .map_err(|e| e.to_string())?
+                            .view(content)
                     }
                     (None, Some(session)) => {
                         if access.agent_limited() {
@@ -329,13 +336,11 @@ impl LoomMcp {
                                     .to_owned(),
                             );
                         }
-                        to_value(
-                            &self
-                                .loom
-                                .session_report(&session, Some(access.tenant()))
-                                .await
-                                .map_err(|e| e.to_string())?,
-                        )
+                        self.loom
+                            .session_report(&session, Some(access.tenant()))
+                            .await
+                            .map_err(|e| e.to_string())?
+                            .view(content)
                     }
                     (None, None) => return Err("give run_id or session_id".to_owned()),
                 };
@@ -790,10 +795,6 @@ fn structured(value: Value) -> CallToolResult {
 /// A refused or failed call the client (and its model) reads.
 fn tool_error(message: String) -> CallToolResult {
     CallToolResult::error(vec![ContentBlock::text(message)])
-}
-
-fn to_value(value: &impl Serialize) -> Value {
-    serde_json::to_value(value).unwrap_or(Value::Null)
 }
 
 fn object(value: Value) -> Arc<Map<String, Value>> {
