@@ -1036,3 +1036,98 @@ fn a_key_of_one_tenant_never_sees_another_tenants_runs_over_mcp() {
     let events = journal(dir.path(), "globex", "s-globex");
     assert!(!types(&events).contains(&"run.cancelled"));
 }
+
+/// The HTTP project with an agent `accueil` that hands quotes to `devis` (a sub-run), and a
+/// key `lk_test_accueil-seul` limited to `accueil`.
+fn delegating_project() -> tempfile::TempDir {
+    let dir = http_project();
+    let path = dir.path().join("loom.yaml");
+    let hash = Sha256::digest(b"lk_test_accueil-seul");
+    let hex: String = hash.iter().map(|b| format!("{b:02x}")).collect();
+    let mut config = fs::read_to_string(&path).unwrap().replacen(
+        "models:\n",
+        "models:\n  - id: fake-accueil\n    sdk: fake\n    model: FAKE-ACCUEIL\n    params:\n      script:\n        - text: \"Je transmets au service devis.\"\n          tool_calls:\n            - name: devis\n              arguments: {message: \"Prix TTC de 1 250 € HT ?\"}\n        - text: \"{{ tool_result }}\"\n",
+        1,
+    );
+    config.push_str(&format!(
+        "    - {{id: accueil-seul, hash: \"sha256:{hex}\", tenant: acme, scopes: [run, read, read_content], agents: [accueil]}}\n"
+    ));
+    fs::write(&path, config).unwrap();
+    fs::write(
+        dir.path().join("agents/accueil.yaml"),
+        "name: accueil\ndescription: Accueille les clients et confie les devis au service devis.\n\
+         main:\n  model: fake-accueil\nsubagents:\n  - agent: devis\n",
+    )
+    .unwrap();
+    dir
+}
+
+#[test]
+fn a_key_limited_to_an_agent_does_not_see_the_sub_runs_of_other_agents_over_mcp() {
+    if !python_client() {
+        return;
+    }
+    let dir = delegating_project();
+    let served = Served::start(dir.path());
+    let opened = client(
+        "http",
+        json!({"url": served.url(), "key": "lk_test_accueil-seul",
+               "calls": [["accueil", {"message": "Un devis, s'il vous plaît.", "session_id": "s-tree"}]]}),
+    );
+    let result = &opened["calls"][0]["structured"];
+    assert_eq!(result["status"], "completed", "{opened}");
+    let run_id = result["run_id"].as_str().unwrap();
+    let session = "s-tree";
+    let events = journal(dir.path(), "acme", session);
+    assert!(
+        events
+            .iter()
+            .any(|e| e["type"] == "run.started" && e["agent"] == "devis"),
+        "devis ran as a sub-run"
+    );
+
+    let trace = format!("loom://traces/{run_id}?session_id={session}");
+    let seen_by = |key: &str| {
+        client(
+            "http",
+            json!({"url": served.url(), "key": key,
+                   "reads": [trace],
+                   "calls": [["run_status", {"run_id": run_id, "session_id": session}],
+                             ["run_report", {"run_id": run_id, "session_id": session}]]}),
+        )
+    };
+    // The limited key reads its own run's result, but not the trace or the report, which show
+    // the devis sub-run: refused as REST's GET /v1/traces refuses it (403).
+    let limited = seen_by("lk_test_accueil-seul");
+    assert_eq!(limited["calls"][0]["structured"]["status"], "completed");
+    let refusal = "key 'accueil-seul' is not allowed on the agent 'devis'";
+    assert!(
+        limited["reads"][&trace]["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains(refusal),
+        "{}",
+        limited["reads"][&trace]
+    );
+    assert_eq!(
+        limited["calls"][1]["is_error"], true,
+        "{}",
+        limited["calls"][1]
+    );
+    assert_eq!(first_text(&limited["calls"][1]), refusal);
+    let (code, body) = get_json(
+        &served.address,
+        &format!("/v1/traces/{run_id}?session_id={session}"),
+        "lk_test_accueil-seul",
+    );
+    assert_eq!(code, 403, "{body}");
+    // A key of the tenant without an agent limit reads both, sub-run included.
+    let whole = seen_by("lk_test_acme");
+    let steps = whole["reads"][&trace]["json"].to_string();
+    assert!(steps.contains("devis"), "{steps}");
+    assert_eq!(
+        whole["calls"][1]["is_error"], false,
+        "{}",
+        whole["calls"][1]
+    );
+}

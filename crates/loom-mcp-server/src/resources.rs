@@ -188,7 +188,7 @@ pub(crate) async fn read(
         }
         ["traces", run_id] => {
             let run = server
-                .visible_run(access, run_id, session.as_deref())
+                .visible_tree(access, run_id, session.as_deref())
                 .await?;
             let trace = loom.trace(&run).await.map_err(failed)?;
             Ok(json_text(uri, &trace.view(content)))

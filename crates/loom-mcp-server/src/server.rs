@@ -280,6 +280,36 @@ impl LoomMcp {
         Ok(run)
     }
 
+    /// A run whose whole tree the caller may see: [`Self::run_of`], then
+    /// [`Self::tree_allowed`].
+    async fn tree_of(
+        &self,
+        access: &Access,
+        run_id: &str,
+        session: Option<&str>,
+    ) -> Result<RunRef, String> {
+        let run = self.run_of(access, run_id, session).await?;
+        self.tree_allowed(access, &run).await?;
+        Ok(run)
+    }
+
+    /// For a key limited to some agents, whether it may use every agent of the run tree: a
+    /// trace and a report show the sub-runs too, so they are refused as REST's
+    /// `GET /traces/{run_id}` is (403 there).
+    async fn tree_allowed(&self, access: &Access, run: &RunRef) -> Result<(), String> {
+        if access.agent_limited() {
+            let agents = self
+                .loom
+                .tree_agents(run)
+                .await
+                .map_err(|e| e.to_string())?;
+            for agent in &agents {
+                access.require_agent(agent)?;
+            }
+        }
+        Ok(())
+    }
+
     async fn call_control(
         &self,
         access: &Access,
@@ -321,7 +351,7 @@ impl LoomMcp {
                 let content = access.reads_content();
                 let value = match (run_id, session) {
                     (Some(run_id), session) => {
-                        let run = self.run_of(access, &run_id, session.as_deref()).await?;
+                        let run = self.tree_of(access, &run_id, session.as_deref()).await?;
                         self.loom
                             .report(&run)
                             .await
@@ -717,6 +747,21 @@ impl LoomMcp {
         self.run_of(access, run_id, session)
             .await
             .map_err(|message| ErrorData::resource_not_found(message, None))
+    }
+
+    /// [`Self::visible_run`] whose whole run tree the caller may see (for traces): a sub-run
+    /// of an agent the key may not use is refused.
+    pub(crate) async fn visible_tree(
+        &self,
+        access: &Access,
+        run_id: &str,
+        session: Option<&str>,
+    ) -> Result<RunRef, ErrorData> {
+        let run = self.visible_run(access, run_id, session).await?;
+        self.tree_allowed(access, &run)
+            .await
+            .map_err(|refused| ErrorData::invalid_request(refused, None))?;
+        Ok(run)
     }
 }
 
