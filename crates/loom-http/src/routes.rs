@@ -47,9 +47,9 @@ pub(crate) fn v1() -> OpenApiRouter<AppState> {
         .routes(routes!(approve))
         .routes(routes!(reject))
         .routes(routes!(cancel))
-        .merge(OpenApiRouter::from(crate::search::routes()))
-        .merge(OpenApiRouter::from(crate::sessions::routes()))
-        .route("/hooks/{name}", axum::routing::post(crate::hooks::deliver))
+        .merge(crate::search::routes())
+        .merge(crate::sessions::routes())
+        .routes(routes!(crate::hooks::deliver))
 }
 
 /// No route matched.
