@@ -121,6 +121,60 @@ pub(crate) fn finish(mut api: openapi::OpenApi, open: bool) -> openapi::OpenApi 
     api
 }
 
+/// Lists the `delivery_header` of each trigger of the configuration as an optional header of
+/// `POST <prefix>/hooks/{name}` (the header names come from the configuration, so the
+/// document is built for it).
+pub(crate) fn delivery_headers(
+    api: &mut openapi::OpenApi,
+    prefix: &str,
+    triggers: &[loom_ia::config::TriggerSpec],
+) {
+    let mut headers: Vec<(String, Vec<&str>)> = Vec::new();
+    for trigger in triggers {
+        let Some(header) = &trigger.delivery_header else {
+            continue;
+        };
+        match headers
+            .iter_mut()
+            .find(|(known, _)| known.eq_ignore_ascii_case(header))
+        {
+            Some((_, names)) => names.push(&trigger.name),
+            None => headers.push((header.clone(), vec![&trigger.name])),
+        }
+    }
+    let Some(operation) = api
+        .paths
+        .paths
+        .get_mut(&format!("{prefix}/hooks/{{name}}"))
+        .and_then(|item| item.post.as_mut())
+    else {
+        return;
+    };
+    for (header, names) in headers {
+        let names = names
+            .iter()
+            .map(|name| format!("`{name}`"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let parameter = openapi::path::ParameterBuilder::new()
+            .name(header)
+            .parameter_in(openapi::path::ParameterIn::Header)
+            .required(openapi::Required::False)
+            .description(Some(format!(
+                "The delivery id of the triggers {names} (their `delivery_header`): it becomes \
+the run id, so a redelivery answers the run of the first (`200`, `repeated`). Blank: none."
+            )))
+            .schema(Some(openapi::ObjectBuilder::new().schema_type(
+                openapi::schema::SchemaType::new(openapi::Type::String),
+            )))
+            .build();
+        operation
+            .parameters
+            .get_or_insert_with(Vec::new)
+            .push(RefOr::T(parameter));
+    }
+}
+
 fn operations(item: &mut openapi::PathItem) -> impl Iterator<Item = &mut openapi::path::Operation> {
     [
         item.get.as_mut(),

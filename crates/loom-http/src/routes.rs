@@ -157,6 +157,39 @@ struct RunRequest {
     background: bool,
 }
 
+/// `POST /agents/{name}/runs` as `multipart/form-data`: the fields of [`RunRequest`] as form
+/// fields (read as the JSON body is, see [`crate::upload`]), and the files in `attachments`
+/// parts. Only describes the form: [`crate::upload::RunBody`] reads it.
+#[derive(Debug, ToSchema)]
+#[allow(dead_code)]
+struct RunForm {
+    /// The user's message.
+    #[schema(min_length = 1)]
+    message: String,
+    /// Continue this session (its conversation is re-read); default: a new session named
+    /// after the run.
+    #[schema(pattern = "^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")]
+    session_id: Option<String>,
+    /// Choose the run id; default: a UUIDv7.
+    #[schema(pattern = "^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")]
+    run_id: Option<String>,
+    /// Who the run is for (journaled).
+    user_id: Option<String>,
+    /// Free metadata, journaled with the run: the JSON text of an object.
+    #[schema(content_media_type = "application/json")]
+    metadata: Option<String>,
+    /// Judges: as configured (`auto`), always (`force`) or never (`skip`: needs the scope
+    /// `admin`).
+    judges: Option<JudgesMode>,
+    /// Answer at once with `202` and drive the run in the background (`true` or `false`).
+    background: Option<bool>,
+    /// Files attached to the run, one part each, with its file name and `Content-Type`;
+    /// checked as `loom run --attach` checks them (`execution.attachments`: size, type,
+    /// count).
+    #[schema(content_media_type = "application/octet-stream")]
+    attachments: Option<Vec<String>>,
+}
+
 /// When judges run (`judges` of a run request).
 #[derive(Debug, ToSchema)]
 #[schema(rename_all = "lowercase")]
@@ -196,7 +229,14 @@ server shuts down during a synchronous run, the run stops at a safe point and th
 `503` (`kind: interrupted`, with `run_id` and `session_id`): the run resumes when the server \
 starts again. Scope `run` (`admin` too for `judges: skip`).",
     params(("name" = String, Path, description = "The agent's name.")),
-    request_body(content = RunRequest, content_type = "application/json"),
+    request_body(
+        description = "The run request: JSON, or the same fields as a `multipart/form-data` \
+form with files in `attachments` parts.",
+        content(
+            (RunRequest = "application/json"),
+            (RunForm = "multipart/form-data"),
+        ),
+    ),
     responses(
         (status = 201, description = "The run closed (completed, failed, cancelled) or paused: its result.", body = RunResultSchema),
         (status = 202, description = "`background`: the run is journaled and driven in the background.", body = Accepted),
