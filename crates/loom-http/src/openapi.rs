@@ -17,6 +17,12 @@
 //! (no `const`, no boolean schemas, and an untagged enum that reads a full object schema back
 //! as `{"type": "object"}`), so a serde conversion would silently weaken the document.
 //!
+//! **Masked answers.** Without `read_content`, a read loses its content fields and gains
+//! `redacted` ([`loom_ia::Redact`]). The schemas of the redactable types are therefore
+//! relaxed when the document is written: `redacted` is declared and every content field of
+//! [`loom_ia::redact`] (nested ones too) is dropped from `required`, so a masked answer
+//! validates against the same schema as a whole one.
+//!
 //! Served at `<base_path>/openapi.json` and `<base_path>/docs` (Scalar; the page loads its
 //! script from a CDN in the browser, nothing is fetched at build time), without a key, unless
 //! the profile is `prod` or `server.http.docs` is `false` (`docs: true` serves them in `prod`).
@@ -489,7 +495,9 @@ fn escape(key: &str) -> String {
 }
 
 /// The document as served: utoipa's, with the facade's schemas written in
-/// `components.schemas` exactly as schemars generates them (no conversion between models).
+/// `components.schemas` exactly as schemars generates them (no conversion between models),
+/// then relaxed for masked answers ([`relax_content`]: `redacted` declared, content fields not
+/// required).
 pub(crate) fn document(api: &openapi::OpenApi) -> Value {
     let mut json = serde_json::to_value(api).unwrap_or_else(|error| {
         tracing::error!(%error, "the OpenAPI document could not be serialized");

@@ -1,12 +1,19 @@
-//! The `/v1` routes: agents, runs, decisions, cancellation, webhooks; the read routes of
-//! [`crate::search`] and [`crate::sessions`] are merged in.
+//! The `/v1` routes: agents, runs, decisions, cancellation; the webhook of [`crate::hooks`]
+//! and the read routes of [`crate::search`] and [`crate::sessions`] (each module's own
+//! `OpenApiRouter`) are merged in. Every route is in the OpenAPI document.
 //!
 //! **Adding a route.** Write the handler with a `#[utoipa::path(...)]` annotation (method,
-//! path relative to `/v1`, parameters, request body, every response status with its body —
-//! errors are `ErrorBody` — and `security(("bearer" = []), ("api_key" = []))`), then register it
-//! in [`v1`] with `.routes(routes!(handler))`. The router and the OpenAPI document are built
-//! from that one call, so an unannotated handler cannot be registered there (`routes!` needs
-//! the annotation), and `tests/openapi.rs` lists the routes the document must hold.
+//! path relative to `/v1`, tag, `operation_id`, summary, a description naming the scope,
+//! parameters, request body, every response status with its body — errors are `ErrorBody`,
+//! with `Retry-After` where it is sent — and `security(("bearer" = []), ("api_key" = []))`),
+//! then register it in [`v1`] (or its module's `routes`) with `.routes(routes!(handler))`. The
+//! router and the OpenAPI document are built from that one call, so an unannotated handler
+//! cannot be registered there (`routes!` needs the annotation); `tests/openapi.rs` lists the
+//! routes the document must hold and refuses a `.route(` outside `lib.rs`, `openapi.rs` and
+//! `mcp.rs`. A query string read through [`crate::params::Params`] is described by an
+//! `IntoParams` struct named in `params(...)` and accepted with `params.only::<T>()`; a facade
+//! type answered goes through a `schemars_schema!` marker and `openapi::schemars_components`
+//! (and, when it is masked without `read_content`, `openapi::redactable`).
 
 use axum::{
     Json,
@@ -186,7 +193,7 @@ struct RunForm {
     /// Files attached to the run, one part each, with its file name and `Content-Type`;
     /// checked as `loom run --attach` checks them (`execution.attachments`: size, type,
     /// count).
-    #[schema(content_media_type = "application/octet-stream")]
+    #[schema(value_type = Option<Vec<String>>, format = Binary)]
     attachments: Option<Vec<String>>,
 }
 
