@@ -9,8 +9,8 @@
 //! then register it in [`v1`] (or its module's `routes`) with `.routes(routes!(handler))`. The
 //! router and the OpenAPI document are built from that one call, so an unannotated handler
 //! cannot be registered there (`routes!` needs the annotation); `tests/openapi.rs` lists the
-//! routes the document must hold and refuses a `.route(` outside `lib.rs`, `openapi.rs` and
-//! `mcp.rs`. A query string read through [`crate::params::Params`] is described by an
+//! routes the document must hold and refuses a route added by hand (axum's `route`) outside
+//! `lib.rs`, `openapi.rs` and `mcp.rs`. A query string read through [`crate::params::Params`] is described by an
 //! `IntoParams` struct named in `params(...)` and accepted with `params.only::<T>()`; a facade
 //! type answered goes through a `schemars_schema!` marker and `openapi::schemars_components`
 //! (and, when it is masked without `read_content`, `openapi::redactable`).
