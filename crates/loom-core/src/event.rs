@@ -25,7 +25,7 @@ use crate::{
 pub const SCHEMA_VERSION: u32 = 1;
 
 /// The family of an event.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Category {
     /// Run life cycle.
@@ -53,7 +53,7 @@ pub enum Category {
 }
 
 /// The health of an event, derived from its payload.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum EventStatus {
     /// Nothing to report.
@@ -65,7 +65,10 @@ pub enum EventStatus {
 }
 
 /// A journaled fact.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+///
+/// Its JSON Schema (`schemars`) describes the envelope; the payload is described as an object
+/// whose `type` is the event type (the schema of each payload type is not part of it).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Event {
     /// UUIDv7, chosen when the event is built.
     pub event_id: String,
@@ -100,6 +103,7 @@ pub struct Event {
     /// Scalar summary of the payload (derived), for queries and traces.
     pub facets: Map<String, Value>,
     /// What happened.
+    #[schemars(schema_with = "payload_schema")]
     pub payload: Payload,
     /// Position in the session journal, from 1, assigned by the store (0 until appended).
     #[serde(default)]
@@ -248,6 +252,17 @@ impl Event {
         // Serializing plain data with string keys cannot fail.
         serde_json::to_string(self).unwrap_or_default()
     }
+}
+
+/// The schema of [`Event::payload`]: an object whose `type` is the event type, with the fields
+/// of that type.
+fn payload_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "object",
+        "description": "What happened: the fields of the event type named by `type` (the same as the envelope's).",
+        "properties": {"type": {"type": "string"}},
+        "required": ["type"],
+    })
 }
 
 fn ser_ts<S: Serializer>(ts: &DateTime<Utc>, s: S) -> Result<S::Ok, S::Error> {

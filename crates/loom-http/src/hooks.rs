@@ -16,13 +16,52 @@ use axum::{
 use loom_ia::config::Scope;
 use serde_json::Value;
 
-use crate::{AppState, auth::Caller, error::ApiError, routes::loom_error};
+use crate::{
+    AppState,
+    auth::Caller,
+    error::ApiError,
+    openapi::{ErrorBody, TriggeredSchema},
+    routes::loom_error,
+};
 
 /// `POST /hooks/{name}` (scope `run`, and the trigger's agent allowed for the key): answers a
 /// [`loom_ia::Triggered`] `{trigger, run_id, session_id, status, repeated}` with 202 when the
 /// delivery opened a run, 200 when it had been received before. 404 for an unknown trigger;
 /// 422 for a body that is not JSON, an unusable delivery header, or a delivery the trigger
 /// refuses (templates that cannot render the payload, a delivery id of another run).
+#[utoipa::path(
+    post,
+    path = "/hooks/{name}",
+    tag = "webhooks",
+    operation_id = "deliver_webhook",
+    summary = "Deliver a webhook to a trigger",
+    description = "The body is the sender's raw JSON (any value; an empty body is `null`), \
+without an envelope: the trigger's templates render the message (and the session) of a \
+background run of its agent from it, in the key's tenant. When the trigger declares a \
+`delivery_header`, that header's value is the delivery id and the run id: the first delivery \
+opens the run (`202`), a redelivery answers the same run (`200`, `repeated: true`). The \
+delivery headers of the configuration's triggers are listed as parameters. Scope `run`, and \
+the trigger's agent allowed for the key.",
+    params(("name" = String, Path, description = "The trigger's name (`triggers[].name`).")),
+    request_body(
+        content = Option<serde_json::Value>,
+        content_type = "application/json",
+        description = "The payload: any JSON value (an empty body is `null`).",
+    ),
+    responses(
+        (status = 200, description = "A redelivery: the run its first reception opened (`repeated: true`); no run was opened.", body = TriggeredSchema),
+        (status = 202, description = "The delivery opened a background run.", body = TriggeredSchema),
+        (status = 401, description = "Keys are declared and the key is missing, unknown or expired.", body = ErrorBody),
+        (status = 403, description = "The key lacks the scope `run`, or may not use the trigger's agent.", body = ErrorBody),
+        (status = 404, description = "No such trigger (`unknown_trigger`).", body = ErrorBody),
+        (status = 409, description = "The run is refused (`refused`).", body = ErrorBody),
+        (status = 413, description = "The body is larger than `server.http.max_body_bytes`.", body = ErrorBody),
+        (status = 422, description = "The body is not JSON (`invalid_body`), the delivery header is not visible ASCII (`invalid_header`), or the trigger refuses the delivery (`invalid_request`: a template cannot render the payload, an empty message, an unusable session or delivery id, a delivery id naming another run).", body = ErrorBody),
+        (status = 429, description = "A tenant budget or quota is reached.", body = ErrorBody,
+            headers(("Retry-After" = u64, description = "Seconds until a run is let in."))),
+    ),
+    security(("bearer" = []), ("api_key" = [])),
+)]
 pub(crate) async fn deliver(
     State(state): State<AppState>,
     caller: Caller,

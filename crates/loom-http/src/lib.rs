@@ -100,7 +100,9 @@ fn api(loom: &Loom, settings: &HttpServerConfig) -> (Router<AppState>, utoipa::o
         .nest(&prefix, routes::v1())
         .split_for_parts();
     let open = loom.config().raw().security.api_keys.is_empty();
-    (router, openapi::finish(api, open))
+    let mut api = openapi::finish(api, open);
+    openapi::delivery_headers(&mut api, &prefix, loom.config().triggers());
+    (router, api)
 }
 
 /// Whether `<base_path>/openapi.json` and `<base_path>/docs` are served: `server.http.docs`,

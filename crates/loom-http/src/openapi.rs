@@ -17,6 +17,12 @@
 //! (no `const`, no boolean schemas, and an untagged enum that reads a full object schema back
 //! as `{"type": "object"}`), so a serde conversion would silently weaken the document.
 //!
+//! **Masked answers.** Without `read_content`, a read loses its content fields and gains
+//! `redacted` ([`loom_ia::Redact`]). The schemas of the redactable types are therefore
+//! relaxed when the document is written: `redacted` is declared and every content field of
+//! [`loom_ia::redact`] (nested ones too) is dropped from `required`, so a masked answer
+//! validates against the same schema as a whole one.
+//!
 //! Served at `<base_path>/openapi.json` and `<base_path>/docs` (Scalar; the page loads its
 //! script from a CDN in the browser, nothing is fetched at build time), without a key, unless
 //! the profile is `prod` or `server.http.docs` is `false` (`docs: true` serves them in `prod`).
@@ -55,12 +61,20 @@ const API_KEY: &str = "api_key";
     info(
         title = "Loom REST API",
         description = "Run Loom agents over HTTP: synchronous or background runs, their results, \
-their events as Server-Sent Events, approvals and cancellation. Every error is JSON \
-`{\"error\": {\"kind\", \"message\"}}` with a stable `kind`.",
+their events as Server-Sent Events, approvals and cancellation, the run list, the event \
+search, traces, sessions and webhooks. Every error is JSON `{\"error\": {\"kind\", \
+\"message\"}}` with a stable `kind`. Without the scope `read_content`, reads lose their \
+content fields and list them in `redacted`: the document requires no content field.",
     ),
     tags(
         (name = "agents", description = "The agents the caller may run."),
-        (name = "runs", description = "Runs: open, read, follow, decide, cancel."),
+        (name = "runs", description = "Runs: open, list, read, follow, decide, cancel."),
+        (name = "journal", description = "The journal read across a tenant: the event search \
+and a run's trace."),
+        (name = "sessions", description = "Sessions: list, read, their journal, files and \
+report, and GDPR erasure."),
+        (name = "webhooks", description = "Deliveries to the configuration's `triggers`, \
+each opening a background run."),
     ),
     modifiers(&Security),
 )]
@@ -111,6 +125,60 @@ pub(crate) fn finish(mut api: openapi::OpenApi, open: bool) -> openapi::OpenApi 
         }
     }
     api
+}
+
+/// Lists the `delivery_header` of each trigger of the configuration as an optional header of
+/// `POST <prefix>/hooks/{name}` (the header names come from the configuration, so the
+/// document is built for it).
+pub(crate) fn delivery_headers(
+    api: &mut openapi::OpenApi,
+    prefix: &str,
+    triggers: &[loom_ia::config::TriggerSpec],
+) {
+    let mut headers: Vec<(String, Vec<&str>)> = Vec::new();
+    for trigger in triggers {
+        let Some(header) = &trigger.delivery_header else {
+            continue;
+        };
+        match headers
+            .iter_mut()
+            .find(|(known, _)| known.eq_ignore_ascii_case(header))
+        {
+            Some((_, names)) => names.push(&trigger.name),
+            None => headers.push((header.clone(), vec![&trigger.name])),
+        }
+    }
+    let Some(operation) = api
+        .paths
+        .paths
+        .get_mut(&format!("{prefix}/hooks/{{name}}"))
+        .and_then(|item| item.post.as_mut())
+    else {
+        return;
+    };
+    for (header, names) in headers {
+        let names = names
+            .iter()
+            .map(|name| format!("`{name}`"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let parameter = openapi::path::ParameterBuilder::new()
+            .name(header)
+            .parameter_in(openapi::path::ParameterIn::Header)
+            .required(openapi::Required::False)
+            .description(Some(format!(
+                "The delivery id of the triggers {names} (their `delivery_header`): it becomes \
+the run id, so a redelivery answers the run of the first (`200`, `repeated`). Blank: none."
+            )))
+            .schema(Some(openapi::ObjectBuilder::new().schema_type(
+                openapi::schema::SchemaType::new(openapi::Type::String),
+            )))
+            .build();
+        operation
+            .parameters
+            .get_or_insert_with(Vec::new)
+            .push(RefOr::T(parameter));
+    }
 }
 
 fn operations(item: &mut openapi::PathItem) -> impl Iterator<Item = &mut openapi::path::Operation> {
@@ -203,14 +271,233 @@ schemars_schema!(
     /// `RunResult` (the facade's `loom_ia::RunResult`).
     RunResultSchema => loom_ia::RunResult
 );
+schemars_schema!(
+    /// `RunPage` (`loom_ia::RunPage`): a page of the run list.
+    RunPageSchema => loom_ia::RunPage
+);
+schemars_schema!(
+    /// `RunStatus` (`loom_ia::RunStatus`), for the `status` filter of the run list.
+    RunStatusSchema => loom_ia::RunStatus
+);
+schemars_schema!(
+    /// `Event` (`loom_ia::Event`): the journaled event envelope.
+    EventSchema => loom_ia::Event
+);
+schemars_schema!(
+    /// `Category` (`loom_ia::core::Category`), for the `category` filter of the event search.
+    CategorySchema => loom_ia::core::Category
+);
+schemars_schema!(
+    /// `EventStatus` (`loom_ia::core::EventStatus`), for the `status` filter of the event
+    /// search.
+    EventStatusSchema => loom_ia::core::EventStatus
+);
+schemars_schema!(
+    /// `Trace` (`loom_ia::Trace`): a run as a tree of steps and calls.
+    TraceSchema => loom_ia::Trace
+);
+schemars_schema!(
+    /// `SessionInfo` (`loom_ia::SessionInfo`): a session's runs and waiting approvals.
+    SessionInfoSchema => loom_ia::SessionInfo
+);
+schemars_schema!(
+    /// `SessionFile` (`loom_ia::SessionFile`): a file stored beside a session.
+    SessionFileSchema => loom_ia::SessionFile
+);
+schemars_schema!(
+    /// `SessionReport` (`loom_ia::SessionReport`): a session's tokens and cost.
+    SessionReportSchema => loom_ia::SessionReport
+);
+schemars_schema!(
+    /// `SessionDeletion` (`loom_ia::SessionDeletion`): what erasing a session removed.
+    SessionDeletionSchema => loom_ia::SessionDeletion
+);
+schemars_schema!(
+    /// `Triggered` (`loom_ia::Triggered`): what a webhook delivery did.
+    TriggeredSchema => loom_ia::Triggered
+);
 
-/// The definitions of every facade type a handler names through [`schemars_schema!`].
+/// The definitions of every facade type a handler names through [`schemars_schema!`] (a
+/// definition shared by several types is written once).
 fn schemars_components() -> Vec<(String, Value)> {
-    schemars_definitions::<loom_ia::RunResult>()
+    let mut all: Vec<(String, Value)> = Vec::new();
+    for definitions in [
+        schemars_definitions::<loom_ia::RunResult>(),
+        schemars_definitions::<loom_ia::RunPage>(),
+        schemars_definitions::<loom_ia::RunStatus>(),
+        schemars_definitions::<loom_ia::Event>(),
+        schemars_definitions::<loom_ia::core::Category>(),
+        schemars_definitions::<loom_ia::core::EventStatus>(),
+        schemars_definitions::<loom_ia::Trace>(),
+        schemars_definitions::<loom_ia::SessionInfo>(),
+        schemars_definitions::<loom_ia::SessionFile>(),
+        schemars_definitions::<loom_ia::SessionReport>(),
+        schemars_definitions::<loom_ia::SessionDeletion>(),
+        schemars_definitions::<loom_ia::Triggered>(),
+    ] {
+        for (name, schema) in definitions {
+            if !all.iter().any(|(known, _)| *known == name) {
+                all.push((name, schema));
+            }
+        }
+    }
+    all
+}
+
+/// The facade types that a reader without `read_content` gets masked ([`loom_ia::Redact`]),
+/// each with its content fields (paths as [`loom_ia::redact`] writes them; an event's are
+/// inside its payload, which the document describes as a free object).
+fn redactable() -> Vec<(Cow<'static, str>, &'static [&'static str])> {
+    vec![
+        (
+            <loom_ia::RunResult as JsonSchema>::schema_name(),
+            loom_ia::redact::RESULT_CONTENT,
+        ),
+        (
+            <loom_ia::Trace as JsonSchema>::schema_name(),
+            loom_ia::redact::TRACE_CONTENT,
+        ),
+        (
+            <loom_ia::SessionInfo as JsonSchema>::schema_name(),
+            loom_ia::redact::SESSION_CONTENT,
+        ),
+        (
+            <loom_ia::SessionFile as JsonSchema>::schema_name(),
+            loom_ia::redact::FILE_CONTENT,
+        ),
+        (<loom_ia::Event as JsonSchema>::schema_name(), &[]),
+    ]
+}
+
+/// One step of a content path: a property, or the elements of an array (`key[]`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Step<'a> {
+    Property(&'a str),
+    Items,
+}
+
+fn steps(path: &str) -> Vec<Step<'_>> {
+    let mut steps = Vec::new();
+    for segment in path.split('.') {
+        match segment.strip_suffix("[]") {
+            Some(key) => steps.extend([Step::Property(key), Step::Items]),
+            None => steps.push(Step::Property(segment)),
+        }
+    }
+    steps
+}
+
+/// Makes the document truthful for masked answers: each redactable schema gains the optional
+/// `redacted` (the paths removed), and its content fields, nested ones included (through
+/// `$ref`, `items` and the variants of `oneOf`/`anyOf`/`allOf`), are dropped from `required`,
+/// since a reader without `read_content` does not get them. A shared definition (such as
+/// `PendingApproval`) is relaxed for every type that holds it.
+fn relax_content(schemas: &mut Map<String, Value>) {
+    for (name, content) in redactable() {
+        let Some(Value::Object(schema)) = schemas.get_mut(name.as_ref()) else {
+            tracing::error!(%name, "a redactable type has no schema in the document");
+            continue;
+        };
+        let properties = schema
+            .entry("properties")
+            .or_insert_with(|| Value::Object(Map::new()));
+        if let Value::Object(properties) = properties {
+            properties.insert(
+                "redacted".into(),
+                serde_json::json!({
+                    "description": "Without the scope `read_content` only: the content fields \
+that were removed (JSON paths such as `pending_approvals[0].reason`); absent when nothing was.",
+                    "type": "array",
+                    "items": {"type": "string"},
+                }),
+            );
+        }
+        for path in content {
+            let mut seen = Vec::new();
+            relax(
+                schemas,
+                name.as_ref(),
+                String::new(),
+                &steps(path),
+                &mut seen,
+            );
+        }
+    }
+}
+
+/// Follows `steps` from the schema at `pointer` inside the definition `name`, and drops the
+/// last property from the `required` of the schema that holds it.
+fn relax(
+    schemas: &mut Map<String, Value>,
+    name: &str,
+    pointer: String,
+    steps: &[Step<'_>],
+    seen: &mut Vec<(String, String, usize)>,
+) {
+    let visit = (name.to_owned(), pointer.clone(), steps.len());
+    if seen.contains(&visit) {
+        return;
+    }
+    seen.push(visit);
+    let Some(node) = schemas
+        .get(name)
+        .and_then(|schema| schema.pointer(&pointer))
+        .cloned()
+    else {
+        return;
+    };
+    if let Some(target) = node.get("$ref").and_then(Value::as_str)
+        && let Some(target) = target.strip_prefix("#/components/schemas/")
+    {
+        relax(schemas, target, String::new(), steps, seen);
+    }
+    for combinator in ["oneOf", "anyOf", "allOf"] {
+        if let Some(variants) = node.get(combinator).and_then(Value::as_array) {
+            for index in 0..variants.len() {
+                let at = format!("{pointer}/{combinator}/{index}");
+                relax(schemas, name, at, steps, seen);
+            }
+        }
+    }
+    match steps {
+        [] => {}
+        [Step::Property(key)] => {
+            if node
+                .pointer(&format!("/properties/{}", escape(key)))
+                .is_some()
+                && let Some(Value::Array(required)) = schemas
+                    .get_mut(name)
+                    .and_then(|schema| schema.pointer_mut(&format!("{pointer}/required")))
+            {
+                required.retain(|field| field.as_str() != Some(key));
+            }
+        }
+        [Step::Property(key), rest @ ..] => {
+            let at = format!("{pointer}/properties/{}", escape(key));
+            if node
+                .pointer(&format!("/properties/{}", escape(key)))
+                .is_some()
+            {
+                relax(schemas, name, at, rest, seen);
+            }
+        }
+        [Step::Items, rest @ ..] => {
+            if node.get("items").is_some() {
+                relax(schemas, name, format!("{pointer}/items"), rest, seen);
+            }
+        }
+    }
+}
+
+/// A key as a JSON Pointer token.
+fn escape(key: &str) -> String {
+    key.replace('~', "~0").replace('/', "~1")
 }
 
 /// The document as served: utoipa's, with the facade's schemas written in
-/// `components.schemas` exactly as schemars generates them (no conversion between models).
+/// `components.schemas` exactly as schemars generates them (no conversion between models),
+/// then relaxed for masked answers ([`relax_content`]: `redacted` declared, content fields not
+/// required).
 pub(crate) fn document(api: &openapi::OpenApi) -> Value {
     let mut json = serde_json::to_value(api).unwrap_or_else(|error| {
         tracing::error!(%error, "the OpenAPI document could not be serialized");
@@ -228,6 +515,7 @@ pub(crate) fn document(api: &openapi::OpenApi) -> Value {
                 for (name, schema) in schemars_components() {
                     schemas.insert(name, schema);
                 }
+                relax_content(schemas);
             }
         }
     }

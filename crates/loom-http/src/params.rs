@@ -1,6 +1,12 @@
 //! Query strings of the read routes: repeatable parameters (`status=a&status=b`), and a 422
 //! `invalid_query` naming the parameter for anything unusable (an unknown parameter, a
 //! single-valued one given twice, a value that does not parse).
+//!
+//! **The document is the list of accepted parameters.** Each route describes its query string
+//! with a `utoipa::IntoParams` struct (named in its `#[utoipa::path(params(...))]`), and
+//! [`Params::only`] accepts exactly the query parameters that struct documents, so a parameter
+//! is accepted if and only if the OpenAPI document lists it. Reading a parameter that was not
+//! accepted is a bug caught by a debug assertion (every route's tests read through it).
 
 use axum::{
     extract::{FromRequestParts, Query},
@@ -8,6 +14,7 @@ use axum::{
 };
 use chrono::{DateTime, NaiveDate, NaiveTime, Utc};
 use serde::de::DeserializeOwned;
+use utoipa::{IntoParams, openapi::path::ParameterIn};
 
 use crate::error::ApiError;
 
@@ -20,10 +27,21 @@ pub(crate) fn invalid(parameter: &str, reason: impl std::fmt::Display) -> ApiErr
     )
 }
 
+/// The names of the query parameters `T` documents, in its order.
+pub(crate) fn documented<T: IntoParams>() -> Vec<String> {
+    T::into_params(|| Some(ParameterIn::Query))
+        .into_iter()
+        .filter(|parameter| parameter.parameter_in == ParameterIn::Query)
+        .map(|parameter| parameter.name)
+        .collect()
+}
+
 /// The query string as `(name, value)` pairs, in order.
 #[derive(Debug, Default)]
 pub(crate) struct Params {
     pairs: Vec<(String, String)>,
+    /// The names [`Params::only`] accepted (what the handler may read).
+    accepted: Vec<String>,
 }
 
 impl<S: Send + Sync> FromRequestParts<S> for Params {
@@ -31,28 +49,50 @@ impl<S: Send + Sync> FromRequestParts<S> for Params {
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Params, ApiError> {
         let Query(pairs) = Query::<Vec<(String, String)>>::from_request_parts(parts, state).await?;
-        Ok(Params { pairs })
+        Ok(Params {
+            pairs,
+            accepted: Vec::new(),
+        })
     }
 }
 
 impl Params {
-    /// Refuses a parameter not in `known`.
-    pub(crate) fn only(&self, known: &[&str]) -> Result<(), ApiError> {
-        match self
-            .pairs
-            .iter()
-            .find(|(name, _)| !known.contains(&name.as_str()))
-        {
-            Some((name, _)) => Err(invalid(
+    /// The query string of a route whose query parameters `T` documents: a parameter `T` does
+    /// not list is refused (422 naming it and the expected ones).
+    pub(crate) fn only<T: IntoParams>(self) -> Result<Params, ApiError> {
+        self.accept(documented::<T>())
+    }
+
+    /// The query string of a route without query parameters: any parameter is refused.
+    pub(crate) fn none(self) -> Result<Params, ApiError> {
+        self.accept(Vec::new())
+    }
+
+    fn accept(self, known: Vec<String>) -> Result<Params, ApiError> {
+        if let Some((name, _)) = self.pairs.iter().find(|(name, _)| !known.contains(name)) {
+            let expected = if known.is_empty() {
+                "none".to_owned()
+            } else {
+                known.join(", ")
+            };
+            return Err(invalid(
                 name,
-                format!("unknown parameter (expected: {})", known.join(", ")),
-            )),
-            None => Ok(()),
+                format!("unknown parameter (expected: {expected})"),
+            ));
         }
+        Ok(Params {
+            pairs: self.pairs,
+            accepted: known,
+        })
     }
 
     /// Every value of `name`, in order.
     pub(crate) fn all(&self, name: &str) -> Vec<&str> {
+        debug_assert!(
+            self.accepted.iter().any(|known| known == name),
+            "the query parameter '{name}' is read but not documented (accepted: {:?})",
+            self.accepted
+        );
         self.pairs
             .iter()
             .filter(|(n, _)| n == name)
@@ -131,13 +171,47 @@ impl Params {
 mod tests {
     use super::*;
 
+    /// The documented query string of a test route.
+    #[derive(utoipa::IntoParams)]
+    #[into_params(parameter_in = Query)]
+    #[allow(dead_code)]
+    struct Documented {
+        status: Option<Vec<String>>,
+        limit: Option<u32>,
+        sessions: Option<u32>,
+        since: Option<String>,
+        until: Option<String>,
+        agent: Option<String>,
+    }
+
+    /// The query string `pairs`, as `Documented` accepts it.
     fn params(pairs: &[(&str, &str)]) -> Params {
         Params {
             pairs: pairs
                 .iter()
                 .map(|(n, v)| ((*n).to_owned(), (*v).to_owned()))
                 .collect(),
+            accepted: Vec::new(),
         }
+        .only::<Documented>()
+        .unwrap()
+    }
+
+    fn raw(pairs: &[(&str, &str)]) -> Params {
+        Params {
+            pairs: pairs
+                .iter()
+                .map(|(n, v)| ((*n).to_owned(), (*v).to_owned()))
+                .collect(),
+            accepted: Vec::new(),
+        }
+    }
+
+    /// A handler cannot read a parameter its document does not list (debug builds).
+    #[test]
+    #[should_panic(expected = "the query parameter 'page' is read but not documented")]
+    fn reading_an_undocumented_parameter_is_a_bug() {
+        let _ = params(&[]).all("page");
     }
 
     #[test]
@@ -169,12 +243,19 @@ mod tests {
             p.one("agent").unwrap_err().message,
             "agent: given more than once"
         );
-        let error = p.only(&["status", "limit"]).unwrap_err();
+        let error = raw(&[("status", "a"), ("page", "2")])
+            .only::<Documented>()
+            .unwrap_err();
         assert_eq!(error.status, StatusCode::UNPROCESSABLE_ENTITY);
         assert_eq!(
             error.message,
-            "since: unknown parameter (expected: status, limit)"
+            "page: unknown parameter (expected: status, limit, sessions, since, until, agent)"
         );
+        assert_eq!(
+            raw(&[("x", "1")]).none().unwrap_err().message,
+            "x: unknown parameter (expected: none)"
+        );
+        assert!(raw(&[]).none().is_ok());
         let bad = params(&[("status", "done")]);
         let refused = bad
             .names::<loom_ia::RunStatus>("status", "completed, failed")

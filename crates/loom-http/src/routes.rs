@@ -1,12 +1,19 @@
-//! The `/v1` routes: agents, runs, decisions, cancellation, webhooks; the read routes of
-//! [`crate::search`] and [`crate::sessions`] are merged in.
+//! The `/v1` routes: agents, runs, decisions, cancellation; the webhook of [`crate::hooks`]
+//! and the read routes of [`crate::search`] and [`crate::sessions`] (each module's own
+//! `OpenApiRouter`) are merged in. Every route is in the OpenAPI document.
 //!
 //! **Adding a route.** Write the handler with a `#[utoipa::path(...)]` annotation (method,
-//! path relative to `/v1`, parameters, request body, every response status with its body —
-//! errors are `ErrorBody` — and `security(("bearer" = []), ("api_key" = []))`), then register it
-//! in [`v1`] with `.routes(routes!(handler))`. The router and the OpenAPI document are built
-//! from that one call, so an unannotated handler cannot be registered there (`routes!` needs
-//! the annotation), and `tests/openapi.rs` lists the routes the document must hold.
+//! path relative to `/v1`, tag, `operation_id`, summary, a description naming the scope,
+//! parameters, request body, every response status with its body — errors are `ErrorBody`,
+//! with `Retry-After` where it is sent — and `security(("bearer" = []), ("api_key" = []))`),
+//! then register it in [`v1`] (or its module's `routes`) with `.routes(routes!(handler))`. The
+//! router and the OpenAPI document are built from that one call, so an unannotated handler
+//! cannot be registered there (`routes!` needs the annotation); `tests/openapi.rs` lists the
+//! routes the document must hold and refuses a route added by hand (axum's `route`) outside
+//! `lib.rs`, `openapi.rs` and `mcp.rs`. A query string read through [`crate::params::Params`] is described by an
+//! `IntoParams` struct named in `params(...)` and accepted with `params.only::<T>()`; a facade
+//! type answered goes through a `schemars_schema!` marker and `openapi::schemars_components`
+//! (and, when it is masked without `read_content`, `openapi::redactable`).
 
 use axum::{
     Json,
@@ -47,9 +54,9 @@ pub(crate) fn v1() -> OpenApiRouter<AppState> {
         .routes(routes!(approve))
         .routes(routes!(reject))
         .routes(routes!(cancel))
-        .merge(OpenApiRouter::from(crate::search::routes()))
-        .merge(OpenApiRouter::from(crate::sessions::routes()))
-        .route("/hooks/{name}", axum::routing::post(crate::hooks::deliver))
+        .merge(crate::search::routes())
+        .merge(crate::sessions::routes())
+        .routes(routes!(crate::hooks::deliver))
 }
 
 /// No route matched.
@@ -157,6 +164,39 @@ struct RunRequest {
     background: bool,
 }
 
+/// `POST /agents/{name}/runs` as `multipart/form-data`: the fields of [`RunRequest`] as form
+/// fields (read as the JSON body is, see [`crate::upload`]), and the files in `attachments`
+/// parts. Only describes the form: [`crate::upload::RunBody`] reads it.
+#[derive(Debug, ToSchema)]
+#[allow(dead_code)]
+struct RunForm {
+    /// The user's message.
+    #[schema(min_length = 1)]
+    message: String,
+    /// Continue this session (its conversation is re-read); default: a new session named
+    /// after the run.
+    #[schema(pattern = "^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")]
+    session_id: Option<String>,
+    /// Choose the run id; default: a UUIDv7.
+    #[schema(pattern = "^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")]
+    run_id: Option<String>,
+    /// Who the run is for (journaled).
+    user_id: Option<String>,
+    /// Free metadata, journaled with the run: the JSON text of an object.
+    #[schema(content_media_type = "application/json")]
+    metadata: Option<String>,
+    /// Judges: as configured (`auto`), always (`force`) or never (`skip`: needs the scope
+    /// `admin`).
+    judges: Option<JudgesMode>,
+    /// Answer at once with `202` and drive the run in the background (`true` or `false`).
+    background: Option<bool>,
+    /// Files attached to the run, one part each, with its file name and `Content-Type`;
+    /// checked as `loom run --attach` checks them (`execution.attachments`: size, type,
+    /// count).
+    #[schema(value_type = Option<Vec<String>>, format = Binary)]
+    attachments: Option<Vec<String>>,
+}
+
 /// When judges run (`judges` of a run request).
 #[derive(Debug, ToSchema)]
 #[schema(rename_all = "lowercase")]
@@ -196,7 +236,14 @@ server shuts down during a synchronous run, the run stops at a safe point and th
 `503` (`kind: interrupted`, with `run_id` and `session_id`): the run resumes when the server \
 starts again. Scope `run` (`admin` too for `judges: skip`).",
     params(("name" = String, Path, description = "The agent's name.")),
-    request_body(content = RunRequest, content_type = "application/json"),
+    request_body(
+        description = "The run request: JSON, or the same fields as a `multipart/form-data` \
+form with files in `attachments` parts.",
+        content(
+            (RunRequest = "application/json"),
+            (RunForm = "multipart/form-data"),
+        ),
+    ),
     responses(
         (status = 201, description = "The run closed (completed, failed, cancelled) or paused: its result.", body = RunResultSchema),
         (status = 202, description = "`background`: the run is journaled and driven in the background.", body = Accepted),

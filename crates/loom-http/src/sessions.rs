@@ -7,32 +7,43 @@
 //! listed in `redacted`, and a file's bytes cannot be read.
 
 use axum::{
-    Json, Router,
+    Json,
     extract::{Path, State},
     http::{HeaderValue, StatusCode, header},
     response::{IntoResponse, Response},
-    routing::get,
 };
-use loom_ia::{FILE_ORIGINS, Loom, Redact, SessionInfo, config::Scope};
-use serde_json::{Value, json};
+use loom_ia::{
+    FILE_ORIGINS, Loom, Redact, SessionDeletion, SessionInfo, SessionReport, config::Scope,
+};
+use serde::Serialize;
+use serde_json::Value;
+use utoipa::{
+    IntoParams, ToSchema,
+    openapi::{ObjectBuilder, RefOr, Schema, Type, schema::SchemaType},
+};
+use utoipa_axum::{router::OpenApiRouter, routes};
 
 use crate::{
     AppState,
     auth::Caller,
     error::ApiError,
+    openapi::{
+        ErrorBody, EventSchema, SessionDeletionSchema, SessionFileSchema, SessionInfoSchema,
+        SessionReportSchema,
+    },
     params::{Params, invalid},
     routes::loom_error,
 };
 
-/// The routes of this module.
-pub(crate) fn routes() -> Router<AppState> {
-    Router::new()
-        .route("/sessions", get(list))
-        .route("/sessions/{session_id}", get(show).delete(delete))
-        .route("/sessions/{session_id}/events", get(events))
-        .route("/sessions/{session_id}/files", get(files))
-        .route("/sessions/{session_id}/files/{file}", get(file))
-        .route("/sessions/{session_id}/report", get(report))
+/// The routes of this module and their description.
+pub(crate) fn routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(list))
+        .routes(routes!(show, delete))
+        .routes(routes!(events))
+        .routes(routes!(files))
+        .routes(routes!(file))
+        .routes(routes!(report))
 }
 
 /// The session, after checking that a key limited to some agents may see every agent that ran
@@ -50,16 +61,45 @@ async fn session(loom: &Loom, caller: &Caller, session_id: &str) -> Result<Sessi
     Ok(info)
 }
 
-/// `GET /sessions`: the tenant's sessions, most recent first,
-/// `[{session_id, last_seq, updated_at}]`. 403 for a key limited to some agents (a session
-/// list would name sessions of other agents).
+/// One session of `GET /sessions`.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct SessionListed {
+    /// The session.
+    session_id: String,
+    /// Seq of its last event (its number of events).
+    last_seq: u64,
+    /// When its last event was written (RFC 3339, UTC, microseconds); `null` when the journal
+    /// does not say.
+    #[schema(value_type = Option<String>, format = DateTime)]
+    updated_at: Option<String>,
+}
+
+/// `GET /sessions`: the tenant's sessions, most recent first. 403 for a key limited to some
+/// agents (a session list would name sessions of other agents).
+#[utoipa::path(
+    get,
+    path = "/sessions",
+    tag = "sessions",
+    operation_id = "list_sessions",
+    summary = "The tenant's sessions",
+    description = "The sessions of the tenant's journal, the most recently written first. A key \
+limited to some agents cannot list them (a list would name sessions of other agents). Scope \
+`read`.",
+    responses(
+        (status = 200, description = "The sessions.", body = Vec<SessionListed>),
+        (status = 401, description = "Keys are declared and the key is missing, unknown or expired.", body = ErrorBody),
+        (status = 403, description = "The key lacks the scope `read`, or is limited to some agents.", body = ErrorBody),
+        (status = 422, description = "The query string holds a parameter (none is accepted).", body = ErrorBody),
+    ),
+    security(("bearer" = []), ("api_key" = [])),
+)]
 async fn list(
     State(state): State<AppState>,
     caller: Caller,
     params: Params,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Vec<SessionListed>>, ApiError> {
     caller.require(Scope::Read)?;
-    params.only(&[])?;
+    params.none()?;
     if caller.agent_limit().is_some() {
         return Err(ApiError::new(
             StatusCode::FORBIDDEN,
@@ -74,20 +114,40 @@ async fn list(
         .map_err(|e| loom_error(loom, &e))?;
     let listed = sessions
         .into_iter()
-        .map(|s| {
-            json!({
-                "session_id": s.session_id,
-                "last_seq": s.last_seq,
-                "updated_at": s.updated_at.map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Micros, true)),
-            })
+        .map(|s| SessionListed {
+            session_id: s.session_id,
+            last_seq: s.last_seq,
+            updated_at: s
+                .updated_at
+                .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Micros, true)),
         })
         .collect();
-    Ok(Json(Value::Array(listed)))
+    Ok(Json(listed))
 }
 
 /// `GET /sessions/{session_id}`: a [`SessionInfo`] `{session_id, last_seq, updated_at,
 /// runs: [{run_id, agent, status, parent_run_id, iterations, usage, cost_usd, unpiloted}],
 /// pending_approvals}` (plus `redacted` without `read_content`).
+#[utoipa::path(
+    get,
+    path = "/sessions/{session_id}",
+    tag = "sessions",
+    operation_id = "get_session",
+    summary = "A session",
+    description = "The session's runs (sub-runs included) in the order they started, with their \
+state, usage and cost, and the approvals waiting in it. Without `read_content`, what waiting \
+approvals would run with and why is removed and listed in `redacted`. A key limited to some \
+agents must be allowed on every agent that ran in the session. Scope `read`.",
+    params(("session_id" = String, Path, description = "The session.")),
+    responses(
+        (status = 200, description = "The session.", body = SessionInfoSchema),
+        (status = 401, description = "Keys are declared and the key is missing, unknown or expired.", body = ErrorBody),
+        (status = 403, description = "The key lacks the scope `read`, or may not use an agent that ran in the session.", body = ErrorBody),
+        (status = 404, description = "No such session in the caller's tenant.", body = ErrorBody),
+        (status = 422, description = "The query string holds a parameter (none is accepted).", body = ErrorBody),
+    ),
+    security(("bearer" = []), ("api_key" = [])),
+)]
 async fn show(
     State(state): State<AppState>,
     caller: Caller,
@@ -95,13 +155,33 @@ async fn show(
     params: Params,
 ) -> Result<Json<Value>, ApiError> {
     caller.require(Scope::Read)?;
-    params.only(&[])?;
+    params.none()?;
     let info = session(&state.loom, &caller, &session_id).await?;
     Ok(Json(info.view(caller.reads_content())))
 }
 
 /// `GET /sessions/{session_id}/events`: the session's journal, one event per line
 /// (`application/x-ndjson`), exactly as stored with `read_content`, else masked.
+#[utoipa::path(
+    get,
+    path = "/sessions/{session_id}/events",
+    tag = "sessions",
+    operation_id = "export_session",
+    summary = "A session's journal (NDJSON)",
+    description = "The session's journal, one JSON `Event` per line (`application/x-ndjson`), \
+in journal order: exactly as stored with `read_content`, else each event without the content \
+fields of its payload, listed in its `redacted`. A key limited to some agents must be allowed \
+on every agent that ran in the session. Scope `read`.",
+    params(("session_id" = String, Path, description = "The session.")),
+    responses(
+        (status = 200, description = "The journal: one `Event` (see the schema) per line.", content_type = "application/x-ndjson", body = EventSchema),
+        (status = 401, description = "Keys are declared and the key is missing, unknown or expired.", body = ErrorBody),
+        (status = 403, description = "The key lacks the scope `read`, or may not use an agent that ran in the session.", body = ErrorBody),
+        (status = 404, description = "No such session in the caller's tenant.", body = ErrorBody),
+        (status = 422, description = "The query string holds a parameter (none is accepted).", body = ErrorBody),
+    ),
+    security(("bearer" = []), ("api_key" = [])),
+)]
 async fn events(
     State(state): State<AppState>,
     caller: Caller,
@@ -109,7 +189,7 @@ async fn events(
     params: Params,
 ) -> Result<Response, ApiError> {
     caller.require(Scope::Read)?;
-    params.only(&[])?;
+    params.none()?;
     let loom = &state.loom;
     session(loom, &caller, &session_id).await?;
     let body = if caller.reads_content() {
@@ -131,10 +211,58 @@ async fn events(
     Ok(([(header::CONTENT_TYPE, "application/x-ndjson")], body).into_response())
 }
 
+/// One file origin (`origin` of the file list): a name of [`FILE_ORIGINS`].
+pub(crate) struct FileOrigin;
+
+impl utoipa::PartialSchema for FileOrigin {
+    fn schema() -> RefOr<Schema> {
+        RefOr::T(Schema::Object(
+            ObjectBuilder::new()
+                .schema_type(SchemaType::new(Type::String))
+                .description(Some("Where a file comes from."))
+                .enum_values(Some(FILE_ORIGINS))
+                .build(),
+        ))
+    }
+}
+
+impl utoipa::ToSchema for FileOrigin {}
+
+/// The query string of `GET /sessions/{session_id}/files`.
+#[derive(IntoParams)]
+#[into_params(parameter_in = Query)]
+#[allow(dead_code)]
+struct FilesQuery {
+    /// Only the files of these origins (repeatable; default: all).
+    #[param(style = Form, explode, inline)]
+    origin: Option<Vec<FileOrigin>>,
+}
+
 /// `GET /sessions/{session_id}/files?origin=…`: the files stored beside the session
 /// (`[SessionFile]`: `{file, uri, name, media_type, size, origin, run_id, call_id,
 /// stored_at}`), only those of the given origins (`attachment`, `tool_output`, `offload`;
 /// repeatable) when any.
+#[utoipa::path(
+    get,
+    path = "/sessions/{session_id}/files",
+    tag = "sessions",
+    operation_id = "list_session_files",
+    summary = "A session's files",
+    description = "The files stored beside the session (attachments, tool outputs, offloaded \
+results), each once, in the order they were stored; `file` names one in \
+`GET /sessions/{session_id}/files/{file}`. Without `read_content`, the display name is \
+removed and listed in `redacted`. A key limited to some agents must be allowed on every agent \
+that ran in the session. Scope `read`.",
+    params(("session_id" = String, Path, description = "The session."), FilesQuery),
+    responses(
+        (status = 200, description = "The files.", body = Vec<SessionFileSchema>),
+        (status = 401, description = "Keys are declared and the key is missing, unknown or expired.", body = ErrorBody),
+        (status = 403, description = "The key lacks the scope `read`, or may not use an agent that ran in the session.", body = ErrorBody),
+        (status = 404, description = "No such session in the caller's tenant.", body = ErrorBody),
+        (status = 422, description = "A query parameter is unknown or unusable (`invalid_query`, the message starts with its name).", body = ErrorBody),
+    ),
+    security(("bearer" = []), ("api_key" = [])),
+)]
 async fn files(
     State(state): State<AppState>,
     caller: Caller,
@@ -142,7 +270,7 @@ async fn files(
     params: Params,
 ) -> Result<Json<Value>, ApiError> {
     caller.require(Scope::Read)?;
-    params.only(&["origin"])?;
+    let params = params.only::<FilesQuery>()?;
     let origins: Vec<String> = params
         .all("origin")
         .into_iter()
@@ -174,6 +302,33 @@ async fn files(
 
 /// `GET /sessions/{session_id}/files/{file}` (scope `read_content`): the file's bytes, with
 /// its media type as `Content-Type` and `Content-Disposition: attachment` naming it.
+#[utoipa::path(
+    get,
+    path = "/sessions/{session_id}/files/{file}",
+    tag = "sessions",
+    operation_id = "get_session_file",
+    summary = "A session file's bytes",
+    description = "The file's bytes, with its media type as `Content-Type` (any type: what was \
+stored) and `Content-Disposition: attachment` naming it. A key limited to some agents must be \
+allowed on every agent that ran in the session. Scope `read_content`.",
+    params(
+        ("session_id" = String, Path, description = "The session."),
+        ("file" = String, Path, description = "The file, as `file` of the file list names it (`<sha256>.<ext>`)."),
+    ),
+    responses(
+        (status = 200, description = "The file's bytes, with the media type it was stored with.",
+            content((serde_json::Value = "*/*")),
+            headers(
+                ("Content-Disposition" = String, description = "`attachment`, with the file's name (`filename` in ASCII, `filename*` in UTF-8)."),
+                ("X-Content-Type-Options" = String, description = "`nosniff`."),
+            )),
+        (status = 401, description = "Keys are declared and the key is missing, unknown or expired.", body = ErrorBody),
+        (status = 403, description = "The key lacks the scope `read_content`, or may not use an agent that ran in the session.", body = ErrorBody),
+        (status = 404, description = "No such session in the caller's tenant (`unknown_session`), or no such file in it, or its bytes are gone (`unknown_artifact`).", body = ErrorBody),
+        (status = 422, description = "The query string holds a parameter (none is accepted).", body = ErrorBody),
+    ),
+    security(("bearer" = []), ("api_key" = [])),
+)]
 async fn file(
     State(state): State<AppState>,
     caller: Caller,
@@ -181,7 +336,7 @@ async fn file(
     params: Params,
 ) -> Result<Response, ApiError> {
     caller.require(Scope::ReadContent)?;
-    params.only(&[])?;
+    params.none()?;
     let loom = &state.loom;
     session(loom, &caller, &session_id).await?;
     let (found, bytes) = loom
@@ -232,37 +387,74 @@ fn content_disposition(name: &str) -> String {
 }
 
 /// `GET /sessions/{session_id}/report`: tokens and cost of the session
-/// ([`SessionReport`](loom_ia::SessionReport)): each root run, and every call by role, by
-/// sub-agent and by model.
+/// ([`SessionReport`]): each root run, and every call by role, by sub-agent and by model.
+#[utoipa::path(
+    get,
+    path = "/sessions/{session_id}/report",
+    tag = "sessions",
+    operation_id = "get_session_report",
+    summary = "A session's usage report",
+    description = "Tokens and cost of the session: each root run (its sub-runs rolled up), and \
+every model call by role, by sub-agent and by model. A key limited to some agents must be \
+allowed on every agent that ran in the session. Scope `read`.",
+    params(("session_id" = String, Path, description = "The session.")),
+    responses(
+        (status = 200, description = "The report.", body = SessionReportSchema),
+        (status = 401, description = "Keys are declared and the key is missing, unknown or expired.", body = ErrorBody),
+        (status = 403, description = "The key lacks the scope `read`, or may not use an agent that ran in the session.", body = ErrorBody),
+        (status = 404, description = "No such session in the caller's tenant.", body = ErrorBody),
+        (status = 422, description = "The query string holds a parameter (none is accepted).", body = ErrorBody),
+    ),
+    security(("bearer" = []), ("api_key" = [])),
+)]
 async fn report(
     State(state): State<AppState>,
     caller: Caller,
     Path(session_id): Path<String>,
     params: Params,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<SessionReport>, ApiError> {
     caller.require(Scope::Read)?;
-    params.only(&[])?;
+    params.none()?;
     let loom = &state.loom;
     session(loom, &caller, &session_id).await?;
     let report = loom
         .session_report(&session_id, Some(&caller.tenant))
         .await
         .map_err(|e| loom_error(loom, &e))?;
-    Ok(Json(serde_json::to_value(report).unwrap_or(Value::Null)))
+    Ok(Json(report))
 }
 
 /// `DELETE /sessions/{session_id}` (scope `admin`): erases the session (GDPR): its journal,
-/// its files and its idempotency keys; answers a
-/// [`SessionDeletion`](loom_ia::SessionDeletion) `{session_id, events_deleted,
-/// files_deleted, idempotency_keys_deleted}`, or 404 when there was nothing.
+/// its files and its idempotency keys; answers a [`SessionDeletion`] `{session_id,
+/// events_deleted, files_deleted, idempotency_keys_deleted}`, or 404 when there was nothing.
+#[utoipa::path(
+    delete,
+    path = "/sessions/{session_id}",
+    tag = "sessions",
+    operation_id = "delete_session",
+    summary = "Erase a session (GDPR)",
+    description = "Erases the session: its journal, the files stored beside it and the \
+idempotency records of its runs, and says how many of each went. A second erasure finds \
+nothing (404). A key limited to some agents must be allowed on every agent that ran in the \
+session. Scope `admin`.",
+    params(("session_id" = String, Path, description = "The session.")),
+    responses(
+        (status = 200, description = "Erased: what went.", body = SessionDeletionSchema),
+        (status = 401, description = "Keys are declared and the key is missing, unknown or expired.", body = ErrorBody),
+        (status = 403, description = "The key lacks the scope `admin`, or may not use an agent that ran in the session.", body = ErrorBody),
+        (status = 404, description = "No such session in the caller's tenant.", body = ErrorBody),
+        (status = 422, description = "The query string holds a parameter (none is accepted).", body = ErrorBody),
+    ),
+    security(("bearer" = []), ("api_key" = [])),
+)]
 async fn delete(
     State(state): State<AppState>,
     caller: Caller,
     Path(session_id): Path<String>,
     params: Params,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<SessionDeletion>, ApiError> {
     caller.require(Scope::Admin)?;
-    params.only(&[])?;
+    params.none()?;
     let loom = &state.loom;
     session(loom, &caller, &session_id).await?;
     let deletion = loom
@@ -275,7 +467,7 @@ async fn delete(
         events = deletion.events_deleted,
         "session erased"
     );
-    Ok(Json(serde_json::to_value(deletion).unwrap_or(Value::Null)))
+    Ok(Json(deletion))
 }
 
 #[cfg(test)]

@@ -272,6 +272,43 @@ async fn a_delivery_opens_a_run_and_a_redelivery_finds_it() {
     server.finished("acme", other_id, other_id).await;
     let (_, _, result) = send(server.get(&format!("/runs/{other_id}"), RUN_A)).await;
     assert_eq!(result["text"], "Echo: Ping [1, 2]");
+
+    // The document lists the configured delivery header, and the answers (202, 200) are
+    // `Triggered` as it describes them.
+    let document: Value = server
+        .client
+        .get(format!(
+            "{}/openapi.json",
+            server.base.trim_end_matches("/v1")
+        ))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let operation = &document["paths"]["/v1/hooks/{name}"]["post"];
+    let header = operation["parameters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["in"] == "header")
+        .unwrap();
+    assert_eq!(header["name"], "X-Delivery-Id");
+    assert!(
+        header["description"].as_str().unwrap().contains("`orders`"),
+        "{header}"
+    );
+    let mut schema = json!({"$ref": "#/components/schemas/Triggered"});
+    schema["components"] = document["components"].clone();
+    let validator = jsonschema::validator_for(&schema).unwrap();
+    for (status, answer) in [("202", &first), ("200", &again), ("202", &ping)] {
+        assert_eq!(
+            operation["responses"][status]["content"]["application/json"]["schema"]["$ref"],
+            "#/components/schemas/Triggered"
+        );
+        assert!(validator.is_valid(answer), "{answer}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1261,3 +1261,113 @@ async fn a_key_of_one_tenant_never_sees_another_tenants_runs_sessions_events_tra
             .all(|l| serde_json::from_str::<Value>(l).unwrap()["tenant_id"] == "acme")
     );
 }
+
+/// The JSON Schema `schema` of the document (its `$ref`s to `#/components/schemas/` resolved in
+/// `document`), checking formats (`date-time`).
+fn validator(document: &Value, schema: &Value) -> jsonschema::Validator {
+    let mut root = schema.clone();
+    root["components"] = document["components"].clone();
+    jsonschema::draft202012::options()
+        .should_validate_formats(true)
+        .build(&root)
+        .unwrap()
+}
+
+fn assert_valid(document: &Value, schema: &Value, body: &Value, what: &str) {
+    let validator = validator(document, schema);
+    let errors: Vec<String> = validator
+        .iter_errors(body)
+        .map(|e| format!("{} at {}", e, e.instance_path()))
+        .collect();
+    assert!(
+        errors.is_empty(),
+        "{what} does not match the document: {errors:?}\n{body}"
+    );
+}
+
+/// Every read answer is what the document says, with and without `read_content`: the status is
+/// documented and the body validates against the documented schema of that status. Masked
+/// answers lose content fields the unmasked schema requires (a run's `text`, an approval's
+/// `reason`) and gain `redacted`: the document must allow both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_read_answer_masked_or_not_matches_the_document() {
+    let server = seeded().await;
+    let document: Value = reqwest::get(format!(
+        "{}/openapi.json",
+        server.base.trim_end_matches("/v1")
+    ))
+    .await
+    .unwrap()
+    .json()
+    .await
+    .unwrap();
+    let child = child_of(&server, "acme", "s-2").await;
+    let (_, files) = server.get("/sessions/s-1/files", CONTENT_A).await;
+    assert!(files[0]["name"].is_string(), "{files}");
+    let reads = [
+        ("/runs/r-d1".to_owned(), "/v1/runs/{run_id}"),
+        ("/runs/r-b1".to_owned(), "/v1/runs/{run_id}"),
+        ("/runs".to_owned(), "/v1/runs"),
+        ("/events?limit=10000".to_owned(), "/v1/events"),
+        ("/traces/r-d1".to_owned(), "/v1/traces/{run_id}"),
+        ("/traces/r-b1".to_owned(), "/v1/traces/{run_id}"),
+        (format!("/traces/{child}"), "/v1/traces/{run_id}"),
+        ("/sessions".to_owned(), "/v1/sessions"),
+        ("/sessions/s-4".to_owned(), "/v1/sessions/{session_id}"),
+        ("/sessions/s-2".to_owned(), "/v1/sessions/{session_id}"),
+        (
+            "/sessions/s-1/files".to_owned(),
+            "/v1/sessions/{session_id}/files",
+        ),
+        (
+            "/sessions/s-2/report".to_owned(),
+            "/v1/sessions/{session_id}/report",
+        ),
+    ];
+    let mut masked = 0;
+    for (path, template) in &reads {
+        for key in [READ_A, CONTENT_A] {
+            let (status, body) = server.get(path, key).await;
+            assert_eq!(status, StatusCode::OK, "{path}: {body}");
+            let schema = &document["paths"][template]["get"]["responses"]["200"]["content"]["application/json"]
+                ["schema"];
+            assert!(schema.is_object(), "{template} documents no JSON answer");
+            assert_valid(&document, schema, &body, path);
+            let text = body.to_string();
+            if key == READ_A && text.contains("\"redacted\"") {
+                masked += 1;
+            }
+            if key == CONTENT_A {
+                assert!(!text.contains("\"redacted\""), "{path}: {body}");
+            }
+        }
+    }
+    // Masked answers were checked: the paused run, the events, both traces of the paused
+    // run's tree or the boss's, the paused session and the named file all lost content.
+    assert!(masked >= 6, "only {masked} masked answers");
+
+    // The NDJSON journal: each line is an `Event`, masked or not.
+    let schema = &document["paths"]["/v1/sessions/{session_id}/events"]["get"]["responses"]["200"]
+        ["content"]["application/x-ndjson"]["schema"];
+    for key in [READ_A, CONTENT_A] {
+        let response = server
+            .request(reqwest::Method::GET, "/sessions/s-4/events", Some(key))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        let text = response.text().await.unwrap();
+        for line in text.lines() {
+            let event: Value = serde_json::from_str(line).unwrap();
+            assert_valid(&document, schema, &event, "a journal line");
+        }
+    }
+
+    // The documented schemas are not trivially loose: an answer without a metadata field
+    // the document requires is refused.
+    let (_, mut result) = server.get("/runs/r-d1", READ_A).await;
+    result.as_object_mut().unwrap().remove("status");
+    let schema = &document["paths"]["/v1/runs/{run_id}"]["get"]["responses"]["200"]["content"]["application/json"]
+        ["schema"];
+    assert!(!validator(&document, schema).is_valid(&result));
+}

@@ -103,7 +103,7 @@ impl Default for RunQuery {
 }
 
 /// One run of a [`RunPage`].
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct RunListed {
     /// Run.
     pub run_id: String,
@@ -121,9 +121,11 @@ pub struct RunListed {
     pub depth: u32,
     /// When `run.started` was written.
     #[serde(with = "crate::query::rfc3339")]
+    #[schemars(with = "DateTime<Utc>")]
     pub started_at: DateTime<Utc>,
     /// When its last event was written.
     #[serde(with = "crate::query::rfc3339")]
+    #[schemars(with = "DateTime<Utc>")]
     pub updated_at: DateTime<Utc>,
     /// Orchestrator model calls.
     pub iterations: u32,
@@ -136,7 +138,7 @@ pub struct RunListed {
 /// What [`Loom::runs`] found: `runs` most recent first (by start), how many sessions were
 /// read, and whether there was more to see (more matching runs than `limit`, or sessions left
 /// unread beyond `sessions`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct RunPage {
     /// The runs, most recent first.
     pub runs: Vec<RunListed>,

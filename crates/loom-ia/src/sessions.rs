@@ -18,7 +18,7 @@ use crate::{DEFAULT_TENANT, Loom, LoomError};
 pub const FILE_ORIGINS: [&str; 3] = ["attachment", "tool_output", "offload"];
 
 /// A session: its runs in the order they started, and the approvals waiting in it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct SessionInfo {
     /// Session.
     pub session_id: String,
@@ -26,6 +26,7 @@ pub struct SessionInfo {
     pub last_seq: u64,
     /// When its last event was written.
     #[serde(default, with = "opt_rfc3339")]
+    #[schemars(with = "Option<DateTime<Utc>>")]
     pub updated_at: Option<DateTime<Utc>>,
     /// Its runs (sub-runs included), in the order they started.
     pub runs: Vec<SessionRun>,
@@ -34,7 +35,7 @@ pub struct SessionInfo {
 }
 
 /// One run of a [`SessionInfo`].
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct SessionRun {
     /// Run.
     pub run_id: String,
@@ -56,7 +57,7 @@ pub struct SessionRun {
 }
 
 /// A file stored beside a session's journal (`artifact.stored`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct SessionFile {
     /// The file's name in its URI (`<sha256>.<ext>`), which names it in
     /// `GET /sessions/{id}/files/{file}`.
@@ -79,11 +80,12 @@ pub struct SessionFile {
     pub call_id: Option<String>,
     /// When it was stored.
     #[serde(with = "crate::query::rfc3339")]
+    #[schemars(with = "DateTime<Utc>")]
     pub stored_at: DateTime<Utc>,
 }
 
 /// What erasing a session removed ([`Loom::delete_session`]).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct SessionDeletion {
     /// The session erased.
     pub session_id: String,

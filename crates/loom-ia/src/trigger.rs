@@ -15,7 +15,7 @@ use serde_json::Value;
 use crate::{DEFAULT_TENANT, Loom, LoomError, RunOptions, RunRef};
 
 /// What a delivery to a trigger did.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Triggered {
     /// The trigger's name.
     pub trigger: String,
