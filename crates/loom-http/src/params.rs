@@ -12,7 +12,7 @@ use axum::{
     extract::{FromRequestParts, Query},
     http::{StatusCode, request::Parts},
 };
-use chrono::{DateTime, NaiveDate, NaiveTime, Utc};
+use chrono::{DateTime, Utc};
 use serde::de::DeserializeOwned;
 use utoipa::{IntoParams, openapi::path::ParameterIn};
 
@@ -128,22 +128,12 @@ impl Params {
     }
 
     /// An instant: RFC 3339 (`2026-05-01T12:00:00Z`) or a date (`2026-05-01`: its first
-    /// instant, UTC).
-    pub(crate) fn instant(&self, name: &str) -> Result<Option<DateTime<Utc>>, ApiError> {
-        let Some(text) = self.one(name)? else {
-            return Ok(None);
-        };
-        if let Ok(at) = DateTime::parse_from_rfc3339(text) {
-            return Ok(Some(at.with_timezone(&Utc)));
-        }
-        NaiveDate::parse_from_str(text, "%Y-%m-%d")
-            .map(|date| Some(date.and_time(NaiveTime::MIN).and_utc()))
-            .map_err(|_| {
-                invalid(
-                    name,
-                    format!("'{text}' is neither an RFC 3339 instant nor a YYYY-MM-DD date"),
-                )
-            })
+    /// instant, UTC), read as every access path reads it ([`loom_ia::query::parse_instant`]).
+    pub(crate) fn instant(&self, name: &'static str) -> Result<Option<DateTime<Utc>>, ApiError> {
+        self.one(name)?
+            .map(|text| loom_ia::query::parse_instant(name, text))
+            .transpose()
+            .map_err(|error| ApiError::from_loom(&error, 0))
     }
 
     /// Every value of a repeatable parameter read as one of the names of `T` (a serde enum
