@@ -214,7 +214,12 @@ fn seed(dir: &std::path::Path) -> String {
 }
 
 /// One schemathesis pass over the whole document with `key`: its report, and how long it took.
-fn pass(address: &str, dir: &std::path::Path, key: &str) -> (bool, String, std::time::Duration) {
+fn pass(
+    address: &str,
+    dir: &std::path::Path,
+    key: &str,
+    select: &[&str],
+) -> (bool, String, std::time::Duration) {
     let started = std::time::Instant::now();
     let outcome = schemathesis()
         .unwrap()
@@ -245,6 +250,7 @@ fn pass(address: &str, dir: &std::path::Path, key: &str) -> (bool, String, std::
             "none",
             "--no-color",
         ])
+        .args(select)
         .output()
         .unwrap();
     let report = format!(
@@ -310,17 +316,38 @@ fn schemathesis_finds_no_server_error_and_no_answer_outside_the_document() {
         rest
     });
 
-    // The read-only pass first, while the paused run still waits for its approval.
+    // The read-only pass first, while the paused run still waits for its approval; then the
+    // admin key on everything but the erasure, and last the erasure alone (it may erase any
+    // seeded session, so the approvals must have had their chance before it).
+    let read = pass(&address, dir.path(), &reader, &[]);
+    let admin_pass = pass(
+        &address,
+        dir.path(),
+        &admin,
+        &["--exclude-operation-id", "delete_session"],
+    );
+    // The admin pass reached the paused run with a decision (a 200 of approve or reject).
+    let paused =
+        std::fs::read_to_string(dir.path().join("data/default/s-paused.jsonl")).unwrap_or_default();
+    let decided = paused.contains("\"type\":\"approval.granted\"")
+        || paused.contains("\"type\":\"approval.rejected\"");
+    let erasure = pass(
+        &address,
+        dir.path(),
+        &admin,
+        &["--include-operation-id", "delete_session"],
+    );
     let passes = [
-        ("read", pass(&address, dir.path(), &reader)),
-        ("admin", pass(&address, dir.path(), &admin)),
+        ("read", OPERATIONS, read),
+        ("admin", OPERATIONS - 1, admin_pass),
+        ("admin (erasure)", 1, erasure),
     ];
     let _ = Command::new("kill")
         .args(["-TERM", &server.id().to_string()])
         .status();
     let status = server.wait().unwrap();
     let logs = logs.join().unwrap();
-    for (scope, (passed, report, took)) in &passes {
+    for (scope, operations, (passed, report, took)) in &passes {
         eprintln!(
             "schemathesis pass with the {scope} key: {:.1} s",
             took.as_secs_f64()
@@ -331,10 +358,11 @@ fn schemathesis_finds_no_server_error_and_no_answer_outside_the_document() {
         );
         // The run did test every operation.
         assert!(
-            report.contains(&format!("{OPERATIONS} selected"))
-                || report.contains(&format!("{OPERATIONS} total")),
+            report.contains(&format!("{operations} selected"))
+                || report.contains(&format!("{operations} total")),
             "{report}"
         );
     }
     assert!(status.success(), "{status:?}: {logs}");
+    assert!(decided, "no approval decision reached s-paused: {paused}");
 }
