@@ -102,6 +102,7 @@ fn api(loom: &Loom, settings: &HttpServerConfig) -> (Router<AppState>, utoipa::o
     let open = loom.config().raw().security.api_keys.is_empty();
     let mut api = openapi::finish(api, open);
     openapi::delivery_headers(&mut api, &prefix, loom.config().triggers());
+    openapi::rate_limits(&mut api, &loom.config().raw().security.api_keys);
     (router, api)
 }
 

@@ -181,6 +181,54 @@ the run id, so a redelivery answers the run of the first (`200`, `repeated`). Bl
     }
 }
 
+/// When a key of the configuration has a `rate_limit`, every operation can answer `429`
+/// (`rate_limited`, with `Retry-After`): added where an operation has no `429` yet, and said in
+/// the description of those that have one (a tenant budget or quota).
+pub(crate) fn rate_limits(api: &mut openapi::OpenApi, keys: &[loom_ia::config::ApiKeySpec]) {
+    if keys.iter().all(|key| key.rate_limit.is_none()) {
+        return;
+    }
+    const RATE: &str = "the key's `rate_limit` is reached (`rate_limited`)";
+    for item in api.paths.paths.values_mut() {
+        for operation in operations(item) {
+            match operation.responses.responses.get_mut("429") {
+                Some(RefOr::T(response)) => {
+                    response.description = format!("{} Or {RATE}.", response.description);
+                }
+                Some(RefOr::Ref(_)) => {}
+                None => {
+                    let retry_after = openapi::HeaderBuilder::new()
+                        .schema(Some(
+                            openapi::ObjectBuilder::new()
+                                .schema_type(openapi::schema::SchemaType::new(
+                                    openapi::Type::Integer,
+                                ))
+                                .minimum(Some(1)),
+                        ))
+                        .description(Some("Seconds until the key's minute lets a request in."))
+                        .build();
+                    let response = openapi::ResponseBuilder::new()
+                        .description(format!("Refused: {RATE}."))
+                        .content(
+                            "application/json",
+                            openapi::ContentBuilder::new()
+                                .schema(Some(openapi::Ref::from_schema_name(
+                                    <ErrorBody as utoipa::ToSchema>::name(),
+                                )))
+                                .build(),
+                        )
+                        .header("Retry-After", retry_after)
+                        .build();
+                    operation
+                        .responses
+                        .responses
+                        .insert("429".to_owned(), RefOr::T(response));
+                }
+            }
+        }
+    }
+}
+
 fn operations(item: &mut openapi::PathItem) -> impl Iterator<Item = &mut openapi::path::Operation> {
     [
         item.get.as_mut(),

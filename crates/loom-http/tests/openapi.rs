@@ -335,3 +335,56 @@ fn no_route_is_added_outside_the_document() {
         }
     }
 }
+
+/// A key's `rate_limit` can refuse any request: the document says so on every operation, and
+/// only when some key has one.
+#[test]
+fn a_rate_limited_key_puts_a_429_on_every_operation() {
+    let dir = tempfile::tempdir().unwrap();
+    let settings = HttpServerConfig::default();
+    let without = loom_http::openapi_document(
+        &Loom::new(config(dir.path(), None, true)).unwrap(),
+        &settings,
+    );
+    assert!(
+        without["paths"]["/v1/agents"]["get"]["responses"]
+            .get("429")
+            .is_none()
+    );
+
+    let mut limited = config(dir.path(), None, true).raw().clone();
+    limited.security.api_keys[0].rate_limit =
+        Some(serde_json::from_value(json!({"per_minute": 2})).unwrap());
+    let limited = Config::new(limited, dir.path().to_path_buf()).unwrap();
+    let document = loom_http::openapi_document(&Loom::new(limited).unwrap(), &settings);
+    let mut operations = 0;
+    for item in document["paths"].as_object().unwrap().values() {
+        for operation in item.as_object().unwrap().values() {
+            let refused = &operation["responses"]["429"];
+            assert!(
+                refused["description"]
+                    .as_str()
+                    .unwrap()
+                    .contains("`rate_limit` is reached"),
+                "{operation}"
+            );
+            assert!(
+                refused["headers"].get("Retry-After").is_some(),
+                "{operation}"
+            );
+            assert_eq!(
+                refused["content"]["application/json"]["schema"]["$ref"],
+                "#/components/schemas/Error"
+            );
+            operations += 1;
+        }
+    }
+    assert_eq!(operations, ROUTES.len());
+    // A route that had a 429 of its own keeps it, and says both.
+    let create = &document["paths"]["/v1/agents/{name}/runs"]["post"]["responses"]["429"];
+    let text = create["description"].as_str().unwrap();
+    assert!(
+        text.contains("budget") && text.contains("rate_limit"),
+        "{text}"
+    );
+}
