@@ -660,9 +660,10 @@ impl Loom {
         if let Some(spec) = config.tenant(&tenant)
             && !spec.allows_agent(agent)
         {
-            return Err(LoomError::Refused(format!(
-                "tenant '{tenant}' may not use the agent '{agent}' (tenants[].agents)"
-            )));
+            return Err(LoomError::AgentNotAllowed {
+                tenant,
+                agent: agent.to_owned(),
+            });
         }
         options
             .judges
