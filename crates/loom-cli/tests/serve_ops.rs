@@ -511,15 +511,22 @@ fn a_running_server_resumes_the_run_of_a_server_killed_with_sigkill_once_its_lea
     // B serves the same journal before A is killed.
     let b = Server::start_with(&example_bin("chaos"), dir.path(), SERVE, &env);
     let mut a = Server::start_with(&example_bin("chaos"), dir.path(), SERVE, &env);
-    let body = serde_json::json!({"message": "Relance le client.", "run_id": "k1", "background": true});
-    let (status, answer) = request(&a.address, "POST", "/v1/agents/relance/runs", &body.to_string());
+    let body =
+        serde_json::json!({"message": "Relance le client.", "run_id": "k1", "background": true});
+    let (status, answer) = request(
+        &a.address,
+        "POST",
+        "/v1/agents/relance/runs",
+        &body.to_string(),
+    );
     assert_eq!(status, 202, "{answer}");
 
     // A wrote the line, then waits at the gate: SIGKILL, no lease handed back.
     let start = Instant::now();
-    while !journal(dir.path(), "k1").iter().any(|e| {
-        e["type"] == "tool.called" && e["payload"]["tool_name"] == "attendre"
-    }) {
+    while !journal(dir.path(), "k1")
+        .iter()
+        .any(|e| e["type"] == "tool.called" && e["payload"]["tool_name"] == "attendre")
+    {
         assert!(start.elapsed() < PATIENCE, "the run never reached the gate");
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -530,7 +537,10 @@ fn a_running_server_resumes_the_run_of_a_server_killed_with_sigkill_once_its_lea
 
     // B finishes the run, after A's lease.
     let result = wait_completed(&b.address, "k1");
-    assert!(killed_at.elapsed() >= Duration::from_millis(500), "taken before the lease ran out");
+    assert!(
+        killed_at.elapsed() >= Duration::from_millis(500),
+        "taken before the lease ran out"
+    );
     assert_eq!(result["text"], "Fini : feu vert", "{result}");
     b.wait_log("lease expired");
     let (code, log) = b.stop();
@@ -571,9 +581,14 @@ fn a_running_server_resumes_the_run_of_a_server_killed_with_sigkill_once_its_lea
         .unwrap();
     assert!(last_of_a < taken);
     let until = chrono::DateTime::parse_from_rfc3339(
-        events[last_of_a]["payload"]["lease_until"].as_str().unwrap(),
+        events[last_of_a]["payload"]["lease_until"]
+            .as_str()
+            .unwrap(),
     )
     .unwrap();
     let ts = chrono::DateTime::parse_from_rfc3339(events[taken]["ts"].as_str().unwrap()).unwrap();
-    assert!(until <= ts, "B claimed at {ts}, before A's lease ran out at {until}");
+    assert!(
+        until <= ts,
+        "B claimed at {ts}, before A's lease ran out at {until}"
+    );
 }

@@ -82,8 +82,8 @@ impl LeaseWatch {
         resumed: &mut Vec<RunRef>,
     ) -> Result<(), LoomError> {
         let store = self.loom.store().clone();
-        let lease = chrono::Duration::from_std(self.loom.lease())
-            .unwrap_or(chrono::Duration::seconds(60));
+        let lease =
+            chrono::Duration::from_std(self.loom.lease()).unwrap_or(chrono::Duration::seconds(60));
         let sessions = store.sessions(tenant).await?;
         let now = Utc::now();
         let listed: std::collections::HashSet<&str> =

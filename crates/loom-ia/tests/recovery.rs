@@ -209,8 +209,14 @@ async fn two_sweeps_racing_for_a_run_of_a_sqlite_journal_drive_it_once() {
 #[test]
 fn the_sweep_period_is_half_the_lease_within_bounds() {
     use loom_ia::sweep_period;
-    assert_eq!(sweep_period(Duration::from_secs(60)), Duration::from_secs(30));
-    assert_eq!(sweep_period(Duration::from_secs(10)), Duration::from_secs(5));
+    assert_eq!(
+        sweep_period(Duration::from_secs(60)),
+        Duration::from_secs(30)
+    );
+    assert_eq!(
+        sweep_period(Duration::from_secs(10)),
+        Duration::from_secs(5)
+    );
     assert_eq!(
         sweep_period(Duration::from_millis(300)),
         loom_ia::MIN_SWEEP_PERIOD
