@@ -3,6 +3,10 @@
 //! `bench/chaos.sh` kill it with SIGKILL at random points and resume it, and check that every
 //! run completes with exactly one line written.
 //!
+//! A second tool, `attendre`, waits until the file named by `CHAOS_GATE` exists: the agents of
+//! `crates/loom-cli/tests/serve_ops.rs` use it to hold a run in a step while its server is
+//! killed.
+//!
 //! ```text
 //! CHAOS_FILE=/tmp/out.txt cargo run --example chaos -- --config examples/chaos/loom.yaml run chaos "go"
 //! ```
@@ -36,9 +40,24 @@ fn append_line(text: String, ctx: ToolContext) -> Result<String, String> {
     Ok(format!("written: {text}"))
 }
 
+/// Waits until the file named by `CHAOS_GATE` exists (at most 60 s), then says so.
+#[loom_ia::tool(side_effects = "none")]
+async fn attendre() -> Result<String, String> {
+    let gate = std::env::var_os("CHAOS_GATE").ok_or_else(|| "CHAOS_GATE is not set".to_owned())?;
+    let started = tokio::time::Instant::now();
+    while !std::path::Path::new(&gate).exists() {
+        if started.elapsed() > std::time::Duration::from_secs(60) {
+            return Err("the gate never opened".into());
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    Ok("feu vert".into())
+}
+
 fn main() -> ExitCode {
     loom_cli::App::new()
         .tool(append_line_tool())
+        .tool(attendre_tool())
         .default_config(concat!(
             env!("CARGO_MANIFEST_DIR"),
             "/../../examples/chaos/loom.yaml"

@@ -1,7 +1,8 @@
 //! Operations of `loom serve` through the real binaries: a graceful stop keeps the runs in
 //! flight open and resumable (SIGTERM mid-run, the journal checked, a restart finishes the
-//! run), past `execution.shutdown_timeout` the step is abandoned and still resumed, and
-//! `--reload` restarts the server on configuration changes and refuses a broken one.
+//! run), past `execution.shutdown_timeout` the step is abandoned and still resumed,
+//! `--reload` restarts the server on configuration changes and refuses a broken one, and a
+//! running server takes over the run of another one killed with SIGKILL once its lease expires.
 //!
 //! The run that waits is the `equipe` example's bank statement: the sub-agent's tool waits for
 //! a file the test writes, so every step happens when the test says.
@@ -39,11 +40,17 @@ struct Server {
 impl Server {
     /// Starts `program args` in `dir` and waits for its `Listening on` line.
     fn start(program: &Path, dir: &Path, args: &[&str]) -> Server {
+        Server::start_with(program, dir, args, &[])
+    }
+
+    /// [`Server::start`] with more environment variables.
+    fn start_with(program: &Path, dir: &Path, args: &[&str], env: &[(&str, PathBuf)]) -> Server {
         let mut child = Command::new(program)
             .current_dir(dir)
             .env_remove("LOOM_PROFILE")
             .env_remove("LOOM_LOG")
             .env("RELEVES_DIR", dir.join("releves"))
+            .envs(env.iter().map(|(k, v)| (*k, v)))
             .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -460,4 +467,128 @@ fn a_reload_hands_the_runs_in_flight_to_the_new_server() {
     );
     let (code, log) = server.stop();
     assert_eq!(code, Some(0), "{log}");
+}
+
+/// The chaos example's tools in one agent: a line appended once (irreversible, deduplicated by
+/// its idempotency key), then a wait for the gate file; a two-second lease.
+const TAKEOVER_CONFIG: &str = "\
+version: 1
+models:
+  - id: fake-1
+    sdk: fake
+    model: FAKE
+    params:
+      script:
+        - text: J'écris.
+          tool_calls:
+            - name: append_line
+              arguments: {text: relance envoyée}
+        - text: J'attends le feu vert.
+          tool_calls:
+            - name: attendre
+              arguments: {}
+        - text: 'Fini : {{ tool_result }}'
+agents:
+  - name: relance
+    main: {model: fake-1}
+    tools:
+      - tool: append_line
+      - tool: attendre
+storage:
+  events: {backend: jsonl, path: data}
+execution: {lease: 2}
+telemetry:
+  logging: {level: WARN}
+";
+
+#[test]
+fn a_running_server_resumes_the_run_of_a_server_killed_with_sigkill_once_its_lease_expires() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("loom.yaml"), TAKEOVER_CONFIG).unwrap();
+    let lines = dir.path().join("lines.txt");
+    let gate = dir.path().join("gate");
+    let env = [("CHAOS_FILE", lines.clone()), ("CHAOS_GATE", gate.clone())];
+    // B serves the same journal before A is killed.
+    let b = Server::start_with(&example_bin("chaos"), dir.path(), SERVE, &env);
+    let mut a = Server::start_with(&example_bin("chaos"), dir.path(), SERVE, &env);
+    let body =
+        serde_json::json!({"message": "Relance le client.", "run_id": "k1", "background": true});
+    let (status, answer) = request(
+        &a.address,
+        "POST",
+        "/v1/agents/relance/runs",
+        &body.to_string(),
+    );
+    assert_eq!(status, 202, "{answer}");
+
+    // A wrote the line, then waits at the gate: SIGKILL, no lease handed back.
+    let start = Instant::now();
+    while !journal(dir.path(), "k1")
+        .iter()
+        .any(|e| e["type"] == "tool.called" && e["payload"]["tool_name"] == "attendre")
+    {
+        assert!(start.elapsed() < PATIENCE, "the run never reached the gate");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    a.child.kill().unwrap();
+    a.child.wait().unwrap();
+    let killed_at = Instant::now();
+    std::fs::write(&gate, "").unwrap();
+
+    // B finishes the run, after A's lease.
+    let result = wait_completed(&b.address, "k1");
+    assert!(
+        killed_at.elapsed() >= Duration::from_millis(500),
+        "taken before the lease ran out"
+    );
+    assert_eq!(result["text"], "Fini : feu vert", "{result}");
+    b.wait_log("lease expired");
+    let (code, log) = b.stop();
+    assert_eq!(code, Some(0), "{log}");
+
+    // The line was written once: the completed call was not made again.
+    let written = std::fs::read_to_string(&lines).unwrap();
+    assert_eq!(written.lines().count(), 1, "{written}");
+    let events = journal(dir.path(), "k1");
+    let calls = |tool: &str| {
+        events
+            .iter()
+            .filter(|e| e["type"] == "tool.called" && e["payload"]["tool_name"] == tool)
+            .count()
+    };
+    assert_eq!(calls("append_line"), 1);
+    // The call A left without a result was made again by B (safe: no side effect).
+    assert_eq!(calls("attendre"), 2);
+    // One driver at a time: A's claims, then B's only, and nothing of A after B's first claim.
+    let mut drivers: Vec<&str> = Vec::new();
+    for event in of_run(&events, "k1") {
+        if event["type"] == "run.claimed" {
+            let worker = event["payload"]["worker_id"].as_str().unwrap();
+            if drivers.last() != Some(&worker) {
+                drivers.push(worker);
+            }
+        }
+    }
+    assert_eq!(drivers.len(), 2, "{drivers:?}");
+    assert_ne!(drivers[0], drivers[1]);
+    let taken = events
+        .iter()
+        .position(|e| e["type"] == "run.claimed" && e["payload"]["worker_id"] == drivers[1])
+        .unwrap();
+    let last_of_a = events
+        .iter()
+        .rposition(|e| e["type"] == "run.claimed" && e["payload"]["worker_id"] == drivers[0])
+        .unwrap();
+    assert!(last_of_a < taken);
+    let until = chrono::DateTime::parse_from_rfc3339(
+        events[last_of_a]["payload"]["lease_until"]
+            .as_str()
+            .unwrap(),
+    )
+    .unwrap();
+    let ts = chrono::DateTime::parse_from_rfc3339(events[taken]["ts"].as_str().unwrap()).unwrap();
+    assert!(
+        until <= ts,
+        "B claimed at {ts}, before A's lease ran out at {until}"
+    );
 }

@@ -984,7 +984,9 @@ impl Driver<'_> {
             }
         };
         let mut expiry = std::pin::pin!(expiry);
-        let period = (self.engine.lease / 3).max(Duration::from_secs(1));
+        // A third of the lease, so a live driver's lease never runs out under a peer's sweep
+        // (`Loom::watch_leases`), however short it is configured.
+        let period = (self.engine.lease / 3).max(Duration::from_millis(10));
         let mut renewal = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
         loop {
             tokio::select! {

@@ -552,6 +552,12 @@ impl Engine {
         self
     }
 
+    /// The lease a run's driver takes (`run.claimed` until now + lease), renewed every third
+    /// of it while the run is driven.
+    pub fn lease(&self) -> Duration {
+        self.lease
+    }
+
     /// Sets the artifact store: where large results are moved out of the context, and where
     /// the files attached to a run are kept.
     pub fn with_artifacts(mut self, artifacts: Arc<dyn ArtifactStore>) -> Engine {

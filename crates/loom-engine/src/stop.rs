@@ -54,6 +54,11 @@ impl StopSignal {
         self.interrupted.is_cancelled()
     }
 
+    /// Resolves once a stop is requested.
+    pub async fn requested(&self) {
+        self.requested.cancelled().await;
+    }
+
     /// Resolves once the steps in progress are to be abandoned.
     pub async fn interrupted(&self) {
         self.interrupted.cancelled().await;

@@ -740,6 +740,21 @@ async fn the_lease_is_renewed_during_a_long_step() {
         "{:?}",
         types(&events)
     );
+    // The lease never lapses while the run is driven: each renewal is written before the
+    // lease it renews runs out (a peer's sweep would otherwise take the run mid-step).
+    let mut held_until = None;
+    for event in &events {
+        if let Payload::RunClaimed(claim) = &event.payload {
+            if let Some(until) = held_until {
+                assert!(
+                    event.ts <= until,
+                    "the lease ran out at {until} before its renewal at {}",
+                    event.ts
+                );
+            }
+            held_until = Some(claim.lease_until);
+        }
+    }
 }
 
 /// The system clock: lease expiry is compared with real time in this test.

@@ -49,7 +49,7 @@ fn whole_seconds(delay: Duration) -> u64 {
 /// | `unknown_key` | 401 | a key that is not declared |
 /// | `expired_key` | 401 | a key past its `expires` |
 /// | `missing_scope` | 403 | the key lacks the route's scope |
-/// | `agent_not_allowed` | 403 | the key is limited to other agents |
+/// | `agent_not_allowed` | 403 | the key is limited to other agents, or the tenant's `tenants[].agents` does not list the agent ([`LoomError::AgentNotAllowed`]) |
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{kind}: {message}")]
 pub struct ApiError {
@@ -121,6 +121,7 @@ impl ApiError {
             }
             LoomError::UnknownTrigger { .. } => (StatusCode::NOT_FOUND, "unknown_trigger", None),
             LoomError::Refused(_) => (StatusCode::CONFLICT, "refused", None),
+            LoomError::AgentNotAllowed { .. } => (StatusCode::FORBIDDEN, "agent_not_allowed", None),
             LoomError::Invalid(_) => (StatusCode::UNPROCESSABLE_ENTITY, "invalid_request", None),
             LoomError::Conflict(_) => (StatusCode::CONFLICT, "conflict", Some(lease_seconds)),
             LoomError::BudgetExhausted { retry_in, .. } => (
@@ -224,6 +225,26 @@ mod tests {
         assert_eq!(
             (unknown.status, unknown.kind),
             (StatusCode::NOT_FOUND, "unknown_run")
+        );
+    }
+
+    /// An agent outside the tenant's `tenants[].agents` is 403 like one outside the key's
+    /// agents, and still a refusal for the CLI (exit code 2).
+    #[test]
+    fn an_agent_the_tenant_may_not_use_is_403() {
+        let error = LoomError::AgentNotAllowed {
+            tenant: "acme".into(),
+            agent: "other".into(),
+        };
+        assert!(error.is_refusal());
+        let api = ApiError::from_loom(&error, 60);
+        assert_eq!(
+            (api.status, api.kind, api.retry_after),
+            (StatusCode::FORBIDDEN, "agent_not_allowed", None)
+        );
+        assert_eq!(
+            api.message,
+            "tenant 'acme' may not use the agent 'other' (tenants[].agents)"
         );
     }
 

@@ -146,6 +146,10 @@ fn build(loom: Loom, settings: &HttpServerConfig, closing: watch::Receiver<bool>
 /// stopped is answered `503` with `kind: interrupted`, its `run_id` and `session_id`; the next
 /// start resumes the run ([`Loom::recover_all`], called by `loom serve`). Returns once every
 /// request is answered and no run is driven.
+///
+/// While it serves, [`Loom::watch_leases`] sweeps the journal every half lease (1 to 30 s)
+/// and resumes the runs whose lease expired without being handed back (a process sharing
+/// the journal crashed); the sweep stops with the server.
 pub async fn serve(
     loom: Loom,
     listener: TcpListener,
@@ -165,9 +169,20 @@ pub async fn serve(
             stopper.stop(grace).await;
         }
     });
+    // Runs a crashed process sharing the journal left behind go on once their lease expires.
+    let (unwatch, unwatched) = tokio::sync::oneshot::channel::<()>();
+    let watcher = loom.clone();
+    let watch = tokio::spawn(async move {
+        watcher
+            .watch_leases(async move {
+                let _ = unwatched.await;
+            })
+            .await;
+    });
     let served = axum::serve(listener, app)
         .with_graceful_shutdown(async move {
             shutdown.await;
+            let _ = unwatch.send(());
             tracing::info!(
                 "shutting down: the runs in flight stop at their next safe point, open and resumable"
             );
@@ -176,8 +191,9 @@ pub async fn serve(
         })
         .await;
     let _ = stopped.await;
-    // Serving failed before any shutdown: stop the runs all the same.
+    // Serving failed before any shutdown: stop the runs all the same (which ends the watch).
     loom.stop(grace).await;
+    let _ = watch.await;
     served
 }
 

@@ -1,5 +1,6 @@
-//! API keys through a real socket: 401 (missing, unknown, expired), 403 (scope, agent), the
-//! key's tenant as the only tenant of a request, Bearer and `X-API-Key`.
+//! API keys through a real socket: 401 (missing, unknown, expired), 403 (scope, agent of the
+//! key, agent of the tenant), the key's tenant as the only tenant of a request, Bearer and
+//! `X-API-Key`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -19,6 +20,7 @@ const READ_A: &str = "lk_read-acme-00000000000000000000000000000000";
 const RUN_B: &str = "lk_run-beta-000000000000000000000000000000000";
 const ECHO_A: &str = "lk_echo-acme-00000000000000000000000000000000";
 const OLD_A: &str = "lk_old-acme-000000000000000000000000000000000";
+const RUN_G: &str = "lk_run-gamma-00000000000000000000000000000000";
 
 fn hash(key: &str) -> String {
     let digest = Sha256::digest(key.as_bytes());
@@ -54,13 +56,16 @@ fn config(dir: &std::path::Path) -> Config {
     old.expires = Some("2020-01-01".into());
     let mut echo_only = key("echo-only", ECHO_A, "acme", &[Scope::Run, Scope::Read]);
     echo_only.agents = vec!["echo".into()];
+    // A tenant that may run `echo` only (`tenants[].agents`), with an unrestricted key.
+    let mut gamma = TenantSpec::new("gamma");
+    gamma.agents = vec!["echo".into()];
     let mut raw = LoomConfig {
         models: vec![
             model("fake-echo", "Bonjour."),
             model("fake-other", "Autre."),
         ],
         agents: vec![echo, other],
-        tenants: vec![TenantSpec::new("acme"), TenantSpec::new("beta")],
+        tenants: vec![TenantSpec::new("acme"), TenantSpec::new("beta"), gamma],
         ..LoomConfig::default()
     };
     raw.security.api_keys = vec![
@@ -69,6 +74,7 @@ fn config(dir: &std::path::Path) -> Config {
         key("run-b", RUN_B, "beta", &[Scope::Run, Scope::Read]),
         echo_only,
         old,
+        key("run-g", RUN_G, "gamma", &[Scope::Run, Scope::Read]),
     ];
     raw.storage.events.backend = EventsBackend::Jsonl;
     raw.storage.events.path = Some("journal".into());
@@ -317,4 +323,41 @@ async fn scopes_and_agents_are_403_and_the_key_decides_the_tenant() {
     assert_eq!(kind(&body), "agent_not_allowed");
     let (status, _) = send(bearer(server.get(&path), ECHO_A)).await;
     assert_eq!(status, StatusCode::OK);
+}
+
+/// A tenant limited to some agents (`tenants[].agents`) is refused the others like a key
+/// limited to them: 403 `agent_not_allowed`, nothing journaled; its agents run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_outside_the_tenants_agents_is_403() {
+    let server = Server::start().await;
+    let (status, body) = send(bearer(server.get("/agents"), RUN_G)).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        body,
+        json!([{"name": "echo", "description": "Says hello."}])
+    );
+    for background in [false, true] {
+        let (status, body) = send(bearer(
+            server.post(
+                "/agents/other/runs",
+                json!({"message": "hi", "background": background}),
+            ),
+            RUN_G,
+        ))
+        .await;
+        assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+        assert_eq!(kind(&body), "agent_not_allowed");
+        assert_eq!(
+            body["error"]["message"],
+            "tenant 'gamma' may not use the agent 'other' (tenants[].agents)"
+        );
+    }
+    assert!(!server.dir.path().join("journal/gamma").exists());
+    let (status, body) = send(bearer(
+        server.post("/agents/echo/runs", json!({"message": "hi"})),
+        RUN_G,
+    ))
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    assert_eq!(body["text"], "Bonjour.");
 }

@@ -41,9 +41,18 @@ pub enum LoomError {
     Registration(String),
     /// The request was refused: it conflicts with the state of things (the run exists,
     /// nothing waits for a decision, a sub-run cannot be resumed on its own) or with a rule
-    /// (the tenant may not use the agent, judges skipped under `prod`).
+    /// (judges skipped under `prod`, an undeclared tenant).
     #[error("request refused: {0}")]
     Refused(String),
+    /// The tenant may not use the agent: it is not in the tenant's `tenants[].agents`.
+    /// Nothing was written.
+    #[error("tenant '{tenant}' may not use the agent '{agent}' (tenants[].agents)")]
+    AgentNotAllowed {
+        /// The tenant.
+        tenant: String,
+        /// The agent asked for.
+        agent: String,
+    },
     /// The request is unusable as given (an unusable id, an ill-formed message, a refused
     /// attachment, corrected arguments that do not fit, a trigger payload its templates cannot
     /// render, a delivery id already used elsewhere): sending it again unchanged cannot
@@ -120,6 +129,7 @@ impl LoomError {
                 | LoomError::InvalidQuery { .. }
                 | LoomError::Registration(_)
                 | LoomError::Refused(_)
+                | LoomError::AgentNotAllowed { .. }
                 | LoomError::Invalid(_)
                 | LoomError::UnknownTrigger { .. }
                 | LoomError::Conflict(_)

@@ -43,6 +43,7 @@ mod progress;
 
 pub mod query;
 pub mod quota;
+mod recovery;
 pub mod redact;
 mod resolve;
 mod result;
@@ -72,6 +73,7 @@ pub mod report;
 pub use follow::FollowOptions;
 pub use progress::progress_line;
 pub use query::{EventQuery, RunListed, RunPage, RunQuery};
+pub use recovery::{LeaseWatch, MAX_SWEEP_PERIOD, MIN_SWEEP_PERIOD, sweep_period};
 pub use redact::Redact;
 pub use report::{
     RunUsage, SessionReport, SubRunUsage, TenantReport, Trace, TraceCall, TraceStep, UsageLine,

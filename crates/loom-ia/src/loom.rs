@@ -659,9 +659,10 @@ impl Loom {
         if let Some(spec) = config.tenant(&tenant)
             && !spec.allows_agent(agent)
         {
-            return Err(LoomError::Refused(format!(
-                "tenant '{tenant}' may not use the agent '{agent}' (tenants[].agents)"
-            )));
+            return Err(LoomError::AgentNotAllowed {
+                tenant,
+                agent: agent.to_owned(),
+            });
         }
         options
             .judges
@@ -1166,13 +1167,17 @@ impl Loom {
         Ok(run)
     }
 
-    fn spawn_drive(&self, run: RunRef, runtime: Arc<AgentRuntime>) {
+    pub(crate) fn spawn_drive(&self, run: RunRef, runtime: Arc<AgentRuntime>) {
         let loom = self.clone();
         tokio::spawn(async move {
             match loom.drive(&run, &runtime, &()).await {
                 Ok(_) => {}
                 Err(LoomError::Interrupted(_)) => {
                     tracing::info!(run_id = %run.run_id, "background run interrupted: it resumes at the next start");
+                }
+                Err(LoomError::Conflict(reason)) => {
+                    // Another driver holds it (it took it first): not this process's to drive.
+                    tracing::info!(run_id = %run.run_id, %reason, "background run left to its driver");
                 }
                 Err(error) => {
                     tracing::warn!(run_id = %run.run_id, %error, "background run stopped");
@@ -1194,64 +1199,98 @@ impl Loom {
     }
 
     /// Re-drives, in the background, every run of the tenant left unfinished (a crash, a
-    /// `kill -9`) whose lease has expired, skipping runs this instance drives and runs whose
-    /// agent is no longer declared. Returns the runs re-queued.
+    /// `kill -9`) whose lease has expired (a run never claimed: whose last event is older than
+    /// one lease), skipping runs this instance drives, runs paused for a human and runs whose
+    /// agent is no longer declared. Returns the runs re-queued. Reads every session of the
+    /// tenant; [`Loom::lease_watch`] remembers what it read and reads only what changed.
     pub async fn recover(&self, tenant: Option<&str>) -> Result<Vec<RunRef>, LoomError> {
         let tenant = tenant.unwrap_or(DEFAULT_TENANT).to_owned();
-        let store = self.inner.engine.store().clone();
-        let now = chrono::Utc::now();
-        let mut requeued = Vec::new();
-        for session in store.sessions(&tenant).await? {
-            let events = match store.read(&tenant, &session.session_id, 0).await {
-                Ok(events) => events,
-                Err(error) => {
-                    tracing::warn!(session = %session.session_id, %error, "unreadable session skipped");
-                    continue;
-                }
-            };
-            let mut run_ids: Vec<&str> = Vec::new();
-            for event in &events {
-                if matches!(&event.payload, loom_core::Payload::RunStarted(p) if p.parent_run_id.is_none())
-                    && !run_ids.contains(&event.run_id.as_str())
-                {
-                    run_ids.push(&event.run_id);
-                }
+        crate::recovery::LeaseWatch::new(self.clone(), vec![tenant])
+            .sweep()
+            .await
+    }
+
+    /// A sweep of every tenant the configuration knows (`default`, and each of `tenants`) for
+    /// runs another process abandoned (see [`Loom::recover`]); each [`LeaseWatch::sweep`]
+    /// after the first reads only the sessions that changed or hold a lease that ran out.
+    ///
+    /// [`LeaseWatch::sweep`]: crate::LeaseWatch::sweep
+    pub fn lease_watch(&self) -> crate::LeaseWatch {
+        crate::recovery::LeaseWatch::new(self.clone(), self.known_tenants())
+    }
+
+    /// Sweeps the journal for abandoned runs every [`LeaseWatch::period`] (half of
+    /// `execution.lease`, between 1 and 30 s) and resumes them, until `stop` resolves or
+    /// [`Loom::stop`] is called. What `loom serve` runs beside the API, so that a run left by
+    /// a crashed process sharing the journal goes on once its lease expires. Several
+    /// processes may watch one journal: a run's lease is taken by one driver only (its
+    /// `run.claimed` is appended under the journal's optimistic concurrency).
+    ///
+    /// [`LeaseWatch::period`]: crate::LeaseWatch::period
+    pub async fn watch_leases(&self, stop: impl std::future::Future<Output = ()>) {
+        let mut watch = self.lease_watch();
+        let period = watch.period();
+        let mut stop = std::pin::pin!(stop);
+        let signal = self.inner.engine.stop_signal().clone();
+        loop {
+            tokio::select! {
+                () = &mut stop => return,
+                () = signal.requested() => return,
+                () = tokio::time::sleep(period) => {}
             }
-            for run_id in run_ids {
-                let Ok(state) = RunState::fold(run_id, &events) else {
-                    continue;
-                };
-                let held = state.claim.as_ref().is_some_and(|c| c.lease_until > now);
-                let active = self
-                    .inner
-                    .active
-                    .lock()
-                    .map(|a| a.contains_key(run_id))
-                    .unwrap_or(true);
-                if state.finished || state.status == loom_core::RunStatus::Paused || held || active
-                {
-                    continue;
-                }
-                let Some(agent) = state.agent.clone() else {
-                    continue;
-                };
-                let runtime = match self.agent(&agent, &tenant) {
-                    Ok(runtime) => runtime,
-                    Err(error) => {
-                        tracing::warn!(run_id, %error, "run not recovered: its agent cannot be resolved");
-                        continue;
+            match watch.sweep().await {
+                Ok(runs) => {
+                    for run in runs {
+                        tracing::warn!(
+                            run_id = %run.run_id,
+                            session_id = %run.session_id,
+                            tenant = %run.tenant_id,
+                            "resuming a run whose lease expired (its driver stopped without handing it back)"
+                        );
                     }
-                };
-                let run = RunRef {
-                    tenant_id: tenant.clone(),
-                    session_id: session.session_id.clone(),
-                    run_id: run_id.to_owned(),
-                };
-                self.spawn_drive(run.clone(), runtime);
-                requeued.push(run);
+                }
+                Err(error) => tracing::warn!(%error, "the sweep for abandoned runs failed"),
             }
         }
-        Ok(requeued)
+    }
+
+    /// Whether this instance drives `run_id` now.
+    pub(crate) fn is_driving(&self, run_id: &str) -> bool {
+        self.inner
+            .active
+            .lock()
+            .map(|a| a.contains_key(run_id))
+            .unwrap_or(true)
+    }
+
+    /// The agent `name` resolved for `tenant`.
+    pub(crate) fn agent_runtime(
+        &self,
+        name: &str,
+        tenant: &str,
+    ) -> Result<Arc<AgentRuntime>, LoomError> {
+        self.agent(name, tenant)
+    }
+
+    /// The journal.
+    pub(crate) fn store(&self) -> &Arc<dyn EventStore> {
+        self.inner.engine.store()
+    }
+
+    /// `execution.lease`.
+    pub(crate) fn lease(&self) -> std::time::Duration {
+        self.inner.engine.lease()
+    }
+
+    /// `default` and each tenant of the configuration.
+    fn known_tenants(&self) -> Vec<String> {
+        let mut tenants = vec![DEFAULT_TENANT.to_owned()];
+        for tenant in &self.config().raw().tenants {
+            if !tenants.contains(&tenant.id) {
+                tenants.push(tenant.id.clone());
+            }
+        }
+        tenants
     }
 
     /// The sessions of a tenant, most recent first.
@@ -1399,17 +1438,7 @@ impl Loom {
     /// `tenants`): what a server does when it starts, so the runs a previous process left
     /// open (a shutdown, a crash) go on.
     pub async fn recover_all(&self) -> Result<Vec<RunRef>, LoomError> {
-        let mut tenants = vec![DEFAULT_TENANT.to_owned()];
-        for tenant in &self.config().raw().tenants {
-            if !tenants.contains(&tenant.id) {
-                tenants.push(tenant.id.clone());
-            }
-        }
-        let mut recovered = Vec::new();
-        for tenant in tenants {
-            recovered.extend(self.recover(Some(&tenant)).await?);
-        }
-        Ok(recovered)
+        self.lease_watch().sweep().await
     }
 
     /// Cancels every run this instance is driving (what Ctrl-C does in the CLI).

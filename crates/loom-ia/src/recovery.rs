@@ -1,0 +1,318 @@
+//! Runs another process left behind (a crash, a `kill -9`: its lease was never handed back),
+//! found by sweeping the journal and resumed here.
+//!
+//! A [`LeaseWatch`] sweeps every tenant the configuration knows. A root run is *abandoned*
+//! when it is open, not paused for a human, not driven by this instance, and either its last
+//! `run.claimed` has expired or it was never claimed and its last event is older than one
+//! lease (a run another process has just opened is not taken from it before its first claim).
+//! Each abandoned run is driven in the background, and its driver takes the lease the usual
+//! way: `run.claimed` appended under the journal's optimistic concurrency, so when several
+//! processes find the same run only one claim is written and the others stop with a conflict.
+//!
+//! The first sweep reads every session; later sweeps read only the sessions that changed
+//! (their last seq moved) or that hold a run whose lease runs out by now. The session list
+//! (one summary per session) is still asked of the journal each time.
+
+use std::{collections::HashMap, time::Duration};
+
+use chrono::{DateTime, Utc};
+use loom_core::{Event, Payload, RunState, RunStatus};
+use loom_engine::RunRef;
+
+use crate::{Loom, LoomError};
+
+/// The shortest time between two sweeps of [`Loom::watch_leases`].
+pub const MIN_SWEEP_PERIOD: Duration = Duration::from_secs(1);
+/// The longest time between two sweeps of [`Loom::watch_leases`].
+pub const MAX_SWEEP_PERIOD: Duration = Duration::from_secs(30);
+
+/// The period of the lease sweep for a lease: half of it, within
+/// [`MIN_SWEEP_PERIOD`]..=[`MAX_SWEEP_PERIOD`]. A run abandoned by a crash is resumed at most
+/// one lease and one period after its driver's last renewal.
+pub fn sweep_period(lease: Duration) -> Duration {
+    (lease / 2).clamp(MIN_SWEEP_PERIOD, MAX_SWEEP_PERIOD)
+}
+
+/// What a sweep remembers of a session.
+#[derive(Debug, Clone, Copy)]
+struct Seen {
+    /// The last seq read.
+    last_seq: u64,
+    /// When a run of the session may become abandoned without a new event (a lease running
+    /// out); `None` when nothing in it can.
+    recheck: Option<DateTime<Utc>>,
+}
+
+/// Sweeps the journal for abandoned runs and resumes them (see the module documentation).
+/// Built by [`Loom::lease_watch`]; [`Loom::watch_leases`] runs one periodically.
+#[derive(Debug)]
+pub struct LeaseWatch {
+    loom: Loom,
+    tenants: Vec<String>,
+    seen: HashMap<(String, String), Seen>,
+}
+
+impl LeaseWatch {
+    pub(crate) fn new(loom: Loom, tenants: Vec<String>) -> LeaseWatch {
+        LeaseWatch {
+            loom,
+            tenants,
+            seen: HashMap::new(),
+        }
+    }
+
+    /// The time between two sweeps: [`sweep_period`] of `execution.lease`.
+    pub fn period(&self) -> Duration {
+        sweep_period(self.loom.lease())
+    }
+
+    /// One sweep: every abandoned run found is driven in the background; returns them.
+    /// A session that cannot be read is skipped with a warning (and read again next time).
+    pub async fn sweep(&mut self) -> Result<Vec<RunRef>, LoomError> {
+        let mut resumed = Vec::new();
+        for tenant in self.tenants.clone() {
+            self.sweep_tenant(&tenant, &mut resumed).await?;
+        }
+        Ok(resumed)
+    }
+
+    async fn sweep_tenant(
+        &mut self,
+        tenant: &str,
+        resumed: &mut Vec<RunRef>,
+    ) -> Result<(), LoomError> {
+        let store = self.loom.store().clone();
+        let lease =
+            chrono::Duration::from_std(self.loom.lease()).unwrap_or(chrono::Duration::seconds(60));
+        let sessions = store.sessions(tenant).await?;
+        let now = Utc::now();
+        let listed: std::collections::HashSet<&str> =
+            sessions.iter().map(|s| s.session_id.as_str()).collect();
+        self.seen
+            .retain(|(t, session), _| t != tenant || listed.contains(session.as_str()));
+        for summary in &sessions {
+            let key = (tenant.to_owned(), summary.session_id.clone());
+            if let Some(seen) = self.seen.get(&key)
+                && seen.last_seq == summary.last_seq
+                && seen.recheck.is_none_or(|at| at > now)
+            {
+                continue;
+            }
+            let events = match store.read(tenant, &summary.session_id, 0).await {
+                Ok(events) => events,
+                Err(error) => {
+                    tracing::warn!(tenant, session = %summary.session_id, %error, "unreadable session skipped");
+                    continue;
+                }
+            };
+            let found = examine(&events, now, lease, |run_id| self.loom.is_driving(run_id));
+            let mut recheck = found.recheck;
+            for abandoned in found.abandoned {
+                let runtime = match self.loom.agent_runtime(&abandoned.agent, tenant) {
+                    Ok(runtime) => runtime,
+                    Err(error) => {
+                        tracing::warn!(run_id = %abandoned.run_id, %error, "run not recovered: its agent cannot be resolved");
+                        continue;
+                    }
+                };
+                let run = RunRef {
+                    tenant_id: tenant.to_owned(),
+                    session_id: summary.session_id.clone(),
+                    run_id: abandoned.run_id,
+                };
+                self.loom.spawn_drive(run.clone(), runtime);
+                resumed.push(run);
+                // Driven now: its claim moves the session on; if the drive writes nothing
+                // (it failed before its claim), the next sweep looks again. A run whose
+                // sub-runs wait for a human writes nothing either: it waits for new events.
+                if !abandoned.waits_for_children {
+                    recheck = Some(recheck.map_or(now, |at| at.min(now)));
+                }
+            }
+            let last_seq = events.last().map_or(summary.last_seq, |e| e.seq);
+            self.seen.insert(key, Seen { last_seq, recheck });
+        }
+        Ok(())
+    }
+}
+
+/// A root run to drive again.
+#[derive(Debug, PartialEq)]
+struct Abandoned {
+    run_id: String,
+    agent: String,
+    /// Waiting for sub-runs (`waiting_child`): driving it writes nothing while they wait.
+    waits_for_children: bool,
+}
+
+/// What a session's journal says at `now`.
+#[derive(Debug, Default, PartialEq)]
+struct Examined {
+    /// Abandoned root runs, in the order they started.
+    abandoned: Vec<Abandoned>,
+    /// The earliest instant a run of the session, open and held now, may become abandoned.
+    recheck: Option<DateTime<Utc>>,
+}
+
+/// Finds the abandoned root runs of one session's journal (see the module documentation).
+/// A run waiting for its sub-runs is abandoned when its lease expired (driving it again moves
+/// on the children that can), but nothing later makes it abandoned again without new events.
+fn examine(
+    events: &[Event],
+    now: DateTime<Utc>,
+    lease: chrono::Duration,
+    driving: impl Fn(&str) -> bool,
+) -> Examined {
+    let mut found = Examined::default();
+    let later = |at: DateTime<Utc>, found: &mut Examined| {
+        found.recheck = Some(found.recheck.map_or(at, |r| r.min(at)));
+    };
+    let mut roots: Vec<&str> = Vec::new();
+    for event in events {
+        if matches!(&event.payload, Payload::RunStarted(p) if p.parent_run_id.is_none())
+            && !roots.contains(&event.run_id.as_str())
+        {
+            roots.push(&event.run_id);
+        }
+    }
+    for run_id in roots {
+        let Ok(state) = RunState::fold(run_id, events) else {
+            continue;
+        };
+        if state.finished || state.status == RunStatus::Paused {
+            continue;
+        }
+        if driving(run_id) {
+            later(now, &mut found);
+            continue;
+        }
+        let free_at = match &state.claim {
+            Some(claim) => claim.lease_until,
+            None => {
+                let last = events
+                    .iter()
+                    .rev()
+                    .find(|e| e.run_id == run_id)
+                    .map_or(now, |e| e.ts);
+                last + lease
+            }
+        };
+        if free_at > now {
+            later(free_at, &mut found);
+            continue;
+        }
+        let Some(agent) = state.agent.clone() else {
+            continue;
+        };
+        found.abandoned.push(Abandoned {
+            run_id: run_id.to_owned(),
+            agent,
+            waits_for_children: state.status == RunStatus::WaitingChild,
+        });
+    }
+    found
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+    use loom_core::event::{Envelope, RunClaimed};
+
+    fn at(seconds: i64) -> DateTime<Utc> {
+        DateTime::from_timestamp(1_700_000_000 + seconds, 0).unwrap()
+    }
+
+    fn event(seq: u64, run: &str, ts: DateTime<Utc>, payload: Payload) -> Event {
+        let envelope = Envelope {
+            event_id: format!("e{seq}-{run}"),
+            ts,
+            tenant_id: "default".into(),
+            session_id: "s1".into(),
+            run_id: run.into(),
+            root_run_id: run.into(),
+            span_id: "span".into(),
+            parent_span_id: None,
+            agent: Some("agent".into()),
+            role: None,
+        };
+        let mut event = Event::new(envelope, payload);
+        event.seq = seq;
+        event
+    }
+
+    fn started(seq: u64, run: &str, ts: DateTime<Utc>) -> Vec<Event> {
+        let run_started = serde_json::from_value(serde_json::json!({
+            "kind": "normal",
+            "context": {"tenant_id": "default"}
+        }))
+        .unwrap();
+        let message = serde_json::from_value(serde_json::json!({
+            "message": loom_core::Message::user("go")
+        }))
+        .unwrap();
+        vec![
+            event(seq, run, ts, Payload::RunStarted(run_started)),
+            event(seq + 1, run, ts, Payload::MessageUser(message)),
+        ]
+    }
+
+    fn claimed(seq: u64, run: &str, ts: DateTime<Utc>, until: DateTime<Utc>) -> Event {
+        event(
+            seq,
+            run,
+            ts,
+            Payload::RunClaimed(RunClaimed {
+                worker_id: "worker-a".into(),
+                lease_until: until,
+            }),
+        )
+    }
+
+    const LEASE: i64 = 60;
+
+    fn run(events: &[Event], now: i64, driving: &[&str]) -> Examined {
+        examine(events, at(now), chrono::Duration::seconds(LEASE), |id| {
+            driving.contains(&id)
+        })
+    }
+
+    #[test]
+    fn a_run_whose_lease_expired_is_abandoned_and_a_live_lease_is_rechecked_when_it_ends() {
+        let mut events = started(1, "r1", at(0));
+        events.push(claimed(3, "r1", at(1), at(61)));
+        let live = run(&events, 30, &[]);
+        assert!(live.abandoned.is_empty());
+        assert_eq!(live.recheck, Some(at(61)));
+        let expired = run(&events, 62, &[]);
+        assert_eq!(
+            expired.abandoned,
+            vec![Abandoned {
+                run_id: "r1".into(),
+                agent: "agent".into(),
+                waits_for_children: false
+            }]
+        );
+        // Driven by this instance: never abandoned, looked at again next time.
+        let mine = run(&events, 62, &["r1"]);
+        assert!(mine.abandoned.is_empty());
+        assert_eq!(mine.recheck, Some(at(62)));
+    }
+
+    #[test]
+    fn a_run_never_claimed_is_left_to_its_opener_for_one_lease() {
+        let events = started(1, "r1", at(0));
+        let young = run(&events, 10, &[]);
+        assert!(young.abandoned.is_empty());
+        assert_eq!(young.recheck, Some(at(LEASE)));
+        assert_eq!(run(&events, LEASE + 1, &[]).abandoned.len(), 1);
+    }
+
+    #[test]
+    fn a_lease_handed_back_frees_the_run_at_once() {
+        let mut events = started(1, "r1", at(0));
+        events.push(claimed(3, "r1", at(5), at(5)));
+        assert_eq!(run(&events, 5, &[]).abandoned.len(), 1);
+    }
+}
