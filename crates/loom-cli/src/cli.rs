@@ -535,24 +535,47 @@ async fn serve(
     }
     // Runs an earlier process left open (a shutdown, a crash) go on.
     resume_left_open(loom).await;
+    // SIGTERM and Ctrl-C stop the runs in flight at once; under `--reload`, the supervisor's
+    // hand-over signal lets the requests in flight be answered first.
+    #[cfg(unix)]
+    let mut hand_over: Option<tokio::signal::unix::Signal> = None;
     if supervised {
         // Under `--reload` only: elsewhere SIGHUP keeps its usual meaning (stop).
         #[cfg(unix)]
         {
-            // Installed before the ready line: the supervisor's SIGHUP follows it.
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
-                Ok(hangup) => {
+            use tokio::signal::unix::{SignalKind, signal};
+            // Installed before the ready line: the supervisor's signals follow it.
+            match (
+                signal(SignalKind::hangup()),
+                signal(SignalKind::from_raw(crate::reload::HAND_OVER as i32)),
+            ) {
+                (Ok(hangup), Ok(handing)) => {
                     tokio::spawn(resume_on_hangup(loom.clone(), hangup));
+                    hand_over = Some(handing);
                 }
-                Err(error) => {
-                    eprintln!("error: cannot catch SIGHUP: {error}");
+                (Err(error), _) | (_, Err(error)) => {
+                    eprintln!("error: cannot catch the signals of loom serve --reload: {error}");
                     return Ok(FAILED);
                 }
             }
             crate::reload::report_ready();
         }
     }
-    match loom_http::serve(loom.clone(), listener, &settings, stop_signal()).await {
+    let shutdown = async move {
+        #[cfg(unix)]
+        if let Some(mut handing) = hand_over {
+            return tokio::select! {
+                () = stop_signal() => loom_http::Shutdown::Stop,
+                _ = handing.recv() => {
+                    eprintln!("Handing over: the requests in flight are answered first.");
+                    loom_http::Shutdown::Drain
+                }
+            };
+        }
+        stop_signal().await;
+        loom_http::Shutdown::Stop
+    };
+    match loom_http::serve_until(loom.clone(), listener, &settings, shutdown).await {
         Ok(()) => Ok(OK),
         Err(error) => {
             eprintln!("error: the server stopped: {error}");

@@ -7,9 +7,10 @@
 //!   to the supervisor) once its configuration is loaded and it serves.
 //! - The supervisor polls `loom.yaml`, the agents directory and the prompts directory every
 //!   [`POLL`] (sizes and modification times). On a change it starts a new child on the same
-//!   socket; when the new child is ready, the old one gets SIGTERM and shuts down gracefully
-//!   (its runs in flight stop at a safe point, open), then the new one gets SIGHUP and resumes
-//!   them ([`loom_ia::Loom::recover_all`]). A new child that exits before it is ready (a
+//!   socket; when the new child is ready, the old one gets [`HAND_OVER`] (SIGUSR1): it stops
+//!   accepting, answers the requests in flight (up to `execution.shutdown_timeout`), then
+//!   stops its remaining runs at a safe point, open ([`loom_http::Shutdown::Drain`]); once it
+//!   has exited the new one gets SIGHUP and resumes them ([`loom_ia::Loom::recover_all`]). A new child that exits before it is ready (a
 //!   broken configuration: its `config error: …` line is on the shared stderr) is refused and
 //!   the old one keeps serving.
 //! - SIGTERM or Ctrl-C stops the supervisor: the child gets SIGTERM and its exit code is the
@@ -46,6 +47,11 @@ pub(crate) const LISTEN_FD: &str = "LOOM_LISTEN_FD";
 
 /// The line a child writes on its standard output once it serves.
 pub(crate) const READY: &str = "loom-serve-ready";
+
+/// The signal that tells the old server to hand over to a new one: stop accepting, answer
+/// the requests in flight (up to `execution.shutdown_timeout`), then stop its runs
+/// ([`loom_http::Shutdown::Drain`]). SIGTERM keeps its meaning: stop the runs at once.
+pub(crate) const HAND_OVER: Signal = Signal::SIGUSR1;
 
 /// How often the configuration files are compared.
 const POLL: Duration = Duration::from_millis(500);
@@ -168,7 +174,7 @@ pub(crate) async fn supervise(
                 match wait_ready(&mut next, &mut current_pid, &mut exited, &mut stop).await {
                     Start::Ready(pid) => {
                         if let Some(old) = current_pid.replace(pid)
-                            && signal(old, Signal::SIGTERM)
+                            && signal(old, HAND_OVER)
                         {
                             wait_exit(old, &mut exited).await;
                         }

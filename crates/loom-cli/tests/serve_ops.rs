@@ -469,6 +469,44 @@ fn a_reload_hands_the_runs_in_flight_to_the_new_server() {
     assert_eq!(code, Some(0), "{log}");
 }
 
+#[test]
+fn a_reload_answers_the_requests_in_flight_before_the_old_server_stops() {
+    let dir = equipe("execution: {shutdown_timeout: 60}\n");
+    let releves = dir.path().join("releves");
+    let mut args = SERVE.to_vec();
+    args.push("--reload");
+    let server = Server::start(&example_bin("equipe"), dir.path(), &args);
+    let answer = start_run(&server.address, "g4");
+    wait_for(&releves.join("demande-cic.txt"));
+
+    // A change while the run waits for the bank: the new server takes over the socket, the
+    // old one keeps the request it is answering.
+    let agent = dir.path().join("agents/comptable.yaml");
+    let text = std::fs::read_to_string(&agent).unwrap();
+    std::fs::write(
+        &agent,
+        text.replace("description: Tient", "description: Désormais, tient"),
+    )
+    .unwrap();
+    server.wait_log("Handing over: the requests in flight are answered first.");
+    // New requests go to the new server meanwhile.
+    let (status, body) = request(&server.address, "GET", "/v1/agents", "");
+    assert_eq!(status, 200, "{body}");
+    // The bank answers: the old server finishes the run and answers the request itself.
+    std::fs::write(releves.join("releve-cic.txt"), "relevé CIC de novembre\n").unwrap();
+    let (status, body) = answer.join().unwrap();
+    assert_eq!(status, 201, "{body}");
+    let result = json(&body);
+    assert_eq!(result["status"], "completed", "{body}");
+    assert!(
+        result["text"].as_str().unwrap().contains("relevé CIC"),
+        "{result}"
+    );
+    server.wait_log("Reloaded");
+    let (code, log) = server.stop();
+    assert_eq!(code, Some(0), "{log}");
+}
+
 /// The chaos example's tools in one agent: a line appended once (irreversible, deduplicated by
 /// its idempotency key), then a wait for the gate file; a two-second lease.
 const TAKEOVER_CONFIG: &str = "\

@@ -156,6 +156,35 @@ pub async fn serve(
     settings: &HttpServerConfig,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    serve_until(loom, listener, settings, async move {
+        shutdown.await;
+        Shutdown::Stop
+    })
+    .await
+}
+
+/// How [`serve_until`] ends once its shutdown future resolves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shutdown {
+    /// The runs in flight stop at their next safe point at once, as [`serve`] does on its
+    /// shutdown: a synchronous request whose run stopped is answered `503` `interrupted`.
+    Stop,
+    /// A hand-over to another process serving the same socket and journal (`loom serve
+    /// --reload`): no new connection is accepted, the requests in flight go on until they
+    /// are answered (for up to `execution.shutdown_timeout`), and only then are the runs
+    /// still driven (background runs, or requests past the timeout) stopped as with
+    /// [`Shutdown::Stop`]. A client whose request was in flight during the switch gets its
+    /// answer, not a `503`.
+    Drain,
+}
+
+/// [`serve`], the shutdown future saying how to end ([`Shutdown`]).
+pub async fn serve_until(
+    loom: Loom,
+    listener: TcpListener,
+    settings: &HttpServerConfig,
+    shutdown: impl Future<Output = Shutdown> + Send + 'static,
+) -> std::io::Result<()> {
     let (closing, receiver) = watch::channel(false);
     mcp::log_exposure(&loom);
     let app = build(loom.clone(), settings, receiver);
@@ -179,19 +208,46 @@ pub async fn serve(
             })
             .await;
     });
+    // A drain stops the runs only when its time is up: the timer, cancelled when every
+    // request was answered before.
+    let (draining, drain_timer) = tokio::sync::oneshot::channel::<tokio::task::JoinHandle<()>>();
     let served = axum::serve(listener, app)
         .with_graceful_shutdown(async move {
-            shutdown.await;
+            let how = shutdown.await;
             let _ = unwatch.send(());
-            tracing::info!(
-                "shutting down: the runs in flight stop at their next safe point, open and resumable"
-            );
-            let _ = stopping.send(());
             let _ = closing.send(true);
+            match how {
+                Shutdown::Stop => {
+                    tracing::info!(
+                        "shutting down: the runs in flight stop at their next safe point, open and resumable"
+                    );
+                    let _ = stopping.send(());
+                }
+                Shutdown::Drain => {
+                    tracing::info!(
+                        grace_seconds = grace.as_secs_f64(),
+                        "handing over: the requests in flight are answered first"
+                    );
+                    let timer = tokio::spawn(async move {
+                        tokio::time::sleep(grace).await;
+                        tracing::info!(
+                            "hand-over timeout: the runs in flight stop at their next safe point"
+                        );
+                        let _ = stopping.send(());
+                    });
+                    let _ = draining.send(timer);
+                }
+            }
         })
         .await;
+    if let Ok(timer) = drain_timer.await {
+        // Every request was answered in time: the timer (and its stop) is not needed.
+        timer.abort();
+        let _ = timer.await;
+    }
     let _ = stopped.await;
-    // Serving failed before any shutdown: stop the runs all the same (which ends the watch).
+    // Serving failed before any shutdown, or a drain ended: stop the runs still driven
+    // (which ends the watch).
     loom.stop(grace).await;
     let _ = watch.await;
     served
