@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use axum::{
     extract::FromRequestParts,
-    http::{HeaderMap, StatusCode, request::Parts},
+    http::{HeaderMap, request::Parts},
 };
 use chrono::Utc;
 use loom_ia::{
@@ -21,7 +21,11 @@ use loom_ia::{
 };
 use sha2::{Digest, Sha256};
 
-use crate::{AppState, error::ApiError, routes::loom_error};
+use crate::{
+    AppState,
+    error::{ApiError, ErrorKind},
+    routes::loom_error,
+};
 
 /// The declared keys, by the hash the configuration stores, and the requests of the last
 /// minute of those with a `rate_limit`.
@@ -48,22 +52,22 @@ impl Keys {
             });
         }
         let presented = presented_key(headers).ok_or_else(|| {
-            unauthorized(
-                "missing_key",
+            ApiError::new(
+                ErrorKind::MissingKey,
                 "API key missing: send the header 'Authorization: Bearer …' or 'X-API-Key'",
             )
         })?;
         let hash = hash(&presented);
         let Some(key) = self.keys.iter().find(|k| k.hash == hash) else {
             tracing::warn!("request refused: unknown API key");
-            return Err(unauthorized("unknown_key", "API key refused"));
+            return Err(ApiError::new(ErrorKind::UnknownKey, "API key refused"));
         };
         if let Some(at) = key.expires_at()
             && at <= Utc::now()
         {
             tracing::warn!(key = %key.id, "request refused: expired API key");
-            return Err(unauthorized(
-                "expired_key",
+            return Err(ApiError::new(
+                ErrorKind::ExpiredKey,
                 format!(
                     "key '{}' expired on {}",
                     key.id,
@@ -120,14 +124,6 @@ fn presented_key(headers: &HeaderMap) -> Option<String> {
     bearer.or_else(header).map(str::to_owned)
 }
 
-fn unauthorized(kind: &'static str, message: impl Into<String>) -> ApiError {
-    ApiError::new(StatusCode::UNAUTHORIZED, kind, message)
-}
-
-fn forbidden(kind: &'static str, message: impl Into<String>) -> ApiError {
-    ApiError::new(StatusCode::FORBIDDEN, kind, message)
-}
-
 /// Who makes the request: its tenant, and its key (`None`: the API is open, every scope).
 #[derive(Debug, Clone)]
 pub(crate) struct Caller {
@@ -145,8 +141,8 @@ impl Caller {
     /// 403 unless the caller has `scope`.
     pub(crate) fn require(&self, scope: Scope) -> Result<(), ApiError> {
         match &self.key {
-            Some(key) if !key.allows(scope) => Err(forbidden(
-                "missing_scope",
+            Some(key) if !key.allows(scope) => Err(ApiError::new(
+                ErrorKind::MissingScope,
                 format!("key '{}' lacks the scope '{scope}'", key.id),
             )),
             _ => Ok(()),
@@ -176,8 +172,8 @@ impl Caller {
     /// 403 unless the caller may use `agent`.
     pub(crate) fn agent(&self, agent: &str) -> Result<(), ApiError> {
         match &self.key {
-            Some(key) if !key.allows_agent(agent) => Err(forbidden(
-                "agent_not_allowed",
+            Some(key) if !key.allows_agent(agent) => Err(ApiError::new(
+                ErrorKind::AgentNotAllowed,
                 format!("key '{}' is not allowed on the agent '{agent}'", key.id),
             )),
             _ => Ok(()),

@@ -18,45 +18,148 @@ fn whole_seconds(delay: Duration) -> u64 {
     (delay.as_secs() + u64::from(delay.subsec_nanos() > 0)).max(1)
 }
 
-/// An error answered as `{"error": {"kind": ..., "message": ...}}`.
-///
-/// `kind` is stable and chosen by the error's variant, never by its text:
-///
-/// | kind | status | from |
-/// |---|---|---|
-/// | `unknown_agent` | 404 | [`LoomError::UnknownAgent`] |
-/// | `unknown_run` | 404 | [`LoomError::UnknownRun`] |
-/// | `unknown_session` | 404 | [`LoomError::UnknownSession`] |
-/// | `unknown_artifact` | 404 | [`LoomError::UnknownArtifact`] (a session file) |
-/// | `unknown_trigger` | 404 | [`LoomError::UnknownTrigger`] |
-/// | `refused` | 409 | [`LoomError::Refused`] (run exists, nothing to approve, a rule) |
-/// | `invalid_request` | 422 | [`LoomError::Invalid`] (unusable id, refused attachment, delivery or payload) |
-/// | `conflict` | 409 + `Retry-After` | [`LoomError::Conflict`] (the run is driven elsewhere) |
-/// | `budget_exhausted` | 429 + `Retry-After` | [`LoomError::BudgetExhausted`] |
-/// | `quota_exceeded` | 429 + `Retry-After` | [`LoomError::QuotaExceeded`] (`tenants[].quotas`) |
-/// | `rate_limited` | 429 + `Retry-After` | the key's `rate_limit` (requests per minute) |
-/// | `config` | 500 | [`LoomError::Config`] |
-/// | `registration` | 500 | [`LoomError::Registration`] |
-/// | `journal` | 500 | [`LoomError::Journal`] |
-/// | `engine` | 500 | [`LoomError::Engine`] |
-/// | `interrupted` | 503 | [`LoomError::Interrupted`]: the server shut down before the run closed; the body also names `run_id` and `session_id` (the run resumes at the next start) |
-/// | `invalid_body` | 422 | a body that is not the expected JSON |
-/// | `body_too_large` | 413 | a body over `server.http.max_body_bytes` |
-/// | `invalid_query` | 422 | an unusable query string or filter value ([`LoomError::InvalidQuery`]); the message starts with the parameter |
-/// | `invalid_header` | 422 | an unusable header (`Last-Event-ID`) |
-/// | `not_found` | 404 | no such route |
-/// | `missing_key` | 401 | keys are declared and the request names none |
-/// | `unknown_key` | 401 | a key that is not declared |
-/// | `expired_key` | 401 | a key past its `expires` |
-/// | `missing_scope` | 403 | the key lacks the route's scope |
-/// | `agent_not_allowed` | 403 | the key is limited to other agents, or the tenant's `tenants[].agents` does not list the agent ([`LoomError::AgentNotAllowed`]) |
+/// The stable classification of an error: the `kind` of its body, which decides its HTTP
+/// status. Chosen by the error's variant (a [`LoomError`] variant, or what the HTTP layer
+/// refused), never by its text; the OpenAPI document lists every value.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize, utoipa::ToSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorKind {
+    /// 404: [`LoomError::UnknownAgent`], or an agent kept off the REST API.
+    UnknownAgent,
+    /// 404: [`LoomError::UnknownRun`].
+    UnknownRun,
+    /// 404: [`LoomError::UnknownSession`].
+    UnknownSession,
+    /// 404: [`LoomError::UnknownArtifact`] (a session file).
+    UnknownArtifact,
+    /// 404: [`LoomError::UnknownTrigger`].
+    UnknownTrigger,
+    /// 404: no such route.
+    NotFound,
+    /// 401: keys are declared and the request names none.
+    MissingKey,
+    /// 401: a key that is not declared.
+    UnknownKey,
+    /// 401: a key past its `expires`.
+    ExpiredKey,
+    /// 403: the key lacks the route's scope.
+    MissingScope,
+    /// 403: the key is limited to other agents, or the tenant's `tenants[].agents` does not
+    /// list the agent ([`LoomError::AgentNotAllowed`]).
+    AgentNotAllowed,
+    /// 409: [`LoomError::Refused`] (run exists, nothing to approve, a rule).
+    Refused,
+    /// 409 + `Retry-After`: [`LoomError::Conflict`] (the run is driven elsewhere).
+    Conflict,
+    /// 413: a body over `server.http.max_body_bytes`.
+    BodyTooLarge,
+    /// 422: a body that is not the expected JSON.
+    InvalidBody,
+    /// 422: [`LoomError::Invalid`] (unusable id, refused attachment, delivery or payload).
+    InvalidRequest,
+    /// 422: an unusable query string or filter value ([`LoomError::InvalidQuery`]); the
+    /// message starts with the parameter.
+    InvalidQuery,
+    /// 422: an unusable header (`Last-Event-ID`, a delivery id).
+    InvalidHeader,
+    /// 429 + `Retry-After`: [`LoomError::BudgetExhausted`].
+    BudgetExhausted,
+    /// 429 + `Retry-After`: [`LoomError::QuotaExceeded`] (`tenants[].quotas`).
+    QuotaExceeded,
+    /// 429 + `Retry-After`: the key's `rate_limit` (requests per minute).
+    RateLimited,
+    /// 500: [`LoomError::Config`].
+    Config,
+    /// 500: [`LoomError::Registration`].
+    Registration,
+    /// 500: [`LoomError::Journal`].
+    Journal,
+    /// 500: [`LoomError::Engine`], or an answer that could not be written.
+    Engine,
+    /// 503: [`LoomError::Interrupted`]: the server shut down before the run closed; the body
+    /// also names `run_id` and `session_id` (the run resumes at the next start).
+    Interrupted,
+}
+
+impl ErrorKind {
+    /// The kind as written in the body (`unknown_run`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorKind::UnknownAgent => "unknown_agent",
+            ErrorKind::UnknownRun => "unknown_run",
+            ErrorKind::UnknownSession => "unknown_session",
+            ErrorKind::UnknownArtifact => "unknown_artifact",
+            ErrorKind::UnknownTrigger => "unknown_trigger",
+            ErrorKind::NotFound => "not_found",
+            ErrorKind::MissingKey => "missing_key",
+            ErrorKind::UnknownKey => "unknown_key",
+            ErrorKind::ExpiredKey => "expired_key",
+            ErrorKind::MissingScope => "missing_scope",
+            ErrorKind::AgentNotAllowed => "agent_not_allowed",
+            ErrorKind::Refused => "refused",
+            ErrorKind::Conflict => "conflict",
+            ErrorKind::BodyTooLarge => "body_too_large",
+            ErrorKind::InvalidBody => "invalid_body",
+            ErrorKind::InvalidRequest => "invalid_request",
+            ErrorKind::InvalidQuery => "invalid_query",
+            ErrorKind::InvalidHeader => "invalid_header",
+            ErrorKind::BudgetExhausted => "budget_exhausted",
+            ErrorKind::QuotaExceeded => "quota_exceeded",
+            ErrorKind::RateLimited => "rate_limited",
+            ErrorKind::Config => "config",
+            ErrorKind::Registration => "registration",
+            ErrorKind::Journal => "journal",
+            ErrorKind::Engine => "engine",
+            ErrorKind::Interrupted => "interrupted",
+        }
+    }
+
+    /// The HTTP status of the kind.
+    pub fn status(self) -> StatusCode {
+        match self {
+            ErrorKind::UnknownAgent
+            | ErrorKind::UnknownRun
+            | ErrorKind::UnknownSession
+            | ErrorKind::UnknownArtifact
+            | ErrorKind::UnknownTrigger
+            | ErrorKind::NotFound => StatusCode::NOT_FOUND,
+            ErrorKind::MissingKey | ErrorKind::UnknownKey | ErrorKind::ExpiredKey => {
+                StatusCode::UNAUTHORIZED
+            }
+            ErrorKind::MissingScope | ErrorKind::AgentNotAllowed => StatusCode::FORBIDDEN,
+            ErrorKind::Refused | ErrorKind::Conflict => StatusCode::CONFLICT,
+            ErrorKind::BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            ErrorKind::InvalidBody
+            | ErrorKind::InvalidRequest
+            | ErrorKind::InvalidQuery
+            | ErrorKind::InvalidHeader => StatusCode::UNPROCESSABLE_ENTITY,
+            ErrorKind::BudgetExhausted | ErrorKind::QuotaExceeded | ErrorKind::RateLimited => {
+                StatusCode::TOO_MANY_REQUESTS
+            }
+            ErrorKind::Config
+            | ErrorKind::Registration
+            | ErrorKind::Journal
+            | ErrorKind::Engine => StatusCode::INTERNAL_SERVER_ERROR,
+            ErrorKind::Interrupted => StatusCode::SERVICE_UNAVAILABLE,
+        }
+    }
+}
+
+impl std::fmt::Display for ErrorKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// An error answered as `{"error": {"kind": ..., "message": ...}}`, with the status of its
+/// [`ErrorKind`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{kind}: {message}")]
 pub struct ApiError {
-    /// HTTP status.
-    pub status: StatusCode,
-    /// Stable classification.
-    pub kind: &'static str,
+    /// Stable classification (it decides the status).
+    pub kind: ErrorKind,
     /// What went wrong, for a human.
     pub message: String,
     /// Seconds after which retrying can succeed (`Retry-After`).
@@ -67,9 +170,8 @@ pub struct ApiError {
 
 impl ApiError {
     /// An error without `Retry-After`.
-    pub fn new(status: StatusCode, kind: &'static str, message: impl Into<String>) -> ApiError {
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> ApiError {
         ApiError {
-            status,
             kind,
             message: message.into(),
             retry_after: None,
@@ -79,14 +181,13 @@ impl ApiError {
 
     /// A request body the API cannot use (422).
     pub fn invalid_body(message: impl Into<String>) -> ApiError {
-        ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid_body", message)
+        ApiError::new(ErrorKind::InvalidBody, message)
     }
 
     /// A request body over `server.http.max_body_bytes` (413).
     pub fn too_large() -> ApiError {
         ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "body_too_large",
+            ErrorKind::BodyTooLarge,
             "the request body is larger than server.http.max_body_bytes",
         )
     }
@@ -96,8 +197,7 @@ impl ApiError {
     pub fn rate_limited(key: &str, per_minute: u32, retry_after: Duration) -> ApiError {
         let seconds = whole_seconds(retry_after);
         ApiError {
-            status: StatusCode::TOO_MANY_REQUESTS,
-            kind: "rate_limited",
+            kind: ErrorKind::RateLimited,
             message: format!(
                 "key '{key}': {per_minute} requests per minute exceeded, retry in {seconds} s"
             ),
@@ -111,43 +211,36 @@ impl ApiError {
     pub fn from_loom(error: &LoomError, lease_seconds: u64) -> ApiError {
         let message = error.to_string();
         let mut run = None;
-        let (status, kind, retry_after) = match error {
-            LoomError::UnknownAgent { .. } => (StatusCode::NOT_FOUND, "unknown_agent", None),
-            LoomError::UnknownRun(_) => (StatusCode::NOT_FOUND, "unknown_run", None),
-            LoomError::UnknownSession(_) => (StatusCode::NOT_FOUND, "unknown_session", None),
-            LoomError::UnknownArtifact(_) => (StatusCode::NOT_FOUND, "unknown_artifact", None),
-            LoomError::InvalidQuery { .. } => {
-                (StatusCode::UNPROCESSABLE_ENTITY, "invalid_query", None)
+        let (kind, retry_after) = match error {
+            LoomError::UnknownAgent { .. } => (ErrorKind::UnknownAgent, None),
+            LoomError::UnknownRun(_) => (ErrorKind::UnknownRun, None),
+            LoomError::UnknownSession(_) => (ErrorKind::UnknownSession, None),
+            LoomError::UnknownArtifact(_) => (ErrorKind::UnknownArtifact, None),
+            LoomError::InvalidQuery { .. } => (ErrorKind::InvalidQuery, None),
+            LoomError::UnknownTrigger { .. } => (ErrorKind::UnknownTrigger, None),
+            LoomError::Refused(_) => (ErrorKind::Refused, None),
+            LoomError::AgentNotAllowed { .. } => (ErrorKind::AgentNotAllowed, None),
+            LoomError::Invalid(_) => (ErrorKind::InvalidRequest, None),
+            LoomError::Conflict(_) => (ErrorKind::Conflict, Some(lease_seconds)),
+            LoomError::BudgetExhausted { retry_in, .. } => {
+                (ErrorKind::BudgetExhausted, Some(whole_seconds(*retry_in)))
             }
-            LoomError::UnknownTrigger { .. } => (StatusCode::NOT_FOUND, "unknown_trigger", None),
-            LoomError::Refused(_) => (StatusCode::CONFLICT, "refused", None),
-            LoomError::AgentNotAllowed { .. } => (StatusCode::FORBIDDEN, "agent_not_allowed", None),
-            LoomError::Invalid(_) => (StatusCode::UNPROCESSABLE_ENTITY, "invalid_request", None),
-            LoomError::Conflict(_) => (StatusCode::CONFLICT, "conflict", Some(lease_seconds)),
-            LoomError::BudgetExhausted { retry_in, .. } => (
-                StatusCode::TOO_MANY_REQUESTS,
-                "budget_exhausted",
-                Some(retry_in.as_secs() + u64::from(retry_in.subsec_nanos() > 0)),
-            ),
-            LoomError::QuotaExceeded { retry_after, .. } => (
-                StatusCode::TOO_MANY_REQUESTS,
-                "quota_exceeded",
-                Some(whole_seconds(*retry_after)),
-            ),
-            LoomError::Config(_) => (StatusCode::INTERNAL_SERVER_ERROR, "config", None),
-            LoomError::Registration(_) => (StatusCode::INTERNAL_SERVER_ERROR, "registration", None),
-            LoomError::Journal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "journal", None),
-            LoomError::Engine(_) => (StatusCode::INTERNAL_SERVER_ERROR, "engine", None),
+            LoomError::QuotaExceeded { retry_after, .. } => {
+                (ErrorKind::QuotaExceeded, Some(whole_seconds(*retry_after)))
+            }
+            LoomError::Config(_) => (ErrorKind::Config, None),
+            LoomError::Registration(_) => (ErrorKind::Registration, None),
+            LoomError::Journal(_) => (ErrorKind::Journal, None),
+            LoomError::Engine(_) => (ErrorKind::Engine, None),
             LoomError::Interrupted(interrupted) => {
                 run = Some(Box::new(interrupted.clone()));
-                (StatusCode::SERVICE_UNAVAILABLE, "interrupted", None)
+                (ErrorKind::Interrupted, None)
             }
         };
-        if status == StatusCode::INTERNAL_SERVER_ERROR {
-            tracing::error!(%error, kind, "request failed");
+        if kind.status() == StatusCode::INTERNAL_SERVER_ERROR {
+            tracing::error!(%error, %kind, "request failed");
         }
         ApiError {
-            status,
             kind,
             message,
             retry_after: retry_after.map(|seconds| seconds.max(1)),
@@ -159,7 +252,7 @@ impl ApiError {
     pub fn body(&self) -> serde_json::Value {
         let body = ErrorBody {
             error: ErrorDetail {
-                kind: self.kind.into(),
+                kind: self.kind,
                 message: self.message.clone(),
                 run_id: self.run.as_ref().map(|run| run.run_id.clone()),
                 session_id: self.run.as_ref().map(|run| run.session_id.clone()),
@@ -182,17 +275,13 @@ impl From<JsonRejection> for ApiError {
 
 impl From<QueryRejection> for ApiError {
     fn from(rejection: QueryRejection) -> ApiError {
-        ApiError::new(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "invalid_query",
-            rejection.body_text(),
-        )
+        ApiError::new(ErrorKind::InvalidQuery, rejection.body_text())
     }
 }
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let mut response = (self.status, Json(self.body())).into_response();
+        let mut response = (self.kind.status(), Json(self.body())).into_response();
         if let Some(seconds) = self.retry_after {
             response
                 .headers_mut()
@@ -213,17 +302,20 @@ mod tests {
         let error = LoomError::Conflict("run r1 is claimed by worker w2".into());
         let api = ApiError::from_loom(&error, 60);
         assert_eq!(
-            (api.status, api.kind, api.retry_after),
+            (api.kind.status(), api.kind.as_str(), api.retry_after),
             (StatusCode::CONFLICT, "conflict", Some(60))
         );
         let response = api.into_response();
         assert_eq!(response.headers()[header::RETRY_AFTER], "60");
 
         let refused = ApiError::from_loom(&LoomError::Refused("conflict".into()), 60);
-        assert_eq!((refused.kind, refused.retry_after), ("refused", None));
+        assert_eq!(
+            (refused.kind.as_str(), refused.retry_after),
+            ("refused", None)
+        );
         let unknown = ApiError::from_loom(&LoomError::UnknownRun("refused".into()), 60);
         assert_eq!(
-            (unknown.status, unknown.kind),
+            (unknown.kind.status(), unknown.kind.as_str()),
             (StatusCode::NOT_FOUND, "unknown_run")
         );
     }
@@ -239,7 +331,7 @@ mod tests {
         assert!(error.is_refusal());
         let api = ApiError::from_loom(&error, 60);
         assert_eq!(
-            (api.status, api.kind, api.retry_after),
+            (api.kind.status(), api.kind.as_str(), api.retry_after),
             (StatusCode::FORBIDDEN, "agent_not_allowed", None)
         );
         assert_eq!(
@@ -253,7 +345,11 @@ mod tests {
     fn refusals_are_split_by_kind() {
         let invalid = ApiError::from_loom(&LoomError::Invalid("run exists".into()), 60);
         assert_eq!(
-            (invalid.status, invalid.kind, invalid.retry_after),
+            (
+                invalid.kind.status(),
+                invalid.kind.as_str(),
+                invalid.retry_after
+            ),
             (StatusCode::UNPROCESSABLE_ENTITY, "invalid_request", None)
         );
         let quota = LoomError::QuotaExceeded {
@@ -263,7 +359,7 @@ mod tests {
         };
         let api = ApiError::from_loom(&quota, 60);
         assert_eq!(
-            (api.status, api.kind, api.retry_after),
+            (api.kind.status(), api.kind.as_str(), api.retry_after),
             (StatusCode::TOO_MANY_REQUESTS, "quota_exceeded", Some(13))
         );
         assert_eq!(
@@ -276,7 +372,7 @@ mod tests {
         };
         let api = ApiError::from_loom(&trigger, 60);
         assert_eq!(
-            (api.status, api.kind, api.message.as_str()),
+            (api.kind.status(), api.kind.as_str(), api.message.as_str()),
             (
                 StatusCode::NOT_FOUND,
                 "unknown_trigger",
@@ -285,8 +381,29 @@ mod tests {
         );
         let limited = ApiError::rate_limited("k", 5, Duration::from_millis(400));
         assert_eq!(
-            (limited.status, limited.retry_after),
+            (limited.kind.status(), limited.retry_after),
             (StatusCode::TOO_MANY_REQUESTS, Some(1))
         );
+    }
+
+    /// Each kind is written in the body as `as_str` says, and the OpenAPI document lists every
+    /// kind (utoipa reads the enum itself, so a new kind cannot be left out of it).
+    #[test]
+    fn every_kind_is_written_as_named_and_documented() {
+        use utoipa::PartialSchema;
+        let schema = serde_json::to_value(ErrorKind::schema()).unwrap();
+        let documented: Vec<&str> = schema["enum"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_str().unwrap())
+            .collect();
+        assert_eq!(documented.len(), 26, "{schema}");
+        for name in &documented {
+            let kind: ErrorKind = serde_json::from_value(serde_json::json!(name))
+                .unwrap_or_else(|_| panic!("{name} is not a kind"));
+            assert_eq!(kind.as_str(), *name);
+            assert_eq!(serde_json::to_value(kind).unwrap(), **name);
+        }
     }
 }

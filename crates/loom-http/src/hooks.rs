@@ -19,7 +19,7 @@ use serde_json::Value;
 use crate::{
     AppState,
     auth::Caller,
-    error::ApiError,
+    error::{ApiError, ErrorKind},
     openapi::{ErrorBody, TriggeredSchema},
     routes::loom_error,
 };
@@ -109,8 +109,7 @@ fn delivery_id(headers: &HeaderMap, header: &str) -> Result<Option<String>, ApiE
     };
     let text = value.to_str().map_err(|_| {
         ApiError::new(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "invalid_header",
+            ErrorKind::InvalidHeader,
             format!("{header} must be visible ASCII text (the delivery id)"),
         )
     })?;

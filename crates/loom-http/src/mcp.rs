@@ -4,13 +4,15 @@
 use axum::{
     Router,
     extract::{Request, State},
-    http::StatusCode,
     middleware::{self, Next},
     response::{IntoResponse, Response},
 };
 use loom_mcp_server::Access;
 
-use crate::{AppState, error::ApiError};
+use crate::{
+    AppState,
+    error::{ApiError, ErrorKind},
+};
 
 /// The `/mcp` route, when `server.mcp.http` is on.
 pub(crate) fn routes(state: &AppState, base_path: &str, max_body_bytes: usize) -> Router<AppState> {
@@ -31,8 +33,7 @@ async fn require_key(State(state): State<AppState>, mut request: Request, next: 
     let Some(key) = caller.key().cloned() else {
         // Loading refuses `server.mcp.http` without keys; never serve MCP open.
         return ApiError::new(
-            StatusCode::UNAUTHORIZED,
-            "missing_key",
+            ErrorKind::MissingKey,
             "MCP over HTTP needs an API key (security.api_keys)",
         )
         .into_response();
@@ -41,8 +42,7 @@ async fn require_key(State(state): State<AppState>, mut request: Request, next: 
     if !access.usable_over_mcp() {
         let id = caller.key().map(|k| k.id.clone()).unwrap_or_default();
         return ApiError::new(
-            StatusCode::FORBIDDEN,
-            "missing_scope",
+            ErrorKind::MissingScope,
             format!("key '{id}' lacks the scope 'run' or 'read' needed over MCP"),
         )
         .into_response();

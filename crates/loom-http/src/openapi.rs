@@ -581,14 +581,9 @@ pub(crate) struct ErrorBody {
 /// The error itself.
 #[derive(Debug, Serialize, ToSchema)]
 pub(crate) struct ErrorDetail {
-    /// Stable classification, chosen by the error's variant (never by its text):
-    /// `unknown_agent`, `unknown_run`, `unknown_session`, `not_found` (404); `missing_key`,
-    /// `unknown_key`, `expired_key` (401); `missing_scope`, `agent_not_allowed` (403);
-    /// `refused`, `conflict` (409); `body_too_large` (413); `invalid_body`, `invalid_query`,
-    /// `invalid_header` (422); `budget_exhausted` (429); `config`, `registration`, `journal`,
-    /// `engine` (500); `interrupted` (503).
-    #[schema(example = "unknown_run")]
-    pub(crate) kind: Cow<'static, str>,
+    /// Stable classification, chosen by the error's variant (never by its text); it decides
+    /// the status.
+    pub(crate) kind: crate::error::ErrorKind,
     /// What went wrong, for a human (English).
     pub(crate) message: String,
     /// `interrupted` only: the run the server stopped driving (it resumes at the next start).

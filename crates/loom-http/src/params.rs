@@ -10,21 +10,17 @@
 
 use axum::{
     extract::{FromRequestParts, Query},
-    http::{StatusCode, request::Parts},
+    http::request::Parts,
 };
 use chrono::{DateTime, Utc};
 use serde::de::DeserializeOwned;
 use utoipa::{IntoParams, openapi::path::ParameterIn};
 
-use crate::error::ApiError;
+use crate::error::{ApiError, ErrorKind};
 
 /// A 422 `invalid_query` about `parameter`.
 pub(crate) fn invalid(parameter: &str, reason: impl std::fmt::Display) -> ApiError {
-    ApiError::new(
-        StatusCode::UNPROCESSABLE_ENTITY,
-        "invalid_query",
-        format!("{parameter}: {reason}"),
-    )
+    ApiError::new(ErrorKind::InvalidQuery, format!("{parameter}: {reason}"))
 }
 
 /// The names of the query parameters `T` documents, in its order.
@@ -236,7 +232,7 @@ mod tests {
         let error = raw(&[("status", "a"), ("page", "2")])
             .only::<Documented>()
             .unwrap_err();
-        assert_eq!(error.status, StatusCode::UNPROCESSABLE_ENTITY);
+        assert_eq!(error.kind, ErrorKind::InvalidQuery);
         assert_eq!(
             error.message,
             "page: unknown parameter (expected: status, limit, sessions, since, until, agent)"

@@ -36,7 +36,7 @@ use loom_ia::config::Scope;
 use crate::{
     AppState,
     auth::Caller,
-    error::ApiError,
+    error::{ApiError, ErrorKind},
     openapi::{ErrorBody, RunResultSchema},
     upload::RunBody,
 };
@@ -61,11 +61,7 @@ pub(crate) fn v1() -> OpenApiRouter<AppState> {
 
 /// No route matched.
 pub(crate) async fn not_found(uri: Uri) -> ApiError {
-    ApiError::new(
-        StatusCode::NOT_FOUND,
-        "not_found",
-        format!("no route for {}", uri.path()),
-    )
+    ApiError::new(ErrorKind::NotFound, format!("no route for {}", uri.path()))
 }
 
 /// The run lease in whole seconds: how long a run driven elsewhere stays claimed.
@@ -274,8 +270,7 @@ async fn create_run(
         .is_some_and(|spec| !spec.expose.rest)
     {
         return Err(ApiError::new(
-            StatusCode::NOT_FOUND,
-            "unknown_agent",
+            ErrorKind::UnknownAgent,
             format!("unknown agent '{agent}'"),
         ));
     }

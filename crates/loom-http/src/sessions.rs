@@ -9,7 +9,7 @@
 use axum::{
     Json,
     extract::{Path, State},
-    http::{HeaderValue, StatusCode, header},
+    http::{HeaderValue, header},
     response::{IntoResponse, Response},
 };
 use loom_ia::{
@@ -26,7 +26,7 @@ use utoipa_axum::{router::OpenApiRouter, routes};
 use crate::{
     AppState,
     auth::Caller,
-    error::ApiError,
+    error::{ApiError, ErrorKind},
     openapi::{
         ErrorBody, EventSchema, SessionDeletionSchema, SessionFileSchema, SessionInfoSchema,
         SessionReportSchema,
@@ -102,8 +102,7 @@ async fn list(
     params.none()?;
     if caller.agent_limit().is_some() {
         return Err(ApiError::new(
-            StatusCode::FORBIDDEN,
-            "agent_not_allowed",
+            ErrorKind::AgentNotAllowed,
             "a key limited to some agents cannot list the sessions",
         ));
     }

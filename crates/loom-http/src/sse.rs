@@ -18,7 +18,7 @@ use std::convert::Infallible;
 
 use axum::{
     extract::{Path, Query, State, rejection::QueryRejection},
-    http::{HeaderMap, StatusCode},
+    http::HeaderMap,
     response::{
         IntoResponse, Response,
         sse::{Event as SseEvent, KeepAlive, Sse},
@@ -31,7 +31,11 @@ use serde::Deserialize;
 use loom_ia::config::Scope;
 
 use crate::{
-    AppState, KEEP_ALIVE, auth::Caller, error::ApiError, openapi::ErrorBody, routes::lease_seconds,
+    AppState, KEEP_ALIVE,
+    auth::Caller,
+    error::{ApiError, ErrorKind},
+    openapi::ErrorBody,
+    routes::lease_seconds,
 };
 
 /// The query of the events route.
@@ -73,8 +77,7 @@ fn last_event_id(headers: &HeaderMap) -> Result<Option<u64>, ApiError> {
     };
     let invalid = || {
         ApiError::new(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "invalid_header",
+            ErrorKind::InvalidHeader,
             "Last-Event-ID must be an event seq (1 to 18 digits)",
         )
     };
@@ -88,8 +91,7 @@ fn last_event_id(headers: &HeaderMap) -> Result<Option<u64>, ApiError> {
 fn sse_event(event: &Event, content: bool) -> SseEvent {
     let data = serde_json::to_string(&event.view(content)).unwrap_or_else(|error| {
         ApiError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "engine",
+            ErrorKind::Engine,
             format!("event {} could not be serialized: {error}", event.seq),
         )
         .body()
