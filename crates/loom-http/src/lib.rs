@@ -49,7 +49,7 @@ use tokio::{net::TcpListener, sync::watch};
 use utoipa::OpenApi;
 use utoipa_axum::router::OpenApiRouter;
 
-pub use error::ApiError;
+pub use error::{ApiError, ErrorKind};
 
 /// How often an idle SSE stream sends a keep-alive comment.
 pub const KEEP_ALIVE: std::time::Duration = std::time::Duration::from_secs(15);
