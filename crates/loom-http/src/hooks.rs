@@ -51,7 +51,6 @@ the trigger's agent allowed for the key.",
     responses(
         (status = 200, description = "A redelivery: the run its first reception opened (`repeated: true`); no run was opened.", body = TriggeredSchema),
         (status = 202, description = "The delivery opened a background run.", body = TriggeredSchema),
-        (status = 401, description = "Keys are declared and the key is missing, unknown or expired.", body = ErrorBody),
         (status = 403, description = "The key lacks the scope `run`, or may not use the trigger's agent.", body = ErrorBody),
         (status = 404, description = "No such trigger (`unknown_trigger`).", body = ErrorBody),
         (status = 409, description = "The run is refused (`refused`).", body = ErrorBody),

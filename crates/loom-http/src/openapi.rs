@@ -110,21 +110,45 @@ impl Modify for Security {
     }
 }
 
-/// The finished document: the paths of `api` under the fixed part, and, when no key is
-/// declared (the API is open), an empty requirement added to every operation so the document
-/// says a request without a key is served.
+/// The finished document: the paths of `api` under the fixed part; when no key is declared
+/// (the API is open), an empty requirement added to every operation so the document says a
+/// request without a key is served; when keys are declared, the `401` every operation can
+/// answer (written here once rather than on each handler).
 pub(crate) fn finish(mut api: openapi::OpenApi, open: bool) -> openapi::OpenApi {
     api.openapi = openapi::OpenApiVersion::Version31;
-    if open {
-        for item in api.paths.paths.values_mut() {
-            for operation in operations(item) {
+    for item in api.paths.paths.values_mut() {
+        for operation in operations(item) {
+            if open {
                 if let Some(security) = &mut operation.security {
                     security.insert(0, openapi::security::SecurityRequirement::default());
                 }
+            } else {
+                operation.responses.responses.insert(
+                    "401".to_owned(),
+                    RefOr::T(error_response(
+                        "The key is missing, unknown or expired (`missing_key`, `unknown_key`, \
+`expired_key`).",
+                    )),
+                );
             }
         }
     }
     api
+}
+
+/// A response with the error body.
+fn error_response(description: &str) -> openapi::Response {
+    openapi::ResponseBuilder::new()
+        .description(description)
+        .content(
+            "application/json",
+            openapi::ContentBuilder::new()
+                .schema(Some(openapi::Ref::from_schema_name(
+                    <ErrorBody as utoipa::ToSchema>::name(),
+                )))
+                .build(),
+        )
+        .build()
 }
 
 /// Lists the `delivery_header` of each trigger of the configuration as an optional header of
@@ -207,18 +231,10 @@ pub(crate) fn rate_limits(api: &mut openapi::OpenApi, keys: &[loom_ia::config::A
                         ))
                         .description(Some("Seconds until the key's minute lets a request in."))
                         .build();
-                    let response = openapi::ResponseBuilder::new()
-                        .description(format!("Refused: {RATE}."))
-                        .content(
-                            "application/json",
-                            openapi::ContentBuilder::new()
-                                .schema(Some(openapi::Ref::from_schema_name(
-                                    <ErrorBody as utoipa::ToSchema>::name(),
-                                )))
-                                .build(),
-                        )
-                        .header("Retry-After", retry_after)
-                        .build();
+                    let mut response = error_response(&format!("Refused: {RATE}."));
+                    response
+                        .headers
+                        .insert("Retry-After".to_owned(), RefOr::T(retry_after));
                     operation
                         .responses
                         .responses

@@ -100,7 +100,6 @@ struct AgentSummary {
 and the key's `agents` allow. Scope `read`.",
     responses(
         (status = 200, description = "The agents.", body = Vec<AgentSummary>),
-        (status = 401, description = "Keys are declared and the key is missing, unknown or expired.", body = ErrorBody),
         (status = 403, description = "The key lacks the scope `read`.", body = ErrorBody),
     ),
     security(("bearer" = []), ("api_key" = [])),
@@ -243,7 +242,6 @@ form with files in `attachments` parts.",
     responses(
         (status = 201, description = "The run closed (completed, failed, cancelled) or paused: its result.", body = RunResultSchema),
         (status = 202, description = "`background`: the run is journaled and driven in the background.", body = Accepted),
-        (status = 401, description = "Keys are declared and the key is missing, unknown or expired.", body = ErrorBody),
         (status = 403, description = "The key lacks the scope, or may not use this agent.", body = ErrorBody),
         (status = 404, description = "No such agent for the caller's tenant.", body = ErrorBody),
         (status = 409, description = "Refused: the run id exists, or an id is unusable (`refused`).", body = ErrorBody),
@@ -350,7 +348,6 @@ struct At {
     params(("run_id" = String, Path, description = "The run."), At),
     responses(
         (status = 200, description = "The run's result.", body = RunResultSchema),
-        (status = 401, description = "Keys are declared and the key is missing, unknown or expired.", body = ErrorBody),
         (status = 403, description = "The key lacks the scope, or may not use the run's agent.", body = ErrorBody),
         (status = 404, description = "No such run in the caller's tenant.", body = ErrorBody),
         (status = 409, description = "The session id is unusable (`refused`).", body = ErrorBody),
@@ -451,7 +448,6 @@ once; the run is driven on in the background, from its root run. Scope `approve`
     request_body(content = DecisionRequest, content_type = "application/json"),
     responses(
         (status = 200, description = "The decision is journaled.", body = DecisionAnswer),
-        (status = 401, description = "Keys are declared and the key is missing, unknown or expired.", body = ErrorBody),
         (status = 403, description = "The key lacks the scope, or may not use the run's agent.", body = ErrorBody),
         (status = 404, description = "No such run in the caller's tenant.", body = ErrorBody),
         (status = 409, description = "Nothing waits for a decision, the request expired, the arguments are unusable (`refused`), or the run is driven elsewhere (`conflict`).", body = ErrorBody,
@@ -486,7 +482,6 @@ background. Scope `approve`.",
     request_body(content = RejectRequest, content_type = "application/json"),
     responses(
         (status = 200, description = "The decision is journaled.", body = DecisionAnswer),
-        (status = 401, description = "Keys are declared and the key is missing, unknown or expired.", body = ErrorBody),
         (status = 403, description = "The key lacks the scope, or may not use the run's agent.", body = ErrorBody),
         (status = 404, description = "No such run in the caller's tenant.", body = ErrorBody),
         (status = 409, description = "Nothing waits for a decision or the request expired (`refused`), or the run is driven elsewhere (`conflict`).", body = ErrorBody,
@@ -587,7 +582,6 @@ open run is closed as cancelled in its journal. The body is optional. Scope `run
     request_body(content = Option<CancelRequest>, content_type = "application/json"),
     responses(
         (status = 200, description = "Cancelled, or already closed (`cancelled: false`).", body = Cancelled),
-        (status = 401, description = "Keys are declared and the key is missing, unknown or expired.", body = ErrorBody),
         (status = 403, description = "The key lacks the scope, or may not use the run's agent.", body = ErrorBody),
         (status = 404, description = "No such run in the caller's tenant.", body = ErrorBody),
         (status = 409, description = "The session id is unusable (`refused`), or the run is driven elsewhere (`conflict`).", body = ErrorBody,

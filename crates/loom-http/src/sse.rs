@@ -130,7 +130,6 @@ or when the server shuts down. A comment is sent every 15 s. A reconnecting clie
     ),
     responses(
         (status = 200, description = "The event stream: each item is one SSE event.", content_type = "text/event-stream", body = StreamEvent),
-        (status = 401, description = "Keys are declared and the key is missing, unknown or expired.", body = ErrorBody),
         (status = 403, description = "The key lacks the scope, or may not use the run's agent.", body = ErrorBody),
         (status = 404, description = "No such run in the caller's tenant.", body = ErrorBody),
         (status = 409, description = "The session id is unusable (`refused`).", body = ErrorBody),
