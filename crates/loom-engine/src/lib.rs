@@ -180,6 +180,13 @@ impl BoundTool {
         })
     }
 
+    /// Binds a tool as it declares itself: the declarations and description of its spec.
+    pub fn declared(tool: Arc<dyn Tool>) -> Result<BoundTool, EngineError> {
+        let spec = tool.spec();
+        let (declarations, description) = (spec.declarations.clone(), spec.description.clone());
+        BoundTool::new(tool, declarations, description)
+    }
+
     /// Sets the contract its results must meet.
     pub fn with_contract(mut self, contract: contract::Contract) -> BoundTool {
         self.contract = Some(Arc::new(contract));

@@ -18,7 +18,7 @@ use loom_core::{
     event::Payload,
     model::ModelClient,
     ports::EventStore,
-    tool::{Approval, FnTool, OnUnknown, SideEffects, Tool, ToolKind, ToolOutput, ToolSpec},
+    tool::{Approval, FnTool, OnUnknown, SideEffects, ToolKind, ToolOutput, ToolSpec},
 };
 use loom_engine::{
     AgentRuntime, ApprovalSettings, BeginRun, BoundTool, Engine, EngineError, ModelBinding, RunRef,
@@ -66,11 +66,7 @@ fn agent(model: Arc<dyn ModelClient>, tools: Vec<FnTool>) -> AgentRuntime {
     );
     agent.tools = tools
         .into_iter()
-        .map(|t| {
-            let declarations = t.spec().declarations.clone();
-            let description = t.spec().description.clone();
-            BoundTool::new(Arc::new(t), declarations, description).unwrap()
-        })
+        .map(|t| BoundTool::declared(Arc::new(t)).unwrap())
         .collect();
     agent
 }

@@ -17,7 +17,7 @@ use loom_core::{
     model::{ModelClient, ToolChoice},
     policy::{Decision, DecisionKind, FnPolicy, Point},
     ports::EventStore,
-    tool::{FnTool, Tool},
+    tool::FnTool,
 };
 use loom_engine::{
     AgentRuntime, BeginRun, BoundPolicy, BoundTool, BudgetLimits, Engine, ModelBinding, OnExceed,
@@ -42,11 +42,7 @@ fn agent(
     let mut agent = AgentRuntime::new("demo", "Tu es un assistant.", main);
     agent.tools = tools
         .into_iter()
-        .map(|t| {
-            let declarations = t.spec().declarations.clone();
-            let description = t.spec().description.clone();
-            BoundTool::new(Arc::new(t), declarations, description).unwrap()
-        })
+        .map(|t| BoundTool::declared(Arc::new(t)).unwrap())
         .collect();
     agent.budget = budget;
     agent

@@ -18,11 +18,10 @@ use loom_core::{
     event::Payload,
     model::{ModelClient, ToolChoice},
     ports::EventStore,
-    tool::{FnTool, Tool},
+    tool::FnTool,
 };
 use loom_engine::{
-    AgentRuntime, BeginRun, BoundTool, Cancel, DEFAULT_TOOL_TIMEOUT, Engine, EngineError,
-    ModelBinding, RunRef,
+    AgentRuntime, BeginRun, BoundTool, Cancel, Engine, EngineError, ModelBinding, RunRef,
 };
 use loom_journal::MemoryStore;
 use loom_testkit::{
@@ -33,50 +32,18 @@ use serde_json::{Map, json};
 use tokio_util::sync::CancellationToken;
 
 fn agent(model: Arc<dyn ModelClient>, tools: Vec<FnTool>) -> AgentRuntime {
-    AgentRuntime {
-        name: "demo".into(),
-        system: "Tu es un assistant.".into(),
-        main: ModelBinding {
-            config_id: "FAKE".into(),
-            model_id: "fake-1".into(),
-            client: model,
-            pricing: loom_core::Pricing {
-                input: 3.0,
-                output: 15.0,
-                ..Default::default()
-            },
-            max_tokens: None,
-            params: Map::new(),
-            retry: Default::default(),
-            timeouts: Default::default(),
-            circuit: Some(Default::default()),
-            context_window: None,
-            vision: false,
-        },
-        fallbacks: Vec::new(),
-        tools: tools
-            .into_iter()
-            .map(|t| {
-                let declarations = t.spec().declarations.clone();
-                let description = t.spec().description.clone();
-                BoundTool::new(Arc::new(t), declarations, description).unwrap()
-            })
-            .collect(),
-        sources: Vec::new(),
-        offload_over: None,
-        max_iterations: 10,
-        timeout: None,
-        tool_timeout: Some(DEFAULT_TOOL_TIMEOUT),
-        validate_arguments: true,
-        approval: Default::default(),
-        policies: Vec::new(),
-        output: None,
-        judges: Vec::new(),
-        budget: None,
-        subagents: Vec::new(),
-        max_depth: 1,
-        roles: Vec::new(),
-    }
+    let mut main = ModelBinding::new("FAKE", "fake-1", model);
+    main.pricing = loom_core::Pricing {
+        input: 3.0,
+        output: 15.0,
+        ..Default::default()
+    };
+    let mut agent = AgentRuntime::new("demo", "Tu es un assistant.", main);
+    agent.tools = tools
+        .into_iter()
+        .map(|t| BoundTool::declared(Arc::new(t)).unwrap())
+        .collect();
+    agent
 }
 
 fn engine() -> (Engine, Arc<MemoryStore>) {

@@ -16,7 +16,7 @@ use loom_core::{
     Event, Message, RunStatus,
     event::Payload,
     ports::{IdempotencyScope, IdempotencyStore, Reservation},
-    tool::{FnTool, SideEffects, Tool},
+    tool::{FnTool, SideEffects},
 };
 use loom_engine::{AgentRuntime, BeginRun, BoundTool, Engine, ModelBinding, RunRef};
 use loom_journal::{MemoryIdempotency, MemoryStore};
@@ -47,9 +47,7 @@ fn agent(numero: &str, tool: FnTool) -> AgentRuntime {
         "Tu relances.",
         ModelBinding::new("FAKE", "fake-1", model),
     );
-    let declarations = tool.spec().declarations.clone();
-    let description = tool.spec().description.clone();
-    agent.tools = vec![BoundTool::new(Arc::new(tool), declarations, description).unwrap()];
+    agent.tools = vec![BoundTool::declared(Arc::new(tool)).unwrap()];
     agent
 }
 

@@ -19,7 +19,7 @@ use loom_core::{
     approval::Decision,
     event::Payload,
     ports::EventStore,
-    tool::{FnTool, OnUnknown, SideEffects, Tool, ToolOutput},
+    tool::{FnTool, OnUnknown, SideEffects, ToolOutput},
 };
 use loom_engine::{AgentRuntime, BeginRun, BoundTool, Engine, ModelBinding, RunRef, UNKNOWN_STATE};
 use loom_journal::MemoryStore;
@@ -100,9 +100,7 @@ fn agent(tool: FnTool) -> AgentRuntime {
         "Tu es un assistant.",
         ModelBinding::new("FAKE", "fake-1", model),
     );
-    let declarations = tool.spec().declarations.clone();
-    let description = tool.spec().description.clone();
-    agent.tools = vec![BoundTool::new(Arc::new(tool), declarations, description).unwrap()];
+    agent.tools = vec![BoundTool::declared(Arc::new(tool)).unwrap()];
     agent
 }
 

@@ -34,11 +34,7 @@ fn agent(model: Arc<dyn ModelClient>, tools: Vec<FnTool>) -> AgentRuntime {
     );
     agent.tools = tools
         .into_iter()
-        .map(|t| {
-            let declarations = loom_core::tool::Tool::spec(&t).declarations.clone();
-            let description = loom_core::tool::Tool::spec(&t).description.clone();
-            BoundTool::new(Arc::new(t), declarations, description).unwrap()
-        })
+        .map(|t| BoundTool::declared(Arc::new(t)).unwrap())
         .collect();
     agent
 }

@@ -18,7 +18,6 @@ use loom_core::{
     event::Payload,
     model::{ModelClient, ModelError, ModelErrorKind},
     ports::{Clock, EventStore},
-    tool::Tool,
 };
 use loom_engine::{
     AgentRuntime, BeginRun, BoundTool, CircuitSettings, Engine, ModelBinding, ModelTimeouts,
@@ -83,11 +82,9 @@ fn agent(main: ModelBinding, fallbacks: Vec<ModelBinding>) -> AgentRuntime {
 
 fn with_add(mut agent: AgentRuntime) -> AgentRuntime {
     let tool = add_tool();
-    let declarations = tool.spec().declarations.clone();
-    let description = tool.spec().description.clone();
     agent
         .tools
-        .push(BoundTool::new(Arc::new(tool), declarations, description).unwrap());
+        .push(BoundTool::declared(Arc::new(tool)).unwrap());
     agent
 }
 

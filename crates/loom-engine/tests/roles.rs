@@ -11,7 +11,7 @@ use loom_core::{
     event::Payload,
     model::{ModelClient, ModelRequest},
     ports::EventStore,
-    tool::{FnTool, Tool, ToolDeclarations, ToolKind, ToolOutput, ToolSpec, Views},
+    tool::{FnTool, ToolDeclarations, ToolKind, ToolOutput, ToolSpec, Views},
 };
 use loom_engine::{
     AgentRuntime, BeginRun, BoundTool, ContextScope, Engine, ModelBinding, REFS_HINT, RoleContext,
@@ -69,11 +69,7 @@ fn agent(model: Arc<dyn ModelClient>, tools: Vec<FnTool>, roles: Vec<RoleRuntime
     let mut agent = AgentRuntime::new("demo", SYSTEM, binding("MAIN", model));
     agent.tools = tools
         .into_iter()
-        .map(|t| {
-            let declarations = t.spec().declarations.clone();
-            let description = t.spec().description.clone();
-            BoundTool::new(Arc::new(t), declarations, description).unwrap()
-        })
+        .map(|t| BoundTool::declared(Arc::new(t)).unwrap())
         .collect();
     agent.roles = roles;
     agent

@@ -18,11 +18,9 @@ use loom_core::{
     event::Payload,
     model::ModelClient,
     ports::EventStore,
-    tool::{FnTool, Tool, ToolKind, ToolOutput, ToolSpec},
+    tool::{FnTool, ToolKind, ToolOutput, ToolSpec},
 };
-use loom_engine::{
-    AgentRuntime, BeginRun, BoundTool, DEFAULT_TOOL_TIMEOUT, Engine, ModelBinding, SubAgentRuntime,
-};
+use loom_engine::{AgentRuntime, BeginRun, BoundTool, Engine, ModelBinding, SubAgentRuntime};
 use loom_journal::MemoryStore;
 use loom_testkit::{ManualClock, scripted};
 use serde_json::{Map, json};
@@ -30,46 +28,13 @@ use tokio::sync::{Notify, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 fn agent(model: Arc<dyn ModelClient>, tools: Vec<FnTool>) -> AgentRuntime {
-    AgentRuntime {
-        name: "demo".into(),
-        system: "Tu es un assistant.".into(),
-        main: ModelBinding {
-            config_id: "FAKE".into(),
-            model_id: "fake-1".into(),
-            client: model,
-            pricing: loom_core::Pricing::default(),
-            max_tokens: None,
-            params: Map::new(),
-            retry: Default::default(),
-            timeouts: Default::default(),
-            circuit: Some(Default::default()),
-            context_window: None,
-            vision: false,
-        },
-        fallbacks: Vec::new(),
-        tools: tools
-            .into_iter()
-            .map(|t| {
-                let declarations = t.spec().declarations.clone();
-                let description = t.spec().description.clone();
-                BoundTool::new(Arc::new(t), declarations, description).unwrap()
-            })
-            .collect(),
-        sources: Vec::new(),
-        offload_over: None,
-        max_iterations: 10,
-        timeout: None,
-        tool_timeout: Some(DEFAULT_TOOL_TIMEOUT),
-        validate_arguments: true,
-        approval: Default::default(),
-        policies: Vec::new(),
-        output: None,
-        judges: Vec::new(),
-        budget: None,
-        subagents: Vec::new(),
-        max_depth: 1,
-        roles: Vec::new(),
-    }
+    let main = ModelBinding::new("FAKE", "fake-1", model);
+    let mut agent = AgentRuntime::new("demo", "Tu es un assistant.", main);
+    agent.tools = tools
+        .into_iter()
+        .map(|t| BoundTool::declared(Arc::new(t)).unwrap())
+        .collect();
+    agent
 }
 
 fn begin(message: &str) -> BeginRun {

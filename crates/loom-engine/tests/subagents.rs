@@ -16,7 +16,7 @@ use loom_core::{
     event::{Envelope, MessageUser, Payload, RunBudget, RunContext, RunStarted, ToolCompleted},
     model::ModelClient,
     ports::EventStore,
-    tool::{Approval, FnTool, SideEffects, Tool, ToolKind, ToolOutput, ToolSpec},
+    tool::{Approval, FnTool, SideEffects, ToolKind, ToolOutput, ToolSpec},
 };
 use loom_engine::{
     AGENT_HINT, AgentRuntime, BeginRun, BoundTool, Engine, ModelBinding, RunRef, SubAgentRuntime,
@@ -37,11 +37,7 @@ fn agent(name: &str, model: Arc<dyn ModelClient>, tools: Vec<FnTool>) -> AgentRu
     let mut agent = AgentRuntime::new(name, format!("Tu es {name}."), binding);
     agent.tools = tools
         .into_iter()
-        .map(|t| {
-            let declarations = t.spec().declarations.clone();
-            let description = t.spec().description.clone();
-            BoundTool::new(Arc::new(t), declarations, description).unwrap()
-        })
+        .map(|t| BoundTool::declared(Arc::new(t)).unwrap())
         .collect();
     agent
 }

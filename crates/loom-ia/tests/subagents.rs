@@ -12,7 +12,7 @@ use loom_core::{
     event::Payload,
     model::ModelClient,
     ports::EventStore,
-    tool::{Approval, FnTool, SideEffects, Tool, ToolDeclarations, ToolKind, ToolOutput, ToolSpec},
+    tool::{Approval, FnTool, SideEffects, ToolDeclarations, ToolKind, ToolOutput, ToolSpec},
 };
 use loom_engine::{AgentRuntime, BeginRun, BoundTool, Engine, ModelBinding, SubAgentRuntime};
 use loom_ia::{
@@ -44,11 +44,7 @@ fn runtime(name: &str, model: Arc<dyn ModelClient>, tools: Vec<FnTool>) -> Agent
     let mut agent = AgentRuntime::new(name, "", ModelBinding::new("FAKE", "fake-1", model));
     agent.tools = tools
         .into_iter()
-        .map(|t| {
-            let declarations = t.spec().declarations.clone();
-            let description = t.spec().description.clone();
-            BoundTool::new(Arc::new(t), declarations, description).unwrap()
-        })
+        .map(|t| BoundTool::declared(Arc::new(t)).unwrap())
         .collect();
     agent
 }
