@@ -17,12 +17,9 @@
 
 mod common;
 
-use std::{
-    io::{BufRead, BufReader},
-    process::{Command, Stdio},
-};
+use std::process::{Command, Stdio};
 
-use common::loom_bin;
+use common::{loom_bin, server::Server};
 
 const CONFIG: &str = "\
 version: 1
@@ -287,34 +284,12 @@ fn schemathesis_finds_no_server_error_and_no_answer_outside_the_document() {
     let file = seed(dir.path());
     std::fs::write(dir.path().join("schemathesis.toml"), st_config(&file)).unwrap();
 
-    let mut server = Command::new(loom_bin())
-        .current_dir(dir.path())
-        .args(["--config", "loom.yaml", "serve", "--port", "0"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stderr = BufReader::new(server.stderr.take().unwrap());
-    let mut address = None;
-    let mut line = String::new();
-    while stderr.read_line(&mut line).unwrap() > 0 {
-        if let Some(rest) = line.trim().strip_prefix("Listening on http://") {
-            address = Some(rest.to_owned());
-            break;
-        }
-        line.clear();
-    }
-    let Some(address) = address else {
-        let _ = server.kill();
-        panic!("no 'Listening on' line on stderr");
-    };
-    // Keep reading the server's stderr so it never blocks on a full pipe.
-    let logs = std::thread::spawn(move || {
-        let mut rest = String::new();
-        let _ = std::io::Read::read_to_string(&mut stderr, &mut rest);
-        rest
-    });
+    let server = Server::start(
+        &loom_bin(),
+        dir.path(),
+        &["--config", "loom.yaml", "serve", "--port", "0"],
+    );
+    let address = server.address.clone();
 
     // The read-only pass first, while the paused run still waits for its approval; then the
     // admin key on everything but the erasure, and last the erasure alone (it may erase any
@@ -342,11 +317,7 @@ fn schemathesis_finds_no_server_error_and_no_answer_outside_the_document() {
         ("admin", OPERATIONS - 1, admin_pass),
         ("admin (erasure)", 1, erasure),
     ];
-    let _ = Command::new("kill")
-        .args(["-TERM", &server.id().to_string()])
-        .status();
-    let status = server.wait().unwrap();
-    let logs = logs.join().unwrap();
+    let (code, logs) = server.stop();
     for (scope, operations, (passed, report, took)) in &passes {
         eprintln!(
             "schemathesis pass with the {scope} key: {:.1} s",
@@ -363,6 +334,6 @@ fn schemathesis_finds_no_server_error_and_no_answer_outside_the_document() {
             "{report}"
         );
     }
-    assert!(status.success(), "{status:?}: {logs}");
+    assert_eq!(code, Some(0), "{logs}");
     assert!(decided, "no approval decision reached s-paused: {paused}");
 }

@@ -8,14 +8,14 @@
 
 mod common;
 
-use std::{
-    io::{BufRead, BufReader, Read, Write},
-    net::TcpStream,
-    process::{Command, Stdio},
-    time::Duration,
+use std::process::Command;
+
+use common::{
+    loom_bin,
+    server::{Server, request, request_with},
 };
 
-use common::loom_bin;
+const SERVE: &[&str] = &["--config", "loom.yaml", "serve", "--port", "0"];
 use serde_json::Value;
 
 const CONFIG: &str = "\
@@ -43,62 +43,11 @@ fn project() -> tempfile::TempDir {
     dir
 }
 
-/// One HTTP/1.1 request on a fresh connection; returns the status code and the body.
-fn request(address: &str, method: &str, path: &str, body: &str) -> (u16, String) {
-    request_with(address, method, path, "", body)
-}
-
-/// Same, with extra header lines (each ending with `\r\n`).
-fn request_with(
-    address: &str,
-    method: &str,
-    path: &str,
-    headers: &str,
-    body: &str,
-) -> (u16, String) {
-    let mut stream = TcpStream::connect(address).unwrap();
-    stream
-        .set_read_timeout(Some(Duration::from_secs(30)))
-        .unwrap();
-    write!(
-        stream,
-        "{method} {path} HTTP/1.1\r\nHost: {address}\r\nContent-Type: application/json\r\n\
-         {headers}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    )
-    .unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).unwrap();
-    let status = response[9..12].parse().unwrap();
-    let (_, body) = response.split_once("\r\n\r\n").unwrap();
-    (status, body.to_owned())
-}
-
 #[test]
 fn loom_serve_answers_a_run_and_stops_on_sigterm() {
     let dir = project();
-    let mut child = Command::new(loom_bin())
-        .current_dir(dir.path())
-        .args(["--config", "loom.yaml", "serve", "--port", "0"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stderr = BufReader::new(child.stderr.take().unwrap());
-    let mut address = None;
-    let mut line = String::new();
-    while stderr.read_line(&mut line).unwrap() > 0 {
-        if let Some(rest) = line.trim().strip_prefix("Listening on http://") {
-            address = Some(rest.to_owned());
-            break;
-        }
-        line.clear();
-    }
-    let Some(address) = address else {
-        let _ = child.kill();
-        panic!("no 'Listening on' line on stderr");
-    };
+    let server = Server::start(&loom_bin(), dir.path(), SERVE);
+    let address = server.address.clone();
     assert!(address.starts_with("127.0.0.1:"), "{address}");
     assert_ne!(address, "127.0.0.1:0");
 
@@ -122,16 +71,9 @@ fn loom_serve_answers_a_run_and_stops_on_sigterm() {
     );
 
     // SIGTERM: a graceful stop, exit code 0.
-    let killed = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(killed.success());
-    let mut rest = String::new();
-    stderr.read_to_string(&mut rest).unwrap();
-    let status = child.wait().unwrap();
-    assert!(status.success(), "{status:?}: {rest}");
-    assert!(rest.contains("Stopping."), "{rest}");
+    let (code, log) = server.stop();
+    assert_eq!(code, Some(0), "{log}");
+    assert!(log.contains("Stopping."), "{log}");
 }
 
 #[test]
@@ -195,9 +137,10 @@ fn loom_keys_create_prints_a_key_that_opens_the_api_under_prod() {
     assert!(yaml.contains("rate_limit: {per_minute: 50}"), "{yaml}");
     std::fs::write(dir.path().join("loom.yaml"), format!("{CONFIG}{yaml}")).unwrap();
 
-    let mut child = Command::new(loom_bin())
-        .current_dir(dir.path())
-        .args([
+    let server = Server::start(
+        &loom_bin(),
+        dir.path(),
+        &[
             "--config",
             "loom.yaml",
             "--profile",
@@ -205,28 +148,9 @@ fn loom_keys_create_prints_a_key_that_opens_the_api_under_prod() {
             "serve",
             "--port",
             "0",
-        ])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stderr = BufReader::new(child.stderr.take().unwrap());
-    let mut address = None;
-    let mut seen = String::new();
-    let mut line = String::new();
-    while stderr.read_line(&mut line).unwrap() > 0 {
-        seen.push_str(&line);
-        if let Some(rest) = line.trim().strip_prefix("Listening on http://") {
-            address = Some(rest.to_owned());
-            break;
-        }
-        line.clear();
-    }
-    let Some(address) = address else {
-        let _ = child.kill();
-        panic!("no 'Listening on' line on stderr:\n{seen}");
-    };
+        ],
+    );
+    let address = server.address.clone();
     let (status, body) = request(&address, "GET", "/v1/agents", "");
     assert_eq!(status, 401, "{body}");
     let (status, _) = request_with(&address, "GET", "/v1/agents", "X-API-Key: lk_other\r\n", "");
@@ -248,8 +172,8 @@ fn loom_keys_create_prints_a_key_that_opens_the_api_under_prod() {
     );
     assert_eq!(status, 201, "{body}");
     assert!(dir.path().join("data/default/s1.jsonl").exists());
-    let _ = child.kill();
-    let _ = child.wait();
+    let (code, log) = server.stop();
+    assert_eq!(code, Some(0), "{log}");
 }
 
 #[test]
@@ -260,33 +184,14 @@ fn loom_serve_announces_its_hooks_and_a_delivery_opens_one_run() {
          message: \"Commande {{{{ payload.id }}}}\"\n    delivery_header: X-Delivery\n"
     );
     std::fs::write(dir.path().join("loom.yaml"), config).unwrap();
-    let mut child = Command::new(loom_bin())
-        .current_dir(dir.path())
-        .args(["--config", "loom.yaml", "serve", "--port", "0"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
+    let server = Server::start(&loom_bin(), dir.path(), SERVE);
+    let address = server.address.clone();
+    server.wait_log("Hook: POST ");
+    let log = server.log();
+    let hook = log
+        .lines()
+        .find_map(|line| line.trim().strip_prefix("Hook: POST "))
         .unwrap();
-    let mut stderr = BufReader::new(child.stderr.take().unwrap());
-    let (mut address, mut hook) = (None, None);
-    let mut seen = String::new();
-    let mut line = String::new();
-    while hook.is_none() && stderr.read_line(&mut line).unwrap() > 0 {
-        seen.push_str(&line);
-        let text = line.trim();
-        if let Some(rest) = text.strip_prefix("Listening on http://") {
-            address = Some(rest.to_owned());
-        }
-        if let Some(rest) = text.strip_prefix("Hook: POST ") {
-            hook = Some(rest.to_owned());
-        }
-        line.clear();
-    }
-    let (Some(address), Some(hook)) = (address, hook) else {
-        let _ = child.kill();
-        panic!("no 'Listening on' and 'Hook:' lines on stderr:\n{seen}");
-    };
     assert_eq!(hook, format!("http://{address}/api/v1/hooks/orders"));
 
     let path = "/api/v1/hooks/orders";
@@ -316,8 +221,8 @@ fn loom_serve_announces_its_hooks_and_a_delivery_opens_one_run() {
         (again["run_id"].as_str(), again["repeated"].as_bool()),
         (Some("d-1"), Some(true))
     );
-    let _ = child.kill();
-    let _ = child.wait();
+    let (code, log) = server.stop();
+    assert_eq!(code, Some(0), "{log}");
     let journal = std::fs::read_to_string(dir.path().join("data/default/d-1.jsonl")).unwrap();
     let started: Value = serde_json::from_str(journal.lines().next().unwrap()).unwrap();
     assert_eq!(started["payload"]["trigger"], "orders");

@@ -13,133 +13,22 @@
 mod common;
 
 use std::{
-    io::{BufRead, BufReader, Read, Write},
-    net::TcpStream,
     path::{Path, PathBuf},
-    process::{Child, Command, Stdio},
-    sync::{Arc, Mutex, mpsc},
+    process::Command,
     time::{Duration, Instant},
 };
 
-use common::{copy_example, example_bin, loom_bin};
+use common::{
+    copy_example, example_bin, loom_bin,
+    server::{PATIENCE, Server, request},
+};
 use serde_json::Value;
 
 const RELEVE: &str = "Récupère le relevé de la banque pour le rapprochement.";
 
-/// How long a test waits for something that must happen (a bound, not a measure).
-const PATIENCE: Duration = Duration::from_secs(90);
-
-/// A server process, its address, and what it wrote on stderr so far.
-struct Server {
-    child: Child,
-    address: String,
-    log: Arc<Mutex<String>>,
-    reader: std::thread::JoinHandle<()>,
-}
-
-impl Server {
-    /// Starts `program args` in `dir` and waits for its `Listening on` line.
-    fn start(program: &Path, dir: &Path, args: &[&str]) -> Server {
-        Server::start_with(program, dir, args, &[])
-    }
-
-    /// [`Server::start`] with more environment variables.
-    fn start_with(program: &Path, dir: &Path, args: &[&str], env: &[(&str, PathBuf)]) -> Server {
-        let mut child = Command::new(program)
-            .current_dir(dir)
-            .env_remove("LOOM_PROFILE")
-            .env_remove("LOOM_LOG")
-            .env("RELEVES_DIR", dir.join("releves"))
-            .envs(env.iter().map(|(k, v)| (*k, v)))
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let stderr = child.stderr.take().unwrap();
-        let log = Arc::new(Mutex::new(String::new()));
-        let (found, address) = mpsc::channel();
-        let reader = {
-            let log = log.clone();
-            std::thread::spawn(move || {
-                let mut lines = BufReader::new(stderr);
-                let mut line = String::new();
-                while lines.read_line(&mut line).unwrap_or(0) > 0 {
-                    if let Some(rest) = line.trim().strip_prefix("Listening on http://") {
-                        let _ = found.send(rest.to_owned());
-                    }
-                    log.lock().unwrap().push_str(&line);
-                    line.clear();
-                }
-            })
-        };
-        let Ok(address) = address.recv_timeout(PATIENCE) else {
-            let _ = child.kill();
-            panic!("no 'Listening on' line:\n{}", log.lock().unwrap());
-        };
-        Server {
-            child,
-            address,
-            log,
-            reader,
-        }
-    }
-
-    fn log(&self) -> String {
-        self.log.lock().unwrap().clone()
-    }
-
-    /// Waits until its stderr contains `text`.
-    fn wait_log(&self, text: &str) {
-        let start = Instant::now();
-        while !self.log().contains(text) {
-            assert!(
-                start.elapsed() < PATIENCE,
-                "never logged {text:?}:\n{}",
-                self.log()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    fn terminate(&self) {
-        let status = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(status.success());
-    }
-
-    /// SIGTERM, then its exit code and its whole stderr.
-    fn stop(mut self) -> (Option<i32>, String) {
-        self.terminate();
-        let status = self.child.wait().unwrap();
-        // The reader thread ends with the pipe (a supervisor's children share it: they have
-        // exited too).
-        let log = self.log.clone();
-        let _ = self.reader.join();
-        let log = log.lock().unwrap().clone();
-        (status.code(), log)
-    }
-}
-
-/// One HTTP/1.1 request on a fresh connection: the status code and the body.
-fn request(address: &str, method: &str, path: &str, body: &str) -> (u16, String) {
-    let mut stream = TcpStream::connect(address).unwrap();
-    stream.set_read_timeout(Some(PATIENCE)).unwrap();
-    write!(
-        stream,
-        "{method} {path} HTTP/1.1\r\nHost: {address}\r\nContent-Type: application/json\r\n\
-         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    )
-    .unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).unwrap();
-    let status = response[9..12].parse().unwrap();
-    let (_, body) = response.split_once("\r\n\r\n").unwrap();
-    (status, body.to_owned())
+/// The equipe example's servers read the bank's files in `<dir>/releves`.
+fn start(program: &Path, dir: &Path, args: &[&str]) -> Server {
+    Server::start_with(program, dir, args, &[("RELEVES_DIR", dir.join("releves"))])
 }
 
 fn json(body: &str) -> Value {
@@ -232,7 +121,7 @@ const SERVE: &[&str] = &["--config", "loom.yaml", "serve", "--port", "0"];
 fn sigterm_stops_the_runs_at_a_safe_point_and_the_next_start_resumes_them() {
     let dir = equipe("");
     let releves = dir.path().join("releves");
-    let server = Server::start(&example_bin("equipe"), dir.path(), SERVE);
+    let server = start(&example_bin("equipe"), dir.path(), SERVE);
     let answer = start_run(&server.address, "g1");
     // The sub-agent's tool is waiting for the bank when the server is told to stop.
     wait_for(&releves.join("demande-cic.txt"));
@@ -268,7 +157,7 @@ fn sigterm_stops_the_runs_at_a_safe_point_and_the_next_start_resumes_them() {
     );
 
     // The next start resumes the run, which completes with the bank's statement (read once).
-    let server = Server::start(&example_bin("equipe"), dir.path(), SERVE);
+    let server = start(&example_bin("equipe"), dir.path(), SERVE);
     server.wait_log("Resuming 1 run(s)");
     let result = wait_completed(&server.address, "g1");
     assert!(
@@ -292,7 +181,7 @@ fn sigterm_stops_the_runs_at_a_safe_point_and_the_next_start_resumes_them() {
 fn past_the_shutdown_timeout_the_step_is_abandoned_and_still_resumed() {
     let dir = equipe("execution: {shutdown_timeout: 0.2}\n");
     let releves = dir.path().join("releves");
-    let server = Server::start(&example_bin("equipe"), dir.path(), SERVE);
+    let server = start(&example_bin("equipe"), dir.path(), SERVE);
     let answer = start_run(&server.address, "g2");
     wait_for(&releves.join("demande-cic.txt"));
     // The bank never answers before the timeout: the step is abandoned.
@@ -312,7 +201,7 @@ fn past_the_shutdown_timeout_the_step_is_abandoned_and_still_resumed() {
 
     // Restarted: the call is made again (the tool is idempotent), the bank answers, done.
     std::fs::remove_file(releves.join("demande-cic.txt")).unwrap();
-    let server = Server::start(&example_bin("equipe"), dir.path(), SERVE);
+    let server = start(&example_bin("equipe"), dir.path(), SERVE);
     wait_for(&releves.join("demande-cic.txt"));
     std::fs::write(releves.join("releve-cic.txt"), "relevé CIC de novembre\n").unwrap();
     let result = wait_completed(&server.address, "g2");
@@ -372,7 +261,7 @@ fn reload_serves_a_changed_configuration_and_keeps_the_old_one_when_the_new_is_b
     std::fs::write(&agent, agent_file("Says hello.")).unwrap();
     let mut args = SERVE.to_vec();
     args.push("--reload");
-    let server = Server::start(&loom_bin(), dir.path(), &args);
+    let server = start(&loom_bin(), dir.path(), &args);
     wait_description(&server.address, "Says hello.");
 
     // A change: the new configuration serves, on the same address.
@@ -440,7 +329,7 @@ fn a_reload_hands_the_runs_in_flight_to_the_new_server() {
     let releves = dir.path().join("releves");
     let mut args = SERVE.to_vec();
     args.push("--reload");
-    let server = Server::start(&example_bin("equipe"), dir.path(), &args);
+    let server = start(&example_bin("equipe"), dir.path(), &args);
     let answer = start_run(&server.address, "g3");
     wait_for(&releves.join("demande-cic.txt"));
     std::fs::remove_file(releves.join("demande-cic.txt")).unwrap();
@@ -475,7 +364,7 @@ fn a_reload_answers_the_requests_in_flight_before_the_old_server_stops() {
     let releves = dir.path().join("releves");
     let mut args = SERVE.to_vec();
     args.push("--reload");
-    let server = Server::start(&example_bin("equipe"), dir.path(), &args);
+    let server = start(&example_bin("equipe"), dir.path(), &args);
     let answer = start_run(&server.address, "g4");
     wait_for(&releves.join("demande-cic.txt"));
 
@@ -568,8 +457,7 @@ fn a_running_server_resumes_the_run_of_a_server_killed_with_sigkill_once_its_lea
         assert!(start.elapsed() < PATIENCE, "the run never reached the gate");
         std::thread::sleep(Duration::from_millis(20));
     }
-    a.child.kill().unwrap();
-    a.child.wait().unwrap();
+    a.kill();
     let killed_at = Instant::now();
     std::fs::write(&gate, "").unwrap();
 

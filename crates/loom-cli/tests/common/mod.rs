@@ -10,6 +10,8 @@ use std::{
 
 use serde_json::Value;
 
+pub(crate) mod server;
+
 /// The stock `loom` binary.
 pub(crate) fn loom_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_loom"))
