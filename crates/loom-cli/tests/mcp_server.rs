@@ -910,6 +910,12 @@ fn mcp_over_http_needs_a_key_with_its_scopes_and_checks_origin_and_host() {
             "{list}"
         );
     }
+    // loom://sessions is GET /v1/sessions.
+    let (code, body) = get_json(&address, "/v1/sessions", "lk_test_lecteur");
+    assert_eq!(code, 200, "{body}");
+    let rest: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(foreign["foreign"]["sessions"]["json"], rest);
+    assert!(!rest.as_array().unwrap().is_empty(), "{rest}");
     let all_runs = foreign["reads"]["loom://runs"]["json"]["runs"]
         .as_array()
         .unwrap();

@@ -361,6 +361,10 @@ schemars_schema!(
     TraceSchema => loom_ia::Trace
 );
 schemars_schema!(
+    /// `SessionListed` (`loom_ia::SessionListed`): a session of the list.
+    SessionListedSchema => loom_ia::SessionListed
+);
+schemars_schema!(
     /// `SessionInfo` (`loom_ia::SessionInfo`): a session's runs and waiting approvals.
     SessionInfoSchema => loom_ia::SessionInfo
 );
@@ -393,6 +397,7 @@ fn schemars_components() -> Vec<(String, Value)> {
         schemars_definitions::<loom_ia::core::Category>(),
         schemars_definitions::<loom_ia::core::EventStatus>(),
         schemars_definitions::<loom_ia::Trace>(),
+        schemars_definitions::<loom_ia::SessionListed>(),
         schemars_definitions::<loom_ia::SessionInfo>(),
         schemars_definitions::<loom_ia::SessionFile>(),
         schemars_definitions::<loom_ia::SessionReport>(),

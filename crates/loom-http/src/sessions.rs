@@ -13,12 +13,12 @@ use axum::{
     response::{IntoResponse, Response},
 };
 use loom_ia::{
-    FILE_ORIGINS, Loom, Redact, SessionDeletion, SessionInfo, SessionReport, config::Scope,
+    FILE_ORIGINS, Loom, Redact, SessionDeletion, SessionInfo, SessionListed, SessionReport,
+    config::Scope,
 };
-use serde::Serialize;
 use serde_json::Value;
 use utoipa::{
-    IntoParams, ToSchema,
+    IntoParams,
     openapi::{ObjectBuilder, RefOr, Schema, Type, schema::SchemaType},
 };
 use utoipa_axum::{router::OpenApiRouter, routes};
@@ -29,7 +29,7 @@ use crate::{
     error::{ApiError, ErrorKind},
     openapi::{
         ErrorBody, EventSchema, SessionDeletionSchema, SessionFileSchema, SessionInfoSchema,
-        SessionReportSchema,
+        SessionListedSchema, SessionReportSchema,
     },
     params::{Params, invalid},
     routes::loom_error,
@@ -61,19 +61,6 @@ async fn session(loom: &Loom, caller: &Caller, session_id: &str) -> Result<Sessi
     Ok(info)
 }
 
-/// One session of `GET /sessions`.
-#[derive(Debug, Serialize, ToSchema)]
-pub(crate) struct SessionListed {
-    /// The session.
-    session_id: String,
-    /// Seq of its last event (its number of events).
-    last_seq: u64,
-    /// When its last event was written (RFC 3339, UTC, microseconds); `null` when the journal
-    /// does not say.
-    #[schema(value_type = Option<String>, format = DateTime)]
-    updated_at: Option<String>,
-}
-
 /// `GET /sessions`: the tenant's sessions, most recent first. 403 for a key limited to some
 /// agents (a session list would name sessions of other agents).
 #[utoipa::path(
@@ -86,7 +73,7 @@ pub(crate) struct SessionListed {
 limited to some agents cannot list them (a list would name sessions of other agents). Scope \
 `read`.",
     responses(
-        (status = 200, description = "The sessions.", body = Vec<SessionListed>),
+        (status = 200, description = "The sessions.", body = Vec<SessionListedSchema>),
         (status = 403, description = "The key lacks the scope `read`, or is limited to some agents.", body = ErrorBody),
         (status = 422, description = "The query string holds a parameter (none is accepted).", body = ErrorBody),
     ),
@@ -106,20 +93,10 @@ async fn list(
         ));
     }
     let loom = &state.loom;
-    let sessions = loom
+    let listed = loom
         .sessions(Some(&caller.tenant))
         .await
         .map_err(|e| loom_error(loom, &e))?;
-    let listed = sessions
-        .into_iter()
-        .map(|s| SessionListed {
-            session_id: s.session_id,
-            last_seq: s.last_seq,
-            updated_at: s
-                .updated_at
-                .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Micros, true)),
-        })
-        .collect();
     Ok(Json(listed))
 }
 

@@ -80,7 +80,9 @@ pub use report::{
     UsageReport,
 };
 pub use result::RunResult;
-pub use sessions::{FILE_ORIGINS, SessionDeletion, SessionFile, SessionInfo, SessionRun};
+pub use sessions::{
+    FILE_ORIGINS, SessionDeletion, SessionFile, SessionInfo, SessionListed, SessionRun,
+};
 pub use trigger::Triggered;
 
 #[doc(hidden)]

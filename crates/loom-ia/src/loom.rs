@@ -7,8 +7,8 @@ use std::{
     sync::{Arc, Mutex, RwLock},
 };
 
+use crate::SessionListed;
 use loom_config::{Config, EventsBackend, Profile};
-use loom_core::ports::SessionSummary;
 use loom_core::{
     BoxStream, Event, Message, RunState,
     approval::{Approver, Decision},
@@ -1294,13 +1294,14 @@ impl Loom {
     }
 
     /// The sessions of a tenant, most recent first.
-    pub async fn sessions(&self, tenant: Option<&str>) -> Result<Vec<SessionSummary>, LoomError> {
-        Ok(self
+    pub async fn sessions(&self, tenant: Option<&str>) -> Result<Vec<SessionListed>, LoomError> {
+        let sessions = self
             .inner
             .engine
             .store()
             .sessions(tenant.unwrap_or(DEFAULT_TENANT))
-            .await?)
+            .await?;
+        Ok(sessions.into_iter().map(SessionListed::from).collect())
     }
 
     /// The runs of a session, in the order they started, folded from its journal.

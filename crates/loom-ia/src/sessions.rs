@@ -17,6 +17,30 @@ use crate::{DEFAULT_TENANT, Loom, LoomError};
 /// The file origins `artifact.stored` records.
 pub const FILE_ORIGINS: [&str; 3] = ["attachment", "tool_output", "offload"];
 
+/// A session as listed (`loom sessions list`, `GET /v1/sessions`, `loom://sessions`), the
+/// most recently written first.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct SessionListed {
+    /// Session.
+    pub session_id: String,
+    /// Seq of its last event (its number of events).
+    pub last_seq: u64,
+    /// When its last event was written (`null` when the journal does not say).
+    #[serde(default, with = "opt_rfc3339")]
+    #[schemars(with = "Option<DateTime<Utc>>")]
+    pub updated_at: Option<DateTime<Utc>>,
+}
+
+impl From<loom_core::ports::SessionSummary> for SessionListed {
+    fn from(summary: loom_core::ports::SessionSummary) -> SessionListed {
+        SessionListed {
+            session_id: summary.session_id,
+            last_seq: summary.last_seq,
+            updated_at: summary.updated_at,
+        }
+    }
+}
+
 /// A session: its runs in the order they started, and the approvals waiting in it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct SessionInfo {
