@@ -9,7 +9,11 @@
 //! - `list`: the session list alone (`EventStore::sessions`), which every sweep asks for;
 //! - `full`: `recover_all`, reading every session;
 //! - `steady`: a sweep of a `LeaseWatch` that has already swept, nothing changed since;
-//! - `1% new`: the same, after 1 % more sessions were written (those are read).
+//! - `1% new`: the same, after 1 % more sessions were written (those are read);
+//!
+//! and the queries of the REST read routes on the same journal: `GET /runs` (`Loom::runs`,
+//! defaults: the 50 most recent sessions read), `GET /events` (`Loom::query`, defaults: the
+//! first 100 events), and an event search that matches nothing (every session read).
 //!
 //! ```text
 //! cargo bench -p loom-ia --features sqlite --bench recover
@@ -22,7 +26,11 @@ use std::{
     time::{Duration, Instant},
 };
 
-use loom_ia::{Loom, RunOptions, core::ports::EventStore};
+use loom_ia::{
+    EventQuery, Loom, RunOptions, RunQuery,
+    core::ports::EventStore,
+    query::{DEFAULT_EVENTS, DEFAULT_RUNS},
+};
 use loom_journal::{JsonlStore, MemoryStore};
 
 const CONFIG: &str = r#"
@@ -134,6 +142,50 @@ async fn measure(name: &str, store: Arc<dyn EventStore>, sessions: usize, rounds
     println!("  full     {}", ms(median(full)));
     println!("  steady   {}", ms(median(steady)));
     println!("  1% new   {}", ms(median(grown)));
+
+    // The read routes on the same journal: `GET /v1/runs` (defaults), `GET /v1/events`
+    // (defaults: the first 100 events), and an event search that matches nothing (every
+    // session is read).
+    let (mut page, mut first, mut none) = (Vec::new(), Vec::new(), Vec::new());
+    let tenant = Some("default".to_owned());
+    for _ in 0..rounds {
+        let t = Instant::now();
+        let runs = loom
+            .runs(&RunQuery {
+                tenant_id: tenant.clone(),
+                ..RunQuery::default()
+            })
+            .await
+            .unwrap();
+        page.push(t.elapsed());
+        assert_eq!(runs.runs.len(), DEFAULT_RUNS);
+
+        let t = Instant::now();
+        let found = loom
+            .query(&EventQuery {
+                tenant_id: tenant.clone(),
+                ..EventQuery::default()
+            })
+            .await
+            .unwrap();
+        first.push(t.elapsed());
+        assert_eq!(found.len(), DEFAULT_EVENTS);
+
+        let t = Instant::now();
+        let found = loom
+            .query(&EventQuery {
+                tenant_id: tenant.clone(),
+                types: vec!["run.failed".into()],
+                ..EventQuery::default()
+            })
+            .await
+            .unwrap();
+        none.push(t.elapsed());
+        assert!(found.is_empty());
+    }
+    println!("  GET /runs              {}", ms(median(page)));
+    println!("  GET /events            {}", ms(median(first)));
+    println!("  GET /events (no match) {}", ms(median(none)));
 }
 
 fn main() {
