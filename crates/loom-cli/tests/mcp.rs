@@ -18,18 +18,7 @@ use serde_json::Value;
 /// Whether the Python MCP SDK is importable; when it is not, the test is skipped in a quick
 /// developer run and fails when services are required (CI).
 fn python_mcp() -> bool {
-    let ok = Command::new("python3")
-        .args(["-c", "import mcp.server.mcpserver"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !ok {
-        assert!(
-            std::env::var("LOOM_REQUIRE_SERVICES").as_deref() != Ok("1"),
-            "the Python MCP SDK is missing: pip install 'mcp>=2,<3'"
-        );
-        eprintln!("skipped: the Python MCP SDK is missing (pip install 'mcp>=2,<3')");
-    }
-    ok
+    python_has("mcp.server.mcpserver", "pip install 'mcp>=2,<3'")
 }
 
 /// A copy of examples/mcp-notes in a fresh directory.

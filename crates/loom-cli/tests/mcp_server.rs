@@ -19,25 +19,14 @@ use std::{
     time::Duration,
 };
 
-use common::{copy_example, example_bin, repo, text};
+use common::{copy_example, example_bin, python_has, repo, text};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
 /// Whether the Python MCP client is importable; when it is not, the test is skipped in a quick
 /// developer run and fails when services are required (CI).
 fn python_client() -> bool {
-    let ok = Command::new("python3")
-        .args(["-c", "import mcp.client, httpx2, mcp_types"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !ok {
-        assert!(
-            std::env::var("LOOM_REQUIRE_SERVICES").as_deref() != Ok("1"),
-            "the Python MCP SDK is missing: pip install 'mcp>=2,<3'"
-        );
-        eprintln!("skipped: the Python MCP SDK is missing (pip install 'mcp>=2,<3')");
-    }
-    ok
+    python_has("mcp.client, httpx2, mcp_types", "pip install 'mcp>=2,<3'")
 }
 
 /// A copy of examples/guichet (with its documents folder).

@@ -6,6 +6,7 @@
 use std::{
     fs,
     path::{Path, PathBuf},
+    process::Command,
 };
 
 use serde_json::Value;
@@ -88,4 +89,23 @@ pub(crate) fn journal(dir: &Path, session: &str) -> Vec<Value> {
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect()
+}
+
+/// Whether `python3` can import `modules` (comma-separated, as in an `import` line). When it
+/// cannot, the test is skipped in a quick developer run and fails when services are required
+/// (`LOOM_REQUIRE_SERVICES=1`, as `.ci/run` sets, which installs them): `install` is the pip
+/// command named in both messages.
+pub(crate) fn python_has(modules: &str, install: &str) -> bool {
+    let ok = Command::new("python3")
+        .args(["-c", &format!("import {modules}")])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok {
+        assert!(
+            std::env::var("LOOM_REQUIRE_SERVICES").as_deref() != Ok("1"),
+            "python3 cannot import {modules}: {install}"
+        );
+        eprintln!("skipped: python3 cannot import {modules} ({install})");
+    }
+    ok
 }
