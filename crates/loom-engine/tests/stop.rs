@@ -102,6 +102,39 @@ fn script() -> serde_json::Value {
     ])
 }
 
+/// A run of `agent` on a fresh memory journal, driven in a task until its gate tool has
+/// started (the test decides when it may go on).
+struct Driving {
+    store: Arc<MemoryStore>,
+    clock: Arc<ManualClock>,
+    engine: Engine,
+    run: loom_engine::RunRef,
+    task: tokio::task::JoinHandle<Result<loom_core::RunState, loom_engine::EngineError>>,
+}
+
+async fn drive_into_the_gate(agent: &AgentRuntime, gate: &Gate, message: &str) -> Driving {
+    let store = Arc::new(MemoryStore::new());
+    let clock = Arc::new(ManualClock::new());
+    let engine = Engine::new(store.clone(), clock.clone());
+    let run = engine.begin(agent, begin(message), &()).await.unwrap();
+    let task = {
+        let (engine, run, agent) = (engine.clone(), run.clone(), agent.clone());
+        tokio::spawn(async move {
+            engine
+                .drive(&run, &agent, &(), &CancellationToken::new())
+                .await
+        })
+    };
+    gate.started.notified().await;
+    Driving {
+        store,
+        clock,
+        engine,
+        run,
+        task,
+    }
+}
+
 async fn journal(store: &MemoryStore, session: &str) -> Vec<Event> {
     store.read("default", session, 0).await.unwrap()
 }
@@ -122,21 +155,15 @@ fn handed_back_and_open(events: &[Event], worker: &str) {
 
 #[tokio::test]
 async fn a_requested_stop_lets_the_step_finish_then_leaves_the_run_open() {
-    let store = Arc::new(MemoryStore::new());
-    let clock = Arc::new(ManualClock::new());
-    let engine = Engine::new(store.clone(), clock.clone());
     let gate = Gate::new();
     let agent = agent(scripted("fake-1", script()), vec![gate.tool()]);
-    let run = engine.begin(&agent, begin("x"), &()).await.unwrap();
-    let driving = {
-        let (engine, run, agent) = (engine.clone(), run.clone(), agent.clone());
-        tokio::spawn(async move {
-            engine
-                .drive(&run, &agent, &(), &CancellationToken::new())
-                .await
-        })
-    };
-    gate.started.notified().await;
+    let Driving {
+        store,
+        clock,
+        engine,
+        run,
+        task: driving,
+    } = drive_into_the_gate(&agent, &gate, "x").await;
     engine.stop_signal().request();
     // The step in progress goes on: its result is written before the run lets go.
     gate.permits.add_permits(1);
@@ -179,21 +206,15 @@ async fn a_requested_stop_lets_the_step_finish_then_leaves_the_run_open() {
 
 #[tokio::test]
 async fn an_interrupt_abandons_the_step_as_a_crash_would_and_hands_the_lease_back() {
-    let store = Arc::new(MemoryStore::new());
-    let clock = Arc::new(ManualClock::new());
-    let engine = Engine::new(store.clone(), clock.clone());
     let gate = Gate::new();
     let agent = agent(scripted("fake-1", script()), vec![gate.tool()]);
-    let run = engine.begin(&agent, begin("x"), &()).await.unwrap();
-    let driving = {
-        let (engine, run, agent) = (engine.clone(), run.clone(), agent.clone());
-        tokio::spawn(async move {
-            engine
-                .drive(&run, &agent, &(), &CancellationToken::new())
-                .await
-        })
-    };
-    gate.started.notified().await;
+    let Driving {
+        store,
+        clock,
+        engine,
+        run,
+        task: driving,
+    } = drive_into_the_gate(&agent, &gate, "x").await;
     engine.stop_signal().request();
     engine.stop_signal().interrupt();
     // The tool never gets its permit: the step is abandoned where it is.
@@ -247,9 +268,6 @@ async fn a_stop_before_the_first_step_claims_nothing() {
 
 #[tokio::test]
 async fn a_stopped_child_leaves_its_parents_call_open_and_both_resume() {
-    let store = Arc::new(MemoryStore::new());
-    let clock = Arc::new(ManualClock::new());
-    let engine = Engine::new(store.clone(), clock.clone());
     let gate = Gate::new();
     let mut researcher = agent(
         scripted(
@@ -279,16 +297,13 @@ async fn a_stopped_child_leaves_its_parents_call_open_and_both_resume() {
         "Finds things.",
         Arc::new(researcher),
     ));
-    let run = engine.begin(&boss, begin("Délègue."), &()).await.unwrap();
-    let driving = {
-        let (engine, run, boss) = (engine.clone(), run.clone(), boss.clone());
-        tokio::spawn(async move {
-            engine
-                .drive(&run, &boss, &(), &CancellationToken::new())
-                .await
-        })
-    };
-    gate.started.notified().await;
+    let Driving {
+        store,
+        clock,
+        engine,
+        run,
+        task: driving,
+    } = drive_into_the_gate(&boss, &gate, "Délègue.").await;
     engine.stop_signal().request();
     gate.permits.add_permits(1);
     let state = driving.await.unwrap().unwrap();
