@@ -905,15 +905,18 @@ impl Loom {
             }
             active.insert(run.run_id.clone(), token.clone());
         }
+        // Also when this future is dropped mid-drive (a caller that gave up): the run is then
+        // driven nowhere, and the lease sweep or a resume can take it.
+        let driving = Driving {
+            loom: self,
+            run_id: &run.run_id,
+        };
         let outcome = self
             .inner
             .engine
             .drive_with(run, runtime, observer, &token, approver)
             .await;
-        if let Ok(mut active) = self.inner.active.lock() {
-            active.remove(&run.run_id);
-        }
-        self.inner.idle.notify_waiters();
+        drop(driving);
         let state = outcome?;
         let waits = matches!(
             state.status,
@@ -1128,7 +1131,14 @@ impl Loom {
 
     /// Cancels a run: a run driven by this instance stops at once (between or during steps);
     /// another open run is closed as cancelled in its journal. Either way its `run.cancelled`
-    /// records `by`. `false` if it had closed.
+    /// records `by`, and is journaled when this returns `true` (for a run driven here, unless
+    /// its step in progress ignores the cancellation for longer than
+    /// `execution.shutdown_timeout`: then it is journaled when that step ends). `false` if the
+    /// run had closed, or closed otherwise while the cancellation reached it.
+    ///
+    /// A caller that drives the run in the same task (awaiting [`Loom::run`], say) must keep
+    /// polling that drive while it awaits `cancel` (`tokio::join!`), since `cancel` waits for
+    /// the drive to journal the cancellation.
     pub async fn cancel(&self, run: &RunRef, by: Option<String>) -> Result<bool, LoomError> {
         let token = self
             .inner
@@ -1137,12 +1147,48 @@ impl Loom {
             .ok()
             .and_then(|a| a.get(&run.run_id).cloned());
         if let Some(token) = token {
-            token.cancel(by);
-            return Ok(true);
+            token.cancel(by.clone());
+            // Answer from the journal: wait until the drive has let the run go.
+            let grace = std::time::Duration::try_from_secs_f64(
+                self.config().raw().execution.shutdown_timeout,
+            )
+            .unwrap_or(std::time::Duration::from_secs(30));
+            if tokio::time::timeout(grace, self.not_driven(&run.run_id))
+                .await
+                .is_err()
+            {
+                return Ok(true);
+            }
+            let state = self.state(run).await?;
+            if state.finished {
+                return Ok(state.status == loom_core::RunStatus::Cancelled);
+            }
+            // The drive let the run go without closing it (a stop at the same moment): it is
+            // driven nowhere now, so it is closed here.
         }
         let state = self.state(run).await?;
         let agent = state.agent.unwrap_or_default();
         Ok(self.inner.engine.cancel_idle(run, &agent, by).await?)
+    }
+
+    /// Resolves once this instance does not drive `run_id`.
+    async fn not_driven(&self, run_id: &str) {
+        self.until_active(|active| !active.contains_key(run_id))
+            .await;
+    }
+
+    /// Resolves once the table of the runs this instance drives satisfies `done` (checked
+    /// each time a run leaves it).
+    async fn until_active(&self, done: impl Fn(&HashMap<String, loom_engine::Cancel>) -> bool) {
+        loop {
+            let notified = self.inner.idle.notified();
+            let mut notified = std::pin::pin!(notified);
+            notified.as_mut().enable();
+            if self.inner.active.lock().map(|a| done(&a)).unwrap_or(true) {
+                return;
+            }
+            notified.await;
+        }
     }
 
     /// Stops what the instance started: MCP server connections and their child processes.
@@ -1418,21 +1464,7 @@ impl Loom {
 
     /// Resolves when this instance drives no run.
     async fn idle(&self) {
-        loop {
-            let notified = self.inner.idle.notified();
-            let mut notified = std::pin::pin!(notified);
-            notified.as_mut().enable();
-            let driving = self
-                .inner
-                .active
-                .lock()
-                .map(|a| !a.is_empty())
-                .unwrap_or(false);
-            if !driving {
-                return;
-            }
-            notified.await;
-        }
+        self.until_active(HashMap::is_empty).await;
     }
 
     /// [`Loom::recover`] for every tenant the configuration knows (`default`, and each of
@@ -1637,4 +1669,20 @@ fn guards_of(agent: &AgentRuntime) -> Vec<String> {
         ));
     }
     lines
+}
+
+/// A run this instance drives: leaves the table of active runs when dropped, however the
+/// drive ends (returned, failed, or its future dropped), and wakes who waits on that table.
+struct Driving<'a> {
+    loom: &'a Loom,
+    run_id: &'a str,
+}
+
+impl Drop for Driving<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut active) = self.loom.inner.active.lock() {
+            active.remove(self.run_id);
+        }
+        self.loom.inner.idle.notify_waiters();
+    }
 }

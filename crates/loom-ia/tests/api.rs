@@ -189,17 +189,11 @@ async fn cancelling_a_background_run_records_who_cancelled_it() {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     assert!(loom.cancel(&run, Some("alice".into())).await.unwrap());
-    let cancelled = tokio::time::timeout(Duration::from_secs(5), async {
-        loop {
-            let events = loom.events(&run).await.unwrap();
-            if let Some(Payload::RunCancelled(cancelled)) = events.last().map(|e| &e.payload) {
-                break cancelled.clone();
-            }
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    })
-    .await
-    .unwrap();
+    // `true` means journaled: the run's last event is already its `run.cancelled`.
+    let events = loom.events(&run).await.unwrap();
+    let Some(Payload::RunCancelled(cancelled)) = events.last().map(|e| e.payload.clone()) else {
+        panic!("not closed when cancel returned: {:?}", events.last());
+    };
     assert_eq!(
         (cancelled.reason.as_str(), cancelled.by.as_deref()),
         ("requested", Some("alice"))
@@ -208,6 +202,54 @@ async fn cancelling_a_background_run_records_who_cancelled_it() {
         loom.result(&run).await.unwrap().status,
         RunStatus::Cancelled
     );
+}
+
+/// A caller that gives up a run it drives (its future dropped mid-tool, as a client that
+/// disconnects) leaves the run driven nowhere: it is cancelled at once, not waited on.
+#[tokio::test]
+async fn a_dropped_drive_leaves_the_run_to_others() {
+    let dir = tempfile::tempdir().unwrap();
+    let script =
+        json!([{"tool_calls": [{"name": "wait", "arguments": {"ms": 10000}}]}, {"text": "fini"}]);
+    let loom = loom(dir.path(), script, EventsBackend::Jsonl);
+    let driving = {
+        let loom = loom.clone();
+        tokio::spawn(async move {
+            let options = RunOptions {
+                run_id: Some("r-dropped".into()),
+                ..RunOptions::default()
+            };
+            loom.run("calc", "attends", options).await
+        })
+    };
+    let run = loop {
+        if let Ok(run) = loom.locate("r-dropped", None, None).await
+            && loom
+                .events(&run)
+                .await
+                .unwrap()
+                .iter()
+                .any(|e| matches!(e.payload, Payload::ToolCalled(_)))
+        {
+            break run;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+    driving.abort();
+    assert!(driving.await.unwrap_err().is_cancelled());
+    let cancelled = tokio::time::timeout(
+        Duration::from_secs(5),
+        loom.cancel(&run, Some("alice".into())),
+    )
+    .await
+    .expect("the run was still taken for driven")
+    .unwrap();
+    assert!(cancelled);
+    let events = loom.events(&run).await.unwrap();
+    let Some(Payload::RunCancelled(closing)) = events.last().map(|e| e.payload.clone()) else {
+        panic!("not closed: {:?}", events.last());
+    };
+    assert_eq!(closing.by.as_deref(), Some("alice"));
 }
 
 #[tokio::test]

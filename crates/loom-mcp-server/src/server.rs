@@ -419,10 +419,16 @@ impl LoomMcp {
                 outcome = &mut work => outcome,
                 () = cancelled.cancelled() => {
                     // The client gave up the call: the run is cancelled, not left running.
-                    if let Some(run) = progress.root() {
-                        let _ = self.loom.cancel(&run, Some(by.clone())).await;
+                    // The drive goes on being polled meanwhile: `cancel` answers once the
+                    // drive has journaled the cancellation.
+                    match progress.root() {
+                        Some(run) => {
+                            let (_, outcome) =
+                                tokio::join!(self.loom.cancel(&run, Some(by.clone())), work);
+                            outcome
+                        }
+                        None => work.await,
                     }
-                    work.await
                 }
             }
         };
