@@ -320,9 +320,20 @@ async fn create_run(
         };
         return Ok((StatusCode::ACCEPTED, Json(body)).into_response());
     }
-    let result = loom
-        .run(&agent, request.message, options)
+    // Driven in a task of its own: a client that goes away does not take the run with it
+    // (it goes on and closes; its result is read back with `GET /runs/{run_id}`).
+    let driving = {
+        let loom = loom.clone();
+        tokio::spawn(async move { loom.run(&agent, request.message, options).await })
+    };
+    let result = driving
         .await
+        .map_err(|e| {
+            ApiError::new(
+                ErrorKind::Engine,
+                format!("the run's task ended abnormally: {e}"),
+            )
+        })?
         .map_err(|e| loom_error(loom, &e))?;
     Ok((StatusCode::CREATED, Json(result)).into_response())
 }

@@ -261,6 +261,34 @@ async fn a_synchronous_run_is_created_and_read_back() {
     );
 }
 
+/// A synchronous request whose client goes away mid-run: the run goes on and closes.
+#[tokio::test]
+async fn a_synchronous_run_outlives_a_client_that_goes_away() {
+    let server = Server::start().await;
+    let impatient = reqwest::Client::builder()
+        .timeout(Duration::from_millis(100))
+        .build()
+        .unwrap();
+    let gone = impatient
+        .post(format!("{}/agents/calc/runs", server.base))
+        .json(&json!({"message": "vite", "run_id": "r-gone"}))
+        .send()
+        .await;
+    assert!(gone.unwrap_err().is_timeout());
+    let completed = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            let (status, body) = server.get("/runs/r-gone").await;
+            if status == StatusCode::OK && body["status"] == "completed" {
+                break body;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("the run did not go on without its client");
+    assert_eq!(completed["text"], "Fini : attendu 400 ms.");
+}
+
 #[tokio::test]
 async fn a_failed_run_is_still_created() {
     let server = Server::start().await;
