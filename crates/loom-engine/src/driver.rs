@@ -976,6 +976,10 @@ impl Driver<'_> {
         deadline: Option<tokio::time::Instant>,
     ) -> Result<StepEnd<T>, EngineError> {
         let cancel = self.cancel;
+        // Renewed on entry when a third of the lease has passed: a step waits many times (a
+        // tool batch once per result, a model call once per attempt), and each wait starts
+        // its own timer below, so waits shorter than the period would otherwise never renew.
+        self.renew(state, writer).await?;
         let mut future = std::pin::pin!(future);
         let expiry = async {
             match deadline {

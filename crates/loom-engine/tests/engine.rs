@@ -724,6 +724,39 @@ async fn the_lease_is_renewed_during_a_long_step() {
     }
 }
 
+/// Tools of one batch that finish one after another, each sooner than a third of the lease:
+/// the lease is still renewed (the renewal is not restarted by each result), so every event
+/// of the run is written under a live lease.
+#[tokio::test]
+async fn the_lease_is_renewed_while_a_batch_finishes_tool_by_tool() {
+    let store = Arc::new(MemoryStore::new());
+    let engine = Engine::new(store.clone(), Arc::new(loom_journal_clock()))
+        .with_lease(Duration::from_millis(300));
+    let calls: Vec<_> = (1..=12)
+        .map(|i| json!({"name": "slow", "arguments": {"ms": 80 * i}}))
+        .collect();
+    let model = scripted("fake-1", json!([{"tool_calls": calls}, {"text": "fini"}]));
+    let agent = agent(model, vec![sleep_tool("slow", 80)]);
+    let (run, state) = run(&engine, &agent, begin("x")).await;
+    assert_eq!(state.status, RunStatus::Completed);
+    let events = events(&store, &run).await;
+    let mut held_until = None;
+    for event in &events {
+        if let Some(until) = held_until {
+            assert!(
+                event.ts <= until,
+                "{} written at {} after the lease ran out at {until}: {:?}",
+                event.event_type,
+                event.ts,
+                types(&events)
+            );
+        }
+        if let Payload::RunClaimed(claim) = &event.payload {
+            held_until = Some(claim.lease_until);
+        }
+    }
+}
+
 /// The system clock: lease expiry is compared with real time in this test.
 fn loom_journal_clock() -> impl loom_core::ports::Clock {
     #[derive(Debug)]
