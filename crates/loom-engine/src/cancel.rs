@@ -48,6 +48,11 @@ impl Cancel {
         self.token.cancelled().await;
     }
 
+    /// Whether `other` is this same cancellation (a clone of it), not another one.
+    pub fn is_same(&self, other: &Cancel) -> bool {
+        Arc::ptr_eq(&self.by, &other.by)
+    }
+
     /// Who cancelled, when the cancellation said so.
     pub fn by(&self) -> Option<&str> {
         self.by.get().map(String::as_str)

@@ -441,7 +441,7 @@ pub struct BeginRun {
 }
 
 /// Where a run lives.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct RunRef {
     /// Tenant.
     pub tenant_id: String,

@@ -233,7 +233,7 @@ struct Inner {
     policies: RwLock<BTreeMap<String, Arc<dyn Policy>>>,
     conditions: RwLock<BTreeMap<String, Arc<dyn JudgeCondition>>>,
     agents: RwLock<HashMap<(String, String), Arc<AgentRuntime>>>,
-    active: Mutex<HashMap<String, loom_engine::Cancel>>,
+    active: Mutex<HashMap<RunRef, loom_engine::Cancel>>,
     /// Woken each time a run leaves `active` ([`Loom::stop`] waits on it).
     idle: tokio::sync::Notify,
     tenant_budgets: RwLock<BTreeMap<String, TenantBudget>>,
@@ -897,20 +897,17 @@ impl Loom {
                 self.inner.active.lock().map_err(|_| {
                     LoomError::Conflict("the table of active runs is unusable".into())
                 })?;
-            if active.contains_key(&run.run_id) {
+            if active.contains_key(run) {
                 return Err(LoomError::Conflict(format!(
                     "run {} is already being driven by this process",
                     run.run_id
                 )));
             }
-            active.insert(run.run_id.clone(), token.clone());
+            active.insert(run.clone(), token.clone());
         }
         // Also when this future is dropped mid-drive (a caller that gave up): the run is then
         // driven nowhere, and the lease sweep or a resume can take it.
-        let driving = Driving {
-            loom: self,
-            run_id: &run.run_id,
-        };
+        let driving = Driving { loom: self, run };
         let outcome = self
             .inner
             .engine
@@ -1145,7 +1142,7 @@ impl Loom {
             .active
             .lock()
             .ok()
-            .and_then(|a| a.get(&run.run_id).cloned());
+            .and_then(|a| a.get(run).cloned());
         if let Some(token) = token {
             token.cancel(by.clone());
             // Answer from the journal: wait until the drive has let the run go.
@@ -1153,7 +1150,7 @@ impl Loom {
                 self.config().raw().execution.shutdown_timeout,
             )
             .unwrap_or(std::time::Duration::from_secs(30));
-            if tokio::time::timeout(grace, self.not_driven(&run.run_id))
+            if tokio::time::timeout(grace, self.not_driven(run, &token))
                 .await
                 .is_err()
             {
@@ -1171,15 +1168,16 @@ impl Loom {
         Ok(self.inner.engine.cancel_idle(run, &agent, by).await?)
     }
 
-    /// Resolves once this instance does not drive `run_id`.
-    async fn not_driven(&self, run_id: &str) {
-        self.until_active(|active| !active.contains_key(run_id))
+    /// Resolves once the drive that `token` cancels has let `run` go (a later drive of the
+    /// same run is another one).
+    async fn not_driven(&self, run: &RunRef, token: &loom_engine::Cancel) {
+        self.until_active(|active| active.get(run).is_none_or(|t| !t.is_same(token)))
             .await;
     }
 
     /// Resolves once the table of the runs this instance drives satisfies `done` (checked
     /// each time a run leaves it).
-    async fn until_active(&self, done: impl Fn(&HashMap<String, loom_engine::Cancel>) -> bool) {
+    async fn until_active(&self, done: impl Fn(&HashMap<RunRef, loom_engine::Cancel>) -> bool) {
         loop {
             let notified = self.inner.idle.notified();
             let mut notified = std::pin::pin!(notified);
@@ -1300,12 +1298,12 @@ impl Loom {
         }
     }
 
-    /// Whether this instance drives `run_id` now.
-    pub(crate) fn is_driving(&self, run_id: &str) -> bool {
+    /// Whether this instance drives `run` now.
+    pub(crate) fn is_driving(&self, run: &RunRef) -> bool {
         self.inner
             .active
             .lock()
-            .map(|a| a.contains_key(run_id))
+            .map(|a| a.contains_key(run))
             .unwrap_or(true)
     }
 
@@ -1675,13 +1673,13 @@ fn guards_of(agent: &AgentRuntime) -> Vec<String> {
 /// drive ends (returned, failed, or its future dropped), and wakes who waits on that table.
 struct Driving<'a> {
     loom: &'a Loom,
-    run_id: &'a str,
+    run: &'a RunRef,
 }
 
 impl Drop for Driving<'_> {
     fn drop(&mut self) {
         if let Ok(mut active) = self.loom.inner.active.lock() {
-            active.remove(self.run_id);
+            active.remove(self.run);
         }
         self.loom.inner.idle.notify_waiters();
     }

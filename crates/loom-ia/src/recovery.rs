@@ -105,7 +105,13 @@ impl LeaseWatch {
                     continue;
                 }
             };
-            let found = examine(&events, now, lease, |run_id| self.loom.is_driving(run_id));
+            let found = examine(&events, now, lease, |run_id| {
+                self.loom.is_driving(&RunRef {
+                    tenant_id: tenant.to_owned(),
+                    session_id: summary.session_id.clone(),
+                    run_id: run_id.to_owned(),
+                })
+            });
             let mut recheck = found.recheck;
             for abandoned in found.abandoned {
                 let runtime = match self.loom.agent_runtime(&abandoned.agent, tenant) {

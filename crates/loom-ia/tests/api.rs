@@ -252,6 +252,54 @@ async fn a_dropped_drive_leaves_the_run_to_others() {
     assert_eq!(closing.by.as_deref(), Some("alice"));
 }
 
+/// Runs are told apart by tenant, session and id: cancelling a closed run `x` of one tenant
+/// leaves alone the run `x` of another tenant that this instance drives.
+#[tokio::test]
+async fn cancelling_a_run_never_reaches_a_run_of_the_same_id_elsewhere() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = json!([
+        {"with_text": "vite", "tool_calls": [{"name": "wait", "arguments": {"ms": 1}}]},
+        {"with_text": "long", "tool_calls": [{"name": "wait", "arguments": {"ms": 400}}]},
+        {"text": "fini"}
+    ]);
+    let mut raw = config(dir.path(), script, EventsBackend::Jsonl).raw().clone();
+    raw.tenants = serde_json::from_value(json!([{"id": "acme"}, {"id": "globex"}])).unwrap();
+    let loom = Loom::new(Config::new(raw, dir.path().to_path_buf()).unwrap()).unwrap();
+    loom.register("add", add_tool()).unwrap();
+    loom.register("wait", wait_tool()).unwrap();
+    let options = |tenant: &str| RunOptions {
+        run_id: Some("x".into()),
+        tenant_id: Some(tenant.into()),
+        ..RunOptions::default()
+    };
+    let closed = loom.run("calc", "vite", options("globex")).await.unwrap();
+    assert_eq!(closed.status, RunStatus::Completed);
+    let driven = loom.submit("calc", "long", options("acme")).await.unwrap();
+    while !loom
+        .events(&driven)
+        .await
+        .unwrap()
+        .iter()
+        .any(|e| matches!(e.payload, Payload::ToolCalled(_)))
+    {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let other = loom.locate("x", None, Some("globex")).await.unwrap();
+    assert!(!loom.cancel(&other, Some("bob".into())).await.unwrap());
+    let finished = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            let result = loom.result(&driven).await.unwrap();
+            if result.status.is_terminal() {
+                break result;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .unwrap();
+    assert_eq!(finished.status, RunStatus::Completed, "{finished:?}");
+}
+
 #[tokio::test]
 async fn registration_and_unknown_names_are_refused() {
     let dir = tempfile::tempdir().unwrap();
