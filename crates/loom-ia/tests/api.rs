@@ -262,7 +262,9 @@ async fn cancelling_a_run_never_reaches_a_run_of_the_same_id_elsewhere() {
         {"with_text": "long", "tool_calls": [{"name": "wait", "arguments": {"ms": 400}}]},
         {"text": "fini"}
     ]);
-    let mut raw = config(dir.path(), script, EventsBackend::Jsonl).raw().clone();
+    let mut raw = config(dir.path(), script, EventsBackend::Jsonl)
+        .raw()
+        .clone();
     raw.tenants = serde_json::from_value(json!([{"id": "acme"}, {"id": "globex"}])).unwrap();
     let loom = Loom::new(Config::new(raw, dir.path().to_path_buf()).unwrap()).unwrap();
     loom.register("add", add_tool()).unwrap();
