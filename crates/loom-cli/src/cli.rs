@@ -537,6 +537,9 @@ async fn serve(
     resume_left_open(loom).await;
     // SIGTERM and Ctrl-C stop the runs in flight at once; under `--reload`, the supervisor's
     // hand-over signal lets the requests in flight be answered first.
+    // Caught from here on (before the ready line a supervisor waits for), not from the first
+    // poll of the shutdown future: a SIGTERM right after start must not kill the process.
+    let stopped = stop_signal();
     #[cfg(unix)]
     let mut hand_over: Option<tokio::signal::unix::Signal> = None;
     if supervised {
@@ -561,18 +564,27 @@ async fn serve(
             crate::reload::report_ready();
         }
     }
+    #[cfg(unix)]
+    let drained = loom.clone();
     let shutdown = async move {
         #[cfg(unix)]
         if let Some(mut handing) = hand_over {
+            let mut stopped = std::pin::pin!(stopped);
             return tokio::select! {
-                () = stop_signal() => loom_http::Shutdown::Stop,
+                () = stopped.as_mut() => loom_http::Shutdown::Stop,
                 _ = handing.recv() => {
                     eprintln!("Handing over: the requests in flight are answered first.");
+                    // SIGTERM or Ctrl-C during the drain stops the runs (after their step).
+                    let escalated = stop_signal();
+                    tokio::spawn(async move {
+                        escalated.await;
+                        drained.stop(drained.shutdown_timeout()).await;
+                    });
                     loom_http::Shutdown::Drain
                 }
             };
         }
-        stop_signal().await;
+        stopped.await;
         loom_http::Shutdown::Stop
     };
     match loom_http::serve_until(loom.clone(), listener, &settings, shutdown).await {
@@ -625,31 +637,39 @@ async fn resume_on_hangup(loom: Loom, mut hangup: tokio::signal::unix::Signal) {
     }
 }
 
-/// Resolves on Ctrl-C or, on Unix, SIGTERM.
-async fn stop_signal() {
+/// Resolves on Ctrl-C or, on Unix, SIGTERM or SIGINT, caught from the call on (not from the
+/// first poll).
+fn stop_signal() -> impl std::future::Future<Output = ()> + Send + 'static {
     #[cfg(unix)]
-    {
-        let mut terminate = match tokio::signal::unix::signal(
-            tokio::signal::unix::SignalKind::terminate(),
-        ) {
-            Ok(signal) => signal,
-            Err(error) => {
-                tracing::warn!(%error, "SIGTERM cannot be caught: only Ctrl-C stops the server");
-                let _ = tokio::signal::ctrl_c().await;
-                eprintln!("Stopping.");
-                return;
+    let signals = {
+        use tokio::signal::unix::{SignalKind, signal};
+        (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::interrupt()),
+        )
+    };
+    async move {
+        #[cfg(unix)]
+        match signals {
+            (Ok(mut terminate), Ok(mut interrupt)) => {
+                tokio::select! {
+                    _ = terminate.recv() => {}
+                    _ = interrupt.recv() => {}
+                }
             }
-        };
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            _ = terminate.recv() => {}
+            (terminate, interrupt) => {
+                for error in [terminate.err(), interrupt.err()].into_iter().flatten() {
+                    tracing::warn!(%error, "a stop signal cannot be caught: Ctrl-C only");
+                }
+                let _ = tokio::signal::ctrl_c().await;
+            }
         }
+        #[cfg(not(unix))]
+        {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+        eprintln!("Stopping.");
     }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
-    }
-    eprintln!("Stopping.");
 }
 
 fn fail(error: &LoomError) -> u8 {

@@ -14,7 +14,9 @@
 //!   broken configuration: its `config error: …` line is on the shared stderr) is refused and
 //!   the old one keeps serving.
 //! - SIGTERM or Ctrl-C stops the supervisor: the child gets SIGTERM and its exit code is the
-//!   supervisor's.
+//!   supervisor's. During a hand-over both children get it: the old one's drain becomes a
+//!   stop (its runs stop after their step instead of running to their end). A new child that
+//!   exits during a hand-over is noticed (the next configuration change starts another).
 //!
 //! Refused under the `prod` profile. A supervisor killed with SIGKILL leaves its child
 //! serving: stop the child by its pid.
@@ -176,7 +178,22 @@ pub(crate) async fn supervise(
                         if let Some(old) = current_pid.replace(pid)
                             && signal(old, HAND_OVER)
                         {
-                            wait_exit(old, &mut exited).await;
+                            match hand_over(old, pid, &mut exited, &mut stop).await {
+                                HandOver::Done { new_alive: true } => {}
+                                HandOver::Done { new_alive: false } => {
+                                    current_pid = None;
+                                    continue;
+                                }
+                                HandOver::Stopping => {
+                                    // The old server was told to stop too: its drain ends.
+                                    let new = stop_child(pid, &mut exited).await;
+                                    let old = match wait_exit(old, &mut exited).await {
+                                        Some(status) => code(status),
+                                        None => FAILED,
+                                    };
+                                    return new.max(old);
+                                }
+                            }
                         }
                         // The runs the old server stopped are open: the new one resumes them.
                         signal(pid, Signal::SIGHUP);
@@ -278,6 +295,48 @@ async fn wait_ready(
                 eprintln!("the server process {pid} stopped ({status})");
             }
             () = stop.as_mut() => return Start::Stopping(child.pid),
+        }
+    }
+}
+
+/// How a hand-over ended.
+enum HandOver {
+    /// The old server exited; whether the new one still serves.
+    Done { new_alive: bool },
+    /// The supervisor was asked to stop meanwhile: the old server got SIGTERM (its drain
+    /// becomes a stop) and the new one is still to be stopped.
+    Stopping,
+}
+
+/// Waits for the old server to answer its requests in flight and exit, noticing meanwhile
+/// an exit of the new one and a stop of the supervisor (which the old server is told too, so
+/// it does not drain to its timeout).
+async fn hand_over(
+    old: u32,
+    new: u32,
+    exited: &mut mpsc::UnboundedReceiver<(u32, ExitStatus)>,
+    stop: &mut std::pin::Pin<&mut impl std::future::Future<Output = ()>>,
+) -> HandOver {
+    let mut new_alive = true;
+    loop {
+        tokio::select! {
+            exit = exited.recv() => match exit {
+                Some((pid, _)) if pid == old => return HandOver::Done { new_alive },
+                Some((pid, status)) => {
+                    if pid == new {
+                        new_alive = false;
+                        eprintln!(
+                            "the new server process stopped ({status}) while the old one handed \
+                             over; a new one starts at the next configuration change"
+                        );
+                    }
+                }
+                None => return HandOver::Done { new_alive },
+            },
+            () = stop.as_mut() => {
+                signal(old, Signal::SIGTERM);
+                return HandOver::Stopping;
+            }
         }
     }
 }

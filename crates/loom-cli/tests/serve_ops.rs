@@ -396,6 +396,36 @@ fn a_reload_answers_the_requests_in_flight_before_the_old_server_stops() {
     assert_eq!(code, Some(0), "{log}");
 }
 
+#[test]
+fn a_stop_during_a_hand_over_stops_the_old_server_instead_of_draining() {
+    let dir = equipe("execution: {shutdown_timeout: 60}\n");
+    let releves = dir.path().join("releves");
+    let mut args = SERVE.to_vec();
+    args.push("--reload");
+    let server = start(&example_bin("equipe"), dir.path(), &args);
+    let answer = start_run(&server.address, "g5");
+    wait_for(&releves.join("demande-cic.txt"));
+    let agent = dir.path().join("agents/comptable.yaml");
+    let text = std::fs::read_to_string(&agent).unwrap();
+    std::fs::write(
+        &agent,
+        text.replace("description: Tient", "description: Désormais, tient"),
+    )
+    .unwrap();
+    server.wait_log("Handing over: the requests in flight are answered first.");
+    // Stopping the supervisor mid-drain: the old server stops its run at the end of the step
+    // (a drain would have completed it), and everything exits.
+    server.terminate();
+    server.wait_log("Stopping.");
+    std::fs::write(releves.join("releve-cic.txt"), "relevé CIC de novembre\n").unwrap();
+    let (status, body) = answer.join().unwrap();
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(json(&body)["error"]["kind"], "interrupted", "{body}");
+    let (code, log) = server.wait();
+    assert_eq!(code, Some(0), "{log}");
+    assert!(!log.contains("Reloaded"), "{log}");
+}
+
 /// The chaos example's tools in one agent: a line appended once (irreversible, deduplicated by
 /// its idempotency key), then a wait for the gate file; a two-second lease.
 const TAKEOVER_CONFIG: &str = "\

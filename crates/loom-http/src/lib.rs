@@ -188,7 +188,7 @@ pub async fn serve_until(
     let (closing, receiver) = watch::channel(false);
     mcp::log_exposure(&loom);
     let app = build(loom.clone(), settings, receiver);
-    let grace = shutdown_timeout(&loom);
+    let grace = loom.shutdown_timeout();
     // The stop runs beside axum's graceful shutdown: in-flight requests end when their runs
     // stop, and the timeout must cut a step that would keep them waiting.
     let (stopping, stop_now) = tokio::sync::oneshot::channel::<()>();
@@ -251,12 +251,6 @@ pub async fn serve_until(
     loom.stop(grace).await;
     let _ = watch.await;
     served
-}
-
-/// `execution.shutdown_timeout` as a duration.
-fn shutdown_timeout(loom: &Loom) -> std::time::Duration {
-    std::time::Duration::try_from_secs_f64(loom.config().raw().execution.shutdown_timeout)
-        .unwrap_or(std::time::Duration::from_secs(30))
 }
 
 /// Binds `host:port` (`port` 0: a free port).

@@ -1146,11 +1146,7 @@ impl Loom {
         if let Some(token) = token {
             token.cancel(by.clone());
             // Answer from the journal: wait until the drive has let the run go.
-            let grace = std::time::Duration::try_from_secs_f64(
-                self.config().raw().execution.shutdown_timeout,
-            )
-            .unwrap_or(std::time::Duration::from_secs(30));
-            if tokio::time::timeout(grace, self.not_driven(run, &token))
+            if tokio::time::timeout(self.shutdown_timeout(), self.not_driven(run, &token))
                 .await
                 .is_err()
             {
@@ -1425,6 +1421,13 @@ impl Loom {
             deletion.idempotency_keys_deleted = keys.delete_session(tenant, session).await?;
         }
         Ok(deletion)
+    }
+
+    /// `execution.shutdown_timeout`: how long a stop lets a step finish ([`Loom::stop`]), and
+    /// how long [`Loom::cancel`] waits for a drive to journal a cancellation.
+    pub fn shutdown_timeout(&self) -> std::time::Duration {
+        std::time::Duration::try_from_secs_f64(self.config().raw().execution.shutdown_timeout)
+            .unwrap_or(std::time::Duration::from_secs(30))
     }
 
     /// Stops driving, for a process that shuts down without closing its runs: every run this

@@ -110,8 +110,13 @@ impl Server {
     }
 
     /// SIGTERM, then its exit code and its whole stderr.
-    pub(crate) fn stop(mut self) -> (Option<i32>, String) {
+    pub(crate) fn stop(self) -> (Option<i32>, String) {
         self.terminate();
+        self.wait()
+    }
+
+    /// Waits for it to exit; its exit code and its whole stderr.
+    pub(crate) fn wait(mut self) -> (Option<i32>, String) {
         let status = self.child.wait().unwrap();
         // The reader thread ends with the pipe (a supervisor's children share it: they have
         // exited too).
