@@ -358,18 +358,22 @@ fn a_reload_hands_the_runs_in_flight_to_the_new_server() {
     assert_eq!(code, Some(0), "{log}");
 }
 
-#[test]
-fn a_reload_answers_the_requests_in_flight_before_the_old_server_stops() {
+/// `equipe serve --reload` (a 60 s shutdown timeout), a synchronous run `run` waiting for the
+/// bank, then a configuration change: returns once the old server hands over, with the
+/// request still in flight.
+fn hand_over_mid_run(
+    run: &str,
+) -> (
+    tempfile::TempDir,
+    Server,
+    std::thread::JoinHandle<(u16, String)>,
+) {
     let dir = equipe("execution: {shutdown_timeout: 60}\n");
-    let releves = dir.path().join("releves");
     let mut args = SERVE.to_vec();
     args.push("--reload");
     let server = start(&example_bin("equipe"), dir.path(), &args);
-    let answer = start_run(&server.address, "g4");
-    wait_for(&releves.join("demande-cic.txt"));
-
-    // A change while the run waits for the bank: the new server takes over the socket, the
-    // old one keeps the request it is answering.
+    let answer = start_run(&server.address, run);
+    wait_for(&dir.path().join("releves/demande-cic.txt"));
     let agent = dir.path().join("agents/comptable.yaml");
     let text = std::fs::read_to_string(&agent).unwrap();
     std::fs::write(
@@ -378,6 +382,15 @@ fn a_reload_answers_the_requests_in_flight_before_the_old_server_stops() {
     )
     .unwrap();
     server.wait_log("Handing over: the requests in flight are answered first.");
+    (dir, server, answer)
+}
+
+#[test]
+fn a_reload_answers_the_requests_in_flight_before_the_old_server_stops() {
+    // A change while the run waits for the bank: the new server takes over the socket, the
+    // old one keeps the request it is answering.
+    let (dir, server, answer) = hand_over_mid_run("g4");
+    let releves = dir.path().join("releves");
     // New requests go to the new server meanwhile.
     let (status, body) = request(&server.address, "GET", "/v1/agents", "");
     assert_eq!(status, 200, "{body}");
@@ -398,21 +411,10 @@ fn a_reload_answers_the_requests_in_flight_before_the_old_server_stops() {
 
 #[test]
 fn a_stop_during_a_hand_over_stops_the_old_server_instead_of_draining() {
-    let dir = equipe("execution: {shutdown_timeout: 60}\n");
+    // A change while the run waits for the bank: the new server takes over the socket, the
+    // old one keeps the request it is answering.
+    let (dir, server, answer) = hand_over_mid_run("g5");
     let releves = dir.path().join("releves");
-    let mut args = SERVE.to_vec();
-    args.push("--reload");
-    let server = start(&example_bin("equipe"), dir.path(), &args);
-    let answer = start_run(&server.address, "g5");
-    wait_for(&releves.join("demande-cic.txt"));
-    let agent = dir.path().join("agents/comptable.yaml");
-    let text = std::fs::read_to_string(&agent).unwrap();
-    std::fs::write(
-        &agent,
-        text.replace("description: Tient", "description: Désormais, tient"),
-    )
-    .unwrap();
-    server.wait_log("Handing over: the requests in flight are answered first.");
     // Stopping the supervisor mid-drain: the old server stops its run at the end of the step
     // (a drain would have completed it), and everything exits.
     server.terminate();

@@ -57,6 +57,19 @@ fn add_script() -> serde_json::Value {
     ])
 }
 
+/// Waits until `run` has called a tool (its `tool.called` is journaled).
+async fn tool_called(loom: &Loom, run: &loom_ia::RunRef) {
+    while !loom
+        .events(run)
+        .await
+        .unwrap()
+        .iter()
+        .any(|e| matches!(e.payload, Payload::ToolCalled(_)))
+    {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
 #[tokio::test]
 async fn run_then_read_the_journal_back() {
     let dir = tempfile::tempdir().unwrap();
@@ -179,15 +192,7 @@ async fn cancelling_a_background_run_records_who_cancelled_it() {
         .submit("calc", "attends", RunOptions::default())
         .await
         .unwrap();
-    while !loom
-        .events(&run)
-        .await
-        .unwrap()
-        .iter()
-        .any(|e| matches!(e.payload, Payload::ToolCalled(_)))
-    {
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    tool_called(&loom, &run).await;
     assert!(loom.cancel(&run, Some("alice".into())).await.unwrap());
     // `true` means journaled: the run's last event is already its `run.cancelled`.
     let events = loom.events(&run).await.unwrap();
@@ -277,15 +282,7 @@ async fn cancelling_a_run_never_reaches_a_run_of_the_same_id_elsewhere() {
     let closed = loom.run("calc", "vite", options("globex")).await.unwrap();
     assert_eq!(closed.status, RunStatus::Completed);
     let driven = loom.submit("calc", "long", options("acme")).await.unwrap();
-    while !loom
-        .events(&driven)
-        .await
-        .unwrap()
-        .iter()
-        .any(|e| matches!(e.payload, Payload::ToolCalled(_)))
-    {
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    tool_called(&loom, &driven).await;
     let other = loom.locate("x", None, Some("globex")).await.unwrap();
     assert!(!loom.cancel(&other, Some("bob".into())).await.unwrap());
     let finished = tokio::time::timeout(Duration::from_secs(10), async {
