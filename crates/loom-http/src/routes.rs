@@ -338,10 +338,10 @@ async fn create_run(
     Ok((StatusCode::CREATED, Json(result)).into_response())
 }
 
-/// `?session_id=` of the run routes.
+/// `?session_id=` of the run routes (`GET /runs/{run_id}`, `GET /traces/{run_id}`).
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
-struct At {
+pub(crate) struct At {
     /// The run's session (found by search when absent).
     #[serde(default)]
     #[param(pattern = "^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")]

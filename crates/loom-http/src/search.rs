@@ -34,7 +34,7 @@ use crate::{
         TraceSchema,
     },
     params::{Params, invalid},
-    routes::loom_error,
+    routes::{At, loom_error},
 };
 
 const RUN_STATUSES: &str = "ready_for_model, awaiting_tools, waiting_child, paused, finalizing, \
@@ -256,16 +256,6 @@ async fn events(
     )))
 }
 
-/// The query string of `GET /traces/{run_id}` (and of the other routes of one run).
-#[derive(IntoParams)]
-#[into_params(parameter_in = Query)]
-#[allow(dead_code)]
-pub(crate) struct RunAt {
-    /// The run's session (found by search when absent).
-    #[param(pattern = "^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")]
-    session_id: Option<String>,
-}
-
 /// `GET /traces/{run_id}`: the run as a tree of steps, model calls, tool calls and approvals
 /// ([`Trace`](loom_ia::Trace)). A key limited to some agents must be allowed on every agent of
 /// the run tree (403 otherwise).
@@ -279,7 +269,7 @@ pub(crate) struct RunAt {
 approvals it made, with durations, usage and cost. A key limited to some agents must be \
 allowed on every agent of the run tree. Without `read_content`, texts, arguments, results and \
 reasons are removed and listed in `redacted`. Scope `read`.",
-    params(("run_id" = String, Path, description = "The run."), RunAt),
+    params(("run_id" = String, Path, description = "The run."), At),
     responses(
         (status = 200, description = "The trace.", body = TraceSchema),
         (status = 403, description = "The key lacks the scope `read`, or may not use an agent of the run tree.", body = ErrorBody),
@@ -295,7 +285,7 @@ async fn trace(
     params: Params,
 ) -> Result<Response, ApiError> {
     caller.require(Scope::Read)?;
-    let params = params.only::<RunAt>()?;
+    let params = params.only::<At>()?;
     let session = params.text("session_id")?;
     let loom = &state.loom;
     let run = caller.run(&state, &run_id, session.as_deref()).await?;
