@@ -57,6 +57,19 @@ fn add_script() -> serde_json::Value {
     ])
 }
 
+/// The run `run_id` once it is journaled and has called a tool (a run started in a task of
+/// its own, whose ref the test does not have yet).
+async fn located_in_a_tool(loom: &Loom, run_id: &str) -> loom_ia::RunRef {
+    let run = loop {
+        match loom.locate(run_id, None, None).await {
+            Ok(run) => break run,
+            Err(_) => tokio::time::sleep(Duration::from_millis(5)).await,
+        }
+    };
+    tool_called(loom, &run).await;
+    run
+}
+
 /// Waits until `run` has called a tool (its `tool.called` is journaled).
 async fn tool_called(loom: &Loom, run: &loom_ia::RunRef) {
     while !loom
@@ -153,19 +166,7 @@ async fn cancel_reaches_a_running_run() {
         tokio::spawn(async move { loom.run("calc", "attends", options).await })
     };
     // Wait until the tool is running, then cancel.
-    let run = loop {
-        if let Ok(run) = loom.locate("long-1", None, None).await
-            && loom
-                .events(&run)
-                .await
-                .unwrap()
-                .iter()
-                .any(|e| matches!(e.payload, Payload::ToolCalled(_)))
-        {
-            break run;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    };
+    let run = located_in_a_tool(&loom, "long-1").await;
     assert!(loom.cancel(&run, Some("alice".into())).await.unwrap());
     let result = tokio::time::timeout(Duration::from_secs(5), running)
         .await
@@ -227,19 +228,7 @@ async fn a_dropped_drive_leaves_the_run_to_others() {
             loom.run("calc", "attends", options).await
         })
     };
-    let run = loop {
-        if let Ok(run) = loom.locate("r-dropped", None, None).await
-            && loom
-                .events(&run)
-                .await
-                .unwrap()
-                .iter()
-                .any(|e| matches!(e.payload, Payload::ToolCalled(_)))
-        {
-            break run;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    };
+    let run = located_in_a_tool(&loom, "r-dropped").await;
     driving.abort();
     assert!(driving.await.unwrap_err().is_cancelled());
     let cancelled = tokio::time::timeout(
@@ -358,19 +347,7 @@ async fn cancel_all_stops_running_runs_and_a_run_is_driven_once() {
         let loom = loom.clone();
         tokio::spawn(async move { loom.run("calc", "attends", options).await })
     };
-    let run = loop {
-        if let Ok(run) = loom.locate("long-2", None, None).await
-            && loom
-                .events(&run)
-                .await
-                .unwrap()
-                .iter()
-                .any(|e| matches!(e.payload, Payload::ToolCalled(_)))
-        {
-            break run;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    };
+    let run = located_in_a_tool(&loom, "long-2").await;
     // The same process does not drive a run twice.
     assert!(matches!(
         loom.resume(&run).await,
