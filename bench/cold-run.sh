@@ -5,7 +5,7 @@
 # Each timed invocation is a new process doing everything a user's `loom run` does: parse the
 # arguments, start the tokio runtime, load and validate loom.yaml (+ agents/, prompts/), open the
 # JSONL journal, drive the devis agent to completion (scripted fake model, one prix_ttc tool
-# call, 17 events in 15 synced appends), print the answer, exit. `validate` is timed too (load,
+# call, 17 events in 12 synced appends), print the answer, exit. `validate` is timed too (load,
 # check and resolve everything, no run, no journal write).
 #
 # "Cold" means a new process each time; the binary and the files are in the page cache (one
