@@ -7,7 +7,7 @@
 use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
 use crate::budget::TenantBudget;
-use loom_builtins::{FetchOptions, Folder, Right, Rights};
+use loom_builtins::{Folder, Right, Rights};
 use loom_config::{Config, ConfigError, FolderRight, ModelSpec, Sdk};
 use loom_core::policy::{DecisionKind, Point, Policy, REQUIRE_TOOL, RequireTool};
 use loom_core::{
@@ -816,16 +816,31 @@ fn builtins(
                 .map(|t| Arc::new(t) as Arc<dyn Tool>)
                 .map_err(|e| e.to_string())
         }
-        "loom.fetch_page" => {
-            let defaults = FetchOptions::default();
-            Ok(Arc::new(loom_builtins::fetch_page(FetchOptions {
-                allow_private: reference.allow_private.unwrap_or(false),
-                max_bytes: reference.max_bytes.unwrap_or(defaults.max_bytes),
-                ..defaults
-            })))
-        }
+        "loom.fetch_page" => fetch_page(reference),
         other => Err(format!("unknown built-in tool '{other}'")),
     }
+}
+
+/// `loom.fetch_page` with its parameters.
+#[cfg(feature = "fetch")]
+fn fetch_page(reference: &loom_config::ToolRef) -> Result<Arc<dyn Tool>, String> {
+    use loom_builtins::FetchOptions;
+    let defaults = FetchOptions::default();
+    Ok(Arc::new(loom_builtins::fetch_page(FetchOptions {
+        allow_private: reference.allow_private.unwrap_or(false),
+        max_bytes: reference.max_bytes.unwrap_or(defaults.max_bytes),
+        ..defaults
+    })))
+}
+
+/// `loom.fetch_page` is refused by a build without it.
+#[cfg(not(feature = "fetch"))]
+fn fetch_page(_reference: &loom_config::ToolRef) -> Result<Arc<dyn Tool>, String> {
+    Err(
+        "loom.fetch_page needs the Cargo feature 'fetch' of loom-ia, which this build does \
+         not have"
+            .to_owned(),
+    )
 }
 
 /// A positive number of seconds as a duration, `None` when it cannot be one (too large).
@@ -1037,4 +1052,15 @@ fn build_provider(
             format!("model '{}': no provider adapter is built in", spec.id),
         )
         .into())
+}
+
+#[cfg(all(test, not(feature = "fetch")))]
+mod tests {
+    #[test]
+    fn fetch_page_is_refused_without_its_feature() {
+        let reference: loom_config::ToolRef =
+            serde_json::from_value(serde_json::json!({"tool": "loom.fetch_page"})).unwrap();
+        let refusal = super::fetch_page(&reference).unwrap_err();
+        assert!(refusal.contains("Cargo feature 'fetch'"), "{refusal}");
+    }
 }
