@@ -189,8 +189,9 @@ impl Doc {
                 &path,
                 ConfigErrorKind::Invalid,
                 format!(
-                    "unknown value '{value}' (expected one of: {})",
-                    ticked[1.min(ticked.len())..].join(", ")
+                    "unknown value '{value}' (expected one of: {}){}",
+                    ticked[1.min(ticked.len())..].join(", "),
+                    not_yet_value(&path, value)
                 ),
             );
         }
@@ -1491,8 +1492,26 @@ fn not_yet(path: &KeyPath, field: &str) -> &'static str {
         "retention",
         "telemetry",
     ];
-    const HINT: &str = " — this part of the Loom-IA format is not implemented in this version yet";
+    // Keys of `storage` (the Postgres, Redis and RabbitMQ backends, encryption, retention)
+    // and of `telemetry` (OpenTelemetry export, redaction) that Loom does not have yet.
+    const STORAGE_LATER: &[&str] = &[
+        "queue",
+        "bus",
+        "encryption",
+        "retention",
+        "dsn_env",
+        "url_env",
+        "role",
+        "pool",
+    ];
+    const TELEMETRY_LATER: &[&str] = &["exporters", "redaction"];
     let parent = &path.0[..path.0.len().saturating_sub(1)];
+    let under = |section: &str| matches!(parent.first(), Some(yaml::Seg::Key(k)) if k == section);
+    if (under("storage") && STORAGE_LATER.contains(&field))
+        || (under("telemetry") && TELEMETRY_LATER.contains(&field))
+    {
+        return NOT_YET;
+    }
     let in_tenant = matches!(parent, [yaml::Seg::Key(k), yaml::Seg::Index(_)] if k == "tenants");
     let in_main = matches!(parent.last(), Some(yaml::Seg::Key(k)) if k == "main");
     let in_tool = matches!(
@@ -1506,15 +1525,30 @@ fn not_yet(path: &KeyPath, field: &str) -> &'static str {
 give the tool an 'output' contract"
     } else if in_tenant {
         if TENANT_LATER.contains(&field) {
-            HINT
+            NOT_YET
         } else {
             ""
         }
     } else if (in_main && field == "context") || LATER.contains(&field) {
-        HINT
+        NOT_YET
     } else {
         ""
     }
+}
+
+/// Why a key or value of the Loom-IA format is refused: Loom does not have it yet.
+const NOT_YET: &str = " — this part of the Loom-IA format is not implemented in this version yet";
+
+/// Why a value of the Loom-IA format is refused (`value` at `path`): the backends of the
+/// reference that Loom does not have yet (Postgres, Redis, the journal and memory idempotency
+/// stores).
+fn not_yet_value(path: &KeyPath, value: &str) -> &'static str {
+    let later: &[&str] = match path.to_string().as_str() {
+        "storage.events.backend" => &["postgres"],
+        "storage.idempotency.backend" => &["journal", "memory", "postgres", "redis"],
+        _ => &[],
+    };
+    if later.contains(&value) { NOT_YET } else { "" }
 }
 
 /// The built-in tools an agent may reference with `tool: loom.<name>`.
