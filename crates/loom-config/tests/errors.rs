@@ -778,7 +778,13 @@ fn guard_refusals_snapshot() {
         (
             "declared context unused",
             "",
-            role("    context: [user_input, session_summary]\n    input_template: \"{{ args.topic }} {{ context.user_input }}\"\n"),
+            role("    context: [user_input, caller_context]\n    input_template: \"{{ args.topic }} {{ context.user_input }}\"\n"),
+        ),
+        ("session_summary context", "", ROLE.to_owned() + "    context: [session_summary]\n"),
+        (
+            "template session_summary",
+            "",
+            role("    input_template: \"{{ args.topic }} {{ context.session_summary }}\"\n"),
         ),
         (
             "declared tool_results unused",
@@ -855,6 +861,11 @@ fn guard_refusals_snapshot() {
             "",
             "judge: {model: judge-1, criteria: [{name: c, rule: r}]}\n".to_owned()
                 + &role("    judge: {model: judge-1, name: output, criteria: [{name: c, rule: r}]}\n"),
+        ),
+        (
+            "judge session_summary context",
+            "",
+            "judge: {model: judge-1, criteria: [{name: c, rule: r}], context: [session_summary]}\n".into(),
         ),
         ("judge sample", "", "judge: {model: judge-1, criteria: [{name: c, rule: r}], when: {sample: 2}}\n".into()),
         ("judge unknown tenant", "tenants: [{id: acme}]\n", "judge: {model: judge-1, criteria: [{name: c, rule: r}], when: {tenants: [acme, dupont]}}\n".into()),

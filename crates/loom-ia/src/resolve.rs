@@ -506,9 +506,6 @@ fn agent_roles(
                     loom_config::ContextItem::Name(loom_config::ContextName::Attachments) => {
                         RoleContext::Attachments
                     }
-                    loom_config::ContextItem::Name(loom_config::ContextName::SessionSummary) => {
-                        RoleContext::SessionSummary
-                    }
                     loom_config::ContextItem::ToolResults(results) => RoleContext::ToolResults {
                         tools: results.tool_results.clone(),
                         scope: match results.scope {
