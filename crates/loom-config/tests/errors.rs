@@ -818,6 +818,11 @@ fn guard_refusals_snapshot() {
         ("schema_file not an object", "", "output: {schema_file: schemas/list.yaml}\n".into()),
         ("schema_file extension", "", "output: {schema_file: schemas/s.txt}\n".into()),
         ("schema invalid", "", "output: {schema: {type: objekt}}\n".into()),
+        (
+            "schema pattern needing backtracking",
+            "",
+            "output: {schema: {type: string, pattern: \"^(a+)+(?!b)$\"}}\n".into(),
+        ),
         ("must_match regex", "", "output: {must_match: \"total: (\\\\d+\"}\n".into()),
         ("must_not_match empty", "", "output: {must_not_match: \"\"}\n".into()),
         ("max_chars zero", "", "output: {max_chars: 0}\n".into()),

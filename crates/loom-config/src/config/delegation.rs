@@ -307,7 +307,7 @@ fn read_schema_file(
 }
 
 fn check_json_schema(doc: &Doc, at: &KeyPath, schema: &JsonObject) -> Result<(), ConfigError> {
-    jsonschema::validator_for(&Value::Object(schema.clone()))
+    loom_schema::compile(&Value::Object(schema.clone()))
         .map(|_| ())
         .map_err(|err| {
             let inside = err.instance_path().as_str();
