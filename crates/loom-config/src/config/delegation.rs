@@ -5,7 +5,7 @@
 //! implicit, so that the facade reads resolved values: `schema_file` contents into `schema`, the
 //! default names of judges, policies and sub-agents, and sub-agent descriptions.
 
-use std::{fs, io, path::Path};
+use std::path::Path;
 
 use loom_core::ids::{is_safe_id, is_valid_name};
 use serde_json::Value;
@@ -15,6 +15,7 @@ use super::{
     read_system_prompt,
 };
 use crate::error::{ConfigError, ConfigErrorKind};
+use crate::files::FileProblem;
 use crate::guards::{
     Budgets, ContextItem, ContextName, HookPoint, JudgeSpec, OnFailure, OutputContract,
     REQUIRE_TOOL_POLICY, RoleSpec,
@@ -222,20 +223,27 @@ fn read_schema_file(
 ) -> Result<JsonObject, ConfigError> {
     let full = base.join(file);
     let shown = display_path(base, &full);
-    let text = match fs::read_to_string(&full) {
+    let text = match crate::files::read_regular(&full) {
         Ok(text) => text,
-        Err(err) if err.kind() == io::ErrorKind::NotFound => {
+        Err(FileProblem::NotFound) => {
             return Err(doc.error(
                 at,
                 ConfigErrorKind::MissingFile,
                 format!("schema file not found: {}", shown.display()),
             ));
         }
-        Err(err) => {
+        Err(FileProblem::Io(err)) => {
             return Err(doc.error(
                 at,
                 ConfigErrorKind::Io,
                 format!("cannot read schema file {}: {err}", shown.display()),
+            ));
+        }
+        Err(problem) => {
+            return Err(doc.error(
+                at,
+                ConfigErrorKind::Invalid,
+                format!("schema file {}: {problem}", shown.display()),
             ));
         }
     };
