@@ -6,7 +6,8 @@
 //! - [`current_datetime`]: the time now, from the injected [`Clock`](loom_core::ports::Clock),
 //!   in UTC and in a requested IANA time zone or fixed offset;
 //! - [`local_files`]: list, read, write and delete files inside declared [`Folder`]s only; the
-//!   resolved path (symbolic links included) must stay inside the folder's root;
+//!   resolved path (symbolic links included) must stay inside the folder's root, and every
+//!   operation is made through the folder's directory handle, never leaving it;
 //! - `fetch_page` (feature `fetch`): GET an `http`/`https` page whose host, and every address
 //!   it resolves to, redirects included, is public; HTML comes back as readable markdown.
 //!
