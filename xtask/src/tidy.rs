@@ -211,88 +211,6 @@ fn inline_table_keys(body: &str) -> Vec<String> {
     keys
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::workspace::{DepKind, Dependency, Package};
-
-    #[test]
-    fn a_doc_comment_may_follow_blank_lines() {
-        assert!(starts_with_doc_comment("\n\n//! Docs.\nfn main() {}\n"));
-        assert!(!starts_with_doc_comment("fn main() {}\n"));
-        assert!(!starts_with_doc_comment("// A plain comment.\n//! Docs.\n"));
-        assert!(!starts_with_doc_comment("/// An item doc.\nfn f() {}\n"));
-        assert!(!starts_with_doc_comment(""));
-    }
-
-    const MANIFEST: &str = r#"
-[workspace.package]
-version = "0.1.0" # not a dependency
-
-[workspace.dependencies]
-loom-core = { path = "crates/loom-core", version = "0.1.0" }
-loom-bad = { path = "crates/loom-bad", features = ["a", "b"] } # no version
-serde = { version = "1", features = ["derive"] }
-anyhow = "1"
-loom-dotted.path = "crates/loom-dotted"
-
-[workspace.dependencies.loom-table]
-path = "crates/loom-table"
-version = "0.1.0"
-
-[workspace.dependencies.loom-table-bad]
-path = "crates/loom-table-bad"
-
-[workspace.lints.rust]
-path = "not a dependency"
-"#;
-
-    fn workspace(packages: Vec<Package>) -> Workspace {
-        Workspace {
-            root: PathBuf::from("/nowhere"),
-            packages,
-        }
-    }
-
-    #[test]
-    fn workspace_path_dependencies_need_a_version() {
-        let violations = check_path_versions(MANIFEST, &workspace(Vec::new()));
-        let names: Vec<&str> = violations
-            .iter()
-            .filter_map(|v| v.split(' ').nth(1))
-            .collect();
-        assert_eq!(
-            names,
-            ["loom-bad", "loom-dotted", "loom-table-bad"],
-            "{violations:?}"
-        );
-    }
-
-    #[test]
-    fn a_direct_path_dependency_needs_a_version_unless_private_or_dev() {
-        let path_dep = |kind| Dependency {
-            path: Some(PathBuf::from("../loom-core")),
-            ..Dependency::new("loom-core", kind)
-        };
-        let private = Package {
-            publish: false,
-            ..Package::new("xtask", vec![path_dep(DepKind::Normal)])
-        };
-        let packages = vec![
-            Package::new("loom-engine", vec![path_dep(DepKind::Normal)]),
-            Package::new("loom-models", vec![path_dep(DepKind::Dev)]),
-            private,
-        ];
-        assert_eq!(
-            check_path_versions("", &workspace(packages)),
-            [
-                "loom-engine depends on the path dependency loom-core without a version: \
-              it cannot be published"
-            ]
-        );
-    }
-}
-
 /// Cargo features that gate nothing: a feature must enable a dependency (`dep:x`, `x/f`), or
 /// be read by the crate's code (`cfg(feature = "name")`, `cfg!(…)`, a target's
 /// `required-features`), or enable such features. `default` is exempt (it names others).
@@ -376,4 +294,86 @@ fn gates(
             None => gates(workspace, read, package, entry, seen),
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::workspace::{DepKind, Dependency, Package};
+
+    #[test]
+    fn a_doc_comment_may_follow_blank_lines() {
+        assert!(starts_with_doc_comment("\n\n//! Docs.\nfn main() {}\n"));
+        assert!(!starts_with_doc_comment("fn main() {}\n"));
+        assert!(!starts_with_doc_comment("// A plain comment.\n//! Docs.\n"));
+        assert!(!starts_with_doc_comment("/// An item doc.\nfn f() {}\n"));
+        assert!(!starts_with_doc_comment(""));
+    }
+
+    const MANIFEST: &str = r#"
+[workspace.package]
+version = "0.1.0" # not a dependency
+
+[workspace.dependencies]
+loom-core = { path = "crates/loom-core", version = "0.1.0" }
+loom-bad = { path = "crates/loom-bad", features = ["a", "b"] } # no version
+serde = { version = "1", features = ["derive"] }
+anyhow = "1"
+loom-dotted.path = "crates/loom-dotted"
+
+[workspace.dependencies.loom-table]
+path = "crates/loom-table"
+version = "0.1.0"
+
+[workspace.dependencies.loom-table-bad]
+path = "crates/loom-table-bad"
+
+[workspace.lints.rust]
+path = "not a dependency"
+"#;
+
+    fn workspace(packages: Vec<Package>) -> Workspace {
+        Workspace {
+            root: PathBuf::from("/nowhere"),
+            packages,
+        }
+    }
+
+    #[test]
+    fn workspace_path_dependencies_need_a_version() {
+        let violations = check_path_versions(MANIFEST, &workspace(Vec::new()));
+        let names: Vec<&str> = violations
+            .iter()
+            .filter_map(|v| v.split(' ').nth(1))
+            .collect();
+        assert_eq!(
+            names,
+            ["loom-bad", "loom-dotted", "loom-table-bad"],
+            "{violations:?}"
+        );
+    }
+
+    #[test]
+    fn a_direct_path_dependency_needs_a_version_unless_private_or_dev() {
+        let path_dep = |kind| Dependency {
+            path: Some(PathBuf::from("../loom-core")),
+            ..Dependency::new("loom-core", kind)
+        };
+        let private = Package {
+            publish: false,
+            ..Package::new("xtask", vec![path_dep(DepKind::Normal)])
+        };
+        let packages = vec![
+            Package::new("loom-engine", vec![path_dep(DepKind::Normal)]),
+            Package::new("loom-models", vec![path_dep(DepKind::Dev)]),
+            private,
+        ];
+        assert_eq!(
+            check_path_versions("", &workspace(packages)),
+            [
+                "loom-engine depends on the path dependency loom-core without a version: \
+              it cannot be published"
+            ]
+        );
+    }
 }
