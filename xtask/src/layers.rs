@@ -29,6 +29,9 @@ pub enum Layer {
     Access,
     /// Repository tooling such as `xtask`.
     Tooling,
+    /// Leaf crates with one concern shared by several layers (`loom-schema`, `loom-tls`):
+    /// they depend on no loom crate.
+    Leaf,
 }
 
 /// Every workspace crate and its layer. Adding a crate means adding a line.
@@ -49,6 +52,23 @@ pub const CRATES: &[(&str, Layer)] = &[
     ("loom-http", Layer::Access),
     ("loom-mcp-server", Layer::Access),
     ("xtask", Layer::Tooling),
+    ("loom-schema", Layer::Leaf),
+    ("loom-tls", Layer::Leaf),
+];
+
+/// Outside crates that only one workspace crate may ship with, and why: the others go
+/// through it.
+pub const EXCLUSIVE: &[(&str, &str, &str)] = &[
+    (
+        "jsonschema",
+        "loom-schema",
+        "JSON Schemas are compiled by loom_schema::compile, whose patterns run in linear time",
+    ),
+    (
+        "rustls",
+        "loom-tls",
+        "rustls' crypto provider is installed once, by loom_tls::install_crypto_provider",
+    ),
 ];
 
 /// The only outside crates `loom-core` may ship with.
@@ -128,21 +148,21 @@ impl Layer {
                 ..free
             },
             Config => Rule {
-                loom_layers: &[Core],
+                loom_layers: &[Core, Leaf],
                 loom_reason: "configuration depends on loom-core only among loom crates",
                 refused_external: &[RUNTIME_CRATES, BACKEND_CRATES],
                 external_reason: "configuration parses files and names no runtime",
                 ..free
             },
             Engine => Rule {
-                loom_layers: &[Core],
+                loom_layers: &[Core, Leaf],
                 loom_reason: "the engine depends on loom-core only and reaches adapters through ports",
                 refused_external: &[BACKEND_CRATES],
                 external_reason: "the engine reaches the outside world only through ports",
                 ..free
             },
             Adapter => Rule {
-                loom_layers: &[Core],
+                loom_layers: &[Core, Leaf],
                 loom_reason: "an adapter depends on loom-core only, never on the engine, \
                               the config, another adapter, the facade or an access crate",
                 ..free
@@ -158,7 +178,7 @@ impl Layer {
                 ..free
             },
             Facade => Rule {
-                loom_layers: &[Core, Config, Engine, Adapter, Macros, Testkit],
+                loom_layers: &[Core, Config, Engine, Adapter, Macros, Testkit, Leaf],
                 loom_reason: "the facade sits below the access crates",
                 ..free
             },
@@ -171,6 +191,12 @@ impl Layer {
             },
             Tooling => Rule {
                 loom_reason: "repository tooling depends on no loom crate",
+                ..free
+            },
+            Leaf => Rule {
+                loom_reason: "a leaf crate depends on no loom crate",
+                refused_external: &[RUNTIME_CRATES, BACKEND_CRATES],
+                external_reason: "a leaf crate does no IO and names no runtime",
                 ..free
             },
         }
@@ -208,6 +234,16 @@ fn check_package(workspace: &Workspace, package: &Package, layer: Layer, out: &m
     let rule = layer.rule();
     for dep in package.dependencies.iter().filter(|d| d.is_shipped()) {
         let name = dep.name.as_str();
+        if let Some((_, only, why)) = EXCLUSIVE
+            .iter()
+            .find(|(external, only, _)| *external == name && *only != package.name)
+        {
+            out.push(format!(
+                "{} must not depend on {name}: only {only} may ({why})",
+                package.name
+            ));
+            continue;
+        }
         let reason = if workspace.is_member(name) || layer_of(name).is_some() {
             match layer_of(name) {
                 Some(dep_layer) if rule.loom_layers.contains(&dep_layer) => continue,
@@ -356,5 +392,27 @@ mod tests {
               in xtask/src/layers.rs"
             ]
         );
+    }
+
+    #[test]
+    fn schemas_and_tls_go_through_their_leaf_crates() {
+        let ws = with((
+            "loom-engine",
+            &[
+                ("loom-core", DepKind::Normal),
+                ("loom-schema", DepKind::Normal),
+                ("jsonschema", DepKind::Normal),
+                ("rustls", DepKind::Dev),
+            ],
+        ));
+        assert_eq!(
+            check_layering(&ws),
+            [
+                "loom-engine must not depend on jsonschema: only loom-schema may (JSON Schemas \
+                 are compiled by loom_schema::compile, whose patterns run in linear time)"
+            ]
+        );
+        let ws = with(("loom-schema", &[("jsonschema", DepKind::Normal)]));
+        assert_eq!(check_layering(&ws), Vec::<String>::new());
     }
 }

@@ -3,7 +3,8 @@
 //!
 //! They turn the architecture's invariants into failures: the layering of
 //! crate dependencies ([`layers`]), a `//!` doc comment atop every source
-//! file and versions on internal path dependencies ([`tidy`]).
+//! file, versions on internal path dependencies and Cargo features that gate
+//! something ([`tidy`]).
 
 #![warn(missing_docs)]
 
@@ -51,6 +52,10 @@ pub fn run_all(root: &Path) -> Result<Vec<Check>, Error> {
         Check {
             name: "path dependency versions",
             violations: tidy::check_path_versions(&manifest, &workspace),
+        },
+        Check {
+            name: "features that gate nothing",
+            violations: tidy::check_features(&workspace)?,
         },
     ])
 }

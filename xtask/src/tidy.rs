@@ -1,6 +1,7 @@
 //! Tidiness checks: module docs on every source file, and versions on
 //! internal path dependencies so every crate stays publishable.
 
+use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 
@@ -208,6 +209,91 @@ fn inline_table_keys(body: &str) -> Vec<String> {
     }
     push(&body[start..]);
     keys
+}
+
+/// Cargo features that gate nothing: a feature must enable a dependency (`dep:x`, `x/f`), or
+/// be read by the crate's code (`cfg(feature = "name")`, `cfg!(…)`, a target's
+/// `required-features`), or enable such features. `default` is exempt (it names others).
+///
+/// A feature `x/f` of another workspace crate counts only when `f` itself gates something.
+pub fn check_features(workspace: &Workspace) -> Result<Vec<String>, Error> {
+    let mut read: BTreeMap<(String, String), bool> = BTreeMap::new();
+    for package in &workspace.packages {
+        let mut text = String::new();
+        if let Some(dir) = &package.dir {
+            let mut files = Vec::new();
+            collect_rust_files(dir, &mut files)?;
+            files.push(dir.join("Cargo.toml"));
+            for file in files {
+                let source = fs::read_to_string(&file)
+                    .map_err(|e| Error::new(format!("cannot read {}: {e}", file.display())))?;
+                text.push_str(&source);
+            }
+        }
+        for name in package.features.keys() {
+            let used = text.contains(&format!("feature = \"{name}\""))
+                || text.lines().any(|line| {
+                    line.trim_start().starts_with("required-features")
+                        && line.contains(&format!("\"{name}\""))
+                });
+            read.insert((package.name.clone(), name.clone()), used);
+        }
+    }
+    let mut violations = Vec::new();
+    for package in &workspace.packages {
+        for name in package.features.keys().filter(|n| *n != "default") {
+            let mut seen = Vec::new();
+            if !gates(workspace, &read, &package.name, name, &mut seen) {
+                violations.push(format!(
+                    "{}: the feature '{name}' gates no code and enables no dependency: remove \
+                     it until it has code",
+                    package.name
+                ));
+            }
+        }
+    }
+    Ok(violations)
+}
+
+/// Whether `feature` of `package` gates something (see [`check_features`]).
+fn gates(
+    workspace: &Workspace,
+    read: &BTreeMap<(String, String), bool>,
+    package: &str,
+    feature: &str,
+    seen: &mut Vec<(String, String)>,
+) -> bool {
+    let key = (package.to_owned(), feature.to_owned());
+    if seen.contains(&key) {
+        return false;
+    }
+    if read.get(&key).copied().unwrap_or(false) {
+        return true;
+    }
+    seen.push(key);
+    let Some(member) = workspace.packages.iter().find(|p| p.name == package) else {
+        // Outside the workspace: assumed to gate something.
+        return true;
+    };
+    let Some(enables) = member.features.get(feature) else {
+        return false;
+    };
+    enables.iter().any(|entry| {
+        if entry.starts_with("dep:") {
+            return true;
+        }
+        match entry.split_once('/') {
+            Some((dep, sub)) => {
+                let dep = dep.trim_end_matches('?');
+                if workspace.is_member(dep) {
+                    gates(workspace, read, dep, sub, seen)
+                } else {
+                    true
+                }
+            }
+            None => gates(workspace, read, package, entry, seen),
+        }
+    })
 }
 
 #[cfg(test)]

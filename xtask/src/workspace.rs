@@ -1,6 +1,7 @@
 //! The workspace as the checks see it: member crates and their declared
 //! dependencies, read from `cargo metadata --format-version 1 --no-deps`.
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -76,6 +77,10 @@ pub struct Package {
     pub dependencies: Vec<Dependency>,
     /// Whether it may be published (`publish = false` makes it private).
     pub publish: bool,
+    /// Its `[features]`: each name with what it enables (`dep:x`, `x/f`, other features).
+    pub features: BTreeMap<String, Vec<String>>,
+    /// The directory holding its `Cargo.toml`, when known.
+    pub dir: Option<PathBuf>,
 }
 
 impl Package {
@@ -85,6 +90,8 @@ impl Package {
             name: name.to_owned(),
             dependencies,
             publish: true,
+            features: BTreeMap::new(),
+            dir: None,
         }
     }
 }
@@ -172,8 +179,34 @@ fn package_from_metadata(package: &Value) -> Result<Package, Error> {
     let publish = package["publish"]
         .as_array()
         .is_none_or(|registries| !registries.is_empty());
+    let features = package["features"]
+        .as_object()
+        .map(|features| {
+            features
+                .iter()
+                .map(|(name, enables)| {
+                    let enables = enables
+                        .as_array()
+                        .map(|list| {
+                            list.iter()
+                                .filter_map(Value::as_str)
+                                .map(str::to_owned)
+                                .collect()
+                        })
+                        .unwrap_or_default();
+                    (name.clone(), enables)
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let dir = package["manifest_path"]
+        .as_str()
+        .and_then(|manifest| Path::new(manifest).parent())
+        .map(Path::to_path_buf);
     Ok(Package {
         publish,
+        features,
+        dir,
         ..Package::new(name, dependencies)
     })
 }

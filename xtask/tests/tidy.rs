@@ -1,6 +1,6 @@
 //! The architecture's invariants as a test: `cargo test` fails when a crate
-//! breaks the layering, a source file lacks its `//!` doc comment, or an
-//! internal path dependency lacks a version.
+//! breaks the layering, a source file lacks its `//!` doc comment, an
+//! internal path dependency lacks a version, or a Cargo feature gates nothing.
 
 use xtask::workspace::Workspace;
 use xtask::{layers, tidy, workspace_root};
@@ -34,5 +34,56 @@ fn internal_path_dependencies_carry_a_version() {
     fail_on(
         "path dependency versions",
         &tidy::check_path_versions(&manifest, &workspace),
+    );
+}
+
+#[test]
+fn every_feature_gates_something() {
+    let workspace = Workspace::load(&workspace_root()).unwrap();
+    fail_on(
+        "features that gate nothing",
+        &tidy::check_features(&workspace).unwrap(),
+    );
+}
+
+/// `loom-ia --no-default-features` is the small build (fake model, memory and JSONL journals):
+/// no HTTP client, no TLS and no HTML parser may come with it.
+#[test]
+fn the_facade_without_features_pulls_no_http_client() {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let output = std::process::Command::new(cargo)
+        .args([
+            "tree",
+            "-p",
+            "loom-ia",
+            "--no-default-features",
+            "-e",
+            "normal",
+            "--prefix",
+            "none",
+            "--offline",
+            "--locked",
+        ])
+        .arg("--manifest-path")
+        .arg(workspace_root().join("Cargo.toml"))
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let tree = String::from_utf8_lossy(&output.stdout);
+    let pulled: Vec<&str> = tree
+        .lines()
+        .filter(|line| {
+            ["reqwest ", "hyper ", "rustls ", "html5ever ", "htmd "]
+                .iter()
+                .any(|name| line.starts_with(name))
+        })
+        .collect();
+    assert!(
+        pulled.is_empty(),
+        "loom-ia --no-default-features pulls {pulled:?}"
     );
 }

@@ -18,7 +18,7 @@ use std::{
     collections::HashMap,
     fmt, io,
     net::{IpAddr, SocketAddr},
-    sync::{Arc, Mutex, Once},
+    sync::{Arc, Mutex},
     time::Duration,
 };
 
@@ -292,7 +292,7 @@ impl Resolve for PinnedResolver {
 }
 
 fn client(options: &FetchOptions, pins: Arc<PinnedResolver>) -> Result<reqwest::Client, ToolError> {
-    install_crypto_provider();
+    loom_tls::install_crypto_provider();
     reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .no_proxy()
@@ -301,18 +301,6 @@ fn client(options: &FetchOptions, pins: Arc<PinnedResolver>) -> Result<reqwest::
         .user_agent(USER_AGENT)
         .build()
         .map_err(|error| ToolError::new(format!("the HTTP client cannot start: {error}")))
-}
-
-/// rustls is built without a default provider (aws-lc stays out of the tree): install ring's
-/// once, unless the process already chose one.
-fn install_crypto_provider() {
-    static INSTALL: Once = Once::new();
-    INSTALL.call_once(|| {
-        if rustls::crypto::CryptoProvider::get_default().is_none() {
-            // Losing a race with another installer is fine: a provider is then in place.
-            let _ = rustls::crypto::ring::default_provider().install_default();
-        }
-    });
 }
 
 fn request_failed(url: &Url, error: &reqwest::Error) -> ToolError {

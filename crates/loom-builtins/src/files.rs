@@ -15,6 +15,14 @@
 //!    [`WRITE_CAP_BYTES`]); a larger file is refused, never cut (a cut file written back
 //!    would lose its end).
 //!
+//! The checks say why a path is refused; they do not make the operation safe on their own,
+//! since the tree can change between a check and the operation (a directory swapped for a
+//! symbolic link leading out). So every operation is done through the folder's directory
+//! handle (`cap_std::fs::Dir`, opened once when the tool is built): each path is resolved
+//! relative to it and never leaves it (`openat2` with `RESOLVE_BENEATH` on Linux), whatever
+//! was swapped in since the check; an escape attempt fails the operation. Files are opened
+//! non-blocking and checked on the open handle, so a FIFO swapped in cannot block a call.
+//!
 //! Approvals are not enforced here: [`Rights::needing_approval`] tells the facade which
 //! granted rights ask for one.
 
@@ -24,6 +32,8 @@ use std::{
     io::{self, Read, Write},
     path::{Component, Path, PathBuf},
 };
+
+use cap_std::{ambient_authority, fs::Dir};
 
 use loom_core::{
     BoxFuture,
@@ -198,11 +208,13 @@ impl Folder {
     }
 }
 
-/// A declared folder, its root resolved once.
+/// A declared folder, its root resolved and opened once.
 #[derive(Debug)]
 struct Root {
     name: String,
     canonical: PathBuf,
+    /// The folder's directory handle: every operation goes through it.
+    dir: Dir,
     rights: Rights,
 }
 
@@ -269,9 +281,20 @@ pub fn local_files(folders: Vec<Folder>) -> Result<FnTool, BuiltinError> {
                 path: folder.path,
             });
         }
+        let dir = match Dir::open_ambient_dir(&canonical, ambient_authority()) {
+            Ok(dir) => dir,
+            Err(source) => {
+                return Err(BuiltinError::FolderUnavailable {
+                    name: folder.name,
+                    path: folder.path,
+                    source,
+                });
+            }
+        };
         roots.push(Root {
             name: folder.name,
             canonical,
+            dir,
             rights: folder.rights,
         });
     }
@@ -348,6 +371,9 @@ fn spec(roots: &[Root]) -> ToolSpec {
 struct Resolved {
     /// The real path (symbolic links resolved) of what exists, plus the missing components.
     real: PathBuf,
+    /// The same, relative to the folder's root (`.` for the root): what the operation opens
+    /// through the folder's handle.
+    relative: PathBuf,
     /// Whether the full path exists.
     exists: bool,
 }
@@ -381,9 +407,9 @@ fn run(roots: &[Root], args: Args) -> Result<ToolOutput, ToolError> {
     let shown = shown_path(root, &resolved.real);
     let result = match args.op {
         Op::List => list(root, &resolved, &shown),
-        Op::Read => read(&resolved, &shown),
+        Op::Read => read(root, &resolved, &shown),
         Op::Write => write(root, &resolved, &shown, args.content),
-        Op::Delete => delete(&resolved, &shown),
+        Op::Delete => delete(root, &resolved, &shown),
     };
     if let Err(error) = &result {
         tracing::info!(folder = %root.name, op = ?args.op, error = %error, "local_files refused or failed");
@@ -482,7 +508,16 @@ fn resolve(root: &Root, raw: &str) -> Result<Resolved, ToolError> {
     for name in missing.into_iter().rev() {
         real.push(name);
     }
-    Ok(Resolved { real, exists })
+    let relative = match real.strip_prefix(&root.canonical) {
+        Ok(inside) if inside.as_os_str().is_empty() => PathBuf::from("."),
+        Ok(inside) => inside.to_path_buf(),
+        Err(_) => return Err(outside(root, raw)),
+    };
+    Ok(Resolved {
+        real,
+        relative,
+        exists,
+    })
 }
 
 fn shown_path(root: &Root, real: &Path) -> String {
@@ -499,6 +534,33 @@ fn io_error(path: &str, error: &io::Error) -> ToolError {
     ToolError::new(format!("cannot access '{path}': {error}"))
 }
 
+/// Opens the file of `resolved` through the folder's handle with `options`, without blocking
+/// (a FIFO opens at once), and checks on the handle that it is a regular file.
+fn open_regular(
+    root: &Root,
+    resolved: &Resolved,
+    shown: &str,
+    options: &cap_std::fs::OpenOptions,
+) -> Result<cap_std::fs::File, ToolError> {
+    let mut options = options.clone();
+    #[cfg(unix)]
+    {
+        use cap_std::fs::OpenOptionsExt;
+        options.custom_flags(nix::fcntl::OFlag::O_NONBLOCK.bits());
+    }
+    let file = root
+        .dir
+        .open_with(&resolved.relative, &options)
+        .map_err(|error| io_error(shown, &error))?;
+    let metadata = file.metadata().map_err(|error| io_error(shown, &error))?;
+    if !metadata.is_file() {
+        return Err(ToolError::new(format!(
+            "'{shown}' is not a file; list it instead"
+        )));
+    }
+    Ok(file)
+}
+
 fn not_found(shown: &str) -> ToolError {
     ToolError::new(format!("'{shown}' does not exist"))
 }
@@ -507,7 +569,10 @@ fn list(root: &Root, resolved: &Resolved, shown: &str) -> Result<ToolOutput, Too
     if !resolved.exists {
         return Err(not_found(shown));
     }
-    let entries = fs::read_dir(&resolved.real).map_err(|error| io_error(shown, &error))?;
+    let entries = root
+        .dir
+        .read_dir(&resolved.relative)
+        .map_err(|error| io_error(shown, &error))?;
     let mut listed = Vec::new();
     for entry in entries {
         let entry = entry.map_err(|error| io_error(shown, &error))?;
@@ -540,17 +605,14 @@ fn list(root: &Root, resolved: &Resolved, shown: &str) -> Result<ToolOutput, Too
     Ok(ToolOutput::json(result))
 }
 
-fn read(resolved: &Resolved, shown: &str) -> Result<ToolOutput, ToolError> {
+fn read(root: &Root, resolved: &Resolved, shown: &str) -> Result<ToolOutput, ToolError> {
     if !resolved.exists {
         return Err(not_found(shown));
     }
-    // Metadata first: opening a FIFO would block.
-    let metadata = fs::metadata(&resolved.real).map_err(|error| io_error(shown, &error))?;
-    if !metadata.is_file() {
-        return Err(ToolError::new(format!(
-            "'{shown}' is not a file; list it instead"
-        )));
-    }
+    let mut options = cap_std::fs::OpenOptions::new();
+    options.read(true);
+    let file = open_regular(root, resolved, shown, &options)?;
+    let metadata = file.metadata().map_err(|error| io_error(shown, &error))?;
     let too_big = |size: u64| {
         refusal(
             rules::SIZE_CAP,
@@ -562,7 +624,6 @@ fn read(resolved: &Resolved, shown: &str) -> Result<ToolOutput, ToolError> {
     if metadata.len() > READ_CAP_BYTES {
         return Err(too_big(metadata.len()));
     }
-    let file = fs::File::open(&resolved.real).map_err(|error| io_error(shown, &error))?;
     let mut bytes = Vec::new();
     // One byte more than the cap tells a file that grew since its metadata was read.
     file.take(READ_CAP_BYTES + 1)
@@ -597,31 +658,32 @@ fn write(
             ),
         ));
     }
-    let path = &resolved.real;
+    let path = &resolved.relative;
     if resolved.exists {
         require(root, Right::Overwrite, shown)?;
-        if !path.is_file() {
-            return Err(ToolError::new(format!("'{shown}' is not a file")));
-        }
-        let mut file = fs::OpenOptions::new()
-            .write(true)
-            .truncate(true)
-            .open(path)
-            .map_err(|error| io_error(shown, &error))?;
+        let mut options = cap_std::fs::OpenOptions::new();
+        options.write(true);
+        let mut file = open_regular(root, resolved, shown, &options)?;
+        // Emptied once known to be a regular file inside the folder (never by `open`).
+        file.set_len(0).map_err(|error| io_error(shown, &error))?;
         file.write_all(content.as_bytes())
             .map_err(|error| io_error(shown, &error))?;
     } else {
         require(root, Right::Write, shown)?;
-        // The missing directories hang below a real directory inside the root and are plain
-        // names (no `..`), so creating them stays inside.
-        if let Some(parent) = path.parent() {
-            fs::create_dir_all(parent).map_err(|error| io_error(shown, &error))?;
+        // Through the folder's handle, the missing directories and the file are created inside
+        // it even if a directory on the way was swapped for a link since the check.
+        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+            root.dir
+                .create_dir_all(parent)
+                .map_err(|error| io_error(shown, &error))?;
         }
         // `create_new` never follows a link planted since the check.
-        let mut file = fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(path)
+        let mut file = root
+            .dir
+            .open_with(
+                path,
+                cap_std::fs::OpenOptions::new().write(true).create_new(true),
+            )
             .map_err(|error| io_error(shown, &error))?;
         file.write_all(content.as_bytes())
             .map_err(|error| io_error(shown, &error))?;
@@ -634,16 +696,25 @@ fn write(
     })))
 }
 
-fn delete(resolved: &Resolved, shown: &str) -> Result<ToolOutput, ToolError> {
+fn delete(root: &Root, resolved: &Resolved, shown: &str) -> Result<ToolOutput, ToolError> {
     if !resolved.exists {
         return Err(not_found(shown));
     }
-    if !resolved.real.is_file() {
+    let is_file = root
+        .dir
+        .symlink_metadata(&resolved.relative)
+        .map_err(|error| io_error(shown, &error))?
+        .is_file();
+    if !is_file {
         return Err(ToolError::new(format!(
             "'{shown}' is not a file; only files can be deleted"
         )));
     }
-    fs::remove_file(&resolved.real).map_err(|error| io_error(shown, &error))?;
+    // `remove_file` resolves the parent through the folder's handle and unlinks the name
+    // itself: a swapped directory cannot make it delete outside.
+    root.dir
+        .remove_file(&resolved.relative)
+        .map_err(|error| io_error(shown, &error))?;
     Ok(ToolOutput::json(json!({"path": shown, "deleted": true})))
 }
 

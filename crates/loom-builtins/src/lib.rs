@@ -6,9 +6,10 @@
 //! - [`current_datetime`]: the time now, from the injected [`Clock`](loom_core::ports::Clock),
 //!   in UTC and in a requested IANA time zone or fixed offset;
 //! - [`local_files`]: list, read, write and delete files inside declared [`Folder`]s only; the
-//!   resolved path (symbolic links included) must stay inside the folder's root;
-//! - [`fetch_page`]: GET an `http`/`https` page whose host, and every address it resolves to,
-//!   redirects included, is public; HTML comes back as readable markdown.
+//!   resolved path (symbolic links included) must stay inside the folder's root, and every
+//!   operation is made through the folder's directory handle, never leaving it;
+//! - `fetch_page` (feature `fetch`): GET an `http`/`https` page whose host, and every address
+//!   it resolves to, redirects included, is public; HTML comes back as readable markdown.
 //!
 //! Every refusal is a [`ToolError`] whose message names the rule
 //! that refused (`refused by rule 'inside-roots': ...`); [`refusal_rule`] reads it back and
@@ -20,14 +21,17 @@
 
 mod address;
 mod datetime;
+#[cfg(feature = "fetch")]
 mod fetch;
 mod files;
+#[cfg(feature = "fetch")]
 mod markdown;
 
 use loom_core::tool::ToolError;
 
 pub use address::non_public_range;
 pub use datetime::current_datetime;
+#[cfg(feature = "fetch")]
 pub use fetch::{FetchOptions, Resolver, SystemResolver, fetch_page};
 pub use files::{Folder, READ_CAP_BYTES, Right, Rights, WRITE_CAP_BYTES, local_files};
 

@@ -394,3 +394,134 @@ fn bad_configurations_are_errors() {
         Err(BuiltinError::NotADirectory { .. })
     ));
 }
+
+/// Swaps `docs/d` between a real directory (its files moved aside to `docs/hold` and back)
+/// and a symbolic link to `secret`, until `stop`. A directory the tool created at `d` while it
+/// was absent is removed, so the real one can come back.
+fn swap_until(
+    docs: &std::path::Path,
+    secret: &std::path::Path,
+    stop: &std::sync::atomic::AtomicBool,
+) -> u64 {
+    use std::sync::atomic::Ordering;
+    let (d, hold) = (docs.join("d"), docs.join("hold"));
+    let mut swaps = 0;
+    while !stop.load(Ordering::Relaxed) {
+        if fs::rename(&d, &hold).is_err() {
+            continue;
+        }
+        if symlink(secret, &d).is_ok() {
+            swaps += 1;
+            for _ in 0..50 {
+                std::hint::spin_loop();
+            }
+        }
+        loop {
+            match fs::symlink_metadata(&d) {
+                Ok(meta) if meta.is_symlink() => drop(fs::remove_file(&d)),
+                Ok(_) => drop(fs::remove_dir_all(&d)),
+                Err(_) => {}
+            }
+            if fs::rename(&hold, &d).is_ok() {
+                break;
+            }
+        }
+    }
+    swaps
+}
+
+/// The race of issue 13: a directory on the path swapped for a link leading out between the
+/// tool's check and its open. Many reads, creations and overwrites through it while another
+/// thread swaps it: nothing outside the folder is ever read or written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_directory_swapped_for_a_link_during_calls_never_lets_one_out() {
+    use std::sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    };
+    const CALLS: usize = 300;
+    let tmp = TempDir::new().unwrap();
+    let docs = tmp.path().join("docs");
+    let secret = tmp.path().join("secret");
+    fs::create_dir_all(docs.join("d")).unwrap();
+    fs::create_dir_all(&secret).unwrap();
+    fs::write(docs.join("d/x.txt"), "inside").unwrap();
+    fs::write(secret.join("x.txt"), "top secret").unwrap();
+    let tool = local_files(vec![Folder::new(
+        "docs",
+        &docs,
+        Rights::without_approval([Right::Read, Right::Write, Right::Overwrite]),
+    )])
+    .unwrap();
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let swapper = {
+        let (docs, secret, stop) = (docs.clone(), secret.clone(), stop.clone());
+        std::thread::spawn(move || swap_until(&docs, &secret, &stop))
+    };
+    let mut secrets_read = 0;
+    for i in 0..CALLS {
+        let read = call(
+            &tool,
+            json!({"op": "read", "folder": "docs", "path": "d/x.txt"}),
+        )
+        .await;
+        if read.is_ok_and(|output| output.visible_text().contains("top secret")) {
+            secrets_read += 1;
+        }
+        let _ = call(
+            &tool,
+            json!({"op": "write", "folder": "docs", "path": format!("d/new-{i}.txt"), "content": "x"}),
+        )
+        .await;
+        let _ = call(
+            &tool,
+            json!({"op": "write", "folder": "docs", "path": "d/x.txt", "content": "overwritten"}),
+        )
+        .await;
+    }
+    stop.store(true, Ordering::Relaxed);
+    let swaps = swapper.join().unwrap();
+    assert!(swaps > 0, "the directory was never swapped");
+    assert_eq!(
+        secrets_read, 0,
+        "{secrets_read} of {CALLS} reads escaped the folder"
+    );
+    let mut outside: Vec<String> = fs::read_dir(&secret)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    outside.sort();
+    assert_eq!(outside, ["x.txt"], "files were created outside the folder");
+    assert_eq!(
+        fs::read_to_string(secret.join("x.txt")).unwrap(),
+        "top secret",
+        "a write went through the link"
+    );
+}
+
+/// A FIFO inside the folder is opened without blocking and refused as not a file.
+#[tokio::test]
+async fn a_fifo_is_refused_without_waiting_for_a_writer() {
+    let tmp = tree();
+    nix::unistd::mkfifo(&tmp.path().join("docs/pipe"), nix::sys::stat::Mode::S_IRWXU).unwrap();
+    let tool = tool(&tmp, ALL);
+    for arguments in [
+        json!({"op": "read", "folder": "docs", "path": "pipe"}),
+        json!({"op": "write", "folder": "docs", "path": "pipe", "content": "x"}),
+    ] {
+        let outcome = tokio::time::timeout(
+            std::time::Duration::from_secs(60),
+            call(&tool, arguments.clone()),
+        )
+        .await
+        .expect("the call hung on the FIFO");
+        let error = outcome.unwrap_err();
+        assert!(
+            error.message.contains("'pipe' is not a file")
+                || error.message.contains("cannot access 'pipe'"),
+            "{arguments}: {}",
+            error.message
+        );
+    }
+}

@@ -350,6 +350,13 @@ pub(crate) async fn execute(cli: Cli, app: App, args: Vec<std::ffi::OsString>) -
         .fold(loom, |loom, (tenant, budget)| {
             loom.with_tenant_budget(tenant.clone(), *budget)
         });
+    // A server resolves every agent against the registered code before it serves: a
+    // configuration a run would refuse never starts one (a refusal is exit 2).
+    if matches!(cli.command, Command::Serve { .. } | Command::Mcp { .. })
+        && let Err(error) = loom.check_agents()
+    {
+        return fail(&error);
+    }
     let outcome = match cli.command {
         Command::Schema | Command::Keys { .. } => Ok(OK),
         Command::Validate => validate(&loom).await,

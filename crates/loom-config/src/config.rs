@@ -11,6 +11,7 @@ use std::{
 use serde::de::DeserializeOwned;
 
 use crate::error::{ConfigError, ConfigErrorKind};
+use crate::files::{self, FileProblem};
 use crate::guards::{Budgets, TenantSpec};
 use crate::model::{
     AgentSpec, ArtifactsBackend, EventsBackend, LoomConfig, McpServerSpec, McpTransport, ModelSpec,
@@ -189,8 +190,9 @@ impl Doc {
                 &path,
                 ConfigErrorKind::Invalid,
                 format!(
-                    "unknown value '{value}' (expected one of: {})",
-                    ticked[1.min(ticked.len())..].join(", ")
+                    "unknown value '{value}' (expected one of: {}){}",
+                    ticked[1.min(ticked.len())..].join(", "),
+                    not_yet_value(&path, value)
                 ),
             );
         }
@@ -701,15 +703,24 @@ fn build(
     let mut meta = Vec::new();
     for path in agent_files(&docs[0], &base, &agents_dir)? {
         let display = display_path(&base, &path);
-        let text = fs::read_to_string(&path).map_err(|err| {
-            make_error(
-                &display,
-                None,
-                &KeyPath::root(),
-                ConfigErrorKind::Io,
-                format!("cannot read agent file: {err}"),
-            )
-        })?;
+        let text = files::read_under(&agents_dir, &files::inside(&agents_dir, &path)).map_err(
+            |problem| {
+                let (kind, message) = match problem {
+                    FileProblem::Io(err) => (
+                        ConfigErrorKind::Io,
+                        format!("cannot read agent file: {err}"),
+                    ),
+                    problem => (
+                        ConfigErrorKind::Invalid,
+                        format!(
+                            "agent file: {problem}; an agent file is a regular file of at most \
+                             1 MiB under agents_dir"
+                        ),
+                    ),
+                };
+                make_error(&display, None, &KeyPath::root(), kind, message)
+            },
+        )?;
         let doc = Doc::parse(&text, display)?;
         let spec: AgentSpec = doc.typed()?;
         docs.push(doc);
@@ -1256,7 +1267,10 @@ fn agent_files(root: &Doc, base: &Path, dir: &Path) -> Result<Vec<PathBuf>, Conf
             .extension()
             .and_then(|e| e.to_str())
             .is_some_and(|e| e == "yaml" || e == "yml");
-        if is_yaml && path.is_file() {
+        // Directories are skipped; anything else named *.yaml is read under the rules of
+        // `files` (a link out of the folder, a FIFO or a device is refused, not skipped).
+        let is_dir = entry.file_type().is_ok_and(|t| t.is_dir());
+        if is_yaml && !is_dir {
             files.push(path);
         }
     }
@@ -1443,17 +1457,28 @@ fn read_system_prompt(
         Some(file) => {
             let full = config.prompts_dir.join(file);
             let shown = display_path(&config.base_dir, &full);
-            match fs::read_to_string(&full) {
+            let at = role.key("system_file");
+            match files::read_under(&config.prompts_dir, file) {
                 Ok(text) => Ok((text, Some(shown))),
-                Err(err) if err.kind() == io::ErrorKind::NotFound => Err(doc.error(
-                    &role.key("system_file"),
+                Err(FileProblem::NotFound) => Err(doc.error(
+                    &at,
                     ConfigErrorKind::MissingFile,
                     format!("system prompt file not found: {}", shown.display()),
                 )),
-                Err(err) => Err(doc.error(
-                    &role.key("system_file"),
+                Err(FileProblem::Io(err)) => Err(doc.error(
+                    &at,
                     ConfigErrorKind::Io,
                     format!("cannot read system prompt file {}: {err}", shown.display()),
+                )),
+                Err(problem) => Err(doc.error(
+                    &at,
+                    ConfigErrorKind::Invalid,
+                    format!(
+                        "system prompt file {}: {problem}; a prompt file is a regular file of \
+                         at most 1 MiB under prompts_dir ({})",
+                        shown.display(),
+                        display_path(&config.base_dir, &config.prompts_dir).display()
+                    ),
                 )),
             }
         }
@@ -1491,8 +1516,26 @@ fn not_yet(path: &KeyPath, field: &str) -> &'static str {
         "retention",
         "telemetry",
     ];
-    const HINT: &str = " — this part of the Loom-IA format is not implemented in this version yet";
+    // Keys of `storage` (the Postgres, Redis and RabbitMQ backends, encryption, retention)
+    // and of `telemetry` (OpenTelemetry export, redaction) that Loom does not have yet.
+    const STORAGE_LATER: &[&str] = &[
+        "queue",
+        "bus",
+        "encryption",
+        "retention",
+        "dsn_env",
+        "url_env",
+        "role",
+        "pool",
+    ];
+    const TELEMETRY_LATER: &[&str] = &["exporters", "redaction"];
     let parent = &path.0[..path.0.len().saturating_sub(1)];
+    let under = |section: &str| matches!(parent.first(), Some(yaml::Seg::Key(k)) if k == section);
+    if (under("storage") && STORAGE_LATER.contains(&field))
+        || (under("telemetry") && TELEMETRY_LATER.contains(&field))
+    {
+        return NOT_YET;
+    }
     let in_tenant = matches!(parent, [yaml::Seg::Key(k), yaml::Seg::Index(_)] if k == "tenants");
     let in_main = matches!(parent.last(), Some(yaml::Seg::Key(k)) if k == "main");
     let in_tool = matches!(
@@ -1506,15 +1549,30 @@ fn not_yet(path: &KeyPath, field: &str) -> &'static str {
 give the tool an 'output' contract"
     } else if in_tenant {
         if TENANT_LATER.contains(&field) {
-            HINT
+            NOT_YET
         } else {
             ""
         }
     } else if (in_main && field == "context") || LATER.contains(&field) {
-        HINT
+        NOT_YET
     } else {
         ""
     }
+}
+
+/// Why a key or value of the Loom-IA format is refused: Loom does not have it yet.
+const NOT_YET: &str = " — this part of the Loom-IA format is not implemented in this version yet";
+
+/// Why a value of the Loom-IA format is refused (`value` at `path`): the backends of the
+/// reference that Loom does not have yet (Postgres, Redis, the journal and memory idempotency
+/// stores).
+fn not_yet_value(path: &KeyPath, value: &str) -> &'static str {
+    let later: &[&str] = match path.to_string().as_str() {
+        "storage.events.backend" => &["postgres"],
+        "storage.idempotency.backend" => &["journal", "memory", "postgres", "redis"],
+        _ => &[],
+    };
+    if later.contains(&value) { NOT_YET } else { "" }
 }
 
 /// The built-in tools an agent may reference with `tool: loom.<name>`.

@@ -35,6 +35,7 @@
 
 mod config;
 mod error;
+mod files;
 mod guards;
 mod model;
 mod prompt;
@@ -48,6 +49,7 @@ pub use config::{
     APPROVAL_POLICY, BUILTIN_TOOLS, Config, DEFAULT_TENANT, MCP_CONTROL_TOOLS, UnknownTenant,
 };
 pub use error::{ConfigError, ConfigErrorKind};
+pub use files::MAX_FILE_BYTES;
 pub use guards::{
     Budgets, ContextItem, ContextName, ContextScope, Criterion, HookPoint, JudgeSpec, JudgeWhen,
     LastTurnsContext, OnError, OnExceed, OnFailure, OutputContract, PolicyRef, Quotas,
@@ -76,18 +78,18 @@ pub fn load(
     profile: Option<Profile>,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Config, ConfigError> {
-    let text = std::fs::read_to_string(path).map_err(|err| {
-        let kind = if err.kind() == std::io::ErrorKind::NotFound {
-            ConfigErrorKind::MissingFile
-        } else {
-            ConfigErrorKind::Io
+    let text = files::read_regular(path).map_err(|problem| {
+        let kind = match problem {
+            files::FileProblem::NotFound => ConfigErrorKind::MissingFile,
+            files::FileProblem::Io(_) => ConfigErrorKind::Io,
+            _ => ConfigErrorKind::Invalid,
         };
         ConfigError {
             file: path.to_path_buf(),
             line: None,
             column: None,
             key_path: "(root)".to_owned(),
-            message: format!("cannot read config file: {err}"),
+            message: format!("cannot read config file: {problem}"),
             kind,
         }
     })?;

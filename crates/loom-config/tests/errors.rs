@@ -778,7 +778,13 @@ fn guard_refusals_snapshot() {
         (
             "declared context unused",
             "",
-            role("    context: [user_input, session_summary]\n    input_template: \"{{ args.topic }} {{ context.user_input }}\"\n"),
+            role("    context: [user_input, caller_context]\n    input_template: \"{{ args.topic }} {{ context.user_input }}\"\n"),
+        ),
+        ("session_summary context", "", ROLE.to_owned() + "    context: [session_summary]\n"),
+        (
+            "template session_summary",
+            "",
+            role("    input_template: \"{{ args.topic }} {{ context.session_summary }}\"\n"),
         ),
         (
             "declared tool_results unused",
@@ -812,6 +818,11 @@ fn guard_refusals_snapshot() {
         ("schema_file not an object", "", "output: {schema_file: schemas/list.yaml}\n".into()),
         ("schema_file extension", "", "output: {schema_file: schemas/s.txt}\n".into()),
         ("schema invalid", "", "output: {schema: {type: objekt}}\n".into()),
+        (
+            "schema pattern needing backtracking",
+            "",
+            "output: {schema: {type: string, pattern: \"^(a+)+(?!b)$\"}}\n".into(),
+        ),
         ("must_match regex", "", "output: {must_match: \"total: (\\\\d+\"}\n".into()),
         ("must_not_match empty", "", "output: {must_not_match: \"\"}\n".into()),
         ("max_chars zero", "", "output: {max_chars: 0}\n".into()),
@@ -855,6 +866,11 @@ fn guard_refusals_snapshot() {
             "",
             "judge: {model: judge-1, criteria: [{name: c, rule: r}]}\n".to_owned()
                 + &role("    judge: {model: judge-1, name: output, criteria: [{name: c, rule: r}]}\n"),
+        ),
+        (
+            "judge session_summary context",
+            "",
+            "judge: {model: judge-1, criteria: [{name: c, rule: r}], context: [session_summary]}\n".into(),
         ),
         ("judge sample", "", "judge: {model: judge-1, criteria: [{name: c, rule: r}], when: {sample: 2}}\n".into()),
         ("judge unknown tenant", "tenants: [{id: acme}]\n", "judge: {model: judge-1, criteria: [{name: c, rule: r}], when: {tenants: [acme, dupont]}}\n".into()),
@@ -1234,5 +1250,61 @@ fn a_negative_shutdown_timeout_is_refused() {
     assert_eq!(
         refused(&root, &[("agents/devis.yaml", AGENT_OK)]),
         "loom.yaml:6:31 execution.shutdown_timeout: must be a number of seconds, 0 or more"
+    );
+}
+
+/// The reference's backends and sections that Loom has no code for yet (Postgres, Redis,
+/// RabbitMQ, OpenTelemetry export, encryption) are refused as "not yet", at the value or key.
+#[test]
+fn reference_backends_without_code_are_refused_as_not_yet() {
+    const NOT_YET: &str =
+        " — this part of the Loom-IA format is not implemented in this version yet";
+    let cases = [
+        (
+            "storage:\n  events: {backend: postgres}\n",
+            "loom.yaml:7:21 storage.events.backend: unknown value 'postgres' (expected one of: memory, jsonl, sqlite)",
+        ),
+        (
+            "storage:\n  idempotency: {backend: redis}\n",
+            "loom.yaml:7:26 storage.idempotency.backend: unknown value 'redis' (expected one of: sqlite)",
+        ),
+        (
+            "storage:\n  idempotency: {backend: journal}\n",
+            "loom.yaml:7:26 storage.idempotency.backend: unknown value 'journal' (expected one of: sqlite)",
+        ),
+        (
+            "storage:\n  queue: {backend: rabbitmq}\n",
+            "loom.yaml:7:3 storage.queue: unknown key 'queue' (expected one of: events, artifacts, idempotency)",
+        ),
+        (
+            "storage:\n  bus: {backend: redis}\n",
+            "loom.yaml:7:3 storage.bus: unknown key 'bus' (expected one of: events, artifacts, idempotency)",
+        ),
+        (
+            "storage:\n  encryption: {keys: [k1]}\n",
+            "loom.yaml:7:3 storage.encryption: unknown key 'encryption' (expected one of: events, artifacts, idempotency)",
+        ),
+        (
+            "storage:\n  events: {backend: jsonl, path: data, dsn_env: PG}\n",
+            "loom.yaml:7:40 storage.events.dsn_env: unknown key 'dsn_env' (expected one of: backend, path)",
+        ),
+        (
+            "telemetry:\n  exporters: [{type: otel}]\n",
+            "loom.yaml:7:3 telemetry.exporters: unknown key 'exporters' (expected one of: logging, capture)",
+        ),
+    ];
+    for (section, expected) in cases {
+        let root = format!("{MODELS}{section}");
+        assert_eq!(
+            refused(&root, &[]),
+            format!("{expected}{NOT_YET}"),
+            "{section}"
+        );
+    }
+    // A value the reference does not have either is only unknown.
+    let root = format!("{MODELS}storage:\n  events: {{backend: s3}}\n");
+    assert_eq!(
+        refused(&root, &[]),
+        "loom.yaml:7:21 storage.events.backend: unknown value 's3' (expected one of: memory, jsonl, sqlite)"
     );
 }

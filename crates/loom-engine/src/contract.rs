@@ -169,7 +169,7 @@ pub enum ContractError {
 #[derive(Debug, Clone)]
 pub struct Contract {
     spec: ContractSpec,
-    validator: Option<Arc<jsonschema::Validator>>,
+    validator: Option<Arc<loom_schema::Validator>>,
     must_match: Option<Regex>,
     must_not_match: Option<Regex>,
     /// The rules restated in every diagnostic, one line each.
@@ -214,17 +214,15 @@ impl Contract {
     /// Schema, `max_chars: 0`, `on_failure: fallback` without `fallback_message`.
     pub fn new(spec: ContractSpec) -> Result<Contract, ContractError> {
         let validator = match &spec.schema {
-            Some(schema) => Some(Arc::new(jsonschema::validator_for(schema).map_err(
-                |e| {
-                    // The location of a meta-schema error is the faulty place in the schema.
-                    let path = e.instance_path().to_string();
-                    ContractError::InvalidSchema(if path.is_empty() {
-                        e.to_string()
-                    } else {
-                        format!("at {path}: {e}")
-                    })
-                },
-            )?)),
+            Some(schema) => Some(Arc::new(loom_schema::compile(schema).map_err(|e| {
+                // The location of a meta-schema error is the faulty place in the schema.
+                let path = e.instance_path().to_string();
+                ContractError::InvalidSchema(if path.is_empty() {
+                    e.to_string()
+                } else {
+                    format!("at {path}: {e}")
+                })
+            })?)),
             None => None,
         };
         let must_match = compile("must_match", spec.must_match.as_deref())?;
@@ -380,7 +378,7 @@ fn compile(rule: &'static str, pattern: Option<&str>) -> Result<Option<Regex>, C
 
 /// Schema errors, `<JSON pointer>: <message>` with the instance values masked, sorted and
 /// deduplicated.
-fn schema_problems(validator: &jsonschema::Validator, instance: &Value) -> Vec<String> {
+fn schema_problems(validator: &loom_schema::Validator, instance: &Value) -> Vec<String> {
     let mut problems: Vec<String> = validator
         .iter_errors(instance)
         .map(|e| {

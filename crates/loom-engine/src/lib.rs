@@ -146,7 +146,7 @@ pub struct BoundTool {
     /// The contract its results must meet (`output:` on the tool reference): a result that
     /// breaks it reaches the model as an error with the diagnostic.
     pub contract: Option<Arc<contract::Contract>>,
-    validator: Arc<jsonschema::Validator>,
+    validator: Arc<loom_schema::Validator>,
 }
 
 impl fmt::Debug for BoundTool {
@@ -165,7 +165,7 @@ impl BoundTool {
         declarations: ToolDeclarations,
         description: String,
     ) -> Result<BoundTool, EngineError> {
-        let validator = jsonschema::validator_for(&tool.spec().input_schema).map_err(|e| {
+        let validator = loom_schema::compile(&tool.spec().input_schema).map_err(|e| {
             EngineError::Invalid(format!(
                 "tool '{}': its argument schema is not a valid JSON Schema: {e}",
                 tool.spec().name

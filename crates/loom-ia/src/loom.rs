@@ -284,9 +284,15 @@ impl Loom {
     }
 
     /// A Loom over a configuration and a journal of the caller's choice.
+    ///
+    /// Every agent is resolved here, so that what the configuration alone decides (a judge on
+    /// a role, a tool's `on_failure`, an MCP tool's contract, `local_files` rights…) is
+    /// refused now rather than at the first run; what depends on code registered later is
+    /// checked by [`Loom::check_agents`], [`Loom::validate`] and each run.
     pub fn with_store(config: Config, store: Arc<dyn EventStore>) -> Result<Loom, LoomError> {
         let models = crate::resolve::models(&config)?;
         let sources = mcp_servers(&config)?;
+        crate::resolve::check_at_open(&config, &models, &sources)?;
         let artifacts: Arc<dyn ArtifactStore> = match config.artifacts_path() {
             Some(path) => Arc::new(LocalArtifacts::new(path)),
             None => Arc::new(MemoryArtifacts::new()),
@@ -549,6 +555,17 @@ impl Loom {
             .read()
             .map(|p| p.clone())
             .unwrap_or_default()
+    }
+
+    /// Resolves every agent against the registered tools, policies and conditions, as a run
+    /// would (without connecting to MCP servers): the first problem is returned. `loom serve`
+    /// and `loom mcp` call it before they serve, so that a configuration a run would refuse
+    /// never starts a server.
+    pub fn check_agents(&self) -> Result<(), LoomError> {
+        for spec in self.inner.config.agents() {
+            self.agent(&spec.name, DEFAULT_TENANT)?;
+        }
+        Ok(())
     }
 
     /// Resolves every agent against the registered tools, as a run would, connects to the MCP

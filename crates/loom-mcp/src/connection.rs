@@ -173,7 +173,7 @@ async fn connect_unbounded(options: &McpServerOptions, id: u64) -> Result<Connec
                 })?
         }
         Transport::Http { url, headers } => {
-            crate::install_crypto_provider();
+            loom_tls::install_crypto_provider();
             let mut header_map = HashMap::with_capacity(headers.len());
             for (name, value) in headers {
                 let invalid = || McpError::InvalidHeader {

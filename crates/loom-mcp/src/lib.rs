@@ -38,25 +38,11 @@ pub use options::{
 };
 pub use server::{IDEMPOTENCY_META_KEY, McpServer};
 
-/// Installs rustls' `ring` crypto provider as the process default, once, unless one is already
-/// installed (reqwest is built without a provider of its own to keep aws-lc out of the build).
-pub fn install_crypto_provider() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        if rustls::crypto::CryptoProvider::get_default().is_none() {
-            // Losing a race with another installer is fine: a provider is installed either way.
-            let _ = rustls::crypto::ring::default_provider().install_default();
-        }
-    });
-}
-
 #[cfg(test)]
 mod tests {
     #[test]
     fn http_clients_can_be_built_once_the_provider_is_installed() {
-        super::install_crypto_provider();
-        super::install_crypto_provider();
-        assert!(rustls::crypto::CryptoProvider::get_default().is_some());
+        loom_tls::install_crypto_provider();
         assert!(reqwest::Client::builder().build().is_ok());
     }
 }

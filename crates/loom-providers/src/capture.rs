@@ -354,7 +354,7 @@ mod tests {
     #[test]
     fn credentials_are_redacted_from_headers_and_url() {
         let recorder = Recorder::new(1000, ["k3y".to_owned()]);
-        crate::install_crypto_provider();
+        loom_tls::install_crypto_provider();
         let client = reqwest::Client::new();
         let request = client
             .post("http://localhost/v1/x?key=k3y")

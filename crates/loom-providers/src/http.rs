@@ -1,6 +1,6 @@
 //! The HTTP side shared by the adapters: client, options, one streaming POST.
 
-use std::{collections::BTreeMap, sync::Once, time::Duration};
+use std::{collections::BTreeMap, time::Duration};
 
 use bytes::Bytes;
 use futures_util::Stream;
@@ -47,20 +47,9 @@ impl std::fmt::Debug for ProviderOptions {
     }
 }
 
-/// Installs ring as rustls' crypto provider, once (reqwest is built without a provider).
-pub fn install_crypto_provider() {
-    static INSTALL: Once = Once::new();
-    INSTALL.call_once(|| {
-        if rustls::crypto::CryptoProvider::get_default().is_none() {
-            // Losing a race with another installer is fine: a provider is then in place.
-            let _ = rustls::crypto::ring::default_provider().install_default();
-        }
-    });
-}
-
 /// A reqwest client for providers.
 pub fn client(options: &ProviderOptions) -> Result<reqwest::Client, ProviderError> {
-    install_crypto_provider();
+    loom_tls::install_crypto_provider();
     reqwest::Client::builder()
         .connect_timeout(options.connect_timeout)
         .build()

@@ -25,4 +25,4 @@ pub mod openai_chat;
 pub mod openai_responses;
 
 pub use error::{ErrorClass, ProviderError};
-pub use http::{ProviderOptions, install_crypto_provider};
+pub use http::ProviderOptions;

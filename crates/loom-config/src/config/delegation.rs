@@ -5,7 +5,7 @@
 //! implicit, so that the facade reads resolved values: `schema_file` contents into `schema`, the
 //! default names of judges, policies and sub-agents, and sub-agent descriptions.
 
-use std::{fs, io, path::Path};
+use std::path::Path;
 
 use loom_core::ids::{is_safe_id, is_valid_name};
 use serde_json::Value;
@@ -15,6 +15,7 @@ use super::{
     read_system_prompt,
 };
 use crate::error::{ConfigError, ConfigErrorKind};
+use crate::files::FileProblem;
 use crate::guards::{
     Budgets, ContextItem, ContextName, HookPoint, JudgeSpec, OnFailure, OutputContract,
     REQUIRE_TOOL_POLICY, RoleSpec,
@@ -222,20 +223,27 @@ fn read_schema_file(
 ) -> Result<JsonObject, ConfigError> {
     let full = base.join(file);
     let shown = display_path(base, &full);
-    let text = match fs::read_to_string(&full) {
+    let text = match crate::files::read_regular(&full) {
         Ok(text) => text,
-        Err(err) if err.kind() == io::ErrorKind::NotFound => {
+        Err(FileProblem::NotFound) => {
             return Err(doc.error(
                 at,
                 ConfigErrorKind::MissingFile,
                 format!("schema file not found: {}", shown.display()),
             ));
         }
-        Err(err) => {
+        Err(FileProblem::Io(err)) => {
             return Err(doc.error(
                 at,
                 ConfigErrorKind::Io,
                 format!("cannot read schema file {}: {err}", shown.display()),
+            ));
+        }
+        Err(problem) => {
+            return Err(doc.error(
+                at,
+                ConfigErrorKind::Invalid,
+                format!("schema file {}: {problem}", shown.display()),
             ));
         }
     };
@@ -307,7 +315,7 @@ fn read_schema_file(
 }
 
 fn check_json_schema(doc: &Doc, at: &KeyPath, schema: &JsonObject) -> Result<(), ConfigError> {
-    jsonschema::validator_for(&Value::Object(schema.clone()))
+    loom_schema::compile(&Value::Object(schema.clone()))
         .map(|_| ())
         .map_err(|err| {
             let inside = err.instance_path().as_str();
@@ -976,13 +984,7 @@ fn check_context(
 }
 
 /// Context names a template can read under `context.`.
-const CONTEXT_VARIABLES: &[&str] = &[
-    "user_input",
-    "caller_context",
-    "attachments",
-    "session_summary",
-    "last_turns",
-];
+const CONTEXT_VARIABLES: &[&str] = &["user_input", "caller_context", "attachments", "last_turns"];
 
 /// Every variable of `input_template` is declared (an argument, a context item, a tool of
 /// `tool_results`), and every declared context item is used.
@@ -1026,6 +1028,11 @@ fn check_input_template(doc: &Doc, rp: &KeyPath, role: &RoleSpec) -> Result<(), 
                  in this version yet"
                     .to_owned(),
             ),
+            ["context", "session_summary", ..] => Some(
+                "input_template uses 'context.session_summary': session summaries (compaction) \
+                 are not implemented in this version yet"
+                    .to_owned(),
+            ),
             ["context", "tool_results"] if declared_tools.is_empty() => Some(format!(
                 "input_template uses 'context.tool_results', but the context of role '{name}' \
                  declares no tool_results"
@@ -1047,8 +1054,7 @@ fn check_input_template(doc: &Doc, rp: &KeyPath, role: &RoleSpec) -> Result<(), 
                 }),
             ["context", item, ..] => Some(format!(
                 "unknown template variable 'context.{item}' (known: context.user_input, \
-                 context.caller_context, context.attachments, context.session_summary, \
-                 context.last_turns, context.tool_results.<tool>)"
+                 context.caller_context, context.attachments, context.last_turns, context.tool_results.<tool>)"
             )),
             [head, ..] => Some(format!(
                 "unknown template variable '{head}' (known variables: args, context)"

@@ -1,0 +1,279 @@
+//! Model clients, built once when the configuration is opened, and the bindings of agents'
+//! slots to them.
+
+use std::{collections::BTreeMap, sync::Arc, time::Duration};
+
+use loom_config::{Config, ConfigError, ModelSpec, Sdk};
+use loom_core::{
+    BoxStream,
+    model::{ModelChunk, ModelClient, ModelError, ModelErrorKind, ModelRequest},
+};
+use loom_engine::ModelBinding;
+use loom_models::FakeModel;
+
+use super::{Resolver, Stage};
+use crate::LoomError;
+
+/// The clients of the declared models; a provider that cannot be set up (a missing API key
+/// variable) is only an error for the agents that use it.
+pub(crate) type Models = BTreeMap<String, Result<Arc<dyn ModelClient>, ConfigError>>;
+
+/// Builds the client of every declared model.
+pub(crate) fn models(config: &Config) -> Result<Models, LoomError> {
+    let mut clients: Models = BTreeMap::new();
+    for (index, spec) in config.raw().models.iter().enumerate() {
+        let client: Result<Arc<dyn ModelClient>, ConfigError> = match spec.sdk {
+            Sdk::Fake => {
+                let model =
+                    FakeModel::from_params(spec.model.clone(), &spec.params).map_err(|e| {
+                        config.error_at_root(
+                            &format!("models[{index}].params.script{}", e.path),
+                            e.message,
+                        )
+                    })?;
+                Ok(Arc::new(model))
+            }
+            Sdk::Anthropic | Sdk::Openai => match provider(config, index, spec) {
+                Ok(client) => Ok(client),
+                Err(LoomError::Config(error)) => Err(*error),
+                Err(other) => return Err(other),
+            },
+        };
+        clients.insert(spec.id.clone(), client);
+    }
+    Ok(clients)
+}
+
+/// Stands for a model whose client could not be set up while the configuration is checked
+/// at open ([`Stage::Open`]): the runtime built then is never run.
+#[derive(Debug)]
+struct NotSetUp;
+
+impl ModelClient for NotSetUp {
+    fn provider(&self) -> &str {
+        "not-set-up"
+    }
+
+    fn stream(&self, _request: ModelRequest) -> BoxStream<'static, Result<ModelChunk, ModelError>> {
+        Box::pin(futures_util::stream::once(async {
+            Err(ModelError::new(
+                ModelErrorKind::Auth,
+                "the model's client could not be set up",
+            ))
+        }))
+    }
+}
+
+impl Resolver<'_> {
+    /// The client of `model`. When the configuration is opened ([`Stage::Open`]), a client
+    /// that could not be set up (an absent API key variable) is the environment's matter: it
+    /// stands as [`NotSetUp`] and is refused when the agent is resolved to run.
+    fn client(&self, model: &ModelSpec) -> Result<Arc<dyn ModelClient>, LoomError> {
+        match self.models.get(&model.id) {
+            Some(Ok(client)) => Ok(client.clone()),
+            Some(Err(_)) if self.stage == Stage::Open => Ok(Arc::new(NotSetUp)),
+            Some(Err(error)) => Err(error.clone().into()),
+            None => Err(self
+                .config
+                .error_at_root("models", format!("model '{}' has no client", model.id))
+                .into()),
+        }
+    }
+
+    /// The engine's view of a declared model in a slot: client, pricing, slot settings over
+    /// the model's, retry policy, timeouts and breaker.
+    pub(super) fn binding(
+        &self,
+        model: &ModelSpec,
+        llm: &loom_config::LlmSettings,
+    ) -> Result<ModelBinding, LoomError> {
+        let config = self.config;
+        let client = self.client(model)?;
+        let index = config
+            .raw()
+            .models
+            .iter()
+            .position(|m| m.id == model.id)
+            .unwrap_or(0);
+        let duration = |key: &str, secs: f64| {
+            Duration::try_from_secs_f64(secs).map_err(|_| {
+                LoomError::from(
+                    config
+                        .error_at_root(&format!("models[{index}].{key}"), "not a usable duration"),
+                )
+            })
+        };
+        let optional = |key: &str, secs: Option<f64>| secs.map(|s| duration(key, s)).transpose();
+        let mut params = model.params.clone();
+        for (key, value) in &llm.params {
+            params.insert(key.clone(), value.clone());
+        }
+        let mut binding = ModelBinding::new(model.id.clone(), model.model.clone(), client);
+        binding.pricing = model.pricing.clone();
+        binding.max_tokens = llm.max_tokens.or(model.max_tokens);
+        binding.params = params;
+        binding.retry = loom_engine::RetryPolicy {
+            max_attempts: model.retry.max_attempts,
+            initial_delay: duration("retry.initial_delay", model.retry.initial_delay)?,
+            multiplier: model.retry.multiplier,
+            max_delay: duration("retry.max_delay", model.retry.max_delay)?,
+        };
+        binding.timeouts = loom_engine::ModelTimeouts {
+            first_token: optional("timeouts.first_token", model.timeouts.first_token)?,
+            idle: optional("timeouts.idle", model.timeouts.idle)?,
+            total: optional("timeouts.total", model.timeouts.total)?,
+        };
+        binding.circuit = match &model.circuit_breaker {
+            Some(breaker) => Some(loom_engine::CircuitSettings {
+                failures: breaker.failures,
+                cooldown: duration("circuit_breaker.cooldown", breaker.cooldown)?,
+            }),
+            None => None,
+        };
+        binding.context_window = model.capabilities.context_window;
+        binding.vision = model.capabilities.vision;
+        Ok(binding)
+    }
+}
+
+/// The client of a real provider, when its feature is built in.
+fn provider(
+    config: &Config,
+    index: usize,
+    spec: &ModelSpec,
+) -> Result<Arc<dyn ModelClient>, LoomError> {
+    let sdk = spec.sdk.as_str();
+    let compiled = match spec.sdk {
+        Sdk::Anthropic => cfg!(feature = "anthropic"),
+        _ => cfg!(feature = "openai"),
+    };
+    if !compiled {
+        return Err(config
+            .error_at_root(
+                &format!("models[{index}].sdk"),
+                format!(
+                    "model '{}': sdk '{sdk}' needs the Cargo feature '{sdk}' of loom-ia, which this build does not have",
+                    spec.id
+                ),
+            )
+            .into());
+    }
+    build_provider(config, index, spec)
+}
+
+#[cfg(any(feature = "anthropic", feature = "openai"))]
+fn build_provider(
+    config: &Config,
+    index: usize,
+    spec: &ModelSpec,
+) -> Result<Arc<dyn ModelClient>, LoomError> {
+    use loom_providers::ProviderOptions;
+
+    let api_key = match &spec.api_key_env {
+        Some(variable) => {
+            match std::env::var(variable) {
+                Ok(value) if !value.is_empty() => Some(value),
+                _ => {
+                    return Err(config
+                    .error_at_root(
+                        &format!("models[{index}].api_key_env"),
+                        format!("model '{}': the environment variable {variable} is absent or empty", spec.id),
+                    )
+                    .into());
+                }
+            }
+        }
+        None => None,
+    };
+    let official = match spec.sdk {
+        Sdk::Anthropic => "https://api.anthropic.com",
+        _ => "https://api.openai.com/v1",
+    };
+    let options = ProviderOptions {
+        base_url: spec.base_url.clone().unwrap_or_else(|| official.to_owned()),
+        api_key,
+        api_key_env: spec.api_key_env.clone(),
+        model: spec.model.clone(),
+        max_tokens: spec.max_tokens,
+        headers: spec.headers.clone(),
+        connect_timeout: Duration::from_secs(10),
+        capture: capture(config),
+    };
+    let refused = |e: loom_providers::ProviderError| {
+        LoomError::from(config.error_at_root(
+            &format!("models[{index}]"),
+            format!("model '{}': {e}", spec.id),
+        ))
+    };
+    let capabilities = &spec.capabilities;
+    match (spec.sdk, spec.effective_api()) {
+        #[cfg(feature = "anthropic")]
+        (Sdk::Anthropic, _) => {
+            use loom_providers::anthropic::{AnthropicModel, AnthropicSettings, CacheSettings};
+            let cache = spec.cache.clone().unwrap_or_default();
+            let settings = AnthropicSettings {
+                cache: CacheSettings {
+                    system: cache.system,
+                    tools: cache.tools,
+                    messages: cache.messages,
+                    ttl: cache.ttl,
+                },
+                vision: capabilities.vision,
+                native_json: capabilities.native_json,
+            };
+            Ok(Arc::new(
+                AnthropicModel::new(options, settings).map_err(refused)?,
+            ))
+        }
+        #[cfg(feature = "openai")]
+        (Sdk::Openai, loom_config::ModelApi::Chat) => {
+            use loom_providers::openai_chat::{ChatSettings, OpenAiChatModel};
+            let settings = ChatSettings {
+                vision: capabilities.vision,
+                native_json: capabilities.native_json,
+                thinking: capabilities.reasoning,
+            };
+            Ok(Arc::new(
+                OpenAiChatModel::new(options, settings).map_err(refused)?,
+            ))
+        }
+        #[cfg(feature = "openai")]
+        (Sdk::Openai, loom_config::ModelApi::Responses) => {
+            use loom_providers::openai_responses::{OpenAiResponsesModel, ResponsesSettings};
+            let settings = ResponsesSettings {
+                vision: capabilities.vision,
+                native_json: capabilities.native_json,
+                reasoning: capabilities.reasoning,
+            };
+            Ok(Arc::new(
+                OpenAiResponsesModel::new(options, settings).map_err(refused)?,
+            ))
+        }
+        _ => Err(config
+            .error_at_root(
+                &format!("models[{index}].sdk"),
+                format!("model '{}': this adapter is not built in", spec.id),
+            )
+            .into()),
+    }
+}
+
+/// The body limit of raw-exchange capture (`telemetry.capture`), when it is on.
+#[cfg(any(feature = "anthropic", feature = "openai"))]
+fn capture(config: &Config) -> Option<usize> {
+    config.raw().telemetry.capture.raw_limit()
+}
+
+#[cfg(not(any(feature = "anthropic", feature = "openai")))]
+fn build_provider(
+    config: &Config,
+    index: usize,
+    spec: &ModelSpec,
+) -> Result<Arc<dyn ModelClient>, LoomError> {
+    Err(config
+        .error_at_root(
+            &format!("models[{index}].sdk"),
+            format!("model '{}': no provider adapter is built in", spec.id),
+        )
+        .into())
+}

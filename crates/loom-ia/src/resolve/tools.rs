@@ -1,0 +1,381 @@
+//! An agent's tools: registered Rust tools, built-in tools (`loom.<name>`) and MCP servers,
+//! with the agent's overrides of their declarations and their output contracts.
+
+use std::sync::Arc;
+
+use loom_builtins::{Folder, Right, Rights};
+use loom_config::{Config, FolderRight, ToolRef};
+use loom_core::policy::{DecisionKind, Point};
+use loom_core::tool::{Approval, OnUnknown, Tool, ToolDeclarations};
+use loom_engine::{BoundPolicy, BoundSource, BoundTool, contract::Contract};
+
+use super::{Resolver, Stage, durable, seconds};
+use crate::{LoomError, sources::AgentSource};
+
+/// An agent's tools: those bound now, and its tool sources (opened by each run).
+pub(super) struct AgentTools {
+    pub(super) tools: Vec<BoundTool>,
+    pub(super) sources: Vec<BoundSource>,
+}
+
+impl Resolver<'_> {
+    /// Binds the agent's `tools:`, in order; `policies` are the agent's (for `approval:
+    /// policy`).
+    pub(super) fn tools(
+        &self,
+        spec: &loom_config::AgentSpec,
+        policies: &[BoundPolicy],
+    ) -> Result<AgentTools, LoomError> {
+        let mut bound = AgentTools {
+            tools: Vec::with_capacity(spec.tools.len()),
+            sources: Vec::new(),
+        };
+        for (index, reference) in spec.tools.iter().enumerate() {
+            if let Some(server) = &reference.mcp {
+                let source = self.mcp_reference(spec, index, server, reference, policies)?;
+                bound.sources.push(source);
+            } else if let Some(tool) = self.tool_reference(spec, index, reference, policies)? {
+                if bound.tools.iter().any(|b| b.name() == tool.name()) {
+                    return Err(self.at_tool(
+                        spec,
+                        index,
+                        "tool",
+                        format!(
+                            "tool '{}' is listed twice",
+                            reference.tool.as_deref().unwrap_or_default()
+                        ),
+                    ));
+                }
+                bound.tools.push(tool);
+            }
+        }
+        Ok(bound)
+    }
+
+    /// A located error at `tools[index].key` of the agent.
+    fn at_tool(
+        &self,
+        spec: &loom_config::AgentSpec,
+        index: usize,
+        key: &str,
+        message: String,
+    ) -> LoomError {
+        LoomError::from(self.config.error_at_agent(
+            &spec.name,
+            &format!("tools[{index}].{key}"),
+            message,
+        ))
+    }
+
+    /// An MCP server of the agent (`- mcp: <server>`): its tools are listed when a run opens
+    /// it; what the configuration says of them is checked here.
+    fn mcp_reference(
+        &self,
+        spec: &loom_config::AgentSpec,
+        index: usize,
+        server: &str,
+        reference: &ToolRef,
+        policies: &[BoundPolicy],
+    ) -> Result<BoundSource, LoomError> {
+        let at = |key: &str, message: String| self.at_tool(spec, index, key, message);
+        let Some(source) = self.sources.get(server) else {
+            return Err(at("mcp", format!("unknown MCP server '{server}'")));
+        };
+        for (tool, overrides) in &reference.tools {
+            if overrides.output.is_some() {
+                // Tools of a source are bound when a run opens it, without contracts.
+                return Err(at(
+                    &format!("tools.{tool}.output"),
+                    format!(
+                        "an output contract on the MCP tool '{server}__{tool}' is not \
+                         supported in this version; give contracts to registered tools"
+                    ),
+                ));
+            }
+            match overrides.approval {
+                Some(Approval::Policy) if !self.may_pause(spec, policies) => {
+                    return Err(at(
+                        &format!("tools.{tool}.approval"),
+                        loom_config::APPROVAL_POLICY.to_owned(),
+                    ));
+                }
+                Some(Approval::Always) if !durable(self.config) => {
+                    return Err(at(
+                        &format!("tools.{tool}.approval"),
+                        not_durable(&format!("{server}__{tool}")),
+                    ));
+                }
+                _ => {}
+            }
+        }
+        let agent_source = AgentSource::new(
+            source.clone(),
+            server,
+            reference.alias.as_deref(),
+            reference.include.clone(),
+            reference.exclude.clone(),
+            reference.tools.clone(),
+        );
+        Ok(BoundSource {
+            source: Arc::new(agent_source),
+            required: reference.required,
+        })
+    }
+
+    /// A registered or built-in tool with the agent's overrides and contract; `None` when the
+    /// configuration is opened and the tool is not registered yet (what the reference alone
+    /// says is checked then, the rest when the agent is resolved to run).
+    fn tool_reference(
+        &self,
+        spec: &loom_config::AgentSpec,
+        index: usize,
+        reference: &ToolRef,
+        policies: &[BoundPolicy],
+    ) -> Result<Option<BoundTool>, LoomError> {
+        let at = |key: &str, message: String| self.at_tool(spec, index, key, message);
+        let tool_name = reference.tool.clone().unwrap_or_default();
+        let contract = tool_contract(&tool_name, reference).map_err(|(key, m)| at(key, m))?;
+        let timeout = match reference.timeout {
+            Some(secs) => Some(
+                seconds(secs)
+                    .ok_or_else(|| at("timeout", format!("{secs} s is not a usable duration")))?,
+            ),
+            None => None,
+        };
+        let tool: Arc<dyn Tool> = if tool_name.starts_with("loom.") {
+            builtin(self.config, &tool_name, reference).map_err(|message| at("tool", message))?
+        } else if let Some(tool) = self.registry.tools.get(&tool_name) {
+            tool.clone()
+        } else if self.stage == Stage::Open {
+            // Registered in code after the configuration is opened: check what the reference
+            // says alone.
+            self.check_declarations(
+                spec,
+                index,
+                reference,
+                &tool_name,
+                &yaml_only(reference),
+                policies,
+            )?;
+            return Ok(None);
+        } else {
+            let registered: Vec<&str> = self.registry.tools.keys().map(String::as_str).collect();
+            let registered = if registered.is_empty() {
+                "none".to_owned()
+            } else {
+                registered.join(", ")
+            };
+            return Err(at(
+                "tool",
+                format!("unknown tool '{tool_name}' (registered tools: {registered})"),
+            ));
+        };
+        let mut declarations: ToolDeclarations = tool.spec().declarations.clone();
+        overlay(&mut declarations, reference);
+        if let Some(timeout) = timeout {
+            declarations.timeout = Some(timeout);
+        }
+        self.check_declarations(spec, index, reference, &tool_name, &declarations, policies)?;
+        let description = reference
+            .description
+            .clone()
+            .unwrap_or_else(|| tool.spec().description.clone());
+        let mut bound_tool = BoundTool::new(tool, declarations, description)
+            .map_err(|e| at("tool", e.to_string()))?;
+        if let Some(contract) = contract {
+            bound_tool = bound_tool.with_contract(contract);
+        }
+        Ok(Some(bound_tool))
+    }
+
+    /// What the effective declarations of a tool need: a policy that can pause for
+    /// `approval: policy`, a durable journal for a call that can pause, an idempotency store
+    /// for a business key. Located at the reference's key when the YAML set it.
+    fn check_declarations(
+        &self,
+        spec: &loom_config::AgentSpec,
+        index: usize,
+        reference: &ToolRef,
+        tool_name: &str,
+        declarations: &ToolDeclarations,
+        policies: &[BoundPolicy],
+    ) -> Result<(), LoomError> {
+        let at = |key: &str, message: String| self.at_tool(spec, index, key, message);
+        let from_yaml = |yaml: bool, key: &'static str| if yaml { key } else { "tool" };
+        if declarations.approval == Approval::Policy && !self.may_pause(spec, policies) {
+            return Err(at(
+                from_yaml(reference.approval.is_some(), "approval"),
+                format!("tool '{tool_name}': {}", loom_config::APPROVAL_POLICY),
+            ));
+        }
+        let can_pause = declarations.approval == Approval::Always
+            || declarations.on_unknown == OnUnknown::Pause;
+        if can_pause && !durable(self.config) {
+            let key = from_yaml(reference.approval == Some(Approval::Always), "approval");
+            return Err(at(key, not_durable(tool_name)));
+        }
+        if declarations.business_key.is_some() && self.config.raw().storage.idempotency.is_none() {
+            return Err(at(
+                "tool",
+                format!(
+                    "tool '{tool_name}' declares a business key, which needs a shared durable \
+                     idempotency store so that two runs never perform the same action twice; \
+                     declare storage.idempotency: {{backend: sqlite, path: ...}}"
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Whether a policy of the agent can ask a human before a tool call (`approval:
+    /// policy`); when the configuration is opened, a policy not registered yet may.
+    fn may_pause(&self, spec: &loom_config::AgentSpec, policies: &[BoundPolicy]) -> bool {
+        can_pause(policies)
+            || (self.stage == Stage::Open
+                && spec.policies.iter().any(|p| {
+                    p.hook != loom_core::policy::REQUIRE_TOOL
+                        && !self.registry.policies.contains_key(&p.hook)
+                }))
+    }
+}
+
+/// The agent's overrides of a tool's declarations (`side_effects`, `approval`, `idempotent`,
+/// `offload_over`).
+fn overlay(declarations: &mut ToolDeclarations, reference: &ToolRef) {
+    if let Some(side_effects) = reference.side_effects {
+        declarations.side_effects = side_effects;
+    }
+    if let Some(approval) = reference.approval {
+        declarations.approval = approval;
+    }
+    if let Some(idempotent) = reference.idempotent {
+        declarations.idempotent = idempotent;
+    }
+    if let Some(offload_over) = reference.offload_over {
+        declarations.offload_over = Some(offload_over);
+    }
+}
+
+/// The declarations the reference alone sets, over the defaults (a tool not registered yet).
+fn yaml_only(reference: &ToolRef) -> ToolDeclarations {
+    let mut declarations = ToolDeclarations::default();
+    overlay(&mut declarations, reference);
+    declarations
+}
+
+/// The tool's output contract (`output:` on its reference), refused with the key at fault.
+fn tool_contract(
+    tool_name: &str,
+    reference: &ToolRef,
+) -> Result<Option<Contract>, (&'static str, String)> {
+    let Some(output) = &reference.output else {
+        return Ok(None);
+    };
+    if output.on_failure != loom_config::OnFailure::Fail {
+        // The engine turns a tool result that breaks its contract into an error result;
+        // keeping it flagged or replacing it is not implemented for tools.
+        return Err((
+            "output.on_failure",
+            format!(
+                "tool '{tool_name}': on_failure '{}' is not supported for a tool's output \
+                 contract in this version (a result that breaks it becomes an error result the \
+                 model reads); use on_failure: fail",
+                super::guards::engine_on_failure(output.on_failure).as_str()
+            ),
+        ));
+    }
+    if output.repair != loom_config::RepairSettings::default() {
+        // A tool is never repaired: a result that breaks its contract is an error.
+        return Err((
+            "output.repair",
+            format!(
+                "tool '{tool_name}': a tool is never repaired (a result that breaks its contract \
+                 becomes an error result the model reads); remove output.repair"
+            ),
+        ));
+    }
+    super::contract(output)
+        .map(Some)
+        .map_err(|message| ("output", message))
+}
+
+/// Whether one of `policies` can ask a human before a tool call (`approval: policy`).
+fn can_pause(policies: &[BoundPolicy]) -> bool {
+    policies.iter().any(|p| {
+        p.points.contains(&Point::BeforeTool) && p.policy.decisions().contains(&DecisionKind::Pause)
+    })
+}
+
+/// Why a tool that can pause the run is refused on the memory journal.
+fn not_durable(tool: &str) -> String {
+    format!(
+        "tool '{tool}' can pause the run for a human decision (approval: always or on_unknown: pause), \
+         which needs a durable journal: with the memory journal a paused run is lost at exit; \
+         use storage.events.backend: jsonl (or the dev profile)"
+    )
+}
+
+/// A built-in tool (`tool: loom.<name>`) with its parameters.
+fn builtin(config: &Config, name: &str, reference: &ToolRef) -> Result<Arc<dyn Tool>, String> {
+    match name {
+        "loom.current_datetime" => Ok(Arc::new(loom_builtins::current_datetime(Arc::new(
+            crate::SystemClock,
+        )))),
+        "loom.local_files" => {
+            let mut folders = Vec::new();
+            for folder in reference.folders.iter().flatten() {
+                let rights = Rights::list(folder.rights.iter().map(|right| match right {
+                    FolderRight::Read => Right::Read,
+                    FolderRight::Write => Right::Write,
+                    FolderRight::Overwrite => Right::Overwrite,
+                    FolderRight::Delete => Right::Delete,
+                }));
+                let needing: Vec<&str> = rights
+                    .needing_approval()
+                    .into_iter()
+                    .map(Right::as_str)
+                    .collect();
+                if !needing.is_empty() {
+                    return Err(format!(
+                        "folder '{}': the rights {} need human approval by default, which this version \
+                         cannot provide yet; grant read and write only",
+                        folder.name,
+                        needing.join(", ")
+                    ));
+                }
+                folders.push(Folder::new(
+                    folder.name.clone(),
+                    config.base_dir().join(&folder.path),
+                    rights,
+                ));
+            }
+            loom_builtins::local_files(folders)
+                .map(|t| Arc::new(t) as Arc<dyn Tool>)
+                .map_err(|e| e.to_string())
+        }
+        "loom.fetch_page" => fetch_page(reference),
+        other => Err(format!("unknown built-in tool '{other}'")),
+    }
+}
+
+/// `loom.fetch_page` with its parameters.
+#[cfg(feature = "fetch")]
+pub(super) fn fetch_page(reference: &ToolRef) -> Result<Arc<dyn Tool>, String> {
+    use loom_builtins::FetchOptions;
+    let defaults = FetchOptions::default();
+    Ok(Arc::new(loom_builtins::fetch_page(FetchOptions {
+        allow_private: reference.allow_private.unwrap_or(false),
+        max_bytes: reference.max_bytes.unwrap_or(defaults.max_bytes),
+        ..defaults
+    })))
+}
+
+/// `loom.fetch_page` is refused by a build without it.
+#[cfg(not(feature = "fetch"))]
+pub(super) fn fetch_page(_reference: &ToolRef) -> Result<Arc<dyn Tool>, String> {
+    Err(
+        "loom.fetch_page needs the Cargo feature 'fetch' of loom-ia, which this build does \
+         not have"
+            .to_owned(),
+    )
+}
