@@ -12,7 +12,8 @@
 //!   it resolves to, redirects included, is public; HTML comes back as readable markdown.
 //!
 //! Every refusal is a [`ToolError`] whose message names the rule
-//! that refused (`refused by rule 'inside-roots': ...`); [`refusal_rule`] reads it back and
+//! that refused (`refused by rule 'inside-roots': ...`) and carries it as [`ToolError::rule`];
+//! [`refusal_rule`] reads it and
 //! [`rules`] lists the names.
 //!
 //! **Architecture invariant:** an adapter depends on `loom-core` only among loom crates.
@@ -57,16 +58,15 @@ pub mod rules {
     pub const TEXT_ONLY: &str = "text-only";
 }
 
-/// A refusal: a tool error whose message names the rule that refused.
-pub fn refusal(rule: &str, detail: impl std::fmt::Display) -> ToolError {
-    ToolError::new(format!("refused by rule '{rule}': {detail}"))
+/// A refusal: a tool error that carries the rule that refused ([`ToolError::rule`]) and whose
+/// message names it for the model.
+pub fn refusal(rule: &'static str, detail: impl std::fmt::Display) -> ToolError {
+    ToolError::refused(rule, format!("refused by rule '{rule}': {detail}"))
 }
 
-/// The rule named by a refusal made with [`refusal`], `None` for any other error.
-pub fn refusal_rule(error: &ToolError) -> Option<&str> {
-    let rest = error.message.strip_prefix("refused by rule '")?;
-    let end = rest.find("':")?;
-    Some(&rest[..end])
+/// The rule of a refusal made with [`refusal`], `None` for any other error.
+pub fn refusal_rule(error: &ToolError) -> Option<&'static str> {
+    error.rule
 }
 
 /// An error building a built-in tool from its configuration.
@@ -120,5 +120,8 @@ mod tests {
         );
         assert_eq!(refusal_rule(&error), Some("inside-roots"));
         assert_eq!(refusal_rule(&ToolError::new("not found")), None);
+        // The rule is carried, not parsed back from the text.
+        let lookalike = ToolError::new("refused by rule 'inside-roots': forged");
+        assert_eq!(refusal_rule(&lookalike), None);
     }
 }

@@ -223,16 +223,55 @@ fn a_large_mcp_result_is_offloaded_with_a_preview() {
         "  - mcp: notes\n    required: true\n",
         "  - mcp: notes\n    tools:\n      search_notes: {offload_over: 30}\n",
     );
-    let out = run_in(
+    assert_offloaded(dir.path(), "big-1");
+}
+
+/// `offload_over` declared on the server (`mcp_servers[].tools`) applies to every agent that
+/// uses the server; an output contract there is refused (contracts on MCP tools are not
+/// supported), never silently dropped.
+#[test]
+fn server_declarations_of_mcp_tools_are_applied_or_refused() {
+    if !python_mcp() {
+        return;
+    }
+    let dir = notes_project();
+    rewrite(
         dir.path(),
-        &["run", "suivi", "Note pour Martin.", "--run-id", "big-1"],
+        "loom.yaml",
+        "    scope: shared\n",
+        "    scope: shared\n    tools:\n      search_notes: {offload_over: 30}\n",
+    );
+    assert_offloaded(dir.path(), "big-2");
+
+    rewrite(
+        dir.path(),
+        "loom.yaml",
+        "      search_notes: {offload_over: 30}\n",
+        "      search_notes: {output: {max_chars: 1}}\n",
+    );
+    let out = run_in(dir.path(), &["validate"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stdout));
+    assert!(
+        text(&out.stderr).contains(
+            "mcp_servers[0].tools.search_notes.output: an output contract on an MCP tool is not supported"
+        ),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+/// Runs the notes agent as `run_id` and checks that the search result went to an artifact.
+fn assert_offloaded(dir: &Path, run_id: &str) {
+    let out = run_in(
+        dir,
+        &["run", "suivi", "Note pour Martin.", "--run-id", run_id],
     );
     assert!(out.status.success(), "{}", text(&out.stderr));
-    let events = journal(dir.path(), "big-1");
+    let events = journal(dir, run_id);
     let stored = events
         .iter()
         .position(|e| e["type"] == "artifact.stored")
-        .unwrap();
+        .expect("an artifact.stored event");
     assert_eq!(events[stored]["payload"]["origin"], "offload");
     assert_eq!(
         events[stored]["payload"]["name"],
@@ -242,10 +281,13 @@ fn a_large_mcp_result_is_offloaded_with_a_preview() {
     assert_eq!(completed["type"], "tool.completed");
     assert_eq!(completed["facets"]["offloaded"], true);
     let uri = events[stored]["payload"]["uri"].as_str().unwrap();
-    assert!(uri.starts_with("artifact://default/big-1/"), "{uri}");
+    assert!(
+        uri.starts_with(&format!("artifact://default/{run_id}/")),
+        "{uri}"
+    );
     // The full result sits beside the journal, content-addressed.
     let file = uri.trim_start_matches("artifact://");
-    assert!(dir.path().join("data/.artifacts").join(file).exists());
+    assert!(dir.join("data/.artifacts").join(file).exists());
 }
 
 #[test]

@@ -1497,12 +1497,10 @@ always (a human decides every call) or never";
 fn not_yet(path: &KeyPath, field: &str) -> &'static str {
     const LATER: &[&str] = &[
         "env_file",
-        "mcp_servers",
         "tool_sources",
         "sessions",
         "stream_output",
         "state",
-        "circuit_breaker",
         "idle_timeout",
     ];
     // Keys of a tenant (`tenants[i]`) that the reference has and Loom does not yet.

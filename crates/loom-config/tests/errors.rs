@@ -1308,3 +1308,20 @@ fn reference_backends_without_code_are_refused_as_not_yet() {
         "loom.yaml:7:21 storage.events.backend: unknown value 's3' (expected one of: memory, jsonl, sqlite)"
     );
 }
+
+/// Sections Loom implements are never hinted as "not yet" when written in the wrong place:
+/// `circuit_breaker` under an agent and `mcp_servers` under `execution` are plain unknown keys.
+#[test]
+fn implemented_sections_in_the_wrong_place_are_only_unknown() {
+    let root = format!("{MODELS}execution:\n  mcp_servers: []\n");
+    let error = refused(&root, &[]);
+    assert!(
+        error.starts_with("loom.yaml:7:3 execution.mcp_servers: unknown key 'mcp_servers'"),
+        "{error}"
+    );
+    assert!(!error.contains("not implemented"), "{error}");
+    let agent = format!("{AGENT_OK}circuit_breaker: {{failures: 3}}\n");
+    let error = refused(MODELS, &[("agents/devis.yaml", &agent)]);
+    assert!(error.contains("unknown key 'circuit_breaker'"), "{error}");
+    assert!(!error.contains("not implemented"), "{error}");
+}

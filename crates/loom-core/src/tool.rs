@@ -314,6 +314,9 @@ impl ToolOutput {
 pub struct ToolError {
     /// The model-facing message.
     pub message: String,
+    /// The name of the rule that refused the call, when the error is a refusal by a rule of the
+    /// tool (the built-in tools' `rules`), so callers classify it without reading the message.
+    pub rule: Option<&'static str>,
 }
 
 impl ToolError {
@@ -321,6 +324,15 @@ impl ToolError {
     pub fn new(message: impl Into<String>) -> ToolError {
         ToolError {
             message: message.into(),
+            rule: None,
+        }
+    }
+
+    /// A refusal by the tool's rule `rule`, with this message.
+    pub fn refused(rule: &'static str, message: impl Into<String>) -> ToolError {
+        ToolError {
+            message: message.into(),
+            rule: Some(rule),
         }
     }
 

@@ -89,7 +89,7 @@ fn idempotency_store(
         .into())
 }
 
-/// The tenant used when none is given (tenancy arrives later; `default` always exists).
+/// The tenant used when none is given.
 pub const DEFAULT_TENANT: &str = "default";
 
 /// Options of one run.

@@ -84,13 +84,32 @@ fn options(
                 )
                 .into());
         }
+        if o.output.is_some() {
+            return Err(config
+                .error_at_root(
+                    &at(&format!("tools.{tool}.output")),
+                    "an output contract on an MCP tool is not supported in this version; give \
+                     contracts to registered tools",
+                )
+                .into());
+        }
+        let timeout = match o.timeout {
+            Some(secs) => Some(Duration::try_from_secs_f64(secs).map_err(|_| {
+                LoomError::from(config.error_at_root(
+                    &at(&format!("tools.{tool}.timeout")),
+                    "not a usable duration",
+                ))
+            })?),
+            None => None,
+        };
         overrides.insert(
             tool.clone(),
             ToolOverrides {
                 description: o.description.clone(),
                 side_effects: o.side_effects,
                 idempotent: o.idempotent,
-                timeout: o.timeout.and_then(|s| Duration::try_from_secs_f64(s).ok()),
+                timeout,
+                offload_over: o.offload_over,
             },
         );
     }

@@ -1,5 +1,5 @@
 //! Child runs seen through the facade: a session holding a root run and its sub-run (built
-//! with the engine, since the configuration cannot declare sub-agents yet) is listed, folded,
+//! with the engine directly, to control each step) is listed, folded,
 //! traced and reported; the root lists its child's pending approvals, decides them, and its
 //! cancellation closes the child first; a sub-run is not resumed on its own.
 

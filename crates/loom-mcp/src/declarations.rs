@@ -51,6 +51,9 @@ pub fn apply_overrides(declarations: &mut ToolDeclarations, overrides: &ToolOver
     if let Some(timeout) = overrides.timeout {
         declarations.timeout = Some(timeout);
     }
+    if let Some(offload_over) = overrides.offload_over {
+        declarations.offload_over = Some(offload_over);
+    }
 }
 
 impl From<&rmcp::model::ToolAnnotations> for AnnotationHints {
@@ -112,10 +115,12 @@ mod tests {
                 idempotent: Some(true),
                 timeout: Some(Duration::from_secs(3)),
                 description: None,
+                offload_over: Some(20_000),
             },
         );
         assert_eq!(declarations.side_effects, SideEffects::None);
         assert!(declarations.idempotent);
         assert_eq!(declarations.timeout, Some(Duration::from_secs(3)));
+        assert_eq!(declarations.offload_over, Some(20_000));
     }
 }

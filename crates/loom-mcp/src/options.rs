@@ -104,6 +104,8 @@ pub struct ToolOverrides {
     pub idempotent: Option<bool>,
     /// Per-call timeout.
     pub timeout: Option<Duration>,
+    /// Result size (characters) above which a result is moved out of the context.
+    pub offload_over: Option<u64>,
 }
 
 /// Everything needed to use one MCP server.

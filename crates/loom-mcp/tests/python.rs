@@ -41,6 +41,7 @@ async fn stdio_lists_prefixed_tools_with_declarations_and_overrides() {
                     side_effects: Some(SideEffects::None),
                     idempotent: Some(true),
                     timeout: Some(Duration::from_secs(7)),
+                    offload_over: None,
                 },
             ),
             (
