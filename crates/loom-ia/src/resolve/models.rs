@@ -33,7 +33,12 @@ pub(crate) fn models(config: &Config) -> Result<Models, LoomError> {
                     })?;
                 Ok(Arc::new(model))
             }
-            Sdk::Anthropic | Sdk::Openai => match provider(config, index, spec) {
+            // A build without the SDK's feature cannot run the model in any environment:
+            // refused when the configuration is opened, used by an agent or not.
+            Sdk::Anthropic | Sdk::Openai if !compiled(spec.sdk) => {
+                return Err(missing_feature(config, index, spec));
+            }
+            Sdk::Anthropic | Sdk::Openai => match build_provider(config, index, spec) {
                 Ok(client) => Ok(client),
                 Err(LoomError::Config(error)) => Err(*error),
                 Err(other) => return Err(other),
@@ -136,31 +141,30 @@ impl Resolver<'_> {
     }
 }
 
-/// The client of a real provider, when its feature is built in.
-fn provider(
-    config: &Config,
-    index: usize,
-    spec: &ModelSpec,
-) -> Result<Arc<dyn ModelClient>, LoomError> {
-    let sdk = spec.sdk.as_str();
-    let compiled = match spec.sdk {
+/// Whether this build has the provider adapter of `sdk`.
+fn compiled(sdk: Sdk) -> bool {
+    match sdk {
+        Sdk::Fake => true,
         Sdk::Anthropic => cfg!(feature = "anthropic"),
-        _ => cfg!(feature = "openai"),
-    };
-    if !compiled {
-        return Err(config
-            .error_at_root(
-                &format!("models[{index}].sdk"),
-                format!(
-                    "model '{}': sdk '{sdk}' needs the Cargo feature '{sdk}' of loom-ia, which this build does not have",
-                    spec.id
-                ),
-            )
-            .into());
+        Sdk::Openai => cfg!(feature = "openai"),
     }
-    build_provider(config, index, spec)
 }
 
+/// The refusal of a model whose `sdk` needs a Cargo feature this build lacks.
+fn missing_feature(config: &Config, index: usize, spec: &ModelSpec) -> LoomError {
+    let sdk = spec.sdk.as_str();
+    config
+        .error_at_root(
+            &format!("models[{index}].sdk"),
+            format!(
+                "model '{}': sdk '{sdk}' needs the Cargo feature '{sdk}' of loom-ia, which this build does not have",
+                spec.id
+            ),
+        )
+        .into()
+}
+
+/// The client of a real provider whose feature is built in.
 #[cfg(any(feature = "anthropic", feature = "openai"))]
 fn build_provider(
     config: &Config,
@@ -276,4 +280,26 @@ fn build_provider(
             format!("model '{}': no provider adapter is built in", spec.id),
         )
         .into())
+}
+
+#[cfg(all(test, not(feature = "anthropic")))]
+mod tests {
+    /// A model whose SDK this build lacks is refused when the configuration is opened, even
+    /// when no agent uses it (a build matter, not the environment's).
+    #[test]
+    fn an_unused_model_of_a_missing_sdk_is_refused_at_open() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("loom.yaml"),
+            "version: 1\nmodels:\n  - {id: fake-1, sdk: fake, model: m}\n  - {id: claude, sdk: anthropic, model: claude-x, api_key_env: K}\nagents:\n  - {name: a, main: {model: fake-1}}\n",
+        )
+        .unwrap();
+        let error = crate::Loom::from_config(dir.path().join("loom.yaml")).unwrap_err();
+        assert!(
+            error.to_string().contains(
+                "models[1].sdk: model 'claude': sdk 'anthropic' needs the Cargo feature 'anthropic'"
+            ),
+            "{error}"
+        );
+    }
 }
