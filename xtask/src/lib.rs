@@ -2,12 +2,14 @@
 //! `xtask/tests/tidy.rs`) and by `cargo run -p xtask -- tidy`.
 //!
 //! They turn the architecture's invariants into failures: the layering of
-//! crate dependencies ([`layers`]), a `//!` doc comment atop every source
-//! file and versions on internal path dependencies ([`tidy`]).
+//! crate dependencies ([`layers`]), the engine's module graph (no module names
+//! its dispatcher, no import circle: [`modules`]), a `//!` doc comment atop
+//! every source file and versions on internal path dependencies ([`tidy`]).
 
 #![warn(missing_docs)]
 
 pub mod layers;
+pub mod modules;
 pub mod tidy;
 pub mod workspace;
 
