@@ -10,13 +10,14 @@ use std::{
 use crate::{
     AgentRuntime, BeginRun, BoundTool, Breakers, Cancel, Engine, EngineError, ModelBinding, RunRef,
     request,
-    resilience::{self, Admission},
+    resilience,
     tools,
     writer::SessionWriter,
 };
 use loom_core::{
     Event, Message, RunState, RunStatus,
     approval::{ApprovalRecord, Approver, Decision, OnExpiry},
+    circuit::Admission,
     content::BlockKind,
     event::{
         ApprovalExpired, CircuitOpened, Effect, Envelope, MessageUser, ModelExchanged,
