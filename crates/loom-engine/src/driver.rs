@@ -11,7 +11,9 @@ use crate::{
     AgentRuntime, BeginRun, BoundTool, Breakers, Cancel, Engine, EngineError, ModelBinding, RunRef,
     request,
     resilience,
+    observer::Observer,
     tools,
+    units::{fmt_secs, millis},
     writer::SessionWriter,
 };
 use loom_core::{
@@ -36,21 +38,6 @@ use loom_core::{
 
 /// How many times opening a run is attempted when the session's journal keeps moving.
 const MAX_BEGIN_ATTEMPTS: usize = 5;
-
-/// Receives what a run produces, as it happens: journaled events (after they are durable) and
-/// text deltas streamed by the model (before the answer is journaled).
-pub trait Observer: Send + Sync {
-    /// An event was appended to the journal.
-    fn event(&self, _event: &Event) {}
-    /// The model streamed some text for `run_id`.
-    fn text_delta(&self, _run_id: &str, _text: &str) {}
-    /// The model call of `run_id` starts streaming again (a retry, or a fallback model): the
-    /// text streamed since the step began will not be journaled, and a live display should drop
-    /// it.
-    fn reset(&self, _run_id: &str) {}
-}
-
-impl Observer for () {}
 
 /// How a step's effect ended.
 pub(crate) enum StepEnd<T> {
@@ -509,7 +496,7 @@ impl Engine {
                 let owner_agent = if owner.run_id == run.run_id {
                     Some(agent)
                 } else {
-                    crate::subagents::find_agent(agent, owner.agent.as_deref().unwrap_or_default())
+                    agent.find(owner.agent.as_deref().unwrap_or_default())
                 };
                 if let Some(owner_agent) = owner_agent
                     && let Some(tool) = owner_agent
@@ -2133,40 +2120,4 @@ fn without_calls(mut response: ModelResponse) -> ModelResponse {
         response.stop_reason = StopReason::End;
     }
     response
-}
-
-/// A duration in milliseconds read from the journal (a sum of `step.completed.duration_ms`),
-/// whatever the journal holds: a negative or NaN value counts as nothing, a value too large for
-/// a `Duration` (infinite included) as the longest one.
-pub(crate) fn millis(ms: f64) -> Duration {
-    if ms.is_nan() || ms <= 0.0 {
-        return Duration::ZERO;
-    }
-    Duration::try_from_secs_f64(ms / 1000.0).unwrap_or(Duration::MAX)
-}
-
-/// Seconds as the user wrote them: `30`, `0.2`.
-pub(crate) fn fmt_secs(duration: Duration) -> String {
-    let secs = duration.as_secs_f64();
-    if secs.fract() == 0.0 {
-        format!("{secs:.0}")
-    } else {
-        format!("{secs}")
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn any_journaled_duration_is_a_duration() {
-        assert_eq!(millis(1500.0), Duration::from_millis(1500));
-        for nothing in [0.0, -0.0, -12.5, f64::NEG_INFINITY, f64::NAN] {
-            assert_eq!(millis(nothing), Duration::ZERO, "{nothing}");
-        }
-        for huge in [f64::MAX, f64::INFINITY, 1e300, 2e22] {
-            assert_eq!(millis(huge), Duration::MAX, "{huge}");
-        }
-    }
 }

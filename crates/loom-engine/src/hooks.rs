@@ -319,7 +319,7 @@ async fn decide(
 }
 
 fn secs(duration: Duration) -> String {
-    crate::driver::fmt_secs(duration) + " s"
+    crate::units::fmt_secs(duration) + " s"
 }
 
 fn replaced(subject: Subject, value: Replacement) -> Subject {

@@ -37,7 +37,8 @@ use sha2::{Digest, Sha256};
 use crate::{
     EngineError, ModelBinding, PolicyOnError,
     contract::{OnFailure, RepairSettings, RepairTools},
-    driver::{AttemptState, Caller, ChainEnd, Driver, fmt_secs},
+    driver::{AttemptState, Caller, ChainEnd, Driver},
+    units::fmt_secs,
     hooks,
     review::{Final, Guarded, terminal_message},
     writer::SessionWriter,

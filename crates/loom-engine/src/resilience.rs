@@ -22,7 +22,7 @@ use loom_core::{
     },
 };
 
-use crate::driver::fmt_secs;
+use crate::units::fmt_secs;
 
 /// How a model call that failed with a retryable error (`transient`, `overloaded`) is tried
 /// again (`models[].retry`).

@@ -70,7 +70,8 @@ use serde_json::{Value, json};
 use crate::{
     BoundTool, EngineError, ModelBinding,
     contract::{Contract, OnFailure, Verdict},
-    driver::{AttemptState, Caller, ChainEnd, Driver, StepSpan, fmt_secs},
+    driver::{AttemptState, Caller, ChainEnd, Driver, StepSpan},
+    units::fmt_secs,
     hooks,
     judges::{self, ContextScope},
     review::{CONTRACT, Final},

@@ -34,7 +34,8 @@ use tokio::task::{JoinError, JoinSet};
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    AgentRuntime, BoundTool, Engine, EngineError, RunRef, driver::Driver, driver::Observer,
+    AgentRuntime, BoundTool, Engine, EngineError, RunRef, SubAgentRuntime, driver::Driver,
+    observer::Observer,
 };
 
 /// How many times opening a child run is attempted when the session's journal keeps moving.
@@ -43,36 +44,6 @@ const MAX_OPEN_ATTEMPTS: usize = 5;
 /// Appended to a sub-agent's description, for the model that may call it.
 pub const AGENT_HINT: &str = "This tool hands a task to another agent, which does not see this \
 conversation: write in `message` everything it needs. Only its final answer comes back.";
-
-/// An agent offered to another as a tool (`subagents:` of the calling agent).
-#[derive(Debug, Clone)]
-pub struct SubAgentRuntime {
-    /// The tool name the model calls (the agent's name unless renamed).
-    pub name: String,
-    /// What the tool does, offered to the model (followed by [`AGENT_HINT`]).
-    pub description: String,
-    /// The agent that runs each call, as a child run.
-    pub agent: Arc<AgentRuntime>,
-    /// The part, in `(0, 1]`, of what remains of the caller's run budget that the child run
-    /// receives (`None`: the child run has no budget of its own).
-    pub budget_share: Option<f64>,
-}
-
-impl SubAgentRuntime {
-    /// Offers `agent` under `name`, without a budget share.
-    pub fn new(
-        name: impl Into<String>,
-        description: impl Into<String>,
-        agent: Arc<AgentRuntime>,
-    ) -> SubAgentRuntime {
-        SubAgentRuntime {
-            name: name.into(),
-            description: description.into(),
-            agent,
-            budget_share: None,
-        }
-    }
-}
 
 /// The declaration of a sub-agent as a tool: the engine intercepts its calls and drives them as
 /// child runs, so [`Tool::call`] is never how a sub-agent runs.
@@ -210,17 +181,6 @@ pub(crate) fn blocked(events: &[Event], state: &RunState, now: DateTime<Utc>) ->
             },
             _ => false,
         })
-}
-
-/// The agent named `name` in `agent`'s tree of sub-agents (`agent` itself included).
-pub(crate) fn find_agent<'a>(agent: &'a AgentRuntime, name: &str) -> Option<&'a AgentRuntime> {
-    if agent.name == name {
-        return Some(agent);
-    }
-    agent
-        .subagents
-        .iter()
-        .find_map(|sub| find_agent(&sub.agent, name))
 }
 
 /// The child run a launched call drives: the one its `tool.called` already names (a re-played

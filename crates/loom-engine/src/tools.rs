@@ -29,7 +29,8 @@ use tokio::task::JoinSet;
 
 use crate::{
     BoundTool, EngineError,
-    driver::{Driver, StepEnd, StepSpan, fmt_secs},
+    driver::{Driver, StepEnd, StepSpan},
+    units::fmt_secs,
     hooks::{self, End},
     roles::RoleEnd,
     subagents::{self, ChildDone, ChildEnd, Next},

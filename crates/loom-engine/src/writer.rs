@@ -6,7 +6,7 @@ use loom_core::{
     ports::{EventStore, StoreError},
 };
 
-use crate::{EngineError, RunRef, driver::Observer};
+use crate::{EngineError, RunRef, observer::Observer};
 
 /// How many times a write is retried when other runs of the session wrote in between.
 const MAX_CONFLICT_RETRIES: usize = 5;
