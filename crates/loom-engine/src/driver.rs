@@ -8,7 +8,7 @@ use std::{
 };
 
 use crate::{
-    AgentRuntime, BeginRun, BoundTool, Breakers, Cancel, Engine, EngineError, ModelBinding, RunRef,
+    AgentRuntime, BoundTool, Breakers, Cancel, Engine, EngineError, ModelBinding, RunRef,
     request,
     resilience,
     observer::Observer,
@@ -18,16 +18,15 @@ use crate::{
 };
 use loom_core::{
     Event, Message, RunState, RunStatus,
-    approval::{ApprovalRecord, Approver, Decision, OnExpiry},
+    approval::{ApprovalRecord, Approver, OnExpiry},
     circuit::Admission,
     content::BlockKind,
     event::{
-        ApprovalExpired, CircuitOpened, Effect, Envelope, MessageUser, ModelExchanged,
-        ModelFellBack, ModelResponded, ModelRetried, Outcome, Payload, RunCancelled, RunClaimed,
-        RunCompleted, RunContext, RunFailed, RunStarted, RunTransitioned, StepCompleted,
+        ApprovalExpired, CircuitOpened, Effect, ModelExchanged,
+        ModelFellBack, ModelResponded, ModelRetried, Outcome, Payload, RunClaimed,
+        RunCompleted, RunFailed, StepCompleted,
         StepStarted, ToolSourceUnavailable,
     },
-    ids::is_safe_id,
     model::{
         HttpExchange, ModelError, ModelErrorKind, ModelRequest, ModelResponse, StopReason,
         ToolChoice,
@@ -35,9 +34,6 @@ use loom_core::{
     ports::{SourceContext, ToolSource},
     state::session_history,
 };
-
-/// How many times opening a run is attempted when the session's journal keeps moving.
-const MAX_BEGIN_ATTEMPTS: usize = 5;
 
 /// How a step's effect ended.
 pub(crate) enum StepEnd<T> {
@@ -47,125 +43,6 @@ pub(crate) enum StepEnd<T> {
 }
 
 impl Engine {
-    /// Opens a run: writes `run.started`, one `artifact.stored` per attachment, and
-    /// `message.user` (the message, then an `artifact` block per attachment) in one batch.
-    ///
-    /// Nothing is written when the ids are unusable, an attachment is refused (count, size,
-    /// type; see [`crate::AttachmentLimits::check`]), the chosen run id exists in the session,
-    /// or the session's journal cannot be folded. Attachments are stored in the artifact store
-    /// just before the batch is appended.
-    pub async fn begin(
-        &self,
-        agent: &AgentRuntime,
-        begin: BeginRun,
-        observer: &dyn Observer,
-    ) -> Result<RunRef, EngineError> {
-        begin.message.check().map_err(EngineError::Unusable)?;
-        for (what, id) in [
-            ("tenant", Some(&begin.tenant_id)),
-            ("session", begin.session_id.as_ref()),
-            ("run", begin.run_id.as_ref()),
-        ] {
-            if let Some(id) = id
-                && !is_safe_id(id)
-            {
-                return Err(EngineError::Unusable(format!(
-                    "{what} id '{id}' is not usable: expected [A-Za-z0-9][A-Za-z0-9._-]{{0,127}}"
-                )));
-            }
-        }
-        if !begin.attachments.is_empty() {
-            self.attachment_limits
-                .check(&begin.attachments)
-                .map_err(EngineError::Unusable)?;
-            if self.artifacts.is_none() {
-                return Err(EngineError::Invalid(
-                    "attachments need an artifact store, and this engine has none".into(),
-                ));
-            }
-        }
-        let run_id = begin.run_id.clone().unwrap_or_else(|| self.ids.uuid());
-        let session_id = begin.session_id.clone().unwrap_or_else(|| run_id.clone());
-        let run = RunRef {
-            tenant_id: begin.tenant_id.clone(),
-            session_id,
-            run_id,
-        };
-        let span = self.ids.uuid();
-        let envelope = |payload| self.event(&run, &agent.name, &span, None, None, payload);
-        let started = envelope(Payload::RunStarted(RunStarted {
-            kind: "normal".into(),
-            context: RunContext {
-                tenant_id: begin.tenant_id,
-                user_id: begin.user_id,
-                metadata: begin.metadata,
-            },
-            parent_run_id: None,
-            parent_call_id: None,
-            depth: 0,
-            triggered_by: None,
-            trigger: begin.trigger,
-            judges: begin.judges.as_str().into(),
-            budget: begin.budget,
-            state: Default::default(),
-        }));
-        let mut message = begin.message;
-        // Built once the run is known to be new: attachments are stored then, not before.
-        let mut batch: Option<Vec<Event>> = None;
-        // Other runs of the session may write in between: re-read and re-check, a few times.
-        for _ in 0..MAX_BEGIN_ATTEMPTS {
-            let events = self.store.read(&run.tenant_id, &run.session_id, 0).await?;
-            if events.iter().any(|e| e.run_id == run.run_id) {
-                return Err(EngineError::RunExists {
-                    run_id: run.run_id.clone(),
-                    session_id: run.session_id.clone(),
-                });
-            }
-            session_history(&events)?;
-            let opening = match batch.take() {
-                Some(opening) => opening,
-                None => {
-                    let mut opening = vec![started.clone()];
-                    if let Some(store) = &self.artifacts
-                        && !begin.attachments.is_empty()
-                    {
-                        let stored = crate::attachments::store(
-                            store.as_ref(),
-                            &run.tenant_id,
-                            &run.session_id,
-                            &begin.attachments,
-                        )
-                        .await?;
-                        for (event, block) in stored {
-                            opening.push(envelope(Payload::ArtifactStored(event)));
-                            message.blocks.push(block);
-                        }
-                    }
-                    opening.push(envelope(Payload::MessageUser(MessageUser {
-                        message: message.clone(),
-                        kind: "request".into(),
-                        policy: None,
-                        tools: true,
-                    })));
-                    opening
-                }
-            };
-            let last_seq = events.last().map_or(0, |e| e.seq);
-            match self.store.append(opening.clone(), last_seq).await {
-                Ok(written) => {
-                    for event in &written {
-                        observer.event(event);
-                    }
-                    tracing::debug!(run_id = %run.run_id, session_id = %run.session_id, agent = %agent.name, "run opened");
-                    return Ok(run);
-                }
-                Err(loom_core::ports::StoreError::Conflict { .. }) => batch = Some(opening),
-                Err(other) => return Err(other.into()),
-            }
-        }
-        Err(EngineError::Contention(run.session_id))
-    }
-
     /// Drives a run until it closes (or can no longer advance), returning its final state.
     ///
     /// `observer` sees every event once durable and the model's text deltas; `cancel` (a
@@ -253,7 +130,7 @@ impl Engine {
             sub: state.parent_run_id.is_some(),
             root_run_id: state.root_run_id.clone(),
             children_blocked: state.status == RunStatus::WaitingChild
-                && crate::subagents::blocked(&events, &state, self.clock.now()),
+                && crate::tree::blocked(&events, &state, self.clock.now()),
             decided: Duration::ZERO,
         };
         let outcome = driver.pilot(&mut state, &mut writer).await;
@@ -284,371 +161,6 @@ impl Engine {
             "run closed"
         );
         Ok(state)
-    }
-
-    /// Hands back this worker's live lease on an open run, read from the journal (a step was
-    /// abandoned, so the pilot's own view may lag behind what its last append wrote). Retried
-    /// while other runs of the session write meanwhile; nothing is written when the run closed
-    /// or the lease is not this worker's.
-    async fn hand_back_after_interrupt(
-        &self,
-        run: &RunRef,
-        agent_name: &str,
-    ) -> Result<(), EngineError> {
-        for _ in 0..MAX_BEGIN_ATTEMPTS {
-            let events = self.store.read(&run.tenant_id, &run.session_id, 0).await?;
-            let state = RunState::fold(&run.run_id, &events)?;
-            let now = self.clock.now();
-            let ours = state
-                .claim
-                .as_ref()
-                .is_some_and(|c| c.worker_id == self.worker_id && c.lease_until > now);
-            if state.finished || !ours {
-                return Ok(());
-            }
-            let mut event = self.event(
-                run,
-                agent_name,
-                &state.run_span_id,
-                None,
-                None,
-                Payload::RunClaimed(RunClaimed {
-                    worker_id: self.worker_id.clone(),
-                    lease_until: now,
-                }),
-            );
-            event.root_run_id.clone_from(&state.root_run_id);
-            match self
-                .store
-                .append(vec![event], events.last().map_or(0, |e| e.seq))
-                .await
-            {
-                Ok(_) => return Ok(()),
-                Err(loom_core::ports::StoreError::Conflict { .. }) => continue,
-                Err(other) => return Err(other.into()),
-            }
-        }
-        Err(EngineError::Contention(run.session_id.clone()))
-    }
-
-    /// Sends a message to a run that has not closed: it joins the conversation as a user turn
-    /// just before the run's next model call (after the open tool calls have their results),
-    /// whether the run is being driven (here or elsewhere) or waiting to be resumed.
-    pub async fn steer(
-        &self,
-        run: &RunRef,
-        agent_name: &str,
-        message: Message,
-    ) -> Result<(), EngineError> {
-        message.check().map_err(EngineError::Unusable)?;
-        for _ in 0..MAX_BEGIN_ATTEMPTS {
-            let events = self.store.read(&run.tenant_id, &run.session_id, 0).await?;
-            let state = RunState::fold(&run.run_id, &events)?;
-            if state.finished || state.status.is_terminal() {
-                return Err(EngineError::Invalid(format!(
-                    "run {} has closed ({})",
-                    run.run_id, state.status
-                )));
-            }
-            let mut event = self.event(
-                run,
-                agent_name,
-                &state.run_span_id,
-                None,
-                None,
-                Payload::MessageUser(MessageUser {
-                    message: message.clone(),
-                    kind: loom_core::state::STEER.into(),
-                    policy: None,
-                    tools: true,
-                }),
-            );
-            event.root_run_id.clone_from(&state.root_run_id);
-            match self
-                .store
-                .append(vec![event], events.last().map_or(0, |e| e.seq))
-                .await
-            {
-                Ok(_) => return Ok(()),
-                Err(loom_core::ports::StoreError::Conflict { .. }) => continue,
-                Err(other) => return Err(other.into()),
-            }
-        }
-        Err(EngineError::Contention(run.session_id.clone()))
-    }
-
-    /// Closes a run that is not being driven by this process as cancelled, after its open
-    /// sub-runs (most recent first, reason `parent`). Returns `false` when the run had already
-    /// closed.
-    pub async fn cancel_idle(
-        &self,
-        run: &RunRef,
-        agent_name: &str,
-        by: Option<String>,
-    ) -> Result<bool, EngineError> {
-        // Other runs of the session may write in between: re-read and retry a few times.
-        for _ in 0..MAX_BEGIN_ATTEMPTS {
-            let events = self.store.read(&run.tenant_id, &run.session_id, 0).await?;
-            let state = RunState::fold(&run.run_id, &events)?;
-            if state.finished || state.status.is_terminal() {
-                return Ok(false);
-            }
-            // Open sub-runs are cancelled first, in the same write.
-            let mut batch = self.descendants_closing(&events, &run.run_id)?;
-            batch.extend(self.cancellation(run, agent_name, &state, "requested", by.clone()));
-            match self
-                .store
-                .append(batch, events.last().map_or(0, |e| e.seq))
-                .await
-            {
-                Ok(_) => return Ok(true),
-                Err(loom_core::ports::StoreError::Conflict { .. }) => continue,
-                Err(other) => return Err(other.into()),
-            }
-        }
-        Err(EngineError::Contention(run.session_id.clone()))
-    }
-
-    /// Journals a human decision on the approval requests of a paused run, or of the open
-    /// sub-runs of a run waiting for them (a root run answers for its whole tree): the request
-    /// of `call_id` (the run's own first, then its descendants' in the order they started), or
-    /// every waiting one. Returns the call ids decided.
-    ///
-    /// Refused (nothing written) when nothing waits, the call has no waiting request or its
-    /// request expired ([`EngineError::Invalid`]), or corrected arguments name no single call or
-    /// break the tool's schema ([`EngineError::Unusable`]). The run is not driven: [`Engine::drive`] continues it.
-    pub async fn settle(
-        &self,
-        run: &RunRef,
-        agent: &AgentRuntime,
-        call_id: Option<&str>,
-        decision: &Decision,
-    ) -> Result<Vec<String>, EngineError> {
-        let corrected = match decision {
-            Decision::Approved {
-                arguments: Some(arguments),
-                ..
-            } => Some(arguments),
-            _ => None,
-        };
-        if corrected.is_some() && call_id.is_none() {
-            return Err(EngineError::Unusable(
-                "corrected arguments apply to one named call: give its call id".into(),
-            ));
-        }
-        for _ in 0..MAX_BEGIN_ATTEMPTS {
-            let events = self.store.read(&run.tenant_id, &run.session_id, 0).await?;
-            let state = RunState::fold(&run.run_id, &events)?;
-            // Requests of the open sub-runs surface on their ancestors.
-            let descendants = if state.finished || state.status.is_terminal() {
-                Vec::new()
-            } else {
-                crate::subagents::open_descendants(&events, &run.run_id)?
-            };
-            let waiting: Vec<(&RunState, &ApprovalRecord)> = std::iter::once(&state)
-                .chain(descendants.iter().rev())
-                .flat_map(|owner| {
-                    owner
-                        .waiting_approvals()
-                        .into_iter()
-                        .map(move |record| (owner, record))
-                })
-                .collect();
-            if waiting.is_empty() {
-                return Err(EngineError::Invalid(format!(
-                    "run {}: nothing is waiting for a decision",
-                    run.run_id
-                )));
-            }
-            let targets: Vec<(&RunState, &ApprovalRecord)> = match call_id {
-                Some(call_id) => match waiting.iter().find(|(_, a)| a.call_id == call_id) {
-                    Some(target) => vec![*target],
-                    None => {
-                        let ids: Vec<&str> =
-                            waiting.iter().map(|(_, a)| a.call_id.as_str()).collect();
-                        return Err(EngineError::Invalid(format!(
-                            "run {}: no approval is waiting for call '{call_id}' (waiting: {})",
-                            run.run_id,
-                            ids.join(", ")
-                        )));
-                    }
-                },
-                None => waiting,
-            };
-            let now = self.clock.now();
-            if let Some((_, stale)) = targets.iter().find(|(_, a)| a.is_stale(now)) {
-                return Err(EngineError::Invalid(format!(
-                    "run {}: the approval request for call '{}' expired at {}; it can no longer be decided",
-                    run.run_id,
-                    stale.call_id,
-                    stale.expire_at.map(|t| t.to_rfc3339()).unwrap_or_default()
-                )));
-            }
-            if let Some(arguments) = corrected {
-                let (owner, record) = targets[0];
-                if !arguments.is_object() {
-                    return Err(EngineError::Unusable(format!(
-                        "corrected arguments for call '{}' must be a JSON object",
-                        record.call_id
-                    )));
-                }
-                // The tool belongs to the agent of the run that asked.
-                let owner_agent = if owner.run_id == run.run_id {
-                    Some(agent)
-                } else {
-                    agent.find(owner.agent.as_deref().unwrap_or_default())
-                };
-                if let Some(owner_agent) = owner_agent
-                    && let Some(tool) = owner_agent
-                        .tools
-                        .iter()
-                        .find(|t| t.name() == record.tool_name)
-                    && owner_agent.validate_arguments
-                {
-                    let problems = tool.schema_problems(arguments);
-                    if !problems.is_empty() {
-                        return Err(EngineError::Unusable(format!(
-                            "corrected arguments for call '{}' do not match the schema of {}:\n{}",
-                            record.call_id,
-                            record.tool_name,
-                            problems.join("\n")
-                        )));
-                    }
-                }
-            }
-            let batch: Vec<Event> = targets
-                .iter()
-                .map(|(owner, record)| {
-                    let call = loom_core::state::PendingCall {
-                        call_id: record.call_id.clone(),
-                        name: record.tool_name.clone(),
-                        arguments: record.arguments.clone(),
-                        started: false,
-                        replaced_arguments: None,
-                        child_run_id: None,
-                    };
-                    let owner_run = RunRef {
-                        tenant_id: run.tenant_id.clone(),
-                        session_id: run.session_id.clone(),
-                        run_id: owner.run_id.clone(),
-                    };
-                    let mut event = self.event(
-                        &owner_run,
-                        owner.agent.as_deref().unwrap_or(&agent.name),
-                        &record.span_id,
-                        record.parent_span_id.as_deref(),
-                        None,
-                        tools::decision_payload(&call, decision),
-                    );
-                    event.root_run_id.clone_from(&owner.root_run_id);
-                    event
-                })
-                .collect();
-            let decided: Vec<String> = targets.iter().map(|(_, a)| a.call_id.clone()).collect();
-            match self
-                .store
-                .append(batch, events.last().map_or(0, |e| e.seq))
-                .await
-            {
-                Ok(_) => return Ok(decided),
-                Err(loom_core::ports::StoreError::Conflict { .. }) => continue,
-                Err(other) => return Err(other.into()),
-            }
-        }
-        Err(EngineError::Contention(run.session_id.clone()))
-    }
-
-    /// The engine's clock, now.
-    pub(crate) fn now(&self) -> chrono::DateTime<chrono::Utc> {
-        self.clock.now()
-    }
-
-    /// The transition to `cancelled` and the closing `run.cancelled` of a run (`reason`:
-    /// `requested`, or `parent` for a sub-run closed with its parent).
-    pub(crate) fn cancellation(
-        &self,
-        run: &RunRef,
-        agent: &str,
-        state: &RunState,
-        reason: &str,
-        by: Option<String>,
-    ) -> Vec<Event> {
-        let transition = self.event(
-            run,
-            agent,
-            &state.run_span_id,
-            None,
-            None,
-            Payload::RunTransitioned(RunTransitioned {
-                from_state: state.status,
-                to_state: RunStatus::Cancelled,
-                step_no: state.step,
-                cause_type: "cancel".into(),
-                cause_event_id: None,
-            }),
-        );
-        let mut transition = transition;
-        transition.root_run_id.clone_from(&state.root_run_id);
-        vec![transition, self.cancelled(run, agent, state, reason, by)]
-    }
-
-    /// The closing `run.cancelled` of a run.
-    fn cancelled(
-        &self,
-        run: &RunRef,
-        agent: &str,
-        state: &RunState,
-        reason: &str,
-        by: Option<String>,
-    ) -> Event {
-        let mut event = self.event(
-            run,
-            agent,
-            &state.run_span_id,
-            None,
-            None,
-            Payload::RunCancelled(RunCancelled {
-                reason: reason.into(),
-                by,
-                iterations: state.iterations,
-                usage: state.usage,
-                cost_usd: state.cost_usd,
-                // Requests still waiting are withdrawn with the run.
-                withdrawn: state
-                    .waiting_approvals()
-                    .into_iter()
-                    .map(|a| a.call_id.clone())
-                    .collect(),
-            }),
-        );
-        event.root_run_id.clone_from(&state.root_run_id);
-        event
-    }
-
-    pub(crate) fn event(
-        &self,
-        run: &RunRef,
-        agent: &str,
-        span: &str,
-        parent_span: Option<&str>,
-        role: Option<&str>,
-        payload: Payload,
-    ) -> Event {
-        Event::new(
-            Envelope {
-                event_id: self.ids.uuid(),
-                ts: self.clock.now(),
-                tenant_id: run.tenant_id.clone(),
-                session_id: run.session_id.clone(),
-                run_id: run.run_id.clone(),
-                root_run_id: run.run_id.clone(),
-                span_id: span.to_owned(),
-                parent_span_id: parent_span.map(str::to_owned),
-                agent: Some(agent.to_owned()),
-                role: role.map(str::to_owned),
-            },
-            payload,
-        )
     }
 }
 
@@ -693,11 +205,13 @@ impl Driver<'_> {
         role: Option<&str>,
         payload: Payload,
     ) -> Event {
-        let mut event = self
-            .engine
-            .event(self.run, &self.agent.name, span, parent, role, payload);
-        event.root_run_id.clone_from(&self.root_run_id);
-        event
+        self.events().event(span, parent, role, payload)
+    }
+
+    /// The events of this run.
+    pub(crate) fn events(&self) -> crate::events::Events<'_> {
+        self.engine
+            .events(self.run, &self.agent.name, &self.root_run_id)
     }
 
     /// Why this run is cancelled, and by whom: `requested` by whoever cancelled it (its
@@ -714,8 +228,7 @@ impl Driver<'_> {
     /// parent's).
     pub(crate) fn cancellation(&self, state: &RunState) -> Vec<Event> {
         let (reason, by) = self.cancel_cause(state);
-        self.engine
-            .cancellation(self.run, &self.agent.name, state, reason, by)
+        self.events().cancellation(state, reason, by)
     }
 
     /// Writes `batch`, then applies it to `state`.
@@ -736,7 +249,12 @@ impl Driver<'_> {
                 .store()
                 .read(&self.run.tenant_id, &self.run.session_id, 0)
                 .await?;
-            let mut closing = self.engine.descendants_closing(&events, &self.run.run_id)?;
+            let mut closing = crate::tree::closing(
+                &self.engine.ids,
+                self.engine.clock.as_ref(),
+                &events,
+                &self.run.run_id,
+            )?;
             closing.extend(batch);
             closing
         } else {
@@ -1220,13 +738,7 @@ impl Driver<'_> {
             }))),
             RunStatus::Cancelled => {
                 let (reason, by) = self.cancel_cause(state);
-                Some(vec![self.engine.cancelled(
-                    self.run,
-                    &self.agent.name,
-                    state,
-                    reason,
-                    by,
-                )])
+                Some(vec![self.events().cancelled(state, reason, by)])
             }
             RunStatus::AwaitingTools if state.pending_calls.is_empty() => {
                 let to = if state.iterations >= self.agent.max_iterations {
@@ -1271,19 +783,7 @@ impl Driver<'_> {
         cause: &str,
         cause_event_id: Option<String>,
     ) -> Event {
-        let span = state.run_span_id.clone();
-        self.event(
-            &span,
-            None,
-            None,
-            Payload::RunTransitioned(RunTransitioned {
-                from_state: state.status,
-                to_state: to,
-                step_no: state.step,
-                cause_type: cause.into(),
-                cause_event_id,
-            }),
-        )
+        self.events().transition(state, to, cause, cause_event_id)
     }
 
     /// A transition to `failed` and the closing `run.failed`.
@@ -1294,22 +794,7 @@ impl Driver<'_> {
         error_type: &str,
         error: &str,
     ) -> Vec<Event> {
-        let span = state.run_span_id.clone();
-        vec![
-            self.transition(state, RunStatus::Failed, cause, None),
-            self.event(
-                &span,
-                None,
-                None,
-                Payload::RunFailed(RunFailed {
-                    error_type: error_type.into(),
-                    error: error.into(),
-                    iterations: state.iterations,
-                    usage: state.usage,
-                    cost_usd: state.cost_usd,
-                }),
-            ),
-        ]
+        self.events().failure(state, cause, error_type, error)
     }
 
     /// The time left before the run's timeout, if it has one.

@@ -47,6 +47,7 @@ pub mod roles;
 mod stop;
 mod subagents;
 mod tools;
+mod tree;
 mod units;
 mod writer;
 
@@ -77,5 +78,6 @@ pub use request::request_hash;
 pub use resilience::{Breakers, CircuitSettings, ModelTimeouts, RetryPolicy};
 pub use roles::{REFS_HINT, RoleContext, RoleRuntime};
 pub use stop::StopSignal;
-pub use subagents::{AGENT_HINT, descendant_approvals, open_descendants};
+pub use subagents::AGENT_HINT;
 pub use tools::{UNKNOWN_REASON, UNKNOWN_STATE, idempotency_key};
+pub use tree::{descendant_approvals, open_descendants};

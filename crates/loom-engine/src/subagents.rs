@@ -18,13 +18,12 @@
 
 use std::{future::Future, pin::Pin, sync::Arc, time::Instant};
 
-use chrono::{DateTime, Utc};
 use futures_util::{StreamExt, stream::FuturesUnordered};
 use loom_core::{
-    BoxFuture, Event, Message, RunState, RunStatus, Usage,
-    approval::{ApprovalRecord, Approver, PendingApproval},
+    BoxFuture, Message, RunState, RunStatus, Usage,
+    approval::Approver,
     event::{MessageUser, Payload, RunBudget, RunContext, RunStarted},
-    state::{FoldError, PendingCall},
+    state::PendingCall,
     tool::{
         SideEffects, Tool, ToolContext, ToolDeclarations, ToolError, ToolKind, ToolOutput, ToolSpec,
     },
@@ -34,12 +33,11 @@ use tokio::task::{JoinError, JoinSet};
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    AgentRuntime, BoundTool, Engine, EngineError, RunRef, SubAgentRuntime, driver::Driver,
+    AgentRuntime, BoundTool, Engine, EngineError, RunRef, SubAgentRuntime,
+    driver::Driver,
     observer::Observer,
+    writer::{Attempt, append_fresh},
 };
-
-/// How many times opening a child run is attempted when the session's journal keeps moving.
-const MAX_OPEN_ATTEMPTS: usize = 5;
 
 /// Appended to a sub-agent's description, for the model that may call it.
 pub const AGENT_HINT: &str = "This tool hands a task to another agent, which does not see this \
@@ -122,65 +120,6 @@ pub(crate) fn offered(agent: &AgentRuntime, depth: u32) -> Vec<BoundTool> {
             }
         })
         .collect()
-}
-
-/// The descendants of `run_id` (children, their children…) that have not closed, folded from
-/// the session's `events`, most recently started first: the order in which a closing parent
-/// cancels them.
-pub fn open_descendants(events: &[Event], run_id: &str) -> Result<Vec<RunState>, FoldError> {
-    let mut tree: Vec<&str> = vec![run_id];
-    for event in events {
-        if let Payload::RunStarted(started) = &event.payload
-            && let Some(parent) = &started.parent_run_id
-            && tree.contains(&parent.as_str())
-            && !tree.contains(&event.run_id.as_str())
-        {
-            tree.push(&event.run_id);
-        }
-    }
-    let mut open = Vec::new();
-    for id in tree.into_iter().skip(1).rev() {
-        let state = RunState::fold(id, events)?;
-        if !state.finished && !state.status.is_terminal() {
-            open.push(state);
-        }
-    }
-    Ok(open)
-}
-
-/// The approval requests waiting in the open descendants of `run_id`, in the order their runs
-/// started: what a root run waiting for its children shows as its own pending approvals.
-pub fn descendant_approvals(
-    events: &[Event],
-    run_id: &str,
-) -> Result<Vec<PendingApproval>, FoldError> {
-    Ok(open_descendants(events, run_id)?
-        .iter()
-        .rev()
-        .flat_map(RunState::pending_approvals)
-        .collect())
-}
-
-/// Whether a run waiting for its children cannot move now: it has child runs, and each is
-/// paused on a request that waits and has not expired, or is itself blocked on its children.
-pub(crate) fn blocked(events: &[Event], state: &RunState, now: DateTime<Utc>) -> bool {
-    let children: Vec<&str> = state
-        .pending_calls
-        .iter()
-        .filter_map(|c| c.child_run_id.as_deref())
-        .collect();
-    !children.is_empty()
-        && children.iter().all(|id| match RunState::fold(id, events) {
-            Ok(child) if !child.finished => match child.status {
-                RunStatus::Paused => {
-                    child.approvals.iter().any(ApprovalRecord::is_pending)
-                        && !child.approvals.iter().any(|a| a.is_stale(now))
-                }
-                RunStatus::WaitingChild => blocked(events, &child, now),
-                _ => false,
-            },
-            _ => false,
-        })
 }
 
 /// The child run a launched call drives: the one its `tool.called` already names (a re-played
@@ -447,16 +386,12 @@ impl Engine {
         observer: &dyn Observer,
     ) -> Result<bool, EngineError> {
         let run = &opening.run;
-        for _ in 0..MAX_OPEN_ATTEMPTS {
-            let events = self
-                .store()
-                .read(&run.tenant_id, &run.session_id, 0)
-                .await?;
+        let (opened, written) = append_fresh(self.store.as_ref(), run, |events| {
             if events.iter().any(|e| e.run_id == run.run_id) {
-                return Ok(true);
+                return Ok(Attempt::Done(true));
             }
             let Some(text) = opening.message.as_deref().filter(|t| !t.is_empty()) else {
-                return Ok(false);
+                return Ok(Attempt::Done(false));
             };
             // The child runs for the same end user as its parent.
             let context = events
@@ -472,15 +407,13 @@ impl Engine {
                     user_id: None,
                     metadata: Map::new(),
                 });
-            let span = self.ids().uuid();
-            let event = |parent: Option<&str>, payload| {
-                let mut event = self.event(run, &agent.name, &span, parent, None, payload);
-                event.root_run_id = opening.root_run_id.clone();
-                event
-            };
+            let span = self.ids.uuid();
+            let child = self.events(run, &agent.name, &opening.root_run_id);
             let batch = vec![
-                event(
+                child.event(
+                    &span,
                     Some(&opening.parent_span),
+                    None,
                     Payload::RunStarted(RunStarted {
                         kind: "normal".into(),
                         context,
@@ -494,7 +427,9 @@ impl Engine {
                         state: Map::new(),
                     }),
                 ),
-                event(
+                child.event(
+                    &span,
+                    None,
                     None,
                     Payload::MessageUser(MessageUser {
                         message: Message::user(text),
@@ -504,48 +439,15 @@ impl Engine {
                     }),
                 ),
             ];
-            match self
-                .store()
-                .append(batch, events.last().map_or(0, |e| e.seq))
-                .await
-            {
-                Ok(written) => {
-                    for event in &written {
-                        observer.event(event);
-                    }
-                    tracing::debug!(run_id = %run.run_id, parent_run_id = %opening.parent_run_id, agent = %agent.name, "sub-run opened");
-                    return Ok(true);
-                }
-                Err(loom_core::ports::StoreError::Conflict { .. }) => continue,
-                Err(other) => return Err(other.into()),
+            Ok(Attempt::Write(batch, true))
+        })
+        .await?;
+        if !written.is_empty() {
+            for event in &written {
+                observer.event(event);
             }
+            tracing::debug!(run_id = %run.run_id, parent_run_id = %opening.parent_run_id, agent = %agent.name, "sub-run opened");
         }
-        Err(EngineError::Contention(run.session_id.clone()))
-    }
-
-    /// The cancellation of every open descendant of `run_id` (most recent first, reason
-    /// `parent`, by `run_id`), read from the session's `events`.
-    pub(crate) fn descendants_closing(
-        &self,
-        events: &[Event],
-        run_id: &str,
-    ) -> Result<Vec<Event>, EngineError> {
-        let mut batch = Vec::new();
-        for child in open_descendants(events, run_id)? {
-            let run = RunRef {
-                tenant_id: child.tenant_id.clone(),
-                session_id: child.session_id.clone(),
-                run_id: child.run_id.clone(),
-            };
-            let agent = child.agent.clone().unwrap_or_default();
-            batch.extend(self.cancellation(
-                &run,
-                &agent,
-                &child,
-                "parent",
-                Some(run_id.to_owned()),
-            ));
-        }
-        Ok(batch)
+        Ok(opened)
     }
 }

@@ -13,9 +13,9 @@ use futures_util::FutureExt;
 
 use loom_core::{
     RunState, RunStatus,
-    approval::{ApprovalStatus, Decision, PendingApproval, expiry_message, rejection_message},
+    approval::{ApprovalStatus, PendingApproval, expiry_message, rejection_message},
     event::{
-        ApprovalGranted, ApprovalRejected, ApprovalRequested, Effect, IdempotencyRecorded,
+        ApprovalRequested, Effect, IdempotencyRecorded,
         IdempotencyReused, Outcome, Payload, ToolCalled, ToolCompleted,
     },
     policy::Subject,
@@ -228,7 +228,7 @@ pub(crate) async fn batch<'d>(
                             .await;
                     }
                 };
-                let payload = decision_payload(&call, &decision);
+                let payload = crate::events::decision_payload(&call, &decision);
                 let decided = driver.event(&span, Some(&step.span), None, payload);
                 driver.write(state, writer, vec![decided]).await?;
                 emitted += 1;
@@ -1029,7 +1029,7 @@ fn request(
         .approval
         .expires_in
         .and_then(|d| chrono::Duration::from_std(d).ok())
-        .and_then(|d| driver.engine.now().checked_add_signed(d));
+        .and_then(|d| driver.engine.clock.now().checked_add_signed(d));
     Payload::ApprovalRequested(ApprovalRequested {
         call_id: call.call_id.clone(),
         tool_name: tool.name().to_owned(),
@@ -1055,29 +1055,6 @@ fn pending_of(driver: &Driver<'_>, event: &loom_core::Event) -> PendingApproval 
         run_id: driver.run.run_id.clone(),
         session_id: driver.run.session_id.clone(),
         tenant_id: driver.run.tenant_id.clone(),
-    }
-}
-
-/// The journal event of a decision on `call`.
-pub(crate) fn decision_payload(call: &PendingCall, decision: &Decision) -> Payload {
-    match decision {
-        Decision::Approved {
-            by,
-            reason,
-            arguments,
-        } => Payload::ApprovalGranted(ApprovalGranted {
-            call_id: call.call_id.clone(),
-            tool_name: call.name.clone(),
-            by: by.clone(),
-            reason: reason.clone(),
-            arguments: arguments.clone(),
-        }),
-        Decision::Rejected { by, reason } => Payload::ApprovalRejected(ApprovalRejected {
-            call_id: call.call_id.clone(),
-            tool_name: call.name.clone(),
-            by: by.clone(),
-            reason: reason.clone(),
-        }),
     }
 }
 
