@@ -257,9 +257,9 @@ impl Engine {
                 return Ok(Attempt::Done(false));
             }
             // Open sub-runs are cancelled first, in the same write.
-            let mut batch = tree::closing(&self.ids, self.clock.as_ref(), events, &run.run_id)?;
-            let events = self.events(run, agent_name, &state.root_run_id);
-            batch.extend(events.cancellation(&state, "requested", by.clone()));
+            let own = self.events(run, agent_name, &state.root_run_id);
+            let mut batch = tree::closing(&own, events, &run.run_id)?;
+            batch.extend(own.cancellation(&state, "requested", by.clone()));
             Ok(Attempt::Write(batch, true))
         })
         .await

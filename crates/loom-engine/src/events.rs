@@ -8,10 +8,11 @@ use loom_core::{
     approval::Decision,
     event::{
         ApprovalGranted, ApprovalRejected, Envelope, Payload, RunCancelled, RunFailed,
-        RunTransitioned,
+        RunTransitioned, ToolCompleted,
     },
     ports::Clock,
     state::PendingCall,
+    tool::ToolOutput,
 };
 
 use crate::ids::Ids;
@@ -54,6 +55,15 @@ impl<'a> Events<'a> {
             agent,
             root_run_id,
         }
+    }
+
+    /// The events of another run (`run`, of `agent`, in the tree rooted at `root_run_id`),
+    /// with the same ids and clock.
+    pub(crate) fn of<'b>(&self, run: &'b RunRef, agent: &'b str, root_run_id: &'b str) -> Events<'b>
+    where
+        'a: 'b,
+    {
+        Events::new(self.ids, self.clock, run, agent, root_run_id)
     }
 
     /// The run.
@@ -204,4 +214,22 @@ pub(crate) fn decision_payload(call: &PendingCall, decision: &Decision) -> Paylo
             reason: reason.clone(),
         }),
     }
+}
+
+/// The `tool.completed` of `call`.
+pub(crate) fn completed_payload(
+    call: &PendingCall,
+    output: ToolOutput,
+    latency_ms: f64,
+) -> Payload {
+    let size = serde_json::to_string(&output).map_or(0, |s| s.len() as u64);
+    Payload::ToolCompleted(ToolCompleted {
+        call_id: call.call_id.clone(),
+        tool_name: call.name.clone(),
+        output,
+        latency_ms,
+        size,
+        usage: None,
+        cost_usd: 0.0,
+    })
 }

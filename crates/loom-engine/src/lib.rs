@@ -29,17 +29,24 @@ pub mod attachments;
 mod binding;
 pub mod budget;
 mod cancel;
+mod chain;
 mod commands;
+mod context;
 pub mod contract;
+mod decide;
 mod driver;
 mod engine;
 mod error;
 mod events;
 mod hooks;
 mod ids;
+mod io;
 mod judges;
+mod model_step;
 mod observer;
+mod offer;
 mod offload;
+mod output;
 mod request;
 mod resilience;
 mod review;
@@ -68,15 +75,16 @@ pub use engine::{DEFAULT_LEASE, Engine};
 pub use error::EngineError;
 pub use events::RunRef;
 pub use ids::Ids;
+pub use context::{ContextScope, RoleContext};
 pub use judges::{
-    ContextScope, Criterion, JUDGE_SYSTEM, JudgeCondition, JudgeContext, JudgeInput, JudgeMode,
-    JudgeRuntime, JudgeWhen, VERDICT_TOOL, parse_verdict, sample_point, sampled,
+    Criterion, JUDGE_SYSTEM, JudgeCondition, JudgeContext, JudgeInput, JudgeMode, JudgeRuntime,
+    JudgeWhen, VERDICT_TOOL, parse_verdict, sample_point, sampled,
 };
 pub use observer::Observer;
 pub use offload::artifact_read as artifact_reader;
 pub use request::request_hash;
 pub use resilience::{Breakers, CircuitSettings, ModelTimeouts, RetryPolicy};
-pub use roles::{REFS_HINT, RoleContext, RoleRuntime};
+pub use roles::{REFS_HINT, RoleRuntime};
 pub use stop::StopSignal;
 pub use subagents::AGENT_HINT;
 pub use tools::{UNKNOWN_REASON, UNKNOWN_STATE, idempotency_key};

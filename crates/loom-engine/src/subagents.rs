@@ -33,11 +33,49 @@ use tokio::task::{JoinError, JoinSet};
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    AgentRuntime, BoundTool, Engine, EngineError, RunRef, SubAgentRuntime,
-    driver::Driver,
+    agent::{AgentRuntime, SubAgentRuntime},
+    binding::BoundTool,
+    budget::{self, BudgetLimits},
+    cancel::Cancel,
+    engine::Engine,
+    error::EngineError,
+    events::{Events, RunRef},
     observer::Observer,
     writer::{Attempt, append_fresh},
 };
+
+/// Drives a run until it closes or can no longer advance: the engine's loop, handed to the
+/// tool batch so that a child run is driven by the same loop while no point names the driver.
+pub(crate) trait Pilot: Send + Sync {
+    /// Drives `run` of `agent` (see `Engine::drive_with`).
+    fn drive<'a>(
+        &'a self,
+        run: &'a RunRef,
+        agent: &'a AgentRuntime,
+        observer: &'a dyn Observer,
+        cancel: Cancel,
+        approver: Option<Arc<dyn Approver>>,
+    ) -> BoxFuture<'a, Result<RunState, EngineError>>;
+}
+
+/// What opening and driving child runs needs: the engine (journal, ids, stop signal), its
+/// loop, what the parent's pilot shares with its children (observer, approver), and the
+/// parent agent's sub-agents and budget.
+#[derive(Clone, Copy)]
+pub(crate) struct Spawn<'a> {
+    /// The engine.
+    pub(crate) engine: &'a Engine,
+    /// Its loop.
+    pub(crate) pilot: &'a dyn Pilot,
+    /// Sees the children's events as their parent's.
+    pub(crate) observer: &'a dyn Observer,
+    /// Decides the children's approvals inline, as their parent's.
+    pub(crate) approver: Option<&'a Arc<dyn Approver>>,
+    /// The parent agent's sub-agents.
+    pub(crate) subagents: &'a [SubAgentRuntime],
+    /// The parent agent's budget.
+    pub(crate) budget: Option<&'a BudgetLimits>,
+}
 
 /// Appended to a sub-agent's description, for the model that may call it.
 pub const AGENT_HINT: &str = "This tool hands a task to another agent, which does not see this \
@@ -125,17 +163,14 @@ pub(crate) fn offered(agent: &AgentRuntime, depth: u32) -> Vec<BoundTool> {
 /// The child run a launched call drives: the one its `tool.called` already names (a re-played
 /// call), else a new id; `None` when the call is not a sub-agent's.
 pub(crate) fn child_id(
-    driver: &Driver<'_>,
+    spawn: &Spawn<'_>,
+    events: Events<'_>,
     tool: &BoundTool,
     call: &PendingCall,
 ) -> Option<String> {
     let is_subagent = tool.tool.spec().kind == ToolKind::Agent
-        && driver.agent.subagents.iter().any(|s| s.name == call.name);
-    is_subagent.then(|| {
-        call.child_run_id
-            .clone()
-            .unwrap_or_else(|| driver.engine.ids().uuid())
-    })
+        && spawn.subagents.iter().any(|s| s.name == call.name);
+    is_subagent.then(|| call.child_run_id.clone().unwrap_or_else(|| events.uuid()))
 }
 
 /// How a child run ended, for its parent.
@@ -254,7 +289,8 @@ struct Opening {
 /// opened unless it exists, then driven until it closes or waits.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn launch<'d>(
-    driver: &Driver<'d>,
+    spawn: &Spawn<'d>,
+    run: &RunRef,
     state: &RunState,
     call: &PendingCall,
     span: &str,
@@ -263,11 +299,8 @@ pub(crate) fn launch<'d>(
     index: usize,
     cancel: CancellationToken,
 ) -> Pin<Box<dyn Future<Output = ChildDone> + Send + 'd>> {
-    let engine: &'d Engine = driver.engine;
-    let observer: &'d dyn Observer = driver.observer;
-    let approver = driver.approver.clone();
-    let sub = driver
-        .agent
+    let spawn = *spawn;
+    let sub = spawn
         .subagents
         .iter()
         .find(|s| s.name == call.name)
@@ -275,16 +308,16 @@ pub(crate) fn launch<'d>(
     // The child's budget: its share of what remains of the parent's limits (the agent's,
     // tightened by the parent's own share).
     let budget = sub.as_ref().and_then(|s| s.budget_share).and_then(|part| {
-        crate::budget::share(
-            &crate::budget::run_limits(driver.agent.budget.as_ref(), state),
-            crate::budget::Spent::of(state),
+        budget::share(
+            &budget::run_limits(spawn.budget, state),
+            budget::Spent::of(state),
             part,
         )
     });
     let opening = Opening {
         run: RunRef {
-            tenant_id: driver.run.tenant_id.clone(),
-            session_id: driver.run.session_id.clone(),
+            tenant_id: run.tenant_id.clone(),
+            session_id: run.session_id.clone(),
             run_id: child_run_id.to_owned(),
         },
         root_run_id: state.root_run_id.clone(),
@@ -303,7 +336,7 @@ pub(crate) fn launch<'d>(
     Box::pin(async move {
         let started = Instant::now();
         let end = match sub {
-            Some(sub) => run_child(engine, observer, approver, cancel, sub, opening).await,
+            Some(sub) => run_child(spawn, cancel, sub, opening).await,
             None => Err(EngineError::Invalid(format!("no sub-agent named '{name}'"))),
         };
         ChildDone {
@@ -315,14 +348,13 @@ pub(crate) fn launch<'d>(
 }
 
 async fn run_child(
-    engine: &Engine,
-    observer: &dyn Observer,
-    approver: Option<Arc<dyn Approver>>,
+    spawn: Spawn<'_>,
     cancel: CancellationToken,
     sub: SubAgentRuntime,
     opening: Opening,
 ) -> Result<ChildEnd, EngineError> {
-    if !engine.open_child(&sub.agent, &opening, observer).await? {
+    let engine = spawn.engine;
+    if !engine.open_child(&sub.agent, &opening, spawn.observer).await? {
         return Ok(ChildEnd::Answered {
             output: Box::new(ToolOutput::error(format!(
                 "The sub-agent {} needs a non-empty `message` (a string) describing its task.",
@@ -332,8 +364,15 @@ async fn run_child(
             cost_usd: 0.0,
         });
     }
-    let state = engine
-        .drive_with(&opening.run, &sub.agent, observer, &cancel, approver)
+    let state = spawn
+        .pilot
+        .drive(
+            &opening.run,
+            &sub.agent,
+            spawn.observer,
+            Cancel::from(&cancel),
+            spawn.approver.cloned(),
+        )
         .await?;
     let waits = matches!(state.status, RunStatus::Paused | RunStatus::WaitingChild);
     if engine.stop_signal().is_requested() && !state.finished && !waits {

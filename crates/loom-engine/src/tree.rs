@@ -7,14 +7,12 @@ use loom_core::{
     Event, RunState, RunStatus,
     approval::{ApprovalRecord, PendingApproval},
     event::Payload,
-    ports::Clock,
     state::FoldError,
 };
 
 use crate::{
     error::EngineError,
     events::{Events, RunRef},
-    ids::Ids,
 };
 
 /// The descendants of `run_id` (children, their children…) that have not closed, folded from
@@ -77,24 +75,23 @@ pub(crate) fn blocked(events: &[Event], state: &RunState, now: DateTime<Utc>) ->
 }
 
 /// The cancellation of every open descendant of `run_id` (most recent first, reason `parent`,
-/// by `run_id`), read from the session's `events`: what precedes the closing of `run_id` in
-/// the same write.
+/// by `run_id`), read from the session's `journal`: what precedes the closing of `run_id` in
+/// the same write. `events` gives the ids and the clock.
 pub(crate) fn closing(
-    ids: &Ids,
-    clock: &dyn Clock,
-    events: &[Event],
+    events: &Events<'_>,
+    journal: &[Event],
     run_id: &str,
 ) -> Result<Vec<Event>, EngineError> {
     let mut batch = Vec::new();
-    for child in open_descendants(events, run_id)? {
+    for child in open_descendants(journal, run_id)? {
         let run = RunRef {
             tenant_id: child.tenant_id.clone(),
             session_id: child.session_id.clone(),
             run_id: child.run_id.clone(),
         };
         let agent = child.agent.clone().unwrap_or_default();
-        let events = Events::new(ids, clock, &run, &agent, &child.root_run_id);
-        batch.extend(events.cancellation(&child, "parent", Some(run_id.to_owned())));
+        let child_events = events.of(&run, &agent, &child.root_run_id);
+        batch.extend(child_events.cancellation(&child, "parent", Some(run_id.to_owned())));
     }
     Ok(batch)
 }
