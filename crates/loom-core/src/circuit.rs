@@ -89,10 +89,16 @@ pub enum Admission<T> {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State<T> {
-    Closed { failures: u32 },
-    Open { until: T },
+    Closed {
+        failures: u32,
+    },
+    Open {
+        until: T,
+    },
     /// One trial call is in flight since `since`.
-    Trial { since: T },
+    Trial {
+        since: T,
+    },
 }
 
 /// The breaker of one target. Starts closed.
@@ -302,7 +308,10 @@ mod tests {
             Duration::ZERO
         );
         let now = Instant::now();
-        assert_eq!(now.until(now.plus(Duration::from_secs(2))), Duration::from_secs(2));
+        assert_eq!(
+            now.until(now.plus(Duration::from_secs(2))),
+            Duration::from_secs(2)
+        );
         assert_eq!(now.plus(Duration::from_secs(2)).until(now), Duration::ZERO);
     }
 }

@@ -107,7 +107,6 @@ enum Attempts {
     Fatal(ModelError),
 }
 
-
 /// Calls a slot's model chain from `start` until a model answers: each model is tried
 /// with its retry policy, skipped while its breaker is open, and left for the next one
 /// (`model.fell_back`) when it keeps failing. Events go in `caller.span`, with the
@@ -154,7 +153,10 @@ pub(crate) async fn call<'m>(
             ("circuit_open".to_owned(), message)
         } else {
             let request = build(model);
-            match attempts(io, models, state, caller, model, request, deadline, progress).await?
+            match attempts(
+                io, models, state, caller, model, request, deadline, progress,
+            )
+            .await?
             {
                 Attempts::Answered(answer) => {
                     return Ok(ChainEnd::Answered { model, answer });
@@ -320,13 +322,11 @@ async fn attempts(
             }
             StepEnd::Done(Err(error)) => {
                 // The exchange of a failed attempt goes before what its failure leads to.
-                write_in_step(io, state, exchanged, progress)
-                    .await?;
+                write_in_step(io, state, exchanged, progress).await?;
                 error
             }
             end @ (StepEnd::Cancelled | StepEnd::TimedOut) => {
-                write_in_step(io, state, exchanged, progress)
-                    .await?;
+                write_in_step(io, state, exchanged, progress).await?;
                 if model.circuit.is_some() {
                     // A trial cut short says nothing about the model.
                     models.breakers.release(&key, io.events().now());
@@ -336,85 +336,135 @@ async fn attempts(
             }
         };
         tracing::debug!(run_id = %run.run_id, model = %model.config_id, attempt, kind = %error.kind, error = %error.message, "model call failed");
-        let mut opened = false;
-        if let Some(settings) = &model.circuit
-            && let Some(failures) =
-                models
-                    .breakers
-                    .failure(&key, settings, error.kind, io.events().now())
+        let trying = Trying {
+            caller,
+            model,
+            key: &key,
+        };
+        let opened = trying.failed(io, models, state, &error, progress).await?;
+        if let Some(end) = trying
+            .retry(io, state, attempt, error, opened, deadline, progress)
+            .await?
         {
-            opened = true;
-            let event = io.event(
-                caller.span,
-                caller.parent,
-                Some(caller.slot),
-                Payload::CircuitOpened(CircuitOpened {
-                    target_kind: "model".into(),
-                    target: model.config_id.clone(),
-                    failures,
-                    cooldown_s: settings.cooldown.as_secs_f64(),
-                    error: Some(error.message.clone()),
-                    call_id: caller.call_id.map(str::to_owned),
-                    judge: caller.judge.map(str::to_owned),
-                }),
-            );
-            io.write(state, vec![event]).await?;
-            progress.emitted += 1;
+            return Ok(end);
         }
+        attempt += 1;
+    }
+}
+
+/// One model of a chain being tried for a caller.
+struct Trying<'c> {
+    caller: Caller<'c>,
+    model: &'c ModelBinding,
+    /// Its breaker's key.
+    key: &'c str,
+}
+
+impl Trying<'_> {
+    /// Reports a failed attempt to the model's breaker; when that opens it, `circuit.opened` is
+    /// journaled in the step. Returns whether it opened.
+    async fn failed(
+        &self,
+        io: &mut Io<'_>,
+        models: &Models<'_>,
+        state: &mut RunState,
+        error: &ModelError,
+        progress: &mut AttemptState,
+    ) -> Result<bool, EngineError> {
+        let (caller, model) = (self.caller, self.model);
+        let Some(settings) = &model.circuit else {
+            return Ok(false);
+        };
+        let Some(failures) =
+            models
+                .breakers
+                .failure(self.key, settings, error.kind, io.events().now())
+        else {
+            return Ok(false);
+        };
+        let event = io.event(
+            caller.span,
+            caller.parent,
+            Some(caller.slot),
+            Payload::CircuitOpened(CircuitOpened {
+                target_kind: "model".into(),
+                target: model.config_id.clone(),
+                failures,
+                cooldown_s: settings.cooldown.as_secs_f64(),
+                error: Some(error.message.clone()),
+                call_id: caller.call_id.map(str::to_owned),
+                judge: caller.judge.map(str::to_owned),
+            }),
+        );
+        io.write(state, vec![event]).await?;
+        progress.emitted += 1;
+        Ok(true)
+    }
+
+    /// What failed attempt `attempt` leads to: `None` to try the model again, after the
+    /// retry's delay (`model.retried`, journaled before the wait, which cancellation and the
+    /// run timeout cut); else leave the model (retries exhausted, the breaker `opened`, a
+    /// `Retry-After` too long, quota, context overflow) or fail for good.
+    #[allow(clippy::too_many_arguments)]
+    async fn retry(
+        &self,
+        io: &mut Io<'_>,
+        state: &mut RunState,
+        attempt: u32,
+        error: ModelError,
+        opened: bool,
+        deadline: Option<tokio::time::Instant>,
+        progress: &mut AttemptState,
+    ) -> Result<Option<Attempts>, EngineError> {
+        let (caller, model) = (self.caller, self.model);
         match error.kind {
-            kind if kind.is_retryable() => {
-                if opened || attempt >= model.retry.attempts() {
-                    return Ok(Attempts::Exhausted(error));
-                }
-                let delay = match error.retry_after {
-                    Some(after) if after > model.retry.max_delay => {
-                        return Ok(Attempts::Exhausted(error));
-                    }
-                    Some(after) => after,
-                    None => model
-                        .retry
-                        .delay(attempt, resilience::jitter(&io.events().uuid())),
-                };
-                let retried = io.event(
-                    caller.span,
-                    caller.parent,
-                    Some(caller.slot),
-                    Payload::ModelRetried(ModelRetried {
-                        model_id: model.model_id.clone(),
-                        model: Some(model.config_id.clone()),
-                        provider: model.client.provider().to_owned(),
-                        attempt,
-                        error_kind: error.kind.as_str().to_owned(),
-                        error: error.message.clone(),
-                        http_status: error.http_status,
-                        delay_s: delay.as_secs_f64(),
-                        call_id: caller.call_id.map(str::to_owned),
-                        judge: caller.judge.map(str::to_owned),
-                        usage: None,
-                        cost_usd: 0.0,
-                        r#final: false,
-                    }),
-                );
-                // Journaled before the wait, which cancellation and the run timeout cut.
-                io.write(state, vec![retried]).await?;
-                progress.emitted += 1;
-                match io
-                    .wait(state, tokio::time::sleep(delay), deadline)
-                    .await?
-                {
-                    StepEnd::Done(()) => {}
-                    StepEnd::Cancelled => {
-                        return Ok(Attempts::Interrupted { timed_out: false });
-                    }
-                    StepEnd::TimedOut => return Ok(Attempts::Interrupted { timed_out: true }),
-                }
-                attempt += 1;
-            }
+            kind if kind.is_retryable() => {}
             ModelErrorKind::QuotaExhausted | ModelErrorKind::ContextOverflow => {
-                return Ok(Attempts::Exhausted(error));
+                return Ok(Some(Attempts::Exhausted(error)));
             }
-            _ => return Ok(Attempts::Fatal(error)),
+            _ => return Ok(Some(Attempts::Fatal(error))),
         }
+        if opened || attempt >= model.retry.attempts() {
+            return Ok(Some(Attempts::Exhausted(error)));
+        }
+        let delay = match error.retry_after {
+            Some(after) if after > model.retry.max_delay => {
+                return Ok(Some(Attempts::Exhausted(error)));
+            }
+            Some(after) => after,
+            None => model
+                .retry
+                .delay(attempt, resilience::jitter(&io.events().uuid())),
+        };
+        let retried = io.event(
+            caller.span,
+            caller.parent,
+            Some(caller.slot),
+            Payload::ModelRetried(ModelRetried {
+                model_id: model.model_id.clone(),
+                model: Some(model.config_id.clone()),
+                provider: model.client.provider().to_owned(),
+                attempt,
+                error_kind: error.kind.as_str().to_owned(),
+                error: error.message.clone(),
+                http_status: error.http_status,
+                delay_s: delay.as_secs_f64(),
+                call_id: caller.call_id.map(str::to_owned),
+                judge: caller.judge.map(str::to_owned),
+                usage: None,
+                cost_usd: 0.0,
+                r#final: false,
+            }),
+        );
+        io.write(state, vec![retried]).await?;
+        progress.emitted += 1;
+        Ok(
+            match io.wait(state, tokio::time::sleep(delay), deadline).await? {
+                StepEnd::Done(()) => None,
+                StepEnd::Cancelled => Some(Attempts::Interrupted { timed_out: false }),
+                StepEnd::TimedOut => Some(Attempts::Interrupted { timed_out: true }),
+            },
+        )
     }
 }
 
@@ -464,4 +514,3 @@ pub(crate) async fn write_in_step(
         .saturating_add(u32::try_from(events.len()).unwrap_or(u32::MAX));
     io.write(state, events).await.map(drop)
 }
-

@@ -6,8 +6,7 @@
 use std::collections::BTreeMap;
 
 use loom_core::{
-    Block, BlockKind, Message, Role, RunState, event::Payload, event::RunContext,
-    ports::EventStore,
+    Block, BlockKind, Message, Role, RunState, event::Payload, event::RunContext, ports::EventStore,
 };
 use serde_json::{Value, json};
 
@@ -222,9 +221,7 @@ pub(crate) async fn gather(
             RoleContext::LastTurns(n) => {
                 let earlier = session.as_ref().map_or(&[][..], |s| &s.earlier[..]);
                 let turns = last_turns(earlier, *n);
-                gathered
-                    .blocks
-                    .push(tagged(key, &or_none(turns.clone())));
+                gathered.blocks.push(tagged(key, &or_none(turns.clone())));
                 gathered.values.insert(key.into(), Value::String(turns));
             }
         }

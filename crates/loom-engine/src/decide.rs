@@ -65,14 +65,22 @@ pub(crate) fn repair(io: &Io<'_>, rules: &Rules, state: &RunState) -> Option<Vec
         } else {
             RunStatus::ReadyForModel
         };
-        batch.push(io.events().transition(state, to, "policy.decided", io.last_ids.policy.clone()));
+        batch.push(
+            io.events()
+                .transition(state, to, "policy.decided", io.last_ids.policy.clone()),
+        );
     }
     Some(batch)
 }
 
 /// Whether the run is paused for a human, or waits for children that are, and nothing can
 /// move it now.
-pub(crate) fn waiting(io: &Io<'_>, rules: &Rules, state: &RunState, children_blocked: bool) -> bool {
+pub(crate) fn waiting(
+    io: &Io<'_>,
+    rules: &Rules,
+    state: &RunState,
+    children_blocked: bool,
+) -> bool {
     match state.status {
         RunStatus::Paused => !state.finished && resumed(io, rules, state).is_none(),
         RunStatus::WaitingChild => !state.finished && children_blocked,
@@ -85,8 +93,7 @@ pub(crate) fn waiting(io: &Io<'_>, rules: &Rules, state: &RunState, children_blo
 /// otherwise nothing (the run keeps waiting).
 fn resumed(io: &Io<'_>, rules: &Rules, state: &RunState) -> Option<Vec<Event>> {
     let now = io.events().now();
-    let stale: Vec<&ApprovalRecord> =
-        state.approvals.iter().filter(|a| a.is_stale(now)).collect();
+    let stale: Vec<&ApprovalRecord> = state.approvals.iter().filter(|a| a.is_stale(now)).collect();
     if !stale.is_empty() {
         let action = rules.on_expiry;
         let mut batch: Vec<Event> = stale

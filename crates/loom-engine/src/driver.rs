@@ -34,7 +34,7 @@ use crate::{
     error::EngineError,
     events::RunRef,
     io::{Io, Lease},
-    judges::Judging,
+    judging::Judging,
     model_step::{self, Orchestrator},
     observer::Observer,
     offer::Offer,
@@ -294,9 +294,7 @@ impl Driver<'_> {
                 // The step is dropped where it was (its tool tasks aborted), as a crash would
                 // leave it; the journal is re-read to hand the lease back.
                 if !sub {
-                    engine
-                        .hand_back_after_interrupt(run, &agent.name)
-                        .await?;
+                    engine.hand_back_after_interrupt(run, &agent.name).await?;
                 }
                 tracing::debug!(run_id = %run.run_id, "run interrupted: the engine is stopping");
                 return Ok(());
@@ -336,7 +334,10 @@ impl Driver<'_> {
         if matches!(
             state.status,
             RunStatus::ReadyForModel | RunStatus::Finalizing
-        ) && state.messages.last().is_some_and(|m| m.role == Role::Assistant)
+        ) && state
+            .messages
+            .last()
+            .is_some_and(|m| m.role == Role::Assistant)
         {
             // Decisions count in the run's piloting time (reference §3.3), not only steps.
             let started = Instant::now();
@@ -361,7 +362,11 @@ impl Driver<'_> {
     }
 
     /// The model step, offering the tools offered now.
-    async fn model_step(&mut self, state: &mut RunState, effect: Effect) -> Result<(), EngineError> {
+    async fn model_step(
+        &mut self,
+        state: &mut RunState,
+        effect: Effect,
+    ) -> Result<(), EngineError> {
         let Reads { engine, agent, .. } = self.reads;
         let tools = self
             .offer

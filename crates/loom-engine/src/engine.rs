@@ -7,9 +7,7 @@ use std::{sync::Arc, time::Duration};
 
 use loom_core::ports::{ArtifactStore, Clock, EventStore, IdempotencyStore};
 
-use crate::{
-    attachments::AttachmentLimits, ids::Ids, resilience::Breakers, stop::StopSignal,
-};
+use crate::{attachments::AttachmentLimits, ids::Ids, resilience::Breakers, stop::StopSignal};
 
 /// The lease a driver takes on a run (`execution.lease`).
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(60);

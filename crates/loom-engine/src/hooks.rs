@@ -91,8 +91,7 @@ pub(crate) async fn run(
         decisions: Vec::new(),
         end: End::Continue,
     };
-    for bound in policies.iter().filter(|p| p.points.contains(&point))
-    {
+    for bound in policies.iter().filter(|p| p.points.contains(&point)) {
         let key = match call_id {
             Some(call_id) => format!("{}#{call_id}", bound.name),
             None => bound.name.clone(),

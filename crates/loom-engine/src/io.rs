@@ -129,10 +129,7 @@ impl<'a> Io<'a> {
                 .iter()
                 .any(|e| e.run_id == run.run_id && e.payload.is_closing())
         {
-            let journal = self
-                .store
-                .read(&run.tenant_id, &run.session_id, 0)
-                .await?;
+            let journal = self.store.read(&run.tenant_id, &run.session_id, 0).await?;
             let mut closing = tree::closing(&self.events, &journal, &run.run_id)?;
             closing.extend(batch);
             closing
@@ -222,8 +219,8 @@ impl<'a> Io<'a> {
             // The parent's pilot holds the lease of the whole tree.
             return Ok(());
         }
-        let lease =
-            chrono::Duration::from_std(self.lease.duration).unwrap_or(chrono::Duration::seconds(60));
+        let lease = chrono::Duration::from_std(self.lease.duration)
+            .unwrap_or(chrono::Duration::seconds(60));
         let payload = Payload::RunClaimed(RunClaimed {
             worker_id: self.lease.worker_id.to_owned(),
             lease_until: self.events.now() + lease,

@@ -23,7 +23,6 @@
 //! `Arc<dyn ModelClient>`, `Arc<dyn Tool>`, `Arc<dyn Clock>`); it reads no environment
 //! variable and no configuration file.
 
-
 mod agent;
 pub mod attachments;
 mod binding;
@@ -42,6 +41,7 @@ mod hooks;
 mod ids;
 mod io;
 mod judges;
+mod judging;
 mod model_step;
 mod observer;
 mod offer;
@@ -59,8 +59,7 @@ mod units;
 mod writer;
 
 pub use agent::{
-    AgentRuntime, ApprovalSettings, DEFAULT_APPROVAL_EXPIRY, DEFAULT_TOOL_TIMEOUT,
-    SubAgentRuntime,
+    AgentRuntime, ApprovalSettings, DEFAULT_APPROVAL_EXPIRY, DEFAULT_TOOL_TIMEOUT, SubAgentRuntime,
 };
 pub use attachments::{
     Attachment, AttachmentLimits, IMAGE_TYPES, media_type_of_name, sniff_media_type,
@@ -71,11 +70,11 @@ pub use binding::{
 pub use budget::{BudgetLimits, OnExceed, RunLimits, SessionLimits};
 pub use cancel::Cancel;
 pub use commands::BeginRun;
+pub use context::{ContextScope, RoleContext};
 pub use engine::{DEFAULT_LEASE, Engine};
 pub use error::EngineError;
 pub use events::RunRef;
 pub use ids::Ids;
-pub use context::{ContextScope, RoleContext};
 pub use judges::{
     Criterion, JUDGE_SYSTEM, JudgeCondition, JudgeContext, JudgeInput, JudgeMode, JudgeRuntime,
     JudgeWhen, VERDICT_TOOL, parse_verdict, sample_point, sampled,

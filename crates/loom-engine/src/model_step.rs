@@ -111,7 +111,10 @@ pub(crate) async fn run(
             } => {
                 progress.emitted += emitted;
                 let mut batch = vec![step.completed(io, state, progress.emitted, Outcome::Error)];
-                batch.extend(io.events().failure(state, "policy.decided", &error_type, &error));
+                batch.extend(
+                    io.events()
+                        .failure(state, "policy.decided", &error_type, &error),
+                );
                 return io.write(state, batch).await.map(drop);
             }
         }
@@ -154,7 +157,16 @@ pub(crate) async fn run(
     .await?;
     match end {
         ChainEnd::Answered { model, answer } => {
-            answered(io, state, &step, model, answer, finalizing, progress.emitted).await
+            answered(
+                io,
+                state,
+                &step,
+                model,
+                answer,
+                finalizing,
+                progress.emitted,
+            )
+            .await
         }
         ChainEnd::Interrupted { timed_out } => {
             io.interrupted(state, &step, progress.emitted, timed_out)

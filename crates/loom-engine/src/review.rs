@@ -21,7 +21,7 @@ use crate::{
     events::completed_payload,
     hooks::{self, End},
     io::Io,
-    judges::{self, Judging},
+    judging::{self, Judging},
     output::{CONTRACT, Final, Guarded, contract_checked, terminal_message},
 };
 
@@ -65,7 +65,10 @@ pub(crate) async fn after_model(
     match chain.end {
         End::Retry { .. } => return io.write(state, batch).await.map(drop),
         End::Fail { error_type, reason } => {
-            batch.extend(io.events().failure(state, "policy.decided", &error_type, &reason));
+            batch.extend(
+                io.events()
+                    .failure(state, "policy.decided", &error_type, &reason),
+            );
             return io.write(state, batch).await.map(drop);
         }
         // A stop closes the answer's calls and finishes without tools; an answer without
@@ -89,13 +92,23 @@ pub(crate) async fn after_model(
                 .rev()
                 .find(|e| matches!(e.payload, Payload::PolicyDecided(_)))
                 .map(|e| e.event_id.clone());
-            batch.push(io.events().transition(state, RunStatus::Finalizing, "policy.decided", cause));
+            batch.push(io.events().transition(
+                state,
+                RunStatus::Finalizing,
+                "policy.decided",
+                cause,
+            ));
             return io.write(state, batch).await.map(drop);
         }
         _ => {}
     }
     if !state.pending_calls.is_empty() && !finalizing {
-        batch.push(io.events().transition(state, RunStatus::AwaitingTools, "model.responded", cause));
+        batch.push(io.events().transition(
+            state,
+            RunStatus::AwaitingTools,
+            "model.responded",
+            cause,
+        ));
         return io.write(state, batch).await.map(drop);
     }
     if !batch.is_empty() {
@@ -123,7 +136,7 @@ pub(crate) async fn finish(
     if let Guarded::Done = output_contract(io, guards.output, state, &mut output).await? {
         return Ok(());
     }
-    if let Guarded::Done = judges::run(io, &guards.judges, state, &mut output).await? {
+    if let Guarded::Done = judging::run(io, &guards.judges, state, &mut output).await? {
         return Ok(());
     }
     let span = state.run_span_id.clone();
@@ -131,7 +144,14 @@ pub(crate) async fn finish(
         .message
         .clone()
         .unwrap_or_else(|| terminal_message(state));
-    let chain = hooks::run(guards.policies, &io.events(), state, Subject::Output(subject), None).await;
+    let chain = hooks::run(
+        guards.policies,
+        &io.events(),
+        state,
+        Subject::Output(subject),
+        None,
+    )
+    .await;
     let mut batch: Vec<Event> = chain
         .decisions
         .into_iter()
@@ -140,7 +160,10 @@ pub(crate) async fn finish(
     match chain.end {
         End::Retry { .. } => return io.write(state, batch).await.map(drop),
         End::Fail { error_type, reason } => {
-            batch.extend(io.events().failure(state, "policy.decided", &error_type, &reason));
+            batch.extend(
+                io.events()
+                    .failure(state, "policy.decided", &error_type, &reason),
+            );
             return io.write(state, batch).await.map(drop);
         }
         _ => {}
@@ -154,7 +177,9 @@ pub(crate) async fn finish(
         output.data = None;
     }
     // The decisions and the completion they allow go to the journal in one append.
-    let done = io.events().transition(state, RunStatus::Completed, cause, cause_event_id);
+    let done = io
+        .events()
+        .transition(state, RunStatus::Completed, cause, cause_event_id);
     let completed = io.event(
         &span,
         None,

@@ -646,6 +646,61 @@ pub(crate) async fn call(
                 emitted: progress.emitted,
             });
         };
+        let this = RoleCall {
+            role,
+            call,
+            span,
+            step,
+        };
+        match this
+            .check(io, state, contract, &text, &mut progress)
+            .await?
+        {
+            Checked::Output(output) => {
+                return Ok(RoleEnd::Done {
+                    output,
+                    cost_usd,
+                    emitted: progress.emitted,
+                });
+            }
+            Checked::Repair(diagnostic) => {
+                // The role's own model repairs: the first exchange, then the diagnostic.
+                messages.push(Message::assistant(text));
+                messages.push(Message::user(diagnostic));
+            }
+        }
+    }
+}
+
+/// One call of a role, for its contract checks.
+struct RoleCall<'c> {
+    role: &'c RoleRuntime,
+    call: &'c PendingCall,
+    span: &'c str,
+    step: &'c StepSpan,
+}
+
+/// What a role's contract made of its answer.
+enum Checked {
+    /// The call's result: the answer (normalized) when it passed; else, attempts exhausted,
+    /// what `on_failure` makes of it.
+    Output(Box<ToolOutput>),
+    /// Ask the role's model to repair, with this diagnostic.
+    Repair(String),
+}
+
+impl RoleCall<'_> {
+    /// Checks the role's answer `text` against its contract (`guard.checked` with target
+    /// `role:<name>`, then `policy.decided` retry while repairs remain).
+    async fn check(
+        &self,
+        io: &mut Io<'_>,
+        state: &mut RunState,
+        contract: &Contract,
+        text: &str,
+        progress: &mut AttemptState,
+    ) -> Result<Checked, EngineError> {
+        let (role, call) = (self.role, self.call);
         let key = format!("{CONTRACT}#{}", call.call_id);
         let attempt = state.retries.get(&key).copied().unwrap_or(0);
         let target = format!("role:{}", role.name);
@@ -661,87 +716,74 @@ pub(crate) async fn call(
             )
         };
         let events = io.events();
-        let event = |payload| events.event(span, Some(&step.span), None, payload);
-        match contract.check(&text, None) {
+        let event = |payload| events.event(self.span, Some(&self.step.span), None, payload);
+        let (problems, diagnostic) = match contract.check(text, None) {
             Verdict::Passed {
                 text: checked_text,
                 data,
                 normalized,
             } => {
                 let passed = vec![event(checked("passed", None, normalized, None))];
-                chain::write_in_step(io, state, passed, &mut progress).await?;
+                chain::write_in_step(io, state, passed, progress).await?;
                 let mut output = ToolOutput::text(checked_text);
                 output.data = data;
-                return Ok(RoleEnd::Done {
-                    output: Box::new(output),
-                    cost_usd,
-                    emitted: progress.emitted,
-                });
+                return Ok(Checked::Output(Box::new(output)));
             }
             Verdict::Failed {
                 problems,
                 diagnostic,
-            } => {
-                let spec = contract.spec();
-                if attempt < spec.repair.max_attempts {
-                    let mut decided = hooks::decided(
-                        CONTRACT,
-                        Point::AfterTool,
-                        DecisionKind::Retry,
-                        Some(diagnostic.clone()),
-                        Some(&call.call_id),
-                        false,
-                    );
-                    if let Payload::PolicyDecided(p) = &mut decided {
-                        p.attempt = Some(attempt + 1);
-                        p.tools = Some(false);
-                    }
-                    let batch = vec![
-                        event(checked(
-                            "failed",
-                            Some(diagnostic.clone()),
-                            false,
-                            Some("retry"),
-                        )),
-                        event(decided),
-                    ];
-                    chain::write_in_step(io, state, batch, &mut progress).await?;
-                    // The role's own model repairs: the first exchange, then the diagnostic.
-                    messages.push(Message::assistant(text));
-                    messages.push(Message::user(diagnostic));
-                    continue;
-                }
-                let resolution = spec.on_failure.as_str();
-                let failed = vec![event(checked(
+            } => (problems, diagnostic),
+        };
+        let spec = contract.spec();
+        if attempt < spec.repair.max_attempts {
+            let mut decided = hooks::decided(
+                CONTRACT,
+                Point::AfterTool,
+                DecisionKind::Retry,
+                Some(diagnostic.clone()),
+                Some(&call.call_id),
+                false,
+            );
+            if let Payload::PolicyDecided(p) = &mut decided {
+                p.attempt = Some(attempt + 1);
+                p.tools = Some(false);
+            }
+            let batch = vec![
+                event(checked(
                     "failed",
                     Some(diagnostic.clone()),
                     false,
-                    Some(resolution),
-                ))];
-                chain::write_in_step(io, state, failed, &mut progress).await?;
-                let output = match spec.on_failure {
-                    OnFailure::Fail => ToolOutput::error(format!(
-                        "The result of {} was refused by its output contract (a rule of the \
-                         configuration, not a failure): {}",
-                        role.name,
-                        problems.join("; ")
-                    )),
-                    OnFailure::Unverified => ToolOutput {
-                        unverified: true,
-                        ..ToolOutput::text(text)
-                    },
-                    OnFailure::Fallback => ToolOutput {
-                        fallback: true,
-                        ..ToolOutput::text(spec.fallback_message.clone().unwrap_or_default())
-                    },
-                };
-                return Ok(RoleEnd::Done {
-                    output: Box::new(output),
-                    cost_usd,
-                    emitted: progress.emitted,
-                });
-            }
+                    Some("retry"),
+                )),
+                event(decided),
+            ];
+            chain::write_in_step(io, state, batch, progress).await?;
+            return Ok(Checked::Repair(diagnostic));
         }
+        let resolution = spec.on_failure.as_str();
+        let failed = vec![event(checked(
+            "failed",
+            Some(diagnostic),
+            false,
+            Some(resolution),
+        ))];
+        chain::write_in_step(io, state, failed, progress).await?;
+        Ok(Checked::Output(Box::new(match spec.on_failure {
+            OnFailure::Fail => ToolOutput::error(format!(
+                "The result of {} was refused by its output contract (a rule of the \
+                 configuration, not a failure): {}",
+                role.name,
+                problems.join("; ")
+            )),
+            OnFailure::Unverified => ToolOutput {
+                unverified: true,
+                ..ToolOutput::text(text)
+            },
+            OnFailure::Fallback => ToolOutput {
+                fallback: true,
+                ..ToolOutput::text(spec.fallback_message.clone().unwrap_or_default())
+            },
+        })))
     }
 }
 

@@ -354,7 +354,10 @@ async fn run_child(
     opening: Opening,
 ) -> Result<ChildEnd, EngineError> {
     let engine = spawn.engine;
-    if !engine.open_child(&sub.agent, &opening, spawn.observer).await? {
+    if !engine
+        .open_child(&sub.agent, &opening, spawn.observer)
+        .await?
+    {
         return Ok(ChildEnd::Answered {
             output: Box::new(ToolOutput::error(format!(
                 "The sub-agent {} needs a non-empty `message` (a string) describing its task.",

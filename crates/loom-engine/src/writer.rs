@@ -287,10 +287,8 @@ mod tests {
             .await
             .unwrap();
         assert_eq!((outcome, written.len()), (7, 0));
-        let refused: Result<((), Vec<Event>), EngineError> = append_fresh(&store, &run(), |_| {
-            Err(EngineError::Invalid("no".into()))
-        })
-        .await;
+        let refused: Result<((), Vec<Event>), EngineError> =
+            append_fresh(&store, &run(), |_| Err(EngineError::Invalid("no".into()))).await;
         assert!(matches!(refused, Err(EngineError::Invalid(_))));
         assert!(store.read("t", "s", 0).await.unwrap().is_empty());
     }

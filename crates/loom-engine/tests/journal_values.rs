@@ -100,7 +100,11 @@ async fn a_corrupted_step_duration_never_panics_the_engine() {
         assert!(state.finished, "{duration_ms}");
         assert_eq!(state.status, expected, "{duration_ms}");
         if expected == RunStatus::Failed {
-            assert_eq!(state.error_type.as_deref(), Some("timeout"), "{duration_ms}");
+            assert_eq!(
+                state.error_type.as_deref(),
+                Some("timeout"),
+                "{duration_ms}"
+            );
         }
     }
 }

@@ -106,9 +106,7 @@ pub(super) async fn results(
             } => {
                 events.extend(running.stop(io, &frame).await);
                 events.extend(decided);
-                frame
-                    .fail(io, state, events, &error_type, &reason)
-                    .await?;
+                frame.fail(io, state, events, &error_type, &reason).await?;
                 return Ok(BatchEnd::Written);
             }
         }

@@ -257,9 +257,7 @@ fn offload_limit(batch: &Batch<'_>, tool: &BoundTool) -> Option<u64> {
     {
         return None;
     }
-    tool.declarations
-        .offload_over
-        .or(batch.agent.offload_over)
+    tool.declarations.offload_over.or(batch.agent.offload_over)
 }
 
 /// The results of sub-agent calls whose child runs were stopped with the batch (a child that

@@ -175,7 +175,10 @@ async fn one(
                 tool,
                 approver,
             };
-            match inline.decide(io, batch, state, frame, request_event).await? {
+            match inline
+                .decide(io, batch, state, frame, request_event)
+                .await?
+            {
                 Some(plan) => plan,
                 None => return Ok(false),
             }
