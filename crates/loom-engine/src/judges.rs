@@ -2,10 +2,11 @@
 //! `loom.judge.<name>`).
 //!
 //! A [`JudgeRuntime`] is plain data built by the facade from `judge:`; the loop runs judges in
-//! `judging.rs`. Whether a judge runs is decided by code, never by a model: the caller's [`JudgeMode`] (journaled in
-//! `run.started.judges`), then under `auto` the judge's [`JudgeWhen`] — profiles, tenants, a
-//! deterministic sample ([`sample_point`]) and an optional [`JudgeCondition`]. A judge that
-//! does not run leaves a `guard.checked` with outcome `skipped` and the reason.
+//! `judging.rs`. Whether a judge runs is decided by code, never by a model: the caller's
+//! [`JudgeMode`] (journaled in `run.started.judges`), then under `auto` the judge's
+//! [`JudgeWhen`] — profiles, tenants, a deterministic sample ([`sample_point`]) and an optional
+//! [`JudgeCondition`]. A judge that does not run leaves a `guard.checked` with outcome
+//! `skipped` and the reason.
 //!
 //! A judge that runs calls its own model chain ([`JudgeRuntime::main`] then
 //! [`JudgeRuntime::fallbacks`], with retries, fallbacks and breakers like any model call, its
