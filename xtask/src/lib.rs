@@ -44,6 +44,10 @@ pub fn run_all(root: &Path) -> Result<Vec<Check>, Error> {
             violations: layers::check_layering(&workspace),
         },
         Check {
+            name: "engine modules",
+            violations: modules::check_engine(root)?,
+        },
+        Check {
             name: "doc comments",
             violations: tidy::check_doc_comments(root)?
                 .into_iter()

@@ -679,10 +679,19 @@ mod tests {
     fn a_layered_crate_passes() {
         let g = graph(&[
             ("lib.rs", LIB),
-            ("driver.rs", "use crate::{tools, writer::Writer};\nfn f() { crate::roles::x(); }"),
+            (
+                "driver.rs",
+                "use crate::{tools, writer::Writer};\nfn f() { crate::roles::x(); }",
+            ),
             ("tools.rs", "use crate::Writer;\n"),
-            ("roles.rs", "use crate::Stamped;\n// crate::driver in a comment\nconst S: &str = \"crate::driver::X\";"),
-            ("writer.rs", "//! Leaf.\n#[cfg(test)]\nmod tests { use super::*; fn g() { super::h(); } }"),
+            (
+                "roles.rs",
+                "use crate::Stamped;\n// crate::driver in a comment\nconst S: &str = \"crate::driver::X\";",
+            ),
+            (
+                "writer.rs",
+                "//! Leaf.\n#[cfg(test)]\nmod tests { use super::*; fn g() { super::h(); } }",
+            ),
         ]);
         assert_eq!(check_graph("k", &g, "driver"), Vec::<String>::new());
         let edges: Vec<(&str, Vec<&str>)> = g
@@ -706,13 +715,18 @@ mod tests {
         let g = graph(&[
             ("lib.rs", LIB),
             ("driver.rs", "use crate::tools;\n"),
-            ("tools.rs", "use crate::{writer::{self, Writer}, driver::{Driver, StepEnd}};\n"),
+            (
+                "tools.rs",
+                "use crate::{writer::{self, Writer}, driver::{Driver, StepEnd}};\n",
+            ),
             ("roles.rs", "fn f(o: &dyn crate::Observer) {}\n"),
             ("writer.rs", ""),
         ]);
         let violations = check_graph("k", &g, "driver");
         assert_eq!(violations.len(), 3, "{violations:#?}");
-        assert!(violations[0].starts_with("k: module roles names the dispatcher driver (crate::Observer in roles.rs)"));
+        assert!(violations[0].starts_with(
+            "k: module roles names the dispatcher driver (crate::Observer in roles.rs)"
+        ));
         assert!(violations[1].starts_with("k: module tools names the dispatcher driver (crate::{writer::{self,Writer},driver::{Driver,StepEnd}} in tools.rs)"));
         assert!(violations[2].starts_with("k: modules driver, tools import each other in a circle, such as driver → tools → driver"));
     }
@@ -723,16 +737,21 @@ mod tests {
             ("lib.rs", LIB),
             ("driver.rs", ""),
             ("tools/mod.rs", "mod plan;\nuse self::plan::Plan;\n"),
-            ("tools/plan.rs", "use super::Launch;\nuse crate::roles::call;\n"),
+            (
+                "tools/plan.rs",
+                "use super::Launch;\nuse crate::roles::call;\n",
+            ),
             ("roles.rs", "use super::writer::Writer;\n"),
             ("writer.rs", "fn f() { super::tools::batch(); }\n"),
         ]);
         let violations = check_graph("k", &g, "driver");
         assert_eq!(
             violations,
-            ["k: modules roles, tools, writer import each other in a circle, such as \
+            [
+                "k: modules roles, tools, writer import each other in a circle, such as \
               roles → writer → tools → roles (super::writer::Writer in roles.rs; \
-              super::tools::batch in writer.rs; crate::roles::call in tools/plan.rs)"]
+              super::tools::batch in writer.rs; crate::roles::call in tools/plan.rs)"
+            ]
         );
     }
 
@@ -744,12 +763,16 @@ mod tests {
         ]);
         let violations = check_graph("k", &g, "driver");
         assert_eq!(violations.len(), 1, "{violations:?}");
-        assert!(violations[0].starts_with("k: module tools names crate::Engine (crate::Engine in tools.rs), which is no module"));
+        assert!(violations[0].starts_with(
+            "k: module tools names crate::Engine (crate::Engine in tools.rs), which is no module"
+        ));
     }
 
     #[test]
     fn strings_comments_and_lifetimes_are_not_code() {
-        let code = strip("let a = 'x'; fn f<'a>(s: &'a str) {} // crate::a\n/* crate::b */ \"crate::c\" r#\"crate::d\"# '\\n' crate::e");
+        let code = strip(
+            "let a = 'x'; fn f<'a>(s: &'a str) {} // crate::a\n/* crate::b */ \"crate::c\" r#\"crate::d\"# '\\n' crate::e",
+        );
         assert_eq!(code.matches("crate::").count(), 1, "{code}");
         assert!(code.contains("<'a>"), "{code}");
     }
