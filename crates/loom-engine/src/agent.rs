@@ -62,7 +62,7 @@ pub struct AgentRuntime {
     /// Sub-agents are offered only to runs whose depth is below this (`max_depth`, default 1:
     /// a root run may call sub-agents, their runs may not).
     pub max_depth: u32,
-    /// Roles, offered to the orchestrator as tools after `tools` (see [`roles`]).
+    /// Roles, offered to the orchestrator as tools after `tools` (see [`crate::roles`]).
     pub roles: Vec<RoleRuntime>,
 }
 
@@ -134,7 +134,7 @@ impl AgentRuntime {
 pub struct SubAgentRuntime {
     /// The tool name the model calls (the agent's name unless renamed).
     pub name: String,
-    /// What the tool does, offered to the model (followed by [`AGENT_HINT`]).
+    /// What the tool does, offered to the model (followed by [`crate::AGENT_HINT`]).
     pub description: String,
     /// The agent that runs each call, as a child run.
     pub agent: Arc<AgentRuntime>,

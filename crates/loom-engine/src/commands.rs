@@ -20,7 +20,7 @@ use crate::{
     attachments::Attachment,
     engine::Engine,
     error::EngineError,
-    events::{Events, RunRef, decision_payload},
+    events::{RunRef, decision_payload},
     judges::JudgeMode,
     observer::Observer,
     tree,
@@ -55,16 +55,6 @@ pub struct BeginRun {
 }
 
 impl Engine {
-    /// The events of `run`, of `agent`, in the tree rooted at `root_run_id`.
-    pub(crate) fn events<'a>(
-        &'a self,
-        run: &'a RunRef,
-        agent: &'a str,
-        root_run_id: &'a str,
-    ) -> Events<'a> {
-        Events::new(&self.ids, self.clock.as_ref(), run, agent, root_run_id)
-    }
-
     /// Opens a run: writes `run.started`, one `artifact.stored` per attachment, and
     /// `message.user` (the message, then an `artifact` block per attachment) in one batch.
     ///

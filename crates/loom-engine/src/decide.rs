@@ -26,8 +26,9 @@ pub(crate) struct Rules {
     pub(crate) on_expiry: OnExpiry,
 }
 
-/// Writes the repair a policy asked for: the refused answer's open calls are closed
-/// without running, then the diagnostic goes to the model as a user message.
+/// The repair a policy or a guard asked for: the refused answer's open calls are closed
+/// without running, then the diagnostic goes to the model as a user message (and back to the
+/// model, or to finalizing once the iterations are spent, when the answer had calls).
 pub(crate) fn repair(io: &Io<'_>, rules: &Rules, state: &RunState) -> Option<Vec<Event>> {
     let repair = state.pending_repair.as_ref()?;
     let span = state.run_span_id.clone();

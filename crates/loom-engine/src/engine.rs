@@ -7,7 +7,13 @@ use std::{sync::Arc, time::Duration};
 
 use loom_core::ports::{ArtifactStore, Clock, EventStore, IdempotencyStore};
 
-use crate::{attachments::AttachmentLimits, ids::Ids, resilience::Breakers, stop::StopSignal};
+use crate::{
+    attachments::AttachmentLimits,
+    events::{Events, RunRef},
+    ids::Ids,
+    resilience::Breakers,
+    stop::StopSignal,
+};
 
 /// The lease a driver takes on a run (`execution.lease`).
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(60);
@@ -125,5 +131,15 @@ impl Engine {
     /// The id generator.
     pub fn ids(&self) -> &Ids {
         &self.ids
+    }
+
+    /// The events of `run`, of `agent`, in the tree rooted at `root_run_id`.
+    pub(crate) fn events<'a>(
+        &'a self,
+        run: &'a RunRef,
+        agent: &'a str,
+        root_run_id: &'a str,
+    ) -> Events<'a> {
+        Events::new(&self.ids, self.clock.as_ref(), run, agent, root_run_id)
     }
 }

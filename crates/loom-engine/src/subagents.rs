@@ -10,7 +10,7 @@
 //!
 //! A child that pauses for an approval ends the parent's batch in `waiting_child`, the lease
 //! handed back; the request surfaces on the root run ([`crate::Engine::settle`] on the root
-//! decides it, [`descendant_approvals`] lists it). Driving the root again re-plays the call,
+//! decides it, [`crate::descendant_approvals`] lists it). Driving the root again re-plays the call,
 //! which is started and names its child run: the child is resumed, never relaunched (sub-agent
 //! calls are declared irreversible and idempotent). Closing a run that has open descendants
 //! first cancels each of them, most recent first (`run.cancelled` reason `parent`, by the

@@ -74,7 +74,7 @@ impl Running<'_> {
 }
 
 /// Launches the plain tools (in tasks) and the sub-agents (as child runs); roles wait for
-/// [`roles`].
+/// [`roles()`].
 pub(super) async fn start<'a>(
     io: &Io<'_>,
     batch: &Batch<'a>,
