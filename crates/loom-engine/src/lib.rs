@@ -18,6 +18,13 @@
 //! with reason `circuit_open`). Only the answer of the attempt that succeeded is journaled,
 //! priced with the model that gave it.
 //!
+//! **Layout.** The loop is a dispatcher (`driver.rs`) over its points, each a module given only
+//! what it reads: the decisions (`decide.rs`), the model step (`model_step.rs`), the review of
+//! an answer and the final output's guards (`review.rs`, `judging.rs`), the tool batch
+//! (`tools/`). They act on the run through `io.rs` (events written and applied, lease,
+//! cancellation, timeout). No module names the driver and the modules import each other in no
+//! circle (checked by `xtask/tests/tidy.rs`); this file only declares modules and re-exports.
+//!
 //! **Architecture invariant:** the engine depends on `loom-core` only. It reaches storage,
 //! models, tools and the wall clock through the ports it is given (`Arc<dyn EventStore>`,
 //! `Arc<dyn ModelClient>`, `Arc<dyn Tool>`, `Arc<dyn Clock>`); it reads no environment
