@@ -2,13 +2,15 @@
 //! `xtask/tests/tidy.rs`) and by `cargo run -p xtask -- tidy`.
 //!
 //! They turn the architecture's invariants into failures: the layering of
-//! crate dependencies ([`layers`]), a `//!` doc comment atop every source
-//! file, versions on internal path dependencies and Cargo features that gate
-//! something ([`tidy`]).
+//! crate dependencies ([`layers`]), the engine's module graph (no module names
+//! its dispatcher, no import circle: [`modules`]), a `//!` doc comment atop
+//! every source file, versions on internal path dependencies and Cargo
+//! features that gate something ([`tidy`]).
 
 #![warn(missing_docs)]
 
 pub mod layers;
+pub mod modules;
 pub mod tidy;
 pub mod workspace;
 
@@ -41,6 +43,10 @@ pub fn run_all(root: &Path) -> Result<Vec<Check>, Error> {
         Check {
             name: "layering",
             violations: layers::check_layering(&workspace),
+        },
+        Check {
+            name: "engine modules",
+            violations: modules::check_engine(root)?,
         },
         Check {
             name: "doc comments",

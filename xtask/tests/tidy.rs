@@ -1,9 +1,11 @@
 //! The architecture's invariants as a test: `cargo test` fails when a crate
-//! breaks the layering, a source file lacks its `//!` doc comment, an
-//! internal path dependency lacks a version, or a Cargo feature gates nothing.
+//! breaks the layering, a module of the engine names its dispatcher or the
+//! engine's modules import each other in a circle, a source file lacks its
+//! `//!` doc comment, an internal path dependency lacks a version, or a Cargo
+//! feature gates nothing.
 
 use xtask::workspace::Workspace;
-use xtask::{layers, tidy, workspace_root};
+use xtask::{layers, modules, tidy, workspace_root};
 
 fn fail_on(check: &str, violations: &[String]) {
     assert!(
@@ -18,6 +20,12 @@ fn fail_on(check: &str, violations: &[String]) {
 fn crates_respect_the_layering() {
     let workspace = Workspace::load(&workspace_root()).unwrap();
     fail_on("layering", &layers::check_layering(&workspace));
+}
+
+#[test]
+fn engine_modules_form_no_circle_around_the_driver() {
+    let violations = modules::check_engine(&workspace_root()).unwrap();
+    fail_on("engine modules", &violations);
 }
 
 #[test]

@@ -12,6 +12,7 @@
 //! [`state::RunState`] is a pure fold over a run's events.
 
 pub mod approval;
+pub mod circuit;
 pub mod content;
 pub mod event;
 pub mod ids;

@@ -362,6 +362,82 @@ impl RunState {
         {
             return Ok(());
         }
+        self.check_order(event)?;
+        match &event.payload {
+            Payload::RunStarted(_) => return Err(error(event, "duplicate run.started")),
+            Payload::StepStarted(step) => self.step = step.step_no,
+            Payload::StepCompleted(step) => self.active_ms += step.duration_ms,
+            Payload::MessageUser(user) => self.apply_user(user),
+            Payload::ModelResponded(response) => self.apply_response(response),
+            Payload::ModelRetried(retried) => {
+                if let Some(usage) = &retried.usage {
+                    self.usage.add(usage);
+                }
+                self.cost_usd += retried.cost_usd;
+            }
+            Payload::ModelFellBack(fell_back) => {
+                self.models
+                    .insert(fell_back.slot.clone(), fell_back.to_model.clone());
+            }
+            Payload::ToolCalled(called) => self.apply_called(event, called)?,
+            Payload::ToolCompleted(completed) => self.apply_completed(event, completed)?,
+            Payload::RunTransitioned(transition) => {
+                if transition.from_state != self.status {
+                    return Err(error(
+                        event,
+                        &format!(
+                            "transition from {} while the run is {}",
+                            transition.from_state, self.status
+                        ),
+                    ));
+                }
+                self.status = transition.to_state;
+            }
+            Payload::RunCompleted(completed) => self.apply_completion(completed),
+            Payload::RunFailed(failed) => {
+                self.error_type = Some(failed.error_type.clone());
+                self.error = Some(failed.error.clone());
+                self.finished = true;
+            }
+            Payload::RunCancelled(_) => self.finished = true,
+            Payload::PolicyDecided(decided) => self.apply_decision(event, decided)?,
+            Payload::GuardChecked(checked) => {
+                if checked.target == "output" && checked.outcome == "failed" {
+                    match checked.resolution.as_deref() {
+                        Some("unverified") => self.unverified = true,
+                        Some("fallback") => self.fallback = true,
+                        _ => {}
+                    }
+                }
+            }
+            Payload::BudgetExceeded(exceeded) => {
+                self.exceeded
+                    .insert(format!("{}.{}", exceeded.scope, exceeded.limit));
+            }
+            Payload::ArtifactStored(stored) => {
+                if stored.origin == "offload" {
+                    self.offloaded.push(stored.uri.clone());
+                }
+            }
+            Payload::ApprovalRequested(requested) => self.apply_request(event, requested)?,
+            Payload::ApprovalGranted(_)
+            | Payload::ApprovalRejected(_)
+            | Payload::ApprovalExpired(_) => self.apply_approval_decision(event)?,
+            Payload::RunClaimed(_)
+            | Payload::JudgeEvaluated(_)
+            | Payload::ToolSourceUnavailable(_)
+            | Payload::CircuitOpened(_)
+            | Payload::ModelExchanged(_)
+            | Payload::IdempotencyRecorded(_)
+            | Payload::IdempotencyReused(_) => {}
+        }
+        Ok(())
+    }
+
+    /// Refuses an event the state machine does not allow now: anything after the closing
+    /// event, a closing event before a terminal transition, anything but the closing event
+    /// after a terminal transition.
+    fn check_order(&self, event: &Event) -> Result<(), ProjectionError> {
         if self.finished {
             return Err(error(
                 event,
@@ -383,222 +459,202 @@ impl RunState {
                 &format!("event after the state {}", self.status),
             ));
         }
+        Ok(())
+    }
+
+    /// `message.user`: a turn of the conversation. A steering message that arrives while
+    /// tool calls are open waits for their results, so a call and its result are never split
+    /// by a user turn; a repair starts the answer's checks afresh.
+    fn apply_user(&mut self, user: &crate::event::MessageUser) {
+        if user.kind == STEER && !self.pending_calls.is_empty() {
+            self.steering.push(user.message.clone());
+            return;
+        }
+        if user.kind == REPAIR {
+            self.pending_repair = None;
+            self.repair_without_tools = !user.tools;
+            self.replaced_output = None;
+            // The repaired answer is checked afresh.
+            self.unverified = false;
+            self.fallback = false;
+        }
+        self.messages.push(user.message.clone());
+    }
+
+    /// `model.responded`: every answer is counted in the run's consumption; the orchestrator's
+    /// (not a role's nor a judge's) is an iteration, joins the conversation and opens its calls.
+    fn apply_response(&mut self, response: &crate::event::ModelResponded) {
+        self.usage.add(&response.usage);
+        self.cost_usd += response.cost_usd;
+        self.model_calls += 1;
+        if let Some(call_id) = &response.call_id {
+            self.priced_calls.insert(call_id.clone());
+        }
+        if response.call_id.is_some() || response.judge.is_some() {
+            return;
+        }
+        self.iterations += 1;
+        self.repair_without_tools = false;
+        self.pending_calls = response
+            .message
+            .tool_calls()
+            .map(|(call_id, name, arguments)| PendingCall {
+                call_id: call_id.to_owned(),
+                name: name.to_owned(),
+                arguments: arguments.clone(),
+                started: false,
+                replaced_arguments: None,
+                child_run_id: None,
+            })
+            .collect();
+        self.messages.push(response.message.clone());
+    }
+
+    /// `tool.called`: the call started (with its child run, for a sub-agent), which uses up
+    /// the grant it ran under.
+    fn apply_called(
+        &mut self,
+        event: &Event,
+        called: &crate::event::ToolCalled,
+    ) -> Result<(), ProjectionError> {
+        let Some(call) = self
+            .pending_calls
+            .iter_mut()
+            .find(|c| c.call_id == called.call_id)
+        else {
+            return Err(error(
+                event,
+                &format!("tool.called for unknown call '{}'", called.call_id),
+            ));
+        };
+        call.started = true;
+        if called.child_run_id.is_some() {
+            call.child_run_id = called.child_run_id.clone();
+        }
+        if let Some(approval) = self
+            .approvals
+            .iter_mut()
+            .rev()
+            .find(|a| a.call_id == called.call_id)
+            && approval.status == ApprovalStatus::Granted
+        {
+            approval.launched = true;
+        }
+        Ok(())
+    }
+
+    /// `tool.completed`: the call's result joins the conversation (then the steering messages
+    /// that waited, once no call is open), with what it consumed unless its model calls were
+    /// counted already.
+    fn apply_completed(
+        &mut self,
+        event: &Event,
+        completed: &crate::event::ToolCompleted,
+    ) -> Result<(), ProjectionError> {
+        let Some(index) = self
+            .pending_calls
+            .iter()
+            .position(|c| c.call_id == completed.call_id)
+        else {
+            return Err(error(
+                event,
+                &format!("tool.completed for unknown call '{}'", completed.call_id),
+            ));
+        };
+        let answered = self.pending_calls.remove(index);
+        self.tools_called.push(answered.name);
+        // A call whose model calls are journaled in this run (a role) was already
+        // counted by its `model.responded`: its `tool.completed` only restates it.
+        if !self.priced_calls.contains(&completed.call_id) {
+            if let Some(usage) = &completed.usage {
+                self.usage.add(usage);
+            }
+            self.cost_usd += completed.cost_usd;
+        }
+        self.messages
+            .push(tool_message(&completed.call_id, completed.output.clone()));
+        if self.pending_calls.is_empty() {
+            self.messages.append(&mut self.steering);
+        }
+        Ok(())
+    }
+
+    /// `run.completed`: the final output. A terminal role's result is the answer (`output`
+    /// null, `output_event_id` on its `tool.completed`, the last result of the run).
+    fn apply_completion(&mut self, completed: &crate::event::RunCompleted) {
+        self.output = completed.output.clone();
+        self.output_data = completed.data.clone();
+        if self.output.is_none()
+            && completed.output_event_id.is_some()
+            && let Some(result) = last_result(&self.messages)
+        {
+            self.output = Some(Message::assistant(result.visible_text()));
+            if self.output_data.is_none() {
+                self.output_data = result.data.clone();
+            }
+        }
+        self.finished = true;
+    }
+
+    /// `approval.requested`: a request for an open call, unless one already waits.
+    fn apply_request(
+        &mut self,
+        event: &Event,
+        requested: &crate::event::ApprovalRequested,
+    ) -> Result<(), ProjectionError> {
+        if !self
+            .pending_calls
+            .iter()
+            .any(|c| c.call_id == requested.call_id)
+        {
+            return Err(error(
+                event,
+                &format!(
+                    "approval.requested for unknown call '{}'",
+                    requested.call_id
+                ),
+            ));
+        }
+        if self
+            .approval(&requested.call_id)
+            .is_some_and(ApprovalRecord::is_pending)
+        {
+            return Err(error(
+                event,
+                &format!(
+                    "a request for call '{}' is already waiting",
+                    requested.call_id
+                ),
+            ));
+        }
+        self.approvals.push(ApprovalRecord {
+            call_id: requested.call_id.clone(),
+            tool_name: requested.tool_name.clone(),
+            arguments: requested.arguments.clone(),
+            reason: requested.reason.clone(),
+            expire_at: requested.expire_at,
+            status: ApprovalStatus::Pending,
+            by: None,
+            decision_reason: None,
+            granted_arguments: None,
+            launched: false,
+            span_id: event.span_id.clone(),
+            parent_span_id: event.parent_span_id.clone(),
+        });
+        Ok(())
+    }
+
+    /// `approval.granted`, `approval.rejected`, `approval.expired`: settles the waiting
+    /// request. Arguments corrected at the grant are what the call runs with, and what the
+    /// conversation shows (the journal's `tool.called` keeps what the model wrote).
+    fn apply_approval_decision(&mut self, event: &Event) -> Result<(), ProjectionError> {
         match &event.payload {
-            Payload::RunStarted(_) => return Err(error(event, "duplicate run.started")),
-            Payload::RunClaimed(_) => {}
-            Payload::StepStarted(step) => self.step = step.step_no,
-            Payload::StepCompleted(step) => self.active_ms += step.duration_ms,
-            // A steering message that arrives while tool calls are open waits for their
-            // results, so a call and its result are never split by a user turn.
-            Payload::MessageUser(user) if user.kind == STEER && !self.pending_calls.is_empty() => {
-                self.steering.push(user.message.clone());
-            }
-            Payload::MessageUser(user) => {
-                if user.kind == REPAIR {
-                    self.pending_repair = None;
-                    self.repair_without_tools = !user.tools;
-                    self.replaced_output = None;
-                    // The repaired answer is checked afresh.
-                    self.unverified = false;
-                    self.fallback = false;
-                }
-                self.messages.push(user.message.clone());
-            }
-            Payload::ModelResponded(response) => {
-                self.usage.add(&response.usage);
-                self.cost_usd += response.cost_usd;
-                self.model_calls += 1;
-                if let Some(call_id) = &response.call_id {
-                    self.priced_calls.insert(call_id.clone());
-                }
-                if response.call_id.is_none() && response.judge.is_none() {
-                    self.iterations += 1;
-                    self.repair_without_tools = false;
-                    self.pending_calls = response
-                        .message
-                        .tool_calls()
-                        .map(|(call_id, name, arguments)| PendingCall {
-                            call_id: call_id.to_owned(),
-                            name: name.to_owned(),
-                            arguments: arguments.clone(),
-                            started: false,
-                            replaced_arguments: None,
-                            child_run_id: None,
-                        })
-                        .collect();
-                    self.messages.push(response.message.clone());
-                }
-            }
-            Payload::ToolCalled(called) => {
-                let Some(call) = self
-                    .pending_calls
-                    .iter_mut()
-                    .find(|c| c.call_id == called.call_id)
-                else {
-                    return Err(error(
-                        event,
-                        &format!("tool.called for unknown call '{}'", called.call_id),
-                    ));
-                };
-                call.started = true;
-                if called.child_run_id.is_some() {
-                    call.child_run_id = called.child_run_id.clone();
-                }
-                if let Some(approval) = self
-                    .approvals
-                    .iter_mut()
-                    .rev()
-                    .find(|a| a.call_id == called.call_id)
-                    && approval.status == ApprovalStatus::Granted
-                {
-                    approval.launched = true;
-                }
-            }
-            Payload::ToolCompleted(completed) => {
-                let Some(index) = self
-                    .pending_calls
-                    .iter()
-                    .position(|c| c.call_id == completed.call_id)
-                else {
-                    return Err(error(
-                        event,
-                        &format!("tool.completed for unknown call '{}'", completed.call_id),
-                    ));
-                };
-                let answered = self.pending_calls.remove(index);
-                self.tools_called.push(answered.name);
-                // A call whose model calls are journaled in this run (a role) was already
-                // counted by its `model.responded`: its `tool.completed` only restates it.
-                if !self.priced_calls.contains(&completed.call_id) {
-                    if let Some(usage) = &completed.usage {
-                        self.usage.add(usage);
-                    }
-                    self.cost_usd += completed.cost_usd;
-                }
-                self.messages
-                    .push(tool_message(&completed.call_id, completed.output.clone()));
-                if self.pending_calls.is_empty() {
-                    self.messages.append(&mut self.steering);
-                }
-            }
-            Payload::RunTransitioned(transition) => {
-                if transition.from_state != self.status {
-                    return Err(error(
-                        event,
-                        &format!(
-                            "transition from {} while the run is {}",
-                            transition.from_state, self.status
-                        ),
-                    ));
-                }
-                self.status = transition.to_state;
-            }
-            Payload::RunCompleted(completed) => {
-                self.output = completed.output.clone();
-                self.output_data = completed.data.clone();
-                // A terminal role's result is the answer (`output` null, `output_event_id` on
-                // its `tool.completed`, the last result of the run).
-                if self.output.is_none()
-                    && completed.output_event_id.is_some()
-                    && let Some(result) = last_result(&self.messages)
-                {
-                    self.output = Some(Message::assistant(result.visible_text()));
-                    if self.output_data.is_none() {
-                        self.output_data = result.data.clone();
-                    }
-                }
-                self.finished = true;
-            }
-            Payload::RunFailed(failed) => {
-                self.error_type = Some(failed.error_type.clone());
-                self.error = Some(failed.error.clone());
-                self.finished = true;
-            }
-            Payload::RunCancelled(_) => self.finished = true,
-            Payload::PolicyDecided(decided) => self.apply_decision(event, decided)?,
-            Payload::GuardChecked(checked) => {
-                if checked.target == "output" && checked.outcome == "failed" {
-                    match checked.resolution.as_deref() {
-                        Some("unverified") => self.unverified = true,
-                        Some("fallback") => self.fallback = true,
-                        _ => {}
-                    }
-                }
-            }
-            Payload::BudgetExceeded(exceeded) => {
-                self.exceeded
-                    .insert(format!("{}.{}", exceeded.scope, exceeded.limit));
-            }
-            Payload::JudgeEvaluated(_) => {}
-            Payload::ToolSourceUnavailable(_)
-            | Payload::CircuitOpened(_)
-            | Payload::ModelExchanged(_)
-            | Payload::IdempotencyRecorded(_)
-            | Payload::IdempotencyReused(_) => {}
-            Payload::ModelRetried(retried) => {
-                if let Some(usage) = &retried.usage {
-                    self.usage.add(usage);
-                }
-                self.cost_usd += retried.cost_usd;
-            }
-            Payload::ModelFellBack(fell_back) => {
-                self.models
-                    .insert(fell_back.slot.clone(), fell_back.to_model.clone());
-            }
-            Payload::ArtifactStored(stored) => {
-                if stored.origin == "offload" {
-                    self.offloaded.push(stored.uri.clone());
-                }
-            }
-            Payload::ApprovalRequested(requested) => {
-                if !self
-                    .pending_calls
-                    .iter()
-                    .any(|c| c.call_id == requested.call_id)
-                {
-                    return Err(error(
-                        event,
-                        &format!(
-                            "approval.requested for unknown call '{}'",
-                            requested.call_id
-                        ),
-                    ));
-                }
-                if self
-                    .approval(&requested.call_id)
-                    .is_some_and(ApprovalRecord::is_pending)
-                {
-                    return Err(error(
-                        event,
-                        &format!(
-                            "a request for call '{}' is already waiting",
-                            requested.call_id
-                        ),
-                    ));
-                }
-                self.approvals.push(ApprovalRecord {
-                    call_id: requested.call_id.clone(),
-                    tool_name: requested.tool_name.clone(),
-                    arguments: requested.arguments.clone(),
-                    reason: requested.reason.clone(),
-                    expire_at: requested.expire_at,
-                    status: ApprovalStatus::Pending,
-                    by: None,
-                    decision_reason: None,
-                    granted_arguments: None,
-                    launched: false,
-                    span_id: event.span_id.clone(),
-                    parent_span_id: event.parent_span_id.clone(),
-                });
-            }
             Payload::ApprovalGranted(granted) => {
                 let record = self.settle(event, &granted.call_id, ApprovalStatus::Granted)?;
                 record.by = Some(granted.by.clone());
                 record.decision_reason = granted.reason.clone();
                 record.granted_arguments = granted.arguments.clone();
                 if let Some(arguments) = &granted.arguments {
-                    // The conversation shows the call as it runs; the journal's `tool.called`
-                    // keeps what the model wrote.
                     rewrite_call(&mut self.messages, &granted.call_id, arguments);
                     self.amendments.push(Amendment {
                         call_id: granted.call_id.clone(),
@@ -622,6 +678,7 @@ impl RunState {
                     },
                 )?;
             }
+            _ => {}
         }
         Ok(())
     }

@@ -12,14 +12,12 @@ use std::time::Duration;
 use loom_core::{
     Message, RunState,
     event::{Payload, PolicyDecided},
-    model::ModelRequest,
     policy::{Decision, DecisionKind, Point, PolicyContext, Replacement, Subject},
 };
 
 use crate::{
-    BoundPolicy, EngineError, PolicyOnError,
-    driver::{Driver, StepSpan},
-    writer::SessionWriter,
+    binding::{BoundPolicy, PolicyOnError},
+    events::Events,
 };
 
 /// How a chain ended.
@@ -79,11 +77,13 @@ pub(crate) struct Chain {
 /// Runs the policies hooked on `subject`'s point. `call_id` names the tool call at tool
 /// points (repairs are then counted per call).
 pub(crate) async fn run(
-    driver: &Driver<'_>,
+    policies: &[BoundPolicy],
+    events: &Events<'_>,
     state: &RunState,
     subject: Subject,
     call_id: Option<&str>,
 ) -> Chain {
+    let run = events.run();
     let point = subject.point();
     let mut chain = Chain {
         subject,
@@ -91,12 +91,7 @@ pub(crate) async fn run(
         decisions: Vec::new(),
         end: End::Continue,
     };
-    for bound in driver
-        .agent
-        .policies
-        .iter()
-        .filter(|p| p.points.contains(&point))
-    {
+    for bound in policies.iter().filter(|p| p.points.contains(&point)) {
         let key = match call_id {
             Some(call_id) => format!("{}#{call_id}", bound.name),
             None => bound.name.clone(),
@@ -107,10 +102,10 @@ pub(crate) async fn run(
             params: bound.params.clone(),
             point,
             attempt,
-            tenant_id: driver.run.tenant_id.clone(),
-            session_id: driver.run.session_id.clone(),
-            run_id: driver.run.run_id.clone(),
-            agent: driver.agent.name.clone(),
+            tenant_id: run.tenant_id.clone(),
+            session_id: run.session_id.clone(),
+            run_id: run.run_id.clone(),
+            agent: events.agent().to_owned(),
             tools_called: state.tools_called.clone(),
             iterations: state.iterations,
         };
@@ -319,7 +314,7 @@ async fn decide(
 }
 
 fn secs(duration: Duration) -> String {
-    crate::driver::fmt_secs(duration) + " s"
+    crate::units::fmt_secs(duration) + " s"
 }
 
 fn replaced(subject: Subject, value: Replacement) -> Subject {
@@ -391,79 +386,6 @@ pub(crate) fn output_replaced(policy: &str, reason: String, message: &Message) -
         p.output = serde_json::to_value(message).ok();
     }
     payload
-}
-
-/// What the `before_model` point let through.
-pub(crate) enum Gate {
-    /// The call goes on, with the replaced request if a policy replaced it.
-    Pass(Option<Box<ModelRequest>>),
-    /// A policy stopped the run: it finishes without tools.
-    Stopped {
-        /// Events written inside the step.
-        emitted: u32,
-    },
-    /// A policy failed the run.
-    Failed {
-        /// Events written inside the step.
-        emitted: u32,
-        /// `policy.<name>`.
-        error_type: String,
-        /// Why.
-        error: String,
-    },
-}
-
-/// The `before_model` point: the built-in budget policy (`loom.budget`), then the agent's
-/// policies, on the request about to be sent. Their decisions are journaled in the model step,
-/// in one append.
-pub(crate) async fn before_model(
-    driver: &mut Driver<'_>,
-    state: &mut RunState,
-    writer: &mut SessionWriter<'_>,
-    step: &StepSpan,
-    request: ModelRequest,
-) -> Result<Gate, EngineError> {
-    let budget = crate::budget::check(driver.agent.budget.as_ref(), state, driver.session_spent);
-    let mut decisions = budget.payloads;
-    let chain = match budget.stop {
-        Some(reason) => Chain {
-            subject: Subject::Request(request),
-            replaced: false,
-            decisions: Vec::new(),
-            end: End::Stop { reason },
-        },
-        None => run(driver, state, Subject::Request(request), None).await,
-    };
-    decisions.extend(chain.decisions);
-    let emitted = u32::try_from(decisions.len()).unwrap_or(u32::MAX);
-    if !decisions.is_empty() {
-        let parent = state.run_span_id.clone();
-        let events = decisions
-            .into_iter()
-            .map(|payload| driver.event(&step.span, Some(&parent), None, payload))
-            .collect();
-        driver.write(state, writer, events).await?;
-    }
-    Ok(match chain.end {
-        End::Continue => match (chain.replaced, chain.subject) {
-            (true, Subject::Request(request)) => Gate::Pass(Some(Box::new(request))),
-            _ => Gate::Pass(None),
-        },
-        End::Stop { .. } => Gate::Stopped { emitted },
-        End::Fail { error_type, reason } => Gate::Failed {
-            emitted,
-            error_type,
-            error: reason,
-        },
-        // Not allowed at this point; `decide` refuses them.
-        End::Retry { policy, .. } | End::Deny { policy, .. } | End::Pause { policy, .. } => {
-            Gate::Failed {
-                emitted,
-                error_type: format!("policy.{policy}"),
-                error: format!("policy {policy} returned a decision not allowed before_model"),
-            }
-        }
-    })
 }
 
 /// The text of a refused call's result.

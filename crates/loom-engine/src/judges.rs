@@ -1,11 +1,12 @@
 //! Judges: a model scores the final output against written criteria (policy
 //! `loom.judge.<name>`).
 //!
-//! A [`JudgeRuntime`] is plain data built by the facade from `judge:`. Whether a judge runs is
-//! decided by code, never by a model: the caller's [`JudgeMode`] (journaled in
-//! `run.started.judges`), then under `auto` the judge's [`JudgeWhen`] — profiles, tenants, a
-//! deterministic sample ([`sample_point`]) and an optional [`JudgeCondition`]. A judge that
-//! does not run leaves a `guard.checked` with outcome `skipped` and the reason.
+//! A [`JudgeRuntime`] is plain data built by the facade from `judge:`; the loop runs judges in
+//! `judging.rs`. Whether a judge runs is decided by code, never by a model: the caller's
+//! [`JudgeMode`] (journaled in `run.started.judges`), then under `auto` the judge's
+//! [`JudgeWhen`] — profiles, tenants, a deterministic sample ([`sample_point`]) and an optional
+//! [`JudgeCondition`]. A judge that does not run leaves a `guard.checked` with outcome
+//! `skipped` and the reason.
 //!
 //! A judge that runs calls its own model chain ([`JudgeRuntime::main`] then
 //! [`JudgeRuntime::fallbacks`], with retries, fallbacks and breakers like any model call, its
@@ -24,23 +25,15 @@
 
 use std::{collections::HashMap, fmt, str::FromStr, sync::Arc, time::Duration};
 
-use loom_core::{
-    Event, Message, RunState,
-    content::BlockKind,
-    event::{CriterionScore, GuardChecked, JudgeEvaluated, Payload, RunContext},
-    model::{ModelRequest, ToolChoice, ToolDefinition},
-    policy::{DecisionKind, Point},
-};
+use loom_core::{Message, content::BlockKind, event::CriterionScore};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
 use crate::{
-    EngineError, ModelBinding, PolicyOnError,
-    contract::{OnFailure, RepairSettings, RepairTools},
-    driver::{AttemptState, Caller, ChainEnd, Driver, fmt_secs},
-    hooks,
-    review::{Final, Guarded, terminal_message},
-    writer::SessionWriter,
+    binding::{ModelBinding, PolicyOnError},
+    context::RoleContext,
+    contract::{OnFailure, RepairSettings},
+    error::EngineError,
 };
 
 /// The system prompt of every judge call.
@@ -54,7 +47,7 @@ entry per criterion: its name, its score and a short reason.";
 pub const VERDICT_TOOL: &str = "verdict";
 
 /// The target of a judge of the final output.
-const TARGET: &str = "output";
+pub(crate) const TARGET: &str = "output";
 
 /// One criterion of a judge.
 #[derive(Debug, Clone, PartialEq)]
@@ -81,19 +74,9 @@ impl Criterion {
     }
 }
 
-/// Where `tool_results` are taken from.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum ContextScope {
-    /// The current run.
-    #[default]
-    Run,
-    /// Every run of the session so far, the current one included.
-    Session,
-}
-
 /// A context section a judge receives besides the output: the same items as a role's
 /// (`user_input`, `caller_context`, `tool_results`, `last_turns`), gathered the same way.
-pub type JudgeContext = crate::roles::RoleContext;
+pub type JudgeContext = RoleContext;
 
 /// What a [`JudgeCondition`] sees to decide whether a judge runs.
 #[derive(Debug, Clone, PartialEq)]
@@ -346,7 +329,7 @@ impl JudgeRuntime {
 
     /// Why the judge did not run, or `None` when it runs. `condition` is asked last, and only
     /// under `auto` with every other clause holding.
-    fn skip_reason(
+    pub(crate) fn skip_reason(
         &self,
         mode: JudgeMode,
         run_id: &str,
@@ -385,7 +368,7 @@ impl JudgeRuntime {
 }
 
 /// What is wrong with a judge's criteria, if anything.
-fn criteria_problem(criteria: &[Criterion]) -> Option<String> {
+pub(crate) fn criteria_problem(criteria: &[Criterion]) -> Option<String> {
     if criteria.is_empty() {
         return Some("a judge needs at least one criterion".into());
     }
@@ -492,7 +475,7 @@ pub fn parse_verdict(
 }
 
 /// One line per refusing criterion: `polite (score 0.20, threshold 0.80): no greeting`.
-fn refusals(scores: &[CriterionScore], blocking: bool) -> Vec<String> {
+pub(crate) fn refusals(scores: &[CriterionScore], blocking: bool) -> Vec<String> {
     scores
         .iter()
         .filter(|s| !s.passed() && s.blocking == blocking)
@@ -511,7 +494,7 @@ fn refusals(scores: &[CriterionScore], blocking: bool) -> Vec<String> {
 }
 
 /// The diagnostic the orchestrator gets back with a refused output.
-fn diagnostic(judge: &str, lines: &[String]) -> String {
+pub(crate) fn diagnostic(judge: &str, lines: &[String]) -> String {
     let mut text = format!("The judge {judge} refuses the output:");
     for line in lines {
         text.push_str("\n- ");
@@ -519,504 +502,6 @@ fn diagnostic(judge: &str, lines: &[String]) -> String {
     }
     text.push_str("\nFix the output on these points and give it again in full.");
     text
-}
-
-/// A judge's `guard.checked` on the output (a judge that did not judge has no attempt).
-fn checked(
-    judge: &JudgeRuntime,
-    attempt: Option<u32>,
-    outcome: &str,
-    reason: Option<String>,
-    resolution: Option<&str>,
-) -> Payload {
-    Payload::GuardChecked(GuardChecked {
-        guard: "judge".into(),
-        target: TARGET.into(),
-        outcome: outcome.into(),
-        reason,
-        attempt,
-        normalized: false,
-        resolution: resolution.map(str::to_owned),
-        policy: Some(judge.policy()),
-        call_id: None,
-    })
-}
-
-/// What the judge's call produced.
-enum Call {
-    /// Scores (and the model events to write first).
-    Verdict {
-        events: Vec<Event>,
-        model_id: String,
-        model: String,
-        scores: Vec<CriterionScore>,
-    },
-    /// The judge erred (after the model events to write, if any).
-    Error { events: Vec<Event>, error: String },
-    /// The run was cancelled or ran out of time: those events are written.
-    Over,
-}
-
-impl Driver<'_> {
-    /// The agent's judges on the final output, in declared order, after the output contract
-    /// and before the `on_output` policies.
-    pub(crate) async fn output_judges(
-        &mut self,
-        state: &mut RunState,
-        writer: &mut SessionWriter<'_>,
-        output: &mut Final,
-    ) -> Result<Guarded, EngineError> {
-        let agent = self.agent;
-        if agent.judges.is_empty() {
-            return Ok(Guarded::Pass);
-        }
-        let mode = JudgeMode::from_str(&state.judges).unwrap_or_else(|_| {
-            tracing::warn!(run_id = %self.run.run_id, judges = %state.judges, "unknown judges mode; auto used");
-            JudgeMode::Auto
-        });
-        for judge in &agent.judges {
-            // Repaired, failed, cancelled or out of time: nothing more to do.
-            if let Guarded::Done = self.judge(state, writer, judge, mode, output).await? {
-                return Ok(Guarded::Done);
-            }
-        }
-        Ok(Guarded::Pass)
-    }
-
-    /// One judge on the output: the trigger, the call, the verdict and what it leads to.
-    async fn judge(
-        &mut self,
-        state: &mut RunState,
-        writer: &mut SessionWriter<'_>,
-        judge: &JudgeRuntime,
-        mode: JudgeMode,
-        output: &mut Final,
-    ) -> Result<Guarded, EngineError> {
-        let attempt = state.retries.get(&judge.policy()).copied().unwrap_or(0) + 1;
-        let text = match &output.message {
-            Some(message) => message.text(),
-            None => terminal_message(state).text(),
-        };
-        let skip = judge.skip_reason(mode, &self.run.run_id, &self.run.tenant_id, |condition| {
-            let input = JudgeInput {
-                judge: judge.name.clone(),
-                target: TARGET.into(),
-                tenant_id: self.run.tenant_id.clone(),
-                session_id: self.run.session_id.clone(),
-                run_id: self.run.run_id.clone(),
-                agent: self.agent.name.clone(),
-                profile: judge.profile.clone(),
-                user_input: user_input(state),
-                output: text.clone(),
-                data: output.data.clone(),
-                tools_called: state.tools_called.clone(),
-                iterations: state.iterations,
-                attempt,
-            };
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| condition.holds(&input)))
-                .map_err(|_| "its condition panicked".to_owned())
-        });
-        let call = match skip {
-            Ok(Some(reason)) => {
-                tracing::debug!(run_id = %self.run.run_id, judge = %judge.name, reason, "judge skipped");
-                let span = state.run_span_id.clone();
-                let payload = checked(judge, None, "skipped", Some(reason.into()), None);
-                let event = self.event(&span, None, None, payload);
-                self.write(state, writer, vec![event]).await?;
-                return Ok(Guarded::Pass);
-            }
-            Ok(None) => self.call_judge(state, writer, judge, &text).await?,
-            Err(error) => Call::Error {
-                events: Vec::new(),
-                error,
-            },
-        };
-        match call {
-            Call::Over => Ok(Guarded::Done),
-            Call::Error { events, error } => {
-                self.judge_failed(state, writer, judge, attempt, events, &error)
-                    .await
-            }
-            Call::Verdict {
-                events,
-                model_id,
-                model,
-                scores,
-            } => {
-                let evaluated = JudgeEvaluated {
-                    judge: judge.name.clone(),
-                    target: TARGET.into(),
-                    model_id,
-                    model: Some(model),
-                    passed: scores.iter().all(CriterionScore::passed),
-                    blocked: scores.iter().any(|s| s.blocking && !s.passed()),
-                    criteria: scores,
-                    attempt: Some(attempt),
-                    policy: Some(judge.policy()),
-                    call_id: None,
-                };
-                self.judged(state, writer, judge, events, evaluated, output)
-                    .await
-            }
-        }
-    }
-
-    /// A judge that erred: `on_error` decides. `block` fails the run (`guard.judge`); `allow`
-    /// lets the output through, with a `skipped` trace naming the error.
-    async fn judge_failed(
-        &mut self,
-        state: &mut RunState,
-        writer: &mut SessionWriter<'_>,
-        judge: &JudgeRuntime,
-        attempt: u32,
-        mut batch: Vec<Event>,
-        error: &str,
-    ) -> Result<Guarded, EngineError> {
-        tracing::warn!(run_id = %self.run.run_id, judge = %judge.name, %error, "judge failed");
-        let span = state.run_span_id.clone();
-        let policy = judge.policy();
-        let reason = Some(format!("judge_error: {error}"));
-        let message = format!("judge {} failed: {error}", judge.name);
-        let (check, kind) = match judge.on_error {
-            PolicyOnError::Allow => (
-                checked(judge, None, "skipped", reason, None),
-                DecisionKind::Continue,
-            ),
-            PolicyOnError::Block => (
-                checked(judge, Some(attempt), "failed", reason, Some("fail")),
-                DecisionKind::Fail,
-            ),
-        };
-        let decided = hooks::decided(
-            &policy,
-            Point::OnOutput,
-            kind,
-            Some(message.clone()),
-            None,
-            true,
-        );
-        batch.push(self.event(&span, None, None, check));
-        batch.push(self.event(&span, None, None, decided));
-        if judge.on_error == PolicyOnError::Allow {
-            self.write(state, writer, batch).await?;
-            return Ok(Guarded::Pass);
-        }
-        batch.extend(self.failure(state, "policy.decided", "guard.judge", &message));
-        self.write(state, writer, batch).await?;
-        Ok(Guarded::Done)
-    }
-
-    /// The verdict's events after the judge's call (`batch`): `judge.evaluated`, then
-    /// `guard.checked`, then what a refusal leads to — a repair while attempts remain, else
-    /// `on_failure`.
-    async fn judged(
-        &mut self,
-        state: &mut RunState,
-        writer: &mut SessionWriter<'_>,
-        judge: &JudgeRuntime,
-        mut batch: Vec<Event>,
-        evaluated: JudgeEvaluated,
-        output: &mut Final,
-    ) -> Result<Guarded, EngineError> {
-        let span = state.run_span_id.clone();
-        let policy = judge.policy();
-        let attempt = evaluated.attempt.unwrap_or(1);
-        let refused = refusals(&evaluated.criteria, true);
-        let noted = refusals(&evaluated.criteria, false);
-        let blocked = evaluated.blocked;
-        batch.push(self.event(&span, None, None, Payload::JudgeEvaluated(evaluated)));
-        if !blocked {
-            let reason = (!noted.is_empty()).then(|| {
-                format!(
-                    "non-blocking criteria under their threshold: {}",
-                    noted.join("; ")
-                )
-            });
-            batch.push(self.event(
-                &span,
-                None,
-                None,
-                checked(judge, Some(attempt), "passed", reason, None),
-            ));
-            self.write(state, writer, batch).await?;
-            return Ok(Guarded::Pass);
-        }
-        let summary = refused.join("; ");
-        if attempt <= judge.repair.max_attempts {
-            let mut decided = hooks::decided(
-                &policy,
-                Point::OnOutput,
-                DecisionKind::Retry,
-                Some(diagnostic(&judge.name, &refused)),
-                None,
-                false,
-            );
-            if let Payload::PolicyDecided(p) = &mut decided {
-                p.attempt = Some(attempt);
-                // A judge's repair keeps the tools unless told otherwise.
-                p.tools = Some(judge.repair.tools != RepairTools::None);
-            }
-            let check = checked(judge, Some(attempt), "failed", Some(summary), Some("retry"));
-            batch.push(self.event(&span, None, None, check));
-            batch.push(self.event(&span, None, None, decided));
-            self.write(state, writer, batch).await?;
-            return Ok(Guarded::Done);
-        }
-        let resolution = judge.on_failure.as_str();
-        let check = checked(
-            judge,
-            Some(attempt),
-            "failed",
-            Some(summary.clone()),
-            Some(resolution),
-        );
-        batch.push(self.event(&span, None, None, check));
-        let end = match judge.on_failure {
-            OnFailure::Fail => {
-                let error = format!(
-                    "final answer refused by the judge {}: {summary}",
-                    judge.name
-                );
-                batch.extend(self.failure(state, "guard.checked", "guard.judge", &error));
-                Guarded::Done
-            }
-            OnFailure::Unverified => Guarded::Pass,
-            OnFailure::Fallback => {
-                let message =
-                    Message::assistant(judge.fallback_message.clone().unwrap_or_default());
-                let reason = format!(
-                    "fallback message after the judge {} refused the output: {summary}",
-                    judge.name
-                );
-                let payload = hooks::output_replaced(&policy, reason, &message);
-                batch.push(self.event(&span, None, None, payload));
-                output.message = Some(message);
-                output.output_event_id = None;
-                output.data = None;
-                Guarded::Pass
-            }
-        };
-        self.write(state, writer, batch).await?;
-        Ok(end)
-    }
-
-    /// Calls the judge's model chain on `text` and reads its verdict. A cancellation or the
-    /// run's timeout is written here ([`Call::Over`]).
-    async fn call_judge(
-        &mut self,
-        state: &mut RunState,
-        writer: &mut SessionWriter<'_>,
-        judge: &JudgeRuntime,
-        text: &str,
-    ) -> Result<Call, EngineError> {
-        if let Some(problem) = criteria_problem(&judge.criteria) {
-            return Ok(Call::Error {
-                events: Vec::new(),
-                error: problem,
-            });
-        }
-        let prompt = self.prompt(state, judge, text).await?;
-        let tool = ToolDefinition {
-            name: VERDICT_TOOL.into(),
-            description: "Gives the verdict: one score between 0 and 1 per criterion, with a \
-                short reason."
-                .into(),
-            input_schema: judge.verdict_schema(),
-        };
-        let build = |model: &ModelBinding| ModelRequest {
-            model_id: model.model_id.clone(),
-            system: JUDGE_SYSTEM.into(),
-            messages: vec![Message::user(prompt.clone())],
-            tools: vec![tool.clone()],
-            tool_choice: ToolChoice::Required,
-            max_tokens: judge.max_tokens.or(model.max_tokens),
-            params: model.params.clone(),
-            output_schema: None,
-        };
-        let slot = judge.slot();
-        let chain: Vec<&ModelBinding> = judge.chain().collect();
-        // A run whose judge fell back stays on the model it switched to.
-        let start = state
-            .models
-            .get(&slot)
-            .and_then(|id| chain.iter().position(|m| m.config_id == *id))
-            .unwrap_or(0);
-        let run_span = state.run_span_id.clone();
-        let span = self.engine.ids().uuid();
-        let caller = Caller {
-            slot: &slot,
-            call_id: None,
-            judge: Some(&judge.name),
-            span: &span,
-            parent: Some(&run_span),
-        };
-        let run_deadline = self.deadline(state);
-        let judge_deadline = judge.timeout.map(|t| tokio::time::Instant::now() + t);
-        let deadline = match (run_deadline, judge_deadline) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
-        let mut progress = AttemptState::default();
-        let end = self
-            .call_chain(
-                state,
-                writer,
-                caller,
-                &chain,
-                start,
-                &build,
-                deadline,
-                &mut progress,
-            )
-            .await?;
-        match end {
-            ChainEnd::Answered { model, answer } => {
-                let message = answer.response.message.clone();
-                let model_id = answer.response.model_id.clone();
-                let (responded, exchanged) = self.responded(caller, model, answer);
-                let mut events = exchanged;
-                events.push(responded);
-                Ok(match parse_verdict(&message, &judge.criteria) {
-                    Ok(scores) => Call::Verdict {
-                        events,
-                        model_id,
-                        model: model.config_id.clone(),
-                        scores,
-                    },
-                    Err(problem) => Call::Error {
-                        events,
-                        error: format!("unusable verdict: {problem}"),
-                    },
-                })
-            }
-            ChainEnd::Failed(error) => Ok(Call::Error {
-                events: Vec::new(),
-                error: format!("model.{}: {}", error.kind.as_str(), error.message),
-            }),
-            ChainEnd::Interrupted { timed_out: true }
-                if run_deadline.is_none_or(|r| judge_deadline.is_some_and(|j| j < r)) =>
-            {
-                Ok(Call::Error {
-                    events: Vec::new(),
-                    error: format!(
-                        "no verdict within {} s",
-                        fmt_secs(judge.timeout.unwrap_or_default())
-                    ),
-                })
-            }
-            ChainEnd::Interrupted { timed_out } => {
-                let batch = if timed_out {
-                    let limit = self.agent.timeout.unwrap_or_default();
-                    let message = format!(
-                        "maximum time of {} s exceeded: a decision (policies, judges) taken after step {} was interrupted ({:.1} s of completed steps)",
-                        fmt_secs(limit),
-                        state.step,
-                        state.active_ms / 1000.0
-                    );
-                    self.failure(state, "timeout", "timeout", &message)
-                } else {
-                    self.cancellation(state)
-                };
-                self.write(state, writer, batch).await?;
-                Ok(Call::Over)
-            }
-        }
-    }
-
-    /// The judge's user message: criteria, declared context sections, then the output.
-    async fn prompt(
-        &self,
-        state: &RunState,
-        judge: &JudgeRuntime,
-        text: &str,
-    ) -> Result<String, EngineError> {
-        let mut prompt = String::from("<criteria>\n");
-        for criterion in &judge.criteria {
-            prompt.push_str(&format!("{}: {}\n", criterion.name, criterion.rule));
-        }
-        prompt.push_str("</criteria>\n");
-        for block in crate::roles::gather(self, state, &judge.context)
-            .await?
-            .blocks
-        {
-            prompt.push_str(&block);
-            prompt.push('\n');
-        }
-        prompt.push_str(&format!("<output>\n{text}\n</output>"));
-        Ok(prompt)
-    }
-
-    /// The session as a judge's (or a role's) context sees it: the application's context of
-    /// this run and the earlier root runs, folded.
-    pub(crate) async fn session(&self) -> Result<Session, EngineError> {
-        let events = self
-            .engine
-            .store()
-            .read(&self.run.tenant_id, &self.run.session_id, 0)
-            .await?;
-        let start = events
-            .iter()
-            .position(|e| e.run_id == self.run.run_id)
-            .unwrap_or(events.len());
-        let context = events.get(start).and_then(|e| match &e.payload {
-            Payload::RunStarted(started) => Some(started.context.clone()),
-            _ => None,
-        });
-        let mut earlier = Vec::new();
-        let before = &events[..start];
-        for event in before {
-            if let Payload::RunStarted(started) = &event.payload
-                && started.parent_run_id.is_none()
-                && started.kind == "normal"
-            {
-                earlier.push(RunState::fold(&event.run_id, before)?);
-            }
-        }
-        Ok(Session { context, earlier })
-    }
-}
-
-/// What the session gives a judge's (or a role's) context.
-pub(crate) struct Session {
-    /// `run.started.context` of the current run.
-    pub(crate) context: Option<RunContext>,
-    /// Earlier root runs of the session, in order.
-    pub(crate) earlier: Vec<RunState>,
-}
-
-/// The last `n` turns of `earlier` runs (one turn = one run): `user: <request>`, then
-/// `assistant: <final answer>` when it has one.
-pub(crate) fn last_turns(earlier: &[RunState], n: u32) -> String {
-    let skip = earlier
-        .len()
-        .saturating_sub(usize::try_from(n).unwrap_or(usize::MAX));
-    let mut lines = Vec::new();
-    for run in &earlier[skip..] {
-        lines.push(format!("user: {}", user_input(run)));
-        if let Some(answer) = run.output_text() {
-            lines.push(format!("assistant: {answer}"));
-        }
-    }
-    lines.join("\n")
-}
-
-/// The text of the request that opened a run (its first user message).
-pub(crate) fn user_input(state: &RunState) -> String {
-    state
-        .messages
-        .iter()
-        .find(|m| m.role == loom_core::Role::User)
-        .map(Message::text)
-        .unwrap_or_default()
-}
-
-/// `text`, or `(none)` when it is empty.
-pub(crate) fn or_none(text: String) -> String {
-    if text.is_empty() {
-        "(none)".into()
-    } else {
-        text
-    }
 }
 
 #[cfg(test)]

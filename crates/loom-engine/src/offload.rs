@@ -15,7 +15,7 @@ use loom_core::{
 };
 use serde_json::{Value, json};
 
-use crate::BoundTool;
+use crate::binding::BoundTool;
 
 /// Characters of a result shown to the model when the rest is offloaded.
 pub(crate) const PREVIEW_CHARS: usize = 2_000;

@@ -8,15 +8,16 @@ use loom_core::{
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 
-use crate::{AgentRuntime, ModelBinding};
+use crate::binding::{BoundTool, ModelBinding};
 
-/// Builds the orchestrator's request for `model`: system prompt, session history, the run's
-/// conversation (tool results in call order, without their full view), and the finalize hint
-/// when tools are no longer allowed. The model's own name, token cap and parameters are used.
+/// Builds the orchestrator's request for `model`: its `system` prompt, session history, the
+/// run's conversation (tool results in call order, without their full view), and the finalize
+/// hint when tools are no longer allowed. The model's own name, token cap and parameters are
+/// used.
 pub(crate) fn build(
-    agent: &AgentRuntime,
+    system: &str,
     model: &ModelBinding,
-    tools: &[crate::BoundTool],
+    tools: &[BoundTool],
     history: &[Message],
     conversation: Vec<Message>,
     finalizing: bool,
@@ -31,7 +32,7 @@ pub(crate) fn build(
     without_full_views(&mut messages);
     ModelRequest {
         model_id: model.model_id.clone(),
-        system: agent.system.clone(),
+        system: system.to_owned(),
         messages,
         tools: tools
             .iter()

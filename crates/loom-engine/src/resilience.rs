@@ -1,5 +1,6 @@
 //! Model-call resilience: the retry policy, the three stream timeouts, and the circuit
-//! breakers shared by every run of an engine.
+//! breakers shared by every run of an engine (one [`loom_core::circuit::Breaker`] per model,
+//! the same state machine as an MCP server's).
 //!
 //! The decisions themselves (retry, fall back, fail) are taken by the driver's model step,
 //! which journals each of them (`model.retried`, `model.fell_back`, `circuit.opened`).
@@ -12,12 +13,16 @@ use std::{
 
 use chrono::{DateTime, Utc};
 use futures_util::StreamExt;
-use loom_core::model::{
-    HttpExchange, ModelChunk, ModelClient, ModelError, ModelErrorKind, ModelRequest, ModelResponse,
-    ResponseAccumulator,
+pub use loom_core::circuit::CircuitSettings;
+use loom_core::{
+    circuit::{Admission, Breaker},
+    model::{
+        HttpExchange, ModelChunk, ModelClient, ModelError, ModelErrorKind, ModelRequest,
+        ModelResponse, ResponseAccumulator,
+    },
 };
 
-use crate::driver::fmt_secs;
+use crate::units::fmt_secs;
 
 /// How a model call that failed with a retryable error (`transient`, `overloaded`) is tried
 /// again (`models[].retry`).
@@ -113,61 +118,18 @@ impl ModelTimeouts {
     }
 }
 
-/// When a model's circuit breaker opens (`models[].circuit_breaker`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CircuitSettings {
-    /// Consecutive failures (`transient`, `overloaded`, `quota_exhausted`) that open it.
-    pub failures: u32,
-    /// How long it stays open before one trial call is let through.
-    pub cooldown: Duration,
-}
-
-impl Default for CircuitSettings {
-    /// `{failures: 5, cooldown: 60 s}`.
-    fn default() -> CircuitSettings {
-        CircuitSettings {
-            failures: 5,
-            cooldown: Duration::from_secs(60),
-        }
-    }
-}
-
 /// The circuit breakers of an engine, keyed `model:<config id>`, shared by all its runs (and by
-/// its clones).
+/// its clones): one [`loom_core::circuit::Breaker`] per model, over the engine's clock.
 ///
 /// Consecutive failed attempts of kinds `transient`, `overloaded` and `quota_exhausted` are
 /// counted; at [`CircuitSettings::failures`] the breaker opens for
 /// [`CircuitSettings::cooldown`], during which the model is skipped. After the cooldown one
-/// trial call goes through: its success closes the breaker, its failure reopens it.
+/// trial call goes through: its success closes the breaker, its failure reopens it; a trial
+/// that never reports (its run stopped) expires after another cooldown.
 /// Time is read from the engine's clock.
 #[derive(Debug, Default)]
 pub struct Breakers {
-    states: Mutex<HashMap<String, Breaker>>,
-}
-
-#[derive(Debug, Clone, Copy)]
-enum Breaker {
-    Closed {
-        failures: u32,
-    },
-    Open {
-        until: DateTime<Utc>,
-    },
-    /// One trial call is in flight since `since`.
-    Trial {
-        since: DateTime<Utc>,
-    },
-}
-
-/// Whether a call may go to a model.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Admission {
-    /// Closed: go.
-    Go,
-    /// The cooldown passed: this call is the trial.
-    Trial,
-    /// Open (or a trial is in flight): skip the model.
-    Skip { until: DateTime<Utc> },
+    states: Mutex<HashMap<String, Breaker<DateTime<Utc>>>>,
 }
 
 impl Breakers {
@@ -181,16 +143,13 @@ impl Breakers {
         format!("model:{config_id}")
     }
 
-    /// Whether the breaker `key` currently refuses calls (open and still cooling down).
+    /// Whether the breaker `key` currently refuses calls (open and still cooling down, or a
+    /// trial in flight).
     pub fn is_open(&self, key: &str, now: DateTime<Utc>) -> bool {
-        match self.lock().get(key) {
-            Some(Breaker::Open { until }) => now < *until,
-            Some(Breaker::Trial { .. }) => true,
-            _ => false,
-        }
+        self.lock().get(key).is_some_and(|b| b.is_open(now))
     }
 
-    fn lock(&self) -> MutexGuard<'_, HashMap<String, Breaker>> {
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, Breaker<DateTime<Utc>>>> {
         // A poisoned lock only means another thread panicked mid-update: the map is intact.
         self.states
             .lock()
@@ -203,34 +162,16 @@ impl Breakers {
         key: &str,
         settings: &CircuitSettings,
         now: DateTime<Utc>,
-    ) -> Admission {
-        let mut states = self.lock();
-        let Some(breaker) = states.get_mut(key) else {
-            return Admission::Go;
-        };
-        let cooldown = chrono_duration(settings.cooldown);
-        match *breaker {
-            Breaker::Closed { .. } => Admission::Go,
-            Breaker::Open { until } if now < until => Admission::Skip { until },
-            Breaker::Open { .. } => {
-                *breaker = Breaker::Trial { since: now };
-                Admission::Trial
-            }
-            // A trial that never reported (its run stopped) expires after a cooldown.
-            Breaker::Trial { since } if now >= since + cooldown => {
-                *breaker = Breaker::Trial { since: now };
-                Admission::Trial
-            }
-            Breaker::Trial { since } => Admission::Skip {
-                until: since + cooldown,
-            },
+    ) -> Admission<DateTime<Utc>> {
+        match self.lock().get_mut(key) {
+            Some(breaker) => breaker.admit(settings.cooldown, now),
+            None => Admission::Go,
         }
     }
 
     /// A call succeeded: the breaker closes.
     pub(crate) fn success(&self, key: &str) {
-        self.lock()
-            .insert(key.to_owned(), Breaker::Closed { failures: 0 });
+        self.lock().entry(key.to_owned()).or_default().success();
     }
 
     /// A call failed with `kind`. Returns the failure count when this failure opened the
@@ -247,37 +188,17 @@ impl Breakers {
             self.release(key, now);
             return None;
         }
-        let mut states = self.lock();
-        let breaker = states
+        self.lock()
             .entry(key.to_owned())
-            .or_insert(Breaker::Closed { failures: 0 });
-        let until = now + chrono_duration(settings.cooldown);
-        match *breaker {
-            Breaker::Closed { failures } => {
-                let failures = failures.saturating_add(1);
-                if failures >= settings.failures.max(1) {
-                    *breaker = Breaker::Open { until };
-                    Some(failures)
-                } else {
-                    *breaker = Breaker::Closed { failures };
-                    None
-                }
-            }
-            Breaker::Trial { .. } => {
-                *breaker = Breaker::Open { until };
-                Some(1)
-            }
-            // A call that started before another opened it: already counted.
-            Breaker::Open { .. } => None,
-        }
+            .or_default()
+            .failure(settings, now)
     }
 
     /// A trial call ended without a verdict (cancelled, or an error that says nothing about
     /// the provider's health): the next call may be the trial.
     pub(crate) fn release(&self, key: &str, now: DateTime<Utc>) {
-        let mut states = self.lock();
-        if let Some(breaker @ Breaker::Trial { .. }) = states.get_mut(key) {
-            *breaker = Breaker::Open { until: now };
+        if let Some(breaker) = self.lock().get_mut(key) {
+            breaker.release(now);
         }
     }
 }
@@ -288,10 +209,6 @@ fn counts(kind: ModelErrorKind) -> bool {
         kind,
         ModelErrorKind::Transient | ModelErrorKind::Overloaded | ModelErrorKind::QuotaExhausted
     )
-}
-
-fn chrono_duration(duration: Duration) -> chrono::Duration {
-    chrono::Duration::from_std(duration).unwrap_or(chrono::Duration::MAX)
 }
 
 /// A jitter in `[0, 1]` from the random bits of a fresh UUIDv7.
@@ -429,6 +346,13 @@ mod tests {
         fn now(&self) -> DateTime<Utc> {
             DateTime::from_timestamp(1_800_000_000, 0).unwrap_or_default()
         }
+    }
+
+    #[test]
+    fn the_settings_are_those_of_every_breaker() {
+        // One breaker for models and MCP servers: the core's settings.
+        let settings: loom_core::circuit::CircuitSettings = crate::CircuitSettings::default();
+        assert_eq!(settings.cooldown, Duration::from_secs(60));
     }
 
     #[test]

@@ -13,7 +13,6 @@
 //! | `user_input` | the text of the run's first user message |
 //! | `caller_context` | what the application said about the run when opening it (`run.started.context`: tenant, user and metadata), as JSON |
 //! | `attachments` | the images of the run's user messages (artifact blocks of type `image/*`), added to the role's message; a role that declares them is offered only when the run carries an image, and its models must read images (checked when the configuration is loaded) |
-//! | `session_summary` | the session's summary; always empty in this version, which has no compaction (the block is then left out) |
 //! | `tool_results` | the successful results (text) of the named tools, in this run (`scope: run`) or in the whole session (`scope: session`), one `tool: text` line each |
 //! | `last_turns: N` | the last N turns of the session before this run (one turn = one run: `user: <request>`, `assistant: <final answer>`) |
 //!
@@ -62,20 +61,36 @@ use loom_core::{
     event::Payload,
     model::{ModelRequest, ToolChoice},
     policy::{DecisionKind, Point},
+    ports::{ArtifactStore, EventStore},
     state::PendingCall,
     tool::{Tool, ToolContext, ToolDeclarations, ToolError, ToolKind, ToolOutput, ToolSpec},
 };
 use serde_json::{Value, json};
 
+pub use crate::context::RoleContext;
 use crate::{
-    BoundTool, EngineError, ModelBinding,
+    binding::{BoundTool, ModelBinding},
+    chain::{self, AttemptState, Caller, ChainEnd, Models},
+    context::{gather, images},
     contract::{Contract, OnFailure, Verdict},
-    driver::{AttemptState, Caller, ChainEnd, Driver, StepSpan, fmt_secs},
+    error::EngineError,
+    events::RunRef,
     hooks,
-    judges::{self, ContextScope},
-    review::{CONTRACT, Final},
-    writer::SessionWriter,
+    io::{Io, LastIds, StepSpan},
+    output::{CONTRACT, Final, contract_checked},
+    units::fmt_secs,
 };
+
+/// What a role call needs besides the run's [`Io`]: the agent's roles, the model calls, and the
+/// journal (for the context items that read earlier runs).
+pub(crate) struct Roles<'a> {
+    /// The agent's roles.
+    pub(crate) roles: &'a [RoleRuntime],
+    /// What their model calls need.
+    pub(crate) models: Models<'a>,
+    /// The journal.
+    pub(crate) store: &'a dyn EventStore,
+}
 
 /// What the orchestrator is told when results can be referenced (appended to its system
 /// prompt).
@@ -87,44 +102,6 @@ runs. Only results shown before your current answer can be referenced.";
 /// Name of the built-in decision that a terminal role called with other tools did not end the
 /// run.
 pub const TERMINAL: &str = "loom.terminal";
-
-/// One item of what a role receives besides its arguments (`context:`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum RoleContext {
-    /// The text of the run's first user message.
-    UserInput,
-    /// What the application said about the run when opening it (`run.started.context`:
-    /// tenant, user and metadata, as JSON).
-    CallerContext,
-    /// The images attached to the run's user messages.
-    Attachments,
-    /// The session's summary (empty in this version: there is no compaction).
-    SessionSummary,
-    /// The successful results of the named tools.
-    ToolResults {
-        /// Tool names as the orchestrator sees them.
-        tools: Vec<String>,
-        /// This run, or the whole session.
-        scope: ContextScope,
-    },
-    /// The last N turns of the session before this run (one turn = one run: its request and
-    /// its final answer).
-    LastTurns(u32),
-}
-
-impl RoleContext {
-    /// The item's name, as a tag and as a key under `context` in a template.
-    pub fn key(&self) -> &'static str {
-        match self {
-            RoleContext::UserInput => "user_input",
-            RoleContext::CallerContext => "caller_context",
-            RoleContext::Attachments => "attachments",
-            RoleContext::SessionSummary => "session_summary",
-            RoleContext::ToolResults { .. } => "tool_results",
-            RoleContext::LastTurns(_) => "last_turns",
-        }
-    }
-}
 
 /// A role as the engine runs it: a model called like a tool (reference `RoleSpec`).
 #[derive(Debug, Clone)]
@@ -367,7 +344,7 @@ fn references(value: &Value, path: &str, out: &mut Vec<(String, String)>) {
 /// Replaces the `$ref`s of a call's arguments by the results they name. `Ok(None)`: no
 /// reference; `Err`: the call is refused with that message (no `tool.called`).
 pub(crate) async fn resolve_refs(
-    driver: &Driver<'_>,
+    artifacts: Option<&Arc<dyn ArtifactStore>>,
     state: &RunState,
     arguments: &Value,
 ) -> Result<Option<(Value, Vec<Value>)>, String> {
@@ -400,7 +377,7 @@ pub(crate) async fn resolve_refs(
                 "Reference '{target}' names an error result, which cannot be passed on."
             ));
         }
-        let value = content(driver, output)
+        let value = content(artifacts, output)
             .await
             .map_err(|why| format!("Reference '{target}' cannot be read: {why}."))?;
         match resolved.pointer_mut(&path) {
@@ -414,17 +391,17 @@ pub(crate) async fn resolve_refs(
 
 /// What a reference stands for: the result's data, else its full text; an offloaded result is
 /// read back whole from the artifact store.
-async fn content(driver: &Driver<'_>, output: &ToolOutput) -> Result<Value, String> {
+async fn content(
+    artifacts: Option<&Arc<dyn ArtifactStore>>,
+    output: &ToolOutput,
+) -> Result<Value, String> {
     let Some(uri) = &output.offloaded else {
         return Ok(match &output.data {
             Some(data) => data.clone(),
             None => Value::String(output.visible_text()),
         });
     };
-    let store = driver
-        .engine
-        .artifacts()
-        .ok_or("the engine has no artifact store")?;
+    let store = artifacts.ok_or("the engine has no artifact store")?;
     let bytes = store
         .get(uri)
         .await
@@ -436,176 +413,6 @@ async fn content(driver: &Driver<'_>, output: &ToolOutput) -> Result<Value, Stri
         return Ok(data);
     }
     Ok(Value::String(String::from_utf8_lossy(&bytes).into_owned()))
-}
-
-/// The images of the run's user messages (artifact blocks of an `image/*` type).
-fn images(state: &RunState) -> Vec<Block> {
-    state
-        .messages
-        .iter()
-        .filter(|m| m.role == Role::User)
-        .flat_map(|m| m.blocks.iter())
-        .filter(|b| matches!(&b.kind, BlockKind::Artifact { media_type, .. } if media_type.starts_with("image/")))
-        .cloned()
-        .collect()
-}
-
-/// The successful results of `tools` in one run's `messages` (text, `full` never included).
-fn results_of<'m>(
-    messages: impl Iterator<Item = &'m Message>,
-    tools: &[String],
-) -> Vec<(String, String)> {
-    let mut names: BTreeMap<&str, &str> = BTreeMap::new();
-    let mut found = Vec::new();
-    for message in messages {
-        names.extend(
-            message
-                .tool_calls()
-                .map(|(call_id, name, _)| (call_id, name)),
-        );
-        for block in &message.blocks {
-            if let BlockKind::ToolResult { call_id, output } = &block.kind
-                && !output.is_error
-                && let Some(name) = names.get(call_id.as_str())
-                && tools.iter().any(|t| t == name)
-            {
-                found.push(((*name).to_owned(), output.visible_text()));
-            }
-        }
-    }
-    found
-}
-
-/// What a role receives, computed from the run (only the declared items).
-pub(crate) struct Gathered {
-    /// Template values under `context`.
-    pub(crate) values: BTreeMap<String, Value>,
-    /// Tagged blocks (`<tag>\nbody\n</tag>`), in declared order.
-    pub(crate) blocks: Vec<String>,
-    /// Images added to the role's message.
-    pub(crate) images: Vec<Block>,
-}
-
-/// What the declared `context` items give a role or a judge: tagged blocks, template values
-/// and images. The session journal is read only when an item needs earlier runs.
-pub(crate) async fn gather(
-    driver: &Driver<'_>,
-    state: &RunState,
-    context: &[RoleContext],
-) -> Result<Gathered, EngineError> {
-    let mut gathered = Gathered {
-        values: BTreeMap::new(),
-        blocks: Vec::new(),
-        images: Vec::new(),
-    };
-    // Earlier runs of the session, read only when an item needs them.
-    let needs_session = context.iter().any(|c| {
-        matches!(
-            c,
-            RoleContext::LastTurns(_)
-                | RoleContext::CallerContext
-                | RoleContext::ToolResults {
-                    scope: ContextScope::Session,
-                    ..
-                }
-        )
-    });
-    let session = if needs_session {
-        Some(driver.session().await?)
-    } else {
-        None
-    };
-    let tagged = |tag: &str, body: &str| format!("<{tag}>\n{body}\n</{tag}>");
-    for item in context {
-        let key = item.key();
-        match item {
-            RoleContext::UserInput => {
-                let text = judges::user_input(state);
-                gathered.blocks.push(tagged(key, &text));
-                gathered.values.insert(key.into(), Value::String(text));
-            }
-            RoleContext::CallerContext => {
-                let context = session
-                    .as_ref()
-                    .and_then(|s| s.context.as_ref())
-                    .and_then(|c| serde_json::to_value(c).ok())
-                    .unwrap_or_else(|| json!({}));
-                gathered.blocks.push(tagged(key, &context.to_string()));
-                gathered.values.insert(key.into(), context);
-            }
-            RoleContext::Attachments => {
-                let images = images(state);
-                let listed: Vec<Value> = images
-                    .iter()
-                    .filter_map(|b| match &b.kind {
-                        BlockKind::Artifact {
-                            uri,
-                            media_type,
-                            name,
-                            ..
-                        } => Some(json!({"name": name, "media_type": media_type, "uri": uri})),
-                        _ => None,
-                    })
-                    .collect();
-                let lines: Vec<String> = listed
-                    .iter()
-                    .map(|i| {
-                        format!(
-                            "- {} ({})",
-                            i["name"].as_str().unwrap_or("unnamed"),
-                            i["media_type"].as_str().unwrap_or_default()
-                        )
-                    })
-                    .collect();
-                gathered.blocks.push(tagged(key, &lines.join("\n")));
-                gathered.values.insert(key.into(), Value::Array(listed));
-                gathered.images = images;
-            }
-            RoleContext::SessionSummary => {
-                // No compaction in this version: the session has no summary.
-                gathered
-                    .values
-                    .insert(key.into(), Value::String(String::new()));
-            }
-            RoleContext::ToolResults { tools, scope } => {
-                let mut found = Vec::new();
-                if *scope == ContextScope::Session
-                    && let Some(session) = &session
-                {
-                    for earlier in &session.earlier {
-                        found.extend(results_of(earlier.messages.iter(), tools));
-                    }
-                }
-                found.extend(results_of(state.messages.iter(), tools));
-                let lines: Vec<String> = found
-                    .iter()
-                    .map(|(tool, text)| format!("{tool}: {text}"))
-                    .collect();
-                gathered
-                    .blocks
-                    .push(tagged(key, &judges::or_none(lines.join("\n"))));
-                let mut by_tool = serde_json::Map::new();
-                for tool in tools {
-                    let texts: Vec<&str> = found
-                        .iter()
-                        .filter(|(t, _)| t == tool)
-                        .map(|(_, text)| text.as_str())
-                        .collect();
-                    by_tool.insert(tool.clone(), Value::String(texts.join("\n\n")));
-                }
-                gathered.values.insert(key.into(), Value::Object(by_tool));
-            }
-            RoleContext::LastTurns(n) => {
-                let earlier = session.as_ref().map_or(&[][..], |s| &s.earlier[..]);
-                let turns = judges::last_turns(earlier, *n);
-                gathered
-                    .blocks
-                    .push(tagged(key, &judges::or_none(turns.clone())));
-                gathered.values.insert(key.into(), Value::String(turns));
-            }
-        }
-    }
-    Ok(gathered)
 }
 
 /// A JSON value as a template value.
@@ -632,12 +439,13 @@ fn template_value(value: &Value) -> minijinja::Value {
 /// the run's images after the text when the role reads them. `Ok(Err)`: the message cannot be
 /// made (the orchestrator is told).
 async fn input(
-    driver: &Driver<'_>,
+    store: &dyn EventStore,
+    run: &RunRef,
     state: &RunState,
     role: &RoleRuntime,
     arguments: &Value,
 ) -> Result<Result<Message, String>, EngineError> {
-    let gathered = gather(driver, state, &role.context).await?;
+    let gathered = gather(store, run, state, &role.context).await?;
     let text = match &role.input_template {
         Some(template) => {
             let context: serde_json::Map<String, Value> = gathered.values.into_iter().collect();
@@ -696,26 +504,25 @@ pub(crate) enum RoleEnd {
 /// Errors the orchestrator should read are results, not failures.
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn call(
-    driver: &mut Driver<'_>,
+    io: &mut Io<'_>,
+    roles: &Roles<'_>,
     state: &mut RunState,
-    writer: &mut SessionWriter<'_>,
     step: &StepSpan,
     call: &PendingCall,
     span: &str,
     arguments: &Value,
     run_deadline: Option<tokio::time::Instant>,
 ) -> Result<RoleEnd, EngineError> {
-    let agent = driver.agent;
     let mut progress = AttemptState::default();
     let mut cost_usd = 0.0;
-    let Some(role) = agent.roles.iter().find(|r| r.name == call.name) else {
+    let Some(role) = roles.roles.iter().find(|r| r.name == call.name) else {
         return Ok(RoleEnd::Done {
             output: Box::new(ToolOutput::error(format!("Unknown role: '{}'.", call.name))),
             cost_usd,
             emitted: 0,
         });
     };
-    let first = match input(driver, state, role, arguments).await? {
+    let first = match input(roles.store, io.events().run(), state, role, arguments).await? {
         Ok(message) => message,
         Err(problem) => {
             return Ok(RoleEnd::Done {
@@ -737,7 +544,7 @@ pub(crate) async fn call(
         (run, own) => run.or(own),
     };
     let mut messages = vec![first];
-    let model_span = driver.engine.ids().uuid();
+    let model_span = io.events().uuid();
     let caller = Caller {
         slot: &role.name,
         call_id: Some(&call.call_id),
@@ -763,18 +570,18 @@ pub(crate) async fn call(
             params: model.params.clone(),
             output_schema: None,
         };
-        let end = driver
-            .call_chain(
-                state,
-                writer,
-                caller,
-                &chain,
-                start,
-                &build,
-                deadline,
-                &mut progress,
-            )
-            .await?;
+        let end = chain::call(
+            io,
+            &roles.models,
+            state,
+            caller,
+            &chain,
+            start,
+            &build,
+            deadline,
+            &mut progress,
+        )
+        .await?;
         let (model, answer) = match end {
             ChainEnd::Answered { model, answer } => (model, answer),
             ChainEnd::Interrupted { timed_out } => {
@@ -810,7 +617,7 @@ pub(crate) async fn call(
                 });
             }
         };
-        let (responded, exchanged) = driver.responded(caller, model, answer);
+        let (responded, exchanged) = chain::responded(io, caller, model, answer);
         let text = match &responded.payload {
             Payload::ModelResponded(p) => {
                 cost_usd += p.cost_usd;
@@ -820,9 +627,7 @@ pub(crate) async fn call(
         };
         let mut batch = exchanged;
         batch.push(responded);
-        driver
-            .write_in_step(state, writer, batch, &mut progress)
-            .await?;
+        chain::write_in_step(io, state, batch, &mut progress).await?;
         if text.trim().is_empty() {
             return Ok(RoleEnd::Done {
                 output: Box::new(ToolOutput::error(format!(
@@ -840,11 +645,66 @@ pub(crate) async fn call(
                 emitted: progress.emitted,
             });
         };
+        let this = RoleCall {
+            role,
+            call,
+            span,
+            step,
+        };
+        match this
+            .check(io, state, contract, &text, &mut progress)
+            .await?
+        {
+            Checked::Output(output) => {
+                return Ok(RoleEnd::Done {
+                    output,
+                    cost_usd,
+                    emitted: progress.emitted,
+                });
+            }
+            Checked::Repair(diagnostic) => {
+                // The role's own model repairs: the first exchange, then the diagnostic.
+                messages.push(Message::assistant(text));
+                messages.push(Message::user(diagnostic));
+            }
+        }
+    }
+}
+
+/// One call of a role, for its contract checks.
+struct RoleCall<'c> {
+    role: &'c RoleRuntime,
+    call: &'c PendingCall,
+    span: &'c str,
+    step: &'c StepSpan,
+}
+
+/// What a role's contract made of its answer.
+enum Checked {
+    /// The call's result: the answer (normalized) when it passed; else, attempts exhausted,
+    /// what `on_failure` makes of it.
+    Output(Box<ToolOutput>),
+    /// Ask the role's model to repair, with this diagnostic.
+    Repair(String),
+}
+
+impl RoleCall<'_> {
+    /// Checks the role's answer `text` against its contract (`guard.checked` with target
+    /// `role:<name>`, then `policy.decided` retry while repairs remain).
+    async fn check(
+        &self,
+        io: &mut Io<'_>,
+        state: &mut RunState,
+        contract: &Contract,
+        text: &str,
+        progress: &mut AttemptState,
+    ) -> Result<Checked, EngineError> {
+        let (role, call) = (self.role, self.call);
         let key = format!("{CONTRACT}#{}", call.call_id);
         let attempt = state.retries.get(&key).copied().unwrap_or(0);
         let target = format!("role:{}", role.name);
         let checked = |outcome: &str, reason, normalized, resolution| {
-            crate::review::contract_checked(
+            contract_checked(
                 &target,
                 attempt + 1,
                 Some(&call.call_id),
@@ -854,103 +714,81 @@ pub(crate) async fn call(
                 resolution,
             )
         };
-        let event = |payload| driver.event(span, Some(&step.span), None, payload);
-        match contract.check(&text, None) {
+        let events = io.events();
+        let event = |payload| events.event(self.span, Some(&self.step.span), None, payload);
+        let (problems, diagnostic) = match contract.check(text, None) {
             Verdict::Passed {
                 text: checked_text,
                 data,
                 normalized,
             } => {
                 let passed = vec![event(checked("passed", None, normalized, None))];
-                driver
-                    .write_in_step(state, writer, passed, &mut progress)
-                    .await?;
+                chain::write_in_step(io, state, passed, progress).await?;
                 let mut output = ToolOutput::text(checked_text);
                 output.data = data;
-                return Ok(RoleEnd::Done {
-                    output: Box::new(output),
-                    cost_usd,
-                    emitted: progress.emitted,
-                });
+                return Ok(Checked::Output(Box::new(output)));
             }
             Verdict::Failed {
                 problems,
                 diagnostic,
-            } => {
-                let spec = contract.spec();
-                if attempt < spec.repair.max_attempts {
-                    let mut decided = hooks::decided(
-                        CONTRACT,
-                        Point::AfterTool,
-                        DecisionKind::Retry,
-                        Some(diagnostic.clone()),
-                        Some(&call.call_id),
-                        false,
-                    );
-                    if let Payload::PolicyDecided(p) = &mut decided {
-                        p.attempt = Some(attempt + 1);
-                        p.tools = Some(false);
-                    }
-                    let batch = vec![
-                        event(checked(
-                            "failed",
-                            Some(diagnostic.clone()),
-                            false,
-                            Some("retry"),
-                        )),
-                        event(decided),
-                    ];
-                    driver
-                        .write_in_step(state, writer, batch, &mut progress)
-                        .await?;
-                    // The role's own model repairs: the first exchange, then the diagnostic.
-                    messages.push(Message::assistant(text));
-                    messages.push(Message::user(diagnostic));
-                    continue;
-                }
-                let resolution = spec.on_failure.as_str();
-                let failed = vec![event(checked(
+            } => (problems, diagnostic),
+        };
+        let spec = contract.spec();
+        if attempt < spec.repair.max_attempts {
+            let mut decided = hooks::decided(
+                CONTRACT,
+                Point::AfterTool,
+                DecisionKind::Retry,
+                Some(diagnostic.clone()),
+                Some(&call.call_id),
+                false,
+            );
+            if let Payload::PolicyDecided(p) = &mut decided {
+                p.attempt = Some(attempt + 1);
+                p.tools = Some(false);
+            }
+            let batch = vec![
+                event(checked(
                     "failed",
                     Some(diagnostic.clone()),
                     false,
-                    Some(resolution),
-                ))];
-                driver
-                    .write_in_step(state, writer, failed, &mut progress)
-                    .await?;
-                let output = match spec.on_failure {
-                    OnFailure::Fail => ToolOutput::error(format!(
-                        "The result of {} was refused by its output contract (a rule of the \
-                         configuration, not a failure): {}",
-                        role.name,
-                        problems.join("; ")
-                    )),
-                    OnFailure::Unverified => ToolOutput {
-                        unverified: true,
-                        ..ToolOutput::text(text)
-                    },
-                    OnFailure::Fallback => ToolOutput {
-                        fallback: true,
-                        ..ToolOutput::text(spec.fallback_message.clone().unwrap_or_default())
-                    },
-                };
-                return Ok(RoleEnd::Done {
-                    output: Box::new(output),
-                    cost_usd,
-                    emitted: progress.emitted,
-                });
-            }
+                    Some("retry"),
+                )),
+                event(decided),
+            ];
+            chain::write_in_step(io, state, batch, progress).await?;
+            return Ok(Checked::Repair(diagnostic));
         }
+        let resolution = spec.on_failure.as_str();
+        let failed = vec![event(checked(
+            "failed",
+            Some(diagnostic),
+            false,
+            Some(resolution),
+        ))];
+        chain::write_in_step(io, state, failed, progress).await?;
+        Ok(Checked::Output(Box::new(match spec.on_failure {
+            OnFailure::Fail => ToolOutput::error(format!(
+                "The result of {} was refused by its output contract (a rule of the \
+                 configuration, not a failure): {}",
+                role.name,
+                problems.join("; ")
+            )),
+            OnFailure::Unverified => ToolOutput {
+                unverified: true,
+                ..ToolOutput::text(text)
+            },
+            OnFailure::Fallback => ToolOutput {
+                fallback: true,
+                ..ToolOutput::text(spec.fallback_message.clone().unwrap_or_default())
+            },
+        })))
     }
 }
 
 /// Whether `name` is a terminal role of the agent.
-pub(crate) fn is_terminal(driver: &Driver<'_>, name: &str) -> bool {
-    driver
-        .agent
-        .roles
-        .iter()
-        .any(|r| r.terminal && r.name == name)
+pub(crate) fn is_terminal(roles: &[RoleRuntime], name: &str) -> bool {
+    roles.iter().any(|r| r.terminal && r.name == name)
 }
 
 /// The calls of the run's last answer.
@@ -971,11 +809,11 @@ fn turn_calls(state: &RunState) -> Vec<(String, String)> {
 /// The `loom.terminal` decision of a terminal role called with other tools in its turn: its
 /// result goes back to the orchestrator like any other.
 pub(crate) fn not_alone(
-    driver: &Driver<'_>,
+    roles: &[RoleRuntime],
     state: &RunState,
     call: &PendingCall,
 ) -> Option<Payload> {
-    if !is_terminal(driver, &call.name) || turn_calls(state).len() < 2 {
+    if !is_terminal(roles, &call.name) || turn_calls(state).len() < 2 {
         return None;
     }
     Some(hooks::decided(
@@ -994,7 +832,11 @@ pub(crate) fn not_alone(
 
 /// The final output when the batch just completed was a terminal role called alone whose
 /// result is not an error: that result, and the `tool.completed` that carries it.
-pub(crate) fn terminal_output(driver: &Driver<'_>, state: &RunState) -> Option<(Final, String)> {
+pub(crate) fn terminal_output(
+    roles: &[RoleRuntime],
+    last_ids: &LastIds,
+    state: &RunState,
+) -> Option<(Final, String)> {
     if state.status != loom_core::RunStatus::AwaitingTools
         || !state.pending_calls.is_empty()
         || state.pending_repair.is_some()
@@ -1009,7 +851,7 @@ pub(crate) fn terminal_output(driver: &Driver<'_>, state: &RunState) -> Option<(
     let [(call_id, name)] = calls.as_slice() else {
         return None;
     };
-    if !is_terminal(driver, name) {
+    if !is_terminal(roles, name) {
         return None;
     }
     let result = state.messages.iter().rev().find_map(|m| {
@@ -1024,7 +866,7 @@ pub(crate) fn terminal_output(driver: &Driver<'_>, state: &RunState) -> Option<(
     if result.is_error {
         return None;
     }
-    let event_id = driver.last_ids.tool.clone()?;
+    let event_id = last_ids.tool.clone()?;
     Some((
         Final {
             message: None,

@@ -10,7 +10,7 @@
 //!
 //! A child that pauses for an approval ends the parent's batch in `waiting_child`, the lease
 //! handed back; the request surfaces on the root run ([`crate::Engine::settle`] on the root
-//! decides it, [`descendant_approvals`] lists it). Driving the root again re-plays the call,
+//! decides it, [`crate::descendant_approvals`] lists it). Driving the root again re-plays the call,
 //! which is started and names its child run: the child is resumed, never relaunched (sub-agent
 //! calls are declared irreversible and idempotent). Closing a run that has open descendants
 //! first cancels each of them, most recent first (`run.cancelled` reason `parent`, by the
@@ -18,13 +18,12 @@
 
 use std::{future::Future, pin::Pin, sync::Arc, time::Instant};
 
-use chrono::{DateTime, Utc};
 use futures_util::{StreamExt, stream::FuturesUnordered};
 use loom_core::{
-    BoxFuture, Event, Message, RunState, RunStatus, Usage,
-    approval::{ApprovalRecord, Approver, PendingApproval},
+    BoxFuture, Message, RunState, RunStatus, Usage,
+    approval::Approver,
     event::{MessageUser, Payload, RunBudget, RunContext, RunStarted},
-    state::{FoldError, PendingCall},
+    state::PendingCall,
     tool::{
         SideEffects, Tool, ToolContext, ToolDeclarations, ToolError, ToolKind, ToolOutput, ToolSpec,
     },
@@ -34,45 +33,53 @@ use tokio::task::{JoinError, JoinSet};
 use tokio_util::sync::CancellationToken;
 
 use crate::{
-    AgentRuntime, BoundTool, Engine, EngineError, RunRef, driver::Driver, driver::Observer,
+    agent::{AgentRuntime, SubAgentRuntime},
+    binding::BoundTool,
+    budget::{self, BudgetLimits},
+    cancel::Cancel,
+    engine::Engine,
+    error::EngineError,
+    events::{Events, RunRef},
+    observer::Observer,
+    writer::{Attempt, append_fresh},
 };
 
-/// How many times opening a child run is attempted when the session's journal keeps moving.
-const MAX_OPEN_ATTEMPTS: usize = 5;
+/// Drives a run until it closes or can no longer advance: the engine's loop, handed to the
+/// tool batch so that a child run is driven by the same loop while no point names the driver.
+pub(crate) trait Pilot: Send + Sync {
+    /// Drives `run` of `agent` (see `Engine::drive_with`).
+    fn drive<'a>(
+        &'a self,
+        run: &'a RunRef,
+        agent: &'a AgentRuntime,
+        observer: &'a dyn Observer,
+        cancel: Cancel,
+        approver: Option<Arc<dyn Approver>>,
+    ) -> BoxFuture<'a, Result<RunState, EngineError>>;
+}
+
+/// What opening and driving child runs needs: the engine (journal, ids, stop signal), its
+/// loop, what the parent's pilot shares with its children (observer, approver), and the
+/// parent agent's sub-agents and budget.
+#[derive(Clone, Copy)]
+pub(crate) struct Spawn<'a> {
+    /// The engine.
+    pub(crate) engine: &'a Engine,
+    /// Its loop.
+    pub(crate) pilot: &'a dyn Pilot,
+    /// Sees the children's events as their parent's.
+    pub(crate) observer: &'a dyn Observer,
+    /// Decides the children's approvals inline, as their parent's.
+    pub(crate) approver: Option<&'a Arc<dyn Approver>>,
+    /// The parent agent's sub-agents.
+    pub(crate) subagents: &'a [SubAgentRuntime],
+    /// The parent agent's budget.
+    pub(crate) budget: Option<&'a BudgetLimits>,
+}
 
 /// Appended to a sub-agent's description, for the model that may call it.
 pub const AGENT_HINT: &str = "This tool hands a task to another agent, which does not see this \
 conversation: write in `message` everything it needs. Only its final answer comes back.";
-
-/// An agent offered to another as a tool (`subagents:` of the calling agent).
-#[derive(Debug, Clone)]
-pub struct SubAgentRuntime {
-    /// The tool name the model calls (the agent's name unless renamed).
-    pub name: String,
-    /// What the tool does, offered to the model (followed by [`AGENT_HINT`]).
-    pub description: String,
-    /// The agent that runs each call, as a child run.
-    pub agent: Arc<AgentRuntime>,
-    /// The part, in `(0, 1]`, of what remains of the caller's run budget that the child run
-    /// receives (`None`: the child run has no budget of its own).
-    pub budget_share: Option<f64>,
-}
-
-impl SubAgentRuntime {
-    /// Offers `agent` under `name`, without a budget share.
-    pub fn new(
-        name: impl Into<String>,
-        description: impl Into<String>,
-        agent: Arc<AgentRuntime>,
-    ) -> SubAgentRuntime {
-        SubAgentRuntime {
-            name: name.into(),
-            description: description.into(),
-            agent,
-            budget_share: None,
-        }
-    }
-}
 
 /// The declaration of a sub-agent as a tool: the engine intercepts its calls and drives them as
 /// child runs, so [`Tool::call`] is never how a sub-agent runs.
@@ -153,90 +160,17 @@ pub(crate) fn offered(agent: &AgentRuntime, depth: u32) -> Vec<BoundTool> {
         .collect()
 }
 
-/// The descendants of `run_id` (children, their children…) that have not closed, folded from
-/// the session's `events`, most recently started first: the order in which a closing parent
-/// cancels them.
-pub fn open_descendants(events: &[Event], run_id: &str) -> Result<Vec<RunState>, FoldError> {
-    let mut tree: Vec<&str> = vec![run_id];
-    for event in events {
-        if let Payload::RunStarted(started) = &event.payload
-            && let Some(parent) = &started.parent_run_id
-            && tree.contains(&parent.as_str())
-            && !tree.contains(&event.run_id.as_str())
-        {
-            tree.push(&event.run_id);
-        }
-    }
-    let mut open = Vec::new();
-    for id in tree.into_iter().skip(1).rev() {
-        let state = RunState::fold(id, events)?;
-        if !state.finished && !state.status.is_terminal() {
-            open.push(state);
-        }
-    }
-    Ok(open)
-}
-
-/// The approval requests waiting in the open descendants of `run_id`, in the order their runs
-/// started: what a root run waiting for its children shows as its own pending approvals.
-pub fn descendant_approvals(
-    events: &[Event],
-    run_id: &str,
-) -> Result<Vec<PendingApproval>, FoldError> {
-    Ok(open_descendants(events, run_id)?
-        .iter()
-        .rev()
-        .flat_map(RunState::pending_approvals)
-        .collect())
-}
-
-/// Whether a run waiting for its children cannot move now: it has child runs, and each is
-/// paused on a request that waits and has not expired, or is itself blocked on its children.
-pub(crate) fn blocked(events: &[Event], state: &RunState, now: DateTime<Utc>) -> bool {
-    let children: Vec<&str> = state
-        .pending_calls
-        .iter()
-        .filter_map(|c| c.child_run_id.as_deref())
-        .collect();
-    !children.is_empty()
-        && children.iter().all(|id| match RunState::fold(id, events) {
-            Ok(child) if !child.finished => match child.status {
-                RunStatus::Paused => {
-                    child.approvals.iter().any(ApprovalRecord::is_pending)
-                        && !child.approvals.iter().any(|a| a.is_stale(now))
-                }
-                RunStatus::WaitingChild => blocked(events, &child, now),
-                _ => false,
-            },
-            _ => false,
-        })
-}
-
-/// The agent named `name` in `agent`'s tree of sub-agents (`agent` itself included).
-pub(crate) fn find_agent<'a>(agent: &'a AgentRuntime, name: &str) -> Option<&'a AgentRuntime> {
-    if agent.name == name {
-        return Some(agent);
-    }
-    agent
-        .subagents
-        .iter()
-        .find_map(|sub| find_agent(&sub.agent, name))
-}
-
 /// The child run a launched call drives: the one its `tool.called` already names (a re-played
 /// call), else a new id; `None` when the call is not a sub-agent's.
 pub(crate) fn child_id(
-    driver: &Driver<'_>,
+    spawn: &Spawn<'_>,
+    events: Events<'_>,
     tool: &BoundTool,
     call: &PendingCall,
 ) -> Option<String> {
     let is_subagent = tool.tool.spec().kind == ToolKind::Agent
-        && driver.agent.subagents.iter().any(|s| s.name == call.name);
-    is_subagent.then(|| {
-        call.child_run_id
-            .clone()
-            .unwrap_or_else(|| driver.engine.ids().uuid())
-    })
+        && spawn.subagents.iter().any(|s| s.name == call.name);
+    is_subagent.then(|| call.child_run_id.clone().unwrap_or_else(|| events.uuid()))
 }
 
 /// How a child run ended, for its parent.
@@ -355,7 +289,8 @@ struct Opening {
 /// opened unless it exists, then driven until it closes or waits.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn launch<'d>(
-    driver: &Driver<'d>,
+    spawn: &Spawn<'d>,
+    run: &RunRef,
     state: &RunState,
     call: &PendingCall,
     span: &str,
@@ -364,11 +299,8 @@ pub(crate) fn launch<'d>(
     index: usize,
     cancel: CancellationToken,
 ) -> Pin<Box<dyn Future<Output = ChildDone> + Send + 'd>> {
-    let engine: &'d Engine = driver.engine;
-    let observer: &'d dyn Observer = driver.observer;
-    let approver = driver.approver.clone();
-    let sub = driver
-        .agent
+    let spawn = *spawn;
+    let sub = spawn
         .subagents
         .iter()
         .find(|s| s.name == call.name)
@@ -376,16 +308,16 @@ pub(crate) fn launch<'d>(
     // The child's budget: its share of what remains of the parent's limits (the agent's,
     // tightened by the parent's own share).
     let budget = sub.as_ref().and_then(|s| s.budget_share).and_then(|part| {
-        crate::budget::share(
-            &crate::budget::run_limits(driver.agent.budget.as_ref(), state),
-            crate::budget::Spent::of(state),
+        budget::share(
+            &budget::run_limits(spawn.budget, state),
+            budget::Spent::of(state),
             part,
         )
     });
     let opening = Opening {
         run: RunRef {
-            tenant_id: driver.run.tenant_id.clone(),
-            session_id: driver.run.session_id.clone(),
+            tenant_id: run.tenant_id.clone(),
+            session_id: run.session_id.clone(),
             run_id: child_run_id.to_owned(),
         },
         root_run_id: state.root_run_id.clone(),
@@ -404,7 +336,7 @@ pub(crate) fn launch<'d>(
     Box::pin(async move {
         let started = Instant::now();
         let end = match sub {
-            Some(sub) => run_child(engine, observer, approver, cancel, sub, opening).await,
+            Some(sub) => run_child(spawn, cancel, sub, opening).await,
             None => Err(EngineError::Invalid(format!("no sub-agent named '{name}'"))),
         };
         ChildDone {
@@ -416,14 +348,16 @@ pub(crate) fn launch<'d>(
 }
 
 async fn run_child(
-    engine: &Engine,
-    observer: &dyn Observer,
-    approver: Option<Arc<dyn Approver>>,
+    spawn: Spawn<'_>,
     cancel: CancellationToken,
     sub: SubAgentRuntime,
     opening: Opening,
 ) -> Result<ChildEnd, EngineError> {
-    if !engine.open_child(&sub.agent, &opening, observer).await? {
+    let engine = spawn.engine;
+    if !engine
+        .open_child(&sub.agent, &opening, spawn.observer)
+        .await?
+    {
         return Ok(ChildEnd::Answered {
             output: Box::new(ToolOutput::error(format!(
                 "The sub-agent {} needs a non-empty `message` (a string) describing its task.",
@@ -433,8 +367,15 @@ async fn run_child(
             cost_usd: 0.0,
         });
     }
-    let state = engine
-        .drive_with(&opening.run, &sub.agent, observer, &cancel, approver)
+    let state = spawn
+        .pilot
+        .drive(
+            &opening.run,
+            &sub.agent,
+            spawn.observer,
+            Cancel::from(&cancel),
+            spawn.approver.cloned(),
+        )
         .await?;
     let waits = matches!(state.status, RunStatus::Paused | RunStatus::WaitingChild);
     if engine.stop_signal().is_requested() && !state.finished && !waits {
@@ -487,16 +428,12 @@ impl Engine {
         observer: &dyn Observer,
     ) -> Result<bool, EngineError> {
         let run = &opening.run;
-        for _ in 0..MAX_OPEN_ATTEMPTS {
-            let events = self
-                .store()
-                .read(&run.tenant_id, &run.session_id, 0)
-                .await?;
+        let (opened, written) = append_fresh(self.store.as_ref(), run, |events| {
             if events.iter().any(|e| e.run_id == run.run_id) {
-                return Ok(true);
+                return Ok(Attempt::Done(true));
             }
             let Some(text) = opening.message.as_deref().filter(|t| !t.is_empty()) else {
-                return Ok(false);
+                return Ok(Attempt::Done(false));
             };
             // The child runs for the same end user as its parent.
             let context = events
@@ -512,15 +449,13 @@ impl Engine {
                     user_id: None,
                     metadata: Map::new(),
                 });
-            let span = self.ids().uuid();
-            let event = |parent: Option<&str>, payload| {
-                let mut event = self.event(run, &agent.name, &span, parent, None, payload);
-                event.root_run_id = opening.root_run_id.clone();
-                event
-            };
+            let span = self.ids.uuid();
+            let child = self.events(run, &agent.name, &opening.root_run_id);
             let batch = vec![
-                event(
+                child.event(
+                    &span,
                     Some(&opening.parent_span),
+                    None,
                     Payload::RunStarted(RunStarted {
                         kind: "normal".into(),
                         context,
@@ -534,7 +469,9 @@ impl Engine {
                         state: Map::new(),
                     }),
                 ),
-                event(
+                child.event(
+                    &span,
+                    None,
                     None,
                     Payload::MessageUser(MessageUser {
                         message: Message::user(text),
@@ -544,48 +481,15 @@ impl Engine {
                     }),
                 ),
             ];
-            match self
-                .store()
-                .append(batch, events.last().map_or(0, |e| e.seq))
-                .await
-            {
-                Ok(written) => {
-                    for event in &written {
-                        observer.event(event);
-                    }
-                    tracing::debug!(run_id = %run.run_id, parent_run_id = %opening.parent_run_id, agent = %agent.name, "sub-run opened");
-                    return Ok(true);
-                }
-                Err(loom_core::ports::StoreError::Conflict { .. }) => continue,
-                Err(other) => return Err(other.into()),
+            Ok(Attempt::Write(batch, true))
+        })
+        .await?;
+        if !written.is_empty() {
+            for event in &written {
+                observer.event(event);
             }
+            tracing::debug!(run_id = %run.run_id, parent_run_id = %opening.parent_run_id, agent = %agent.name, "sub-run opened");
         }
-        Err(EngineError::Contention(run.session_id.clone()))
-    }
-
-    /// The cancellation of every open descendant of `run_id` (most recent first, reason
-    /// `parent`, by `run_id`), read from the session's `events`.
-    pub(crate) fn descendants_closing(
-        &self,
-        events: &[Event],
-        run_id: &str,
-    ) -> Result<Vec<Event>, EngineError> {
-        let mut batch = Vec::new();
-        for child in open_descendants(events, run_id)? {
-            let run = RunRef {
-                tenant_id: child.tenant_id.clone(),
-                session_id: child.session_id.clone(),
-                run_id: child.run_id.clone(),
-            };
-            let agent = child.agent.clone().unwrap_or_default();
-            batch.extend(self.cancellation(
-                &run,
-                &agent,
-                &child,
-                "parent",
-                Some(run_id.to_owned()),
-            ));
-        }
-        Ok(batch)
+        Ok(opened)
     }
 }

@@ -1,4 +1,12 @@
-//! Serialized writes of one run into its session journal, under optimistic concurrency.
+//! Writes into a session's journal, under its optimistic concurrency: an append is made after
+//! the last event its writer read, and a conflict means someone else wrote in between.
+//!
+//! Two writers, for the two situations. [`SessionWriter`] writes the events of a run being
+//! driven, in order: a conflict caused by other runs of the session is retried after reading
+//! what they wrote, an event of the run itself means another driver took over.
+//! [`append_fresh`] is every write made outside a pilot (opening a run or a child run,
+//! steering, settling approvals, cancelling a run at rest, handing a lease back): it reads the
+//! session, decides what to write from it, and on a conflict reads and decides again.
 
 use loom_core::{
     Event,
@@ -6,10 +14,45 @@ use loom_core::{
     ports::{EventStore, StoreError},
 };
 
-use crate::{EngineError, RunRef, driver::Observer};
+use crate::{error::EngineError, events::RunRef, observer::Observer};
 
-/// How many times a write is retried when other runs of the session wrote in between.
+/// How many times a write is attempted when other runs of the session wrote in between.
 const MAX_CONFLICT_RETRIES: usize = 5;
+
+/// What one attempt of [`append_fresh`] decided from the session's events.
+pub(crate) enum Attempt<T> {
+    /// Nothing to write: this is the outcome.
+    Done(T),
+    /// Append the events after those read; the outcome once they are written.
+    Write(Vec<Event>, T),
+}
+
+/// Reads the session of `run`, lets `decide` choose what to write from its events, and appends
+/// it after the last one read. When another writer appended in between, the session is read
+/// and `decide` asked again, up to five times ([`EngineError::Contention`] after that). Returns
+/// the outcome and the events written (none for [`Attempt::Done`]).
+pub(crate) async fn append_fresh<T>(
+    store: &dyn EventStore,
+    run: &RunRef,
+    mut decide: impl FnMut(&[Event]) -> Result<Attempt<T>, EngineError>,
+) -> Result<(T, Vec<Event>), EngineError> {
+    for _ in 0..MAX_CONFLICT_RETRIES {
+        let events = store.read(&run.tenant_id, &run.session_id, 0).await?;
+        let (batch, outcome) = match decide(&events)? {
+            Attempt::Done(outcome) => return Ok((outcome, Vec::new())),
+            Attempt::Write(batch, outcome) => (batch, outcome),
+        };
+        match store
+            .append(batch, events.last().map_or(0, |e| e.seq))
+            .await
+        {
+            Ok(written) => return Ok((outcome, written)),
+            Err(StoreError::Conflict { .. }) => continue,
+            Err(other) => return Err(other.into()),
+        }
+    }
+    Err(EngineError::Contention(run.session_id.clone()))
+}
 
 /// Writes the events of one run, in order, and tells the observer once they are durable.
 pub(crate) struct SessionWriter<'a> {
@@ -106,4 +149,147 @@ impl<'a> SessionWriter<'a> {
 /// A message sent to the run while it is driven (`Loom::steer`): not a takeover.
 fn is_steering(event: &Event) -> bool {
     matches!(&event.payload, Payload::MessageUser(user) if user.kind == loom_core::state::STEER)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{
+        Arc,
+        atomic::{AtomicUsize, Ordering},
+    };
+
+    use loom_core::{BoxFuture, ports::SessionSummary};
+    use loom_journal::MemoryStore;
+    use loom_testkit::conformance::event;
+
+    use super::*;
+
+    /// A journal where another writer appends an event just before each of the next
+    /// `interferences` appends: each of them then conflicts.
+    #[derive(Debug)]
+    struct Interfering {
+        inner: MemoryStore,
+        interferences: AtomicUsize,
+    }
+
+    impl Interfering {
+        fn new(interferences: usize) -> Interfering {
+            Interfering {
+                inner: MemoryStore::new(),
+                interferences: AtomicUsize::new(interferences),
+            }
+        }
+    }
+
+    impl EventStore for Interfering {
+        fn append(
+            &self,
+            batch: Vec<Event>,
+            expected_last_seq: u64,
+        ) -> BoxFuture<'_, Result<Vec<Event>, StoreError>> {
+            Box::pin(async move {
+                let interfere = self
+                    .interferences
+                    .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                    .is_ok();
+                if interfere {
+                    let last = self.inner.last_seq("t", "s").await?;
+                    self.inner
+                        .append(vec![event("t", "s", &format!("other-{last}"))], last)
+                        .await?;
+                }
+                self.inner.append(batch, expected_last_seq).await
+            })
+        }
+
+        fn read<'a>(
+            &'a self,
+            tenant_id: &'a str,
+            session_id: &'a str,
+            after_seq: u64,
+        ) -> BoxFuture<'a, Result<Vec<Event>, StoreError>> {
+            self.inner.read(tenant_id, session_id, after_seq)
+        }
+
+        fn last_seq<'a>(
+            &'a self,
+            tenant_id: &'a str,
+            session_id: &'a str,
+        ) -> BoxFuture<'a, Result<u64, StoreError>> {
+            self.inner.last_seq(tenant_id, session_id)
+        }
+
+        fn sessions<'a>(
+            &'a self,
+            tenant_id: &'a str,
+        ) -> BoxFuture<'a, Result<Vec<SessionSummary>, StoreError>> {
+            self.inner.sessions(tenant_id)
+        }
+
+        fn delete<'a>(
+            &'a self,
+            tenant_id: &'a str,
+            session_id: &'a str,
+        ) -> BoxFuture<'a, Result<u64, StoreError>> {
+            self.inner.delete(tenant_id, session_id)
+        }
+    }
+
+    fn run() -> RunRef {
+        RunRef {
+            tenant_id: "t".into(),
+            session_id: "s".into(),
+            run_id: "s".into(),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_write_is_decided_again_on_what_each_conflict_brought() {
+        let store = Arc::new(Interfering::new(2));
+        let mut seen = Vec::new();
+        let (outcome, written) = append_fresh(store.as_ref(), &run(), |events| {
+            seen.push(events.len());
+            Ok(Attempt::Write(vec![event("t", "s", "mine")], "written"))
+        })
+        .await
+        .unwrap();
+        assert_eq!(outcome, "written");
+        // Each attempt read what the other writer had appended before it.
+        assert_eq!(seen, [0, 1, 2]);
+        assert_eq!(written.len(), 1);
+        assert_eq!(written[0].seq, 3);
+        let journal = store.read("t", "s", 0).await.unwrap();
+        assert_eq!(journal.len(), 3);
+    }
+
+    #[tokio::test]
+    async fn five_conflicts_in_a_row_give_up_and_write_nothing() {
+        let store = Interfering::new(usize::MAX);
+        let mut attempts = 0;
+        let result = append_fresh(&store, &run(), |_| {
+            attempts += 1;
+            Ok(Attempt::Write(vec![event("t", "s", "mine")], ()))
+        })
+        .await;
+        assert!(
+            matches!(&result, Err(EngineError::Contention(session)) if session == "s"),
+            "{result:?}"
+        );
+        assert_eq!(attempts, 5);
+        let journal = store.read("t", "s", 0).await.unwrap();
+        assert!(journal.iter().all(|e| !e.event_id.contains("mine")));
+    }
+
+    #[tokio::test]
+    async fn a_decision_to_write_nothing_or_a_refusal_writes_nothing() {
+        let store = Interfering::new(0);
+        let (outcome, written) = append_fresh(&store, &run(), |_| Ok(Attempt::<u8>::Done(7)))
+            .await
+            .unwrap();
+        assert_eq!((outcome, written.len()), (7, 0));
+        let refused: Result<((), Vec<Event>), EngineError> =
+            append_fresh(&store, &run(), |_| Err(EngineError::Invalid("no".into()))).await;
+        assert!(matches!(refused, Err(EngineError::Invalid(_))));
+        assert!(store.read("t", "s", 0).await.unwrap().is_empty());
+    }
 }

@@ -1,12 +1,14 @@
 //! The circuit breaker of one server and the growing delay between reconnections.
 //!
-//! Pure state machines over `Instant`s, so they are tested without waiting.
+//! The breaker is the core's ([`loom_core::circuit`], the same state machine as a model's in
+//! the engine) over monotonic `Instant`s, so it is tested without waiting.
 
 use std::time::{Duration, Instant};
 
-use loom_core::ports::CircuitNotice;
-
-use crate::options::CircuitSettings;
+use loom_core::{
+    circuit::{self, Admission, CircuitSettings, Moment},
+    ports::CircuitNotice,
+};
 
 /// First reconnection delay after a failure.
 pub(crate) const BACKOFF_BASE: Duration = Duration::from_millis(500);
@@ -25,22 +27,6 @@ pub(crate) fn backoff_delay(failures: u32) -> Duration {
         .min(BACKOFF_CAP)
 }
 
-#[derive(Debug)]
-enum State {
-    Closed {
-        failures: u32,
-    },
-    Open {
-        until: Instant,
-        notice: CircuitNotice,
-        reported: bool,
-    },
-    /// After the cooldown: one trial is in flight.
-    Trial {
-        since: Instant,
-    },
-}
-
 /// Why the breaker refused an attempt.
 #[derive(Debug)]
 pub(crate) struct Refusal {
@@ -48,6 +34,9 @@ pub(crate) struct Refusal {
     pub(crate) remaining: Duration,
 }
 
+/// The breaker of one server: the core state machine ([`circuit::Breaker`]) over monotonic
+/// instants, the server's settings, and the notice of its last opening, reported once.
+///
 /// Consecutive connection failures ≥ `failures` open it for `cooldown`; after the cooldown one
 /// trial goes through: success closes it, failure opens it again at once.
 #[derive(Debug)]
@@ -56,7 +45,9 @@ pub(crate) struct Breaker {
     settings: CircuitSettings,
     /// A trial whose caller vanished (cancelled future) stops blocking after this long.
     trial_expiry: Duration,
-    state: State,
+    circuit: circuit::Breaker<Instant>,
+    /// The opening not yet reported (cleared once reported, or when the breaker moves on).
+    notice: Option<CircuitNotice>,
 }
 
 impl Breaker {
@@ -69,95 +60,62 @@ impl Breaker {
             target,
             settings,
             trial_expiry,
-            state: State::Closed { failures: 0 },
+            circuit: circuit::Breaker::new(),
+            notice: None,
         }
     }
 
     /// May a connection attempt start now?
     pub(crate) fn admit(&mut self, now: Instant) -> Result<(), Refusal> {
-        match &self.state {
-            State::Closed { .. } => Ok(()),
-            State::Open { until, .. } if now < *until => Err(Refusal {
-                remaining: *until - now,
-            }),
-            State::Open { .. } => {
+        match self.circuit.admit(self.trial_expiry, now) {
+            Admission::Go => Ok(()),
+            Admission::Trial => {
                 tracing::info!(target = %self.target, "circuit breaker: cooldown over, one trial");
-                self.state = State::Trial { since: now };
+                self.notice = None;
                 Ok(())
             }
-            State::Trial { since } if now.duration_since(*since) < self.trial_expiry => {
-                Err(Refusal {
-                    remaining: self.trial_expiry - now.duration_since(*since),
-                })
-            }
-            State::Trial { .. } => {
-                self.state = State::Trial { since: now };
-                Ok(())
-            }
+            Admission::Skip { until } => Err(Refusal {
+                remaining: now.until(until),
+            }),
         }
     }
 
     /// How long it stays open, when it is open and not yet due for a trial.
     pub(crate) fn open_for(&self, now: Instant) -> Option<Duration> {
-        match &self.state {
-            State::Open { until, .. } if now < *until => Some(*until - now),
-            _ => None,
-        }
+        self.circuit.open_until(now).map(|until| now.until(until))
     }
 
     /// A connection or a call succeeded.
     pub(crate) fn success(&mut self) {
-        if !matches!(self.state, State::Closed { failures: 0 }) {
-            if !matches!(self.state, State::Closed { .. }) {
-                tracing::info!(target = %self.target, "circuit breaker closed");
-            }
-            self.state = State::Closed { failures: 0 };
+        if self.circuit.success() {
+            tracing::info!(target = %self.target, "circuit breaker closed");
         }
+        self.notice = None;
     }
 
     /// A connection failed; opens the breaker when the threshold is reached.
     pub(crate) fn failure(&mut self, now: Instant, error: &str) {
-        let failures = match &self.state {
-            State::Closed { failures } => failures + 1,
-            // The trial failed: open again at once.
-            State::Trial { .. } => self.settings.failures.max(1),
-            // A call that was already in flight failed: it is open already.
-            State::Open { .. } => return,
+        let Some(failures) = self.circuit.failure(&self.settings, now) else {
+            return;
         };
-        if failures >= self.settings.failures.max(1) {
-            tracing::warn!(
-                target = %self.target,
-                failures,
-                cooldown_s = self.settings.cooldown.as_secs_f64(),
-                error,
-                "circuit breaker opened"
-            );
-            self.state = State::Open {
-                until: now + self.settings.cooldown,
-                notice: CircuitNotice {
-                    target: self.target.clone(),
-                    failures,
-                    cooldown_s: self.settings.cooldown.as_secs_f64(),
-                    error: error.to_owned(),
-                },
-                reported: false,
-            };
-        } else {
-            self.state = State::Closed { failures };
-        }
+        tracing::warn!(
+            target = %self.target,
+            failures,
+            cooldown_s = self.settings.cooldown.as_secs_f64(),
+            error,
+            "circuit breaker opened"
+        );
+        self.notice = Some(CircuitNotice {
+            target: self.target.clone(),
+            failures,
+            cooldown_s: self.settings.cooldown.as_secs_f64(),
+            error: error.to_owned(),
+        });
     }
 
     /// The notice of the opening, the first time it is asked for after the breaker opened.
     pub(crate) fn take_notice(&mut self) -> Option<CircuitNotice> {
-        match &mut self.state {
-            State::Open {
-                notice, reported, ..
-            } if !*reported => {
-                *reported = true;
-                Some(notice.clone())
-            }
-            _ => None,
-        }
+        self.notice.take()
     }
 }
 
@@ -210,7 +168,10 @@ mod tests {
         // The trial fails: open again, with a new notice.
         b.failure(later, "e4");
         assert!(b.admit(later).is_err());
-        assert_eq!(b.take_notice().unwrap().error, "e4");
+        let reopened = b.take_notice().unwrap();
+        assert_eq!(reopened.error, "e4");
+        // The failed trial alone reopened it, as a model's breaker says.
+        assert_eq!(reopened.failures, 1);
 
         // Next trial succeeds: closed.
         let much_later = later + Duration::from_secs(61);
@@ -219,6 +180,14 @@ mod tests {
         assert!(b.admit(much_later).is_ok());
         b.failure(much_later, "e5");
         assert!(b.admit(much_later).is_ok(), "one failure does not open it");
+    }
+
+    #[test]
+    fn the_settings_are_those_of_every_breaker() {
+        // One breaker for models and MCP servers: the core's state machine and settings.
+        let settings: loom_core::circuit::CircuitSettings = crate::CircuitSettings::default();
+        assert_eq!(settings.failures, 5);
+        let _: circuit::Breaker<Instant> = breaker().circuit;
     }
 
     #[test]

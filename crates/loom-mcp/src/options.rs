@@ -74,23 +74,9 @@ pub enum Scope {
     Run,
 }
 
-/// The circuit breaker guarding one server (`mcp:<name>`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CircuitSettings {
-    /// Consecutive failures (failed connections, connections lost mid-call) that open it.
-    pub failures: u32,
-    /// How long it stays open before one trial is let through.
-    pub cooldown: Duration,
-}
-
-impl Default for CircuitSettings {
-    fn default() -> CircuitSettings {
-        CircuitSettings {
-            failures: 5,
-            cooldown: Duration::from_secs(60),
-        }
-    }
-}
+/// The circuit breaker guarding one server (`mcp:<name>`): the core's settings, where a failure
+/// is a failed connection or a connection lost mid-call.
+pub use loom_core::circuit::CircuitSettings;
 
 /// Server-level overrides of one tool (`mcp_servers[].tools.<tool>`), applied on top of the
 /// defaults drawn from its MCP annotations.

@@ -1,0 +1,289 @@
+//! What a role or a judge receives besides its own input: the items its `context:` declares
+//! ([`RoleContext`]), gathered from the run and, for the items that need earlier runs, from the
+//! session's journal. The items mean the same for a role as for a judge, and are read the same
+//! way.
+
+use std::collections::BTreeMap;
+
+use loom_core::{
+    Block, BlockKind, Message, Role, RunState, event::Payload, event::RunContext, ports::EventStore,
+};
+use serde_json::{Value, json};
+
+use crate::{error::EngineError, events::RunRef};
+
+/// Where `tool_results` are taken from.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ContextScope {
+    /// The current run.
+    #[default]
+    Run,
+    /// Every run of the session so far, the current one included.
+    Session,
+}
+
+/// One item of what a role receives besides its arguments (`context:`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RoleContext {
+    /// The text of the run's first user message.
+    UserInput,
+    /// What the application said about the run when opening it (`run.started.context`:
+    /// tenant, user and metadata, as JSON).
+    CallerContext,
+    /// The images attached to the run's user messages.
+    Attachments,
+    /// The successful results of the named tools.
+    ToolResults {
+        /// Tool names as the orchestrator sees them.
+        tools: Vec<String>,
+        /// This run, or the whole session.
+        scope: ContextScope,
+    },
+    /// The last N turns of the session before this run (one turn = one run: its request and
+    /// its final answer).
+    LastTurns(u32),
+}
+
+impl RoleContext {
+    /// The item's name, as a tag and as a key under `context` in a template.
+    pub fn key(&self) -> &'static str {
+        match self {
+            RoleContext::UserInput => "user_input",
+            RoleContext::CallerContext => "caller_context",
+            RoleContext::Attachments => "attachments",
+            RoleContext::ToolResults { .. } => "tool_results",
+            RoleContext::LastTurns(_) => "last_turns",
+        }
+    }
+}
+
+/// The images of the run's user messages (artifact blocks of an `image/*` type).
+pub(crate) fn images(state: &RunState) -> Vec<Block> {
+    state
+        .messages
+        .iter()
+        .filter(|m| m.role == Role::User)
+        .flat_map(|m| m.blocks.iter())
+        .filter(|b| matches!(&b.kind, BlockKind::Artifact { media_type, .. } if media_type.starts_with("image/")))
+        .cloned()
+        .collect()
+}
+
+/// The successful results of `tools` in one run's `messages` (text, `full` never included).
+fn results_of<'m>(
+    messages: impl Iterator<Item = &'m Message>,
+    tools: &[String],
+) -> Vec<(String, String)> {
+    let mut names: BTreeMap<&str, &str> = BTreeMap::new();
+    let mut found = Vec::new();
+    for message in messages {
+        names.extend(
+            message
+                .tool_calls()
+                .map(|(call_id, name, _)| (call_id, name)),
+        );
+        for block in &message.blocks {
+            if let BlockKind::ToolResult { call_id, output } = &block.kind
+                && !output.is_error
+                && let Some(name) = names.get(call_id.as_str())
+                && tools.iter().any(|t| t == name)
+            {
+                found.push(((*name).to_owned(), output.visible_text()));
+            }
+        }
+    }
+    found
+}
+
+/// What a role receives, computed from the run (only the declared items).
+pub(crate) struct Gathered {
+    /// Template values under `context`.
+    pub(crate) values: BTreeMap<String, Value>,
+    /// Tagged blocks (`<tag>\nbody\n</tag>`), in declared order.
+    pub(crate) blocks: Vec<String>,
+    /// Images added to the role's message.
+    pub(crate) images: Vec<Block>,
+}
+
+/// What the declared `context` items give a role or a judge: tagged blocks, template values
+/// and images. The session journal is read only when an item needs earlier runs.
+pub(crate) async fn gather(
+    store: &dyn EventStore,
+    run: &RunRef,
+    state: &RunState,
+    context: &[RoleContext],
+) -> Result<Gathered, EngineError> {
+    let mut gathered = Gathered {
+        values: BTreeMap::new(),
+        blocks: Vec::new(),
+        images: Vec::new(),
+    };
+    // Earlier runs of the session, read only when an item needs them.
+    let needs_session = context.iter().any(|c| {
+        matches!(
+            c,
+            RoleContext::LastTurns(_)
+                | RoleContext::CallerContext
+                | RoleContext::ToolResults {
+                    scope: ContextScope::Session,
+                    ..
+                }
+        )
+    });
+    let session = if needs_session {
+        Some(session(store, run).await?)
+    } else {
+        None
+    };
+    let tagged = |tag: &str, body: &str| format!("<{tag}>\n{body}\n</{tag}>");
+    for item in context {
+        let key = item.key();
+        match item {
+            RoleContext::UserInput => {
+                let text = user_input(state);
+                gathered.blocks.push(tagged(key, &text));
+                gathered.values.insert(key.into(), Value::String(text));
+            }
+            RoleContext::CallerContext => {
+                let context = session
+                    .as_ref()
+                    .and_then(|s| s.context.as_ref())
+                    .and_then(|c| serde_json::to_value(c).ok())
+                    .unwrap_or_else(|| json!({}));
+                gathered.blocks.push(tagged(key, &context.to_string()));
+                gathered.values.insert(key.into(), context);
+            }
+            RoleContext::Attachments => {
+                let images = images(state);
+                let listed: Vec<Value> = images
+                    .iter()
+                    .filter_map(|b| match &b.kind {
+                        BlockKind::Artifact {
+                            uri,
+                            media_type,
+                            name,
+                            ..
+                        } => Some(json!({"name": name, "media_type": media_type, "uri": uri})),
+                        _ => None,
+                    })
+                    .collect();
+                let lines: Vec<String> = listed
+                    .iter()
+                    .map(|i| {
+                        format!(
+                            "- {} ({})",
+                            i["name"].as_str().unwrap_or("unnamed"),
+                            i["media_type"].as_str().unwrap_or_default()
+                        )
+                    })
+                    .collect();
+                gathered.blocks.push(tagged(key, &lines.join("\n")));
+                gathered.values.insert(key.into(), Value::Array(listed));
+                gathered.images = images;
+            }
+            RoleContext::ToolResults { tools, scope } => {
+                let mut found = Vec::new();
+                if *scope == ContextScope::Session
+                    && let Some(session) = &session
+                {
+                    for earlier in &session.earlier {
+                        found.extend(results_of(earlier.messages.iter(), tools));
+                    }
+                }
+                found.extend(results_of(state.messages.iter(), tools));
+                let lines: Vec<String> = found
+                    .iter()
+                    .map(|(tool, text)| format!("{tool}: {text}"))
+                    .collect();
+                gathered
+                    .blocks
+                    .push(tagged(key, &or_none(lines.join("\n"))));
+                let mut by_tool = serde_json::Map::new();
+                for tool in tools {
+                    let texts: Vec<&str> = found
+                        .iter()
+                        .filter(|(t, _)| t == tool)
+                        .map(|(_, text)| text.as_str())
+                        .collect();
+                    by_tool.insert(tool.clone(), Value::String(texts.join("\n\n")));
+                }
+                gathered.values.insert(key.into(), Value::Object(by_tool));
+            }
+            RoleContext::LastTurns(n) => {
+                let earlier = session.as_ref().map_or(&[][..], |s| &s.earlier[..]);
+                let turns = last_turns(earlier, *n);
+                gathered.blocks.push(tagged(key, &or_none(turns.clone())));
+                gathered.values.insert(key.into(), Value::String(turns));
+            }
+        }
+    }
+    Ok(gathered)
+}
+
+/// The session as a judge's (or a role's) context sees it: the application's context of
+/// this run and the earlier root runs, folded.
+pub(crate) async fn session(store: &dyn EventStore, run: &RunRef) -> Result<Session, EngineError> {
+    let events = store.read(&run.tenant_id, &run.session_id, 0).await?;
+    let start = events
+        .iter()
+        .position(|e| e.run_id == run.run_id)
+        .unwrap_or(events.len());
+    let context = events.get(start).and_then(|e| match &e.payload {
+        Payload::RunStarted(started) => Some(started.context.clone()),
+        _ => None,
+    });
+    let mut earlier = Vec::new();
+    let before = &events[..start];
+    for event in before {
+        if let Payload::RunStarted(started) = &event.payload
+            && started.parent_run_id.is_none()
+            && started.kind == "normal"
+        {
+            earlier.push(RunState::fold(&event.run_id, before)?);
+        }
+    }
+    Ok(Session { context, earlier })
+}
+
+/// What the session gives a judge's (or a role's) context.
+pub(crate) struct Session {
+    /// `run.started.context` of the current run.
+    pub(crate) context: Option<RunContext>,
+    /// Earlier root runs of the session, in order.
+    pub(crate) earlier: Vec<RunState>,
+}
+
+/// The last `n` turns of `earlier` runs (one turn = one run): `user: <request>`, then
+/// `assistant: <final answer>` when it has one.
+pub(crate) fn last_turns(earlier: &[RunState], n: u32) -> String {
+    let skip = earlier
+        .len()
+        .saturating_sub(usize::try_from(n).unwrap_or(usize::MAX));
+    let mut lines = Vec::new();
+    for run in &earlier[skip..] {
+        lines.push(format!("user: {}", user_input(run)));
+        if let Some(answer) = run.output_text() {
+            lines.push(format!("assistant: {answer}"));
+        }
+    }
+    lines.join("\n")
+}
+
+/// The text of the request that opened a run (its first user message).
+pub(crate) fn user_input(state: &RunState) -> String {
+    state
+        .messages
+        .iter()
+        .find(|m| m.role == loom_core::Role::User)
+        .map(Message::text)
+        .unwrap_or_default()
+}
+
+/// `text`, or `(none)` when it is empty.
+pub(crate) fn or_none(text: String) -> String {
+    if text.is_empty() {
+        "(none)".into()
+    } else {
+        text
+    }
+}

@@ -1,0 +1,55 @@
+//! Why the engine could not proceed.
+
+use loom_core::{
+    ports::StoreError,
+    state::{FoldError, ProjectionError},
+};
+
+/// Why the engine could not proceed.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    /// The journal failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The journal cannot be folded.
+    #[error(transparent)]
+    Fold(#[from] FoldError),
+    /// The journal breaks the state machine.
+    #[error(transparent)]
+    Projection(#[from] ProjectionError),
+    /// A chosen run id already exists.
+    #[error("run {run_id} already exists in session {session_id}")]
+    RunExists {
+        /// Run.
+        run_id: String,
+        /// Session.
+        session_id: String,
+    },
+    /// Another worker drives the run.
+    #[error("run {run_id}: driven by {worker_id}, lease valid until {lease_until}")]
+    ClaimConflict {
+        /// Run.
+        run_id: String,
+        /// The other worker.
+        worker_id: String,
+        /// End of its lease.
+        lease_until: String,
+    },
+    /// The run was closed by someone else (a cancel from another process) while driven.
+    #[error("run {0} was closed elsewhere")]
+    RunMoved(String),
+    /// Invalid input (ids, messages, tool schemas).
+    #[error("{0}")]
+    Invalid(String),
+    /// The request itself is unusable as given (unusable ids, an ill-formed message, refused
+    /// attachments, corrected arguments that do not fit): refused before anything is written,
+    /// and sending it again unchanged cannot succeed.
+    #[error("{0}")]
+    Unusable(String),
+    /// The journal kept moving under the writer.
+    #[error("session {0}: too many write conflicts, giving up")]
+    Contention(String),
+    /// A step produced no event (a bug: the engine never spins).
+    #[error("run {0}: a step made no progress")]
+    NoProgress(String),
+}

@@ -1,0 +1,431 @@
+//! What a point of the loop uses to act on its run ([`Io`]): the run's events, written to the
+//! journal and applied to the state; the lease, taken, renewed while the point waits, handed
+//! back; the run's cancellation; its piloting time against its timeout; and the frame of a step
+//! ([`StepSpan`]).
+//!
+//! It holds no agent, no tools and no decision: each point gets the settings it reads as its
+//! own narrow context, and acts through this one.
+
+use std::{
+    collections::{BTreeSet, HashMap},
+    future::Future,
+    time::{Duration, Instant},
+};
+
+use loom_core::{
+    Event, RunState,
+    event::{Effect, Outcome, Payload, RunClaimed, StepCompleted, StepStarted},
+    ports::EventStore,
+};
+
+use crate::{
+    binding::ModelBinding,
+    cancel::Cancel,
+    error::EngineError,
+    events::Events,
+    tree,
+    units::{fmt_secs, millis},
+    writer::SessionWriter,
+};
+
+/// How a wait for a step's effect ended.
+pub(crate) enum StepEnd<T> {
+    /// The effect finished.
+    Done(T),
+    /// The run was cancelled meanwhile.
+    Cancelled,
+    /// The run's timeout passed meanwhile.
+    TimedOut,
+}
+
+/// The lease a driver holds on a root run (a sub-run holds none: its parent's pilot holds the
+/// lease of the whole tree).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Lease<'a> {
+    /// This driver's worker id.
+    pub(crate) worker_id: &'a str,
+    /// How long a claim lasts.
+    pub(crate) duration: Duration,
+    /// A sub-run: no lease is taken, renewed or handed back.
+    pub(crate) sub: bool,
+}
+
+/// The effects of one pilot of one run (see the module documentation).
+pub(crate) struct Io<'a> {
+    events: Events<'a>,
+    store: &'a dyn EventStore,
+    writer: SessionWriter<'a>,
+    lease: Lease<'a>,
+    cancel: &'a Cancel,
+    /// Bound on cumulated piloting time (the agent's `timeout`).
+    timeout: Option<Duration>,
+    /// Time spent in decisions outside steps by this pilot (counted in the run's timeout).
+    decided: Duration,
+    /// The ids of the last decisive events written, for `cause_event_id`.
+    pub(crate) last_ids: LastIds,
+    /// Which model configs produced each provider model name in the session.
+    pub(crate) names: ModelNames,
+}
+
+impl<'a> Io<'a> {
+    /// The effects of a pilot writing `events` with `writer`, holding `lease`, cancelled by
+    /// `cancel`, bounded by `timeout`. `journal` is the session as the pilot read it.
+    pub(crate) fn new(
+        events: Events<'a>,
+        store: &'a dyn EventStore,
+        writer: SessionWriter<'a>,
+        lease: Lease<'a>,
+        cancel: &'a Cancel,
+        timeout: Option<Duration>,
+        journal: &[Event],
+    ) -> Io<'a> {
+        let mut names = ModelNames::default();
+        for event in journal {
+            names.note(event);
+        }
+        let mut last_ids = LastIds::default();
+        for event in journal.iter().filter(|e| e.run_id == events.run().run_id) {
+            last_ids.note(event);
+        }
+        Io {
+            events,
+            store,
+            writer,
+            lease,
+            cancel,
+            timeout,
+            decided: Duration::ZERO,
+            last_ids,
+            names,
+        }
+    }
+
+    /// The run's events.
+    pub(crate) fn events(&self) -> Events<'a> {
+        self.events
+    }
+
+    /// An event of the run in `span` (under `parent`), with the envelope `role`.
+    pub(crate) fn event(
+        &self,
+        span: &str,
+        parent: Option<&str>,
+        role: Option<&str>,
+        payload: Payload,
+    ) -> Event {
+        self.events.event(span, parent, role, payload)
+    }
+
+    /// Writes `batch`, then applies it to `state` (after the steering messages that arrived
+    /// meanwhile). Closing a run whose sub-runs are open cancels them first, in the same write.
+    pub(crate) async fn write(
+        &mut self,
+        state: &mut RunState,
+        batch: Vec<Event>,
+    ) -> Result<Vec<Event>, EngineError> {
+        let run = self.events.run();
+        let batch = if state.pending_calls.iter().any(|c| c.child_run_id.is_some())
+            && batch
+                .iter()
+                .any(|e| e.run_id == run.run_id && e.payload.is_closing())
+        {
+            let journal = self.store.read(&run.tenant_id, &run.session_id, 0).await?;
+            let mut closing = tree::closing(&self.events, &journal, &run.run_id)?;
+            closing.extend(batch);
+            closing
+        } else {
+            batch
+        };
+        let written = self.writer.append(batch).await?;
+        for event in self.writer.take_foreign() {
+            state.apply(&event)?;
+        }
+        for event in written.iter().filter(|e| e.run_id == run.run_id) {
+            state.apply(event)?;
+            self.last_ids.note(event);
+            self.names.note(event);
+        }
+        Ok(written)
+    }
+
+    /// The run's cancellation.
+    pub(crate) fn cancel(&self) -> &'a Cancel {
+        self.cancel
+    }
+
+    /// Why this run is cancelled, and by whom: `requested` by whoever cancelled it (its
+    /// [`Cancel`]'s `by`), or for a sub-run `parent` by its parent run (its token is its
+    /// parent's).
+    pub(crate) fn cancel_cause(&self, state: &RunState) -> (&'static str, Option<String>) {
+        match &state.parent_run_id {
+            Some(parent) => ("parent", Some(parent.clone())),
+            None => ("requested", self.cancel.by().map(str::to_owned)),
+        }
+    }
+
+    /// The cancellation of this run: `requested`, or for a sub-run `parent`.
+    pub(crate) fn cancellation(&self, state: &RunState) -> Vec<Event> {
+        let (reason, by) = self.cancel_cause(state);
+        self.events.cancellation(state, reason, by)
+    }
+
+    /// The run's timeout.
+    pub(crate) fn timeout(&self) -> Option<Duration> {
+        self.timeout
+    }
+
+    /// Counts time spent deciding outside steps (policies, contracts, judges) in the run's
+    /// piloting time (reference §3.3).
+    pub(crate) fn count_decision(&mut self, spent: Duration) {
+        self.decided = self.decided.saturating_add(spent);
+    }
+
+    /// Piloting time spent: the journaled steps, plus the decisions this pilot took outside
+    /// steps. A step duration read from the journal is whatever it holds ([`millis`]).
+    pub(crate) fn piloted(&self, state: &RunState) -> Duration {
+        millis(state.active_ms).saturating_add(self.decided)
+    }
+
+    /// The time left before the run's timeout, if it has one.
+    pub(crate) fn left(&self, state: &RunState) -> Option<Duration> {
+        self.timeout
+            .map(|limit| limit.saturating_sub(self.piloted(state)))
+    }
+
+    /// The instant the run's timeout expires, counted from now with what is left of it.
+    pub(crate) fn deadline(&self, state: &RunState) -> Option<tokio::time::Instant> {
+        self.left(state)
+            .map(|left| tokio::time::Instant::now() + left)
+    }
+
+    /// Takes the lease, refusing when another worker holds a live one.
+    pub(crate) async fn claim(&mut self, state: &mut RunState) -> Result<(), EngineError> {
+        let now = self.events.now();
+        if let Some(claim) = &state.claim
+            && claim.worker_id != self.lease.worker_id
+            && claim.lease_until > now
+        {
+            return Err(EngineError::ClaimConflict {
+                run_id: self.events.run().run_id.clone(),
+                worker_id: claim.worker_id.clone(),
+                lease_until: claim.lease_until.to_rfc3339(),
+            });
+        }
+        self.write_claim(state).await
+    }
+
+    async fn write_claim(&mut self, state: &mut RunState) -> Result<(), EngineError> {
+        if self.lease.sub {
+            // The parent's pilot holds the lease of the whole tree.
+            return Ok(());
+        }
+        let lease = chrono::Duration::from_std(self.lease.duration)
+            .unwrap_or(chrono::Duration::seconds(60));
+        let payload = Payload::RunClaimed(RunClaimed {
+            worker_id: self.lease.worker_id.to_owned(),
+            lease_until: self.events.now() + lease,
+        });
+        let event = self.events.decision(state, payload);
+        self.write(state, vec![event]).await.map(drop)
+    }
+
+    /// Renews the lease when less than two thirds of it remain.
+    pub(crate) async fn renew(&mut self, state: &mut RunState) -> Result<(), EngineError> {
+        let Some(claim) = &state.claim else {
+            return Ok(());
+        };
+        let third = chrono::Duration::from_std(self.lease.duration / 3)
+            .unwrap_or(chrono::Duration::seconds(20));
+        if claim.lease_until - self.events.now() < third * 2 {
+            self.write_claim(state).await?;
+        }
+        Ok(())
+    }
+
+    /// Hands the lease back (`run.claimed` with `lease_until` = now): another driver may take
+    /// the run at once.
+    pub(crate) async fn hand_back(&mut self, state: &mut RunState) -> Result<(), EngineError> {
+        let event = self.events.decision(
+            state,
+            Payload::RunClaimed(RunClaimed {
+                worker_id: self.lease.worker_id.to_owned(),
+                lease_until: self.events.now(),
+            }),
+        );
+        self.write(state, vec![event]).await.map(drop)
+    }
+
+    /// Waits for `future` (one step's effect) unless the run is cancelled or `deadline` (the
+    /// run's timeout) passes, renewing the lease every third of it meanwhile, so a long tool
+    /// call or model stream never outlives the lease.
+    pub(crate) async fn wait<T>(
+        &mut self,
+        state: &mut RunState,
+        future: impl Future<Output = T>,
+        deadline: Option<tokio::time::Instant>,
+    ) -> Result<StepEnd<T>, EngineError> {
+        let cancel = self.cancel;
+        // Renewed on entry when a third of the lease has passed: a step waits many times (a
+        // tool batch once per result, a model call once per attempt), and each wait starts
+        // its own timer below, so waits shorter than the period would otherwise never renew.
+        self.renew(state).await?;
+        let mut future = std::pin::pin!(future);
+        let expiry = async {
+            match deadline {
+                Some(deadline) => tokio::time::sleep_until(deadline).await,
+                None => std::future::pending().await,
+            }
+        };
+        let mut expiry = std::pin::pin!(expiry);
+        // A third of the lease, so a live driver's lease never runs out under a peer's sweep
+        // (`Loom::watch_leases`), however short it is configured.
+        let period = (self.lease.duration / 3).max(Duration::from_millis(10));
+        let mut renewal = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+        loop {
+            tokio::select! {
+                biased;
+                () = cancel.cancelled() => return Ok(StepEnd::Cancelled),
+                () = &mut expiry => return Ok(StepEnd::TimedOut),
+                output = &mut future => return Ok(StepEnd::Done(output)),
+                _ = renewal.tick() => self.write_claim(state).await?,
+            }
+        }
+    }
+
+    /// Closes a step whose effect was interrupted: cancelled, or out of time.
+    pub(crate) async fn interrupted(
+        &mut self,
+        state: &mut RunState,
+        step: &StepSpan,
+        emitted: u32,
+        timed_out: bool,
+    ) -> Result<(), EngineError> {
+        let outcome = if timed_out {
+            Outcome::Error
+        } else {
+            Outcome::Cancelled
+        };
+        let mut batch = vec![step.completed(self, state, emitted, outcome)];
+        if timed_out {
+            let limit = self.timeout.unwrap_or_default();
+            let message = format!(
+                "maximum time of {} s exceeded: step {} was interrupted ({:.1} s of completed steps)",
+                fmt_secs(limit),
+                step.step_no,
+                state.active_ms / 1000.0
+            );
+            let mut projected = state.clone();
+            projected.step = step.step_no;
+            batch.extend(
+                self.events
+                    .failure(&projected, "timeout", "timeout", &message),
+            );
+        } else {
+            batch.extend(self.cancellation(state));
+        }
+        self.write(state, batch).await.map(drop)
+    }
+}
+
+/// The span and number of a step being executed.
+pub(crate) struct StepSpan {
+    pub(crate) span: String,
+    pub(crate) step_no: u32,
+    started: Instant,
+}
+
+impl StepSpan {
+    /// Opens the next step of the run.
+    pub(crate) fn open(io: &Io<'_>, state: &RunState) -> StepSpan {
+        StepSpan {
+            span: io.events.uuid(),
+            step_no: state.step + 1,
+            started: Instant::now(),
+        }
+    }
+
+    /// Its `step.started`.
+    pub(crate) fn started(&self, io: &Io<'_>, state: &RunState, effect: Effect) -> Event {
+        io.event(
+            &self.span,
+            Some(&state.run_span_id),
+            None,
+            Payload::StepStarted(StepStarted {
+                step_no: self.step_no,
+                state: state.status,
+                effect,
+            }),
+        )
+    }
+
+    /// Its `step.completed`, after `emitted` events written inside it.
+    pub(crate) fn completed(
+        &self,
+        io: &Io<'_>,
+        state: &RunState,
+        emitted: u32,
+        outcome: Outcome,
+    ) -> Event {
+        io.event(
+            &self.span,
+            Some(&state.run_span_id),
+            None,
+            Payload::StepCompleted(StepCompleted {
+                step_no: self.step_no,
+                duration_ms: self.started.elapsed().as_secs_f64() * 1000.0,
+                events_emitted: emitted,
+                outcome,
+            }),
+        )
+    }
+}
+
+/// Which model configs produced each provider model name (from `model.responded`), so that
+/// reasoning blocks of other models are not sent to a fallback.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct ModelNames(HashMap<String, BTreeSet<String>>);
+
+impl ModelNames {
+    pub(crate) fn note(&mut self, event: &Event) {
+        if let Payload::ModelResponded(p) = &event.payload
+            && let Some(config) = &p.model
+        {
+            self.0
+                .entry(p.model_id.clone())
+                .or_default()
+                .insert(config.clone());
+        }
+    }
+
+    /// Whether a reasoning block produced by the provider model `model_id` belongs to `model`
+    /// (a name never seen answering is given the benefit of the doubt).
+    pub(crate) fn is_own(&self, model_id: &str, model: &ModelBinding) -> bool {
+        model_id == model.model_id
+            || self
+                .0
+                .get(model_id)
+                .is_none_or(|configs| configs.contains(&model.config_id))
+    }
+}
+
+/// The ids of the last decisive events, for `cause_event_id`.
+#[derive(Debug, Default)]
+pub(crate) struct LastIds {
+    pub(crate) model: Option<String>,
+    pub(crate) tool: Option<String>,
+    /// The last `policy.decided`, cause of the transitions a policy decides.
+    pub(crate) policy: Option<String>,
+}
+
+impl LastIds {
+    pub(crate) fn note(&mut self, event: &Event) {
+        match &event.payload {
+            Payload::ModelResponded(p) if p.call_id.is_none() && p.judge.is_none() => {
+                self.model = Some(event.event_id.clone());
+            }
+            Payload::ToolCompleted(_) => self.tool = Some(event.event_id.clone()),
+            Payload::PolicyDecided(_) => self.policy = Some(event.event_id.clone()),
+            _ => {}
+        }
+    }
+}
