@@ -1,6 +1,6 @@
 //! The architecture's invariants as a test: `cargo test` fails when a crate
-//! breaks the layering, a source file lacks its `//!` doc comment, or an
-//! internal path dependency lacks a version.
+//! breaks the layering, a source file lacks its `//!` doc comment, an
+//! internal path dependency lacks a version, or shipped code formats hex by hand.
 
 use xtask::workspace::Workspace;
 use xtask::{layers, tidy, workspace_root};
@@ -35,4 +35,10 @@ fn internal_path_dependencies_carry_a_version() {
         "path dependency versions",
         &tidy::check_path_versions(&manifest, &workspace),
     );
+}
+
+#[test]
+fn hex_is_written_by_the_hex_crate() {
+    let found = tidy::check_hand_written_hex(&workspace_root()).unwrap();
+    fail_on("hex formatted by hand (use hex::encode)", &found);
 }

@@ -1146,10 +1146,7 @@ fn check_arguments(driver: &Driver<'_>, tool: &BoundTool, arguments: &Value) -> 
 
 /// The technical idempotency key of a call: `sha256("<run_id>:<call_id>")`, hex.
 pub fn idempotency_key(run_id: &str, call_id: &str) -> String {
-    Sha256::digest(format!("{run_id}:{call_id}").as_bytes())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    hex::encode(Sha256::digest(format!("{run_id}:{call_id}").as_bytes()))
 }
 
 fn panic_message(panic: &Box<dyn Any + Send>) -> String {
