@@ -31,7 +31,9 @@
 
 mod auth;
 mod error;
+mod guard;
 mod hooks;
+mod listen;
 mod mcp;
 mod openapi;
 mod params;
@@ -43,13 +45,15 @@ mod upload;
 
 use std::{future::Future, net::SocketAddr, sync::Arc};
 
-use axum::{Router, extract::DefaultBodyLimit};
+use axum::{Router, extract::DefaultBodyLimit, middleware};
 use loom_ia::{Loom, Profile, config::HttpServerConfig};
 use tokio::{net::TcpListener, sync::watch};
 use utoipa::OpenApi;
 use utoipa_axum::router::OpenApiRouter;
 
+pub use auth::key_hash;
 pub use error::{ApiError, ErrorKind};
+pub use hooks::{SIGNATURE_HEADER, TIMESTAMP_HEADER};
 
 /// How often an idle SSE stream sends a keep-alive comment.
 pub const KEEP_ALIVE: std::time::Duration = std::time::Duration::from_secs(15);
@@ -102,6 +106,7 @@ fn api(loom: &Loom, settings: &HttpServerConfig) -> (Router<AppState>, utoipa::o
     let open = loom.config().raw().security.api_keys.is_empty();
     let mut api = openapi::finish(api, open);
     openapi::delivery_headers(&mut api, &prefix, loom.config().triggers());
+    openapi::signature_headers(&mut api, &prefix, loom.config().triggers());
     openapi::rate_limits(&mut api, &loom.config().raw().security.api_keys);
     (router, api)
 }
@@ -115,8 +120,10 @@ fn docs_served(loom: &Loom, settings: &HttpServerConfig) -> bool {
 }
 
 fn build(loom: Loom, settings: &HttpServerConfig, closing: watch::Receiver<bool>) -> Router {
-    let limit = usize::try_from(settings.max_body_bytes).unwrap_or(usize::MAX);
+    let limits = listen::Limits::of(settings);
+    let limit = limits.max_body_bytes;
     let keys = Arc::new(auth::Keys::new(&loom.config().raw().security.api_keys));
+    let browsers = guard::Browsers::of(settings, keys.is_open());
     let mcp = loom.config().raw().server.mcp.http;
     let (v1, api) = api(&loom, settings);
     let docs = docs_served(&loom, settings);
@@ -136,6 +143,8 @@ fn build(loom: Loom, settings: &HttpServerConfig, closing: watch::Receiver<bool>
         .fallback(routes::not_found)
         .layer(DefaultBodyLimit::max(limit))
         .with_state(state)
+        .layer(middleware::from_fn_with_state(limits, listen::read_body))
+        .layer(middleware::from_fn_with_state(browsers, guard::check))
 }
 
 /// Serves the API on `listener` until `shutdown` resolves, then shuts down gracefully without
@@ -150,6 +159,11 @@ fn build(loom: Loom, settings: &HttpServerConfig, closing: watch::Receiver<bool>
 /// While it serves, [`Loom::watch_leases`] sweeps the journal every half lease (1 to 30 s)
 /// and resumes the runs whose lease expired without being handed back (a process sharing
 /// the journal crashed); the sweep stops with the server.
+///
+/// A client is bounded by `settings`: at most `max_connections` connections are served at
+/// once (the next wait in the listen backlog), request headers must arrive within
+/// `header_timeout` (else the connection is closed), a body within `body_timeout` of its
+/// headers (else `408`).
 pub async fn serve(
     loom: Loom,
     listener: TcpListener,
@@ -188,8 +202,9 @@ pub async fn serve_until(
     let (closing, receiver) = watch::channel(false);
     mcp::log_exposure(&loom);
     let app = build(loom.clone(), settings, receiver);
+    let limits = listen::Limits::of(settings);
     let grace = loom.shutdown_timeout();
-    // The stop runs beside axum's graceful shutdown: in-flight requests end when their runs
+    // The stop runs beside the graceful shutdown of the connections: in-flight requests end when their runs
     // stop, and the timeout must cut a step that would keep them waiting.
     let (stopping, stop_now) = tokio::sync::oneshot::channel::<()>();
     let stopper = loom.clone();
@@ -211,8 +226,7 @@ pub async fn serve_until(
     // A drain stops the runs only when its time is up: the timer, cancelled when every
     // request was answered before.
     let (draining, drain_timer) = tokio::sync::oneshot::channel::<tokio::task::JoinHandle<()>>();
-    let served = axum::serve(listener, app)
-        .with_graceful_shutdown(async move {
+    listen::serve(listener, app, limits, async move {
             let how = shutdown.await;
             let _ = unwatch.send(());
             let _ = closing.send(true);
@@ -236,21 +250,20 @@ pub async fn serve_until(
                         let _ = stopping.send(());
                     });
                     let _ = draining.send(timer);
-                }
             }
-        })
-        .await;
+        }
+    })
+    .await;
     if let Ok(timer) = drain_timer.await {
         // Every request was answered in time: the timer (and its stop) is not needed.
         timer.abort();
         let _ = timer.await;
     }
     let _ = stopped.await;
-    // Serving failed before any shutdown, or a drain ended: stop the runs still driven
-    // (which ends the watch).
+    // A drain ended: stop the runs still driven (which ends the watch).
     loom.stop(grace).await;
     let _ = watch.await;
-    served
+    Ok(())
 }
 
 /// Binds `host:port` (`port` 0: a free port).

@@ -370,8 +370,13 @@ async fn unknown_things_are_404_and_bad_requests_are_422_or_413() {
         (StatusCode::PAYLOAD_TOO_LARGE, "body_too_large")
     );
 
+    // A parameter the route does not document is refused, as on every route.
     let (status, body) = server.get("/runs/nope?after_seq=abc").await;
-    assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+    assert_eq!(status, StatusCode::UNPROCESSABLE_ENTITY, "{body}");
+    assert_eq!(
+        body["error"]["message"],
+        "after_seq: unknown parameter (expected: session_id)"
+    );
     let response = server
         .client
         .get(format!("{}/runs/nope/events?after_seq=abc", server.base))
