@@ -530,8 +530,13 @@ async fn serve(
     }
     if let Ok(address) = listener.local_addr() {
         for trigger in loom.config().triggers() {
+            let signed = trigger
+                .secret_env
+                .as_ref()
+                .map(|variable| format!(" (signed with {variable})"))
+                .unwrap_or_default();
             eprintln!(
-                "Hook: POST http://{address}{}/v1/hooks/{}",
+                "Hook: POST http://{address}{}/v1/hooks/{}{signed}",
                 settings.base_path, trigger.name
             );
         }
