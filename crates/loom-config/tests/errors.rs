@@ -1110,7 +1110,12 @@ fn mcp_origins_and_hosts_must_be_readable() {
 
 #[test]
 fn server_http_limits_hosts_and_origins_are_read_and_checked() {
-    let http = load_str(MODELS, &[], None, &no_env).unwrap().raw().server.http.clone();
+    let http = load_str(MODELS, &[], None, &no_env)
+        .unwrap()
+        .raw()
+        .server
+        .http
+        .clone();
     assert_eq!(
         (http.header_timeout, http.body_timeout, http.max_connections),
         (10.0, 60.0, 512)
@@ -1119,15 +1124,29 @@ fn server_http_limits_hosts_and_origins_are_read_and_checked() {
     let root = format!(
         "{MODELS}server:\n  http:\n    header_timeout: 2.5\n    body_timeout: 30\n    max_connections: 64\n    allowed_hosts: [\"loom.example.com\", \"::1\"]\n    allowed_origins: [\"https://front.example\"]\n"
     );
-    let http = load_str(&root, &[], None, &no_env).unwrap().raw().server.http.clone();
+    let http = load_str(&root, &[], None, &no_env)
+        .unwrap()
+        .raw()
+        .server
+        .http
+        .clone();
     assert_eq!(
         (http.header_timeout, http.body_timeout, http.max_connections),
         (2.5, 30.0, 64)
     );
     for (http, expected) in [
-        ("header_timeout: 0", "server.http.header_timeout: must be greater than 0"),
-        ("body_timeout: -1", "server.http.body_timeout: must be greater than 0"),
-        ("max_connections: 0", "server.http.max_connections: must be greater than 0"),
+        (
+            "header_timeout: 0",
+            "server.http.header_timeout: must be greater than 0",
+        ),
+        (
+            "body_timeout: -1",
+            "server.http.body_timeout: must be greater than 0",
+        ),
+        (
+            "max_connections: 0",
+            "server.http.max_connections: must be greater than 0",
+        ),
         (
             "allowed_hosts: [\"a/b\"]",
             "server.http.allowed_hosts[0]: 'a/b' is not a host",

@@ -152,7 +152,9 @@ fn trigger_refusals_are_located() {
             "loom.yaml:10:56 triggers[0].secret_env: 'orders-secret' is not an environment variable name (expected [A-Za-z_][A-Za-z0-9_]*)",
         ),
         (
-            trigger("{name: a, agent: support, message: hi, secret_env: S, signature_tolerance: 0}"),
+            trigger(
+                "{name: a, agent: support, message: hi, secret_env: S, signature_tolerance: 0}",
+            ),
             "loom.yaml:10:80 triggers[0].signature_tolerance: must be greater than 0",
         ),
         (
