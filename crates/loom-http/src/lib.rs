@@ -8,7 +8,9 @@
 //! `<base_path>/v1`, over a shared [`loom_ia::Loom`].
 //!
 //! Without `security.api_keys` the API is **open**: every request acts for the tenant
-//! `default` with every scope, as the reference does. With keys, every `/v1` route needs one
+//! `default` with every scope, as the reference does, provided its `Host` is allowed (the
+//! loopback names by default) and its `Origin`, if any, is the server's own or allowed
+//! (`server.http.allowed_hosts`, `allowed_origins`: no DNS rebinding, no cross-site form). With keys, every `/v1` route needs one
 //! (`Authorization: Bearer lk_…` or `X-API-Key`): 401 when it is missing, unknown or expired;
 //! the key alone decides the tenant; a missing scope (`run`: open and cancel runs; `read`:
 //! agents, results, events, sessions; `read_content`: content fields and file bytes;
@@ -17,7 +19,10 @@
 //! `redacted` ([`loom_ia::redact`]). A key's `rate_limit` and a tenant's `quotas` are 429s
 //! with `Retry-After`.
 //! Errors are JSON `{"error": {"kind": "...", "message": "..."}}` with a stable `kind` per
-//! error variant (see [`ApiError`]).
+//! error variant (see [`ApiError`]); a server error answers an `error_id` instead of its detail.
+//! Webhooks of a trigger with a `secret_env` must be signed ([`SIGNATURE_HEADER`],
+//! [`TIMESTAMP_HEADER`]). [`serve`] bounds each client: a cap on connections, header and body
+//! timeouts (`server.http`).
 //!
 //! With `server.mcp.http`, the MCP server (`loom-mcp-server`) is mounted at `<base_path>/mcp`
 //! over streamable HTTP: every request needs an API key, whose tenant, scopes and agents apply
