@@ -1505,7 +1505,11 @@ fn check_mcp_servers(doc: &Doc, raw: &mut LoomConfig, base: &Path) -> Result<(),
                         "transport 'http' requires 'url'".into(),
                     ));
                 };
-                if !(url.starts_with("http://") || url.starts_with("https://")) {
+                let usable = url::Url::parse(url).is_ok_and(|url| {
+                    matches!(url.scheme(), "http" | "https")
+                        && url.host_str().is_some_and(|host| !host.is_empty())
+                });
+                if !usable {
                     return Err(invalid(
                         &sp.key("url"),
                         format!("'{url}' is not an http(s) URL"),

@@ -516,6 +516,17 @@ fn mcp_server_needs_its_transport_settings() {
         refused(&root, &[]),
         "loom.yaml:12:16 mcp_servers[1].transport: transport 'http' requires 'url'"
     );
+    // The URL is read by the url crate: a scheme is not enough.
+    for url in ["ftp://crm.example/mcp", "http://", "https:// crm.example"] {
+        let root = format!("{MCP_SERVERS}  - name: crm\n    transport: http\n    url: \"{url}\"\n");
+        let message = refused(&root, &[]);
+        assert!(
+            message.ends_with(&format!(
+                "mcp_servers[1].url: '{url}' is not an http(s) URL"
+            )),
+            "{url}: {message}"
+        );
+    }
 }
 
 #[test]
