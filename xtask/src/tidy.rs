@@ -1,5 +1,5 @@
-//! Tidiness checks: module docs on every source file, and versions on
-//! internal path dependencies so every crate stays publishable.
+//! Tidiness checks: module docs on every source file, versions on internal path dependencies
+//! so every crate stays publishable, and hex written by one crate (`hex`), not by hand.
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -63,6 +63,37 @@ fn collect_rust_files(dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), Error> {
         }
     }
     Ok(())
+}
+
+/// The shipped sources (`crates/*/src`) that format bytes as hex by hand (`{b:02x}`) instead
+/// of calling the `hex` crate, relative to `root` and sorted, with the line of each.
+pub fn check_hand_written_hex(root: &Path) -> Result<Vec<String>, Error> {
+    let mut files = Vec::new();
+    let crates = root.join("crates");
+    let entries = fs::read_dir(&crates)
+        .map_err(|e| Error::new(format!("cannot list {}: {e}", crates.display())))?;
+    for entry in entries {
+        let entry = entry.map_err(|e| Error::new(format!("cannot list crates: {e}")))?;
+        collect_rust_files(&entry.path().join("src"), &mut files)?;
+    }
+    let mut found = Vec::new();
+    for file in files {
+        let source = fs::read_to_string(&file)
+            .map_err(|e| Error::new(format!("cannot read {}: {e}", file.display())))?;
+        for (index, line) in source.lines().enumerate() {
+            if hand_written_hex(line) {
+                let relative = file.strip_prefix(root).unwrap_or(&file);
+                found.push(format!("{}:{}", relative.display(), index + 1));
+            }
+        }
+    }
+    found.sort();
+    Ok(found)
+}
+
+/// Whether `line` formats a byte as two hex digits (`{b:02x}`, `{:02X}`).
+fn hand_written_hex(line: &str) -> bool {
+    line.contains(":02x}") || line.contains(":02X}")
 }
 
 /// Internal path dependencies that carry no `version`, so cannot be published.
@@ -337,6 +368,15 @@ path = "not a dependency"
             root: PathBuf::from("/nowhere"),
             packages,
         }
+    }
+
+    #[test]
+    fn hex_by_hand_is_seen() {
+        assert!(hand_written_hex(r#"    .map(|b| format!("{b:02x}"))"#));
+        assert!(hand_written_hex(
+            r#"out.push_str(&format!("{:02X}", byte));"#
+        ));
+        assert!(!hand_written_hex("hex::encode(digest)"));
     }
 
     #[test]

@@ -1,8 +1,8 @@
 //! The architecture's invariants as a test: `cargo test` fails when a crate
 //! breaks the layering, a module of the engine names its dispatcher or the
 //! engine's modules import each other in a circle, a source file lacks its
-//! `//!` doc comment, an internal path dependency lacks a version, or a Cargo
-//! feature gates nothing.
+//! `//!` doc comment, an internal path dependency lacks a version, a Cargo
+//! feature gates nothing, or shipped code formats hex by hand.
 
 use xtask::workspace::Workspace;
 use xtask::{layers, modules, tidy, workspace_root};
@@ -94,4 +94,10 @@ fn the_facade_without_features_pulls_no_http_client() {
         pulled.is_empty(),
         "loom-ia --no-default-features pulls {pulled:?}"
     );
+}
+
+#[test]
+fn hex_is_written_by_the_hex_crate() {
+    let found = tidy::check_hand_written_hex(&workspace_root()).unwrap();
+    fail_on("hex formatted by hand (use hex::encode)", &found);
 }

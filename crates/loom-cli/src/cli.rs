@@ -217,6 +217,9 @@ enum Command {
     Sessions {
         #[command(subcommand)]
         command: SessionsCommand,
+        /// Tenant of the sessions (default `default`; must be declared when `tenants` is).
+        #[arg(long, global = true)]
+        tenant: Option<String>,
     },
     /// Serve the REST API with SSE (`server.http` of the configuration) until Ctrl-C or SIGTERM.
     ///
@@ -448,7 +451,7 @@ pub(crate) async fn execute(cli: Cli, app: App, args: Vec<std::ffi::OsString>) -
             session,
             tenant,
         } => steer(&loom, &run_id, &message, &At::new(session, tenant)).await,
-        Command::Sessions { command } => sessions(&loom, command).await,
+        Command::Sessions { command, tenant } => sessions(&loom, command, tenant.as_deref()).await,
         Command::Serve { host, port, reload } => serve(&loom, host, port, reload, &args).await,
         Command::Mcp { tenant } => mcp(&loom, tenant.as_deref()).await,
     };
@@ -534,8 +537,13 @@ async fn serve(
     }
     if let Ok(address) = listener.local_addr() {
         for trigger in loom.config().triggers() {
+            let signed = trigger
+                .secret_env
+                .as_ref()
+                .map(|variable| format!(" (signed with {variable})"))
+                .unwrap_or_default();
             eprintln!(
-                "Hook: POST http://{address}{}/v1/hooks/{}",
+                "Hook: POST http://{address}{}/v1/hooks/{}{signed}",
                 settings.base_path, trigger.name
             );
         }
@@ -1038,10 +1046,18 @@ async fn steer(loom: &Loom, run_id: &str, message: &str, at: &At) -> Result<u8, 
     Ok(OK)
 }
 
-async fn sessions(loom: &Loom, command: SessionsCommand) -> Result<u8, LoomError> {
+/// `loom sessions …` in `tenant` (default `default`), refused when the tenant is not declared.
+async fn sessions(
+    loom: &Loom,
+    command: SessionsCommand,
+    tenant: Option<&str>,
+) -> Result<u8, LoomError> {
+    loom.config()
+        .check_tenant(tenant.unwrap_or(loom_ia::DEFAULT_TENANT))
+        .map_err(|e| LoomError::Refused(e.to_string()))?;
     match command {
         SessionsCommand::List => {
-            for session in loom.sessions(None).await? {
+            for session in loom.sessions(tenant).await? {
                 let updated = session
                     .updated_at
                     .map(|t| t.to_rfc3339())
@@ -1055,7 +1071,7 @@ async fn sessions(loom: &Loom, command: SessionsCommand) -> Result<u8, LoomError
             Ok(OK)
         }
         SessionsCommand::Show { session } => {
-            let runs = loom.session_runs(&session, None).await?;
+            let runs = loom.session_runs(&session, tenant).await?;
             outln!("Session    : {session}");
             for run in runs {
                 outln!(
@@ -1070,7 +1086,7 @@ async fn sessions(loom: &Loom, command: SessionsCommand) -> Result<u8, LoomError
             Ok(OK)
         }
         SessionsCommand::Export { session, out } => {
-            let jsonl = loom.export_session(&session, None).await?;
+            let jsonl = loom.export_session(&session, tenant).await?;
             match out {
                 Some(path) => {
                     std::fs::write(&path, jsonl).map_err(|e| {
@@ -1089,7 +1105,7 @@ async fn sessions(loom: &Loom, command: SessionsCommand) -> Result<u8, LoomError
                 );
                 return Ok(REFUSED);
             }
-            let deleted = loom.delete_session(&session, None).await?;
+            let deleted = loom.delete_session(&session, tenant).await?;
             eprintln!(
                 "Session {session}: {} event(s) and {} file(s) deleted.",
                 deleted.events_deleted, deleted.files_deleted

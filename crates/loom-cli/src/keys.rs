@@ -4,7 +4,6 @@
 use base64::Engine as _;
 use chrono::{DateTime, Duration, Utc};
 use loom_ia::config::{DEFAULT_TENANT, Scope, parse_expiry};
-use sha2::{Digest, Sha256};
 
 /// Why a key cannot be created.
 #[derive(Debug, thiserror::Error)]
@@ -43,16 +42,8 @@ pub(crate) fn generate() -> Result<NewKey, KeyError> {
     Ok(NewKey { key, hash })
 }
 
-/// `sha256:<hex>` of a key, as `security.api_keys[].hash` stores it.
-pub(crate) fn hash(key: &str) -> String {
-    let digest = Sha256::digest(key.as_bytes());
-    let mut out = String::with_capacity(7 + 64);
-    out.push_str("sha256:");
-    for byte in digest {
-        out.push_str(&format!("{byte:02x}"));
-    }
-    out
-}
+/// `sha256:<hex>` of a key, as `security.api_keys[].hash` stores it and the server checks it.
+pub(crate) use loom_http::key_hash as hash;
 
 /// The instant of `--expires`: `<n>d` or `<n>h` from `now`, or a date / RFC 3339 date-time.
 pub(crate) fn expiry(text: &str, now: DateTime<Utc>) -> Result<DateTime<Utc>, KeyError> {

@@ -186,12 +186,8 @@ pub(crate) async fn supervise(
                                 }
                                 HandOver::Stopping => {
                                     // The old server was told to stop too: its drain ends.
-                                    let new = stop_child(pid, &mut exited).await;
-                                    let old = match wait_exit(old, &mut exited).await {
-                                        Some(status) => code(status),
-                                        None => FAILED,
-                                    };
-                                    return new.max(old);
+                                    signal(pid, Signal::SIGTERM);
+                                    return stopped_both(pid, old, &mut exited).await;
                                 }
                             }
                         }
@@ -354,6 +350,26 @@ async fn wait_exit(
     None
 }
 
+/// Waits for the exits of two children told to stop, in whichever order they come (waiting
+/// for one, then the other, would miss the second's exit when it came first); the worse of
+/// their exit codes.
+async fn stopped_both(
+    a: u32,
+    b: u32,
+    exited: &mut mpsc::UnboundedReceiver<(u32, ExitStatus)>,
+) -> u8 {
+    let (mut first, mut second) = (None, None);
+    while first.is_none() || second.is_none() {
+        match exited.recv().await {
+            Some((pid, status)) if pid == a => first = Some(code(status)),
+            Some((pid, status)) if pid == b => second = Some(code(status)),
+            Some(_) => {}
+            None => break,
+        }
+    }
+    first.unwrap_or(FAILED).max(second.unwrap_or(FAILED))
+}
+
 /// Stops the child gracefully; its exit code.
 async fn stop_child(pid: u32, exited: &mut mpsc::UnboundedReceiver<(u32, ExitStatus)>) -> u8 {
     if !signal(pid, Signal::SIGTERM) {
@@ -444,4 +460,30 @@ pub(crate) fn report_ready() {
     let mut out = std::io::stdout().lock();
     let _ = writeln!(out, "{READY}");
     let _ = out.flush();
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::process::ExitStatusExt;
+
+    use super::*;
+
+    /// Two children stopped at once may exit in either order: both exits are seen.
+    #[tokio::test]
+    async fn two_stopped_children_are_awaited_in_either_order() {
+        for (first, second) in [(10, 20), (20, 10)] {
+            let (exits, mut exited) = mpsc::unbounded_channel();
+            exits.send((first, ExitStatus::from_raw(0))).unwrap();
+            exits.send((99, ExitStatus::from_raw(0))).unwrap();
+            exits.send((second, ExitStatus::from_raw(0))).unwrap();
+            let both =
+                tokio::time::timeout(Duration::from_secs(10), stopped_both(10, 20, &mut exited));
+            assert_eq!(both.await, Ok(OK), "{first} exited first");
+        }
+        let (exits, mut exited) = mpsc::unbounded_channel();
+        exits.send((20, ExitStatus::from_raw(0))).unwrap();
+        exits.send((10, ExitStatus::from_raw(1 << 8))).unwrap();
+        assert_eq!(stopped_both(10, 20, &mut exited).await, 1);
+        drop(exits);
+    }
 }

@@ -1,5 +1,5 @@
 //! Live control and sessions through the `devis` binary: resume after a crash, cancel, steer
-//! errors, and the sessions commands (list, show, export, delete).
+//! errors, and the sessions commands (list, show, export, delete, in a tenant).
 
 // Helpers outside #[test] functions unwrap too: a panic there is a failed test.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -179,6 +179,80 @@ fn sessions_list_show_export_and_delete() {
     assert_eq!(
         text(&gone.stderr).trim(),
         "error: session client-7 not found"
+    );
+}
+
+/// Every `loom sessions` command takes `--tenant`: the sessions of another tenant are neither
+/// listed nor found, and an undeclared tenant is refused.
+#[test]
+fn sessions_commands_take_a_tenant() {
+    let dir = devis_project();
+    let config = dir.path().join("loom.yaml");
+    let mut yaml = fs::read_to_string(&config).unwrap();
+    yaml.push_str("\ntenants:\n  - id: default\n  - id: acme\n");
+    fs::write(&config, yaml).unwrap();
+    for (tenant, session) in [("acme", "client-acme"), ("default", "client-7")] {
+        let run = devis(
+            dir.path(),
+            &[
+                "run",
+                "devis",
+                QUESTION,
+                "--tenant",
+                tenant,
+                "--session",
+                session,
+            ],
+        );
+        assert!(run.status.success(), "{}", text(&run.stderr));
+    }
+    let acme = dir.path().join("data/acme/client-acme.jsonl");
+    assert!(acme.exists());
+    let list = text(&devis(dir.path(), &["sessions", "list", "--tenant", "acme"]).stdout);
+    assert!(list.contains("client-acme  17 event(s)"), "{list}");
+    assert!(!list.contains("client-7"), "{list}");
+    let list = text(&devis(dir.path(), &["sessions", "list"]).stdout);
+    assert!(
+        list.contains("client-7") && !list.contains("client-acme"),
+        "{list}"
+    );
+    // The flag may come before the subcommand too.
+    let show = devis(
+        dir.path(),
+        &["sessions", "--tenant", "acme", "show", "client-acme"],
+    );
+    assert!(
+        text(&show.stdout).contains("  devis  completed  2 iteration(s)"),
+        "{}",
+        text(&show.stderr)
+    );
+    let elsewhere = devis(dir.path(), &["sessions", "show", "client-acme"]);
+    assert_eq!(elsewhere.status.code(), Some(2));
+    let export = devis(
+        dir.path(),
+        &["sessions", "export", "client-acme", "--tenant", "acme"],
+    );
+    assert_eq!(export.stdout, fs::read(&acme).unwrap());
+    let delete = devis(
+        dir.path(),
+        &[
+            "sessions",
+            "delete",
+            "client-acme",
+            "--tenant",
+            "acme",
+            "--yes",
+        ],
+    );
+    assert!(delete.status.success(), "{}", text(&delete.stderr));
+    assert!(!acme.exists());
+    assert!(journal_path(dir.path(), "client-7").exists());
+    let unknown = devis(dir.path(), &["sessions", "list", "--tenant", "globex"]);
+    assert_eq!(unknown.status.code(), Some(2));
+    assert!(
+        text(&unknown.stderr).contains("globex"),
+        "{}",
+        text(&unknown.stderr)
     );
 }
 

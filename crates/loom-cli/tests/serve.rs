@@ -1,7 +1,7 @@
 //! `loom serve` end to end: the real binary on a free port (`--port 0`, the address read from
 //! stderr), one run over HTTP, a graceful stop on SIGTERM, the refusal under `prod` without
-//! keys, `loom keys create` whose key then opens a server under `prod`, and a webhook announced
-//! by the banner.
+//! keys, `loom keys create` whose key then opens a server under `prod`, a webhook announced
+//! by the banner, and a signed webhook.
 
 // Helpers outside #[test] functions unwrap too: a panic there is a failed test.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -235,4 +235,75 @@ fn loom_serve_announces_its_hooks_and_a_delivery_opens_one_run() {
         message["payload"]["message"]["blocks"][0]["text"],
         "Commande 7"
     );
+}
+
+/// `X-Loom-Signature` of `body` sent at `timestamp`, signed with `secret`.
+fn signature(secret: &str, timestamp: i64, body: &str) -> String {
+    use hmac::{KeyInit, Mac};
+    let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(secret.as_bytes()).unwrap();
+    mac.update(format!("{timestamp}.{body}").as_bytes());
+    format!("v1={}", hex::encode(mac.finalize().into_bytes()))
+}
+
+/// A trigger with a `secret_env` takes only deliveries signed with the secret read from that
+/// variable at start, within its window; `loom serve` refuses to start without the variable.
+#[test]
+fn a_signed_trigger_takes_only_signed_deliveries() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = format!(
+        "{CONFIG}triggers:\n  - name: orders\n    agent: hello\n    \
+         message: \"Commande {{{{ payload.id }}}}\"\n    secret_env: LOOM_E2E_ORDERS_SECRET\n"
+    );
+    std::fs::write(dir.path().join("loom.yaml"), config).unwrap();
+    let refused = Command::new(loom_bin())
+        .current_dir(dir.path())
+        .env_remove("LOOM_E2E_ORDERS_SECRET")
+        .args(SERVE)
+        .output()
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        stderr.contains("triggers[0].secret_env")
+            && stderr.contains("LOOM_E2E_ORDERS_SECRET is absent or empty"),
+        "{stderr}"
+    );
+
+    let secret = "whsec_e2e_0123456789";
+    let server = Server::start_with(
+        &loom_bin(),
+        dir.path(),
+        SERVE,
+        &[("LOOM_E2E_ORDERS_SECRET", secret.into())],
+    );
+    server.wait_log("/v1/hooks/orders (signed with LOOM_E2E_ORDERS_SECRET)");
+    let address = server.address.clone();
+    let body = r#"{"id": 7}"#;
+    let now = chrono::Utc::now().timestamp();
+    let deliver = |headers: &str| request_with(&address, "POST", "/v1/hooks/orders", headers, body);
+    let (status, answer) = deliver("");
+    assert_eq!(status, 401, "{answer}");
+    assert!(answer.contains("\"invalid_signature\""), "{answer}");
+    let wrong = format!(
+        "X-Loom-Timestamp: {now}\r\nX-Loom-Signature: {}\r\n",
+        signature("another secret", now, body)
+    );
+    assert_eq!(deliver(&wrong).0, 401);
+    let old = now - 3600;
+    let replayed = format!(
+        "X-Loom-Timestamp: {old}\r\nX-Loom-Signature: {}\r\n",
+        signature(secret, old, body)
+    );
+    let (status, answer) = deliver(&replayed);
+    assert_eq!(status, 401, "{answer}");
+    assert!(answer.contains("a replay?"), "{answer}");
+    assert!(!dir.path().join("data/default").exists());
+    let signed = format!(
+        "X-Loom-Timestamp: {now}\r\nX-Loom-Signature: {}\r\n",
+        signature(secret, now, body)
+    );
+    let (status, answer) = deliver(&signed);
+    assert_eq!(status, 202, "{answer}");
+    let (code, log) = server.stop();
+    assert_eq!(code, Some(0), "{log}");
 }

@@ -1,6 +1,7 @@
 //! Stage 2: from the file model to a validated [`Config`].
 
 mod delegation;
+mod server;
 mod triggers;
 
 use std::{
@@ -1108,7 +1109,8 @@ fn check_sections(doc: &Doc, raw: &LoomConfig) -> Result<(), ConfigError> {
     if http.max_body_bytes == 0 {
         return Err(invalid(&hp.key("max_body_bytes"), NOT_POSITIVE.into()));
     }
-    check_mcp_access(doc, raw)?;
+    server::check_http_limits(doc, raw)?;
+    server::check_mcp_access(doc, raw)?;
     let logging = &raw.telemetry.logging;
     if logging.level().is_none() {
         return Err(invalid(
@@ -1124,89 +1126,6 @@ fn check_sections(doc: &Doc, raw: &LoomConfig) -> Result<(), ConfigError> {
 
 /// The names of the MCP server's control tools: no agent offered over MCP may take them.
 pub const MCP_CONTROL_TOOLS: [&str; 3] = ["run_status", "run_report", "cancel"];
-
-/// `server.mcp`: HTTP only with API keys, readable origins and hosts, usable file roots.
-fn check_mcp_access(doc: &Doc, raw: &LoomConfig) -> Result<(), ConfigError> {
-    let invalid = |path: &KeyPath, msg: String| doc.error(path, ConfigErrorKind::Invalid, msg);
-    let mcp = &raw.server.mcp;
-    let mp = KeyPath::root().key("server").key("mcp");
-    if mcp.http && raw.security.api_keys.is_empty() {
-        return Err(invalid(
-            &mp.key("http"),
-            "MCP over HTTP needs at least one API key in security.api_keys (every request to \
-             /mcp must carry one); create one with 'loom keys create <id>'"
-                .into(),
-        ));
-    }
-    for (i, root) in mcp.file_roots.iter().enumerate() {
-        if root.as_os_str().is_empty() {
-            return Err(invalid(
-                &mp.key("file_roots").index(i),
-                "a file root must not be empty".into(),
-            ));
-        }
-    }
-    for (i, origin) in mcp.allowed_origins.iter().enumerate() {
-        if !is_origin_pattern(origin) {
-            return Err(invalid(
-                &mp.key("allowed_origins").index(i),
-                format!(
-                    "'{origin}' is not an origin (expected scheme://host, scheme://host:port, \
-                     scheme://host:* or null, e.g. https://app.example.com)"
-                ),
-            ));
-        }
-    }
-    for (i, host) in mcp.allowed_hosts.iter().enumerate() {
-        let usable = !host.trim().is_empty()
-            && !host.contains(['/', '?', '#', '@', ' '])
-            && !host.contains("://");
-        if !usable {
-            return Err(invalid(
-                &mp.key("allowed_hosts").index(i),
-                format!(
-                    "'{host}' is not a host (expected host or host:port, e.g. example.com:8443)"
-                ),
-            ));
-        }
-    }
-    Ok(())
-}
-
-/// Whether `text` is `null` or `scheme://host` with an optional `:port` or `:*`.
-fn is_origin_pattern(text: &str) -> bool {
-    if text == "null" {
-        return true;
-    }
-    let Some((scheme, rest)) = text.split_once("://") else {
-        return false;
-    };
-    let scheme_ok = scheme
-        .chars()
-        .next()
-        .is_some_and(|c| c.is_ascii_alphabetic())
-        && scheme
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'));
-    let (host, port) = if let Some(bracketed) = rest.strip_prefix('[') {
-        match bracketed.split_once(']') {
-            Some((ip, "")) => (ip, None),
-            Some((ip, after)) => match after.strip_prefix(':') {
-                Some(port) => (ip, Some(port)),
-                None => return false,
-            },
-            None => return false,
-        }
-    } else {
-        match rest.split_once(':') {
-            Some((host, port)) => (host, Some(port)),
-            None => (rest, None),
-        }
-    };
-    let host_ok = !host.is_empty() && !host.contains(['/', '?', '#', '@', ' ']);
-    let port_ok = port.is_none_or(|p| p == "*" || p.parse::<u16>().is_ok());
-    scheme_ok && host_ok && port_ok
-}
 
 /// Whether `text` reads as a media type `type/subtype` (RFC 6838 restricted names, lowercase).
 fn is_media_type(text: &str) -> bool {
@@ -1642,7 +1561,11 @@ fn check_mcp_servers(doc: &Doc, raw: &mut LoomConfig, base: &Path) -> Result<(),
                         "transport 'http' requires 'url'".into(),
                     ));
                 };
-                if !(url.starts_with("http://") || url.starts_with("https://")) {
+                let usable = url::Url::parse(url).is_ok_and(|url| {
+                    matches!(url.scheme(), "http" | "https")
+                        && url.host_str().is_some_and(|host| !host.is_empty())
+                });
+                if !usable {
                     return Err(invalid(
                         &sp.key("url"),
                         format!("'{url}' is not an http(s) URL"),

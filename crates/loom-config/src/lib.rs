@@ -33,6 +33,7 @@
 //! [`OutputContract`] (checks of outputs), [`Budgets`] (merged with
 //! [`Config::effective_budgets`]) and [`TenantSpec`] ([`Config::check_tenant`]).
 
+mod access;
 mod config;
 mod error;
 mod files;
@@ -45,6 +46,7 @@ mod yaml;
 
 use std::path::{Path, PathBuf};
 
+pub use access::{HostPattern, LOOPBACK_HOSTS, OriginPattern, PortPattern};
 pub use config::{
     APPROVAL_POLICY, BUILTIN_TOOLS, Config, DEFAULT_TENANT, MCP_CONTROL_TOOLS, UnknownTenant,
 };
@@ -66,7 +68,9 @@ pub use model::{
     ToolRef, ToolsExecution,
 };
 pub use security::{ApiKeySpec, RateLimit, Scope, SecurityConfig, is_key_hash, parse_expiry};
-pub use trigger::{RenderedTrigger, TRIGGER_VARIABLES, TriggerSpec, is_trigger_name};
+pub use trigger::{
+    DEFAULT_SIGNATURE_TOLERANCE, RenderedTrigger, TRIGGER_VARIABLES, TriggerSpec, is_trigger_name,
+};
 
 /// Loads and validates the configuration at `path` (usually `loom.yaml`).
 ///

@@ -34,7 +34,27 @@ pub struct TriggerSpec {
     /// another.
     #[serde(default)]
     pub delivery_header: Option<String>,
+    /// The environment variable holding the trigger's signing secret, shared with the sender.
+    /// When set, a delivery must be signed: `X-Loom-Timestamp` (Unix seconds) and
+    /// `X-Loom-Signature: v1=<hex HMAC-SHA256 of "<timestamp>.<raw body>" keyed by the
+    /// secret>`, within `signature_tolerance` of the server's clock; anything else is refused
+    /// (401) before the payload is read.
+    #[serde(default)]
+    pub secret_env: Option<String>,
+    /// Seconds a signed delivery's timestamp may be away from the server's clock (replays
+    /// older than that are refused).
+    #[serde(default = "default_signature_tolerance")]
+    #[schemars(range(min = 1))]
+    pub signature_tolerance: u64,
 }
+
+/// Five minutes, as the services that sign their webhooks allow.
+fn default_signature_tolerance() -> u64 {
+    DEFAULT_SIGNATURE_TOLERANCE
+}
+
+/// The default `signature_tolerance`, in seconds.
+pub const DEFAULT_SIGNATURE_TOLERANCE: u64 = 300;
 
 impl TriggerSpec {
     /// A trigger running `agent` on `message`, without session template or delivery header.
@@ -49,6 +69,8 @@ impl TriggerSpec {
             message: message.into(),
             session: None,
             delivery_header: None,
+            secret_env: None,
+            signature_tolerance: DEFAULT_SIGNATURE_TOLERANCE,
         }
     }
 }
@@ -68,6 +90,13 @@ pub fn is_trigger_name(name: &str) -> bool {
     matches!(bytes.next(), Some(b) if b.is_ascii_lowercase() || b.is_ascii_digit())
         && name.len() <= 64
         && bytes.all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-')
+}
+
+/// Whether `name` is a usable environment variable name (`[A-Za-z_][A-Za-z0-9_]*`).
+pub(crate) fn is_env_name(name: &str) -> bool {
+    let mut bytes = name.bytes();
+    matches!(bytes.next(), Some(b) if b.is_ascii_alphabetic() || b == b'_')
+        && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_')
 }
 
 /// Whether `name` is a usable HTTP header name (an RFC 9110 token).
@@ -94,5 +123,7 @@ mod tests {
         assert!(is_header_name("X-GitHub-Delivery"));
         assert!(!is_header_name("X Delivery"));
         assert!(!is_header_name(""));
+        assert!(is_env_name("ORDERS_HOOK_SECRET") && is_env_name("_x1"));
+        assert!(!is_env_name("") && !is_env_name("1X") && !is_env_name("A-B"));
     }
 }

@@ -516,6 +516,17 @@ fn mcp_server_needs_its_transport_settings() {
         refused(&root, &[]),
         "loom.yaml:12:16 mcp_servers[1].transport: transport 'http' requires 'url'"
     );
+    // The URL is read by the url crate: a scheme is not enough.
+    for url in ["ftp://crm.example/mcp", "http://", "https:// crm.example"] {
+        let root = format!("{MCP_SERVERS}  - name: crm\n    transport: http\n    url: \"{url}\"\n");
+        let message = refused(&root, &[]);
+        assert!(
+            message.ends_with(&format!(
+                "mcp_servers[1].url: '{url}' is not an http(s) URL"
+            )),
+            "{url}: {message}"
+        );
+    }
 }
 
 #[test]
@@ -1107,12 +1118,73 @@ fn mcp_origins_and_hosts_must_be_readable() {
             "server.mcp.allowed_hosts[0]: 'http://example.com' is not a host",
         ),
         (
+            "allowed_origins: [\"https://a.example:443:*\"]",
+            "server.mcp.allowed_origins[0]: 'https://a.example:443:*' is not an origin",
+        ),
+        (
+            "allowed_origins: [\"https://a.example/app\"]",
+            "server.mcp.allowed_origins[0]: 'https://a.example/app' is not an origin",
+        ),
+        (
             "file_roots: [\"\"]",
             "server.mcp.file_roots[0]: a file root must not be empty",
         ),
     ] {
         let message = refused(&format!("{MODELS}server:\n  mcp:\n    {mcp}\n"), &[]);
         assert!(message.contains(expected), "{mcp}: {message}");
+    }
+}
+
+#[test]
+fn server_http_limits_hosts_and_origins_are_read_and_checked() {
+    let http = load_str(MODELS, &[], None, &no_env)
+        .unwrap()
+        .raw()
+        .server
+        .http
+        .clone();
+    assert_eq!(
+        (http.header_timeout, http.body_timeout, http.max_connections),
+        (10.0, 60.0, 512)
+    );
+    assert!(http.allowed_hosts.is_empty() && http.allowed_origins.is_empty());
+    let root = format!(
+        "{MODELS}server:\n  http:\n    header_timeout: 2.5\n    body_timeout: 30\n    max_connections: 64\n    allowed_hosts: [\"loom.example.com\", \"::1\"]\n    allowed_origins: [\"https://front.example\"]\n"
+    );
+    let http = load_str(&root, &[], None, &no_env)
+        .unwrap()
+        .raw()
+        .server
+        .http
+        .clone();
+    assert_eq!(
+        (http.header_timeout, http.body_timeout, http.max_connections),
+        (2.5, 30.0, 64)
+    );
+    for (http, expected) in [
+        (
+            "header_timeout: 0",
+            "server.http.header_timeout: must be greater than 0",
+        ),
+        (
+            "body_timeout: -1",
+            "server.http.body_timeout: must be greater than 0",
+        ),
+        (
+            "max_connections: 0",
+            "server.http.max_connections: must be greater than 0",
+        ),
+        (
+            "allowed_hosts: [\"a/b\"]",
+            "server.http.allowed_hosts[0]: 'a/b' is not a host",
+        ),
+        (
+            "allowed_origins: [\"front.example\"]",
+            "server.http.allowed_origins[0]: 'front.example' is not an origin",
+        ),
+    ] {
+        let message = refused(&format!("{MODELS}server:\n  http:\n    {http}\n"), &[]);
+        assert!(message.contains(expected), "{http}: {message}");
     }
 }
 

@@ -31,6 +31,8 @@ fn triggers_quotas_and_rate_limits_are_read() {
     message: \"Order {{{{ payload.order.id }}}} from {{{{ payload.customer }}}} ({{{{ trigger }}}})\"
     session: \"customer-{{{{ payload.customer }}}}\"
     delivery_header: X-Delivery-Id
+    secret_env: ORDERS_HOOK_SECRET
+    signature_tolerance: 120
   - name: ping
     agent: support
     message: Ping
@@ -48,6 +50,13 @@ security:
     assert_eq!(names, ["orders", "ping"]);
     let orders = config.trigger("orders").unwrap();
     assert_eq!(orders.delivery_header.as_deref(), Some("X-Delivery-Id"));
+    assert_eq!(orders.secret_env.as_deref(), Some("ORDERS_HOOK_SECRET"));
+    assert_eq!(orders.signature_tolerance, 120);
+    let ping = config.trigger("ping").unwrap();
+    assert_eq!(
+        (ping.secret_env.as_deref(), ping.signature_tolerance),
+        (None, loom_config::DEFAULT_SIGNATURE_TOLERANCE)
+    );
     assert!(config.trigger("nope").is_none());
     assert_eq!(
         config.tenant("acme").unwrap().quotas,
@@ -136,7 +145,17 @@ fn trigger_refusals_are_located() {
         ),
         (
             trigger("{name: a, agent: support, message: hi, tenant: acme}"),
-            "loom.yaml:10:44 triggers[0].tenant: unknown key 'tenant' (expected one of: name, agent, message, session, delivery_header)",
+            "loom.yaml:10:44 triggers[0].tenant: unknown key 'tenant' (expected one of: name, agent, message, session, delivery_header, secret_env, signature_tolerance)",
+        ),
+        (
+            trigger("{name: a, agent: support, message: hi, secret_env: \"orders-secret\"}"),
+            "loom.yaml:10:56 triggers[0].secret_env: 'orders-secret' is not an environment variable name (expected [A-Za-z_][A-Za-z0-9_]*)",
+        ),
+        (
+            trigger(
+                "{name: a, agent: support, message: hi, secret_env: S, signature_tolerance: 0}",
+            ),
+            "loom.yaml:10:80 triggers[0].signature_tolerance: must be greater than 0",
         ),
         (
             format!("{ROOT}tenants:\n  - {{id: acme, quotas: {{runs_per_minute: 0}}}}\n"),

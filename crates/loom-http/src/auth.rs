@@ -43,6 +43,11 @@ impl Keys {
         }
     }
 
+    /// Whether no key is declared: the API is open.
+    pub(crate) fn is_open(&self) -> bool {
+        self.keys.is_empty()
+    }
+
     /// Who makes a request with these headers.
     pub(crate) fn caller(&self, headers: &HeaderMap) -> Result<Caller, ApiError> {
         if self.keys.is_empty() {
@@ -57,7 +62,7 @@ impl Keys {
                 "API key missing: send the header 'Authorization: Bearer …' or 'X-API-Key'",
             )
         })?;
-        let hash = hash(&presented);
+        let hash = key_hash(&presented);
         let Some(key) = self.keys.iter().find(|k| k.hash == hash) else {
             tracing::warn!("request refused: unknown API key");
             return Err(ApiError::new(ErrorKind::UnknownKey, "API key refused"));
@@ -94,14 +99,10 @@ impl Keys {
     }
 }
 
-/// `sha256:<hex>` of a presented key.
-fn hash(key: &str) -> String {
-    let digest = Sha256::digest(key.as_bytes());
-    let mut out = String::from("sha256:");
-    for byte in digest {
-        out.push_str(&format!("{byte:02x}"));
-    }
-    out
+/// `sha256:<hex>` of an API key, as `security.api_keys[].hash` stores it (what `loom keys
+/// create` prints, and what a presented key is compared by).
+pub fn key_hash(key: &str) -> String {
+    format!("sha256:{}", hex::encode(Sha256::digest(key.as_bytes())))
 }
 
 /// The key of `Authorization: Bearer <key>` (scheme case-insensitive), else of `X-API-Key`.

@@ -3,7 +3,7 @@
 
 use axum::{
     Json,
-    extract::rejection::{JsonRejection, QueryRejection},
+    extract::rejection::JsonRejection,
     http::{HeaderValue, StatusCode, header},
     response::{IntoResponse, Response},
 };
@@ -44,8 +44,17 @@ pub enum ErrorKind {
     UnknownKey,
     /// 401: a key past its `expires`.
     ExpiredKey,
+    /// 401: a delivery to a trigger with a `secret_env` whose signature is missing, wrong, or
+    /// outside the trigger's `signature_tolerance`.
+    InvalidSignature,
     /// 403: the key lacks the route's scope.
     MissingScope,
+    /// 403: the API is open (no key declared) and the request's `Host` is not in
+    /// `server.http.allowed_hosts` (DNS rebinding).
+    HostNotAllowed,
+    /// 403: the API is open and the request's `Origin` is another site's, not in
+    /// `server.http.allowed_origins` (a cross-site form or script).
+    OriginNotAllowed,
     /// 403: the key is limited to other agents, or the tenant's `tenants[].agents` does not
     /// list the agent ([`LoomError::AgentNotAllowed`]).
     AgentNotAllowed,
@@ -53,6 +62,9 @@ pub enum ErrorKind {
     Refused,
     /// 409 + `Retry-After`: [`LoomError::Conflict`] (the run is driven elsewhere).
     Conflict,
+    /// 408: the request's body did not arrive within `server.http.body_timeout` (the
+    /// connection is closed).
+    RequestTimeout,
     /// 413: a body over `server.http.max_body_bytes`.
     BodyTooLarge,
     /// 422: a body that is not the expected JSON.
@@ -96,10 +108,14 @@ impl ErrorKind {
             ErrorKind::MissingKey => "missing_key",
             ErrorKind::UnknownKey => "unknown_key",
             ErrorKind::ExpiredKey => "expired_key",
+            ErrorKind::InvalidSignature => "invalid_signature",
             ErrorKind::MissingScope => "missing_scope",
+            ErrorKind::HostNotAllowed => "host_not_allowed",
+            ErrorKind::OriginNotAllowed => "origin_not_allowed",
             ErrorKind::AgentNotAllowed => "agent_not_allowed",
             ErrorKind::Refused => "refused",
             ErrorKind::Conflict => "conflict",
+            ErrorKind::RequestTimeout => "request_timeout",
             ErrorKind::BodyTooLarge => "body_too_large",
             ErrorKind::InvalidBody => "invalid_body",
             ErrorKind::InvalidRequest => "invalid_request",
@@ -125,11 +141,16 @@ impl ErrorKind {
             | ErrorKind::UnknownArtifact
             | ErrorKind::UnknownTrigger
             | ErrorKind::NotFound => StatusCode::NOT_FOUND,
-            ErrorKind::MissingKey | ErrorKind::UnknownKey | ErrorKind::ExpiredKey => {
-                StatusCode::UNAUTHORIZED
-            }
-            ErrorKind::MissingScope | ErrorKind::AgentNotAllowed => StatusCode::FORBIDDEN,
+            ErrorKind::MissingKey
+            | ErrorKind::UnknownKey
+            | ErrorKind::ExpiredKey
+            | ErrorKind::InvalidSignature => StatusCode::UNAUTHORIZED,
+            ErrorKind::MissingScope
+            | ErrorKind::HostNotAllowed
+            | ErrorKind::OriginNotAllowed
+            | ErrorKind::AgentNotAllowed => StatusCode::FORBIDDEN,
             ErrorKind::Refused | ErrorKind::Conflict => StatusCode::CONFLICT,
+            ErrorKind::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
             ErrorKind::BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ErrorKind::InvalidBody
             | ErrorKind::InvalidRequest
@@ -155,27 +176,55 @@ impl std::fmt::Display for ErrorKind {
 
 /// An error answered as `{"error": {"kind": ..., "message": ...}}`, with the status of its
 /// [`ErrorKind`].
+///
+/// A server error (status 500: `config`, `registration`, `journal`, `engine`) never answers
+/// its detail, which may name files and internals: the detail is logged at ERROR with an
+/// `error_id`, and the client reads a generic message and that id.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{kind}: {message}")]
 pub struct ApiError {
     /// Stable classification (it decides the status).
     pub kind: ErrorKind,
-    /// What went wrong, for a human.
+    /// What went wrong, for a human (generic for a server error).
     pub message: String,
     /// Seconds after which retrying can succeed (`Retry-After`).
     pub retry_after: Option<u64>,
     /// The run an `interrupted` error is about (its `run_id` and `session_id` are in the body).
     pub run: Option<Box<RunRef>>,
+    /// A server error only: the id its detail was logged under.
+    pub error_id: Option<String>,
 }
 
 impl ApiError {
-    /// An error without `Retry-After`.
+    /// An error without `Retry-After`. For a server error (status 500) `message` is logged,
+    /// not answered (see [`ApiError`]).
     pub fn new(kind: ErrorKind, message: impl Into<String>) -> ApiError {
+        let message = message.into();
+        if kind.status() == StatusCode::INTERNAL_SERVER_ERROR {
+            return ApiError::internal(kind, &message);
+        }
         ApiError {
             kind,
-            message: message.into(),
+            message,
             retry_after: None,
             run: None,
+            error_id: None,
+        }
+    }
+
+    /// A server error: `detail` is logged at ERROR under a new id, and the answer says only
+    /// the kind and that id.
+    fn internal(kind: ErrorKind, detail: &dyn std::fmt::Display) -> ApiError {
+        let id = uuid::Uuid::now_v7().to_string();
+        tracing::error!(error_id = %id, %kind, error = %detail, "request failed");
+        ApiError {
+            kind,
+            message: format!(
+                "internal error ({kind}): the server logged its detail under the id {id}"
+            ),
+            retry_after: None,
+            run: None,
+            error_id: Some(id),
         }
     }
 
@@ -203,13 +252,13 @@ impl ApiError {
             ),
             retry_after: Some(seconds),
             run: None,
+            error_id: None,
         }
     }
 
     /// The error answered for `error`; `lease_seconds` is the run lease, after which a run
     /// driven elsewhere can be claimed again.
     pub fn from_loom(error: &LoomError, lease_seconds: u64) -> ApiError {
-        let message = error.to_string();
         let mut run = None;
         let (kind, retry_after) = match error {
             LoomError::UnknownAgent { .. } => (ErrorKind::UnknownAgent, None),
@@ -238,13 +287,14 @@ impl ApiError {
             }
         };
         if kind.status() == StatusCode::INTERNAL_SERVER_ERROR {
-            tracing::error!(%error, %kind, "request failed");
+            return ApiError::internal(kind, error);
         }
         ApiError {
             kind,
-            message,
+            message: error.to_string(),
             retry_after: retry_after.map(|seconds| seconds.max(1)),
             run,
+            error_id: None,
         }
     }
 
@@ -256,6 +306,7 @@ impl ApiError {
                 message: self.message.clone(),
                 run_id: self.run.as_ref().map(|run| run.run_id.clone()),
                 session_id: self.run.as_ref().map(|run| run.session_id.clone()),
+                error_id: self.error_id.clone(),
             },
         };
         // Strings and options only: serializing cannot fail.
@@ -270,12 +321,6 @@ impl From<JsonRejection> for ApiError {
         } else {
             ApiError::invalid_body(rejection.body_text())
         }
-    }
-}
-
-impl From<QueryRejection> for ApiError {
-    fn from(rejection: QueryRejection) -> ApiError {
-        ApiError::new(ErrorKind::InvalidQuery, rejection.body_text())
     }
 }
 
@@ -386,6 +431,33 @@ mod tests {
         );
     }
 
+    /// A server error answers neither its detail nor a file path: the detail is logged under
+    /// the id the answer gives.
+    #[test]
+    fn a_server_error_answers_an_id_not_its_detail() {
+        let error = LoomError::Journal(loom_ia::core::ports::StoreError::Io {
+            path: "/srv/loom/journal/acme/s-1.jsonl".into(),
+            source: std::io::Error::from(std::io::ErrorKind::PermissionDenied),
+        });
+        let api = ApiError::from_loom(&error, 60);
+        assert_eq!(api.kind, ErrorKind::Journal);
+        let id = api.error_id.clone().unwrap();
+        let body = api.body();
+        assert!(!body.to_string().contains("/srv/loom"), "{body}");
+        assert_eq!(body["error"]["error_id"], id.as_str());
+        assert_eq!(
+            body["error"]["message"],
+            format!("internal error (journal): the server logged its detail under the id {id}")
+        );
+        let engine = ApiError::new(ErrorKind::Engine, "panicked at /home/me/src/tool.rs:3");
+        assert!(!engine.message.contains("/home/me"), "{}", engine.message);
+        assert!(engine.error_id.is_some());
+        assert_eq!(
+            ApiError::new(ErrorKind::NotFound, "no route").error_id,
+            None
+        );
+    }
+
     /// Each kind is written in the body as `as_str` says, and the OpenAPI document lists every
     /// kind (utoipa reads the enum itself, so a new kind cannot be left out of it).
     #[test]
@@ -398,7 +470,7 @@ mod tests {
             .iter()
             .map(|v| v.as_str().unwrap())
             .collect();
-        assert_eq!(documented.len(), 26, "{schema}");
+        assert_eq!(documented.len(), 30, "{schema}");
         for name in &documented {
             let kind: ErrorKind = serde_json::from_value(serde_json::json!(name))
                 .unwrap_or_else(|_| panic!("{name} is not a kind"));

@@ -5,6 +5,17 @@
 //! envelope: the trigger's templates decide what the run reads from it. When the trigger
 //! declares a `delivery_header`, that header's value is the delivery id: the first delivery
 //! opens the run under that id (202), a redelivery answers the same run (200, `repeated`).
+//!
+//! **Signed deliveries.** A trigger with a `secret_env` takes only deliveries signed with its
+//! secret, as the services that send webhooks sign theirs: the sender writes the Unix time in
+//! seconds in [`TIMESTAMP_HEADER`] and, in [`SIGNATURE_HEADER`], `v1=` followed by the
+//! lowercase hex HMAC-SHA256, keyed by the secret, of the string `<timestamp>.<raw body>`
+//! (several `v1=` entries may be given, comma-separated, while a secret is rotated). The
+//! signature is compared in constant time (`hmac`'s `verify_slice`), and a timestamp more than
+//! the trigger's `signature_tolerance` (300 s by default) away from the server's clock is
+//! refused, so a captured delivery cannot be replayed later. A delivery without both headers,
+//! with a wrong signature or an old timestamp is `401` `invalid_signature`, before its body is
+//! read as JSON; the API key is still required, and decides the tenant.
 
 use axum::{
     Json,
@@ -13,8 +24,10 @@ use axum::{
     http::{HeaderMap, StatusCode},
     response::{IntoResponse, Response},
 };
-use loom_ia::config::Scope;
+use hmac::{Hmac, KeyInit, Mac};
+use loom_ia::config::{Scope, TriggerSpec};
 use serde_json::Value;
+use sha2::Sha256;
 
 use crate::{
     AppState,
@@ -23,6 +36,13 @@ use crate::{
     openapi::{ErrorBody, TriggeredSchema},
     routes::loom_error,
 };
+
+/// The header of a signed delivery's Unix time, in seconds.
+pub const TIMESTAMP_HEADER: &str = "X-Loom-Timestamp";
+
+/// The header of a signed delivery's signature: `v1=<hex HMAC-SHA256>` (comma-separated when
+/// there are several).
+pub const SIGNATURE_HEADER: &str = "X-Loom-Signature";
 
 /// `POST /hooks/{name}` (scope `run`, and the trigger's agent allowed for the key): answers a
 /// [`loom_ia::Triggered`] `{trigger, run_id, session_id, status, repeated}` with 202 when the
@@ -83,6 +103,10 @@ pub(crate) async fn deliver(
             ApiError::invalid_body(rejection.body_text())
         }
     })?;
+    if let Some(secret) = loom.trigger_secret(&name) {
+        let now = chrono::Utc::now().timestamp();
+        verify_signature(spec, secret, &headers, &body, now)?;
+    }
     let payload = if body.iter().all(u8::is_ascii_whitespace) {
         Value::Null
     } else {
@@ -101,6 +125,66 @@ pub(crate) async fn deliver(
     Ok((status, Json(triggered)).into_response())
 }
 
+/// Refuses (`401` `invalid_signature`) a delivery to `trigger` whose headers do not carry a
+/// signature of `body` by `secret` made within the trigger's `signature_tolerance` of `now`
+/// (Unix seconds).
+fn verify_signature(
+    trigger: &TriggerSpec,
+    secret: &[u8],
+    headers: &HeaderMap,
+    body: &[u8],
+    now: i64,
+) -> Result<(), ApiError> {
+    let refused = |why: String| {
+        tracing::warn!(trigger = %trigger.name, reason = %why, "delivery refused: signature");
+        ApiError::new(
+            ErrorKind::InvalidSignature,
+            format!(
+                "trigger '{}' takes signed deliveries only: {why}",
+                trigger.name
+            ),
+        )
+    };
+    let header = |name: &str| headers.get(name).and_then(|value| value.to_str().ok());
+    let Some(timestamp) = header(TIMESTAMP_HEADER) else {
+        return Err(refused(format!("{TIMESTAMP_HEADER} is missing")));
+    };
+    let Some(signatures) = header(SIGNATURE_HEADER) else {
+        return Err(refused(format!("{SIGNATURE_HEADER} is missing")));
+    };
+    let timestamp = timestamp.trim();
+    let Ok(sent) = timestamp.parse::<i64>() else {
+        return Err(refused(format!(
+            "{TIMESTAMP_HEADER} must be a Unix time in seconds"
+        )));
+    };
+    if now.abs_diff(sent) > trigger.signature_tolerance {
+        return Err(refused(format!(
+            "{TIMESTAMP_HEADER} is more than {} s away from the server's clock (a replay?)",
+            trigger.signature_tolerance
+        )));
+    }
+    let Ok(keyed) = Hmac::<Sha256>::new_from_slice(secret) else {
+        return Err(refused("the secret cannot key an HMAC".into()));
+    };
+    let mut mac = keyed;
+    mac.update(timestamp.as_bytes());
+    mac.update(b".");
+    mac.update(body);
+    let signed = signatures
+        .split(',')
+        .filter_map(|entry| entry.trim().strip_prefix("v1="))
+        .filter_map(|text| hex::decode(text).ok())
+        .any(|signature| mac.clone().verify_slice(&signature).is_ok());
+    if signed {
+        Ok(())
+    } else {
+        Err(refused(format!(
+            "{SIGNATURE_HEADER} holds no v1 signature of this body and timestamp"
+        )))
+    }
+}
+
 /// The delivery id in `header` (absent or blank: none).
 fn delivery_id(headers: &HeaderMap, header: &str) -> Result<Option<String>, ApiError> {
     let Some(value) = headers.get(header) else {
@@ -114,4 +198,115 @@ fn delivery_id(headers: &HeaderMap, header: &str) -> Result<Option<String>, ApiE
     })?;
     let text = text.trim();
     Ok((!text.is_empty()).then(|| text.to_owned()))
+}
+
+#[cfg(test)]
+mod tests {
+    use axum::http::HeaderValue;
+
+    use super::*;
+
+    const SECRET: &[u8] = b"whsec_test";
+    const NOW: i64 = 1_780_000_000;
+
+    fn sign(secret: &[u8], timestamp: &str, body: &[u8]) -> String {
+        let mut mac = Hmac::<Sha256>::new_from_slice(secret).unwrap();
+        mac.update(format!("{timestamp}.").as_bytes());
+        mac.update(body);
+        format!("v1={}", hex::encode(mac.finalize().into_bytes()))
+    }
+
+    fn headers(timestamp: Option<&str>, signature: Option<&str>) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        if let Some(timestamp) = timestamp {
+            headers.insert(TIMESTAMP_HEADER, HeaderValue::from_str(timestamp).unwrap());
+        }
+        if let Some(signature) = signature {
+            headers.insert(SIGNATURE_HEADER, HeaderValue::from_str(signature).unwrap());
+        }
+        headers
+    }
+
+    fn verdict(headers: &HeaderMap, body: &[u8]) -> Result<(), String> {
+        let trigger = TriggerSpec::new("orders", "support", "{{ payload }}");
+        verify_signature(&trigger, SECRET, headers, body, NOW).map_err(|error| {
+            assert_eq!(error.kind, ErrorKind::InvalidSignature);
+            error.message
+        })
+    }
+
+    #[test]
+    fn a_signature_of_the_body_within_the_window_is_accepted() {
+        let body = br#"{"order": 42}"#;
+        let now = NOW.to_string();
+        assert_eq!(
+            verdict(&headers(Some(&now), Some(&sign(SECRET, &now, body))), body),
+            Ok(())
+        );
+        // Within the window either way, and among other entries (a secret being rotated).
+        let earlier = (NOW - 299).to_string();
+        let rotated = format!("v1=00ff, {}", sign(SECRET, &earlier, body));
+        assert_eq!(
+            verdict(&headers(Some(&earlier), Some(&rotated)), body),
+            Ok(())
+        );
+        let later = (NOW + 299).to_string();
+        assert_eq!(
+            verdict(
+                &headers(Some(&later), Some(&sign(SECRET, &later, body))),
+                body
+            ),
+            Ok(())
+        );
+    }
+
+    #[test]
+    fn missing_wrong_tampered_or_replayed_deliveries_are_refused() {
+        let body = br#"{"order": 42}"#;
+        let now = NOW.to_string();
+        let good = sign(SECRET, &now, body);
+        let refused = |headers: HeaderMap, body: &[u8]| verdict(&headers, body).unwrap_err();
+        assert_eq!(
+            refused(headers(None, None), body),
+            "trigger 'orders' takes signed deliveries only: X-Loom-Timestamp is missing"
+        );
+        assert_eq!(
+            refused(headers(Some(&now), None), body),
+            "trigger 'orders' takes signed deliveries only: X-Loom-Signature is missing"
+        );
+        let no_signature = "trigger 'orders' takes signed deliveries only: X-Loom-Signature holds \
+                            no v1 signature of this body and timestamp";
+        // Another secret, another body, another timestamp, not hex, another scheme.
+        assert_eq!(
+            refused(headers(Some(&now), Some(&sign(b"other", &now, body))), body),
+            no_signature
+        );
+        assert_eq!(
+            refused(headers(Some(&now), Some(&good)), br#"{"order": 43}"#),
+            no_signature
+        );
+        let next = (NOW + 1).to_string();
+        assert_eq!(
+            refused(headers(Some(&next), Some(&good)), body),
+            no_signature
+        );
+        assert_eq!(
+            refused(headers(Some(&now), Some("v1=zz")), body),
+            no_signature
+        );
+        let v0 = good.replace("v1=", "v0=");
+        assert_eq!(refused(headers(Some(&now), Some(&v0)), body), no_signature);
+        // A replay: a signature made outside the window, valid as it was.
+        let old = (NOW - 301).to_string();
+        assert_eq!(
+            refused(headers(Some(&old), Some(&sign(SECRET, &old, body))), body),
+            "trigger 'orders' takes signed deliveries only: X-Loom-Timestamp is more than 300 s \
+             away from the server's clock (a replay?)"
+        );
+        assert_eq!(
+            refused(headers(Some("yesterday"), Some(&good)), body),
+            "trigger 'orders' takes signed deliveries only: X-Loom-Timestamp must be a Unix \
+             time in seconds"
+        );
+    }
 }

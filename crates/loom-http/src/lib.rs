@@ -8,7 +8,9 @@
 //! `<base_path>/v1`, over a shared [`loom_ia::Loom`].
 //!
 //! Without `security.api_keys` the API is **open**: every request acts for the tenant
-//! `default` with every scope, as the reference does. With keys, every `/v1` route needs one
+//! `default` with every scope, as the reference does, provided its `Host` is allowed (the
+//! loopback names by default) and its `Origin`, if any, is the server's own or allowed
+//! (`server.http.allowed_hosts`, `allowed_origins`: no DNS rebinding, no cross-site form). With keys, every `/v1` route needs one
 //! (`Authorization: Bearer lk_…` or `X-API-Key`): 401 when it is missing, unknown or expired;
 //! the key alone decides the tenant; a missing scope (`run`: open and cancel runs; `read`:
 //! agents, results, events, sessions; `read_content`: content fields and file bytes;
@@ -17,7 +19,10 @@
 //! `redacted` ([`loom_ia::redact`]). A key's `rate_limit` and a tenant's `quotas` are 429s
 //! with `Retry-After`.
 //! Errors are JSON `{"error": {"kind": "...", "message": "..."}}` with a stable `kind` per
-//! error variant (see [`ApiError`]).
+//! error variant (see [`ApiError`]); a server error answers an `error_id` instead of its detail.
+//! Webhooks of a trigger with a `secret_env` must be signed ([`SIGNATURE_HEADER`],
+//! [`TIMESTAMP_HEADER`]). [`serve`] bounds each client: a cap on connections, header and body
+//! timeouts (`server.http`).
 //!
 //! With `server.mcp.http`, the MCP server (`loom-mcp-server`) is mounted at `<base_path>/mcp`
 //! over streamable HTTP: every request needs an API key, whose tenant, scopes and agents apply
@@ -31,7 +36,9 @@
 
 mod auth;
 mod error;
+mod guard;
 mod hooks;
+mod listen;
 mod mcp;
 mod openapi;
 mod params;
@@ -43,13 +50,15 @@ mod upload;
 
 use std::{future::Future, net::SocketAddr, sync::Arc};
 
-use axum::{Router, extract::DefaultBodyLimit};
+use axum::{Router, extract::DefaultBodyLimit, middleware};
 use loom_ia::{Loom, Profile, config::HttpServerConfig};
 use tokio::{net::TcpListener, sync::watch};
 use utoipa::OpenApi;
 use utoipa_axum::router::OpenApiRouter;
 
+pub use auth::key_hash;
 pub use error::{ApiError, ErrorKind};
+pub use hooks::{SIGNATURE_HEADER, TIMESTAMP_HEADER};
 
 /// How often an idle SSE stream sends a keep-alive comment.
 pub const KEEP_ALIVE: std::time::Duration = std::time::Duration::from_secs(15);
@@ -102,6 +111,7 @@ fn api(loom: &Loom, settings: &HttpServerConfig) -> (Router<AppState>, utoipa::o
     let open = loom.config().raw().security.api_keys.is_empty();
     let mut api = openapi::finish(api, open);
     openapi::delivery_headers(&mut api, &prefix, loom.config().triggers());
+    openapi::signature_headers(&mut api, &prefix, loom.config().triggers());
     openapi::rate_limits(&mut api, &loom.config().raw().security.api_keys);
     (router, api)
 }
@@ -115,8 +125,10 @@ fn docs_served(loom: &Loom, settings: &HttpServerConfig) -> bool {
 }
 
 fn build(loom: Loom, settings: &HttpServerConfig, closing: watch::Receiver<bool>) -> Router {
-    let limit = usize::try_from(settings.max_body_bytes).unwrap_or(usize::MAX);
+    let limits = listen::Limits::of(settings);
+    let limit = limits.max_body_bytes;
     let keys = Arc::new(auth::Keys::new(&loom.config().raw().security.api_keys));
+    let browsers = guard::Browsers::of(settings, keys.is_open());
     let mcp = loom.config().raw().server.mcp.http;
     let (v1, api) = api(&loom, settings);
     let docs = docs_served(&loom, settings);
@@ -136,6 +148,8 @@ fn build(loom: Loom, settings: &HttpServerConfig, closing: watch::Receiver<bool>
         .fallback(routes::not_found)
         .layer(DefaultBodyLimit::max(limit))
         .with_state(state)
+        .layer(middleware::from_fn_with_state(limits, listen::read_body))
+        .layer(middleware::from_fn_with_state(browsers, guard::check))
 }
 
 /// Serves the API on `listener` until `shutdown` resolves, then shuts down gracefully without
@@ -150,6 +164,11 @@ fn build(loom: Loom, settings: &HttpServerConfig, closing: watch::Receiver<bool>
 /// While it serves, [`Loom::watch_leases`] sweeps the journal every half lease (1 to 30 s)
 /// and resumes the runs whose lease expired without being handed back (a process sharing
 /// the journal crashed); the sweep stops with the server.
+///
+/// A client is bounded by `settings`: at most `max_connections` connections are served at
+/// once (the next wait in the listen backlog), request headers must arrive within
+/// `header_timeout` (else the connection is closed), a body within `body_timeout` of its
+/// headers (else `408`).
 pub async fn serve(
     loom: Loom,
     listener: TcpListener,
@@ -188,8 +207,9 @@ pub async fn serve_until(
     let (closing, receiver) = watch::channel(false);
     mcp::log_exposure(&loom);
     let app = build(loom.clone(), settings, receiver);
+    let limits = listen::Limits::of(settings);
     let grace = loom.shutdown_timeout();
-    // The stop runs beside axum's graceful shutdown: in-flight requests end when their runs
+    // The stop runs beside the graceful shutdown of the connections: in-flight requests end when their runs
     // stop, and the timeout must cut a step that would keep them waiting.
     let (stopping, stop_now) = tokio::sync::oneshot::channel::<()>();
     let stopper = loom.clone();
@@ -211,8 +231,7 @@ pub async fn serve_until(
     // A drain stops the runs only when its time is up: the timer, cancelled when every
     // request was answered before.
     let (draining, drain_timer) = tokio::sync::oneshot::channel::<tokio::task::JoinHandle<()>>();
-    let served = axum::serve(listener, app)
-        .with_graceful_shutdown(async move {
+    listen::serve(listener, app, limits, async move {
             let how = shutdown.await;
             let _ = unwatch.send(());
             let _ = closing.send(true);
@@ -236,21 +255,20 @@ pub async fn serve_until(
                         let _ = stopping.send(());
                     });
                     let _ = draining.send(timer);
-                }
             }
-        })
-        .await;
+        }
+    })
+    .await;
     if let Ok(timer) = drain_timer.await {
         // Every request was answered in time: the timer (and its stop) is not needed.
         timer.abort();
         let _ = timer.await;
     }
     let _ = stopped.await;
-    // Serving failed before any shutdown, or a drain ended: stop the runs still driven
-    // (which ends the watch).
+    // A drain ended: stop the runs still driven (which ends the watch).
     loom.stop(grace).await;
     let _ = watch.await;
-    served
+    Ok(())
 }
 
 /// Binds `host:port` (`port` 0: a free port).

@@ -112,15 +112,31 @@ impl Modify for Security {
 
 /// The finished document: the paths of `api` under the fixed part; when no key is declared
 /// (the API is open), an empty requirement added to every operation so the document says a
-/// request without a key is served; when keys are declared, the `401` every operation can
-/// answer (written here once rather than on each handler).
+/// request without a key is served, and the `403` of a refused `Host` or `Origin`; when keys
+/// are declared, the `401` every operation can answer (written here once rather than on each
+/// handler).
 pub(crate) fn finish(mut api: openapi::OpenApi, open: bool) -> openapi::OpenApi {
     api.openapi = openapi::OpenApiVersion::Version31;
+    const BROWSERS: &str = "The API is open and the request's `Host` is not in \
+`server.http.allowed_hosts` (`host_not_allowed`), or its `Origin` is another site's, not in \
+`server.http.allowed_origins` (`origin_not_allowed`).";
     for item in api.paths.paths.values_mut() {
         for operation in operations(item) {
             if open {
                 if let Some(security) = &mut operation.security {
                     security.insert(0, openapi::security::SecurityRequirement::default());
+                }
+                match operation.responses.responses.get_mut("403") {
+                    Some(RefOr::T(response)) => {
+                        response.description = format!("{} Or: {BROWSERS}", response.description);
+                    }
+                    Some(RefOr::Ref(_)) => {}
+                    None => {
+                        operation
+                            .responses
+                            .responses
+                            .insert("403".to_owned(), RefOr::T(error_response(BROWSERS)));
+                    }
                 }
             } else {
                 operation.responses.responses.insert(
@@ -202,6 +218,74 @@ the run id, so a redelivery answers the run of the first (`200`, `repeated`). Bl
             .parameters
             .get_or_insert_with(Vec::new)
             .push(RefOr::T(parameter));
+    }
+}
+
+/// Lists the signature headers of `POST <prefix>/hooks/{name}` (`X-Loom-Timestamp`,
+/// `X-Loom-Signature`) when a trigger of the configuration declares a `secret_env`, naming those
+/// triggers, and the `401` `invalid_signature` their deliveries can answer.
+pub(crate) fn signature_headers(
+    api: &mut openapi::OpenApi,
+    prefix: &str,
+    triggers: &[loom_ia::config::TriggerSpec],
+) {
+    let signed: Vec<String> = triggers
+        .iter()
+        .filter(|trigger| trigger.secret_env.is_some())
+        .map(|trigger| format!("`{}`", trigger.name))
+        .collect();
+    if signed.is_empty() {
+        return;
+    }
+    let Some(operation) = api
+        .paths
+        .paths
+        .get_mut(&format!("{prefix}/hooks/{{name}}"))
+        .and_then(|item| item.post.as_mut())
+    else {
+        return;
+    };
+    let names = signed.join(", ");
+    let timestamp = format!(
+        "The triggers {names} (their `secret_env`): the Unix time of the delivery in seconds, \
+within the trigger's `signature_tolerance` of the server's clock."
+    );
+    let signature = format!(
+        "The triggers {names}: `v1=` and the lowercase hex HMAC-SHA256, keyed by the trigger's \
+secret, of `<X-Loom-Timestamp>.<raw body>` (several comma-separated `v1=` entries while a secret \
+is rotated)."
+    );
+    for (header, description) in [
+        (crate::hooks::TIMESTAMP_HEADER, timestamp),
+        (crate::hooks::SIGNATURE_HEADER, signature),
+    ] {
+        let parameter = openapi::path::ParameterBuilder::new()
+            .name(header)
+            .parameter_in(openapi::path::ParameterIn::Header)
+            .required(openapi::Required::False)
+            .description(Some(description))
+            .schema(Some(openapi::ObjectBuilder::new().schema_type(
+                openapi::schema::SchemaType::new(openapi::Type::String),
+            )))
+            .build();
+        operation
+            .parameters
+            .get_or_insert_with(Vec::new)
+            .push(RefOr::T(parameter));
+    }
+    const UNSIGNED: &str = "A delivery to a trigger with a `secret_env` is not signed, is \
+signed wrongly or too long ago (`invalid_signature`).";
+    match operation.responses.responses.get_mut("401") {
+        Some(RefOr::T(response)) => {
+            response.description = format!("{} Or: {UNSIGNED}", response.description);
+        }
+        Some(RefOr::Ref(_)) => {}
+        None => {
+            operation
+                .responses
+                .responses
+                .insert("401".to_owned(), RefOr::T(error_response(UNSIGNED)));
+        }
     }
 }
 
@@ -613,6 +697,10 @@ pub(crate) struct ErrorDetail {
     /// `interrupted` only: the run's session.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) session_id: Option<String>,
+    /// A server error (status 500) only: the id under which the server logged the error's
+    /// detail, which the message does not give.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) error_id: Option<String>,
 }
 
 #[cfg(test)]

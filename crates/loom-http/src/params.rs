@@ -1,6 +1,8 @@
-//! Query strings of the read routes: repeatable parameters (`status=a&status=b`), and a 422
-//! `invalid_query` naming the parameter for anything unusable (an unknown parameter, a
-//! single-valued one given twice, a value that does not parse).
+//! Query strings of the routes: repeatable parameters (`status=a&status=b`, or
+//! `status=a,b`), and a 422 `invalid_query` naming the parameter for anything unusable (an
+//! unknown parameter, a single-valued one given twice or empty, a value that does not parse).
+//! The reading itself is [`loom_ia::QueryString`], the one reader of every access path (the
+//! MCP resources read their URIs' queries with it too): RFC 3986 percent-decoding, `+` kept.
 //!
 //! **The document is the list of accepted parameters.** Each route describes its query string
 //! with a `utoipa::IntoParams` struct (named in its `#[utoipa::path(params(...))]`), and
@@ -8,11 +10,11 @@
 //! is accepted if and only if the OpenAPI document lists it. Reading a parameter that was not
 //! accepted is a bug caught by a debug assertion (every route's tests read through it).
 
-use axum::{
-    extract::{FromRequestParts, Query},
-    http::request::Parts,
-};
+use std::str::FromStr;
+
+use axum::{extract::FromRequestParts, http::request::Parts};
 use chrono::{DateTime, Utc};
+use loom_ia::QueryString;
 use serde::de::DeserializeOwned;
 use utoipa::{IntoParams, openapi::path::ParameterIn};
 
@@ -32,10 +34,15 @@ pub(crate) fn documented<T: IntoParams>() -> Vec<String> {
         .collect()
 }
 
-/// The query string as `(name, value)` pairs, in order.
+/// A refusal of the query reader, as a 422 `invalid_query`.
+fn refused(error: loom_ia::LoomError) -> ApiError {
+    ApiError::from_loom(&error, 0)
+}
+
+/// The query string of a request, read by [`QueryString`].
 #[derive(Debug, Default)]
 pub(crate) struct Params {
-    pairs: Vec<(String, String)>,
+    query: QueryString,
     /// The names [`Params::only`] accepted (what the handler may read).
     accepted: Vec<String>,
 }
@@ -43,10 +50,10 @@ pub(crate) struct Params {
 impl<S: Send + Sync> FromRequestParts<S> for Params {
     type Rejection = ApiError;
 
-    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Params, ApiError> {
-        let Query(pairs) = Query::<Vec<(String, String)>>::from_request_parts(parts, state).await?;
+    async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Params, ApiError> {
+        let query = QueryString::parse(parts.uri.query().unwrap_or_default()).map_err(refused)?;
         Ok(Params {
-            pairs,
+            query,
             accepted: Vec::new(),
         })
     }
@@ -65,91 +72,62 @@ impl Params {
     }
 
     fn accept(self, known: Vec<String>) -> Result<Params, ApiError> {
-        if let Some((name, _)) = self.pairs.iter().find(|(name, _)| !known.contains(name)) {
-            let expected = if known.is_empty() {
-                "none".to_owned()
-            } else {
-                known.join(", ")
-            };
-            return Err(invalid(
-                name,
-                format!("unknown parameter (expected: {expected})"),
-            ));
-        }
+        self.query.only(&known).map_err(refused)?;
         Ok(Params {
-            pairs: self.pairs,
+            query: self.query,
             accepted: known,
         })
     }
 
-    /// Every value of `name`, in order.
-    pub(crate) fn all(&self, name: &str) -> Vec<&str> {
+    /// The reader, once `name` is checked to be accepted.
+    fn read(&self, name: &str) -> &QueryString {
         debug_assert!(
             self.accepted.iter().any(|known| known == name),
             "the query parameter '{name}' is read but not documented (accepted: {:?})",
             self.accepted
         );
-        self.pairs
-            .iter()
-            .filter(|(n, _)| n == name)
-            .map(|(_, v)| v.as_str())
-            .collect()
+        &self.query
     }
 
-    /// The value of a single-valued parameter, refused when given twice.
-    pub(crate) fn one(&self, name: &str) -> Result<Option<&str>, ApiError> {
-        match self.all(name).as_slice() {
-            [] => Ok(None),
-            [value] => Ok(Some(value)),
-            _ => Err(invalid(name, "given more than once")),
-        }
+    /// Every value of `name`, in order.
+    pub(crate) fn all(&self, name: &str) -> Vec<&str> {
+        self.read(name).all(name)
     }
 
-    /// A single-valued text parameter, refused when empty.
+    /// A single-valued text parameter, refused when given twice or empty.
     pub(crate) fn text(&self, name: &str) -> Result<Option<String>, ApiError> {
-        match self.one(name)? {
-            Some("") => Err(invalid(name, "must not be empty")),
-            other => Ok(other.map(str::to_owned)),
-        }
+        self.read(name).text(name).map_err(refused)
     }
 
     /// A count (a whole number), `default` when absent; its range is the facade's to check.
     pub(crate) fn count(&self, name: &str, default: usize) -> Result<usize, ApiError> {
-        match self.one(name)? {
-            None => Ok(default),
-            Some(text) => text
-                .parse()
-                .map_err(|_| invalid(name, format!("'{text}' is not a whole number"))),
-        }
+        self.read(name).count(name, default).map_err(refused)
+    }
+
+    /// A whole number.
+    pub(crate) fn number<T: FromStr>(&self, name: &str) -> Result<Option<T>, ApiError> {
+        self.read(name).number(name).map_err(refused)
+    }
+
+    /// `true` or `false`.
+    pub(crate) fn flag(&self, name: &str) -> Result<Option<bool>, ApiError> {
+        self.read(name).flag(name).map_err(refused)
     }
 
     /// An instant: RFC 3339 (`2026-05-01T12:00:00Z`) or a date (`2026-05-01`: its first
     /// instant, UTC), read as every access path reads it ([`loom_ia::query::parse_instant`]).
-    pub(crate) fn instant(&self, name: &'static str) -> Result<Option<DateTime<Utc>>, ApiError> {
-        self.one(name)?
-            .map(|text| loom_ia::query::parse_instant(name, text))
-            .transpose()
-            .map_err(|error| ApiError::from_loom(&error, 0))
+    pub(crate) fn instant(&self, name: &str) -> Result<Option<DateTime<Utc>>, ApiError> {
+        self.read(name).instant(name).map_err(refused)
     }
 
-    /// Every value of a repeatable parameter read as one of the names of `T` (a serde enum
-    /// of snake_case names); `expected` lists them for the error.
+    /// Every value of a repeatable parameter (repeated or comma-separated) read as one of the
+    /// names of `T` (a serde enum of snake_case names); `expected` lists them for the error.
     pub(crate) fn names<T: DeserializeOwned>(
         &self,
         name: &str,
         expected: &str,
     ) -> Result<Vec<T>, ApiError> {
-        self.all(name)
-            .into_iter()
-            .map(|text| {
-                serde_json::from_value(serde_json::Value::String(text.to_owned())).map_err(|_| {
-                    invalid(
-                        name,
-                        format!("unknown value '{text}' (expected: {expected})"),
-                    )
-                })
-            })
-            .collect()
+        self.read(name).choices(name, expected).map_err(refused)
     }
 }
 
@@ -172,23 +150,13 @@ mod tests {
 
     /// The query string `pairs`, as `Documented` accepts it.
     fn params(pairs: &[(&str, &str)]) -> Params {
-        Params {
-            pairs: pairs
-                .iter()
-                .map(|(n, v)| ((*n).to_owned(), (*v).to_owned()))
-                .collect(),
-            accepted: Vec::new(),
-        }
-        .only::<Documented>()
-        .unwrap()
+        raw(pairs).only::<Documented>().unwrap()
     }
 
     fn raw(pairs: &[(&str, &str)]) -> Params {
+        let text: Vec<String> = pairs.iter().map(|(n, v)| format!("{n}={v}")).collect();
         Params {
-            pairs: pairs
-                .iter()
-                .map(|(n, v)| ((*n).to_owned(), (*v).to_owned()))
-                .collect(),
+            query: QueryString::parse(&text.join("&")).unwrap(),
             accepted: Vec::new(),
         }
     }
@@ -226,7 +194,7 @@ mod tests {
             "2026-05-01T10:00:00+00:00"
         );
         assert_eq!(
-            p.one("agent").unwrap_err().message,
+            p.text("agent").unwrap_err().message,
             "agent: given more than once"
         );
         let error = raw(&[("status", "a"), ("page", "2")])

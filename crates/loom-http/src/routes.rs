@@ -19,8 +19,8 @@ use axum::{
     Json,
     body::Bytes,
     extract::{
-        Path, Query, State,
-        rejection::{BytesRejection, JsonRejection, QueryRejection},
+        Path, State,
+        rejection::{BytesRejection, JsonRejection},
     },
     http::{StatusCode, Uri},
     response::{IntoResponse, Response},
@@ -38,6 +38,7 @@ use crate::{
     auth::Caller,
     error::{ApiError, ErrorKind},
     openapi::{ErrorBody, RunResultSchema},
+    params::Params,
     upload::RunBody,
 };
 
@@ -335,15 +336,20 @@ async fn create_run(
             )
         })?
         .map_err(|e| loom_error(loom, &e))?;
-    Ok((StatusCode::CREATED, Json(result)).into_response())
+    // Masked without `read_content`, as `GET /runs/{run_id}` is.
+    Ok((
+        StatusCode::CREATED,
+        Json(result.view(caller.reads_content())),
+    )
+        .into_response())
 }
 
 /// `?session_id=` of the run routes (`GET /runs/{run_id}`, `GET /traces/{run_id}`).
-#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[derive(Debug, utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
+#[allow(dead_code)]
 pub(crate) struct At {
     /// The run's session (found by search when absent).
-    #[serde(default)]
     #[param(pattern = "^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")]
     session_id: Option<String>,
 }
@@ -370,14 +376,13 @@ async fn run_result(
     State(state): State<AppState>,
     caller: Caller,
     Path(run_id): Path<String>,
-    query: Result<Query<At>, QueryRejection>,
+    params: Params,
 ) -> Result<Response, ApiError> {
     caller.require(Scope::Read)?;
-    let Query(at) = query?;
+    let params = params.only::<At>()?;
+    let session = params.text("session_id")?;
     let loom = &state.loom;
-    let run = caller
-        .run(&state, &run_id, at.session_id.as_deref())
-        .await?;
+    let run = caller.run(&state, &run_id, session.as_deref()).await?;
     let result = loom.result(&run).await.map_err(|e| loom_error(loom, &e))?;
     Ok(Json(result.view(caller.reads_content())).into_response())
 }

@@ -346,16 +346,25 @@ fn content_disposition(name: &str) -> String {
             }
         })
         .collect();
-    let mut encoded = String::new();
-    for byte in name.bytes() {
-        if byte.is_ascii_alphanumeric() || b"!#$&+-.^_`|~".contains(&byte) {
-            encoded.push(char::from(byte));
-        } else {
-            encoded.push_str(&format!("%{byte:02X}"));
-        }
-    }
+    let encoded = percent_encoding::utf8_percent_encode(name, ATTR_CHAR_ESCAPED);
     format!("attachment; filename=\"{fallback}\"; filename*=UTF-8''{encoded}")
 }
+
+/// What RFC 5987 escapes in a `filename*` value: every byte but its `attr-char`s (letters,
+/// digits and `!#$&+-.^_`|~`).
+const ATTR_CHAR_ESCAPED: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+    .remove(b'!')
+    .remove(b'#')
+    .remove(b'$')
+    .remove(b'&')
+    .remove(b'+')
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'^')
+    .remove(b'_')
+    .remove(b'`')
+    .remove(b'|')
+    .remove(b'~');
 
 /// `GET /sessions/{session_id}/report`: tokens and cost of the session
 /// ([`SessionReport`]): each root run, and every call by role, by sub-agent and by model.

@@ -17,7 +17,7 @@
 use std::convert::Infallible;
 
 use axum::{
-    extract::{Path, Query, State, rejection::QueryRejection},
+    extract::{Path, State},
     http::HeaderMap,
     response::{
         IntoResponse, Response,
@@ -25,33 +25,30 @@ use axum::{
     },
 };
 use futures_util::StreamExt;
-use loom_ia::{Event, FollowOptions, Redact};
-use serde::Deserialize;
-
 use loom_ia::config::Scope;
+use loom_ia::{Event, FollowOptions, Redact};
 
 use crate::{
     AppState, KEEP_ALIVE,
     auth::Caller,
     error::{ApiError, ErrorKind},
     openapi::ErrorBody,
+    params::Params,
     routes::lease_seconds,
 };
 
 /// The query of the events route.
-#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[derive(Debug, utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
+#[allow(dead_code)]
 pub(crate) struct EventsQuery {
     /// The run's session (found by search when absent).
-    #[serde(default)]
     #[param(pattern = "^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")]
     session_id: Option<String>,
     /// Send the events with a greater seq (`Last-Event-ID` wins when both are given).
-    #[serde(default)]
     #[param(minimum = 0)]
     after_seq: Option<u64>,
     /// Whether the events of the run's sub-runs come too (default `true`).
-    #[serde(default)]
     subruns: Option<bool>,
 }
 
@@ -141,21 +138,22 @@ pub(crate) async fn events(
     State(state): State<AppState>,
     caller: Caller,
     Path(run_id): Path<String>,
-    query: Result<Query<EventsQuery>, QueryRejection>,
+    params: Params,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     caller.require(Scope::Read)?;
-    let Query(query) = query?;
-    let after = last_event_id(&headers)?.or(query.after_seq).unwrap_or(0);
+    let params = params.only::<EventsQuery>()?;
+    let after_seq = params.number::<u64>("after_seq")?;
+    let subruns = params.flag("subruns")?.unwrap_or(true);
+    let session = params.text("session_id")?;
+    let after = last_event_id(&headers)?.or(after_seq).unwrap_or(0);
     let loom = state.loom.clone();
-    let run = caller
-        .run(&state, &run_id, query.session_id.as_deref())
-        .await?;
+    let run = caller.run(&state, &run_id, session.as_deref()).await?;
     let lease = lease_seconds(&loom);
     let content = caller.reads_content();
     let options = FollowOptions {
         after_seq: after,
-        subruns: query.subruns.unwrap_or(true),
+        subruns,
     };
     // The stream ends right after a refusal, without waiting for the run's next event.
     let followed = loom.follow_with(&run, options);

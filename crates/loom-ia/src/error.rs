@@ -32,7 +32,7 @@ pub enum LoomError {
     #[error("{parameter}: {reason}")]
     InvalidQuery {
         /// The query parameter at fault.
-        parameter: &'static str,
+        parameter: String,
         /// What is wrong with it.
         reason: String,
     },
@@ -116,6 +116,20 @@ pub enum LoomError {
 }
 
 impl LoomError {
+    /// Whether the error is the server's own failure rather than an answer to the request (a
+    /// journal that cannot be read or written, an engine failure, a configuration or a
+    /// registration found wrong while serving). Its message may name files and internals:
+    /// access paths log it and answer a generic message with an id to find it in the log.
+    pub fn is_internal(&self) -> bool {
+        matches!(
+            self,
+            LoomError::Config(_)
+                | LoomError::Registration(_)
+                | LoomError::Journal(_)
+                | LoomError::Engine(_)
+        )
+    }
+
     /// Whether the caller asked for something impossible (CLI exit code 2), as opposed to a
     /// failure while doing it (exit code 1).
     pub fn is_refusal(&self) -> bool {

@@ -42,6 +42,7 @@ mod mcp;
 mod progress;
 
 pub mod query;
+pub mod query_string;
 pub mod quota;
 mod recovery;
 pub mod redact;
@@ -73,6 +74,7 @@ pub mod report;
 pub use follow::FollowOptions;
 pub use progress::progress_line;
 pub use query::{EventQuery, RunListed, RunPage, RunQuery};
+pub use query_string::QueryString;
 pub use recovery::{LeaseWatch, MAX_SWEEP_PERIOD, MIN_SWEEP_PERIOD, sweep_period};
 pub use redact::Redact;
 pub use report::{

@@ -238,6 +238,9 @@ struct Inner {
     idle: tokio::sync::Notify,
     tenant_budgets: RwLock<BTreeMap<String, TenantBudget>>,
     quotas: crate::quota::SlidingMinute,
+    /// The signing secrets of the triggers with a `secret_env`, read when the instance is
+    /// built.
+    trigger_secrets: crate::trigger::Secrets,
 }
 
 impl std::fmt::Debug for Loom {
@@ -293,6 +296,7 @@ impl Loom {
         let models = crate::resolve::models(&config)?;
         let sources = mcp_servers(&config)?;
         crate::resolve::check_at_open(&config, &models, &sources)?;
+        let trigger_secrets = crate::trigger::secrets(&config)?;
         let artifacts: Arc<dyn ArtifactStore> = match config.artifacts_path() {
             Some(path) => Arc::new(LocalArtifacts::new(path)),
             None => Arc::new(MemoryArtifacts::new()),
@@ -328,6 +332,7 @@ impl Loom {
                 idle: tokio::sync::Notify::new(),
                 tenant_budgets: RwLock::new(tenant_budgets),
                 quotas: crate::quota::SlidingMinute::default(),
+                trigger_secrets,
             }),
         })
     }
@@ -335,6 +340,12 @@ impl Loom {
     /// The configuration.
     pub fn config(&self) -> &Config {
         &self.inner.config
+    }
+
+    /// The signing secret of the trigger `name` (the value of its `secret_env`, read when this
+    /// instance was built), when it declares one: its deliveries must then be signed with it.
+    pub fn trigger_secret(&self, name: &str) -> Option<&[u8]> {
+        self.inner.trigger_secrets.get(name)
     }
 
     /// This instance's worker id.

@@ -270,9 +270,10 @@ impl EventQuery {
     }
 }
 
-fn invalid(parameter: &'static str, reason: impl Into<String>) -> LoomError {
+/// A refused query value: [`LoomError::InvalidQuery`] naming `parameter`.
+pub(crate) fn invalid(parameter: &str, reason: impl Into<String>) -> LoomError {
     LoomError::InvalidQuery {
-        parameter,
+        parameter: parameter.to_owned(),
         reason: reason.into(),
     }
 }
@@ -313,7 +314,7 @@ pub const RUN_STATUSES: [RunStatus; 8] = [
 
 /// A run state written as text (`completed`), for the read queries of access paths (MCP
 /// resource URIs); refused naming `parameter` and the states.
-pub fn parse_run_status(parameter: &'static str, text: &str) -> Result<RunStatus, LoomError> {
+pub fn parse_run_status(parameter: &str, text: &str) -> Result<RunStatus, LoomError> {
     RUN_STATUSES
         .into_iter()
         .find(|status| status.as_str() == text)
@@ -329,7 +330,7 @@ pub fn parse_run_status(parameter: &'static str, text: &str) -> Result<RunStatus
 /// An instant written as text: RFC 3339 (`2026-05-01T12:00:00Z`) or a date (`2026-05-01`: its
 /// first instant, UTC), as the read routes take `since` and `until`; refused naming
 /// `parameter`.
-pub fn parse_instant(parameter: &'static str, text: &str) -> Result<DateTime<Utc>, LoomError> {
+pub fn parse_instant(parameter: &str, text: &str) -> Result<DateTime<Utc>, LoomError> {
     if let Ok(at) = DateTime::parse_from_rfc3339(text) {
         return Ok(at.with_timezone(&Utc));
     }

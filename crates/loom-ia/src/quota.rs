@@ -5,7 +5,7 @@
 
 use std::{
     collections::{HashMap, VecDeque},
-    sync::Mutex,
+    sync::{Mutex, MutexGuard, PoisonError},
     time::{Duration, Instant},
 };
 
@@ -23,10 +23,7 @@ impl SlidingMinute {
     /// instant (to give it back if what it counted did not happen after all), or how long
     /// until the oldest slot of the window frees.
     pub fn take(&self, counter: &str, limit: u32, now: Instant) -> Result<Instant, Duration> {
-        let Ok(mut opened) = self.opened.lock() else {
-            // A poisoned table counts nothing rather than refusing every run.
-            return Ok(now);
-        };
+        let mut opened = self.table();
         let slots = opened.entry(counter.to_owned()).or_default();
         while slots
             .front()
@@ -44,12 +41,19 @@ impl SlidingMinute {
 
     /// Gives back the slot of `counter` taken at `at`.
     pub fn give_back(&self, counter: &str, at: Instant) {
-        if let Ok(mut opened) = self.opened.lock()
-            && let Some(slots) = opened.get_mut(counter)
+        let mut opened = self.table();
+        if let Some(slots) = opened.get_mut(counter)
             && let Some(index) = slots.iter().rposition(|slot| *slot == at)
         {
             slots.remove(index);
         }
+    }
+
+    /// The table, also after a panic while it was held: every step above leaves it valid (a
+    /// window of instants), so it keeps counting and the limits keep refusing, never failing
+    /// open.
+    fn table(&self) -> MutexGuard<'_, HashMap<String, VecDeque<Instant>>> {
+        self.opened.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
@@ -76,5 +80,26 @@ mod tests {
         // A slot given back is free again.
         quotas.give_back("acme", at(60));
         assert!(quotas.take("acme", 2, at(61)).is_ok());
+    }
+
+    /// A panic while the table was held poisons its lock: the limits still refuse.
+    #[test]
+    fn a_poisoned_table_still_refuses() {
+        let limits = SlidingMinute::default();
+        let now = Instant::now();
+        assert!(limits.take("key", 1, now).is_ok());
+        let poisoned = std::thread::scope(|scope| {
+            scope
+                .spawn(|| {
+                    let _held = limits.opened.lock().unwrap();
+                    panic!("a panic while the table is held");
+                })
+                .join()
+        });
+        assert!(poisoned.is_err());
+        assert!(limits.opened.is_poisoned());
+        assert_eq!(limits.take("key", 1, now), Err(WINDOW));
+        limits.give_back("key", now);
+        assert!(limits.take("key", 1, now).is_ok());
     }
 }

@@ -7,12 +7,61 @@
 //! ([`Triggered::repeated`]) instead of opening another; a delivery id that already names a run
 //! of another session, or of something else than this trigger, is refused.
 
-use loom_config::TriggerSpec;
+use std::collections::BTreeMap;
+
+use loom_config::{Config, TriggerSpec};
 use loom_core::{Payload, RunStatus, ids::is_safe_id};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::{DEFAULT_TENANT, Loom, LoomError, RunOptions, RunRef};
+
+/// The signing secrets of the triggers that declare `secret_env`, by trigger name.
+#[derive(Default)]
+pub(crate) struct Secrets(BTreeMap<String, Vec<u8>>);
+
+impl Secrets {
+    /// The secret of the trigger `name`.
+    pub(crate) fn get(&self, name: &str) -> Option<&[u8]> {
+        self.0.get(name).map(Vec::as_slice)
+    }
+}
+
+impl std::fmt::Debug for Secrets {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Names only: a secret is never printed.
+        f.debug_set().entries(self.0.keys()).finish()
+    }
+}
+
+/// Reads the signing secret of every trigger with a `secret_env` from the environment; an
+/// absent or empty variable is a configuration error naming `triggers[i].secret_env`.
+pub(crate) fn secrets(config: &Config) -> Result<Secrets, LoomError> {
+    let mut secrets = BTreeMap::new();
+    for (index, trigger) in config.triggers().iter().enumerate() {
+        let Some(variable) = &trigger.secret_env else {
+            continue;
+        };
+        match std::env::var(variable) {
+            Ok(value) if !value.is_empty() => {
+                secrets.insert(trigger.name.clone(), value.into_bytes());
+            }
+            _ => {
+                return Err(config
+                    .error_at_root(
+                        &format!("triggers[{index}].secret_env"),
+                        format!(
+                            "trigger '{}': the environment variable {variable} is absent or \
+                             empty",
+                            trigger.name
+                        ),
+                    )
+                    .into());
+            }
+        }
+    }
+    Ok(Secrets(secrets))
+}
 
 /// What a delivery to a trigger did.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]

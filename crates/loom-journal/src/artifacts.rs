@@ -53,10 +53,7 @@ impl MemoryArtifacts {
 }
 
 fn hex_sha256(bytes: &[u8]) -> String {
-    Sha256::digest(bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    hex::encode(Sha256::digest(bytes))
 }
 
 fn check(tenant_id: &str, session_id: &str, extension: &str) -> Result<(), StoreError> {

@@ -134,18 +134,18 @@ async fn by_uri(
     ))
 }
 
-/// The path of a `file://` URI (host empty or `localhost`), percent-decoded.
+/// The path of a `file://` URI (host empty or `localhost`), read and percent-decoded by the
+/// `url` crate; `None` for another host, a query or fragment, or a NUL byte.
 fn file_path(uri: &str) -> Option<PathBuf> {
-    let rest = uri.strip_prefix("file://")?;
-    let rest = rest.strip_prefix("localhost").unwrap_or(rest);
-    if !rest.starts_with('/') {
+    let url = url::Url::parse(uri).ok()?;
+    if url.scheme() != "file" || url.query().is_some() || url.fragment().is_some() {
         return None;
     }
-    let text = crate::resources::percent_decoded(rest).ok()?;
-    if text.contains('\0') {
+    let path = url.to_file_path().ok()?;
+    if path.as_os_str().as_encoded_bytes().contains(&0) {
         return None;
     }
-    Some(PathBuf::from(text))
+    Some(path)
 }
 
 /// `path` resolved (symbolic links included), when it lies inside one of `roots` (resolved
@@ -192,8 +192,17 @@ mod tests {
             Some(PathBuf::from("/tmp/x.png"))
         );
         assert_eq!(file_path("file://server/share/x.png"), None);
-        assert_eq!(file_path("file:///tmp/%zz"), None);
         assert_eq!(file_path("file:///tmp/%00"), None);
+        assert_eq!(file_path("file:///tmp/x.png?v=1"), None);
+        // Not an escape: kept as written (a sign is not a hex digit, `%+1` is not byte 1).
+        assert_eq!(
+            file_path("file:///tmp/%+1.png"),
+            Some(PathBuf::from("/tmp/%+1.png"))
+        );
+        assert_eq!(
+            file_path("file:///tmp/%zz"),
+            Some(PathBuf::from("/tmp/%zz"))
+        );
     }
 
     #[test]

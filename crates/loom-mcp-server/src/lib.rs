@@ -48,7 +48,7 @@ mod server;
 
 use std::sync::Arc;
 
-use loom_ia::{DEFAULT_TENANT, Loom};
+use loom_ia::{DEFAULT_TENANT, Loom, config::OriginPattern};
 use rmcp::{
     ServiceExt,
     transport::streamable_http_server::{
@@ -58,6 +58,18 @@ use rmcp::{
 
 pub use access::Access;
 pub use server::LoomMcp;
+
+/// What the client is told of `error`: its message, except for a server failure
+/// ([`LoomError::is_internal`]: a journal, engine or configuration error, whose message may
+/// name files), which is logged at ERROR under a new id and told as that id only.
+pub(crate) fn told(error: &loom_ia::LoomError) -> String {
+    if !error.is_internal() {
+        return error.to_string();
+    }
+    let id = uuid::Uuid::now_v7().to_string();
+    tracing::error!(error_id = %id, %error, "MCP request failed");
+    format!("internal error: the server logged its detail under the id {id}")
+}
 
 /// The MCP server over streamable HTTP, as a tower service (mounted by `loom-http`).
 pub type HttpService = StreamableHttpService<LoomMcp, NeverSessionManager>;
@@ -111,14 +123,23 @@ pub async fn serve_stdio(loom: Loom, tenant: Option<&str>) -> Result<(), ServeEr
 /// elicitation: runs needing an approval pause), requests up to `max_body_bytes`, `Host`
 /// checked against `server.mcp.allowed_hosts` (default: `localhost`, `127.0.0.1`, `::1` on any
 /// port) and a present `Origin` against `server.mcp.allowed_origins` (none by default: any
-/// `Origin` is refused with 403). Each request must carry its [`Access`] in the extensions of
+/// `Origin` is refused with 403). An origin entry without a port admits the scheme's default
+/// port only: it is handed to rmcp with that port written ([`OriginPattern`]), since rmcp reads
+/// a port-less entry as any port. Each request must carry its [`Access`] in the extensions of
 /// its HTTP request.
 pub fn http_service(loom: &Loom, max_body_bytes: usize) -> HttpService {
     let settings = &loom.config().raw().server.mcp;
+    // Checked at load: every entry parses.
+    let origins: Vec<String> = settings
+        .allowed_origins
+        .iter()
+        .filter_map(|origin| OriginPattern::parse(origin).ok())
+        .map(|origin| origin.to_string())
+        .collect();
     let mut config = StreamableHttpServerConfig::default()
         .with_legacy_session_mode(false)
         .with_max_request_body_bytes(max_body_bytes)
-        .with_allowed_origins(settings.allowed_origins.clone())
+        .with_allowed_origins(origins)
         .enforce_origin_validation();
     if !settings.allowed_hosts.is_empty() {
         config = config.with_allowed_hosts(settings.allowed_hosts.clone());
@@ -129,4 +150,28 @@ pub fn http_service(loom: &Loom, max_body_bytes: usize) -> HttpService {
         Arc::new(NeverSessionManager::default()),
         config,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use loom_ia::{LoomError, core::ports::StoreError};
+
+    use super::told;
+
+    /// A server failure is told as an id, never with the file its message names.
+    #[test]
+    fn a_server_failure_is_told_as_an_id() {
+        let journal = LoomError::Journal(StoreError::Io {
+            path: "/srv/loom/journal/acme/s-1.jsonl".into(),
+            source: std::io::Error::from(std::io::ErrorKind::PermissionDenied),
+        });
+        let text = told(&journal);
+        assert!(!text.contains("/srv/loom"), "{text}");
+        assert!(
+            text.starts_with("internal error: the server logged its detail under the id "),
+            "{text}"
+        );
+        let unknown = LoomError::UnknownRun("r-1".into());
+        assert_eq!(told(&unknown), "run r-1 not found");
+    }
 }

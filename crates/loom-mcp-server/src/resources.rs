@@ -12,21 +12,23 @@
 //! with the REST values: `status` repeatable (`status=paused&status=failed`) or
 //! comma-separated (`status=paused,failed`, the RFC 6570 expansion of a list), `since` and
 //! `until` RFC 3339 or `YYYY-MM-DD` (when the runs started, `until` excluded), `limit` 1 to 200
-//! (default 50), `sessions` 1 to 200 (default 50). Query values are percent-decoded (RFC 3986:
-//! a `+` stays a `+`). An unknown parameter, a single-valued one given twice, an empty or
-//! unusable value is an `invalid params` error naming the parameter.
+//! (default 50), `sessions` 1 to 200 (default 50). The URI is read by the `url` crate and its
+//! query by [`loom_ia::QueryString`], the reader of the REST API too (RFC 3986
+//! percent-decoding: a `+` stays a `+`). An unknown parameter, a single-valued one given twice,
+//! an empty or unusable value is an `invalid params` error naming the parameter.
 
 use base64::Engine as _;
 use loom_ia::{
-    LoomError, Redact, RunQuery,
+    LoomError, QueryString, Redact, RunQuery,
     config::Scope,
-    query::{DEFAULT_RUNS, DEFAULT_SESSIONS, parse_instant, parse_run_status},
+    query::{DEFAULT_RUNS, DEFAULT_SESSIONS, RUN_STATUSES},
 };
 use rmcp::{
     ErrorData,
     model::{ReadResourceResult, Resource, ResourceContents, ResourceTemplate},
 };
 use serde_json::Value;
+use url::Url;
 
 use crate::{Access, LoomMcp};
 
@@ -120,21 +122,16 @@ pub(crate) async fn read(
     if let Some(artifact) = uri.strip_prefix("artifact://") {
         return read_artifact(server, access, uri, &format!("artifact://{artifact}")).await;
     }
-    let Some(rest) = uri.strip_prefix("loom://") else {
-        return Err(not_found(format!(
-            "unknown resource {uri} (expected loom://… or artifact://…)"
-        )));
-    };
-    let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
-    let params = UriQuery::parse(query)?;
-    let parts: Vec<&str> = path.split('/').collect();
+    let (segments, params) = loom_uri(uri)?;
+    let parts: Vec<&str> = segments.iter().map(String::as_str).collect();
     // The run resources take `session_id`; the others no parameter.
-    match parts.as_slice() {
-        ["runs"] => params.only(RUN_PARAMETERS)?,
-        ["runs", _] | ["runs", _, "events"] | ["traces", _] => params.only(&["session_id"])?,
-        _ => params.only(&[])?,
-    }
-    let session = params.one("session_id")?.map(str::to_owned);
+    let known: &[&str] = match parts.as_slice() {
+        ["runs"] => RUN_PARAMETERS,
+        ["runs", _] | ["runs", _, "events"] | ["traces", _] => &["session_id"],
+        _ => &[],
+    };
+    params.only(known).map_err(failed)?;
+    let session = params.text("session_id").map_err(failed)?;
     let loom = server.loom();
     let tenant = access.tenant();
     let content = access.reads_content();
@@ -263,130 +260,65 @@ const RUNS_TEMPLATE: &str = "loom://runs{?agent,status,since,until,limit,session
 const RUN_PARAMETERS: &[&str] = &["agent", "status", "since", "until", "limit", "sessions"];
 
 /// The facade query of `loom://runs{?…}`: the caller's tenant, its key's agents, the filters.
-fn run_query(access: &Access, params: &UriQuery) -> Result<RunQuery, ErrorData> {
-    let agent = params.one("agent")?.map(str::to_owned);
+fn run_query(access: &Access, params: &QueryString) -> Result<RunQuery, ErrorData> {
+    let agent = params.text("agent").map_err(failed)?;
     if let Some(agent) = &agent {
         access
             .require_agent(agent)
             .map_err(|refused| ErrorData::invalid_request(refused, None))?;
     }
-    let mut statuses = Vec::new();
-    for value in params.all("status") {
-        for name in value.split(',') {
-            statuses.push(parse_run_status("status", name).map_err(failed)?);
-        }
-    }
-    let instant = |name: &'static str| -> Result<_, ErrorData> {
-        params
-            .one(name)?
-            .map(|text| parse_instant(name, text).map_err(failed))
-            .transpose()
-    };
+    let names: Vec<&str> = RUN_STATUSES.iter().map(|status| status.as_str()).collect();
     Ok(RunQuery {
         tenant_id: Some(access.tenant().to_owned()),
         agents: access.agent_limit(),
         agent,
-        statuses,
-        since: instant("since")?,
-        until: instant("until")?,
-        limit: params.count("limit", DEFAULT_RUNS)?,
-        sessions: params.count("sessions", DEFAULT_SESSIONS)?,
+        statuses: params
+            .choices("status", &names.join(", "))
+            .map_err(failed)?,
+        since: params.instant("since").map_err(failed)?,
+        until: params.instant("until").map_err(failed)?,
+        limit: params.count("limit", DEFAULT_RUNS).map_err(failed)?,
+        sessions: params.count("sessions", DEFAULT_SESSIONS).map_err(failed)?,
     })
 }
 
-/// The query of a resource URI as `(name, value)` pairs, in order, percent-decoded.
-struct UriQuery {
-    pairs: Vec<(String, String)>,
+/// The path segments (the host first: `runs`, `sessions`, `traces`…) and the query of a
+/// `loom://` URI, read by the `url` crate: each segment percent-decoded, the query by
+/// [`QueryString`] as the REST API reads its own.
+fn loom_uri(uri: &str) -> Result<(Vec<String>, QueryString), ErrorData> {
+    let unknown = || {
+        not_found(format!(
+            "unknown resource {uri} (expected loom://… or artifact://…)"
+        ))
+    };
+    let url = Url::parse(uri).map_err(|_| unknown())?;
+    if url.scheme() != "loom" || url.fragment().is_some() {
+        return Err(unknown());
+    }
+    let host = url
+        .host_str()
+        .filter(|host| !host.is_empty())
+        .ok_or_else(unknown)?;
+    let mut segments = vec![decoded_segment(host).ok_or_else(unknown)?];
+    if let Some(path) = url.path_segments() {
+        for segment in path {
+            segments.push(decoded_segment(segment).ok_or_else(unknown)?);
+        }
+    }
+    // `loom://runs/` names `loom://runs`.
+    if segments.len() > 1 && segments.last().is_some_and(String::is_empty) {
+        segments.pop();
+    }
+    let params = QueryString::parse(url.query().unwrap_or_default()).map_err(failed)?;
+    Ok((segments, params))
 }
 
-impl UriQuery {
-    /// Splits `query` (what follows `?`) on `&` and `=`, and decodes each name and value.
-    fn parse(query: &str) -> Result<UriQuery, ErrorData> {
-        let mut pairs = Vec::new();
-        for piece in query.split('&').filter(|piece| !piece.is_empty()) {
-            let (name, value) = piece.split_once('=').unwrap_or((piece, ""));
-            let name = percent_decoded(name).map_err(|reason| bad_parameter(name, reason))?;
-            let value = percent_decoded(value).map_err(|reason| bad_parameter(&name, reason))?;
-            pairs.push((name, value));
-        }
-        Ok(UriQuery { pairs })
-    }
-
-    /// Refuses a parameter not in `known`.
-    fn only(&self, known: &[&str]) -> Result<(), ErrorData> {
-        match self
-            .pairs
-            .iter()
-            .find(|(name, _)| !known.contains(&name.as_str()))
-        {
-            Some((name, _)) if known.is_empty() => Err(bad_parameter(
-                name,
-                "unknown parameter (this resource takes none)",
-            )),
-            Some((name, _)) => Err(bad_parameter(
-                name,
-                format!("unknown parameter (expected: {})", known.join(", ")),
-            )),
-            None => Ok(()),
-        }
-    }
-
-    /// Every value of `name`, in order.
-    fn all(&self, name: &str) -> Vec<&str> {
-        self.pairs
-            .iter()
-            .filter(|(n, _)| n == name)
-            .map(|(_, v)| v.as_str())
-            .collect()
-    }
-
-    /// The value of a single-valued parameter, refused when given twice or empty.
-    fn one(&self, name: &str) -> Result<Option<&str>, ErrorData> {
-        match self.all(name).as_slice() {
-            [] => Ok(None),
-            [""] => Err(bad_parameter(name, "must not be empty")),
-            [value] => Ok(Some(value)),
-            _ => Err(bad_parameter(name, "given more than once")),
-        }
-    }
-
-    /// A count (a whole number), `default` when absent; its range is the facade's to check.
-    fn count(&self, name: &str, default: usize) -> Result<usize, ErrorData> {
-        match self.one(name)? {
-            None => Ok(default),
-            Some(text) => text
-                .parse()
-                .map_err(|_| bad_parameter(name, format!("'{text}' is not a whole number"))),
-        }
-    }
-}
-
-/// `text` with its `%XX` escapes decoded (RFC 3986; `+` is kept), refused when an escape is
-/// cut short or the bytes are not UTF-8.
-pub(crate) fn percent_decoded(text: &str) -> Result<String, String> {
-    let bytes = text.as_bytes();
-    let mut decoded = Vec::with_capacity(bytes.len());
-    let mut at = 0;
-    while at < bytes.len() {
-        if bytes[at] == b'%' {
-            let escape = bytes
-                .get(at + 1..at + 3)
-                .and_then(|hex| std::str::from_utf8(hex).ok())
-                .and_then(|hex| u8::from_str_radix(hex, 16).ok())
-                .ok_or_else(|| format!("'{text}' holds a broken %-escape"))?;
-            decoded.push(escape);
-            at += 3;
-        } else {
-            decoded.push(bytes[at]);
-            at += 1;
-        }
-    }
-    String::from_utf8(decoded).map_err(|_| format!("'{text}' does not decode to UTF-8"))
-}
-
-/// An unusable query parameter, named first (as the REST API's `invalid_query`).
-fn bad_parameter(parameter: &str, reason: impl std::fmt::Display) -> ErrorData {
-    ErrorData::invalid_params(format!("{parameter}: {reason}"), None)
+/// A path segment percent-decoded, when it decodes to UTF-8.
+fn decoded_segment(segment: &str) -> Option<String> {
+    percent_encoding::percent_decode_str(segment)
+        .decode_utf8()
+        .ok()
+        .map(|text| text.into_owned())
 }
 
 /// Refused for a key limited to some agents (a session may hold other agents' runs).
@@ -419,7 +351,7 @@ fn failed(error: LoomError) -> ErrorData {
             not_found(error.to_string())
         }
         LoomError::InvalidQuery { .. } => ErrorData::invalid_params(error.to_string(), None),
-        other => ErrorData::internal_error(other.to_string(), None),
+        other => ErrorData::internal_error(crate::told(&other), None),
     }
 }
 
@@ -445,8 +377,8 @@ mod tests {
 
     use super::*;
 
-    fn query(text: &str) -> UriQuery {
-        UriQuery::parse(text).unwrap()
+    fn query(text: &str) -> QueryString {
+        QueryString::parse(text).unwrap()
     }
 
     fn message(error: ErrorData) -> (rmcp::model::ErrorCode, String) {
@@ -486,8 +418,8 @@ mod tests {
     }
 
     fn run_query_of(access: &Access, text: &str) -> Result<RunQuery, ErrorData> {
-        let params = UriQuery::parse(text)?;
-        params.only(RUN_PARAMETERS)?;
+        let params = QueryString::parse(text).map_err(failed)?;
+        params.only(RUN_PARAMETERS).map_err(failed)?;
         run_query(access, &params)
     }
 
@@ -520,6 +452,8 @@ mod tests {
             ),
             ("agent=%E9", "agent: '%E9' does not decode to UTF-8"),
             ("agent=de%2", "agent: 'de%2' holds a broken %-escape"),
+            // A sign is not a hex digit: `%+1` is not byte 1.
+            ("agent=%+1", "agent: '%+1' holds a broken %-escape"),
         ] {
             let error = run_query_of(&access, text).unwrap_err();
             assert_eq!(message(error), (invalid, expected.to_owned()), "{text}");
@@ -543,5 +477,38 @@ mod tests {
         );
         let own = run_query_of(&limited, "agent=devis").unwrap();
         assert_eq!(own.agents, Some(vec!["devis".to_owned()]));
+    }
+
+    /// A resource URI is read by the `url` crate: segments decoded, the query by the shared
+    /// reader, anything else not found.
+    #[test]
+    fn resource_uris_are_read_by_the_url_crate() {
+        let (segments, params) = loom_uri("loom://runs/r%2D1/events?session_id=s-1").unwrap();
+        assert_eq!(segments, ["runs", "r-1", "events"]);
+        assert_eq!(params.all("session_id"), ["s-1"]);
+        let (segments, _) = loom_uri("loom://runs/").unwrap();
+        assert_eq!(segments, ["runs"]);
+        for bad in [
+            "runs",
+            "http://runs",
+            "loom://",
+            "loom://runs#x",
+            "loom://runs/%FF",
+        ] {
+            let error = loom_uri(bad).unwrap_err();
+            assert_eq!(
+                error.code,
+                rmcp::model::ErrorCode::RESOURCE_NOT_FOUND,
+                "{bad}"
+            );
+        }
+        let error = loom_uri("loom://runs?agent=%+1").unwrap_err();
+        assert_eq!(
+            message(error),
+            (
+                rmcp::model::ErrorCode::INVALID_PARAMS,
+                "agent: '%+1' holds a broken %-escape".to_owned()
+            )
+        );
     }
 }

@@ -22,7 +22,7 @@ use crate::{
     approvals::{self, Answer},
     attachments,
     progress::{self, Progress},
-    resources,
+    resources, told,
 };
 
 /// The control tools, next to one tool per agent.
@@ -263,13 +263,13 @@ impl LoomMcp {
             .loom
             .locate(run_id, session, Some(access.tenant()))
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| told(&e))?;
         if access.agent_limited() {
             let agent = self
                 .loom
                 .state(&run)
                 .await
-                .map_err(|e| e.to_string())?
+                .map_err(|e| told(&e))?
                 .agent
                 .unwrap_or_default();
             if !access.allows_agent(self.loom.config(), &agent) {
@@ -298,11 +298,7 @@ impl LoomMcp {
     /// `GET /traces/{run_id}` is (403 there).
     async fn tree_allowed(&self, access: &Access, run: &RunRef) -> Result<(), String> {
         if access.agent_limited() {
-            let agents = self
-                .loom
-                .tree_agents(run)
-                .await
-                .map_err(|e| e.to_string())?;
+            let agents = self.loom.tree_agents(run).await.map_err(|e| told(&e))?;
             for agent in &agents {
                 access.require_agent(agent)?;
             }
@@ -341,7 +337,7 @@ impl LoomMcp {
                 access.require(Scope::Read)?;
                 let run_id = run_id.ok_or("run_id is required")?;
                 let run = self.run_of(access, &run_id, session.as_deref()).await?;
-                let result = self.loom.result(&run).await.map_err(|e| e.to_string())?;
+                let result = self.loom.result(&run).await.map_err(|e| told(&e))?;
                 Ok(structured(result.view(access.reads_content())))
             }
             RUN_REPORT => {
@@ -355,7 +351,7 @@ impl LoomMcp {
                         self.loom
                             .report(&run)
                             .await
-                            .map_err(|e| e.to_string())?
+                            .map_err(|e| told(&e))?
                             .view(content)
                     }
                     (None, Some(session)) => {
@@ -369,7 +365,7 @@ impl LoomMcp {
                         self.loom
                             .session_report(&session, Some(access.tenant()))
                             .await
-                            .map_err(|e| e.to_string())?
+                            .map_err(|e| told(&e))?
                             .view(content)
                     }
                     (None, None) => return Err("give run_id or session_id".to_owned()),
@@ -385,7 +381,7 @@ impl LoomMcp {
                     .loom
                     .cancel(&run, Some(by))
                     .await
-                    .map_err(|e| e.to_string())?;
+                    .map_err(|e| told(&e))?;
                 Ok(structured(
                     json!({"run_id": run.run_id, "cancelled": cancelled}),
                 ))
@@ -518,7 +514,7 @@ impl LoomMcp {
                             .await
                         {
                             Ok(written) => decided |= written,
-                            Err(error) => return Ok(tool_error(error.to_string()).into()),
+                            Err(error) => return Ok(tool_error(told(&error)).into()),
                         }
                     }
                     if !decided {
@@ -526,7 +522,7 @@ impl LoomMcp {
                     }
                     result = match self.loom.resume_observed(&root, progress).await {
                         Ok(result) => result,
-                        Err(error) => return Ok(tool_error(error.to_string()).into()),
+                        Err(error) => return Ok(tool_error(told(&error)).into()),
                     };
                 }
             }
@@ -576,7 +572,7 @@ impl LoomMcp {
         self.loom
             .run_observed(agent, message, options, progress)
             .await
-            .map_err(|e| e.to_string())
+            .map_err(|e| told(&e))
     }
 
     /// The retry of a call that asked for approvals: the answers are journaled, then the run
@@ -602,7 +598,7 @@ impl LoomMcp {
         let root = self
             .run_of(access, &waiting.run_id, Some(&waiting.session_id))
             .await?;
-        let result = self.loom.result(&root).await.map_err(|e| e.to_string())?;
+        let result = self.loom.result(&root).await.map_err(|e| told(&e))?;
         let responses = request.input_responses.clone().unwrap_or_default();
         let mut decided = false;
         for pending in &result.pending_approvals {
@@ -614,7 +610,7 @@ impl LoomMcp {
                 .unwrap_or(Answer::Undecided);
             decided |= approvals::decide(&self.loom, &root, &pending.call_id, &answer, by)
                 .await
-                .map_err(|e| e.to_string())?;
+                .map_err(|e| told(&e))?;
         }
         if !decided {
             return Ok((result, false));
@@ -623,7 +619,7 @@ impl LoomMcp {
             .loom
             .resume_observed(&root, progress)
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| told(&e))?;
         Ok((result, true))
     }
 }

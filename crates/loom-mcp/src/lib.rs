@@ -6,9 +6,11 @@
 //! `mcp_servers[]`) and implements [`loom_core::ports::ToolSource`]:
 //!
 //! - **transports**: stdio (a child process in its own process group, stderr copied to the logs
-//!   under target `loom_mcp::stderr`, killed with its group on shutdown or drop, and exiting by
-//!   itself when Loom dies because its stdin closes) and streamable HTTP (headers on every
-//!   request, never logged);
+//!   under target `loom_mcp::stderr`, killed with its group on shutdown or drop; when Loom is
+//!   killed outright nothing signals it, and it exits by itself only if it exits when its stdin
+//!   closes, as the MCP stdio transport asks: no parent-death signal is set, since that needs
+//!   `unsafe` code between fork and exec) and streamable HTTP (headers on every request, never
+//!   logged);
 //! - **tools** named `<server>__<tool>` (names that do not fit `^[A-Za-z0-9_-]{1,64}$` are
 //!   dropped with a warning), kind [`loom_core::tool::ToolKind::Mcp`], the server's input schema,
 //!   declarations from the MCP annotations ([`declarations_from_annotations`]) then the

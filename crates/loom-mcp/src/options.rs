@@ -137,7 +137,7 @@ impl McpServerOptions {
             });
         }
         if let Transport::Http { url, .. } = &self.transport
-            && !(url.starts_with("http://") || url.starts_with("https://"))
+            && !is_http_url(url)
         {
             return Err(McpError::InvalidUrl {
                 server: self.name.clone(),
@@ -146,6 +146,14 @@ impl McpServerOptions {
         }
         Ok(())
     }
+}
+
+/// Whether `url` reads (by the `url` crate, through reqwest) as an absolute `http` or `https`
+/// URL with a host.
+fn is_http_url(url: &str) -> bool {
+    reqwest::Url::parse(url).is_ok_and(|url| {
+        matches!(url.scheme(), "http" | "https") && url.host_str().is_some_and(|h| !h.is_empty())
+    })
 }
 
 /// Whether `name` is a valid server name: `^[A-Za-z0-9-]+(_[A-Za-z0-9-]+)*$` (hence no `__`),
@@ -185,6 +193,21 @@ mod tests {
         assert!(valid_tool_name("files__read-file"));
         assert!(!valid_tool_name("files__read.file"));
         assert!(!valid_tool_name(&"x".repeat(65)));
+    }
+
+    /// An HTTP server's URL is read by the url crate: a prefix is not enough.
+    #[test]
+    fn an_http_url_is_absolute_with_a_host() {
+        assert!(is_http_url("https://crm.example/mcp"));
+        assert!(is_http_url("http://127.0.0.1:8931/mcp"));
+        for bad in [
+            "ftp://crm.example",
+            "http://",
+            "https:// crm.example",
+            "crm.example/mcp",
+        ] {
+            assert!(!is_http_url(bad), "{bad}");
+        }
     }
 
     #[test]

@@ -112,7 +112,7 @@ impl Recorder {
         e.request_headers = headers;
         e.request_body = body;
         e.request_bytes = raw.len() as u64;
-        e.request_sha256 = hex(&Sha256::digest(raw));
+        e.request_sha256 = hex::encode(Sha256::digest(raw));
         e.request_truncated = truncated;
     }
 
@@ -152,7 +152,7 @@ impl Recorder {
         let mut exchange = std::mem::take(&mut r.exchange);
         exchange.response_truncated = cut_here || exchange.response_bytes > r.max as u64;
         exchange.response_body = body;
-        exchange.response_sha256 = hex(&digest);
+        exchange.response_sha256 = hex::encode(digest);
         exchange.duration_ms = elapsed;
         exchange.error = error;
         Some(exchange)
@@ -256,10 +256,6 @@ fn cut(text: &str, max: usize) -> (String, bool) {
     (text[..end].to_owned(), true)
 }
 
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
 /// The body stream, its bytes recorded as they are read.
 pub fn tee<S, E>(
     bytes: S,
@@ -345,7 +341,7 @@ mod tests {
         assert_eq!(exchange.response_bytes, 18);
         assert_eq!(
             exchange.response_sha256,
-            hex(&Sha256::digest("abcéxyz sk-secret".as_bytes()))
+            hex::encode(Sha256::digest("abcéxyz sk-secret".as_bytes()))
         );
         assert_eq!(exchange.error.as_deref(), Some("bad key <redacted>"));
         assert!(recorder.finish(None).is_none());

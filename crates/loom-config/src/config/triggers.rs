@@ -6,11 +6,14 @@ use serde_json::Value;
 use super::{Config, make_error};
 use crate::error::{ConfigError, ConfigErrorKind};
 use crate::prompt;
-use crate::trigger::{RenderedTrigger, TRIGGER_VARIABLES, TriggerSpec, is_header_name};
+use crate::trigger::{
+    RenderedTrigger, TRIGGER_VARIABLES, TriggerSpec, is_env_name, is_header_name,
+};
 use crate::yaml::KeyPath;
 
 /// Refuses duplicate or unusable names, unknown agents, templates that do not parse or use
-/// other variables than `payload`, `trigger` and `delivery`, and unusable header names.
+/// other variables than `payload`, `trigger` and `delivery`, unusable header names, secret
+/// variable names and signature tolerances.
 pub(super) fn check_triggers(config: &Config) -> Result<(), ConfigError> {
     let doc = &config.docs[0];
     let triggers = &config.raw.triggers;
@@ -72,6 +75,23 @@ pub(super) fn check_triggers(config: &Config) -> Result<(), ConfigError> {
             return Err(invalid(
                 "delivery_header",
                 format!("'{header}' is not a usable HTTP header name"),
+            ));
+        }
+        if let Some(variable) = &trigger.secret_env
+            && !is_env_name(variable)
+        {
+            return Err(invalid(
+                "secret_env",
+                format!(
+                    "'{variable}' is not an environment variable name (expected \
+                     [A-Za-z_][A-Za-z0-9_]*)"
+                ),
+            ));
+        }
+        if trigger.signature_tolerance == 0 {
+            return Err(invalid(
+                "signature_tolerance",
+                "must be greater than 0".into(),
             ));
         }
     }

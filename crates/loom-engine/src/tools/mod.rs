@@ -178,8 +178,5 @@ pub(crate) async fn run(
 
 /// The technical idempotency key of a call: `sha256("<run_id>:<call_id>")`, hex.
 pub fn idempotency_key(run_id: &str, call_id: &str) -> String {
-    Sha256::digest(format!("{run_id}:{call_id}").as_bytes())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    hex::encode(Sha256::digest(format!("{run_id}:{call_id}").as_bytes()))
 }
