@@ -307,3 +307,68 @@ fn a_signed_trigger_takes_only_signed_deliveries() {
     let (code, log) = server.stop();
     assert_eq!(code, Some(0), "{log}");
 }
+
+/// With API keys declared, a signed trigger needs no key (the services that send webhooks
+/// cannot add one): the signature authenticates the delivery, whose run opens in the trigger's
+/// `tenant`. A key does not stand in for the signature, an unsigned trigger still needs a key,
+/// and an unknown trigger answers 401 to a caller without one (its existence is not told).
+#[test]
+fn a_signed_trigger_needs_no_key_and_runs_in_its_tenant() {
+    use sha2::Digest;
+    let dir = tempfile::tempdir().unwrap();
+    let key = "lk_hooks-test-000000000000000000000000000000";
+    let hash = format!(
+        "sha256:{}",
+        hex::encode(sha2::Sha256::digest(key.as_bytes()))
+    );
+    let config = format!(
+        "{CONFIG}tenants:\n  - {{id: default}}\n  - {{id: acme}}\n\
+         security:\n  api_keys:\n    - {{id: ops, hash: \"{hash}\", tenant: default, scopes: [run, read]}}\n\
+         triggers:\n  - name: orders\n    agent: hello\n    \
+         message: \"Commande {{{{ payload.id }}}}\"\n    secret_env: LOOM_E2E_ACME_SECRET\n    tenant: acme\n\
+         \x20 - name: notes\n    agent: hello\n    message: \"Note {{{{ payload.id }}}}\"\n"
+    );
+    std::fs::write(dir.path().join("loom.yaml"), config).unwrap();
+    let secret = "whsec_acme_0123456789";
+    let server = Server::start_with(
+        &loom_bin(),
+        dir.path(),
+        SERVE,
+        &[("LOOM_E2E_ACME_SECRET", secret.into())],
+    );
+    server.wait_log("/v1/hooks/orders (signed with LOOM_E2E_ACME_SECRET)");
+    let address = server.address.clone();
+    let body = r#"{"id": 7}"#;
+    let now = chrono::Utc::now().timestamp();
+    let post = |path: &str, headers: &str| request_with(&address, "POST", path, headers, body);
+
+    // Unsigned, with a valid key: the key does not replace the signature.
+    let (status, answer) = post("/v1/hooks/orders", &format!("X-API-Key: {key}\r\n"));
+    assert_eq!(status, 401, "{answer}");
+    assert!(answer.contains("\"invalid_signature\""), "{answer}");
+    // An unsigned trigger and an unknown one need a key.
+    let (status, answer) = post("/v1/hooks/notes", "");
+    assert_eq!(status, 401, "{answer}");
+    assert!(answer.contains("\"missing_key\""), "{answer}");
+    let (status, answer) = post("/v1/hooks/nope", "");
+    assert_eq!(status, 401, "{answer}");
+    assert!(!dir.path().join("data/acme").exists());
+
+    // Signed, without any key: accepted, in the trigger's tenant.
+    let signed = format!(
+        "X-Loom-Timestamp: {now}\r\nX-Loom-Signature: {}\r\n",
+        signature(secret, now, body)
+    );
+    let (status, answer) = post("/v1/hooks/orders", &signed);
+    assert_eq!(status, 202, "{answer}");
+    let triggered: Value = serde_json::from_str(&answer).unwrap();
+    let run_id = triggered["run_id"].as_str().unwrap();
+    let (code, log) = server.stop();
+    assert_eq!(code, Some(0), "{log}");
+    let session = triggered["session_id"].as_str().unwrap();
+    let journal = dir.path().join(format!("data/acme/{session}.jsonl"));
+    let text = std::fs::read_to_string(&journal).unwrap();
+    assert!(text.contains(run_id), "{text}");
+    assert!(text.contains("Commande 7"), "{text}");
+    assert!(!dir.path().join("data/default").exists());
+}

@@ -46,6 +46,12 @@ pub struct TriggerSpec {
     #[serde(default = "default_signature_tolerance")]
     #[schemars(range(min = 1))]
     pub signature_tolerance: u64,
+    /// The tenant of the runs a signed delivery opens (needs `secret_env`; default `default`).
+    /// A signed delivery is authenticated by its signature: senders such as payment or forge
+    /// services cannot add an API key, so none is asked for, and this names the tenant the key
+    /// would have. An unsigned delivery needs a key, which decides the tenant.
+    #[serde(default)]
+    pub tenant: Option<String>,
 }
 
 /// Five minutes, as the services that sign their webhooks allow.
@@ -57,6 +63,14 @@ fn default_signature_tolerance() -> u64 {
 pub const DEFAULT_SIGNATURE_TOLERANCE: u64 = 300;
 
 impl TriggerSpec {
+    /// The tenant of a signed delivery's run: `tenant`, else `default`. `None` for a trigger
+    /// without `secret_env`, whose deliveries take the tenant of the caller's key.
+    pub fn signed_tenant(&self) -> Option<&str> {
+        self.secret_env
+            .as_ref()
+            .map(|_| self.tenant.as_deref().unwrap_or(crate::DEFAULT_TENANT))
+    }
+
     /// A trigger running `agent` on `message`, without session template or delivery header.
     pub fn new(
         name: impl Into<String>,
@@ -71,6 +85,7 @@ impl TriggerSpec {
             delivery_header: None,
             secret_env: None,
             signature_tolerance: DEFAULT_SIGNATURE_TOLERANCE,
+            tenant: None,
         }
     }
 }

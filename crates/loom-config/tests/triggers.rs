@@ -33,6 +33,7 @@ fn triggers_quotas_and_rate_limits_are_read() {
     delivery_header: X-Delivery-Id
     secret_env: ORDERS_HOOK_SECRET
     signature_tolerance: 120
+    tenant: acme
   - name: ping
     agent: support
     message: Ping
@@ -52,10 +53,15 @@ security:
     assert_eq!(orders.delivery_header.as_deref(), Some("X-Delivery-Id"));
     assert_eq!(orders.secret_env.as_deref(), Some("ORDERS_HOOK_SECRET"));
     assert_eq!(orders.signature_tolerance, 120);
+    assert_eq!(orders.signed_tenant(), Some("acme"));
     let ping = config.trigger("ping").unwrap();
     assert_eq!(
-        (ping.secret_env.as_deref(), ping.signature_tolerance),
-        (None, loom_config::DEFAULT_SIGNATURE_TOLERANCE)
+        (
+            ping.secret_env.as_deref(),
+            ping.signature_tolerance,
+            ping.signed_tenant()
+        ),
+        (None, loom_config::DEFAULT_SIGNATURE_TOLERANCE, None)
     );
     assert!(config.trigger("nope").is_none());
     assert_eq!(
@@ -144,8 +150,18 @@ fn trigger_refusals_are_located() {
             "loom.yaml:10:5 triggers[0].message: missing required key 'message'",
         ),
         (
-            trigger("{name: a, agent: support, message: hi, tenant: acme}"),
-            "loom.yaml:10:44 triggers[0].tenant: unknown key 'tenant' (expected one of: name, agent, message, session, delivery_header, secret_env, signature_tolerance)",
+            trigger("{name: a, agent: support, message: hi, tenant: default}"),
+            "loom.yaml:10:52 triggers[0].tenant: names the tenant of signed deliveries and needs secret_env; an unsigned delivery takes the tenant of the caller's API key",
+        ),
+        (
+            trigger("{name: a, agent: support, message: hi, secret_env: S, tenant: acme}"),
+            "loom.yaml:10:67 triggers[0].tenant: tenant 'acme' is not declared (without a 'tenants' list, only 'default' exists)",
+        ),
+        (
+            format!(
+                "{ROOT}tenants:\n  - {{id: acme}}\ntriggers:\n  - {{name: a, agent: support, message: hi, secret_env: S}}\n"
+            ),
+            "loom.yaml:12:56 triggers[0].secret_env: tenant 'default' is not declared (tenants: acme) (signed deliveries run in it: set tenant)",
         ),
         (
             trigger("{name: a, agent: support, message: hi, secret_env: \"orders-secret\"}"),

@@ -201,7 +201,7 @@ impl ApiError {
     pub fn new(kind: ErrorKind, message: impl Into<String>) -> ApiError {
         let message = message.into();
         if kind.status() == StatusCode::INTERNAL_SERVER_ERROR {
-            return ApiError::internal(kind, &message);
+            return ApiError::server(kind, &message);
         }
         ApiError {
             kind,
@@ -214,7 +214,7 @@ impl ApiError {
 
     /// A server error: `detail` is logged at ERROR under a new id, and the answer says only
     /// the kind and that id.
-    fn internal(kind: ErrorKind, detail: &dyn std::fmt::Display) -> ApiError {
+    pub(crate) fn server(kind: ErrorKind, detail: &dyn std::fmt::Display) -> ApiError {
         let id = uuid::Uuid::now_v7().to_string();
         tracing::error!(error_id = %id, %kind, error = %detail, "request failed");
         ApiError {
@@ -287,7 +287,7 @@ impl ApiError {
             }
         };
         if kind.status() == StatusCode::INTERNAL_SERVER_ERROR {
-            return ApiError::internal(kind, error);
+            return ApiError::server(kind, error);
         }
         ApiError {
             kind,

@@ -1,5 +1,6 @@
 //! `POST /hooks/{name}`: a webhook delivery opens a background run of the trigger's agent
-//! ([`loom_ia::Loom::trigger`]), for the tenant of the caller's key.
+//! ([`loom_ia::Loom::trigger`]), for the tenant of the caller's key, or of the trigger when the
+//! delivery is signed.
 //!
 //! The body is the sender's raw JSON (any value; an empty body is the payload `null`), with no
 //! envelope: the trigger's templates decide what the run reads from it. When the trigger
@@ -15,7 +16,10 @@
 //! the trigger's `signature_tolerance` (300 s by default) away from the server's clock is
 //! refused, so a captured delivery cannot be replayed later. A delivery without both headers,
 //! with a wrong signature or an old timestamp is `401` `invalid_signature`, before its body is
-//! read as JSON; the API key is still required, and decides the tenant.
+//! read as JSON. The signature is the delivery's authentication: the services that send
+//! webhooks cannot add an API key, so none is asked for, and the run opens in the trigger's
+//! `tenant` (`default` unless set). A trigger without `secret_env` needs a key with the scope
+//! `run` (and its agent), and the key decides the tenant.
 
 use axum::{
     Json,
@@ -44,7 +48,8 @@ pub const TIMESTAMP_HEADER: &str = "X-Loom-Timestamp";
 /// there are several).
 pub const SIGNATURE_HEADER: &str = "X-Loom-Signature";
 
-/// `POST /hooks/{name}` (scope `run`, and the trigger's agent allowed for the key): answers a
+/// `POST /hooks/{name}` (a signed trigger: its signature; otherwise a key with the scope `run`
+/// and the trigger's agent allowed): answers a
 /// [`loom_ia::Triggered`] `{trigger, run_id, session_id, status, repeated}` with 202 when the
 /// delivery opened a run, 200 when it had been received before. 404 for an unknown trigger;
 /// 422 for a body that is not JSON, an unusable delivery header, or a delivery the trigger
@@ -60,8 +65,10 @@ without an envelope: the trigger's templates render the message (and the session
 background run of its agent from it, in the key's tenant. When the trigger declares a \
 `delivery_header`, that header's value is the delivery id and the run id: the first delivery \
 opens the run (`202`), a redelivery answers the same run (`200`, `repeated: true`). The \
-delivery headers of the configuration's triggers are listed as parameters. Scope `run`, and \
-the trigger's agent allowed for the key.",
+delivery headers of the configuration's triggers are listed as parameters. A trigger with a \
+signing secret (`secret_env`) takes signed deliveries only (`X-Loom-Timestamp`, \
+`X-Loom-Signature`) and needs no API key: the run opens in the trigger's tenant. Any other \
+trigger needs a key with the scope `run` and the trigger's agent, in the key's tenant.",
     params(("name" = String, Path, description = "The trigger's name (`triggers[].name`).")),
     request_body(
         content = Option<serde_json::Value>,
@@ -79,19 +86,41 @@ the trigger's agent allowed for the key.",
         (status = 429, description = "A tenant budget or quota is reached.", body = ErrorBody,
             headers(("Retry-After" = u64, description = "Seconds until a run is let in."))),
     ),
-    security(("bearer" = []), ("api_key" = [])),
+    security(("bearer" = []), ("api_key" = []), ()),
 )]
 pub(crate) async fn deliver(
     State(state): State<AppState>,
-    caller: Caller,
+    caller: Result<Caller, ApiError>,
     Path(name): Path<String>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    caller.require(Scope::Run)?;
     let loom = &state.loom;
-    let spec = loom.trigger_spec(&name).map_err(|e| loom_error(loom, &e))?;
-    caller.agent(&spec.agent)?;
+    // A signed trigger authenticates its deliveries by their signature (checked below, once the
+    // body is read); any other delivery, to an unknown trigger too, needs a key first.
+    let signed = loom
+        .trigger_spec(&name)
+        .ok()
+        .and_then(|spec| Some((spec, spec.signed_tenant()?)));
+    let (spec, tenant, secret) = match signed {
+        Some((spec, tenant)) => {
+            // Read when the instance was built, which refuses a signed trigger without it.
+            let secret = loom.trigger_secret(&name).ok_or_else(|| {
+                ApiError::server(
+                    ErrorKind::Config,
+                    &format!("trigger '{name}' has no signing secret"),
+                )
+            })?;
+            (spec, tenant.to_owned(), Some(secret))
+        }
+        None => {
+            let caller = caller?;
+            caller.require(Scope::Run)?;
+            let spec = loom.trigger_spec(&name).map_err(|e| loom_error(loom, &e))?;
+            caller.agent(&spec.agent)?;
+            (spec, caller.tenant, None)
+        }
+    };
     let delivery = match &spec.delivery_header {
         Some(header) => delivery_id(&headers, header)?,
         None => None,
@@ -103,7 +132,7 @@ pub(crate) async fn deliver(
             ApiError::invalid_body(rejection.body_text())
         }
     })?;
-    if let Some(secret) = loom.trigger_secret(&name) {
+    if let Some(secret) = secret {
         let now = chrono::Utc::now().timestamp();
         verify_signature(spec, secret, &headers, &body, now)?;
     }
@@ -114,7 +143,7 @@ pub(crate) async fn deliver(
             .map_err(|e| ApiError::invalid_body(format!("the payload is not JSON: {e}")))?
     };
     let triggered = loom
-        .trigger(&name, payload, delivery, Some(&caller.tenant))
+        .trigger(&name, payload, delivery, Some(&tenant))
         .await
         .map_err(|e| loom_error(loom, &e))?;
     let status = if triggered.repeated {

@@ -88,6 +88,27 @@ pub(super) fn check_triggers(config: &Config) -> Result<(), ConfigError> {
                 ),
             ));
         }
+        if trigger.tenant.is_some() && trigger.secret_env.is_none() {
+            return Err(invalid(
+                "tenant",
+                "names the tenant of signed deliveries and needs secret_env; an unsigned \
+                 delivery takes the tenant of the caller's API key"
+                    .into(),
+            ));
+        }
+        if let Some(tenant) = trigger.signed_tenant()
+            && let Err(unknown) = config.check_tenant(tenant)
+        {
+            let (key, hint) = match trigger.tenant {
+                Some(_) => ("tenant", ""),
+                None => ("secret_env", " (signed deliveries run in it: set tenant)"),
+            };
+            return Err(doc.error(
+                &tp.key(key),
+                ConfigErrorKind::Reference,
+                format!("{unknown}{hint}"),
+            ));
+        }
         if trigger.signature_tolerance == 0 {
             return Err(invalid(
                 "signature_tolerance",
