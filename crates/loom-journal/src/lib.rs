@@ -56,8 +56,10 @@
 
 mod artifacts;
 mod idempotency;
+mod index;
 mod jsonl;
 mod memory;
+mod repair;
 
 pub use artifacts::{LocalArtifacts, MemoryArtifacts};
 pub use idempotency::MemoryIdempotency;

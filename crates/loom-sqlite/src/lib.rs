@@ -60,6 +60,7 @@
 //! [`StoreError::Corrupted`]: loom_core::ports::StoreError::Corrupted
 
 mod idempotency;
+mod repair;
 mod store;
 
 pub use idempotency::SqliteIdempotency;
