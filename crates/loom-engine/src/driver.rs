@@ -134,6 +134,7 @@ impl Engine {
                 });
             }
             session_history(&events)?;
+            crate::ownership::check(&events, &run.session_id, &agent.name)?;
             let opening = match batch.take() {
                 Some(opening) => opening,
                 None => {

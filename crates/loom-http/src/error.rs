@@ -46,8 +46,9 @@ pub enum ErrorKind {
     ExpiredKey,
     /// 403: the key lacks the route's scope.
     MissingScope,
-    /// 403: the key is limited to other agents, or the tenant's `tenants[].agents` does not
-    /// list the agent ([`LoomError::AgentNotAllowed`]).
+    /// 403: the key is limited to other agents, the tenant's `tenants[].agents` does not
+    /// list the agent ([`LoomError::AgentNotAllowed`]), or the session named belongs to another
+    /// agent ([`LoomError::SessionOfAnotherAgent`]).
     AgentNotAllowed,
     /// 409: [`LoomError::Refused`] (run exists, nothing to approve, a rule).
     Refused,
@@ -219,7 +220,9 @@ impl ApiError {
             LoomError::InvalidQuery { .. } => (ErrorKind::InvalidQuery, None),
             LoomError::UnknownTrigger { .. } => (ErrorKind::UnknownTrigger, None),
             LoomError::Refused(_) => (ErrorKind::Refused, None),
-            LoomError::AgentNotAllowed { .. } => (ErrorKind::AgentNotAllowed, None),
+            LoomError::AgentNotAllowed { .. } | LoomError::SessionOfAnotherAgent { .. } => {
+                (ErrorKind::AgentNotAllowed, None)
+            }
             LoomError::Invalid(_) => (ErrorKind::InvalidRequest, None),
             LoomError::Conflict(_) => (ErrorKind::Conflict, Some(lease_seconds)),
             LoomError::BudgetExhausted { retry_in, .. } => {
