@@ -33,8 +33,9 @@ pub enum StoreError {
     /// A batch that mixes journals, or ids the store cannot hold.
     #[error("invalid append: {0}")]
     Invalid(String),
-    /// A complete line of the journal cannot be read.
-    #[error("journal {path} is corrupted at line {line}: {source}")]
+    /// A complete line of the journal cannot be read: it is "corrupted at `<file>:<line>`"
+    /// (`loom sessions export --valid-only` and `loom sessions repair` recover the session).
+    #[error("journal corrupted at {path}:{line}: {source}")]
     Corrupted {
         /// Journal file (or name).
         path: String,

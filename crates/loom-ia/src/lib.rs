@@ -36,6 +36,8 @@ pub mod budget;
 mod clock;
 mod error;
 pub mod follow;
+mod journals;
+mod limits;
 mod loom;
 #[cfg(feature = "mcp")]
 mod mcp;
@@ -45,6 +47,7 @@ pub mod query;
 pub mod quota;
 mod recovery;
 pub mod redact;
+mod repair;
 mod resolve;
 mod result;
 mod sessions;
@@ -75,6 +78,7 @@ pub use progress::progress_line;
 pub use query::{EventQuery, RunListed, RunPage, RunQuery};
 pub use recovery::{LeaseWatch, MAX_SWEEP_PERIOD, MIN_SWEEP_PERIOD, sweep_period};
 pub use redact::Redact;
+pub use repair::{BadLine, SessionRepair, ValidExport};
 pub use report::{
     RunUsage, SessionReport, SubRunUsage, TenantReport, Trace, TraceCall, TraceStep, UsageLine,
     UsageReport,
