@@ -7,10 +7,15 @@
 //!
 //! - an entry is used only once the line it points to is checked to be that run's `run.started`
 //!   (a deleted, rewritten or replaced file fails the check);
-//! - for each session file it records how far it was read (`scanned`, with the file's identity),
-//!   so a lookup that finds nothing first reads what was written since in every session file —
-//!   by any writer, one that does not keep the index included — and indexes it; a file that is
-//!   new, shorter, or another file than the one read is read again from its start;
+//! - for each session file it records how far it was read (`scanned`: the file's identity, its
+//!   modification time and length, and a fingerprint of its first bytes and of the bytes before
+//!   that point), so a lookup that finds nothing first reads what was written since in every
+//!   session file — by any writer, one that does not keep the index included — and indexes it.
+//!   A file whose identity, time and length are unchanged is not opened; one that only grew
+//!   (same identity, same fingerprint) is read from where the index stopped; any other (new,
+//!   shorter, replaced, rewritten) is read again from its start. Only a rewrite in place that
+//!   keeps the file's identity, length and modification time (within the file system's time
+//!   granularity) goes unnoticed: deleting the index rebuilds it;
 //! - a missing or unreadable index is rebuilt from the files.
 //!
 //! The store adds the runs of each batch it appends at once (after the batch is durable), so a
@@ -20,7 +25,8 @@
 //!
 //! ```text
 //! run <run_id> <session_id> <offset>    the run.started of <run_id> is the line at <offset>
-//! scanned <session_id> <file id> <len>  every complete line before byte <len> is indexed
+//! scanned <session_id> <dev> <ino> <mtime> <file len> <end> <print>
+//!                                       every complete line before byte <end> is indexed
 //! forget <session_id>                   the file was deleted or rewritten: read it again
 //! ```
 //!
@@ -49,10 +55,24 @@ const CHECK_BYTES: u64 = 4096;
 struct Index {
     /// Run id → `(session, offset)` of each `run.started` line seen, oldest first.
     runs: HashMap<String, Vec<(String, u64)>>,
-    /// Session → `(file id, length read)`.
-    scanned: HashMap<String, (FileId, u64)>,
+    /// Session → what was read of its file.
+    scanned: HashMap<String, Seen>,
     /// Lines in the file (to decide when to compact it).
     lines: usize,
+}
+
+/// What the index read of a session file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Seen {
+    /// The file's identity.
+    id: FileId,
+    /// Its modification time (nanoseconds since the epoch) and length when it was read.
+    mtime: u128,
+    len: u64,
+    /// Every complete line before this offset is indexed.
+    end: u64,
+    /// [`fingerprint`] of the file at `end`.
+    print: u64,
 }
 
 /// What identifies a file beyond its name (device and inode on Unix), so that a file replaced
@@ -88,6 +108,38 @@ pub(crate) fn envelope_hint(line: &[u8]) -> Option<(&str, &str)> {
 /// Whether the line names `run_id`'s `run.started`.
 fn starts_run(line: &[u8], run_id: &str) -> bool {
     envelope_hint(line).is_some_and(|(kind, run)| kind == "run.started" && run == run_id)
+}
+
+/// A file's modification time, in nanoseconds since the epoch (0 when unknown).
+fn mtime(meta: &fs::Metadata) -> u128 {
+    meta.modified()
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map_or(0, |d| d.as_nanos())
+}
+
+/// How many bytes of each end of the indexed part [`fingerprint`] hashes.
+const PRINT_BYTES: u64 = 256;
+
+/// A fingerprint of the first `end` bytes of `file`: a hash of their first and last
+/// [`PRINT_BYTES`] bytes. A file that only grew keeps it; a file replaced or rewritten almost
+/// never does.
+fn fingerprint(file: &mut File, end: u64) -> io::Result<u64> {
+    use sha2::{Digest, Sha256};
+    let mut hasher = Sha256::new();
+    let head = PRINT_BYTES.min(end);
+    let mut bytes = vec![0u8; usize::try_from(head).map_err(io::Error::other)?];
+    file.seek(SeekFrom::Start(0))?;
+    file.read_exact(&mut bytes)?;
+    hasher.update(&bytes);
+    file.seek(SeekFrom::Start(end - head))?;
+    file.read_exact(&mut bytes)?;
+    hasher.update(&bytes);
+    hasher.update(end.to_le_bytes());
+    let digest = hasher.finalize();
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&digest[..8]);
+    Ok(u64::from_le_bytes(first))
 }
 
 fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
@@ -249,12 +301,13 @@ impl RunIndex {
                 Err(err) if err.kind() == io::ErrorKind::NotFound => continue,
                 Err(err) => return Err(err),
             };
-            let (id, len) = (file_id(&meta), meta.len());
-            let from = match index.scanned.get(session) {
-                Some(&(seen, read)) if seen == id && read == len => continue,
-                Some(&(seen, read)) if seen == id && read < len => read,
-                _ => 0,
+            let seen = index.scanned.get(session).copied();
+            let unchanged = |meta: &fs::Metadata, seen: Seen| {
+                seen.id == file_id(meta) && seen.mtime == mtime(meta) && seen.len == meta.len()
             };
+            if seen.is_some_and(|seen| unchanged(&meta, seen)) {
+                continue;
+            }
             let mut file = match File::open(entry.path()) {
                 Ok(file) => file,
                 Err(err) if err.kind() == io::ErrorKind::NotFound => continue,
@@ -262,12 +315,17 @@ impl RunIndex {
             };
             // The file may have been replaced between the two looks: read the one opened.
             let meta = file.metadata()?;
-            let (id, len) = (file_id(&meta), meta.len());
-            let same = index
-                .scanned
-                .get(session)
-                .is_some_and(|&(seen, _)| seen == id);
-            let from = if same && from <= len { from } else { 0 };
+            let len = meta.len();
+            let from = match seen {
+                Some(seen)
+                    if seen.id == file_id(&meta)
+                        && seen.end <= len
+                        && fingerprint(&mut file, seen.end)? == seen.print =>
+                {
+                    seen.end
+                }
+                _ => 0,
+            };
             let (runs, end) = scan(&mut file, from, len)?;
             for (run, offset) in runs {
                 let known = index.runs.entry(run.clone()).or_default();
@@ -278,9 +336,16 @@ impl RunIndex {
                     known.push(entry);
                 }
             }
-            added.push_str(&format!("scanned {session} {} {} {end}\n", id.0, id.1));
+            let seen = Seen {
+                id: file_id(&meta),
+                mtime: mtime(&meta),
+                len,
+                end,
+                print: fingerprint(&mut file, end)?,
+            };
+            added.push_str(&scanned_line(session, &seen));
             index.lines += 1;
-            index.scanned.insert(session.to_owned(), (id, end));
+            index.scanned.insert(session.to_owned(), seen);
         }
         Ok(())
     }
@@ -332,14 +397,25 @@ fn read(file: &mut File) -> io::Result<Option<Index>> {
                     .or_default()
                     .push(((*session).to_owned(), offset));
             }
-            ["scanned", session, dev, ino, len] => {
-                let (Some(dev), Some(ino), Some(len)) = (number(dev), number(ino), number(len))
-                else {
+            ["scanned", session, dev, ino, mtime, len, end, print] => {
+                let (Some(dev), Some(ino), Ok(mtime), Some(len), Some(end), Some(print)) = (
+                    number(dev),
+                    number(ino),
+                    mtime.parse::<u128>(),
+                    number(len),
+                    number(end),
+                    number(print),
+                ) else {
                     return Ok(None);
                 };
-                index
-                    .scanned
-                    .insert((*session).to_owned(), ((dev, ino), len));
+                let seen = Seen {
+                    id: (dev, ino),
+                    mtime,
+                    len,
+                    end,
+                    print,
+                };
+                index.scanned.insert((*session).to_owned(), seen);
             }
             ["forget", session] => {
                 index.scanned.remove(*session);
@@ -349,6 +425,14 @@ fn read(file: &mut File) -> io::Result<Option<Index>> {
         index.lines += 1;
     }
     Ok(Some(index))
+}
+
+/// The `scanned` line of `session`.
+fn scanned_line(session: &str, seen: &Seen) -> String {
+    format!(
+        "scanned {session} {} {} {} {} {} {}\n",
+        seen.id.0, seen.id.1, seen.mtime, seen.len, seen.end, seen.print
+    )
 }
 
 /// Rewrites the index file with one line per live entry (runs of session files that no longer
@@ -363,8 +447,8 @@ fn compact(file: &mut File, index: &Index, dir: &Path) -> io::Result<()> {
             }
         }
     }
-    for (session, ((dev, ino), len)) in &index.scanned {
-        text.push_str(&format!("scanned {session} {dev} {ino} {len}\n"));
+    for (session, seen) in &index.scanned {
+        text.push_str(&scanned_line(session, seen));
     }
     file.set_len(0)?;
     file.write_all(text.as_bytes())

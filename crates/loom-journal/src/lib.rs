@@ -61,8 +61,10 @@
 //! so that `find_run` answers without reading every session. It is a cache, never the truth:
 //! appended after each durable batch that starts a run, without fsync; an entry is used only
 //! once the line it points to checks out; a lookup that finds nothing first reads what was
-//! appended to each session file since the index last saw it (any writer's appends, a new,
-//! shorter or replaced file from its start); a missing or unreadable index is rebuilt.
+//! appended to each session file since the index last saw it (any writer's appends; a file
+//! new, shorter, replaced or rewritten — told by its identity, modification time, length and a
+//! fingerprint of its start and of the end of what was read — from its start); a missing or
+//! unreadable index is rebuilt.
 //!
 //! [`Event::to_json`]: loom_core::event::Event::to_json
 //! [`EventStore`]: loom_core::ports::EventStore

@@ -534,6 +534,25 @@ async fn jsonl_run_index_is_checked_against_the_files() {
         Some("s2")
     );
 
+    // A file rewritten in place (same inode), longer than what the index read: its start is
+    // not what the index saw, so it is read again from its start.
+    let mut r8 = started("t", "s3", "r8-rewritten", Map::new());
+    r8.seq = 1;
+    std::fs::write(
+        journal_path(dir.path(), "t", "s3"),
+        format!("{}\n", r8.to_json()),
+    )
+    .unwrap();
+    assert_eq!(
+        store
+            .find_run("t", "r8-rewritten")
+            .await
+            .unwrap()
+            .as_deref(),
+        Some("s3")
+    );
+    assert_eq!(store.find_run("t", "r3").await.unwrap(), None);
+
     // A garbled index, then no index: rebuilt from the files.
     std::fs::write(&index, "not an index\n").unwrap();
     assert_eq!(
@@ -542,7 +561,11 @@ async fn jsonl_run_index_is_checked_against_the_files() {
     );
     std::fs::remove_file(&index).unwrap();
     assert_eq!(
-        store.find_run("t", "r3").await.unwrap().as_deref(),
+        store
+            .find_run("t", "r8-rewritten")
+            .await
+            .unwrap()
+            .as_deref(),
         Some("s3")
     );
     assert_eq!(store.find_run("t", "nobody").await.unwrap(), None);
