@@ -52,6 +52,23 @@ enum SessionsCommand {
         /// Write to this file instead of stdout.
         #[arg(long, value_name = "FILE")]
         out: Option<PathBuf>,
+        /// Export the events that read back, leaving out (and naming on stderr) the lines of a
+        /// corrupted journal that do not.
+        #[arg(long = "valid-only")]
+        valid_only: bool,
+    },
+    /// Set the unreadable lines of a corrupted journal aside: their bytes are kept beside it
+    /// (`<session>.jsonl.corrupt`, or the SQLite table `set_aside`) and a `session.repaired`
+    /// event takes each one's place, so the session reads again.
+    Repair {
+        /// Session id.
+        session: String,
+        /// Who repairs (journaled; default: the user name).
+        #[arg(long, value_name = "NAME")]
+        by: Option<String>,
+        /// Confirm (without it, the lines that would be set aside are only listed).
+        #[arg(long)]
+        yes: bool,
     },
     /// Erase a session: its journal and its files (GDPR).
     Delete {
@@ -213,7 +230,7 @@ enum Command {
         #[arg(long)]
         tenant: Option<String>,
     },
-    /// List, show, export or delete sessions.
+    /// List, show, export, repair or delete sessions.
     Sessions {
         #[command(subcommand)]
         command: SessionsCommand,
@@ -322,7 +339,7 @@ pub(crate) async fn execute(cli: Cli, app: App, args: Vec<std::ffi::OsString>) -
         };
     }
     let path = app.config_path(cli.config.as_deref());
-    let loom = match Loom::from_config_with(&path, cli.profile) {
+    let loom = match Loom::open_config(&path, cli.profile).await {
         Ok(loom) => loom,
         Err(error) => return fail(&error),
     };
@@ -699,6 +716,10 @@ fn error_line(error: &LoomError) -> String {
         LoomError::BudgetExhausted { retry_in, .. } => format!(
             "error: {error} — retry in {}",
             loom_ia::budget::human_delay(*retry_in)
+        ),
+        LoomError::Journal(loom_ia::core::ports::StoreError::Corrupted { .. }) => format!(
+            "error: {error}\nhint: 'loom sessions export --valid-only <session>' exports what reads \
+             back; 'loom sessions repair <session>' sets the unreadable line aside"
         ),
         other => format!("error: {other}"),
     }
@@ -1085,8 +1106,16 @@ async fn sessions(
             }
             Ok(OK)
         }
-        SessionsCommand::Export { session, out } => {
-            let jsonl = loom.export_session(&session, tenant).await?;
+        SessionsCommand::Export {
+            session,
+            out,
+            valid_only,
+        } => {
+            let jsonl = if valid_only {
+                valid_events(loom, &session, tenant).await?
+            } else {
+                loom.export_session(&session, tenant).await?
+            };
             match out {
                 Some(path) => {
                     std::fs::write(&path, jsonl).map_err(|e| {
@@ -1112,7 +1141,78 @@ async fn sessions(
             );
             Ok(OK)
         }
+        SessionsCommand::Repair { session, by, yes } => {
+            repair(loom, &session, tenant, by, yes).await
+        }
     }
+}
+
+/// The events of `session` that read back, naming on stderr each line left out.
+async fn valid_events(
+    loom: &Loom,
+    session: &str,
+    tenant: Option<&str>,
+) -> Result<String, LoomError> {
+    let export = loom.export_valid(session, tenant).await?;
+    for line in &export.skipped {
+        eprintln!(
+            "skipped: corrupted at {}:{} ({} bytes): {}",
+            export.journal, line.line, line.bytes, line.error
+        );
+    }
+    eprintln!(
+        "{} event(s) exported, {} unreadable line(s) left out.",
+        export.events,
+        export.skipped.len()
+    );
+    Ok(export.jsonl)
+}
+
+/// `loom sessions repair`: lists the unreadable lines, and with `yes` sets them aside.
+async fn repair(
+    loom: &Loom,
+    session: &str,
+    tenant: Option<&str>,
+    by: Option<String>,
+    yes: bool,
+) -> Result<u8, LoomError> {
+    if !yes {
+        let export = loom.export_valid(session, tenant).await?;
+        if export.skipped.is_empty() {
+            eprintln!("Session {session}: every line reads back, nothing to repair.");
+            return Ok(OK);
+        }
+        for line in &export.skipped {
+            eprintln!(
+                "corrupted at {}:{} ({} bytes): {}",
+                export.journal, line.line, line.bytes, line.error
+            );
+        }
+        eprintln!(
+            "Repairing sets these {} line(s) aside (their bytes are kept) and journals a \
+             session.repaired event in place of each: add --yes.",
+            export.skipped.len()
+        );
+        return Ok(REFUSED);
+    }
+    let by = by.unwrap_or_else(user_name);
+    let repaired = loom.repair_session(session, tenant, Some(&by)).await?;
+    if repaired.set_aside.is_empty() {
+        eprintln!("Session {session}: every line reads back, nothing to repair.");
+        return Ok(OK);
+    }
+    for line in &repaired.set_aside {
+        eprintln!(
+            "set aside: corrupted at {}:{} ({} bytes): {}",
+            repaired.journal, line.line, line.bytes, line.error
+        );
+    }
+    eprintln!(
+        "Session {session}: {} line(s) set aside in {}, each replaced by a session.repaired event.",
+        repaired.set_aside.len(),
+        repaired.moved_to
+    );
+    Ok(OK)
 }
 
 #[cfg(test)]

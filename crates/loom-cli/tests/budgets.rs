@@ -30,12 +30,15 @@ telemetry:
   logging: {level: ERROR}
 "#;
 
-/// Every file under `dir/data`, with its content, sorted.
+/// Every journal file (`*.jsonl`) under `dir/data`, with its content, sorted.
 fn journal(dir: &Path) -> Vec<(String, String)> {
     let mut files = Vec::new();
     for tenant in fs::read_dir(dir.join("data")).unwrap() {
         for file in fs::read_dir(tenant.unwrap().path()).unwrap() {
             let path = file.unwrap().path();
+            if path.extension() != Some("jsonl".as_ref()) {
+                continue;
+            }
             files.push((
                 path.display().to_string(),
                 fs::read_to_string(&path).unwrap(),

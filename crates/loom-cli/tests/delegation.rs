@@ -107,7 +107,7 @@ fn journal_files(dir: &Path) -> Vec<(PathBuf, String)> {
         }
         for file in fs::read_dir(&tenant).unwrap() {
             let path = file.unwrap().path();
-            if path.is_file() {
+            if path.is_file() && path.extension() == Some("jsonl".as_ref()) {
                 let content = fs::read_to_string(&path).unwrap();
                 files.push((path, content));
             }

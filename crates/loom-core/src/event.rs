@@ -381,6 +381,9 @@ pub enum Payload {
     /// A run or session budget was reached.
     #[serde(rename = "budget.exceeded")]
     BudgetExceeded(BudgetExceeded),
+    /// An unreadable line of the journal was set aside, and this event took its place.
+    #[serde(rename = "session.repaired")]
+    SessionRepaired(SessionRepaired),
 }
 
 /// Who the run is for.
@@ -1122,6 +1125,23 @@ pub struct BudgetExceeded {
     pub policy: Option<String>,
 }
 
+/// `session.repaired`: a line of the session's journal that could not be read was set aside
+/// (its bytes kept in `moved_to`), and this event was written in its place, at its seq, so that
+/// the journal reads again. Not in the reference catalogue.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SessionRepaired {
+    /// Bytes of the line set aside.
+    pub bytes: u64,
+    /// Why it could not be read.
+    pub error: String,
+    /// Where its bytes are kept: the side file beside the journal (`<session>.jsonl.corrupt`),
+    /// or the SQLite table `set_aside`.
+    pub moved_to: String,
+    /// Who asked for the repair.
+    #[serde(default)]
+    pub by: Option<String>,
+}
+
 impl ModelExchanged {
     /// The event of `exchange`, observed on the wire (`synthetic` false), for the main slot.
     pub fn observed(
@@ -1190,6 +1210,7 @@ impl Payload {
             Payload::GuardChecked(_) => "guard.checked",
             Payload::JudgeEvaluated(_) => "judge.evaluated",
             Payload::BudgetExceeded(_) => "budget.exceeded",
+            Payload::SessionRepaired(_) => "session.repaired",
         }
     }
 
@@ -1215,6 +1236,7 @@ impl Payload {
             }
             Payload::PolicyDecided(_) | Payload::BudgetExceeded(_) => Category::Policy,
             Payload::GuardChecked(_) | Payload::JudgeEvaluated(_) => Category::Guard,
+            Payload::SessionRepaired(_) => Category::Session,
             _ => Category::Run,
         }
     }
@@ -1240,7 +1262,7 @@ impl Payload {
                 }
             }
             Payload::JudgeEvaluated(p) if !p.passed => EventStatus::Warning,
-            Payload::BudgetExceeded(_) => EventStatus::Warning,
+            Payload::BudgetExceeded(_) | Payload::SessionRepaired(_) => EventStatus::Warning,
             Payload::ModelExchanged(p)
                 if p.error.is_some() || p.status_code.is_some_and(|s| s >= 400) =>
             {
@@ -1430,6 +1452,9 @@ impl Payload {
                 f.insert("scope".into(), json!(p.scope));
                 f.insert("limit".into(), json!(p.limit));
                 f.insert("action".into(), json!(p.action));
+            }
+            Payload::SessionRepaired(p) => {
+                f.insert("bytes".into(), json!(p.bytes));
             }
         }
         f

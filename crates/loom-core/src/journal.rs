@@ -16,8 +16,9 @@ pub fn safe_id(kind: &str, id: &str) -> Result<(), StoreError> {
 }
 
 /// The journal `(tenant, session)` a batch targets (`None` for an empty batch), after checking
-/// that every event shares it, that its ids are safe and that every event is well-formed (an
-/// event that could not be read back must never reach a journal).
+/// that every event shares it, that its ids are safe, that every event is well-formed and that
+/// its line reads back ([`readable`]): an event that could not be read back must never reach a
+/// journal, since its whole session would then be unreadable.
 pub fn batch_journal(batch: &[Event]) -> Result<Option<(String, String)>, StoreError> {
     let Some(first) = batch.first() else {
         return Ok(None);
@@ -38,8 +39,53 @@ pub fn batch_journal(batch: &[Event]) -> Result<Option<(String, String)>, StoreE
         event
             .check()
             .map_err(|err| StoreError::Invalid(err.to_string()))?;
+        readable(event)?;
     }
     Ok(Some((first.tenant_id.clone(), first.session_id.clone())))
+}
+
+/// Refuses an event whose journal line would not read back with the reader's limits (the JSON
+/// reader's recursion limit, numbers JSON cannot hold): the line is serialized and read again
+/// exactly as a store reads it.
+pub fn readable(event: &Event) -> Result<(), StoreError> {
+    let line = event.to_json();
+    match serde_json::from_str::<Event>(&line) {
+        Ok(_) => Ok(()),
+        Err(err) => Err(StoreError::Invalid(format!(
+            "event {} ({}) would not read back, so it is not written: {err}",
+            event.event_id, event.event_type
+        ))),
+    }
+}
+
+/// Checks a set-aside request against its journal (the replacement belongs to the journal, is
+/// well-formed and carries the line's seq), for the stores implementing
+/// [`EventStore::set_aside`](crate::ports::EventStore::set_aside).
+pub fn check_set_aside(
+    tenant_id: &str,
+    session_id: &str,
+    lines: &[crate::ports::SetAside],
+) -> Result<(), StoreError> {
+    for aside in lines {
+        let event = &aside.replacement;
+        if event.tenant_id != tenant_id || event.session_id != session_id {
+            return Err(StoreError::Invalid(format!(
+                "the replacement of line {} belongs to {}/{}, not {tenant_id}/{session_id}",
+                aside.line, event.tenant_id, event.session_id
+            )));
+        }
+        if event.seq != aside.line {
+            return Err(StoreError::Invalid(format!(
+                "the replacement of line {} carries seq {}",
+                aside.line, event.seq
+            )));
+        }
+        event
+            .check()
+            .map_err(|err| StoreError::Invalid(err.to_string()))?;
+        readable(event)?;
+    }
+    Ok(())
 }
 
 /// The conflict returned when the journal advanced past `expected`.
@@ -56,5 +102,76 @@ pub fn conflict(tenant_id: &str, session_id: &str, expected: u64, found: u64) ->
 pub fn assign_seq(batch: &mut [Event], last: u64) {
     for (seq, event) in (last + 1..).zip(batch.iter_mut()) {
         event.seq = seq;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::DateTime;
+    use serde_json::{Map, Value, json};
+
+    use super::*;
+    use crate::event::{Envelope, Payload, RunContext, RunStarted};
+
+    fn started(metadata: Map<String, Value>) -> Event {
+        Event::new(
+            Envelope {
+                event_id: "e1".into(),
+                ts: DateTime::from_timestamp_micros(0).unwrap_or_default(),
+                tenant_id: "t".into(),
+                session_id: "s".into(),
+                run_id: "r".into(),
+                root_run_id: "r".into(),
+                span_id: "sp".into(),
+                parent_span_id: None,
+                agent: Some("a".into()),
+                role: None,
+            },
+            Payload::RunStarted(RunStarted {
+                kind: "normal".into(),
+                context: RunContext {
+                    tenant_id: "t".into(),
+                    user_id: None,
+                    metadata,
+                },
+                parent_run_id: None,
+                parent_call_id: None,
+                depth: 0,
+                triggered_by: None,
+                trigger: None,
+                judges: "auto".into(),
+                budget: None,
+                state: Map::new(),
+            }),
+        )
+    }
+
+    fn nested(levels: usize) -> Map<String, Value> {
+        let value = (1..levels).fold(json!(1), |inner, _| json!({ "a": inner }));
+        let mut map = Map::new();
+        map.insert("a".into(), value);
+        map
+    }
+
+    /// The outside probe: metadata nested 125 levels deep passes every other check, and its
+    /// line would be past the reader's recursion limit.
+    #[test]
+    fn an_event_that_would_not_read_back_is_refused_before_any_write() {
+        let shallow = started(nested(64));
+        assert_eq!(
+            batch_journal(std::slice::from_ref(&shallow)).ok().flatten(),
+            Some(("t".to_owned(), "s".to_owned()))
+        );
+        let deep = started(nested(125));
+        assert!(deep.check().is_ok());
+        assert!(Event::from_json(&deep.to_json()).is_err());
+        let refused = batch_journal(&[deep]).unwrap_err();
+        assert!(matches!(refused, StoreError::Invalid(_)), "{refused}");
+        assert!(
+            refused
+                .to_string()
+                .contains("event e1 (run.started) would not read back"),
+            "{refused}"
+        );
     }
 }

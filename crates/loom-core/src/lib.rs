@@ -17,6 +17,7 @@ pub mod content;
 pub mod event;
 pub mod ids;
 pub mod journal;
+pub mod limits;
 pub mod model;
 pub mod policy;
 pub mod ports;

@@ -9,7 +9,7 @@ use chrono::{DateTime, Utc};
 
 use crate::{
     BoxFuture,
-    event::{Event, EventReadError},
+    event::{Event, EventReadError, Payload},
     tool::ToolOutput,
 };
 
@@ -33,8 +33,9 @@ pub enum StoreError {
     /// A batch that mixes journals, or ids the store cannot hold.
     #[error("invalid append: {0}")]
     Invalid(String),
-    /// A complete line of the journal cannot be read.
-    #[error("journal {path} is corrupted at line {line}: {source}")]
+    /// A complete line of the journal cannot be read: it is "corrupted at `<file>:<line>`"
+    /// (`loom sessions export --valid-only` and `loom sessions repair` recover the session).
+    #[error("journal corrupted at {path}:{line}: {source}")]
     Corrupted {
         /// Journal file (or name).
         path: String,
@@ -62,6 +63,50 @@ pub struct SessionSummary {
     pub last_seq: u64,
     /// Last write.
     pub updated_at: Option<DateTime<Utc>>,
+}
+
+/// A line of a journal (a row, in a database) that cannot be read, as [`EventStore::salvage`]
+/// finds it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UnreadableLine {
+    /// Its position: the line number from 1 (the row's seq in a database), which is also the
+    /// seq the line holds.
+    pub line: u64,
+    /// Its bytes as stored (without the newline).
+    pub bytes: Vec<u8>,
+    /// Why it cannot be read.
+    pub error: EventReadError,
+    /// The run its envelope names, when that can be made out of the bytes (a hint: the line was
+    /// not read).
+    pub run_id: Option<String>,
+}
+
+/// What [`EventStore::salvage`] could read of a journal: every event that reads back, and every
+/// line that does not.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Salvage {
+    /// The journal, as errors name it (its file).
+    pub path: String,
+    /// The events that read back, in seq order (a seq is missing where a line is unreadable).
+    pub events: Vec<Event>,
+    /// The lines that do not read back, in order.
+    pub unreadable: Vec<UnreadableLine>,
+    /// Where [`EventStore::set_aside`] keeps the bytes of the lines it sets aside (a side file
+    /// beside the journal, a table), as journaled in `session.repaired.moved_to`.
+    pub aside: String,
+}
+
+/// An unreadable line to set aside ([`EventStore::set_aside`]): its position, the bytes it must
+/// still hold, and the event taking its place.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SetAside {
+    /// The line (the row's seq in a database), as [`UnreadableLine::line`] gives it.
+    pub line: u64,
+    /// The bytes the line holds, as [`UnreadableLine::bytes`] gives them: a line that changed
+    /// since is not touched.
+    pub bytes: Vec<u8>,
+    /// The event written in its place, whose `seq` must be `line` (a `session.repaired`).
+    pub replacement: Event,
 }
 
 /// The journal port: one append-only sequence of events per `(tenant, session)`.
@@ -106,6 +151,76 @@ pub trait EventStore: Send + Sync + fmt::Debug {
         tenant_id: &'a str,
         session_id: &'a str,
     ) -> BoxFuture<'a, Result<u64, StoreError>>;
+
+    /// The session of `tenant_id` whose journal holds the `run.started` of `run_id`, if any.
+    ///
+    /// A journal whose line names the run but cannot be read still counts (reading the session
+    /// then says where it is corrupted). Stores answer from an index (a file, a database index);
+    /// an index is never the truth: what it says is checked against the journal, and a stale one
+    /// is rebuilt. The default reads every session, skipping those that cannot be read.
+    fn find_run<'a>(
+        &'a self,
+        tenant_id: &'a str,
+        run_id: &'a str,
+    ) -> BoxFuture<'a, Result<Option<String>, StoreError>> {
+        Box::pin(async move {
+            for session in self.sessions(tenant_id).await? {
+                let events = match self.read(tenant_id, &session.session_id, 0).await {
+                    Ok(events) => events,
+                    Err(StoreError::Corrupted { .. }) => continue,
+                    Err(other) => return Err(other),
+                };
+                let started = events
+                    .iter()
+                    .any(|e| e.run_id == run_id && matches!(e.payload, Payload::RunStarted(_)));
+                if started {
+                    return Ok(Some(session.session_id));
+                }
+            }
+            Ok(None)
+        })
+    }
+
+    /// Reads a session keeping what can be read: the events that read back and the lines that
+    /// do not (where [`EventStore::read`] stops at the first). A torn last line (an interrupted
+    /// write) is neither. The default is `read`, for stores that cannot hold an unreadable line.
+    fn salvage<'a>(
+        &'a self,
+        tenant_id: &'a str,
+        session_id: &'a str,
+    ) -> BoxFuture<'a, Result<Salvage, StoreError>> {
+        Box::pin(async move {
+            Ok(Salvage {
+                path: format!("{tenant_id}/{session_id}"),
+                events: self.read(tenant_id, session_id, 0).await?,
+                unreadable: Vec::new(),
+                aside: String::new(),
+            })
+        })
+    }
+
+    /// Sets unreadable lines aside: each line's bytes are kept where [`Salvage::aside`] says
+    /// (made durable first), then the line is replaced in the journal by its replacement event,
+    /// at the same seq, so that the journal reads again. All or nothing; refused
+    /// ([`StoreError::Invalid`]) when a line no longer holds the bytes given, or a replacement
+    /// does not belong to the journal or carries another seq. The default refuses: a store that
+    /// cannot hold an unreadable line has none to set aside.
+    fn set_aside<'a>(
+        &'a self,
+        tenant_id: &'a str,
+        session_id: &'a str,
+        lines: Vec<SetAside>,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move {
+            match lines.first() {
+                None => Ok(()),
+                Some(first) => Err(StoreError::Invalid(format!(
+                    "journal {tenant_id}/{session_id} holds no unreadable line {}",
+                    first.line
+                ))),
+            }
+        })
+    }
 }
 
 /// The clock port: the only source of wall-clock time for the engine.

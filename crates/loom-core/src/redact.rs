@@ -29,7 +29,7 @@ impl Payload {
     /// | `run.completed` | `output`, `data` |
     /// | `run.failed` | `error` |
     /// | `message.user`, `model.responded` | `message` |
-    /// | `model.retried`, `model.fell_back`, `circuit.opened`, `tool.source_unavailable` | `error` |
+    /// | `model.retried`, `model.fell_back`, `circuit.opened`, `tool.source_unavailable`, `session.repaired` | `error` |
     /// | `model.exchanged` | `request_headers`, `request_body`, `response_headers`, `response_body`, `error` |
     /// | `tool.called` | `arguments` |
     /// | `tool.completed` | `output` |
@@ -52,7 +52,8 @@ impl Payload {
             Payload::ModelRetried(_)
             | Payload::ModelFellBack(_)
             | Payload::CircuitOpened(_)
-            | Payload::ToolSourceUnavailable(_) => &["error"],
+            | Payload::ToolSourceUnavailable(_)
+            | Payload::SessionRepaired(_) => &["error"],
             Payload::ModelExchanged(_) => &[
                 "request_headers",
                 "request_body",

@@ -336,6 +336,10 @@ impl RunState {
 
     /// Applies one event of this run.
     pub fn apply(&mut self, event: &Event) -> Result<(), ProjectionError> {
+        // A line set aside and replaced (`session.repaired`) says nothing about the run.
+        if matches!(event.payload, Payload::SessionRepaired(_)) {
+            return Ok(());
+        }
         self.apply_payload(event)?;
         self.last_seq = event.seq;
         self.updated_at = event.ts;
@@ -429,7 +433,8 @@ impl RunState {
             | Payload::CircuitOpened(_)
             | Payload::ModelExchanged(_)
             | Payload::IdempotencyRecorded(_)
-            | Payload::IdempotencyReused(_) => {}
+            | Payload::IdempotencyReused(_)
+            | Payload::SessionRepaired(_) => {}
         }
         Ok(())
     }

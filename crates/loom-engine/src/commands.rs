@@ -23,7 +23,7 @@ use crate::{
     events::{RunRef, decision_payload},
     judges::JudgeMode,
     observer::Observer,
-    tree,
+    ownership, tree,
     writer::{Attempt, append_fresh},
 };
 
@@ -76,7 +76,8 @@ impl Engine {
             session_id,
             run_id,
         };
-        // A new run is opened in a session whose journal folds, and where its id is unused.
+        // A new run is opened in a session whose journal folds, that its agent opened (or a new
+        // one), and where its id is unused.
         let is_new = |events: &[Event]| -> Result<(), EngineError> {
             if events.iter().any(|e| e.run_id == run.run_id) {
                 return Err(EngineError::RunExists {
@@ -85,6 +86,7 @@ impl Engine {
                 });
             }
             session_history(events)?;
+            ownership::check(events, &run.session_id, &agent.name)?;
             Ok(())
         };
         let events = self.events(&run, &agent.name, &run.run_id);

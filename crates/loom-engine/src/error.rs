@@ -46,6 +46,20 @@ pub enum EngineError {
     /// and sending it again unchanged cannot succeed.
     #[error("{0}")]
     Unusable(String),
+    /// A run was asked in a session another agent opened: a session is continued by the agent
+    /// that opened it (its sub-agents run in it as child runs). Nothing was written.
+    #[error(
+        "session {session_id} belongs to the agent '{owner}': the agent '{agent}' cannot add a \
+         run to it (a session is continued by the agent that opened it)"
+    )]
+    SessionOfAnotherAgent {
+        /// The session.
+        session_id: String,
+        /// The agent that opened it.
+        owner: String,
+        /// The agent asked for.
+        agent: String,
+    },
     /// The journal kept moving under the writer.
     #[error("session {0}: too many write conflicts, giving up")]
     Contention(String),

@@ -54,6 +54,7 @@ mod observer;
 mod offer;
 mod offload;
 mod output;
+mod ownership;
 mod request;
 mod resilience;
 mod review;

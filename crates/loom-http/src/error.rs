@@ -55,8 +55,9 @@ pub enum ErrorKind {
     /// 403: the API is open and the request's `Origin` is another site's, not in
     /// `server.http.allowed_origins` (a cross-site form or script).
     OriginNotAllowed,
-    /// 403: the key is limited to other agents, or the tenant's `tenants[].agents` does not
-    /// list the agent ([`LoomError::AgentNotAllowed`]).
+    /// 403: the key is limited to other agents, the tenant's `tenants[].agents` does not
+    /// list the agent ([`LoomError::AgentNotAllowed`]), or the session named belongs to another
+    /// agent ([`LoomError::SessionOfAnotherAgent`]).
     AgentNotAllowed,
     /// 409: [`LoomError::Refused`] (run exists, nothing to approve, a rule).
     Refused,
@@ -268,7 +269,9 @@ impl ApiError {
             LoomError::InvalidQuery { .. } => (ErrorKind::InvalidQuery, None),
             LoomError::UnknownTrigger { .. } => (ErrorKind::UnknownTrigger, None),
             LoomError::Refused(_) => (ErrorKind::Refused, None),
-            LoomError::AgentNotAllowed { .. } => (ErrorKind::AgentNotAllowed, None),
+            LoomError::AgentNotAllowed { .. } | LoomError::SessionOfAnotherAgent { .. } => {
+                (ErrorKind::AgentNotAllowed, None)
+            }
             LoomError::Invalid(_) => (ErrorKind::InvalidRequest, None),
             LoomError::Conflict(_) => (ErrorKind::Conflict, Some(lease_seconds)),
             LoomError::BudgetExhausted { retry_in, .. } => {

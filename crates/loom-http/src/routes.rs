@@ -146,7 +146,8 @@ struct RunRequest {
     /// Who the run is for (journaled).
     #[serde(default)]
     user_id: Option<String>,
-    /// Free metadata, journaled with the run.
+    /// Free metadata, journaled with the run: at most 64 levels deep and 64 KiB as JSON (422
+    /// `invalid_request` beyond, naming the limit).
     #[serde(default)]
     #[schema(value_type = Option<Object>)]
     metadata: Option<Map<String, Value>>,
@@ -178,7 +179,8 @@ struct RunForm {
     run_id: Option<String>,
     /// Who the run is for (journaled).
     user_id: Option<String>,
-    /// Free metadata, journaled with the run: the JSON text of an object.
+    /// Free metadata, journaled with the run: the JSON text of an object (at most 64 levels
+    /// deep and 64 KiB).
     #[schema(content_media_type = "application/json")]
     metadata: Option<String>,
     /// Judges: as configured (`auto`), always (`force`) or never (`skip`: needs the scope
@@ -243,11 +245,11 @@ form with files in `attachments` parts.",
     responses(
         (status = 201, description = "The run closed (completed, failed, cancelled) or paused: its result.", body = RunResultSchema),
         (status = 202, description = "`background`: the run is journaled and driven in the background.", body = Accepted),
-        (status = 403, description = "The key lacks the scope, or may not use this agent.", body = ErrorBody),
+        (status = 403, description = "The key lacks the scope, or may not use this agent, or the session named belongs to another agent (`agent_not_allowed`).", body = ErrorBody),
         (status = 404, description = "No such agent for the caller's tenant.", body = ErrorBody),
         (status = 409, description = "Refused: the run id exists, or an id is unusable (`refused`).", body = ErrorBody),
         (status = 413, description = "The body is larger than `server.http.max_body_bytes`.", body = ErrorBody),
-        (status = 422, description = "The body is not a usable run request.", body = ErrorBody),
+        (status = 422, description = "The body is not a usable run request, or a value is over its bound (`metadata` deeper than 64 levels or over 64 KiB, `message` over 1 MiB…): the message names the field and the limit.", body = ErrorBody),
         (status = 429, description = "A tenant budget is reached.", body = ErrorBody,
             headers(("Retry-After" = u64, description = "Seconds until the budget's window lets a run in."))),
         (status = 503, description = "The server shut down before the run closed (`interrupted`): it resumes at the next start.", body = ErrorBody),

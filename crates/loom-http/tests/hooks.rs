@@ -171,7 +171,8 @@ impl Server {
     /// The sessions tenant `tenant` has in the journal.
     fn sessions(&self, tenant: &str) -> usize {
         std::fs::read_dir(self.dir.path().join(format!("journal/{tenant}"))).map_or(0, |d| {
-            d.filter(|e| e.as_ref().unwrap().path().is_file()).count()
+            d.filter(|e| e.as_ref().unwrap().path().extension() == Some("jsonl".as_ref()))
+                .count()
         })
     }
 }

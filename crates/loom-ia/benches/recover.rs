@@ -13,7 +13,10 @@
 //!
 //! and the queries of the REST read routes on the same journal: `GET /runs` (`Loom::runs`,
 //! defaults: the 50 most recent sessions read), `GET /events` (`Loom::query`, defaults: the
-//! first 100 events), and an event search that matches nothing (every session read).
+//! first 100 events), and an event search that matches nothing (every session read); then
+//! `GET /runs/{id}` without its session (`Loom::locate`) for a run that does not exist and for
+//! one that does, through the journal's run index and, for comparison, by reading the sessions
+//! (`EventStore::find_run`'s default, what a lookup did before the index).
 //!
 //! ```text
 //! cargo bench -p loom-ia --features sqlite --bench recover
@@ -27,8 +30,11 @@ use std::{
 };
 
 use loom_ia::{
-    EventQuery, Loom, RunOptions, RunQuery,
-    core::ports::EventStore,
+    EventQuery, Loom, LoomError, RunOptions, RunQuery,
+    core::{
+        BoxFuture, Event,
+        ports::{EventStore, SessionSummary, StoreError},
+    },
     query::{DEFAULT_EVENTS, DEFAULT_RUNS},
 };
 use loom_journal::{JsonlStore, MemoryStore};
@@ -186,6 +192,85 @@ async fn measure(name: &str, store: Arc<dyn EventStore>, sessions: usize, rounds
     println!("  GET /runs              {}", ms(median(page)));
     println!("  GET /events            {}", ms(median(first)));
     println!("  GET /events (no match) {}", ms(median(none)));
+
+    // Lookups of a run without its session: the first one brings the index up to date.
+    let _ = loom.locate("warm-up", None, None).await;
+    let (unknown, known) = locate(&loom, sessions, rounds).await;
+    println!("  GET /runs/{{id}} unknown, index  {}", ms(unknown));
+    println!("  GET /runs/{{id}} known, index    {}", ms(known));
+    let config = loom_ia::config::from_yaml_str(CONFIG, dir.path(), None, &|_| None).unwrap();
+    let scanning = Loom::with_store(config, Arc::new(Scanning(store))).unwrap();
+    let (unknown, known) = locate(&scanning, sessions, rounds).await;
+    println!("  GET /runs/{{id}} unknown, scan   {}", ms(unknown));
+    println!("  GET /runs/{{id}} known, scan     {}", ms(known));
+}
+
+/// A journal without its run index: `find_run` is the port's default, which reads the sessions.
+#[derive(Debug)]
+struct Scanning(Arc<dyn EventStore>);
+
+impl EventStore for Scanning {
+    fn append(
+        &self,
+        batch: Vec<Event>,
+        expected_last_seq: u64,
+    ) -> BoxFuture<'_, Result<Vec<Event>, StoreError>> {
+        self.0.append(batch, expected_last_seq)
+    }
+
+    fn read<'a>(
+        &'a self,
+        tenant_id: &'a str,
+        session_id: &'a str,
+        after_seq: u64,
+    ) -> BoxFuture<'a, Result<Vec<Event>, StoreError>> {
+        self.0.read(tenant_id, session_id, after_seq)
+    }
+
+    fn last_seq<'a>(
+        &'a self,
+        tenant_id: &'a str,
+        session_id: &'a str,
+    ) -> BoxFuture<'a, Result<u64, StoreError>> {
+        self.0.last_seq(tenant_id, session_id)
+    }
+
+    fn sessions<'a>(
+        &'a self,
+        tenant_id: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<SessionSummary>, StoreError>> {
+        self.0.sessions(tenant_id)
+    }
+
+    fn delete<'a>(
+        &'a self,
+        tenant_id: &'a str,
+        session_id: &'a str,
+    ) -> BoxFuture<'a, Result<u64, StoreError>> {
+        self.0.delete(tenant_id, session_id)
+    }
+}
+
+/// `GET /runs/{id}` without `session_id`: the median lookup of an unknown run and of a run in
+/// the middle of the journal.
+async fn locate(loom: &Loom, sessions: usize, rounds: usize) -> (Duration, Duration) {
+    let (mut unknown, mut known) = (Vec::new(), Vec::new());
+    let middle = format!("s{:06}", sessions / 2);
+    for _ in 0..rounds {
+        let t = Instant::now();
+        assert!(matches!(
+            loom.locate("nobody", None, None).await,
+            Err(LoomError::UnknownRun(_))
+        ));
+        unknown.push(t.elapsed());
+        let t = Instant::now();
+        assert_eq!(
+            loom.locate(&middle, None, None).await.unwrap().session_id,
+            middle
+        );
+        known.push(t.elapsed());
+    }
+    (median(unknown), median(known))
 }
 
 fn main() {

@@ -169,6 +169,14 @@ impl EventStore for Counting {
     ) -> BoxFuture<'a, Result<u64, StoreError>> {
         self.inner.delete(tenant_id, session_id)
     }
+
+    fn find_run<'a>(
+        &'a self,
+        tenant_id: &'a str,
+        run_id: &'a str,
+    ) -> BoxFuture<'a, Result<Option<String>, StoreError>> {
+        self.inner.find_run(tenant_id, run_id)
+    }
 }
 
 /// A runtime, a Loom with `prix_ttc` registered and the directory holding its files.

@@ -53,6 +53,20 @@ pub enum LoomError {
         /// The agent asked for.
         agent: String,
     },
+    /// The session named belongs to another agent: a session is continued only by the agent
+    /// that opened it (its sub-agents run in it as child runs). Nothing was written.
+    #[error(
+        "session {session} belongs to the agent '{owner}': the agent '{agent}' cannot add a run \
+         to it (a session is continued by the agent that opened it)"
+    )]
+    SessionOfAnotherAgent {
+        /// The session.
+        session: String,
+        /// The agent that opened it.
+        owner: String,
+        /// The agent asked for.
+        agent: String,
+    },
     /// The request is unusable as given (an unusable id, an ill-formed message, a refused
     /// attachment, corrected arguments that do not fit, a trigger payload its templates cannot
     /// render, a delivery id already used elsewhere): sending it again unchanged cannot
@@ -144,6 +158,7 @@ impl LoomError {
                 | LoomError::Registration(_)
                 | LoomError::Refused(_)
                 | LoomError::AgentNotAllowed { .. }
+                | LoomError::SessionOfAnotherAgent { .. }
                 | LoomError::Invalid(_)
                 | LoomError::UnknownTrigger { .. }
                 | LoomError::Conflict(_)
@@ -186,6 +201,15 @@ impl From<EngineError> for LoomError {
                 LoomError::Refused(error.to_string())
             }
             EngineError::Unusable(message) => LoomError::Invalid(message),
+            EngineError::SessionOfAnotherAgent {
+                session_id,
+                owner,
+                agent,
+            } => LoomError::SessionOfAnotherAgent {
+                session: session_id,
+                owner,
+                agent,
+            },
             EngineError::ClaimConflict { .. } => LoomError::Conflict(error.to_string()),
             EngineError::Fold(loom_core::state::FoldError::Unknown(run)) => {
                 LoomError::UnknownRun(run)

@@ -36,6 +36,8 @@ pub mod budget;
 mod clock;
 mod error;
 pub mod follow;
+mod journals;
+mod limits;
 mod loom;
 #[cfg(feature = "mcp")]
 mod mcp;
@@ -46,6 +48,7 @@ pub mod query_string;
 pub mod quota;
 mod recovery;
 pub mod redact;
+mod repair;
 mod resolve;
 mod result;
 mod sessions;
@@ -77,6 +80,7 @@ pub use query::{EventQuery, RunListed, RunPage, RunQuery};
 pub use query_string::QueryString;
 pub use recovery::{LeaseWatch, MAX_SWEEP_PERIOD, MIN_SWEEP_PERIOD, sweep_period};
 pub use redact::Redact;
+pub use repair::{BadLine, SessionRepair, ValidExport};
 pub use report::{
     RunUsage, SessionReport, SubRunUsage, TenantReport, Trace, TraceCall, TraceStep, UsageLine,
     UsageReport,

@@ -41,6 +41,21 @@ fn sqlite_store(config: &Config) -> Result<Arc<dyn EventStore>, LoomError> {
     }
 }
 
+/// [`sqlite_store`] inside a tokio runtime: the file is set up without blocking a worker thread.
+#[cfg(feature = "sqlite")]
+async fn sqlite_store_async(config: &Config) -> Result<Arc<dyn EventStore>, LoomError> {
+    match config.events_path() {
+        Some(path) => Ok(Arc::new(loom_sqlite::SqliteStore::connect(path).await?)),
+        None => sqlite_store(config),
+    }
+}
+
+/// Without the `sqlite` feature, the `sqlite` journal is a configuration error.
+#[cfg(not(feature = "sqlite"))]
+async fn sqlite_store_async(config: &Config) -> Result<Arc<dyn EventStore>, LoomError> {
+    sqlite_store(config)
+}
+
 /// Without the `sqlite` feature, the `sqlite` journal is a configuration error.
 #[cfg(not(feature = "sqlite"))]
 fn sqlite_store(config: &Config) -> Result<Arc<dyn EventStore>, LoomError> {
@@ -72,6 +87,28 @@ fn idempotency_store(
     }
 }
 
+/// [`idempotency_store`] inside a tokio runtime: the file is set up without blocking a worker
+/// thread.
+#[cfg(feature = "sqlite")]
+async fn idempotency_store_async(
+    config: &Config,
+) -> Result<Option<Arc<dyn loom_core::ports::IdempotencyStore>>, LoomError> {
+    match config.idempotency_path() {
+        Some(path) if config.raw().storage.idempotency.is_some() => Ok(Some(Arc::new(
+            loom_sqlite::SqliteIdempotency::connect(path).await?,
+        ))),
+        _ => idempotency_store(config),
+    }
+}
+
+/// Without the `sqlite` feature, `storage.idempotency` is a configuration error.
+#[cfg(not(feature = "sqlite"))]
+async fn idempotency_store_async(
+    config: &Config,
+) -> Result<Option<Arc<dyn loom_core::ports::IdempotencyStore>>, LoomError> {
+    idempotency_store(config)
+}
+
 /// Without the `sqlite` feature, `storage.idempotency` is a configuration error.
 #[cfg(not(feature = "sqlite"))]
 fn idempotency_store(
@@ -89,6 +126,20 @@ fn idempotency_store(
         .into())
 }
 
+/// The memory or JSONL journal the configuration declares (nothing to set up).
+fn plain_store(config: &Config) -> Result<Arc<dyn EventStore>, LoomError> {
+    match config.raw().storage.events.backend {
+        EventsBackend::Jsonl => match config.events_path() {
+            Some(path) => Ok(Arc::new(JsonlStore::new(path))),
+            None => Err(config
+                .error_at_root("storage.events.path", "the jsonl journal needs a path")
+                .into()),
+        },
+        EventsBackend::Sqlite => sqlite_store(config),
+        EventsBackend::Memory => Ok(Arc::new(MemoryStore::new())),
+    }
+}
+
 /// The tenant used when none is given.
 pub const DEFAULT_TENANT: &str = "default";
 
@@ -103,7 +154,10 @@ pub struct RunOptions {
     pub tenant_id: Option<String>,
     /// End user, journaled in `run.started.context`.
     pub user_id: Option<String>,
-    /// Caller metadata, journaled in `run.started.context`.
+    /// Caller metadata, journaled in `run.started.context`: at most 64 levels deep and 64 KiB
+    /// as JSON ([`loom_core::limits`]), like every caller value (the message at most 1 MiB, the
+    /// user id and attachment names 1 KiB); a value over a bound is refused
+    /// ([`LoomError::Invalid`]) and nothing is written.
     pub metadata: Map<String, Value>,
     /// Decides approval requests inside the run (it then never pauses; requests and
     /// decisions are still journaled). Without one, a call that needs approval pauses the run.
@@ -269,21 +323,35 @@ impl Loom {
     }
 
     /// A Loom over a validated configuration (built from a file or in Rust), with the journal
-    /// the configuration declares.
+    /// the configuration declares. Opening a SQLite file blocks the calling thread until it is
+    /// set up: inside a tokio runtime, use [`Loom::open`].
     pub fn new(config: Config) -> Result<Loom, LoomError> {
         let store: Arc<dyn EventStore> = match config.raw().storage.events.backend {
-            EventsBackend::Memory => Arc::new(MemoryStore::new()),
-            EventsBackend::Jsonl => match config.events_path() {
-                Some(path) => Arc::new(JsonlStore::new(path)),
-                None => {
-                    return Err(config
-                        .error_at_root("storage.events.path", "the jsonl journal needs a path")
-                        .into());
-                }
-            },
             EventsBackend::Sqlite => sqlite_store(&config)?,
+            _ => plain_store(&config)?,
         };
         Loom::with_store(config, store)
+    }
+
+    /// [`Loom::new`] for a caller inside a tokio runtime (a server, the CLI): SQLite files (the
+    /// journal, the idempotency store) are set up without blocking a worker thread.
+    pub async fn open(config: Config) -> Result<Loom, LoomError> {
+        let store: Arc<dyn EventStore> = match config.raw().storage.events.backend {
+            EventsBackend::Sqlite => sqlite_store_async(&config).await?,
+            _ => plain_store(&config)?,
+        };
+        let idempotency = idempotency_store_async(&config).await?;
+        Loom::assemble(config, store, idempotency)
+    }
+
+    /// [`Loom::from_config_with`] for a caller inside a tokio runtime (see [`Loom::open`]).
+    pub async fn open_config(
+        path: impl AsRef<Path>,
+        profile: Option<Profile>,
+    ) -> Result<Loom, LoomError> {
+        let env = |name: &str| std::env::var(name).ok();
+        let config = loom_config::load(path.as_ref(), profile, &env)?;
+        Loom::open(config).await
     }
 
     /// A Loom over a configuration and a journal of the caller's choice.
@@ -293,6 +361,15 @@ impl Loom {
     /// refused now rather than at the first run; what depends on code registered later is
     /// checked by [`Loom::check_agents`], [`Loom::validate`] and each run.
     pub fn with_store(config: Config, store: Arc<dyn EventStore>) -> Result<Loom, LoomError> {
+        let idempotency = idempotency_store(&config)?;
+        Loom::assemble(config, store, idempotency)
+    }
+
+    fn assemble(
+        config: Config,
+        store: Arc<dyn EventStore>,
+        idempotency: Option<Arc<dyn loom_core::ports::IdempotencyStore>>,
+    ) -> Result<Loom, LoomError> {
         let models = crate::resolve::models(&config)?;
         let sources = mcp_servers(&config)?;
         crate::resolve::check_at_open(&config, &models, &sources)?;
@@ -314,7 +391,7 @@ impl Loom {
                 types: attachments.types.clone(),
                 max_files: usize::try_from(attachments.max_files).unwrap_or(usize::MAX),
             });
-        if let Some(idempotency) = idempotency_store(&config)? {
+        if let Some(idempotency) = idempotency {
             engine = engine.with_idempotency(idempotency);
         }
         let tenant_budgets = crate::resolve::tenant_budgets(&config);
@@ -431,10 +508,14 @@ impl Loom {
         let now = chrono::Utc::now();
         let from = crate::budget::scan_from(&budget, now);
         let mut runs = Vec::new();
-        for (_, events) in self.tenant_sessions(tenant, from).await? {
-            let spent = loom_engine::budget::root_runs_spent(&events)
-                .map_err(|e| LoomError::from(loom_engine::EngineError::Fold(e)))?;
-            runs.extend(spent.into_iter().filter(|r| r.started_at >= from));
+        for (session, events) in self.tenant_sessions(tenant, from).await? {
+            match loom_engine::budget::root_runs_spent(&events) {
+                Ok(spent) => runs.extend(spent.into_iter().filter(|r| r.started_at >= from)),
+                // One broken session does not stop the tenant: its spending is not counted.
+                Err(error) => {
+                    tracing::warn!(tenant, session, %error, "session left out of the tenant budget: it cannot be folded");
+                }
+            }
         }
         match crate::budget::exhausted(&budget, &runs, now) {
             None => Ok(()),
@@ -452,7 +533,8 @@ impl Loom {
     }
 
     /// The journals of `tenant`'s sessions written to since `since` (a session last written
-    /// before cannot hold a run started after), as `(session id, events)`.
+    /// before cannot hold a run started after), as `(session id, events)`; a corrupted journal
+    /// is left out with a warning naming its file and line.
     async fn tenant_sessions(
         &self,
         tenant: &str,
@@ -464,8 +546,11 @@ impl Loom {
             if session.updated_at.is_some_and(|at| at < since) {
                 continue;
             }
-            let events = store.read(tenant, &session.session_id, 0).await?;
-            sessions.push((session.session_id, events));
+            if let Some(events) =
+                crate::journals::read_listed(store.as_ref(), tenant, &session.session_id).await?
+            {
+                sessions.push((session.session_id, events));
+            }
         }
         Ok(sessions)
     }
@@ -676,6 +761,7 @@ impl Loom {
         message: String,
         options: RunOptions,
     ) -> Result<(Arc<AgentRuntime>, BeginRun), LoomError> {
+        crate::limits::check_run(&message, &options)?;
         let tenant = options
             .tenant_id
             .clone()
@@ -996,8 +1082,10 @@ impl Loom {
         ))
     }
 
-    /// Finds a run: in `session` when given, else in the session named after the run, else
-    /// by scanning the tenant's sessions (most recent first).
+    /// Finds a run: in `session` when given, else through the journal's run index
+    /// ([`EventStore::find_run`]: an unknown run costs no read of the tenant's sessions). The
+    /// session found is read: when its journal is corrupted, the error says where
+    /// ([`LoomError::Journal`], "corrupted at `<file>:<line>`"), not that the run is unknown.
     pub async fn locate(
         &self,
         run_id: &str,
@@ -1006,39 +1094,28 @@ impl Loom {
     ) -> Result<RunRef, LoomError> {
         let tenant = tenant.unwrap_or(DEFAULT_TENANT).to_owned();
         let store = self.inner.engine.store();
-        let candidates: Vec<String> = match session {
-            Some(session) => vec![session.to_owned()],
-            None => {
-                let mut all = vec![run_id.to_owned()];
-                if loom_core::ids::is_safe_id(run_id) {
-                    all.extend(
-                        store
-                            .sessions(&tenant)
-                            .await?
-                            .into_iter()
-                            .map(|s| s.session_id)
-                            .filter(|s| s != run_id),
-                    );
-                } else {
-                    return Err(LoomError::UnknownRun(run_id.to_owned()));
-                }
-                all
-            }
-        };
-        for session_id in candidates {
-            if !loom_core::ids::is_safe_id(&session_id) {
+        let session_id = match session {
+            Some(session) if !loom_core::ids::is_safe_id(session) => {
                 return Err(LoomError::Invalid(format!(
-                    "session id '{session_id}' is not usable"
+                    "session id '{session}' is not usable"
                 )));
             }
-            let events = store.read(&tenant, &session_id, 0).await?;
-            if events.iter().any(|e| e.run_id == run_id) {
-                return Ok(RunRef {
-                    tenant_id: tenant,
-                    session_id,
-                    run_id: run_id.to_owned(),
-                });
+            Some(session) => session.to_owned(),
+            None if !loom_core::ids::is_safe_id(run_id) => {
+                return Err(LoomError::UnknownRun(run_id.to_owned()));
             }
+            None => match store.find_run(&tenant, run_id).await? {
+                Some(session) => session,
+                None => return Err(LoomError::UnknownRun(run_id.to_owned())),
+            },
+        };
+        let events = store.read(&tenant, &session_id, 0).await?;
+        if events.iter().any(|e| e.run_id == run_id) {
+            return Ok(RunRef {
+                tenant_id: tenant,
+                session_id,
+                run_id: run_id.to_owned(),
+            });
         }
         Err(LoomError::UnknownRun(run_id.to_owned()))
     }
@@ -1072,7 +1149,9 @@ impl Loom {
     /// the run is then driven on (until it closes or pauses again).
     ///
     /// Refused ([`LoomError::Refused`]) when nothing waits for a decision, the call has no
-    /// waiting request, its request expired, or the arguments are unusable.
+    /// waiting request, its request expired, or the arguments are unusable; and
+    /// ([`LoomError::Invalid`], nothing written) when `by`, `reason` or `arguments` pass their
+    /// bounds ([`loom_core::limits`]: 64 levels, sizes).
     pub async fn approve(
         &self,
         run: &RunRef,
@@ -1082,6 +1161,7 @@ impl Loom {
         arguments: Option<Value>,
         no_wait: bool,
     ) -> Result<Decided, LoomError> {
+        crate::limits::check_decision(by, reason, arguments.as_ref())?;
         let decision = Decision::Approved {
             by: by.to_owned(),
             reason: reason.map(str::to_owned),
@@ -1101,6 +1181,7 @@ impl Loom {
         reason: Option<&str>,
         no_wait: bool,
     ) -> Result<Decided, LoomError> {
+        crate::limits::check_decision(by, reason, None)?;
         let decision = Decision::Rejected {
             by: by.to_owned(),
             reason: reason.map(str::to_owned),
@@ -1165,6 +1246,7 @@ impl Loom {
     /// polling that drive while it awaits `cancel` (`tokio::join!`), since `cancel` waits for
     /// the drive to journal the cancellation.
     pub async fn cancel(&self, run: &RunRef, by: Option<String>) -> Result<bool, LoomError> {
+        crate::limits::check_by(by.as_deref())?;
         let token = self
             .inner
             .active
@@ -1257,6 +1339,8 @@ impl Loom {
     /// Sends a message to a run that has not closed: it joins the conversation just before the
     /// run's next model call (never in the middle of one), as a user turn.
     pub async fn steer(&self, run: &RunRef, message: impl Into<String>) -> Result<(), LoomError> {
+        let message = message.into();
+        crate::limits::check_steer(&message)?;
         let state = self.state(run).await?;
         let agent = state.agent.unwrap_or_default();
         Ok(self
@@ -1383,19 +1467,7 @@ impl Loom {
         if events.is_empty() {
             return Err(LoomError::UnknownSession(session.to_owned()));
         }
-        let mut run_ids: Vec<&str> = Vec::new();
-        for event in &events {
-            if !run_ids.contains(&event.run_id.as_str()) {
-                run_ids.push(&event.run_id);
-            }
-        }
-        run_ids
-            .into_iter()
-            .map(|run_id| {
-                RunState::fold(run_id, &events)
-                    .map_err(|e| LoomError::from(loom_engine::EngineError::Fold(e)))
-            })
-            .collect()
+        crate::sessions::folded(&events)
     }
 
     /// A session's journal as JSONL, one event per line, exactly as stored.

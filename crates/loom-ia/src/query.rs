@@ -3,16 +3,15 @@
 //!
 //! Both scan the tenant's sessions through the `EventStore` port (`sessions`, then `read`), as
 //! the reference does for its file journals: a session last written before `since` is not
-//! read. A session that cannot be read fails the query (the journal is never skipped
-//! silently).
+//! read. A session whose journal is corrupted is left out with a `tracing` warning naming its
+//! file and line (never silently, and never failing the whole query); a run that cannot be
+//! folded is left out of the run list the same way. A search restricted to one session
+//! (`session_id`) reports that session's corruption as an error.
 
-use std::{
-    cmp::Reverse,
-    collections::{BTreeMap, BinaryHeap},
-};
+use std::{cmp::Reverse, collections::BinaryHeap};
 
 use chrono::{DateTime, Utc};
-use loom_core::{Category, Event, EventStatus, RunState, RunStatus, Usage, ids::is_safe_id};
+use loom_core::{Category, Event, EventStatus, RunStatus, Usage, ids::is_safe_id};
 use serde::{Deserialize, Serialize};
 
 use crate::{DEFAULT_TENANT, Loom, LoomError};
@@ -30,9 +29,10 @@ pub const MAX_EVENTS: usize = 10_000;
 /// Events returned when the query does not say.
 pub const DEFAULT_EVENTS: usize = 100;
 
-/// Every event type of the reference catalogue (31 types), the values `EventQuery::types`
-/// accepts; the types this build does not write yet simply match nothing.
-pub const EVENT_TYPES: [&str; 31] = [
+/// Every event type of the reference catalogue (31 types) and Loom's own `session.repaired`,
+/// the values `EventQuery::types` accepts; the types this build does not write yet simply
+/// match nothing.
+pub const EVENT_TYPES: [&str; 32] = [
     "run.started",
     "step.started",
     "step.completed",
@@ -64,6 +64,7 @@ pub const EVENT_TYPES: [&str; 31] = [
     "session.snapshot",
     "session.compacted",
     "session.trimmed",
+    "session.repaired",
 ];
 
 /// Which runs [`Loom::runs`] lists.
@@ -344,20 +345,12 @@ pub fn parse_instant(parameter: &str, text: &str) -> Result<DateTime<Utc>, LoomE
         })
 }
 
-/// The runs of one session's journal, as listed.
-fn listed(events: &[Event]) -> Result<Vec<RunListed>, LoomError> {
-    let mut by_run: BTreeMap<&str, Vec<&Event>> = BTreeMap::new();
-    for event in events {
-        by_run.entry(event.run_id.as_str()).or_default().push(event);
-    }
-    let mut runs = Vec::with_capacity(by_run.len());
-    for (run_id, mine) in by_run {
-        let (Some(first), Some(last)) = (mine.first(), mine.last()) else {
-            continue;
-        };
-        let state = RunState::fold(run_id, mine.iter().copied())
-            .map_err(|e| LoomError::from(loom_engine::EngineError::Fold(e)))?;
-        runs.push(RunListed {
+/// The runs of one session's journal, as listed (a run that cannot be folded is left out with
+/// a warning).
+fn listed(session: &str, events: &[Event]) -> Vec<RunListed> {
+    crate::journals::listed_states(session, events)
+        .into_iter()
+        .map(|state| RunListed {
             run_id: state.run_id,
             session_id: state.session_id,
             agent: state.agent.unwrap_or_default(),
@@ -365,14 +358,13 @@ fn listed(events: &[Event]) -> Result<Vec<RunListed>, LoomError> {
             parent_run_id: state.parent_run_id,
             root_run_id: state.root_run_id,
             depth: state.depth,
-            started_at: first.ts,
-            updated_at: last.ts,
+            started_at: state.started_at,
+            updated_at: state.updated_at,
             iterations: state.iterations,
             usage: state.usage,
             cost_usd: state.cost_usd,
-        });
-    }
-    Ok(runs)
+        })
+        .collect()
 }
 
 impl Loom {
@@ -395,17 +387,25 @@ impl Loom {
         sessions.truncate(query.sessions);
         let mut runs = Vec::new();
         for session in &sessions {
-            let events = store.read(tenant, &session.session_id, 0).await?;
-            runs.extend(listed(&events)?.into_iter().filter(|run| {
-                query.agent.as_ref().is_none_or(|a| run.agent == *a)
-                    && query
-                        .agents
-                        .as_ref()
-                        .is_none_or(|allowed| allowed.contains(&run.agent))
-                    && (query.statuses.is_empty() || query.statuses.contains(&run.status))
-                    && query.since.is_none_or(|since| run.started_at >= since)
-                    && query.until.is_none_or(|until| run.started_at < until)
-            }));
+            let Some(events) =
+                crate::journals::read_listed(store.as_ref(), tenant, &session.session_id).await?
+            else {
+                continue;
+            };
+            runs.extend(
+                listed(&session.session_id, &events)
+                    .into_iter()
+                    .filter(|run| {
+                        query.agent.as_ref().is_none_or(|a| run.agent == *a)
+                            && query
+                                .agents
+                                .as_ref()
+                                .is_none_or(|allowed| allowed.contains(&run.agent))
+                            && (query.statuses.is_empty() || query.statuses.contains(&run.status))
+                            && query.since.is_none_or(|since| run.started_at >= since)
+                            && query.until.is_none_or(|until| run.started_at < until)
+                    }),
+            );
         }
         runs.sort_by(|a, b| {
             b.started_at
@@ -449,8 +449,18 @@ impl Loom {
             }
         };
         let mut journals = Vec::with_capacity(session_ids.len());
-        for session in &session_ids {
-            journals.push(store.read(tenant, session, 0).await?);
+        match &query.session_id {
+            // The session asked for: a journal that cannot be read says where.
+            Some(session) => journals.push(store.read(tenant, session, 0).await?),
+            None => {
+                for session in &session_ids {
+                    if let Some(events) =
+                        crate::journals::read_listed(store.as_ref(), tenant, session).await?
+                    {
+                        journals.push(events);
+                    }
+                }
+            }
         }
         let mut found = Vec::new();
         let mut passed = query.after.is_none();

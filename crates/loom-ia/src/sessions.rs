@@ -147,21 +147,13 @@ mod opt_rfc3339 {
     }
 }
 
-/// The runs of a journal in the order they started, folded.
-fn folded(events: &[Event]) -> Result<Vec<RunState>, LoomError> {
-    let mut by_run: BTreeMap<&str, Vec<&Event>> = BTreeMap::new();
-    let mut order: Vec<&str> = Vec::new();
-    for event in events {
-        let mine = by_run.entry(event.run_id.as_str()).or_default();
-        if mine.is_empty() {
-            order.push(&event.run_id);
-        }
-        mine.push(event);
-    }
-    order
+/// The runs of a journal in the order they started (the runs a `run.started` opens), folded.
+pub(crate) fn folded(events: &[Event]) -> Result<Vec<RunState>, LoomError> {
+    let by_run = crate::journals::by_run(events);
+    crate::journals::started_runs(events)
         .into_iter()
         .map(|run_id| {
-            RunState::fold(run_id, by_run.get(run_id).into_iter().flatten().copied())
+            crate::journals::fold(run_id, &by_run)
                 .map_err(|e| LoomError::from(loom_engine::EngineError::Fold(e)))
         })
         .collect()

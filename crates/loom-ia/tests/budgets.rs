@@ -59,6 +59,9 @@ fn journal_files(dir: &Path) -> Vec<(String, String)> {
     for tenant in std::fs::read_dir(&root).unwrap() {
         for file in std::fs::read_dir(tenant.unwrap().path()).unwrap() {
             let path = file.unwrap().path();
+            if path.extension() != Some("jsonl".as_ref()) {
+                continue;
+            }
             files.push((
                 path.display().to_string(),
                 std::fs::read_to_string(&path).unwrap(),

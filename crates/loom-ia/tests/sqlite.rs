@@ -52,6 +52,43 @@ async fn runs_are_journaled_in_the_database_and_read_back_by_another_loom() {
     );
 }
 
+/// Inside a runtime, `Loom::open` sets the SQLite files up (the journal and the idempotency
+/// store) without holding a worker thread: on a one-thread runtime, another task runs
+/// meanwhile (`Loom::new` would block the thread until the file is ready).
+#[cfg(feature = "sqlite")]
+#[tokio::test(flavor = "current_thread")]
+async fn open_sets_the_database_up_without_holding_the_runtime() {
+    use std::sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = config(dir.path()).raw().clone();
+    config.storage.idempotency = Some(loom_ia::config::IdempotencyStorage {
+        backend: loom_ia::config::IdempotencyBackend::Sqlite,
+        path: Some("data/keys.db".into()),
+    });
+    let config = Config::new(config, dir.path().to_path_buf()).unwrap();
+    let ran = Arc::new(AtomicBool::new(false));
+    let other = tokio::spawn({
+        let ran = ran.clone();
+        async move { ran.store(true, Ordering::SeqCst) }
+    });
+    let loom = Loom::open(config).await.unwrap();
+    assert!(
+        ran.load(Ordering::SeqCst),
+        "the runtime's only thread was held while the database was set up"
+    );
+    other.await.unwrap();
+    let result = loom
+        .run("hello", "Salut", loom_ia::RunOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(result.text, "Bonjour.");
+    assert!(dir.path().join("data/loom.db").is_file());
+    assert!(dir.path().join("data/keys.db").is_file());
+}
+
 #[cfg(not(feature = "sqlite"))]
 #[test]
 fn without_the_feature_the_backend_is_a_located_config_error() {

@@ -8,11 +8,13 @@ use std::{
 };
 
 use loom_core::{
-    BoxFuture,
+    BoxFuture, Payload,
     event::{Event, EventReadError},
-    ports::{EventStore, SessionSummary, StoreError},
+    ports::{EventStore, Salvage, SessionSummary, SetAside, StoreError},
 };
 use tracing::warn;
+
+use crate::index::{file_id, tenant_index};
 
 use loom_core::journal::{assign_seq, batch_journal, conflict, safe_id};
 
@@ -21,7 +23,11 @@ use loom_core::journal::{assign_seq, batch_journal, conflict, safe_id};
 const TAIL_CHUNK: usize = 16 * 1024;
 
 /// Extension of a journal file.
-const EXTENSION: &str = "jsonl";
+pub(crate) const EXTENSION: &str = "jsonl";
+
+/// How many times an append reopens a journal file that was replaced (a repair) while it
+/// waited for its lock.
+const REOPEN_ATTEMPTS: usize = 16;
 
 /// An [`EventStore`] keeping one file per session at `<root>/<tenant>/<session>.jsonl`, one event
 /// per line (the compact JSON of [`Event::to_json`], newline-terminated).
@@ -34,6 +40,13 @@ const EXTENSION: &str = "jsonl";
 ///   `last_seq` only read the file backwards to its last complete line.
 /// - `sessions` orders journals by file mtime, most recent first; a journal whose last line is
 ///   corrupted is left out of the list with a warning rather than failing the whole listing.
+/// - `find_run` answers from the tenant's run index (`<root>/<tenant>/.runs`, see below), a
+///   cache checked against the files and rebuilt from them when stale or missing: an unknown run
+///   costs a directory listing and the bytes appended since the last lookup, not a read of every
+///   session.
+/// - `salvage` and `set_aside` let an operator recover a journal holding an unreadable line:
+///   the line's bytes are appended to `<session>.jsonl.corrupt` (synced), and the journal is
+///   written anew with the replacement event in its place, then renamed over the old one.
 ///
 /// All file IO runs on tokio's blocking pool, so the futures must be polled inside a tokio
 /// runtime.
@@ -127,6 +140,7 @@ impl EventStore for JsonlStore {
                 .root
                 .join(tenant_id)
                 .join(format!("{session_id}.jsonl.corrupt"));
+            let session = session_id.to_owned();
             blocking(&path.clone(), move || {
                 let count = match std::fs::read_to_string(&path) {
                     Ok(text) => text.lines().filter(|l| !l.trim().is_empty()).count() as u64,
@@ -147,11 +161,71 @@ impl EventStore for JsonlStore {
                     && let Ok(directory) = std::fs::File::open(dir)
                 {
                     let _ = directory.sync_all();
+                    forget(
+                        &crate::index::RunIndex::new(dir.to_path_buf()),
+                        &path,
+                        &session,
+                    );
                 }
                 Ok(count)
             })
             .await
         })
+    }
+
+    fn find_run<'a>(
+        &'a self,
+        tenant_id: &'a str,
+        run_id: &'a str,
+    ) -> BoxFuture<'a, Result<Option<String>, StoreError>> {
+        Box::pin(async move {
+            safe_id("tenant", tenant_id)?;
+            if !loom_core::ids::is_safe_id(run_id) {
+                return Ok(None);
+            }
+            let index = tenant_index(&self.root, tenant_id);
+            let run = run_id.to_owned();
+            let dir = self.root.join(tenant_id);
+            blocking(&dir.clone(), move || {
+                index
+                    .find(&run)
+                    .map_err(io_error(&dir.join(crate::index::INDEX_FILE)))
+            })
+            .await
+        })
+    }
+
+    fn salvage<'a>(
+        &'a self,
+        tenant_id: &'a str,
+        session_id: &'a str,
+    ) -> BoxFuture<'a, Result<Salvage, StoreError>> {
+        Box::pin(async move {
+            let journal = Journal::new(&self.root, tenant_id, session_id)?;
+            let path = journal.path.clone();
+            blocking(&path, move || journal.salvage()).await
+        })
+    }
+
+    fn set_aside<'a>(
+        &'a self,
+        tenant_id: &'a str,
+        session_id: &'a str,
+        lines: Vec<SetAside>,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move {
+            let journal = Journal::new(&self.root, tenant_id, session_id)?;
+            let path = journal.path.clone();
+            blocking(&path, move || journal.set_lines_aside(lines)).await
+        })
+    }
+}
+
+/// Tells the run index that `session`'s file `path` was deleted or rewritten (best effort: a
+/// stale index is noticed anyway).
+pub(crate) fn forget(index: &crate::index::RunIndex, path: &Path, session: &str) {
+    if let Err(error) = index.forget(session) {
+        warn!(path = %path.display(), %error, "could not update the run index");
     }
 }
 
@@ -170,7 +244,7 @@ where
 }
 
 /// Wraps an IO error with its path.
-fn io_error(path: &Path) -> impl Fn(io::Error) -> StoreError + '_ {
+pub(crate) fn io_error(path: &Path) -> impl Fn(io::Error) -> StoreError + '_ {
     move |source| StoreError::Io {
         path: path.display().to_string(),
         source,
@@ -179,10 +253,10 @@ fn io_error(path: &Path) -> impl Fn(io::Error) -> StoreError + '_ {
 
 /// One session journal file.
 #[derive(Debug)]
-struct Journal {
-    tenant_id: String,
-    session_id: String,
-    path: PathBuf,
+pub(crate) struct Journal {
+    pub(crate) tenant_id: String,
+    pub(crate) session_id: String,
+    pub(crate) path: PathBuf,
 }
 
 /// The end of a journal, found by reading it backwards.
@@ -208,11 +282,11 @@ impl Journal {
         })
     }
 
-    fn io(&self) -> impl Fn(io::Error) -> StoreError + '_ {
+    pub(crate) fn io(&self) -> impl Fn(io::Error) -> StoreError + '_ {
         io_error(&self.path)
     }
 
-    fn corrupted(&self, line: usize, source: EventReadError) -> StoreError {
+    pub(crate) fn corrupted(&self, line: usize, source: EventReadError) -> StoreError {
         StoreError::Corrupted {
             path: self.path.display().to_string(),
             line,
@@ -221,7 +295,7 @@ impl Journal {
     }
 
     /// Parses one complete line (without its `'\n'`) and checks it belongs to this journal.
-    fn decode(&self, bytes: &[u8]) -> Result<Event, EventReadError> {
+    pub(crate) fn decode(&self, bytes: &[u8]) -> Result<Event, EventReadError> {
         let text = std::str::from_utf8(bytes)
             .map_err(|err| EventReadError::Json(format!("invalid UTF-8: {err}")))?;
         let event = Event::from_json(text)?;
@@ -243,7 +317,7 @@ impl Journal {
     }
 
     /// Opens the file for reading under a shared lock (`None` when it does not exist).
-    fn open_shared(&self) -> Result<Option<File>, StoreError> {
+    pub(crate) fn open_shared(&self) -> Result<Option<File>, StoreError> {
         let file = match File::open(&self.path) {
             Ok(file) => file,
             Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(None),
@@ -366,10 +440,29 @@ impl Journal {
         }
     }
 
+    /// Opens the file for appending under its exclusive lock, making sure the file locked is
+    /// still the journal (a repair renames a new file over it: an appender that waited for the
+    /// old one's lock opens the new one).
+    pub(crate) fn open_locked(&self) -> Result<File, StoreError> {
+        for _ in 0..REOPEN_ATTEMPTS {
+            let file = self.open_for_append()?;
+            file.lock().map_err(self.io())?;
+            let locked = file_id(&file.metadata().map_err(self.io())?);
+            match fs::metadata(&self.path) {
+                Ok(meta) if file_id(&meta) == locked => return Ok(file),
+                Ok(_) => {}
+                Err(err) if err.kind() == io::ErrorKind::NotFound => {}
+                Err(err) => return Err(self.io()(err)),
+            }
+        }
+        Err(self.io()(io::Error::other(
+            "the journal file kept being replaced while waiting for its lock",
+        )))
+    }
+
     /// Appends `batch` after `expected`, under the exclusive lock.
     fn append(&self, mut batch: Vec<Event>, expected: u64) -> Result<Vec<Event>, StoreError> {
-        let mut file = self.open_for_append()?;
-        file.lock().map_err(self.io())?;
+        let mut file = self.open_locked()?;
         let len = file.metadata().map_err(self.io())?.len();
         let tail = scan_tail(&mut file, len, TAIL_CHUNK).map_err(self.io())?;
         let last = self
@@ -383,6 +476,8 @@ impl Journal {
         }
         assign_seq(&mut batch, last);
         let mut lines = String::new();
+        // Runs started by the batch, with the offset of their line, for the run index.
+        let mut started = Vec::new();
         for event in &batch {
             let json = event.to_json();
             if json.is_empty() {
@@ -390,6 +485,9 @@ impl Journal {
                     "event {} cannot be serialized",
                     event.event_id
                 )));
+            }
+            if matches!(event.payload, Payload::RunStarted(_)) {
+                started.push((event.run_id.clone(), tail.complete_len + lines.len() as u64));
             }
             lines.push_str(&json);
             lines.push('\n');
@@ -400,6 +498,12 @@ impl Journal {
             && let Some(dir) = self.path.parent()
         {
             sync_dir(dir)?;
+        }
+        if let Some(dir) = self.path.parent()
+            && let Err(error) =
+                crate::index::RunIndex::new(dir.to_path_buf()).add(&self.session_id, &started)
+        {
+            warn!(path = %self.path.display(), %error, "could not update the run index");
         }
         Ok(batch)
     }
@@ -507,7 +611,7 @@ fn sessions_blocking(root: &Path, tenant_id: &str) -> Result<Vec<SessionSummary>
 
 /// Syncs a directory, making the names it holds durable (a no-op where directories cannot be
 /// opened as files).
-fn sync_dir(dir: &Path) -> Result<(), StoreError> {
+pub(crate) fn sync_dir(dir: &Path) -> Result<(), StoreError> {
     if cfg!(unix) {
         File::open(dir)
             .and_then(|d| d.sync_all())

@@ -47,7 +47,24 @@
 //! A *complete* line that cannot be read (bad JSON, unsupported version, envelope contradicting
 //! its payload, foreign session, seq out of order) is never skipped: it is reported as
 //! [`StoreError::Corrupted`] with its line number. Journals are independent files, so one
-//! corrupted session never affects another.
+//! corrupted session never affects another. Such a line cannot come from an append (every
+//! event is read back with the reader's limits before it is written), only from the disk, a
+//! hand edit or an older version; `salvage` reads around it and `set_aside` recovers the
+//! session: the line's bytes are appended to `<session>.jsonl.corrupt` and fsynced, then the
+//! journal is written anew beside itself with the replacement event (`session.repaired`) at the
+//! line's seq, fsynced, and renamed over the old file (and the directory fsynced). An appender
+//! that waited for the old file's lock notices the rename and reopens the journal.
+//!
+//! ## The run index
+//!
+//! `<root>/<tenant>/.runs` maps run ids to the session file (and offset) of their `run.started`,
+//! so that `find_run` answers without reading every session. It is a cache, never the truth:
+//! appended after each durable batch that starts a run, without fsync; an entry is used only
+//! once the line it points to checks out; a lookup that finds nothing first reads what was
+//! appended to each session file since the index last saw it (any writer's appends; a file
+//! new, shorter, replaced or rewritten — told by its identity, modification time, length and a
+//! fingerprint of its start and of the end of what was read — from its start); a missing or
+//! unreadable index is rebuilt.
 //!
 //! [`Event::to_json`]: loom_core::event::Event::to_json
 //! [`EventStore`]: loom_core::ports::EventStore
@@ -56,8 +73,10 @@
 
 mod artifacts;
 mod idempotency;
+mod index;
 mod jsonl;
 mod memory;
+mod repair;
 
 pub use artifacts::{LocalArtifacts, MemoryArtifacts};
 pub use idempotency::MemoryIdempotency;

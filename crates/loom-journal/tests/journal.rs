@@ -9,11 +9,12 @@ use std::{
 };
 
 use loom_core::{
-    event::{Event, EventReadError},
-    ports::{EventStore, StoreError},
+    event::{Envelope, Event, EventReadError, Payload, SessionRepaired},
+    ports::{EventStore, SetAside, StoreError},
 };
 use loom_journal::{JsonlStore, MemoryStore};
-use loom_testkit::conformance::{assert_invalid, event, events, seqs};
+use loom_testkit::conformance::{assert_invalid, event, events, nested, seqs, started};
+use serde_json::Map;
 
 fn journal_path(root: &Path, tenant: &str, session: &str) -> PathBuf {
     root.join(tenant).join(format!("{session}.jsonl"))
@@ -315,4 +316,270 @@ async fn jsonl_reads_the_reference_journal() {
     assert_eq!(seqs(&next), [18]);
     let now = std::fs::read_to_string(&path).unwrap();
     assert_eq!(now, original + &lines_of(&next));
+}
+
+// ---------------------------------------------------------------------------------------------
+// JSONL only: unreadable lines set aside, the run index
+
+/// A line written before the journal refused events that do not read back: the outside probe's
+/// `run.started`, its metadata nested 125 levels deep, as line `seq`.
+fn unreadable_line(tenant: &str, session: &str, run: &str, seq: u64) -> String {
+    let mut deep = started(tenant, session, run, nested(125));
+    deep.seq = seq;
+    let line = deep.to_json();
+    assert!(Event::from_json(&line).is_err());
+    line
+}
+
+/// The event that takes the place of line `seq`.
+fn repaired(tenant: &str, session: &str, seq: u64, bytes: usize) -> Event {
+    let mut event = Event::new(
+        Envelope {
+            event_id: format!("repair-{seq}"),
+            ts: chrono::Utc::now(),
+            tenant_id: tenant.into(),
+            session_id: session.into(),
+            run_id: "r1".into(),
+            root_run_id: "r1".into(),
+            span_id: "repair".into(),
+            parent_span_id: None,
+            agent: None,
+            role: None,
+        },
+        Payload::SessionRepaired(SessionRepaired {
+            bytes: bytes as u64,
+            error: "unreadable".into(),
+            moved_to: format!("{session}.jsonl.corrupt"),
+            by: Some("ops".into()),
+        }),
+    );
+    event.seq = seq;
+    event
+}
+
+#[tokio::test]
+async fn jsonl_unreadable_lines_are_salvaged_then_set_aside() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = JsonlStore::new(dir.path());
+    let path = journal_path(dir.path(), "t", "s");
+    store.append(events("t", "s", 3), 0).await.unwrap();
+    let bad = unreadable_line("t", "s", "r1", 2);
+    rewrite_line(&path, 2, |_| bad.clone());
+    append_raw(&path, b"{\"torn");
+    assert_corrupted(store.read("t", "s", 0).await, &path, 2);
+
+    // What can be read is read; the unreadable line is named, with its bytes and its run.
+    let salvage = store.salvage("t", "s").await.unwrap();
+    assert_eq!(salvage.path, path.display().to_string());
+    assert_eq!(seqs(&salvage.events), [1, 3]);
+    assert_eq!(salvage.unreadable.len(), 1);
+    let line = &salvage.unreadable[0];
+    assert_eq!(line.line, 2);
+    assert_eq!(line.bytes, bad.as_bytes());
+    assert_eq!(line.run_id.as_deref(), Some("r1"));
+    assert!(
+        line.error.to_string().contains("recursion limit"),
+        "{}",
+        line.error
+    );
+    assert_eq!(salvage.aside, "s.jsonl.corrupt");
+
+    // Refused, touching nothing: a line that changed, a readable line, a wrong seq.
+    let before = std::fs::read(&path).unwrap();
+    let aside = |line: u64, bytes: &[u8], seq: u64| SetAside {
+        line,
+        bytes: bytes.to_vec(),
+        replacement: repaired("t", "s", seq, bytes.len()),
+    };
+    assert_invalid(
+        store.set_aside("t", "s", vec![aside(2, b"other", 2)]).await,
+        "changed since it was read",
+    );
+    let readable = std::fs::read_to_string(&path)
+        .unwrap()
+        .lines()
+        .next()
+        .unwrap()
+        .to_owned();
+    assert_invalid(
+        store
+            .set_aside("t", "s", vec![aside(1, readable.as_bytes(), 1)])
+            .await,
+        "reads back",
+    );
+    assert_invalid(
+        store
+            .set_aside("t", "s", vec![aside(2, bad.as_bytes(), 3)])
+            .await,
+        "carries seq 3",
+    );
+    assert_invalid(
+        store
+            .set_aside("t", "s", vec![aside(9, bad.as_bytes(), 9)])
+            .await,
+        "has no line 9",
+    );
+    assert_eq!(std::fs::read(&path).unwrap(), before);
+    assert!(!path.with_extension("jsonl.corrupt").exists());
+
+    // Set aside: the bytes are kept, the replacement takes the line's seq, the journal reads
+    // again and takes appends after its last line (the torn tail then goes aside too).
+    store
+        .set_aside("t", "s", vec![aside(2, bad.as_bytes(), 2)])
+        .await
+        .unwrap();
+    let all = store.read("t", "s", 0).await.unwrap();
+    assert_eq!(seqs(&all), [1, 2, 3]);
+    assert!(matches!(all[1].payload, Payload::SessionRepaired(_)));
+    assert_eq!(
+        std::fs::read_to_string(path.with_extension("jsonl.corrupt")).unwrap(),
+        format!("{bad}\n")
+    );
+    assert!(store.salvage("t", "s").await.unwrap().unreadable.is_empty());
+    let next = store.append(events("t", "s", 1), 3).await.unwrap();
+    assert_eq!(seqs(&next), [4]);
+    assert_eq!(seqs(&store.read("t", "s", 0).await.unwrap()), [1, 2, 3, 4]);
+}
+
+/// An append that waited for the lock of a journal file replaced meanwhile (a repair renames
+/// its new file over the old one) writes to the new file, not to the old one nobody reads.
+#[tokio::test]
+async fn jsonl_append_follows_a_journal_file_replaced_while_it_waited() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = JsonlStore::new(dir.path());
+    let path = journal_path(dir.path(), "t", "s");
+    store.append(events("t", "s", 2), 0).await.unwrap();
+    let old = std::fs::File::open(&path).unwrap();
+    old.lock().unwrap();
+    let waiting = {
+        let store = store.clone();
+        tokio::spawn(async move { store.append(events("t", "s", 1), 2).await })
+    };
+    // Give the append time to open the old file and wait for its lock (without it, the append
+    // simply opens the new file: the test then passes without exercising the wait).
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    let replacement = path.with_extension("jsonl.new");
+    std::fs::copy(&path, &replacement).unwrap();
+    std::fs::rename(&replacement, &path).unwrap();
+    old.unlock().unwrap();
+    let written = waiting.await.unwrap().unwrap();
+    assert_eq!(seqs(&written), [3]);
+    assert_eq!(seqs(&store.read("t", "s", 0).await.unwrap()), [1, 2, 3]);
+}
+
+/// The run index is a cache checked against the files: runs written by a writer that does not
+/// keep it are found, its lies are not believed, and a garbled or missing index is rebuilt.
+#[tokio::test]
+async fn jsonl_run_index_is_checked_against_the_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = JsonlStore::new(dir.path());
+    let index = dir.path().join("t").join(".runs");
+    store
+        .append(vec![started("t", "s1", "r1", Map::new())], 0)
+        .await
+        .unwrap();
+    store
+        .append(vec![started("t", "s2", "r2", Map::new())], 0)
+        .await
+        .unwrap();
+    assert_eq!(
+        store.find_run("t", "r1").await.unwrap().as_deref(),
+        Some("s1")
+    );
+    assert!(index.exists());
+
+    // Another writer, which keeps no index: a new session, then a run added to s1.
+    let mut r3 = started("t", "s3", "r3", Map::new());
+    r3.seq = 1;
+    std::fs::write(
+        journal_path(dir.path(), "t", "s3"),
+        format!("{}\n", r3.to_json()),
+    )
+    .unwrap();
+    let mut r4 = started("t", "s1", "r4", Map::new());
+    r4.seq = 2;
+    append_raw(
+        &journal_path(dir.path(), "t", "s1"),
+        format!("{}\n", r4.to_json()).as_bytes(),
+    );
+    assert_eq!(
+        store.find_run("t", "r3").await.unwrap().as_deref(),
+        Some("s3")
+    );
+    assert_eq!(
+        store.find_run("t", "r4").await.unwrap().as_deref(),
+        Some("s1")
+    );
+
+    // An entry that points at the wrong line is not believed.
+    append_raw(&index, b"run r5 s1 0\nrun r2 s1 0\n");
+    assert_eq!(store.find_run("t", "r5").await.unwrap(), None);
+    assert_eq!(
+        store.find_run("t", "r2").await.unwrap().as_deref(),
+        Some("s2")
+    );
+
+    // A session file replaced by hand (another inode, another content): read again.
+    let mut r6 = started("t", "s2", "r6", Map::new());
+    r6.seq = 1;
+    std::fs::remove_file(journal_path(dir.path(), "t", "s2")).unwrap();
+    std::fs::write(
+        journal_path(dir.path(), "t", "s2"),
+        format!("{}\n", r6.to_json()),
+    )
+    .unwrap();
+    assert_eq!(store.find_run("t", "r2").await.unwrap(), None);
+    assert_eq!(
+        store.find_run("t", "r6").await.unwrap().as_deref(),
+        Some("s2")
+    );
+
+    // A file rewritten in place (same inode), longer than what the index read: its start is
+    // not what the index saw, so it is read again from its start.
+    let mut r8 = started("t", "s3", "r8-rewritten", Map::new());
+    r8.seq = 1;
+    std::fs::write(
+        journal_path(dir.path(), "t", "s3"),
+        format!("{}\n", r8.to_json()),
+    )
+    .unwrap();
+    assert_eq!(
+        store
+            .find_run("t", "r8-rewritten")
+            .await
+            .unwrap()
+            .as_deref(),
+        Some("s3")
+    );
+    assert_eq!(store.find_run("t", "r3").await.unwrap(), None);
+
+    // A garbled index, then no index: rebuilt from the files.
+    std::fs::write(&index, "not an index\n").unwrap();
+    assert_eq!(
+        store.find_run("t", "r4").await.unwrap().as_deref(),
+        Some("s1")
+    );
+    std::fs::remove_file(&index).unwrap();
+    assert_eq!(
+        store
+            .find_run("t", "r8-rewritten")
+            .await
+            .unwrap()
+            .as_deref(),
+        Some("s3")
+    );
+    assert_eq!(store.find_run("t", "nobody").await.unwrap(), None);
+
+    // A run whose line does not read back is still found: its session says where it breaks.
+    let bad = unreadable_line("t", "s7", "r7", 1);
+    std::fs::write(journal_path(dir.path(), "t", "s7"), format!("{bad}\n")).unwrap();
+    assert_eq!(
+        store.find_run("t", "r7").await.unwrap().as_deref(),
+        Some("s7")
+    );
+    assert_corrupted(
+        store.read("t", "s7", 0).await,
+        &journal_path(dir.path(), "t", "s7"),
+        1,
+    );
 }

@@ -120,10 +120,18 @@ async fn by_uri(
         let path = file_path(uri).ok_or_else(|| {
             format!("{at}: {uri} is not a usable file URI (expected file:///absolute/path)")
         })?;
-        let path = under_roots(&loom.config().mcp_file_roots(), &path, at)?;
-        let mut attachment = loom
-            .read_attachment(&path)
-            .map_err(|e| format!("{at}: {e}"))?;
+        // Resolving the path and reading the file block: on the blocking pool, not on a
+        // worker thread of the runtime (a slow disk, a FIFO, would stall every other request).
+        let reader = loom.clone();
+        let at_owned = at.to_owned();
+        let mut attachment = tokio::task::spawn_blocking(move || {
+            let path = under_roots(&reader.config().mcp_file_roots(), &path, &at_owned)?;
+            reader
+                .read_attachment(&path)
+                .map_err(|e| format!("{at_owned}: {e}"))
+        })
+        .await
+        .map_err(|e| format!("{at}: the file could not be read: {e}"))??;
         if let Some(name) = name {
             attachment.name = name;
         }
@@ -229,5 +237,86 @@ mod tests {
         }
         let none = under_roots(&[], &inside, "attachments[0]").unwrap_err();
         assert!(none.contains("declares no folder"), "{none}");
+    }
+
+    /// A `file://` attachment is read off the runtime's threads: on a one-thread runtime, a
+    /// FIFO whose writer is a task of that runtime is read (read on the runtime's thread, the
+    /// read would wait for a writer that cannot run: a watchdog thread then writes instead, and
+    /// the test fails).
+    #[cfg(unix)]
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_file_attachment_is_read_off_the_runtime_threads() {
+        use std::{
+            io::Write,
+            sync::{
+                Arc,
+                atomic::{AtomicBool, Ordering},
+            },
+            time::{Duration, Instant},
+        };
+
+        use loom_ia::config::{AgentSpec, Config, LoomConfig, ModelSpec, Sdk};
+
+        const PNG: &[u8] = &[
+            0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a, 0x00, 0x00, 0x00, 0x0d, 0x49, 0x48,
+            0x44, 0x52, 0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x01, 0x08, 0x06, 0x00, 0x00,
+            0x00, 0x1f, 0x15, 0xc4, 0x89,
+        ];
+        let dir = tempfile::tempdir().unwrap();
+        let mut raw = LoomConfig {
+            models: vec![ModelSpec::new("fake", Sdk::Fake, "FAKE")],
+            agents: vec![AgentSpec::new("echo", "fake")],
+            ..LoomConfig::default()
+        };
+        raw.server.mcp.file_roots = vec![dir.path().to_path_buf()];
+        let loom = Loom::new(Config::new(raw, dir.path().to_path_buf()).unwrap()).unwrap();
+        let fifo = dir.path().join("pipe.png");
+        let made = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap();
+        assert!(made.success());
+
+        let write = {
+            let fifo = fifo.clone();
+            move || {
+                let mut writer = std::fs::OpenOptions::new().write(true).open(&fifo).unwrap();
+                writer.write_all(PNG).unwrap();
+            }
+        };
+        // The writer, started by a task of this runtime: it starts only if the thread is free.
+        let writer = tokio::spawn({
+            let write = write.clone();
+            async move { std::thread::spawn(write) }
+        });
+        let done = Arc::new(AtomicBool::new(false));
+        let fired = Arc::new(AtomicBool::new(false));
+        let watchdog = {
+            let (done, fired) = (done.clone(), fired.clone());
+            std::thread::spawn(move || {
+                let deadline = Instant::now() + Duration::from_secs(20);
+                while !done.load(Ordering::SeqCst) {
+                    if Instant::now() > deadline {
+                        fired.store(true, Ordering::SeqCst);
+                        write();
+                        return;
+                    }
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            })
+        };
+        let uri = format!("file://{}", fifo.display());
+        let read = read(&loom, "default", Some(&serde_json::json!([uri]))).await;
+        done.store(true, Ordering::SeqCst);
+        watchdog.join().unwrap();
+        assert!(
+            !fired.load(Ordering::SeqCst),
+            "the runtime's thread was blocked reading the attachment"
+        );
+        let attachments = read.unwrap();
+        assert_eq!(attachments.len(), 1);
+        assert_eq!(attachments[0].media_type, "image/png");
+        assert_eq!(attachments[0].bytes, PNG);
+        writer.await.unwrap().join().unwrap();
     }
 }

@@ -31,6 +31,11 @@ impl SqliteIdempotency {
         SqliteStore::open(path).map(SqliteIdempotency::of)
     }
 
+    /// [`SqliteIdempotency::open`] inside a tokio runtime; see [`SqliteStore::connect`].
+    pub async fn connect(path: impl AsRef<Path>) -> Result<SqliteIdempotency, StoreError> {
+        SqliteStore::connect(path).await.map(SqliteIdempotency::of)
+    }
+
     /// The idempotency store in the same file as `store`, sharing its connections.
     pub fn of(store: SqliteStore) -> SqliteIdempotency {
         SqliteIdempotency { store }

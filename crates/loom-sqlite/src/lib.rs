@@ -49,17 +49,31 @@
 //!
 //! ## Runtime
 //!
-//! [`SqliteStore::open`] is synchronous (it creates the file and the schema on a helper
-//! thread); the store's futures must be polled inside a tokio runtime, where its connection
-//! pool is created at first use.
+//! [`SqliteStore::connect`] opens the file inside a tokio runtime without blocking a worker
+//! thread; [`SqliteStore::open`] is for synchronous callers (it creates the file and the schema
+//! on a helper thread, and blocks until they are ready). The store's futures must be polled
+//! inside a tokio runtime, where its connection pool is created at first use.
+//!
+//! ## Unreadable rows
+//!
+//! A row whose event does not read back cannot come from an append (every event is read back
+//! with the reader's limits before it is written); [`EventStore::salvage`] reads around one and
+//! [`EventStore::set_aside`] copies it to the table `set_aside` (`tenant_id, session_id, seq,
+//! event, set_aside_at`, created in every file) and rewrites the row with its replacement
+//! event, in one `BEGIN IMMEDIATE` transaction. Erasing a session erases its rows set aside.
+//! [`EventStore::find_run`] is a query on the run index (`events_run`).
 //!
 //! [`EventStore`]: loom_core::ports::EventStore
+//! [`EventStore::salvage`]: loom_core::ports::EventStore::salvage
+//! [`EventStore::set_aside`]: loom_core::ports::EventStore::set_aside
+//! [`EventStore::find_run`]: loom_core::ports::EventStore::find_run
 //! [`Event::to_json`]: loom_core::event::Event::to_json
 //! [`Event::from_json`]: loom_core::event::Event::from_json
 //! [`StoreError::Conflict`]: loom_core::ports::StoreError::Conflict
 //! [`StoreError::Corrupted`]: loom_core::ports::StoreError::Corrupted
 
 mod idempotency;
+mod repair;
 mod store;
 
 pub use idempotency::SqliteIdempotency;

@@ -11,7 +11,7 @@ use chrono::SecondsFormat;
 use loom_core::{
     BoxFuture,
     event::{Event, EventReadError},
-    ports::{EventStore, SessionSummary, StoreError},
+    ports::{EventStore, Salvage, SessionSummary, SetAside, StoreError},
 };
 use sqlx::{
     Connection, Row,
@@ -86,11 +86,21 @@ const IDEMPOTENCY_COLUMNS: &[(&str, &str)] = &[
     ),
 ];
 
+/// Where unreadable rows are kept once set aside ([`EventStore::set_aside`]): created in every
+/// file, old ones included.
+const SET_ASIDE_SCHEMA: &str = "CREATE TABLE IF NOT EXISTS set_aside (
+        tenant_id   TEXT    NOT NULL,
+        session_id  TEXT    NOT NULL,
+        seq         INTEGER NOT NULL,
+        event       TEXT    NOT NULL,
+        set_aside_at TEXT   NOT NULL
+    )";
+
 /// The index behind erasing a session's keys.
 const IDEMPOTENCY_INDEX: &str =
     "CREATE INDEX IF NOT EXISTS idempotency_session ON idempotency (tenant_id, session_id)";
 
-const INSERT: &str = "INSERT INTO events (tenant_id, session_id, seq, event_id, ts, run_id, \
+pub(crate) const INSERT: &str = "INSERT INTO events (tenant_id, session_id, seq, event_id, ts, run_id, \
      root_run_id, type, category, status, agent, role, facets, event, ingested) \
      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)";
 
@@ -114,30 +124,19 @@ struct Inner {
 
 impl SqliteStore {
     /// Opens (creating it, its directory and the schema when missing) the database file at
-    /// `path`, in WAL mode.
-    ///
-    /// Synchronous, and callable inside or outside a tokio runtime: the schema is set up on a
-    /// short-lived helper thread. Fails when the file cannot be created or opened, is not a
-    /// SQLite database, cannot use WAL, or was written by a newer schema.
+    /// `path`, in WAL mode, for a caller outside any async runtime (a synchronous program, a
+    /// test): it blocks until the file is set up, on a short-lived helper thread. Inside a tokio
+    /// runtime use [`SqliteStore::connect`], which does not block a worker thread. Fails when
+    /// the file cannot be created or opened, is not a SQLite database, cannot use WAL, or was
+    /// written by a newer schema.
     pub fn open(path: impl AsRef<Path>) -> Result<SqliteStore, StoreError> {
         let path = path.as_ref().to_path_buf();
         let io_err = |source| StoreError::Io {
             path: path.display().to_string(),
             source,
         };
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).map_err(|source| StoreError::Io {
-                path: dir.display().to_string(),
-                source,
-            })?;
-        }
-        let options = SqliteConnectOptions::new()
-            .filename(&path)
-            .create_if_missing(true)
-            .foreign_keys(false)
-            .synchronous(SqliteSynchronous::Full)
-            .busy_timeout(BUSY_TIMEOUT)
-            .pragma("secure_delete", "ON");
+        create_parent(&path)?;
+        let options = connect_options(&path);
         let setup = {
             let options = options.clone();
             let path = path.clone();
@@ -158,13 +157,34 @@ impl SqliteStore {
         setup
             .join()
             .map_err(|_| io_err(io::Error::other("the schema setup thread panicked")))??;
-        Ok(SqliteStore {
+        Ok(SqliteStore::with(path, options))
+    }
+
+    /// [`SqliteStore::open`] for a caller inside a tokio runtime: the directory is created on
+    /// the blocking pool and the file set up through the connection's own thread, so no worker
+    /// thread of the runtime waits. Fails like `open`.
+    pub async fn connect(path: impl AsRef<Path>) -> Result<SqliteStore, StoreError> {
+        let path = path.as_ref().to_path_buf();
+        let parent = path.clone();
+        tokio::task::spawn_blocking(move || create_parent(&parent))
+            .await
+            .map_err(|err| StoreError::Io {
+                path: path.display().to_string(),
+                source: io::Error::other(err),
+            })??;
+        let options = connect_options(&path);
+        set_up(options.clone(), &path).await?;
+        Ok(SqliteStore::with(path, options))
+    }
+
+    fn with(path: PathBuf, options: SqliteConnectOptions) -> SqliteStore {
+        SqliteStore {
             inner: Arc::new(Inner {
                 path,
                 options,
                 pool: OnceLock::new(),
             }),
-        })
+        }
     }
 
     /// The database file.
@@ -193,12 +213,12 @@ impl SqliteStore {
     }
 
     /// Wraps a database error with the file's path.
-    fn db_error(&self, err: sqlx::Error) -> StoreError {
+    pub(crate) fn db_error(&self, err: sqlx::Error) -> StoreError {
         db_error(&self.inner.path, err)
     }
 
     /// The name of a journal in errors: `<file> (<tenant>/<session>)`.
-    fn journal_name(&self, tenant_id: &str, session_id: &str) -> String {
+    pub(crate) fn journal_name(&self, tenant_id: &str, session_id: &str) -> String {
         format!("{} ({tenant_id}/{session_id})", self.inner.path.display())
     }
 
@@ -430,14 +450,26 @@ impl SqliteStore {
             .begin_with("BEGIN IMMEDIATE")
             .await
             .map_err(|err| self.db_error(err))?;
-        let deleted = sqlx::query("DELETE FROM events WHERE tenant_id = ?1 AND session_id = ?2")
-            .bind(tenant_id)
-            .bind(session_id)
-            .execute(&mut *tx)
-            .await
-            .map_err(|err| self.db_error(err));
+        // The journal, and the rows set aside from it.
+        let deleted = async {
+            let deleted =
+                sqlx::query("DELETE FROM events WHERE tenant_id = ?1 AND session_id = ?2")
+                    .bind(tenant_id)
+                    .bind(session_id)
+                    .execute(&mut *tx)
+                    .await?
+                    .rows_affected();
+            sqlx::query("DELETE FROM set_aside WHERE tenant_id = ?1 AND session_id = ?2")
+                .bind(tenant_id)
+                .bind(session_id)
+                .execute(&mut *tx)
+                .await?;
+            Ok::<u64, sqlx::Error>(deleted)
+        }
+        .await
+        .map_err(|err| self.db_error(err));
         let deleted = match deleted {
-            Ok(result) => result.rows_affected(),
+            Ok(deleted) => deleted,
             Err(err) => {
                 if let Err(undo) = tx.rollback().await {
                     warn!(path = %self.inner.path.display(), error = %undo, "rollback failed");
@@ -450,6 +482,29 @@ impl SqliteStore {
             self.checkpoint().await;
         }
         Ok(deleted)
+    }
+
+    /// The session holding `run_id`'s `run.started`, by the run index (`events_run`): the row's
+    /// columns were written from the event, so a row whose event no longer reads back is found.
+    async fn find_run_now(
+        &self,
+        tenant_id: &str,
+        run_id: &str,
+    ) -> Result<Option<String>, StoreError> {
+        safe_id("tenant", tenant_id)?;
+        let row = sqlx::query(
+            "SELECT session_id FROM events \
+             WHERE tenant_id = ?1 AND run_id = ?2 AND type = 'run.started' \
+             ORDER BY ingested DESC LIMIT 1",
+        )
+        .bind(tenant_id)
+        .bind(run_id)
+        .fetch_optional(self.pool())
+        .await
+        .map_err(|err| self.db_error(err))?;
+        row.map(|row| row.try_get::<String, _>(0))
+            .transpose()
+            .map_err(|err| self.db_error(err))
     }
 
     /// Copies the WAL into the file and truncates it, so that erased rows do not linger in it.
@@ -514,19 +569,44 @@ impl EventStore for SqliteStore {
     ) -> BoxFuture<'a, Result<u64, StoreError>> {
         Box::pin(self.delete_now(tenant_id, session_id))
     }
+
+    fn find_run<'a>(
+        &'a self,
+        tenant_id: &'a str,
+        run_id: &'a str,
+    ) -> BoxFuture<'a, Result<Option<String>, StoreError>> {
+        Box::pin(self.find_run_now(tenant_id, run_id))
+    }
+
+    fn salvage<'a>(
+        &'a self,
+        tenant_id: &'a str,
+        session_id: &'a str,
+    ) -> BoxFuture<'a, Result<Salvage, StoreError>> {
+        Box::pin(self.salvage_now(tenant_id, session_id))
+    }
+
+    fn set_aside<'a>(
+        &'a self,
+        tenant_id: &'a str,
+        session_id: &'a str,
+        lines: Vec<SetAside>,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(self.set_aside_now(tenant_id, session_id, lines))
+    }
 }
 
 /// The query columns of an event that are not plain strings of it.
 #[derive(Debug)]
-struct Columns {
-    ts: String,
-    category: String,
-    status: String,
-    facets: String,
+pub(crate) struct Columns {
+    pub(crate) ts: String,
+    pub(crate) category: String,
+    pub(crate) status: String,
+    pub(crate) facets: String,
 }
 
 impl Columns {
-    fn of(event: &Event) -> Result<Columns, StoreError> {
+    pub(crate) fn of(event: &Event) -> Result<Columns, StoreError> {
         let unserializable = |err: serde_json::Error| {
             StoreError::Invalid(format!(
                 "event {} cannot be serialized: {err}",
@@ -546,8 +626,30 @@ impl Columns {
     }
 }
 
+/// Creates the directory of the database file `path` when missing.
+fn create_parent(path: &Path) -> Result<(), StoreError> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(|source| StoreError::Io {
+            path: dir.display().to_string(),
+            source,
+        })?;
+    }
+    Ok(())
+}
+
+/// How every connection to the file `path` is opened.
+fn connect_options(path: &Path) -> SqliteConnectOptions {
+    SqliteConnectOptions::new()
+        .filename(path)
+        .create_if_missing(true)
+        .foreign_keys(false)
+        .synchronous(SqliteSynchronous::Full)
+        .busy_timeout(BUSY_TIMEOUT)
+        .pragma("secure_delete", "ON")
+}
+
 /// A seq or count as SQLite's signed integer (saturating: seqs never come near `i64::MAX`).
-fn to_sql(value: u64) -> i64 {
+pub(crate) fn to_sql(value: u64) -> i64 {
     i64::try_from(value).unwrap_or(i64::MAX)
 }
 
@@ -622,6 +724,10 @@ async fn set_up(options: SqliteConnectOptions, path: &Path) -> Result<(), StoreE
             }
         }
         sqlx::query(IDEMPOTENCY_INDEX)
+            .execute(&mut *tx)
+            .await
+            .map_err(|err| db_error(path, err))?;
+        sqlx::query(SET_ASIDE_SCHEMA)
             .execute(&mut *tx)
             .await
             .map_err(|err| db_error(path, err))?;

@@ -10,11 +10,11 @@ use std::{
 };
 
 use loom_core::{
-    event::EventReadError,
-    ports::{EventStore, StoreError},
+    event::{Envelope, Event, EventReadError, Payload, SessionRepaired},
+    ports::{EventStore, SetAside, StoreError},
 };
 use loom_sqlite::SqliteStore;
-use loom_testkit::conformance::{event, events, seqs};
+use loom_testkit::conformance::{assert_invalid, event, events, nested, seqs, started};
 use sqlx::{Connection, Row, sqlite::SqliteConnection};
 
 // A freshly opened `SqliteStore` on the same file for every handle, as another process would
@@ -288,6 +288,139 @@ async fn delete_leaves_no_trace_in_the_file_or_its_wal() {
         }
     }
     assert_eq!(store.read("t", "other", 0).await.unwrap().len(), 3);
+}
+
+/// A row written before the journal refused events that do not read back: the outside probe's
+/// `run.started`, metadata nested 125 levels deep, as the event of row `seq` of `t/s`.
+async fn write_unreadable_row(conn: &mut SqliteConnection, seq: i64) -> String {
+    let mut deep = started("t", "s", "r1", nested(125));
+    deep.seq = u64::try_from(seq).unwrap();
+    let line = deep.to_json();
+    sqlx::query(
+        "UPDATE events SET event = ?1, run_id = 'r1', type = 'run.started' \
+         WHERE tenant_id = 't' AND session_id = 's' AND seq = ?2",
+    )
+    .bind(&line)
+    .bind(seq)
+    .execute(&mut *conn)
+    .await
+    .unwrap();
+    line
+}
+
+fn repaired(seq: u64) -> Event {
+    let mut event = Event::new(
+        Envelope {
+            event_id: format!("repair-{seq}"),
+            ts: chrono::Utc::now(),
+            tenant_id: "t".into(),
+            session_id: "s".into(),
+            run_id: "r1".into(),
+            root_run_id: "r1".into(),
+            span_id: "repair".into(),
+            parent_span_id: None,
+            agent: None,
+            role: None,
+        },
+        Payload::SessionRepaired(SessionRepaired {
+            bytes: 1,
+            error: "unreadable".into(),
+            moved_to: "set_aside".into(),
+            by: None,
+        }),
+    );
+    event.seq = seq;
+    event
+}
+
+#[tokio::test]
+async fn an_unreadable_row_is_salvaged_set_aside_then_erased_with_its_session() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("loom.db");
+    let store = SqliteStore::open(&file).unwrap();
+    store.append(events("t", "s", 3), 0).await.unwrap();
+    let mut conn = raw(&file).await;
+    let bad = write_unreadable_row(&mut conn, 2).await;
+    corrupted(store.read("t", "s", 0).await, &file, "s", 2);
+    // The run is found by its row's columns, so its session says where it breaks.
+    assert_eq!(
+        store.find_run("t", "r1").await.unwrap().as_deref(),
+        Some("s")
+    );
+
+    let salvage = store.salvage("t", "s").await.unwrap();
+    assert_eq!(seqs(&salvage.events), [1, 3]);
+    assert_eq!(salvage.unreadable.len(), 1);
+    assert_eq!(salvage.unreadable[0].line, 2);
+    assert_eq!(salvage.unreadable[0].bytes, bad.as_bytes());
+    assert_eq!(salvage.unreadable[0].run_id.as_deref(), Some("r1"));
+    assert_eq!(salvage.aside, "the SQLite table set_aside");
+
+    let aside = |line: u64, bytes: &[u8]| SetAside {
+        line,
+        bytes: bytes.to_vec(),
+        replacement: repaired(line),
+    };
+    assert_invalid(
+        store.set_aside("t", "s", vec![aside(2, b"other")]).await,
+        "changed since it was read",
+    );
+    let first = salvage.events[0].to_json();
+    assert_invalid(
+        store
+            .set_aside("t", "s", vec![aside(1, first.as_bytes())])
+            .await,
+        "reads back",
+    );
+    store
+        .set_aside("t", "s", vec![aside(2, bad.as_bytes())])
+        .await
+        .unwrap();
+    let all = store.read("t", "s", 0).await.unwrap();
+    assert_eq!(seqs(&all), [1, 2, 3]);
+    assert!(matches!(all[1].payload, Payload::SessionRepaired(_)));
+    let kept: String = sqlx::query("SELECT event FROM set_aside WHERE seq = 2")
+        .fetch_one(&mut conn)
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(kept, bad);
+    assert_eq!(
+        seqs(&store.append(events("t", "s", 1), 3).await.unwrap()),
+        [4]
+    );
+
+    // Erasing the session erases what was set aside from it.
+    assert_eq!(store.delete("t", "s").await.unwrap(), 4);
+    let left: i64 = sqlx::query("SELECT COUNT(*) FROM set_aside")
+        .fetch_one(&mut conn)
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(left, 0);
+}
+
+/// `connect` sets the file up without holding the runtime's thread: on a one-thread runtime,
+/// another task runs while it waits for SQLite (`open` would block the thread throughout).
+#[tokio::test(flavor = "current_thread")]
+async fn connect_lets_the_runtime_run_other_tasks_meanwhile() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("nested").join("loom.db");
+    let ran = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = ran.clone();
+    let other = tokio::spawn(async move { flag.store(true, std::sync::atomic::Ordering::SeqCst) });
+    let store = SqliteStore::connect(&file).await.unwrap();
+    assert!(
+        ran.load(std::sync::atomic::Ordering::SeqCst),
+        "the runtime's only thread was held while the file was set up"
+    );
+    other.await.unwrap();
+    assert_eq!(
+        seqs(&store.append(events("t", "s", 1), 0).await.unwrap()),
+        [1]
+    );
+    let mut conn = raw(&file).await;
+    assert_eq!(pragma(&mut conn, "PRAGMA journal_mode").await, "wal");
 }
 
 // ---------------------------------------------------------------------------------------------

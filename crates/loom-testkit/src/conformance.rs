@@ -34,9 +34,10 @@ use std::{
 use chrono::{DateTime, TimeZone, Utc};
 use loom_core::{
     EventStatus,
-    event::{Envelope, Event, Payload, RunClaimed},
+    event::{Envelope, Event, Payload, RunClaimed, RunContext, RunStarted},
     ports::{EventStore, StoreError},
 };
+use serde_json::{Map, Value, json};
 
 /// A factory handing out handles on one storage (see the module documentation).
 pub type Open<'a> = &'a dyn Fn() -> Arc<dyn EventStore>;
@@ -62,6 +63,8 @@ macro_rules! store_conformance {
             unsafe_ids_are_refused,
             empty_batch_is_a_no_op,
             delete_erases_one_session,
+            unreadable_events_are_refused,
+            runs_are_found_by_id,
         );
     };
     (@tests $name:ident, $setup:expr; $($scenario:ident),* $(,)?) => {
@@ -111,6 +114,48 @@ pub fn event(tenant: &str, session: &str, label: &str) -> Event {
         lease_until: ts + chrono::Duration::seconds(30),
     });
     Event::new(envelope, payload)
+}
+
+/// The `run.started` of `run` in `tenant/session`, its context carrying `metadata`.
+pub fn started(tenant: &str, session: &str, run: &str, metadata: Map<String, Value>) -> Event {
+    let ts = now();
+    let envelope = Envelope {
+        event_id: format!("ev-{session}-{run}-{}", ts.timestamp_micros()),
+        ts,
+        tenant_id: tenant.into(),
+        session_id: session.into(),
+        run_id: run.into(),
+        root_run_id: run.into(),
+        span_id: format!("span-{run}"),
+        parent_span_id: None,
+        agent: Some("demo".into()),
+        role: None,
+    };
+    let payload = Payload::RunStarted(RunStarted {
+        kind: "normal".into(),
+        context: RunContext {
+            tenant_id: tenant.into(),
+            user_id: None,
+            metadata,
+        },
+        parent_run_id: None,
+        parent_call_id: None,
+        depth: 0,
+        triggered_by: None,
+        trigger: None,
+        judges: "auto".into(),
+        budget: None,
+        state: Map::new(),
+    });
+    Event::new(envelope, payload)
+}
+
+/// An object nested `levels` deep (itself the first level).
+pub fn nested(levels: usize) -> Map<String, Value> {
+    let inner = (1..levels).fold(json!(1), |inner, _| json!({ "a": inner }));
+    let mut object = Map::new();
+    object.insert("a".into(), inner);
+    object
 }
 
 /// `n` well-formed events of `tenant/session`, labelled `0`, `1`, …
@@ -404,4 +449,88 @@ pub async fn delete_erases_one_session(open: Open<'_>) {
     let again = store.append(events("t", "gone", 2), 0).await.unwrap();
     assert_eq!(seqs(&again), [1, 2]);
     assert_eq!(open().read("t", "gone", 0).await.unwrap(), again);
+}
+
+/// An event that would not read back (metadata nested 125 levels deep: under the JSON reader's
+/// recursion limit on its own, past it inside the event) is refused with its batch, naming it;
+/// nothing is written, and the journal stays readable.
+pub async fn unreadable_events_are_refused(open: Open<'_>) {
+    let store = open();
+    store
+        .append(vec![started("t", "s", "r0", nested(64))], 0)
+        .await
+        .unwrap();
+    let deep = started("t", "s", "r1", nested(125));
+    let id = deep.event_id.clone();
+    assert_invalid(
+        store.append(vec![event("t", "s", "ok"), deep], 1).await,
+        &format!("{id} (run.started) would not read back"),
+    );
+    assert_eq!(store.last_seq("t", "s").await.unwrap(), 1);
+    assert_eq!(open().read("t", "s", 0).await.unwrap().len(), 1);
+}
+
+/// `find_run` names the session holding a run's `run.started`, across sessions and handles;
+/// an unknown run, a run of another tenant and a run of an erased session are not found.
+pub async fn runs_are_found_by_id(open: Open<'_>) {
+    let store = open();
+    assert_eq!(store.find_run("t", "r1").await.unwrap(), None);
+    store
+        .append(vec![started("t", "s1", "r1", Map::new())], 0)
+        .await
+        .unwrap();
+    store
+        .append(
+            vec![started("t", "s2", "r2", Map::new()), event("t", "s2", "x")],
+            0,
+        )
+        .await
+        .unwrap();
+    store
+        .append(
+            vec![event("t", "s1", "y"), started("t", "s1", "r3", Map::new())],
+            1,
+        )
+        .await
+        .unwrap();
+    store
+        .append(vec![started("u", "s9", "r9", Map::new())], 0)
+        .await
+        .unwrap();
+    for (run, session) in [("r1", "s1"), ("r2", "s2"), ("r3", "s1")] {
+        assert_eq!(
+            open().find_run("t", run).await.unwrap().as_deref(),
+            Some(session),
+            "{run}"
+        );
+    }
+    // Only run.started names a run's session: `s1` is the run id of no run.
+    for unknown in ["nobody", "r9", "s1", "../x", ""] {
+        assert_eq!(
+            open().find_run("t", unknown).await.unwrap(),
+            None,
+            "{unknown}"
+        );
+    }
+    assert_eq!(
+        store.find_run("u", "r9").await.unwrap().as_deref(),
+        Some("s9")
+    );
+    assert_invalid(store.find_run("../t", "r1").await, "../t");
+
+    assert_eq!(open().delete("t", "s2").await.unwrap(), 2);
+    assert_eq!(store.find_run("t", "r2").await.unwrap(), None);
+    // The session id is used again, by another run: the new file is what counts.
+    store
+        .append(
+            vec![event("t", "s2", "z"), started("t", "s2", "r4", Map::new())],
+            0,
+        )
+        .await
+        .unwrap();
+    assert_eq!(store.find_run("t", "r2").await.unwrap(), None);
+    assert_eq!(
+        open().find_run("t", "r4").await.unwrap().as_deref(),
+        Some("s2")
+    );
 }

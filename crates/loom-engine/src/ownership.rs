@@ -1,0 +1,26 @@
+//! Who may add a run to a session: a session belongs to the agent that opened it. Its root
+//! runs are that agent's (its sub-agents run there as child runs, opened by the engine), so a
+//! caller allowed on another agent cannot name the session and have that agent's model read
+//! its history.
+
+use loom_core::{Event, Payload};
+
+use crate::error::EngineError;
+
+/// Refuses a new root run of `agent` in a session whose journal (`events`) was opened by
+/// another agent ([`EngineError::SessionOfAnotherAgent`], before anything is written). A new
+/// session (no event) belongs to whoever opens it.
+pub(crate) fn check(events: &[Event], session_id: &str, agent: &str) -> Result<(), EngineError> {
+    let owner = events.iter().find_map(|event| match &event.payload {
+        Payload::RunStarted(started) if started.parent_run_id.is_none() => event.agent.as_deref(),
+        _ => None,
+    });
+    match owner {
+        Some(owner) if owner != agent => Err(EngineError::SessionOfAnotherAgent {
+            session_id: session_id.to_owned(),
+            owner: owner.to_owned(),
+            agent: agent.to_owned(),
+        }),
+        _ => Ok(()),
+    }
+}
