@@ -342,6 +342,20 @@ fn a_signed_trigger_needs_no_key_and_runs_in_its_tenant() {
     let now = chrono::Utc::now().timestamp();
     let post = |path: &str, headers: &str| request_with(&address, "POST", path, headers, body);
 
+    // The document says the route takes a request without a key (a signed delivery); the
+    // others still need one.
+    let (status, document) = request(&address, "GET", "/openapi.json", "");
+    assert_eq!(status, 200, "{document}");
+    let document: Value = serde_json::from_str(&document).unwrap();
+    assert_eq!(
+        document["paths"]["/v1/hooks/{name}"]["post"]["security"],
+        serde_json::json!([{"bearer": []}, {"api_key": []}, {}])
+    );
+    assert_eq!(
+        document["paths"]["/v1/agents"]["get"]["security"],
+        serde_json::json!([{"bearer": []}, {"api_key": []}])
+    );
+
     // Unsigned, with a valid key: the key does not replace the signature.
     let (status, answer) = post("/v1/hooks/orders", &format!("X-API-Key: {key}\r\n"));
     assert_eq!(status, 401, "{answer}");

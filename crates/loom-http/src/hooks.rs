@@ -86,7 +86,7 @@ trigger needs a key with the scope `run` and the trigger's agent, in the key's t
         (status = 429, description = "A tenant budget or quota is reached.", body = ErrorBody,
             headers(("Retry-After" = u64, description = "Seconds until a run is let in."))),
     ),
-    security(("bearer" = []), ("api_key" = []), ()),
+    security(("bearer" = []), ("api_key" = [])),
 )]
 pub(crate) async fn deliver(
     State(state): State<AppState>,

@@ -223,7 +223,9 @@ the run id, so a redelivery answers the run of the first (`200`, `repeated`). Bl
 
 /// Lists the signature headers of `POST <prefix>/hooks/{name}` (`X-Loom-Timestamp`,
 /// `X-Loom-Signature`) when a trigger of the configuration declares a `secret_env`, naming those
-/// triggers, and the `401` `invalid_signature` their deliveries can answer.
+/// triggers, and the `401` `invalid_signature` their deliveries can answer; the operation then
+/// also takes a request without a key (an empty security requirement), since a signed delivery
+/// is authenticated by its signature.
 pub(crate) fn signature_headers(
     api: &mut openapi::OpenApi,
     prefix: &str,
@@ -245,6 +247,11 @@ pub(crate) fn signature_headers(
     else {
         return;
     };
+    let security = operation.security.get_or_insert_with(Vec::new);
+    let anonymous = openapi::security::SecurityRequirement::default();
+    if !security.contains(&anonymous) {
+        security.push(anonymous);
+    }
     let names = signed.join(", ");
     let timestamp = format!(
         "The triggers {names} (their `secret_env`): the Unix time of the delivery in seconds, \
