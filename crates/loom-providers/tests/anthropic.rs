@@ -4,7 +4,6 @@
 //! request bodies are snapshotted; one loopback server checks the HTTP side (headers, error
 //! statuses, the missing-key hint). Nothing reaches the real provider.
 
-#![cfg(feature = "anthropic")]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common {

@@ -3,7 +3,6 @@
 //! characters, CRLF), every error body classifies as expected, request bodies are snapshotted,
 //! and the client talks to a local server (no network beyond 127.0.0.1).
 
-#![cfg(feature = "openai")]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 #[path = "openai_support.rs"]

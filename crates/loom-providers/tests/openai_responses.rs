@@ -4,7 +4,6 @@
 //! reasoning items survive a round trip, and the client talks to a local server (no network
 //! beyond 127.0.0.1).
 
-#![cfg(feature = "openai")]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 #[path = "openai_support.rs"]
