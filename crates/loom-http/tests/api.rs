@@ -275,17 +275,15 @@ async fn a_synchronous_run_outlives_a_client_that_goes_away() {
         .send()
         .await;
     assert!(gone.unwrap_err().is_timeout());
-    let completed = tokio::time::timeout(Duration::from_secs(10), async {
-        loop {
-            let (status, body) = server.get("/runs/r-gone").await;
-            if status == StatusCode::OK && body["status"] == "completed" {
-                break body;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
+    let completed = loom_testkit::wait::until("the run to go on without its client", async || {
+        let (status, body) = server.get("/runs/r-gone").await;
+        if status == StatusCode::OK && body["status"] == "completed" {
+            Ok(body)
+        } else {
+            Err(format!("{status} {body}"))
         }
     })
-    .await
-    .expect("the run did not go on without its client");
+    .await;
     assert_eq!(completed["text"], "Fini : attendu 400 ms.");
 }
 
@@ -650,7 +648,7 @@ async fn a_graceful_shutdown_leaves_the_runs_in_flight_open_and_answers_them_503
                 .await
         })
     };
-    let mut events = loop {
+    let mut events = loom_testkit::wait::until("the run's event stream", async || {
         let response = server
             .client
             .get(format!(
@@ -660,11 +658,12 @@ async fn a_graceful_shutdown_leaves_the_runs_in_flight_open_and_answers_them_503
             .send()
             .await
             .unwrap();
-        if response.status() == StatusCode::OK {
-            break Sse::new(response);
+        match response.status() {
+            StatusCode::OK => Ok(Sse::new(response)),
+            status => Err(status),
         }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    })
+    .await;
     while let Some(frame) = events.next().await {
         if frame.event.as_deref() == Some("tool.called") {
             break;
