@@ -6,7 +6,8 @@
 //! with a `utoipa::IntoParams` struct (named in its `#[utoipa::path(params(...))]`), and
 //! [`Params::only`] accepts exactly the query parameters that struct documents, so a parameter
 //! is accepted if and only if the OpenAPI document lists it. Reading a parameter that was not
-//! accepted is a bug caught by a debug assertion (every route's tests read through it).
+//! accepted is a bug of the handler: a 500 `engine` naming the parameter, in every build (every
+//! route's tests read through it).
 
 use axum::{
     extract::{FromRequestParts, Query},
@@ -82,23 +83,30 @@ impl Params {
         })
     }
 
-    /// Every value of `name`, in order.
-    pub(crate) fn all(&self, name: &str) -> Vec<&str> {
-        debug_assert!(
-            self.accepted.iter().any(|known| known == name),
-            "the query parameter '{name}' is read but not documented (accepted: {:?})",
-            self.accepted
-        );
-        self.pairs
+    /// Every value of `name`, in order. Refused (500 `engine`: the handler's bug, not the
+    /// client's) when `name` is not a parameter the route documents, which the client could not
+    /// have sent.
+    pub(crate) fn all(&self, name: &str) -> Result<Vec<&str>, ApiError> {
+        if !self.accepted.iter().any(|known| known == name) {
+            return Err(ApiError::new(
+                ErrorKind::Engine,
+                format!(
+                    "the query parameter '{name}' is read but not documented (accepted: {})",
+                    self.accepted.join(", ")
+                ),
+            ));
+        }
+        Ok(self
+            .pairs
             .iter()
             .filter(|(n, _)| n == name)
             .map(|(_, v)| v.as_str())
-            .collect()
+            .collect())
     }
 
     /// The value of a single-valued parameter, refused when given twice.
     pub(crate) fn one(&self, name: &str) -> Result<Option<&str>, ApiError> {
-        match self.all(name).as_slice() {
+        match self.all(name)?.as_slice() {
             [] => Ok(None),
             [value] => Ok(Some(value)),
             _ => Err(invalid(name, "given more than once")),
@@ -139,7 +147,7 @@ impl Params {
         name: &str,
         expected: &str,
     ) -> Result<Vec<T>, ApiError> {
-        self.all(name)
+        self.all(name)?
             .into_iter()
             .map(|text| {
                 serde_json::from_value(serde_json::Value::String(text.to_owned())).map_err(|_| {
@@ -193,11 +201,24 @@ mod tests {
         }
     }
 
-    /// A handler cannot read a parameter its document does not list (debug builds).
+    /// A handler cannot read a parameter its document does not list, in every build.
     #[test]
-    #[should_panic(expected = "the query parameter 'page' is read but not documented")]
-    fn reading_an_undocumented_parameter_is_a_bug() {
-        let _ = params(&[]).all("page");
+    fn reading_an_undocumented_parameter_is_refused() {
+        let p = params(&[("status", "completed")]);
+        for error in [
+            p.all("page").unwrap_err(),
+            p.one("page").unwrap_err(),
+            p.count("page", 1).unwrap_err(),
+        ] {
+            assert_eq!(error.kind, ErrorKind::Engine);
+            assert_eq!(
+                error.message,
+                "the query parameter 'page' is read but not documented (accepted: status, limit, \
+                 sessions, since, until, agent)"
+            );
+        }
+        // Reading through `only::<T>()` is what makes a parameter readable.
+        assert!(raw(&[]).all("status").is_err());
     }
 
     #[test]
@@ -211,7 +232,7 @@ mod tests {
             ("agent", "a"),
             ("agent", "b"),
         ]);
-        assert_eq!(p.all("status"), vec!["completed", "failed"]);
+        assert_eq!(p.all("status").unwrap(), vec!["completed", "failed"]);
         assert_eq!(
             p.count("limit", 5).unwrap_err().message,
             "limit: 'x' is not a whole number"
