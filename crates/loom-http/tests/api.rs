@@ -265,16 +265,24 @@ async fn a_synchronous_run_is_created_and_read_back() {
 #[tokio::test]
 async fn a_synchronous_run_outlives_a_client_that_goes_away() {
     let server = Server::start().await;
-    let impatient = reqwest::Client::builder()
-        .timeout(Duration::from_millis(100))
-        .build()
-        .unwrap();
-    let gone = impatient
+    let request = server
+        .client
         .post(format!("{}/agents/calc/runs", server.base))
         .json(&json!({"message": "vite", "run_id": "r-gone"}))
-        .send()
-        .await;
-    assert!(gone.unwrap_err().is_timeout());
+        .send();
+    let client = tokio::spawn(request);
+    // The client goes away once the run exists (a client that leaves before leaves nothing to
+    // outlive it: a fixed client timeout raced the server on a loaded machine).
+    loom_testkit::wait::until("the run to start", async || {
+        let (status, body) = server.get("/runs/r-gone").await;
+        if status == StatusCode::OK {
+            Ok(())
+        } else {
+            Err(format!("{status} {body}"))
+        }
+    })
+    .await;
+    client.abort();
     let completed = loom_testkit::wait::until("the run to go on without its client", async || {
         let (status, body) = server.get("/runs/r-gone").await;
         if status == StatusCode::OK && body["status"] == "completed" {
