@@ -3,10 +3,13 @@
 //!
 //! They turn the architecture's invariants into failures: the layering of
 //! crate dependencies ([`layers`]), a `//!` doc comment atop every source
-//! file and versions on internal path dependencies ([`tidy`]).
+//! file and versions on internal path dependencies ([`tidy`]), and test code
+//! that neither times nor hand-polls nor reads `../shared` directly
+//! ([`hygiene`]).
 
 #![warn(missing_docs)]
 
+pub mod hygiene;
 pub mod layers;
 pub mod tidy;
 pub mod workspace;
@@ -51,6 +54,10 @@ pub fn run_all(root: &Path) -> Result<Vec<Check>, Error> {
         Check {
             name: "path dependency versions",
             violations: tidy::check_path_versions(&manifest, &workspace),
+        },
+        Check {
+            name: "test hygiene",
+            violations: hygiene::check_tests(root)?,
         },
     ])
 }
