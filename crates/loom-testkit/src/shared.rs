@@ -17,13 +17,25 @@ use std::{
 /// The variable that turns a skip into a failure when set to `1`.
 pub const REQUIRE_SERVICES: &str = "LOOM_REQUIRE_SERVICES";
 
-/// The workspace root: `crates/loom-testkit` is two levels below it.
+/// The workspace root: the nearest folder above the running test's package (`cargo test` sets
+/// `CARGO_MANIFEST_DIR` when it runs a test) whose `Cargo.toml` declares `[workspace]`.
+///
+/// Looked up when the test runs, not when this crate is compiled: two checkouts sharing one
+/// target directory share this crate's compiled form (Cargo hashes path packages relative to
+/// their workspace), so a path baked in at compile time could be the other checkout's.
 fn workspace_root() -> PathBuf {
-    let testkit = Path::new(env!("CARGO_MANIFEST_DIR"));
-    testkit
+    let package = std::env::var_os("CARGO_MANIFEST_DIR")
+        .map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")), PathBuf::from);
+    package
         .ancestors()
-        .nth(2)
-        .map_or_else(|| testkit.to_path_buf(), Path::to_path_buf)
+        .find(|dir| declares_a_workspace(&dir.join("Cargo.toml")))
+        .map_or_else(|| package.clone(), Path::to_path_buf)
+}
+
+/// Whether the manifest at `path` has a `[workspace]` table.
+fn declares_a_workspace(path: &Path) -> bool {
+    std::fs::read_to_string(path)
+        .is_ok_and(|manifest| manifest.lines().any(|line| line.trim() == "[workspace]"))
 }
 
 /// Where `../shared` is expected: the folder `shared` beside the workspace root.
@@ -147,9 +159,10 @@ mod tests {
         let workspace = workspace_root();
         assert_eq!(root.file_name().and_then(|n| n.to_str()), Some("shared"));
         assert_eq!(root.parent(), workspace.parent());
+        assert!(declares_a_workspace(&workspace.join("Cargo.toml")));
         assert_eq!(
             workspace.join("crates/loom-testkit"),
-            Path::new(env!("CARGO_MANIFEST_DIR"))
+            Path::new(&std::env::var_os("CARGO_MANIFEST_DIR").unwrap())
         );
     }
 }
