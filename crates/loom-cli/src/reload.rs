@@ -186,12 +186,17 @@ pub(crate) async fn supervise(
                                 }
                                 HandOver::Stopping => {
                                     // The old server was told to stop too: its drain ends.
-                                    let new = stop_child(pid, &mut exited).await;
-                                    let old = match wait_exit(old, &mut exited).await {
-                                        Some(status) => code(status),
-                                        None => FAILED,
-                                    };
-                                    return new.max(old);
+                                    // Either may exit first.
+                                    let mut stopping = vec![old];
+                                    if signal(pid, Signal::SIGTERM) {
+                                        stopping.push(pid);
+                                    }
+                                    return wait_exits(&stopping, &mut exited)
+                                        .await
+                                        .into_iter()
+                                        .map(|status| status.map_or(FAILED, code))
+                                        .max()
+                                        .unwrap_or(OK);
                                 }
                             }
                         }
@@ -206,12 +211,17 @@ pub(crate) async fn supervise(
                         );
                     }
                     Start::Stopping(pid) => {
+                        // Both children stop, in whatever order; the current one's code is
+                        // the supervisor's.
+                        let current = current_pid.filter(|current| signal(*current, Signal::SIGTERM));
+                        let mut stopping: Vec<u32> = current.into_iter().collect();
                         if signal(pid, Signal::SIGTERM) {
-                            wait_exit(pid, &mut exited).await;
+                            stopping.push(pid);
                         }
-                        return match current_pid {
-                            Some(pid) => stop_child(pid, &mut exited).await,
-                            None => OK,
+                        let statuses = wait_exits(&stopping, &mut exited).await;
+                        return match (current, statuses.first()) {
+                            (Some(_), Some(status)) => status.map_or(FAILED, code),
+                            _ => OK,
                         };
                     }
                 }
@@ -354,6 +364,25 @@ async fn wait_exit(
     None
 }
 
+/// Waits for the exits of all of `pids`, in whatever order they come (waiting for one, then
+/// the other, would miss the other's exit if it came first); their statuses, in the order of
+/// `pids` (`None` when the channel closed first).
+async fn wait_exits(
+    pids: &[u32],
+    exited: &mut mpsc::UnboundedReceiver<(u32, ExitStatus)>,
+) -> Vec<Option<ExitStatus>> {
+    let mut statuses = vec![None; pids.len()];
+    while statuses.iter().any(Option::is_none) {
+        let Some((pid, status)) = exited.recv().await else {
+            break;
+        };
+        if let Some(index) = pids.iter().position(|p| *p == pid) {
+            statuses[index] = Some(status);
+        }
+    }
+    statuses
+}
+
 /// Stops the child gracefully; its exit code.
 async fn stop_child(pid: u32, exited: &mut mpsc::UnboundedReceiver<(u32, ExitStatus)>) -> u8 {
     if !signal(pid, Signal::SIGTERM) {
@@ -444,4 +473,34 @@ pub(crate) fn report_ready() {
     let mut out = std::io::stdout().lock();
     let _ = writeln!(out, "{READY}");
     let _ = out.flush();
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::process::ExitStatusExt;
+
+    use super::*;
+
+    /// Two children stopped together: the second one's exit may come first; both are seen.
+    #[tokio::test]
+    async fn exits_are_collected_in_whatever_order_they_come() {
+        let (exits, mut exited) = mpsc::unbounded_channel();
+        exits.send((7, ExitStatus::from_raw(0))).unwrap();
+        exits.send((99, ExitStatus::from_raw(0))).unwrap();
+        exits.send((5, ExitStatus::from_raw(256))).unwrap();
+        let statuses =
+            tokio::time::timeout(Duration::from_secs(10), wait_exits(&[5, 7], &mut exited))
+                .await
+                .expect("an exit that came first was missed");
+        assert_eq!(
+            statuses
+                .iter()
+                .map(|s| s.and_then(|s| s.code()))
+                .collect::<Vec<_>>(),
+            [Some(1), Some(0)]
+        );
+        // A closed channel ends the wait.
+        drop(exits);
+        assert_eq!(wait_exits(&[8], &mut exited).await, [None]);
+    }
 }

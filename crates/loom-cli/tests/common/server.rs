@@ -114,9 +114,22 @@ impl Server {
         self.wait()
     }
 
-    /// Waits for it to exit; its exit code and its whole stderr.
+    /// Waits for it to exit (killed, and the test failed, after [`PATIENCE`]); its exit code
+    /// and its whole stderr.
     pub(crate) fn wait(mut self) -> (Option<i32>, String) {
-        let status = self.child.wait().unwrap();
+        let exited = loom_testkit::wait::blocking_poll_within(
+            format!("the server (pid {}) to exit", self.child.id()),
+            PATIENCE,
+            || self.child.try_wait().unwrap(),
+        );
+        let status = match exited {
+            Ok(status) => status,
+            Err(timed_out) => {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                panic!("{timed_out}; its log:\n{}", self.log());
+            }
+        };
         // The reader thread ends with the pipe (a supervisor's children share it: they have
         // exited too).
         let log = self.log.clone();
