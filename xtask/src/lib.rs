@@ -5,10 +5,12 @@
 //! crate dependencies ([`layers`]), the engine's module graph (no module names
 //! its dispatcher, no import circle: [`modules`]), a `//!` doc comment atop
 //! every source file, versions on internal path dependencies and Cargo
-//! features that gate something ([`tidy`]).
+//! features that gate something ([`tidy`]), and test code that neither times
+//! nor hand-polls nor reads `../shared` directly ([`hygiene`]).
 
 #![warn(missing_docs)]
 
+pub mod hygiene;
 pub mod layers;
 pub mod modules;
 pub mod tidy;
@@ -62,6 +64,10 @@ pub fn run_all(root: &Path) -> Result<Vec<Check>, Error> {
         Check {
             name: "features that gate nothing",
             violations: tidy::check_features(&workspace)?,
+        },
+        Check {
+            name: "test hygiene",
+            violations: hygiene::check_tests(root)?,
         },
     ])
 }

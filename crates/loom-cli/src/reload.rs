@@ -186,8 +186,17 @@ pub(crate) async fn supervise(
                                 }
                                 HandOver::Stopping => {
                                     // The old server was told to stop too: its drain ends.
-                                    signal(pid, Signal::SIGTERM);
-                                    return stopped_both(pid, old, &mut exited).await;
+                                    // Either may exit first.
+                                    let mut stopping = vec![old];
+                                    if signal(pid, Signal::SIGTERM) {
+                                        stopping.push(pid);
+                                    }
+                                    return wait_exits(&stopping, &mut exited)
+                                        .await
+                                        .into_iter()
+                                        .map(|status| status.map_or(FAILED, code))
+                                        .max()
+                                        .unwrap_or(OK);
                                 }
                             }
                         }
@@ -202,12 +211,17 @@ pub(crate) async fn supervise(
                         );
                     }
                     Start::Stopping(pid) => {
+                        // Both children stop, in whatever order; the current one's code is
+                        // the supervisor's.
+                        let current = current_pid.filter(|current| signal(*current, Signal::SIGTERM));
+                        let mut stopping: Vec<u32> = current.into_iter().collect();
                         if signal(pid, Signal::SIGTERM) {
-                            wait_exit(pid, &mut exited).await;
+                            stopping.push(pid);
                         }
-                        return match current_pid {
-                            Some(pid) => stop_child(pid, &mut exited).await,
-                            None => OK,
+                        let statuses = wait_exits(&stopping, &mut exited).await;
+                        return match (current, statuses.first()) {
+                            (Some(_), Some(status)) => status.map_or(FAILED, code),
+                            _ => OK,
                         };
                     }
                 }
@@ -350,24 +364,23 @@ async fn wait_exit(
     None
 }
 
-/// Waits for the exits of two children told to stop, in whichever order they come (waiting
-/// for one, then the other, would miss the second's exit when it came first); the worse of
-/// their exit codes.
-async fn stopped_both(
-    a: u32,
-    b: u32,
+/// Waits for the exits of all of `pids`, in whatever order they come (waiting for one, then
+/// the other, would miss the other's exit if it came first); their statuses, in the order of
+/// `pids` (`None` when the channel closed first).
+async fn wait_exits(
+    pids: &[u32],
     exited: &mut mpsc::UnboundedReceiver<(u32, ExitStatus)>,
-) -> u8 {
-    let (mut first, mut second) = (None, None);
-    while first.is_none() || second.is_none() {
-        match exited.recv().await {
-            Some((pid, status)) if pid == a => first = Some(code(status)),
-            Some((pid, status)) if pid == b => second = Some(code(status)),
-            Some(_) => {}
-            None => break,
+) -> Vec<Option<ExitStatus>> {
+    let mut statuses = vec![None; pids.len()];
+    while statuses.iter().any(Option::is_none) {
+        let Some((pid, status)) = exited.recv().await else {
+            break;
+        };
+        if let Some(index) = pids.iter().position(|p| *p == pid) {
+            statuses[index] = Some(status);
         }
     }
-    first.unwrap_or(FAILED).max(second.unwrap_or(FAILED))
+    statuses
 }
 
 /// Stops the child gracefully; its exit code.
@@ -468,22 +481,26 @@ mod tests {
 
     use super::*;
 
-    /// Two children stopped at once may exit in either order: both exits are seen.
+    /// Two children stopped together: the second one's exit may come first; both are seen.
     #[tokio::test]
-    async fn two_stopped_children_are_awaited_in_either_order() {
-        for (first, second) in [(10, 20), (20, 10)] {
-            let (exits, mut exited) = mpsc::unbounded_channel();
-            exits.send((first, ExitStatus::from_raw(0))).unwrap();
-            exits.send((99, ExitStatus::from_raw(0))).unwrap();
-            exits.send((second, ExitStatus::from_raw(0))).unwrap();
-            let both =
-                tokio::time::timeout(Duration::from_secs(10), stopped_both(10, 20, &mut exited));
-            assert_eq!(both.await, Ok(OK), "{first} exited first");
-        }
+    async fn exits_are_collected_in_whatever_order_they_come() {
         let (exits, mut exited) = mpsc::unbounded_channel();
-        exits.send((20, ExitStatus::from_raw(0))).unwrap();
-        exits.send((10, ExitStatus::from_raw(1 << 8))).unwrap();
-        assert_eq!(stopped_both(10, 20, &mut exited).await, 1);
+        exits.send((7, ExitStatus::from_raw(0))).unwrap();
+        exits.send((99, ExitStatus::from_raw(0))).unwrap();
+        exits.send((5, ExitStatus::from_raw(256))).unwrap();
+        let statuses =
+            tokio::time::timeout(Duration::from_secs(10), wait_exits(&[5, 7], &mut exited))
+                .await
+                .expect("an exit that came first was missed");
+        assert_eq!(
+            statuses
+                .iter()
+                .map(|s| s.and_then(|s| s.code()))
+                .collect::<Vec<_>>(),
+            [Some(1), Some(0)]
+        );
+        // A closed channel ends the wait.
         drop(exits);
+        assert_eq!(wait_exits(&[8], &mut exited).await, [None]);
     }
 }

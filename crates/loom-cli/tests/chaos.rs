@@ -4,6 +4,14 @@
 //! must end with the run completed, exactly one line written and a journal that reads back.
 //!
 //! CI runs a short version; `bench/chaos.sh` runs `CHAOS_TRIALS=1000` (or more).
+//!
+//! **Replaying a failure.** The kill points come from a generator seeded per run: the test
+//! prints its seed on stderr when it starts (`chaos: 25 trial(s), seed 1234…`, past the
+//! harness's capture, so it shows even if the run hangs or is killed), and every failure
+//! repeats it. `CHAOS_SEED=<seed> cargo test -p loom-cli --test chaos` replays the same
+//! sequence of kill delays (a kill still lands wherever the process is at that moment, so a
+//! replay reproduces the schedule, not the exact interleaving). A `CHAOS_SEED` that is not a
+//! whole number above 0 is refused rather than replaced by a random seed.
 
 // Helpers outside #[test] functions unwrap too: a panic there is a failed test.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -13,6 +21,7 @@ mod common;
 use common::*;
 use std::{
     fs,
+    io::Write,
     path::Path,
     process::{Command, Stdio},
     thread,
@@ -20,8 +29,57 @@ use std::{
 };
 
 /// A small deterministic generator (xorshift), seeded per run and printed, so a failing
-/// sequence can be replayed with `CHAOS_SEED`.
+/// sequence can be replayed with `CHAOS_SEED` (never 0: xorshift would stay at 0).
 struct Rng(u64);
+
+/// The seed `CHAOS_SEED` asks for: `None` when unset, an error when it is not a whole number
+/// above 0.
+fn requested_seed(value: Option<&str>) -> Result<Option<u64>, String> {
+    let Some(text) = value else {
+        return Ok(None);
+    };
+    match text.trim().parse::<u64>() {
+        Ok(0) => Err("CHAOS_SEED must not be 0 (the generator would only give 0)".to_owned()),
+        Ok(seed) => Ok(Some(seed)),
+        Err(_) => Err(format!(
+            "CHAOS_SEED={text:?} is not a whole number: give the seed a failed run printed"
+        )),
+    }
+}
+
+/// The seed of this run: `CHAOS_SEED`, else one from the clock (odd, so never 0).
+fn seed() -> u64 {
+    let requested = std::env::var("CHAOS_SEED").ok();
+    match requested_seed(requested.as_deref()) {
+        Ok(Some(seed)) => seed,
+        Ok(None) => {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(1, |d| d.as_nanos() as u64)
+                | 1
+        }
+        Err(message) => panic!("{message}"),
+    }
+}
+
+#[test]
+fn a_chaos_seed_is_read_or_refused() {
+    assert_eq!(requested_seed(None), Ok(None));
+    assert_eq!(
+        requested_seed(Some("1795966376693088005")),
+        Ok(Some(1795966376693088005))
+    );
+    assert!(
+        requested_seed(Some("0"))
+            .unwrap_err()
+            .contains("must not be 0")
+    );
+    assert!(
+        requested_seed(Some("abc"))
+            .unwrap_err()
+            .contains("\"abc\" is not a whole number")
+    );
+}
 
 impl Rng {
     fn next(&mut self) -> u64 {
@@ -79,7 +137,8 @@ fn attempt(
     )
 }
 
-fn trial(dir: &Path, index: usize, rng: &mut Rng) -> Outcome {
+/// One trial; `replay` (the seed and how to replay it) ends every failure message.
+fn trial(dir: &Path, index: usize, rng: &mut Rng, replay: &str) -> Outcome {
     let run_id = format!("t{index}");
     let file = dir.join(format!("out-{index}.txt"));
     let mut kills = 0;
@@ -121,7 +180,7 @@ fn trial(dir: &Path, index: usize, rng: &mut Rng) -> Outcome {
             Some(2) if stderr.contains("driven elsewhere") => {
                 thread::sleep(Duration::from_millis(100))
             }
-            other => panic!("trial {index}: resume ended with {other:?}: {stderr}"),
+            other => panic!("trial {index}: resume ended with {other:?}: {stderr}\n{replay}"),
         }
     }
     let lines = fs::read_to_string(&file)
@@ -129,7 +188,11 @@ fn trial(dir: &Path, index: usize, rng: &mut Rng) -> Outcome {
         .unwrap_or(0);
     // The journal reads back cleanly and says the run completed.
     let (code, stderr, _) = attempt(dir, &file, &["inspect", &run_id, "--json"], None);
-    assert_eq!(code, Some(0), "trial {index}: inspect failed: {stderr}");
+    assert_eq!(
+        code,
+        Some(0),
+        "trial {index}: inspect failed: {stderr}\n{replay}"
+    );
     Outcome {
         kills,
         lines,
@@ -143,16 +206,14 @@ fn killed_runs_resume_to_exactly_one_effect() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(25);
-    let seed: u64 = std::env::var("CHAOS_SEED")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(1, |d| d.as_nanos() as u64)
-                | 1
-        });
-    eprintln!("chaos: {trials} trial(s), seed {seed}");
+    let seed = seed();
+    let replay = format!("chaos seed {seed}: replay with CHAOS_SEED={seed}");
+    // Straight to stderr in one write, past the harness's capture: shown even if the run hangs.
+    let started = format!(
+        "chaos: {trials} trial(s), seed {seed} (replay: CHAOS_SEED={seed} cargo test -p \
+         loom-cli --test chaos)\n"
+    );
+    let _ = std::io::stderr().write_all(started.as_bytes());
     let dir = tempfile::tempdir().unwrap();
     let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/chaos");
     fs::copy(source.join("loom.yaml"), dir.path().join("loom.yaml")).unwrap();
@@ -165,7 +226,7 @@ fn killed_runs_resume_to_exactly_one_effect() {
     let mut rng = Rng(seed);
     let (mut kills, mut duplicates, mut lost) = (0, 0, 0);
     for index in 0..trials {
-        let outcome = trial(dir.path(), index, &mut rng);
+        let outcome = trial(dir.path(), index, &mut rng, &replay);
         kills += outcome.kills;
         if outcome.lines > 1 {
             duplicates += 1;
@@ -177,5 +238,5 @@ fn killed_runs_resume_to_exactly_one_effect() {
     eprintln!(
         "chaos: {trials} trial(s), {kills} kill(s), {duplicates} duplicate(s), {lost} lost run(s)"
     );
-    assert_eq!((duplicates, lost), (0, 0), "seed {seed}");
+    assert_eq!((duplicates, lost), (0, 0), "{replay}");
 }

@@ -15,7 +15,6 @@ use std::{
     fs,
     path::{Path, PathBuf},
     process::{Command, Output, Stdio},
-    time::{Duration, Instant},
 };
 
 use serde_json::{Value, json};
@@ -207,15 +206,7 @@ fn redacted(text: &str, child_ids: &[&str]) -> String {
 
 /// Waits (bounded) until `path` exists.
 fn wait_for(path: &Path) {
-    let start = Instant::now();
-    while !path.exists() {
-        assert!(
-            start.elapsed() < Duration::from_secs(60),
-            "{} never appeared",
-            path.display()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    loom_testkit::wait::blocking_until(format!("{} to appear", path.display()), || path.exists());
 }
 
 #[test]

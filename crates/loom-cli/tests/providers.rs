@@ -24,7 +24,13 @@ use std::{
 use serde_json::Value;
 
 fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures/providers")
+    loom_testkit::shared::root().join("fixtures/providers")
+}
+
+/// Whether the transcripts can be read: `false` (after a skip notice) on a clone without
+/// `../shared`, where the test returns at once (see `loom_testkit::shared`).
+fn fixtures_present() -> bool {
+    loom_testkit::shared::path("fixtures/providers").is_some()
 }
 
 /// One canned HTTP response.
@@ -266,6 +272,9 @@ agents:
 
 #[test]
 fn claude_answers_and_the_request_follows_the_messages_api() {
+    if !fixtures_present() {
+        return;
+    }
     let server = Server::start(vec![(
         "/v1/messages",
         sse("anthropic/stream-text-basic.sse"),
@@ -290,6 +299,9 @@ fn claude_answers_and_the_request_follows_the_messages_api() {
 
 #[test]
 fn openai_chat_and_responses_answer() {
+    if !fixtures_present() {
+        return;
+    }
     let server = Server::start(vec![
         (
             "/v1/chat/completions",
@@ -312,6 +324,9 @@ fn openai_chat_and_responses_answer() {
 
 #[test]
 fn an_overloaded_claude_is_retried_then_answers() {
+    if !fixtures_present() {
+        return;
+    }
     let server = Server::start(vec![
         ("/v1/messages", error("anthropic/error-529-overloaded.json")),
         (
@@ -348,6 +363,9 @@ fn an_overloaded_claude_is_retried_then_answers() {
 
 #[test]
 fn quota_switches_at_once_to_the_fallback_and_the_run_stays_there() {
+    if !fixtures_present() {
+        return;
+    }
     let server = Server::start(vec![
         (
             "/v1/chat/completions",
@@ -387,6 +405,9 @@ fn quota_switches_at_once_to_the_fallback_and_the_run_stays_there() {
 
 #[test]
 fn auth_errors_are_not_retried() {
+    if !fixtures_present() {
+        return;
+    }
     let server = Server::start(vec![(
         "/v1/messages",
         error("anthropic/error-401-authentication.json"),
@@ -404,6 +425,9 @@ fn auth_errors_are_not_retried() {
 
 #[test]
 fn a_silent_provider_hits_the_first_token_timeout_then_is_retried() {
+    if !fixtures_present() {
+        return;
+    }
     let mut slow = sse("anthropic/stream-text-basic.sse");
     slow.delay = Duration::from_millis(1500);
     let server = Server::start(vec![
@@ -430,6 +454,9 @@ fn a_silent_provider_hits_the_first_token_timeout_then_is_retried() {
 
 #[test]
 fn a_retry_after_beyond_max_delay_abandons_the_model_for_its_fallback() {
+    if !fixtures_present() {
+        return;
+    }
     let server = Server::start(vec![
         ("/v1/messages", error("anthropic/error-429-rate-limit.json")),
         (
@@ -438,12 +465,17 @@ fn a_retry_after_beyond_max_delay_abandons_the_model_for_its_fallback() {
         ),
     ]);
     let dir = project(&config(&server, "claude", "gpt"));
-    let started = std::time::Instant::now();
     let out = run(dir.path(), "ra-1");
     assert!(out.status.success(), "{}", text(&out.stderr));
-    // Retry-After: 27 s is more than max_delay (5 s): no wait, straight to the fallback.
-    assert!(started.elapsed() < Duration::from_secs(20));
+    // Retry-After: 27 s is more than max_delay (5 s): no retry waits for it, Claude is asked
+    // once, and the fallback answers.
     let events = journal(dir.path(), "ra-1");
+    assert!(
+        !events.iter().any(|e| e["type"] == "model.retried"),
+        "a retry was scheduled"
+    );
+    let paths: Vec<String> = server.requests().into_iter().map(|(p, _)| p).collect();
+    assert_eq!(paths, ["/v1/messages", "/v1/chat/completions"]);
     let fell = events
         .iter()
         .find(|e| e["type"] == "model.fell_back")
@@ -454,6 +486,9 @@ fn a_retry_after_beyond_max_delay_abandons_the_model_for_its_fallback() {
 
 #[test]
 fn stream_shows_retries_and_restarts_the_answer() {
+    if !fixtures_present() {
+        return;
+    }
     let server = Server::start(vec![
         ("/v1/messages", error("anthropic/error-529-overloaded.json")),
         (
@@ -508,6 +543,9 @@ fn sha256_hex(bytes: &[u8]) -> String {
 
 #[test]
 fn raw_exchanges_are_journaled_per_attempt_without_the_key() {
+    if !fixtures_present() {
+        return;
+    }
     let server = Server::start(vec![
         ("/v1/messages", error("anthropic/error-529-overloaded.json")),
         ("/v1/messages", sse("anthropic/stream-text-basic.sse")),
@@ -583,6 +621,9 @@ fn raw_exchanges_are_journaled_per_attempt_without_the_key() {
 
 #[test]
 fn a_stream_that_goes_silent_hits_the_idle_timeout_and_a_slow_one_the_total_timeout() {
+    if !fixtures_present() {
+        return;
+    }
     // The first answer stops for 1.5 s in the middle (idle 0.5 s); the second trickles for
     // longer than the total (5 s) while never pausing more than the idle; the third is fine.
     let mut silent = sse("anthropic/stream-text-basic.sse");
@@ -623,6 +664,9 @@ fn a_stream_that_goes_silent_hits_the_idle_timeout_and_a_slow_one_the_total_time
 
 #[test]
 fn a_model_breaker_opens_within_a_run_and_the_fallback_answers() {
+    if !fixtures_present() {
+        return;
+    }
     let server = Server::start(vec![
         ("/v1/messages", error("anthropic/error-500-api-error.json")),
         ("/v1/messages", error("anthropic/error-500-api-error.json")),
@@ -671,6 +715,9 @@ const PNG: &[u8] = &[
 
 #[test]
 fn an_attached_image_reaches_a_vision_model_inline_and_never_the_journal() {
+    if !fixtures_present() {
+        return;
+    }
     use base64::Engine as _;
     let server = Server::start(vec![
         ("/v1/messages", sse("anthropic/stream-text-basic.sse")),
@@ -765,6 +812,9 @@ fn an_attached_image_reaches_a_vision_model_inline_and_never_the_journal() {
 
 #[test]
 fn a_vision_role_on_claude_is_sent_the_attached_image() {
+    if !fixtures_present() {
+        return;
+    }
     use base64::Engine as _;
     let server = Server::start(vec![(
         "/v1/messages",

@@ -15,13 +15,13 @@ mod common;
 use std::{
     path::{Path, PathBuf},
     process::Command,
-    time::{Duration, Instant},
 };
 
 use common::{
     copy_example, example_bin, loom_bin,
-    server::{PATIENCE, Server, request},
+    server::{Server, request},
 };
+use loom_testkit::wait;
 use serde_json::Value;
 
 const RELEVE: &str = "Récupère le relevé de la banque pour le rapprochement.";
@@ -36,15 +36,7 @@ fn json(body: &str) -> Value {
 }
 
 fn wait_for(path: &Path) {
-    let start = Instant::now();
-    while !path.exists() {
-        assert!(
-            start.elapsed() < PATIENCE,
-            "{} never appeared",
-            path.display()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait::blocking_until(format!("{} to appear", path.display()), || path.exists());
 }
 
 /// The events of a session's journal.
@@ -82,18 +74,14 @@ fn open_with_lease_handed_back(events: &[Value], run: &str) {
 
 /// Polls `GET /v1/runs/{run}` until it is completed; its result.
 fn wait_completed(address: &str, run: &str) -> Value {
-    let start = Instant::now();
-    loop {
+    wait::blocking_until(format!("run {run} to complete"), || {
         let (status, body) = request(address, "GET", &format!("/v1/runs/{run}"), "");
         if status == 200 && json(&body)["status"] == "completed" {
-            return json(&body);
+            Ok(json(&body))
+        } else {
+            Err(format!("{status} {body}"))
         }
-        assert!(
-            start.elapsed() < PATIENCE,
-            "run {run} never completed: {status} {body}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    })
 }
 
 /// The `equipe` example in a fresh directory, with its bank folder.
@@ -238,18 +226,14 @@ fn agent_file(description: &str) -> String {
 
 /// Polls `GET /v1/agents` until the agent's description is `expected`.
 fn wait_description(address: &str, expected: &str) {
-    let start = Instant::now();
-    loop {
+    wait::blocking_until(format!("the description {expected:?}"), || {
         let (status, body) = request(address, "GET", "/v1/agents", "");
         if status == 200 && json(&body)[0]["description"] == expected {
-            return;
+            Ok(())
+        } else {
+            Err(format!("{status} {body}"))
         }
-        assert!(
-            start.elapsed() < PATIENCE,
-            "still {status} {body}, not {expected:?}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    });
 }
 
 #[test]
@@ -481,24 +465,16 @@ fn a_running_server_resumes_the_run_of_a_server_killed_with_sigkill_once_its_lea
     assert_eq!(status, 202, "{answer}");
 
     // A wrote the line, then waits at the gate: SIGKILL, no lease handed back.
-    let start = Instant::now();
-    while !journal(dir.path(), "k1")
-        .iter()
-        .any(|e| e["type"] == "tool.called" && e["payload"]["tool_name"] == "attendre")
-    {
-        assert!(start.elapsed() < PATIENCE, "the run never reached the gate");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait::blocking_until("the run to reach the gate", || {
+        journal(dir.path(), "k1")
+            .iter()
+            .any(|e| e["type"] == "tool.called" && e["payload"]["tool_name"] == "attendre")
+    });
     a.kill();
-    let killed_at = Instant::now();
     std::fs::write(&gate, "").unwrap();
 
-    // B finishes the run, after A's lease.
+    // B finishes the run, after A's lease (checked on the journal below).
     let result = wait_completed(&b.address, "k1");
-    assert!(
-        killed_at.elapsed() >= Duration::from_millis(500),
-        "taken before the lease ran out"
-    );
     assert_eq!(result["text"], "Fini : feu vert", "{result}");
     b.wait_log("lease expired");
     let (code, log) = b.stop();

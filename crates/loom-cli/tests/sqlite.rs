@@ -5,7 +5,6 @@
 //! `cargo test --test sqlite` alone does not build the example binary (and `--example devis`
 //! builds it as a test harness only): run `cargo build -p loom-cli --example devis` first, or a
 //! plain `cargo test -p loom-cli`, which builds it.
-#![cfg(feature = "sqlite")]
 // Helpers outside #[test] functions unwrap too: a panic there is a failed test.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 

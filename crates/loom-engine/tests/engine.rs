@@ -18,7 +18,7 @@ use loom_core::{
     event::Payload,
     model::{ModelClient, ToolChoice},
     ports::EventStore,
-    tool::FnTool,
+    tool::{FnTool, ToolKind, ToolOutput, ToolSpec},
 };
 use loom_engine::{
     AgentRuntime, BeginRun, BoundTool, Cancel, Engine, EngineError, ModelBinding, RunRef,
@@ -26,9 +26,10 @@ use loom_engine::{
 use loom_journal::MemoryStore;
 use loom_testkit::{
     FakeSource, HangingModel, ManualClock, RecordingModel, add_tool, big_tool, counting_tool,
-    failing_tool, panicking_tool, scripted, sleep_tool,
+    failing_tool, panicking_tool, scripted, sleep_tool, wait,
 };
 use serde_json::{Map, json};
+use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 fn agent(model: Arc<dyn ModelClient>, tools: Vec<FnTool>) -> AgentRuntime {
@@ -422,25 +423,19 @@ async fn a_driven_run_cancelled_records_who_cancelled_it() {
     ] {
         let run = engine.begin(agent, begin("x"), &()).await.unwrap();
         let cancel = Cancel::new();
-        let trigger = cancel.clone();
-        let (journal, watched) = (store.clone(), run.clone());
-        tokio::spawn(async move {
-            while !events(&journal, &watched)
-                .await
-                .iter()
-                .any(|e| e.event_type == under_way)
-            {
-                tokio::time::sleep(Duration::from_millis(5)).await;
-            }
-            trigger.cancel(Some(by.to_owned()));
-        });
-        let state = tokio::time::timeout(
-            Duration::from_secs(5),
-            engine.drive(&run, agent, &(), &cancel),
-        )
-        .await
-        .unwrap()
-        .unwrap();
+        // Cancels once the run is under way, alongside the drive (no task left unjoined).
+        let cancel_under_way = async {
+            wait::until(format!("the run to write {under_way}"), async || {
+                events(&store, &run)
+                    .await
+                    .iter()
+                    .any(|e| e.event_type == under_way)
+            })
+            .await;
+            cancel.cancel(Some(by.to_owned()));
+        };
+        let (state, ()) = tokio::join!(engine.drive(&run, agent, &(), &cancel), cancel_under_way);
+        let state = state.unwrap();
         assert_eq!(state.status, RunStatus::Cancelled);
         let last = events(&store, &run).await.pop().unwrap();
         let Payload::RunCancelled(cancelled) = &last.payload else {
@@ -795,32 +790,58 @@ async fn a_run_whose_request_was_not_recorded_fails_instead_of_calling_the_model
     );
 }
 
+/// A tool that waits until `open` is notified, then answers: the test decides when it ends.
+fn gated_tool(name: &str, open: Arc<Notify>) -> FnTool {
+    FnTool::new(
+        ToolSpec {
+            name: name.into(),
+            description: "Waits for the test.".into(),
+            input_schema: json!({"type": "object"}),
+            kind: ToolKind::Python,
+            declarations: Default::default(),
+        },
+        move |_, _| {
+            let open = open.clone();
+            Box::pin(async move {
+                open.notified().await;
+                Ok(ToolOutput::text("ouvert"))
+            })
+        },
+    )
+}
+
 #[tokio::test]
 async fn a_cancel_written_by_another_process_ends_the_drive_as_cancelled() {
     let (engine, store) = engine();
+    let open = Arc::new(Notify::new());
     let agent = agent(
         scripted(
             "fake-1",
-            json!([{"tool_calls": [{"name": "slow", "arguments": {"ms": 300}}]}, {"text": "fini"}]),
+            json!([{"tool_calls": [{"name": "gate", "arguments": {}}]}, {"text": "fini"}]),
         ),
-        vec![sleep_tool("slow", 300)],
+        vec![gated_tool("gate", open.clone())],
     );
     let run = engine.begin(&agent, begin("x"), &()).await.unwrap();
     let other = Engine::new(store.clone(), Arc::new(ManualClock::new()));
-    let target = run.clone();
-    tokio::spawn(async move {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        assert!(
-            other
-                .cancel_idle(&target, "demo", Some("bob".into()))
+    // While the tool runs, the other process cancels the run, then the tool ends; alongside the
+    // drive, so its result is checked (no task left unjoined).
+    let cancel_in_the_tool = async {
+        wait::until("the run to call its tool", async || {
+            events(&store, &run)
                 .await
-                .unwrap()
-        );
-    });
-    let state = engine
-        .drive(&run, &agent, &(), &CancellationToken::new())
-        .await
-        .unwrap();
+                .iter()
+                .any(|e| e.event_type == "tool.called")
+        })
+        .await;
+        let cancelled = other.cancel_idle(&run, "demo", Some("bob".into())).await;
+        open.notify_one();
+        cancelled
+    };
+    let token = CancellationToken::new();
+    let (state, cancelled) =
+        tokio::join!(engine.drive(&run, &agent, &(), &token), cancel_in_the_tool);
+    assert!(cancelled.unwrap(), "the other process found the run closed");
+    let state = state.unwrap();
     assert_eq!(state.status, RunStatus::Cancelled);
     assert!(state.finished);
     let last = events(&store, &run).await.pop().unwrap();

@@ -9,7 +9,7 @@
 use std::{
     future::Future,
     sync::{Arc, Mutex},
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use loom_core::{
@@ -262,16 +262,26 @@ async fn a_transient_error_is_retried_then_answers() {
     assert_eq!(done.events_emitted, 3);
 }
 
-#[tokio::test]
+/// Time slept on tokio's clock since `started`, in a test that pauses it (`start_paused`): the
+/// clock then moves only when every task waits, by exactly what they wait for, so this is what
+/// the engine waited, however slow the machine.
+fn slept_since(started: tokio::time::Instant) -> Duration {
+    tokio::time::Instant::now() - started
+}
+
+#[tokio::test(start_paused = true)]
 async fn retry_after_replaces_the_computed_delay() {
     let s = setup();
     let mut throttled = error(ModelErrorKind::Transient, 429);
     throttled.retry_after = Some(Duration::from_millis(60));
     let main = Arc::new(FlakyModel::new(hello("fake-1"), 1, throttled));
     let agent = agent(binding("FAKE", "fake-1", main.clone()), vec![]);
-    let started = Instant::now();
+    let started = tokio::time::Instant::now();
     let (run, state) = run(&s.engine, &agent, "Bonjour ?").await;
-    assert!(started.elapsed() >= Duration::from_millis(60));
+    assert!(
+        slept_since(started) >= Duration::from_millis(60),
+        "the engine did not wait for Retry-After"
+    );
     assert_eq!(state.status, RunStatus::Completed);
     let events = events(&s.store, &run).await;
     let retried = retried(&events);
@@ -284,7 +294,7 @@ async fn retry_after_replaces_the_computed_delay() {
     assert_eq!(retried[0].http_status, Some(429));
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_retry_after_beyond_max_delay_abandons_the_model() {
     let s = setup();
     let mut throttled = error(ModelErrorKind::Transient, 429);
@@ -294,9 +304,12 @@ async fn a_retry_after_beyond_max_delay_abandons_the_model() {
         binding("FAKE", "fake-1", main.clone()),
         vec![binding("FB", "fb-1", hello("fb-1"))],
     );
-    let started = Instant::now();
+    let started = tokio::time::Instant::now();
     let (run, state) = run(&s.engine, &agent, "Bonjour ?").await;
-    assert!(started.elapsed() < Duration::from_secs(5));
+    assert!(
+        slept_since(started) < Duration::from_secs(120),
+        "the engine waited for a Retry-After beyond max_delay"
+    );
     assert_eq!(state.status, RunStatus::Completed);
     assert_eq!(main.calls(), 1);
     let events = events(&s.store, &run).await;
@@ -618,14 +631,14 @@ fn timing_out(
     agent(main, vec![])
 }
 
-async fn failure_of(agent: &AgentRuntime) -> (String, Duration) {
+/// The error of the run's failure (which says which timeout cut the call: the stalled models
+/// would otherwise answer, and the run complete).
+async fn failure_of(agent: &AgentRuntime) -> String {
     let s = setup();
-    let started = Instant::now();
     let (run, state) = run(&s.engine, agent, "Bonjour ?").await;
-    let elapsed = started.elapsed();
     assert_eq!(state.status, RunStatus::Failed);
     assert_eq!(state.error_type.as_deref(), Some("model.transient"));
-    (failed(&events(&s.store, &run).await).error, elapsed)
+    failed(&events(&s.store, &run).await).error
 }
 
 fn ms(millis: u64) -> Duration {
@@ -639,9 +652,8 @@ async fn no_first_chunk_in_time_is_a_transient_error() {
         first_token: Some(ms(30)),
         ..ModelTimeouts::none()
     };
-    let (error, elapsed) = failure_of(&timing_out(stalled, timeouts, 1)).await;
+    let error = failure_of(&timing_out(stalled, timeouts, 1)).await;
     assert_eq!(error, "timed out: no first chunk in 0.03 s");
-    assert!(elapsed < ms(1_500));
 
     // A usage chunk is not content: it does not stop the clock.
     let stalled = Arc::new(
@@ -649,7 +661,7 @@ async fn no_first_chunk_in_time_is_a_transient_error() {
             .usage_first()
             .before_first(ms(2_000)),
     );
-    let (error, _) = failure_of(&timing_out(stalled, timeouts, 1)).await;
+    let error = failure_of(&timing_out(stalled, timeouts, 1)).await;
     assert_eq!(error, "timed out: no first chunk in 0.03 s");
 }
 
@@ -661,9 +673,8 @@ async fn silence_between_chunks_is_a_transient_error() {
         idle: Some(ms(30)),
         total: None,
     };
-    let (error, elapsed) = failure_of(&timing_out(stalled, timeouts, 1)).await;
+    let error = failure_of(&timing_out(stalled, timeouts, 1)).await;
     assert_eq!(error, "timed out: idle for 0.03 s between chunks");
-    assert!(elapsed < ms(1_500));
 }
 
 #[tokio::test]
@@ -681,7 +692,7 @@ async fn a_call_longer_than_its_total_is_a_transient_error() {
         idle: Some(ms(1_000)),
         total: Some(ms(70)),
     };
-    let (error, _) = failure_of(&timing_out(slow, timeouts, 1)).await;
+    let error = failure_of(&timing_out(slow, timeouts, 1)).await;
     assert_eq!(error, "timed out: total time of 0.07 s exceeded");
 }
 
@@ -824,7 +835,7 @@ async fn the_fallback_gets_its_own_settings_and_no_reasoning_of_other_models() {
     assert_eq!(answers[1].model.as_deref(), Some("FB"));
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn cancellation_and_the_run_timeout_cut_a_retry_delay() {
     let mut throttled = error(ModelErrorKind::Transient, 429);
     throttled.retry_after = Some(Duration::from_secs(30));
@@ -843,9 +854,12 @@ async fn cancellation_and_the_run_timeout_cut_a_retry_delay() {
         tokio::time::sleep(ms(100)).await;
         trigger.cancel();
     });
-    let started = Instant::now();
+    let started = tokio::time::Instant::now();
     let (cancelled, state) = run_with(&s.engine, &agent, "Bonjour ?", &(), &cancel).await;
-    assert!(started.elapsed() < Duration::from_secs(5));
+    assert!(
+        slept_since(started) < Duration::from_secs(30),
+        "the cancellation did not cut the retry delay"
+    );
     assert_eq!(state.status, RunStatus::Cancelled);
     let events = events(&s.store, &cancelled).await;
     assert_eq!(retried(&events).len(), 1);
@@ -859,9 +873,12 @@ async fn cancellation_and_the_run_timeout_cut_a_retry_delay() {
     let mut agent = agent;
     agent.timeout = Some(ms(100));
     let s = setup();
-    let started = Instant::now();
+    let started = tokio::time::Instant::now();
     let (_, state) = run(&s.engine, &agent, "Bonjour ?").await;
-    assert!(started.elapsed() < Duration::from_secs(5));
+    assert!(
+        slept_since(started) < Duration::from_secs(30),
+        "the run timeout did not cut the retry delay"
+    );
     assert_eq!(state.status, RunStatus::Failed);
     assert_eq!(state.error_type.as_deref(), Some("timeout"));
 }

@@ -23,7 +23,7 @@ use loom_engine::{
     descendant_approvals, open_descendants,
 };
 use loom_journal::MemoryStore;
-use loom_testkit::{HangingModel, ManualClock, RecordingModel, add_tool, scripted};
+use loom_testkit::{HangingModel, ManualClock, RecordingModel, add_tool, scripted, wait};
 use serde_json::{Map, Value, json};
 use tokio_util::sync::CancellationToken;
 
@@ -542,21 +542,19 @@ async fn the_child_receives_its_share_of_what_remains_of_the_parent_budget() {
 
 /// Waits until the journal shows a step of the child run.
 async fn until_child_steps(store: &MemoryStore, run: &RunRef) -> String {
-    for _ in 0..500 {
+    wait::until("a step of the child run", async || {
         let events = read_all(store, run).await;
-        if let Some(child) = events
+        events
             .iter()
             .find(|e| matches!(&e.payload, Payload::RunStarted(s) if s.parent_run_id.is_some()))
             .map(|e| e.run_id.clone())
-            && events
-                .iter()
-                .any(|e| e.run_id == child && e.event_type == "step.started")
-        {
-            return child;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    panic!("the child run never started a step");
+            .filter(|child| {
+                events
+                    .iter()
+                    .any(|e| e.run_id == *child && e.event_type == "step.started")
+            })
+    })
+    .await
 }
 
 #[tokio::test]

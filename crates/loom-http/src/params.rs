@@ -8,7 +8,8 @@
 //! with a `utoipa::IntoParams` struct (named in its `#[utoipa::path(params(...))]`), and
 //! [`Params::only`] accepts exactly the query parameters that struct documents, so a parameter
 //! is accepted if and only if the OpenAPI document lists it. Reading a parameter that was not
-//! accepted is a bug caught by a debug assertion (every route's tests read through it).
+//! accepted is a bug of the handler: a 500 `engine` naming the parameter, in every build (every
+//! route's tests read through it).
 
 use std::str::FromStr;
 
@@ -79,45 +80,51 @@ impl Params {
         })
     }
 
-    /// The reader, once `name` is checked to be accepted.
-    fn read(&self, name: &str) -> &QueryString {
-        debug_assert!(
-            self.accepted.iter().any(|known| known == name),
-            "the query parameter '{name}' is read but not documented (accepted: {:?})",
-            self.accepted
-        );
-        &self.query
+    /// The reader, once `name` is checked to be accepted. Refused (500 `engine`: the handler's
+    /// bug, not the client's) when `name` is not a parameter the route documents, which the
+    /// client could not have sent.
+    fn read(&self, name: &str) -> Result<&QueryString, ApiError> {
+        if !self.accepted.iter().any(|known| known == name) {
+            return Err(ApiError::new(
+                ErrorKind::Engine,
+                format!(
+                    "the query parameter '{name}' is read but not documented (accepted: {})",
+                    self.accepted.join(", ")
+                ),
+            ));
+        }
+        Ok(&self.query)
     }
 
     /// Every value of `name`, in order.
-    pub(crate) fn all(&self, name: &str) -> Vec<&str> {
-        self.read(name).all(name)
+    pub(crate) fn all(&self, name: &str) -> Result<Vec<&str>, ApiError> {
+        Ok(self.read(name)?.all(name))
     }
 
     /// A single-valued text parameter, refused when given twice or empty.
     pub(crate) fn text(&self, name: &str) -> Result<Option<String>, ApiError> {
-        self.read(name).text(name).map_err(refused)
+        self.read(name)?.text(name).map_err(refused)
     }
 
     /// A count (a whole number), `default` when absent; its range is the facade's to check.
     pub(crate) fn count(&self, name: &str, default: usize) -> Result<usize, ApiError> {
-        self.read(name).count(name, default).map_err(refused)
+        self.read(name)?.count(name, default).map_err(refused)
     }
 
     /// A whole number.
     pub(crate) fn number<T: FromStr>(&self, name: &str) -> Result<Option<T>, ApiError> {
-        self.read(name).number(name).map_err(refused)
+        self.read(name)?.number(name).map_err(refused)
     }
 
     /// `true` or `false`.
     pub(crate) fn flag(&self, name: &str) -> Result<Option<bool>, ApiError> {
-        self.read(name).flag(name).map_err(refused)
+        self.read(name)?.flag(name).map_err(refused)
     }
 
     /// An instant: RFC 3339 (`2026-05-01T12:00:00Z`) or a date (`2026-05-01`: its first
     /// instant, UTC), read as every access path reads it ([`loom_ia::query::parse_instant`]).
     pub(crate) fn instant(&self, name: &str) -> Result<Option<DateTime<Utc>>, ApiError> {
-        self.read(name).instant(name).map_err(refused)
+        self.read(name)?.instant(name).map_err(refused)
     }
 
     /// Every value of a repeatable parameter (repeated or comma-separated) read as one of the
@@ -127,7 +134,7 @@ impl Params {
         name: &str,
         expected: &str,
     ) -> Result<Vec<T>, ApiError> {
-        self.read(name).choices(name, expected).map_err(refused)
+        self.read(name)?.choices(name, expected).map_err(refused)
     }
 }
 
@@ -161,11 +168,24 @@ mod tests {
         }
     }
 
-    /// A handler cannot read a parameter its document does not list (debug builds).
+    /// A handler cannot read a parameter its document does not list, in every build.
     #[test]
-    #[should_panic(expected = "the query parameter 'page' is read but not documented")]
-    fn reading_an_undocumented_parameter_is_a_bug() {
-        let _ = params(&[]).all("page");
+    fn reading_an_undocumented_parameter_is_refused() {
+        let p = params(&[("status", "completed")]);
+        for error in [
+            p.all("page").unwrap_err(),
+            p.text("page").unwrap_err(),
+            p.count("page", 1).unwrap_err(),
+        ] {
+            assert_eq!(error.kind, ErrorKind::Engine);
+            assert_eq!(
+                error.message,
+                "the query parameter 'page' is read but not documented (accepted: status, limit, \
+                 sessions, since, until, agent)"
+            );
+        }
+        // Reading through `only::<T>()` is what makes a parameter readable.
+        assert!(raw(&[]).all("status").is_err());
     }
 
     #[test]
@@ -179,7 +199,7 @@ mod tests {
             ("agent", "a"),
             ("agent", "b"),
         ]);
-        assert_eq!(p.all("status"), vec!["completed", "failed"]);
+        assert_eq!(p.all("status").unwrap(), vec!["completed", "failed"]);
         assert_eq!(
             p.count("limit", 5).unwrap_err().message,
             "limit: 'x' is not a whole number"

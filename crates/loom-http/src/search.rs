@@ -226,7 +226,7 @@ async fn events(
     caller.require(Scope::Read)?;
     let params = params.only::<EventsQuery>()?;
     let agent = params.text("agent")?;
-    let types = params.all("type");
+    let types = params.all("type")?;
     if types.contains(&"") {
         return Err(invalid("type", "must not be empty"));
     }

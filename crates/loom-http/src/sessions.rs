@@ -244,7 +244,7 @@ async fn files(
     caller.require(Scope::Read)?;
     let params = params.only::<FilesQuery>()?;
     let origins: Vec<String> = params
-        .all("origin")
+        .all("origin")?
         .into_iter()
         .map(|origin| {
             if FILE_ORIGINS.contains(&origin) {

@@ -270,33 +270,33 @@ async fn a_synchronous_run_outlives_a_client_that_goes_away() {
         .post(format!("{}/agents/calc/runs", server.base))
         .json(&json!({"message": "vite", "run_id": "r-gone"}))
         .send();
-    let request = tokio::spawn(request);
-    // The client goes away once the run is journaled (not after a guessed delay, which a
-    // loaded machine may exceed before the server has read the request).
-    tokio::time::timeout(Duration::from_secs(10), async {
-        while server.get("/runs/r-gone").await.0 != StatusCode::OK {
-            tokio::time::sleep(Duration::from_millis(10)).await;
+    let client = tokio::spawn(request);
+    // The client goes away once the run exists (a client that leaves before leaves nothing to
+    // outlive it: a fixed client timeout raced the server on a loaded machine).
+    loom_testkit::wait::until("the run to start", async || {
+        let (status, body) = server.get("/runs/r-gone").await;
+        if status == StatusCode::OK {
+            Ok(())
+        } else {
+            Err(format!("{status} {body}"))
         }
     })
-    .await
-    .expect("the run was never journaled");
+    .await;
     assert!(
-        !request.is_finished(),
+        !client.is_finished(),
         "the request was answered before its client could go away"
     );
-    request.abort();
-    assert!(request.await.unwrap_err().is_cancelled());
-    let completed = tokio::time::timeout(Duration::from_secs(10), async {
-        loop {
-            let (status, body) = server.get("/runs/r-gone").await;
-            if status == StatusCode::OK && body["status"] == "completed" {
-                break body;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
+    client.abort();
+    assert!(client.await.unwrap_err().is_cancelled());
+    let completed = loom_testkit::wait::until("the run to go on without its client", async || {
+        let (status, body) = server.get("/runs/r-gone").await;
+        if status == StatusCode::OK && body["status"] == "completed" {
+            Ok(body)
+        } else {
+            Err(format!("{status} {body}"))
         }
     })
-    .await
-    .expect("the run did not go on without its client");
+    .await;
     assert_eq!(completed["text"], "Fini : attendu 400 ms.");
 }
 
@@ -666,7 +666,7 @@ async fn a_graceful_shutdown_leaves_the_runs_in_flight_open_and_answers_them_503
                 .await
         })
     };
-    let mut events = loop {
+    let mut events = loom_testkit::wait::until("the run's event stream", async || {
         let response = server
             .client
             .get(format!(
@@ -676,11 +676,12 @@ async fn a_graceful_shutdown_leaves_the_runs_in_flight_open_and_answers_them_503
             .send()
             .await
             .unwrap();
-        if response.status() == StatusCode::OK {
-            break Sse::new(response);
+        match response.status() {
+            StatusCode::OK => Ok(Sse::new(response)),
+            status => Err(status),
         }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    })
+    .await;
     while let Some(frame) = events.next().await {
         if frame.event.as_deref() == Some("tool.called") {
             break;

@@ -100,14 +100,13 @@ mod tests {
     use super::*;
 
     /// The reference journal of a run answered by a terminal role.
-    const TERMINAL_ROLE: &str = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../../shared/reference/journals/policies-terminal-role.jsonl"
-    );
+    const TERMINAL_ROLE: &str = "reference/journals/policies-terminal-role.jsonl";
 
     #[test]
     fn a_terminal_roles_result_is_the_text() {
-        let text = std::fs::read_to_string(TERMINAL_ROLE).expect("the reference journal");
+        let Some(text) = loom_testkit::shared::text(TERMINAL_ROLE) else {
+            return;
+        };
         let events: Vec<Event> = text
             .lines()
             .map(|line| Event::from_json(line).expect("a reference event"))

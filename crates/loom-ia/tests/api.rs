@@ -60,27 +60,37 @@ fn add_script() -> serde_json::Value {
 /// The run `run_id` once it is journaled and has called a tool (a run started in a task of
 /// its own, whose ref the test does not have yet).
 async fn located_in_a_tool(loom: &Loom, run_id: &str) -> loom_ia::RunRef {
-    let run = loop {
-        match loom.locate(run_id, None, None).await {
-            Ok(run) => break run,
-            Err(_) => tokio::time::sleep(Duration::from_millis(5)).await,
-        }
-    };
+    let run = loom_testkit::wait::until(format!("run {run_id} to be journaled"), async || {
+        loom.locate(run_id, None, None).await
+    })
+    .await;
     tool_called(loom, &run).await;
     run
 }
 
 /// Waits until `run` has called a tool (its `tool.called` is journaled).
 async fn tool_called(loom: &Loom, run: &loom_ia::RunRef) {
-    while !loom
-        .events(run)
-        .await
-        .unwrap()
-        .iter()
-        .any(|e| matches!(e.payload, Payload::ToolCalled(_)))
-    {
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    loom_testkit::wait::until(format!("run {} to call a tool", run.run_id), async || {
+        loom.events(run)
+            .await
+            .unwrap()
+            .iter()
+            .any(|e| matches!(e.payload, Payload::ToolCalled(_)))
+    })
+    .await;
+}
+
+/// Waits until `run` is closed; its result.
+async fn terminal(loom: &Loom, run: &loom_ia::RunRef) -> loom_ia::RunResult {
+    loom_testkit::wait::until(format!("run {} to close", run.run_id), async || {
+        let result = loom.result(run).await.unwrap();
+        if result.status.is_terminal() {
+            Ok(result)
+        } else {
+            Err(format!("status {:?}", result.status))
+        }
+    })
+    .await
 }
 
 #[tokio::test]
@@ -274,17 +284,7 @@ async fn cancelling_a_run_never_reaches_a_run_of_the_same_id_elsewhere() {
     tool_called(&loom, &driven).await;
     let other = loom.locate("x", None, Some("globex")).await.unwrap();
     assert!(!loom.cancel(&other, Some("bob".into())).await.unwrap());
-    let finished = tokio::time::timeout(Duration::from_secs(10), async {
-        loop {
-            let result = loom.result(&driven).await.unwrap();
-            if result.status.is_terminal() {
-                break result;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    })
-    .await
-    .unwrap();
+    let finished = terminal(&loom, &driven).await;
     assert_eq!(finished.status, RunStatus::Completed, "{finished:?}");
 }
 
@@ -385,26 +385,9 @@ async fn submit_returns_at_once_and_steering_joins_before_the_next_model_call() 
     // Journaled before submit returned.
     assert!(!loom.events(&run).await.unwrap().is_empty());
     // Steer while the tool runs: the message waits for the tool's result.
-    loop {
-        if loom
-            .events(&run)
-            .await
-            .unwrap()
-            .iter()
-            .any(|e| matches!(e.payload, Payload::ToolCalled(_)))
-        {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    tool_called(&loom, &run).await;
     loom.steer(&run, "C'est urgent, réponds.").await.unwrap();
-    let result = loop {
-        let result = loom.result(&run).await.unwrap();
-        if result.status.is_terminal() {
-            break result;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    };
+    let result = terminal(&loom, &run).await;
     assert_eq!(result.status, RunStatus::Completed);
     assert!(result.text.starts_with("Compris : "), "{}", result.text);
     // The conversation kept the call and its result together, the steering message after.
@@ -467,13 +450,7 @@ async fn recover_drives_runs_left_unfinished() {
         ["rec-1"]
     );
     let run = requeued[0].clone();
-    let result = loop {
-        let result = second.result(&run).await.unwrap();
-        if result.status.is_terminal() {
-            break result;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    };
+    let result = terminal(&second, &run).await;
     assert_eq!(result.text, "Résultat : 42.");
     // Nothing left to recover.
     assert!(second.recover(None).await.unwrap().is_empty());

@@ -6,10 +6,7 @@
 // Helpers outside #[test] functions unwrap too: a panic there is a failed test.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::{
-    path::Path,
-    time::{Duration, Instant},
-};
+use std::{path::Path, time::Duration};
 
 use loom_ia::{
     Loom, RunOptions, RunStatus, ToolContext,
@@ -75,17 +72,14 @@ fn crash_in_the_tool(dir: &Path, backend: EventsBackend, path: &str) -> String {
                 )
                 .await
                 .unwrap();
-            let start = Instant::now();
-            while !loom
-                .events(&run)
-                .await
-                .unwrap()
-                .iter()
-                .any(|e| matches!(e.payload, Payload::ToolCalled(_)))
-            {
-                assert!(start.elapsed() < Duration::from_secs(30), "no tool call");
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
+            loom_testkit::wait::until("the abandoned run to call its tool", async || {
+                loom.events(&run)
+                    .await
+                    .unwrap()
+                    .iter()
+                    .any(|e| matches!(e.payload, Payload::ToolCalled(_)))
+            })
+            .await;
             loom.worker_id().to_owned()
         });
         runtime.shutdown_background();
@@ -132,18 +126,16 @@ async fn abandoned_run_is_resumed_once(backend: EventsBackend, path: &str, takeo
         assert_eq!(found_c.len(), 1, "{found_c:?}");
     }
     let run = b.locate("abandoned", None, None).await.unwrap();
-    let start = Instant::now();
-    let result = loop {
-        let result = b.result(&run).await.unwrap();
-        if result.status.is_terminal() {
-            break result;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(60),
-            "never resumed: {result:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let result =
+        loom_testkit::wait::until("the abandoned run to be resumed and close", async || {
+            let result = b.result(&run).await.unwrap();
+            if result.status.is_terminal() {
+                Ok(result)
+            } else {
+                Err(format!("{result:?}"))
+            }
+        })
+        .await;
     stop.cancel();
     for watcher in watchers {
         tokio::time::timeout(Duration::from_secs(10), watcher)

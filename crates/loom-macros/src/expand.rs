@@ -276,36 +276,82 @@ fn converts_into_output(ty: &Type) -> bool {
     }
 }
 
-/// The `<name>_tool()` function.
+/// The `<name>_tool()` function, or every mistake found (signature, parameters, name,
+/// description) as one combined error.
 fn expand(options: &Options, function: &ItemFn, params: Vec<Param>) -> syn::Result<TokenStream> {
     let mut errors: Option<syn::Error> = None;
     let sig = &function.sig;
+    check_signature(sig, &mut errors);
+    let roles = roles(params, &mut errors);
+    let args_ty = args_param(&roles, &mut errors);
+    let krate = options
+        .krate
+        .clone()
+        .unwrap_or_else(|| syn::parse_quote!(::loom_ia));
+    let private = quote!(#krate::__private);
+    let name = tool_name(options, &sig.ident, &mut errors);
+    let description = description(function, args_ty, &private, &mut errors);
+    if let Some(errors) = errors {
+        return Err(errors);
+    }
+    let arguments = match args_ty {
+        Some(args_ty) => Arguments::given(args_ty),
+        None => Arguments::generated(&roles, &krate, &private),
+    };
+    let (ctx_pattern, call) = call(sig, &roles, &private);
+    let result = result(&sig.output, call, &private);
+    let declarations = declarations(options, &private);
+    Ok(builder(
+        function,
+        &name,
+        &Body {
+            description,
+            arguments,
+            ctx_pattern,
+            result,
+            declarations,
+        },
+        &private,
+    ))
+}
+
+/// Refuses what a tool function cannot be: generic, unsafe, variadic.
+fn check_signature(sig: &syn::Signature, errors: &mut Option<syn::Error>) {
     if !sig.generics.params.is_empty() || sig.generics.where_clause.is_some() {
         push_error(
-            &mut errors,
+            errors,
             syn::Error::new_spanned(&sig.generics, "a tool function cannot be generic"),
         );
     }
     if let Some(unsafety) = &sig.unsafety {
         push_error(
-            &mut errors,
+            errors,
             syn::Error::new_spanned(unsafety, "a tool function cannot be unsafe"),
         );
     }
     if let Some(variadic) = &sig.variadic {
         push_error(
-            &mut errors,
+            errors,
             syn::Error::new_spanned(variadic, "a tool function cannot be variadic"),
         );
     }
+}
 
+/// The roles of the parameters that have one; the others' errors go to `errors`.
+fn roles(params: Vec<Param>, errors: &mut Option<syn::Error>) -> Vec<Role> {
     let mut roles = Vec::new();
     for param in params {
         match param.role {
             Ok(role) => roles.push(role),
-            Err(error) => push_error(&mut errors, error),
+            Err(error) => push_error(errors, error),
         }
     }
+    roles
+}
+
+/// The type of the `#[args]` parameter, if any. Refuses a second one, and plain arguments
+/// beside it.
+fn args_param<'a>(roles: &'a [Role], errors: &mut Option<syn::Error>) -> Option<&'a Type> {
     let args_params: Vec<&Type> = roles
         .iter()
         .filter_map(|role| match role {
@@ -315,11 +361,12 @@ fn expand(options: &Options, function: &ItemFn, params: Vec<Param>) -> syn::Resu
         .collect();
     if args_params.len() > 1 {
         push_error(
-            &mut errors,
+            errors,
             syn::Error::new_spanned(args_params[1], "a tool has at most one `#[args]` parameter"),
         );
     }
-    if let Some(args_ty) = args_params.first()
+    let args_ty = args_params.first().copied();
+    if let Some(args_ty) = args_ty
         && let Some(Role::Field { name, .. }) =
             roles.iter().find(|role| matches!(role, Role::Field { .. }))
     {
@@ -328,70 +375,89 @@ fn expand(options: &Options, function: &ItemFn, params: Vec<Param>) -> syn::Resu
             "with an `#[args]` parameter, the other parameters can only be a ToolContext",
         );
         error.combine(syn::Error::new_spanned(args_ty, "the `#[args]` parameter"));
-        push_error(&mut errors, error);
+        push_error(errors, error);
     }
+    args_ty
+}
 
-    let krate = options
-        .krate
-        .clone()
-        .unwrap_or_else(|| syn::parse_quote!(::loom_ia));
-    let private = quote!(#krate::__private);
-
-    // Name.
-    let fn_name = &sig.ident;
-    let name = match &options.name {
+/// The tool's name: `name = "..."`, else the function's (checked against the name rule).
+fn tool_name(options: &Options, fn_name: &Ident, errors: &mut Option<syn::Error>) -> LitStr {
+    match &options.name {
         Some(name) => name.clone(),
         None => {
             let name = LitStr::new(&fn_name.unraw().to_string(), fn_name.span());
             if let Err(error) = check_name(&name.value(), fn_name.span()) {
-                push_error(&mut errors, error);
+                push_error(errors, error);
             }
             name
         }
-    };
+    }
+}
 
-    // Description.
+/// The expression of the tool's description: the function's doc comment, else the `#[args]`
+/// type's schema description; a tool with neither is refused.
+fn description(
+    function: &ItemFn,
+    args_ty: Option<&Type>,
+    private: &TokenStream,
+    errors: &mut Option<syn::Error>,
+) -> TokenStream {
     let description = match doc_strings(&function.attrs) {
         Ok(docs) => collapse(&docs),
         Err(error) => {
-            push_error(&mut errors, error);
+            push_error(errors, error);
             String::new()
         }
     };
-    let description = if !description.is_empty() {
+    if !description.is_empty() {
         quote!(::std::string::String::from(#description))
-    } else if let Some(args_ty) = args_params.first() {
+    } else if let Some(args_ty) = args_ty {
         quote! {
             #private::schema_description::<#args_ty>().unwrap_or_default()
         }
     } else {
         push_error(
-            &mut errors,
+            errors,
             syn::Error::new_spanned(
-                fn_name,
+                &function.sig.ident,
                 "a tool needs a description: add a doc comment to the function",
             ),
         );
         TokenStream::new()
-    };
+    }
+}
 
-    if let Some(errors) = errors {
-        return Err(errors);
+/// How the arguments object becomes the function's arguments.
+struct Arguments {
+    /// The type the arguments deserialize into.
+    ty: TokenStream,
+    /// The generated arguments struct (empty for an `#[args]` type).
+    item: TokenStream,
+    /// Per-field checks that name the field a deserialization error is about.
+    field_checks: TokenStream,
+    /// The statement binding the deserialized value to the call's arguments.
+    bindings: TokenStream,
+    /// A correction of the generated schema (empty when none is needed).
+    schema_fixup: TokenStream,
+}
+
+impl Arguments {
+    /// The `#[args]` parameter receives the whole object.
+    fn given(args_ty: &Type) -> Arguments {
+        Arguments {
+            ty: quote!(#args_ty),
+            item: TokenStream::new(),
+            field_checks: TokenStream::new(),
+            bindings: quote!(let __loom_args_value = __loom_args;),
+            schema_fixup: TokenStream::new(),
+        }
     }
 
-    // Arguments.
-    let serde_crate = format!("{}::__private::serde", path_string(&krate));
-    let schemars_crate = format!("{}::__private::schemars", path_string(&krate));
-    let args_struct = format_ident!("__LoomToolArgs");
-    let mut schema_fixup = TokenStream::new();
-    let (args_ty, args_item, field_checks, bindings) = if let Some(args_ty) = args_params.first() {
-        (
-            quote!(#args_ty),
-            TokenStream::new(),
-            TokenStream::new(),
-            quote!(let __loom_args_value = __loom_args;),
-        )
-    } else {
+    /// A struct with one field per plain parameter, deserialized without unknown fields.
+    fn generated(roles: &[Role], krate: &Path, private: &TokenStream) -> Arguments {
+        let serde_crate = format!("{}::__private::serde", path_string(krate));
+        let schemars_crate = format!("{}::__private::schemars", path_string(krate));
+        let args_struct = format_ident!("__LoomToolArgs");
         let mut fields = Vec::new();
         let mut checks = Vec::new();
         let mut patterns = Vec::new();
@@ -420,16 +486,18 @@ fn expand(options: &Options, function: &ItemFn, params: Vec<Param>) -> syn::Resu
                 });
             }
         }
-        if fields.is_empty() {
+        let schema_fixup = if fields.is_empty() {
             // Schemars leaves `properties` out for an empty struct; some providers require it.
-            schema_fixup = quote! {
+            quote! {
                 if let #private::serde_json::Value::Object(__loom_map) = &mut __loom_schema {
                     __loom_map
                         .entry("properties")
                         .or_insert_with(|| #private::serde_json::Value::Object(::core::default::Default::default()));
                 }
-            };
-        }
+            }
+        } else {
+            TokenStream::new()
+        };
         let item = quote! {
             #[derive(#private::serde::Deserialize, #private::schemars::JsonSchema)]
             #[serde(crate = #serde_crate, deny_unknown_fields)]
@@ -439,15 +507,20 @@ fn expand(options: &Options, function: &ItemFn, params: Vec<Param>) -> syn::Resu
                 #(#fields,)*
             }
         };
-        (
-            quote!(#args_struct),
+        Arguments {
+            ty: quote!(#args_struct),
             item,
-            quote!(#(#checks)*),
-            quote!(let #args_struct { #(#patterns,)* } = __loom_args;),
-        )
-    };
+            field_checks: quote!(#(#checks)*),
+            bindings: quote!(let #args_struct { #(#patterns,)* } = __loom_args;),
+            schema_fixup,
+        }
+    }
+}
 
-    // The call.
+/// The pattern binding the context (`_` when unused) and the call of the function: awaited
+/// when async, on the blocking pool when sync.
+fn call(sig: &syn::Signature, roles: &[Role], private: &TokenStream) -> (TokenStream, TokenStream) {
+    let fn_name = &sig.ident;
     let mut uses_ctx = false;
     let call_args: Vec<TokenStream> = roles
         .iter()
@@ -480,9 +553,13 @@ fn expand(options: &Options, function: &ItemFn, params: Vec<Param>) -> syn::Resu
             #private::run_blocking(move || #fn_name(#(#call_args),*)).await?
         }
     };
+    (ctx_pattern, call)
+}
 
-    // The result.
-    let output = output_kind(&sig.output);
+/// The tool's result from the call: its value through `IntoToolOutput` (or `Json`), its error
+/// as a `ToolError`.
+fn result(output: &ReturnType, call: TokenStream, private: &TokenStream) -> TokenStream {
+    let output = output_kind(output);
     let convert = |value: TokenStream| {
         if output.into_output {
             quote!(#private::IntoToolOutput::into_tool_output(#value))
@@ -490,7 +567,7 @@ fn expand(options: &Options, function: &ItemFn, params: Vec<Param>) -> syn::Resu
             quote!(#private::IntoToolOutput::into_tool_output(#private::Json(#value)))
         }
     };
-    let result = if output.fallible {
+    if output.fallible {
         let ok = convert(quote!(__loom_value));
         quote! {
             match #call {
@@ -503,9 +580,11 @@ fn expand(options: &Options, function: &ItemFn, params: Vec<Param>) -> syn::Resu
     } else {
         let ok = convert(call);
         quote!(::core::result::Result::Ok(#ok))
-    };
+    }
+}
 
-    // Declarations.
+/// The `ToolDeclarations` the options set (the others keep their default).
+fn declarations(options: &Options, private: &TokenStream) -> TokenStream {
     let mut declarations = Vec::new();
     if let Some(variant) = &options.side_effects {
         declarations.push(quote!(side_effects: #private::SideEffects::#variant));
@@ -530,7 +609,7 @@ fn expand(options: &Options, function: &ItemFn, params: Vec<Param>) -> syn::Resu
             business_key: ::core::option::Option::Some(#private::BusinessKey::template(#template))
         ));
     }
-    let declarations = if declarations.is_empty() {
+    if declarations.is_empty() {
         quote!(::core::default::Default::default())
     } else {
         quote! {
@@ -539,8 +618,35 @@ fn expand(options: &Options, function: &ItemFn, params: Vec<Param>) -> syn::Resu
                 ..::core::default::Default::default()
             }
         }
-    };
+    }
+}
 
+/// The parts of the builder's body decided above.
+struct Body {
+    description: TokenStream,
+    arguments: Arguments,
+    ctx_pattern: TokenStream,
+    result: TokenStream,
+    declarations: TokenStream,
+}
+
+/// The `<name>_tool()` builder: parses the arguments, builds the spec, runs the function.
+fn builder(function: &ItemFn, name: &LitStr, body: &Body, private: &TokenStream) -> TokenStream {
+    let Body {
+        description,
+        arguments,
+        ctx_pattern,
+        result,
+        declarations,
+    } = body;
+    let Arguments {
+        ty: args_ty,
+        item: args_item,
+        field_checks,
+        bindings,
+        schema_fixup,
+    } = arguments;
+    let fn_name = &function.sig.ident;
     let vis = &function.vis;
     let builder = format_ident!("{}_tool", fn_name.unraw(), span = fn_name.span());
     let builder_doc = format!(
@@ -548,7 +654,7 @@ fn expand(options: &Options, function: &ItemFn, params: Vec<Param>) -> syn::Resu
         name.value(),
         fn_name.unraw()
     );
-    Ok(quote! {
+    quote! {
         #[doc = #builder_doc]
         #[must_use]
         #vis fn #builder() -> #private::FnTool {
@@ -617,7 +723,7 @@ fn expand(options: &Options, function: &ItemFn, params: Vec<Param>) -> syn::Resu
                 ::std::boxed::Box::pin(__loom_run(__loom_ctx, __loom_arguments))
             })
         }
-    })
+    }
 }
 
 /// A path as a string for `#[serde(crate = "...")]`.

@@ -94,13 +94,12 @@ fn sigkill_of_loom_does_not_orphan_the_server() {
     helper.kill().unwrap();
     helper.wait().unwrap();
 
-    let exited = runtime.block_on(async {
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while process_alive(server_pid) && std::time::Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        !process_alive(server_pid)
-    });
+    let exited = runtime.block_on(loom_testkit::wait::poll_within(
+        "the MCP server to exit",
+        Duration::from_secs(10),
+        async || !process_alive(server_pid),
+    ));
+    let exited = exited.is_ok();
     if !exited {
         // Do not leave it behind, then fail.
         let _ = std::process::Command::new("kill")

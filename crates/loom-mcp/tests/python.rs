@@ -9,11 +9,7 @@
 
 mod common;
 
-use std::{
-    collections::BTreeMap,
-    sync::Arc,
-    time::{Duration, Instant},
-};
+use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
 use common::*;
 use loom_core::{
@@ -245,7 +241,6 @@ async fn stdio_crash_mid_call_is_an_error_then_reconnects() {
             .unwrap()
             .visible_text();
 
-        let started = Instant::now();
         let error = find(&tools, "py__crash")
             .call(tool_ctx("r1", "c1"), json!({}))
             .await
@@ -256,7 +251,6 @@ async fn stdio_crash_mid_call_is_an_error_then_reconnects() {
                 .contains("connection to MCP server 'py' lost during the call"),
             "{error}"
         );
-        assert!(started.elapsed() < Duration::from_secs(10), "no hang");
         assert_eq!(line_count(&connections), 1);
 
         // The next call reconnects (after the first reconnection delay).
@@ -287,7 +281,6 @@ async fn http_crash_mid_call_is_an_error_not_a_hang() {
         options.connect_timeout = Duration::from_secs(3);
         let server = McpServer::new(options);
         let tools = server.open(&source_ctx("default", "r1")).await.unwrap();
-        let started = Instant::now();
         let error = find(&tools, "py__crash")
             .call(tool_ctx("r1", "c1"), json!({}))
             .await
@@ -298,19 +291,12 @@ async fn http_crash_mid_call_is_an_error_not_a_hang() {
                 .contains("connection to MCP server 'py' lost during the call"),
             "{error}"
         );
-        assert!(
-            started.elapsed() < Duration::from_secs(15),
-            "no hang: {:?}",
-            started.elapsed()
-        );
-        // The server is gone: opening again fails quickly instead of hanging.
-        let started = Instant::now();
+        // The server is gone: opening again fails (the test's bound catches a hang).
         let error = server
             .open(&source_ctx("default", "r2"))
             .await
             .expect_err("server is down");
         assert!(error.message.contains("py"), "{error}");
-        assert!(started.elapsed() < Duration::from_secs(20));
         server.shutdown().await;
     })
     .await;
@@ -338,13 +324,11 @@ async fn slow_call_dropped_by_the_engine_leaves_the_connection_usable() {
         )
         .await;
         assert!(timed_out.is_err(), "the slow call is cut by the timeout");
-        let started = Instant::now();
         let out = find(&tools, "py__echo")
             .call(tool_ctx("r1", "c2"), json!({"text": "after"}))
             .await
             .unwrap();
         assert_eq!(out.visible_text(), "after");
-        assert!(started.elapsed() < Duration::from_secs(20));
         assert_eq!(line_count(&connections), 1, "same connection");
         server.shutdown().await;
     })
@@ -487,14 +471,12 @@ async fn unreachable_commands_fail_quickly() {
         );
         options.connect_timeout = Duration::from_secs(5);
         let server = McpServer::new(options);
-        let started = Instant::now();
         let error = server
             .open(&source_ctx("default", "r1"))
             .await
             .expect_err("no such program");
         assert!(error.message.contains("cannot start"), "{error}");
         assert!(error.circuit.is_none());
-        assert!(started.elapsed() < Duration::from_secs(2));
 
         // A program that never speaks MCP: cut at connect_timeout, and killed.
         let mut options = loom_mcp::McpServerOptions::new(
@@ -508,16 +490,13 @@ async fn unreachable_commands_fail_quickly() {
         );
         options.connect_timeout = Duration::from_millis(500);
         let server = McpServer::new(options);
-        let started = Instant::now();
         let error = server
             .open(&source_ctx("default", "r1"))
             .await
             .expect_err("no handshake");
-        assert!(error.message.contains("did not answer within"), "{error}");
         assert!(
-            started.elapsed() < Duration::from_secs(2),
-            "{:?}",
-            started.elapsed()
+            error.message.contains("did not answer within 500ms"),
+            "{error}"
         );
 
         // A program that exits at once.
@@ -532,17 +511,12 @@ async fn unreachable_commands_fail_quickly() {
         );
         options.connect_timeout = Duration::from_secs(5);
         let server = McpServer::new(options);
-        let started = Instant::now();
         let error = server
             .open(&source_ctx("default", "r1"))
             .await
             .expect_err("exited");
+        // Unreachable at once, not cut by the 5 s connect timeout.
         assert!(error.message.contains("unreachable"), "{error}");
-        assert!(
-            started.elapsed() < Duration::from_secs(2),
-            "{:?}",
-            started.elapsed()
-        );
     })
     .await;
 }
@@ -565,19 +539,44 @@ async fn invalid_server_name_is_refused() {
     assert!(error.message.contains("invalid MCP server name"), "{error}");
 }
 
+/// Opens a stdio server and calls it on a runtime of this thread, which has no subscriber: its
+/// stderr line is logged nowhere.
+fn talk_to_a_server_without_logs(python: &str) {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(bounded(LIMIT, async {
+        let server = McpServer::new(py_stdio_options("py", python, &[]));
+        let tools = server.open(&source_ctx("default", "r0")).await.unwrap();
+        find(&tools, "py__echo")
+            .call(tool_ctx("r0", "c"), json!({"text": "x"}))
+            .await
+            .unwrap();
+        server.shutdown().await;
+    }));
+}
+
+/// The server's stderr reaches the logs (target `loom_mcp::stderr`), never the protocol.
+///
+/// The logs are captured on this thread while other threads, without a subscriber, log the
+/// same line from their own servers (as the other tests of this file do, in parallel): one of
+/// them does it here first, after the capture started.
 #[test]
 fn stderr_goes_to_the_logs_not_the_protocol() {
     let Some(python) = python_with_mcp("stderr_goes_to_the_logs") else {
         return;
     };
-    let captured = Captured::default();
-    let writer = captured.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(move || writer.clone())
-        .with_ansi(false)
-        .with_max_level(tracing::Level::INFO)
-        .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
+    let (captured, _guard) = capture_logs(tracing::Level::INFO);
+    let other = python.clone();
+    std::thread::spawn(move || talk_to_a_server_without_logs(&other))
+        .join()
+        .unwrap();
+    assert!(
+        !captured.text().contains("py_server starting"),
+        "another thread's line was captured:\n{}",
+        captured.text()
+    );
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -589,9 +588,11 @@ fn stderr_goes_to_the_logs_not_the_protocol() {
             .call(tool_ctx("r1", "c"), json!({"text": "x"}))
             .await
             .unwrap();
-        eventually(Duration::from_secs(30), "the stderr line is logged", || {
-            captured.text().contains("py_server starting (stderr line)")
-        })
+        eventually(
+            Duration::from_secs(30),
+            "the server's stderr line in the logs",
+            || captured.text().contains("py_server starting (stderr line)"),
+        )
         .await;
         server.shutdown().await;
     }));

@@ -15,7 +15,7 @@ use std::{
     fs,
     io::{BufRead, BufReader, Read, Write},
     net::TcpListener,
-    path::{Path, PathBuf},
+    path::PathBuf,
     sync::{Arc, Mutex},
     thread,
     time::Duration,
@@ -49,7 +49,13 @@ pub(crate) fn with_full_views(mut request: ModelRequest) -> ModelRequest {
 
 /// `../shared/fixtures/providers`.
 pub(crate) fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures/providers")
+    loom_testkit::shared::root().join("fixtures/providers")
+}
+
+/// Whether the fixtures can be read: `false` (after a skip notice) on a clone without
+/// `../shared`, where the test returns at once (see `loom_testkit::shared`).
+pub(crate) fn fixtures_present() -> bool {
+    loom_testkit::shared::path("fixtures/providers").is_some()
 }
 
 /// The files of one fixture folder ending with `suffix`, sorted (`folder/name`).

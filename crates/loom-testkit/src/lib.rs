@@ -1,12 +1,16 @@
 //! # loom-testkit
 //!
 //! Test doubles for Loom's ports: a manual clock, scripted and misbehaving models, and tools
-//! that sleep, fail or panic. Deterministic by construction: nothing here reads the wall clock
-//! or the network.
+//! that sleep, fail or panic. Deterministic by construction: no double reads the wall clock or
+//! the network.
 //!
-//! [`conformance`] holds the scenarios every journal (`EventStore`) must pass.
+//! [`conformance`] holds the scenarios every journal (`EventStore`) must pass, [`shared`] finds
+//! the reference files of `../shared` (and skips a test on a bare clone without them), and
+//! [`wait`] polls for what a test awaits with a deadline (the only wall-clock reads here).
 
 pub mod conformance;
+pub mod shared;
+pub mod wait;
 
 use std::{
     fmt,

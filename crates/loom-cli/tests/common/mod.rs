@@ -23,6 +23,18 @@ pub(crate) fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
+/// The events of `../shared/reference/journals/<name>`, or `None` on a clone without
+/// `../shared` (the test then returns: see `loom_testkit::shared`).
+pub(crate) fn reference_journal(name: &str) -> Option<Vec<Value>> {
+    let relative = format!("reference/journals/{name}");
+    let text = loom_testkit::shared::text(&relative)?;
+    let events = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{relative}: {e}")))
+        .collect();
+    Some(events)
+}
+
 /// An example binary (`devis`, `chaos`, `relance`), built by `cargo test` beside `loom`.
 pub(crate) fn example_bin(name: &str) -> PathBuf {
     let path = loom_bin()

@@ -8,11 +8,11 @@ use std::{
     path::{Path, PathBuf},
     process::{Child, Command, Stdio},
     sync::{Arc, Mutex, mpsc},
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 /// How long a test waits for something that must happen (a bound, not a measure).
-pub(crate) const PATIENCE: Duration = Duration::from_secs(90);
+pub(crate) const PATIENCE: Duration = loom_testkit::wait::PATIENCE;
 
 /// A server process, its address, and what it wrote on stderr so far.
 pub(crate) struct Server {
@@ -83,15 +83,14 @@ impl Server {
 
     /// Waits until its stderr contains `text`.
     pub(crate) fn wait_log(&self, text: &str) {
-        let start = Instant::now();
-        while !self.log().contains(text) {
-            assert!(
-                start.elapsed() < PATIENCE,
-                "never logged {text:?}:\n{}",
-                self.log()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        loom_testkit::wait::blocking_until(format!("the log line {text:?}"), || {
+            let log = self.log();
+            if log.contains(text) {
+                Ok(())
+            } else {
+                Err(format!("the log so far:\n{log}"))
+            }
+        });
     }
 
     /// Sends SIGTERM.
@@ -115,9 +114,22 @@ impl Server {
         self.wait()
     }
 
-    /// Waits for it to exit; its exit code and its whole stderr.
+    /// Waits for it to exit (killed, and the test failed, after [`PATIENCE`]); its exit code
+    /// and its whole stderr.
     pub(crate) fn wait(mut self) -> (Option<i32>, String) {
-        let status = self.child.wait().unwrap();
+        let exited = loom_testkit::wait::blocking_poll_within(
+            format!("the server (pid {}) to exit", self.child.id()),
+            PATIENCE,
+            || self.child.try_wait().unwrap(),
+        );
+        let status = match exited {
+            Ok(status) => status,
+            Err(timed_out) => {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                panic!("{timed_out}; its log:\n{}", self.log());
+            }
+        };
         // The reader thread ends with the pipe (a supervisor's children share it: they have
         // exited too).
         let log = self.log.clone();

@@ -10,7 +10,7 @@ use std::{
     path::PathBuf,
     process::Stdio,
     sync::{Arc, Mutex},
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use loom_core::{
@@ -168,14 +168,12 @@ pub async fn bounded<T>(limit: Duration, body: impl Future<Output = T>) -> T {
         .unwrap_or_else(|_| panic!("test did not finish within {limit:?}"))
 }
 
-/// Polls `condition` every 50 ms until it holds, or panics after `limit`.
+/// Polls `condition` until it holds, or panics after `limit` naming `what`
+/// ([`loom_testkit::wait`]).
 pub async fn eventually(limit: Duration, what: &str, mut condition: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !condition() {
-        if start.elapsed() > limit {
-            panic!("{what}: not true after {limit:?}");
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
+    if let Err(timed_out) = loom_testkit::wait::poll_within(what, limit, async || condition()).await
+    {
+        panic!("{timed_out}");
     }
 }
 
@@ -210,9 +208,34 @@ pub fn scratch(test: &str) -> PathBuf {
     dir
 }
 
-/// Everything logged while a test runs (for a current-thread runtime).
+/// Everything logged on the capturing thread (see [`capture_logs`]).
 #[derive(Clone, Default)]
 pub struct Captured(pub Arc<Mutex<Vec<u8>>>);
+
+/// Captures what the calling thread logs at `level` and above, as text, until the guard is
+/// dropped (a thread default: other threads, and so other tests, keep logging nowhere). Run
+/// the code under test on a current-thread runtime of this thread.
+///
+/// `tracing` caches, per callsite and for the whole process, whether any subscriber wants it;
+/// while a single `Dispatch` exists, it asks the default subscriber of whichever thread
+/// reaches the callsite first. A test thread without a subscriber reaching the
+/// `loom_mcp::stderr` line first would cache "never" for every thread, and this capture would
+/// miss its own line (tokio-rs/tracing#3611, #2874). So an inert second `Dispatch` is kept for
+/// the life of the test binary first: with two, `tracing` asks every registered one.
+pub fn capture_logs(level: tracing::Level) -> (Captured, tracing::subscriber::DefaultGuard) {
+    static SECOND_DISPATCH: std::sync::OnceLock<tracing::Dispatch> = std::sync::OnceLock::new();
+    SECOND_DISPATCH
+        .get_or_init(|| tracing::Dispatch::new(tracing::subscriber::NoSubscriber::default()));
+    let captured = Captured::default();
+    let writer = captured.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .with_max_level(level)
+        .finish();
+    let guard = tracing::subscriber::set_default(subscriber);
+    (captured, guard)
+}
 
 impl Captured {
     pub fn text(&self) -> String {

@@ -2,7 +2,9 @@
 //! of `EXPECTED.md`, the ways to cut a transcript into chunks, and long-string comparison.
 //!
 //! The fixtures are read in place from `../shared/fixtures/providers` (never copied into the
-//! repository). Provider-neutral: each adapter's test normalizes its own output.
+//! repository); a test that reads them starts with [`present`], which skips it on a clone
+//! without `../shared` (see `loom_testkit::shared`). Provider-neutral: each adapter's test
+//! normalizes its own output.
 
 #![allow(dead_code, unreachable_pub, clippy::unwrap_used, clippy::expect_used)]
 
@@ -13,7 +15,13 @@ use sha2::{Digest, Sha256};
 
 /// The fixtures folder: `<workspace>/../shared/fixtures/providers`.
 pub fn dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures/providers")
+    loom_testkit::shared::root().join("fixtures/providers")
+}
+
+/// Whether the fixtures can be read: `false` (after a skip notice) on a clone without
+/// `../shared`, where the test returns at once.
+pub fn present() -> bool {
+    loom_testkit::shared::path("fixtures/providers").is_some()
 }
 
 /// The bytes of a fixture, by path relative to the fixtures folder (`anthropic/…`).
