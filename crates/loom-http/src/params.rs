@@ -177,12 +177,9 @@ mod tests {
             p.text("page").unwrap_err(),
             p.count("page", 1).unwrap_err(),
         ] {
+            // A server error: the client reads its kind and an id, the detail is logged.
             assert_eq!(error.kind, ErrorKind::Engine);
-            assert_eq!(
-                error.message,
-                "the query parameter 'page' is read but not documented (accepted: status, limit, \
-                 sessions, since, until, agent)"
-            );
+            assert!(error.error_id.is_some(), "{}", error.message);
         }
         // Reading through `only::<T>()` is what makes a parameter readable.
         assert!(raw(&[]).all("status").is_err());
