@@ -11,7 +11,7 @@ use std::{
     fs,
     path::Path,
     process::{Command, Output, Stdio},
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use common::loom_bin;
@@ -60,17 +60,18 @@ fn loom(dir: &Path, args: &[&str]) -> Output {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while child.try_wait().unwrap().is_none() {
-        if Instant::now() > deadline {
-            child.kill().unwrap();
-            let output = child.wait_with_output().unwrap();
-            panic!(
-                "loom {args:?} is still running (it started):\n{}",
-                String::from_utf8_lossy(&output.stderr)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(50));
+    let exited = loom_testkit::wait::blocking_poll_within(
+        format!("loom {args:?} to exit"),
+        Duration::from_secs(60),
+        || child.try_wait().unwrap(),
+    );
+    if exited.is_err() {
+        child.kill().unwrap();
+        let output = child.wait_with_output().unwrap();
+        panic!(
+            "loom {args:?} is still running (it started):\n{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
     }
     child.wait_with_output().unwrap()
 }

@@ -252,7 +252,7 @@ mod tests {
                 Arc,
                 atomic::{AtomicBool, Ordering},
             },
-            time::{Duration, Instant},
+            time::Duration,
         };
 
         use loom_ia::config::{AgentSpec, Config, LoomConfig, ModelSpec, Sdk};
@@ -294,14 +294,15 @@ mod tests {
         let watchdog = {
             let (done, fired) = (done.clone(), fired.clone());
             std::thread::spawn(move || {
-                let deadline = Instant::now() + Duration::from_secs(20);
-                while !done.load(Ordering::SeqCst) {
-                    if Instant::now() > deadline {
-                        fired.store(true, Ordering::SeqCst);
-                        write();
-                        return;
-                    }
-                    std::thread::sleep(Duration::from_millis(20));
+                let read = loom_testkit::wait::blocking_poll_within(
+                    "the attachment to be read",
+                    Duration::from_secs(20),
+                    || done.load(Ordering::SeqCst),
+                );
+                if read.is_err() {
+                    // Unblock the reader, and say the runtime's thread was held.
+                    fired.store(true, Ordering::SeqCst);
+                    write();
                 }
             })
         };
