@@ -130,7 +130,8 @@ fn span(out: &mut Out, trace: &Trace, span: &Span, depth: usize, tally: &mut Tal
         SpanKind::Other => other_head(span),
     };
     out.at(depth, head);
-    for detail in details(span) {
+    let (before, after) = details(span);
+    for detail in before {
         out.at(depth + 1, detail);
     }
     let children: Vec<&Span> = trace.children(Some(&span.span_id)).collect();
@@ -153,6 +154,9 @@ fn span(out: &mut Out, trace: &Trace, span: &Span, depth: usize, tally: &mut Tal
             }
             next_event += 1;
         }
+    }
+    for detail in after {
+        out.at(depth + 1, detail);
     }
 }
 
@@ -279,9 +283,9 @@ fn other_head(span: &Span) -> String {
     format!("approval for {tool} — {decided}")
 }
 
-/// The `·` lines of a span's own content: a model's answers and calls, a tool's arguments
-/// and result, a judge's verdict.
-fn details(span: &Span) -> Vec<String> {
+/// The `·` lines of a span's own content, those before its children (a model's answers and
+/// calls, a tool's arguments) and those after (a tool's result, a judge's verdict).
+fn details(span: &Span) -> (Vec<String>, Vec<String>) {
     let mut lines = Vec::new();
     if let Some(Value::Array(messages)) = span.attributes.get("gen_ai.output.messages") {
         for message in messages {
@@ -306,13 +310,14 @@ fn details(span: &Span) -> Vec<String> {
     if let Some(arguments) = span.attributes.get("gen_ai.tool.call.arguments") {
         lines.push(format!("· arguments : {arguments}"));
     }
+    let mut after = Vec::new();
     if let Some(result) = span.text("gen_ai.tool.call.result") {
-        lines.push(format!("· result    : {}", one_line(result)));
+        after.push(format!("· result    : {}", one_line(result)));
     }
     if let Some(verdict) = verdict(span.text("loom.judge"), &span.attributes) {
-        lines.push(verdict);
+        after.push(verdict);
     }
-    lines
+    (lines, after)
 }
 
 /// `· verdict ton: poli 0.90 — accepted (attempt 1)`.

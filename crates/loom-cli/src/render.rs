@@ -85,7 +85,10 @@ pub(crate) fn usage(report: &UsageReport) -> String {
             format!(
                 "Usage — tenant {}, {period} {} (UTC): {} run(s) in {} session(s)",
                 report.tenant_id,
-                report.from.map(|from| period.label(from)).unwrap_or_default(),
+                report
+                    .from
+                    .map(|from| period.label(from))
+                    .unwrap_or_default(),
                 roots.len(),
                 sessions.len()
             )
@@ -308,7 +311,9 @@ mod tests {
             session_id: "s1".into(),
             agent: Some(agent.into()),
             status: RunStatus::Completed,
-            started_at: chrono::Utc.with_ymd_and_hms(2026, 11, 29, 8, minute, 0).unwrap(),
+            started_at: chrono::Utc
+                .with_ymd_and_hms(2026, 11, 29, 8, minute, 0)
+                .unwrap(),
             parent_run_id: parent.map(str::to_owned),
             call_id: parent.map(|_| "call-1".to_owned()),
             depth: u32::from(parent.is_some()),
@@ -325,7 +330,10 @@ mod tests {
             session_id: Some("s1".into()),
             total: line(3, 300, 30, 0.003),
             runs: [
-                ("r1".to_owned(), run("r1", "chef", None, 0, line(1, 100, 10, 0.001))),
+                (
+                    "r1".to_owned(),
+                    run("r1", "chef", None, 0, line(1, 100, 10, 0.001)),
+                ),
                 (
                     "c1".to_owned(),
                     run("c1", "recherche", Some("r1"), 1, line(2, 200, 20, 0.002)),

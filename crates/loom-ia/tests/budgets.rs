@@ -271,8 +271,11 @@ async fn session_and_tenant_reports_add_up_the_runs() {
         .await
         .unwrap();
     assert_eq!(tenant.runs.len(), 3);
-    let sessions: std::collections::BTreeSet<&str> =
-        tenant.runs.values().map(|r| r.session_id.as_str()).collect();
+    let sessions: std::collections::BTreeSet<&str> = tenant
+        .runs
+        .values()
+        .map(|r| r.session_id.as_str())
+        .collect();
     assert_eq!(sessions.len(), 2);
     assert_eq!(tenant.agents["calc"].calls, 6);
     let spent = first.cost_usd + second.cost_usd + elsewhere.cost_usd;

@@ -251,7 +251,8 @@ impl Builder {
                 span.attributes
                     .insert("loom.cancelled.reason".into(), json!(cancelled.reason));
                 if let Some(by) = &cancelled.by {
-                    span.attributes.insert("loom.cancelled.by".into(), json!(by));
+                    span.attributes
+                        .insert("loom.cancelled.by".into(), json!(by));
                 }
             }
             Payload::RunCompleted(completed) => {
@@ -316,9 +317,10 @@ impl Builder {
         calls.cost_usd += response.cost_usd;
         calls.latency_ms += response.latency_ms;
         calls.attempts += response.attempts;
-        calls
-            .outputs
-            .push(messages_json(&response.message, Some(response.stop_reason.as_str())));
+        calls.outputs.push(messages_json(
+            &response.message,
+            Some(response.stop_reason.as_str()),
+        ));
         let calls = &self.calls[&at];
         let span = &mut self.spans[at];
         span.name = match &response.judge {
@@ -345,7 +347,10 @@ impl Builder {
         }
         let role = event.role.clone().unwrap_or_else(|| "main".to_owned());
         attributes.insert("loom.role".into(), json!(role));
-        for (key, value) in [("loom.call_id", &response.call_id), ("loom.judge", &response.judge)] {
+        for (key, value) in [
+            ("loom.call_id", &response.call_id),
+            ("loom.judge", &response.judge),
+        ] {
             if let Some(value) = value {
                 attributes.insert(key.into(), json!(value));
             }
@@ -365,7 +370,10 @@ impl Builder {
         tool_names(span, &called.tool_name, &called.call_id);
         let attributes = &mut span.attributes;
         attributes.insert("loom.tool_kind".into(), json!(called.tool_kind));
-        attributes.insert("gen_ai.tool.call.arguments".into(), called.arguments.clone());
+        attributes.insert(
+            "gen_ai.tool.call.arguments".into(),
+            called.arguments.clone(),
+        );
         if called.resumed {
             attributes.insert("loom.resumed".into(), json!(true));
         }
@@ -801,7 +809,10 @@ mod tests {
         );
         let tool = &trace.spans[4];
         assert_eq!(tool.text("gen_ai.tool.name"), Some("calculer"));
-        assert_eq!(tool.attributes["gen_ai.tool.call.arguments"], json!({"expr": "12*7+3"}));
+        assert_eq!(
+            tool.attributes["gen_ai.tool.call.arguments"],
+            json!({"expr": "12*7+3"})
+        );
         assert_eq!(tool.text("gen_ai.tool.call.result"), Some("87"));
         assert!(!tool.flag("loom.refused"));
         // Step durations are the journal's.
@@ -827,7 +838,10 @@ mod tests {
         let refused = tools[0];
         assert!(refused.flag("loom.refused"));
         assert_eq!(refused.status, SpanStatus::Error);
-        assert_eq!(refused.attributes["gen_ai.tool.call.arguments"], json!({"numero": "42"}));
+        assert_eq!(
+            refused.attributes["gen_ai.tool.call.arguments"],
+            json!({"numero": "42"})
+        );
         assert_eq!(refused.events[0].name, "policy.decided");
         assert_eq!(refused.events[0].text("loom.decision"), Some("deny"));
         // A role's model call sits under its tool call.
@@ -889,7 +903,10 @@ mod tests {
             "{removed:?}"
         );
         let text = serde_json::to_string(&masked).unwrap();
-        assert!(!text.contains("12*7+3") && !text.contains("\"87\""), "{text}");
+        assert!(
+            !text.contains("12*7+3") && !text.contains("\"87\""),
+            "{text}"
+        );
         assert_eq!(masked.spans.len(), trace.spans.len());
         assert_eq!(masked.spans[2].usage(), trace.spans[2].usage());
         assert_eq!(trace.without_content(), masked);

@@ -176,7 +176,12 @@ impl Span {
     /// The tokens of a model call (or of the calls a span sums), from its `gen_ai.usage.*`
     /// attributes.
     pub fn usage(&self) -> Usage {
-        let count = |key: &str| self.attributes.get(key).and_then(Value::as_u64).unwrap_or(0);
+        let count = |key: &str| {
+            self.attributes
+                .get(key)
+                .and_then(Value::as_u64)
+                .unwrap_or(0)
+        };
         let (cache_read, cache_write) = (
             count("gen_ai.usage.cache_read.input_tokens"),
             count("gen_ai.usage.cache_write.input_tokens"),

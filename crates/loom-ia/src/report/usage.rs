@@ -131,7 +131,10 @@ impl UsageReport {
         let ledger = Ledger::new(events);
         let Some(at) = ledger.find(run_id) else {
             return UsageReport {
-                tenant_id: events.first().map(|e| e.tenant_id.clone()).unwrap_or_default(),
+                tenant_id: events
+                    .first()
+                    .map(|e| e.tenant_id.clone())
+                    .unwrap_or_default(),
                 run_id: Some(run_id.to_owned()),
                 ..UsageReport::default()
             };
@@ -538,7 +541,10 @@ mod tests {
             lines.into_iter().for_each(|l| sum.merge(l));
             sum
         };
-        close(&sum(report.runs.values().map(|r| &r.own).collect()), &report.total);
+        close(
+            &sum(report.runs.values().map(|r| &r.own).collect()),
+            &report.total,
+        );
         close(&sum(report.roles.values().collect()), &report.total);
         close(&sum(report.agents.values().collect()), &report.total);
         close(&sum(report.models.values().collect()), &report.total);
@@ -574,7 +580,11 @@ mod tests {
         close(&report.models["slow (SLOW)"], &line(3, 1100, 110, 0.11));
         close(&report.agents["recherche"], &line(2, 600, 60, 0.06));
         assert_eq!(
-            report.root_runs().iter().map(|r| r.run_id.as_str()).collect::<Vec<_>>(),
+            report
+                .root_runs()
+                .iter()
+                .map(|r| r.run_id.as_str())
+                .collect::<Vec<_>>(),
             ["r1"]
         );
 
@@ -593,7 +603,11 @@ mod tests {
         assert_eq!(report.run_id, None);
         assert_eq!(report.runs.len(), 4);
         assert_eq!(
-            report.root_runs().iter().map(|r| r.run_id.as_str()).collect::<Vec<_>>(),
+            report
+                .root_runs()
+                .iter()
+                .map(|r| r.run_id.as_str())
+                .collect::<Vec<_>>(),
             ["r1", "r2"]
         );
         close(&report.total, &line(8, 3850, 380, 0.385));
