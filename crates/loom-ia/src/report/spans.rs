@@ -427,12 +427,13 @@ impl Builder {
                 attributes.insert(key.into(), json!(true));
             }
         }
-        if completed.usage.is_some() || completed.cost_usd > 0.0 {
-            usage_attributes(
-                attributes,
-                &completed.usage.unwrap_or_default(),
-                completed.cost_usd,
-            );
+        // A sub-agent's consumption (its tokens and cost), or a role's cost.
+        match &completed.usage {
+            Some(usage) => usage_attributes(attributes, usage, completed.cost_usd),
+            None if completed.cost_usd > 0.0 => {
+                attributes.insert("loom.cost_usd".into(), json!(completed.cost_usd));
+            }
+            None => {}
         }
         attributes.insert(
             "gen_ai.tool.call.result".into(),
