@@ -2,6 +2,7 @@
 //! spans, sub-runs included) and usage reports of a run, a session and a tenant over a period
 //! ([`UsageReport`]: in total, by run, by role, by agent and by model).
 
+mod attributes;
 mod spans;
 mod trace;
 mod usage;
