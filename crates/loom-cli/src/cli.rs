@@ -154,7 +154,7 @@ enum Command {
         #[command(flatten)]
         decision: DecisionArgs,
     },
-    /// Show a run as a tree of steps, model calls and tool calls.
+    /// Show a run as its trace: steps, model calls, tool calls, judges, approvals and sub-runs.
     Inspect {
         /// Run id.
         run_id: String,
@@ -167,7 +167,7 @@ enum Command {
         /// Show everything, uncut.
         #[arg(long)]
         full: bool,
-        /// Print the trace as JSON.
+        /// Print the trace as JSON (the reference's `Trace`, with its spans).
         #[arg(long)]
         json: bool,
     },
@@ -992,7 +992,7 @@ async fn inspect(
     if json {
         return Ok(print_json(&trace));
     }
-    out!("{}", render::trace(&trace, full));
+    out!("{}", crate::inspect::trace(&trace, full));
     Ok(OK)
 }
 
@@ -1012,34 +1012,22 @@ async fn report(
     tenant: Option<&str>,
     json: bool,
 ) -> Result<u8, LoomError> {
-    let text = match target {
+    let report = match target {
         ReportOf::Run { run_id, session } => {
             let run = loom.locate(&run_id, session.as_deref(), tenant).await?;
-            let report = loom.report(&run).await?;
-            if json {
-                return Ok(print_json(&report));
-            }
-            render::usage(&report)
+            loom.report(&run).await?
         }
-        ReportOf::Session(session) => {
-            let report = loom.session_report(&session, tenant).await?;
-            if json {
-                return Ok(print_json(&report));
-            }
-            render::session_usage(&report)
-        }
+        ReportOf::Session(session) => loom.session_report(&session, tenant).await?,
         ReportOf::Tenant(period) => {
             let tenant = tenant.unwrap_or(loom_ia::DEFAULT_TENANT);
-            let report = loom
-                .tenant_report(tenant, period, chrono::Utc::now())
-                .await?;
-            if json {
-                return Ok(print_json(&report));
-            }
-            render::tenant_usage(&report)
+            loom.tenant_report(tenant, period, chrono::Utc::now())
+                .await?
         }
     };
-    out!("{text}");
+    if json {
+        return Ok(print_json(&report));
+    }
+    out!("{}", render::usage(&report));
     Ok(OK)
 }
 

@@ -23,6 +23,7 @@
 //! for people lives here, the data it shows comes from the facade's projections.
 
 mod cli;
+mod inspect;
 mod keys;
 mod output;
 #[cfg(unix)]

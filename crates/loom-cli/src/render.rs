@@ -2,14 +2,9 @@
 
 use std::fmt::Write as _;
 
-use loom_ia::{
-    RunResult, SessionReport, TenantReport, Trace, UsageLine, UsageReport, Validation,
-    report::TraceCall,
-};
-use serde_json::Value;
+use std::collections::BTreeSet;
 
-/// Longest line `inspect` prints without `--full`.
-const MAX_LINE: usize = 110;
+use loom_ia::{RunResult, RunUsage, UsageLine, UsageReport, Validation};
 
 /// ` --tenant <tenant>` for a command that names a run of `tenant`, empty for the default one.
 pub(crate) fn tenant_flag(tenant: &str) -> String {
@@ -75,261 +70,79 @@ pub(crate) fn run_summary(result: &RunResult, tenant: &str) -> String {
 /// One progress line for `--stream` (shared with the MCP server's progress notifications).
 pub(crate) use loom_ia::progress_line;
 
-/// `loom inspect`.
-pub(crate) fn trace(trace: &Trace, full: bool) -> String {
-    let mut out = String::new();
-    let mut line = |text: String| {
-        let text = if full { text } else { cut(&text) };
-        out.push_str(&text);
-        out.push('\n');
-    };
-    line(format!(
-        "Run        : {} (agent {}, tenant {})",
-        trace.run_id, trace.agent, trace.tenant_id
-    ));
-    line(format!("Session    : {}", trace.session_id));
-    let mut status = format!(
-        "Status     : {}, {} iteration(s)",
-        trace.status, trace.iterations
-    );
-    if let Some(kind) = &trace.error_type {
-        let _ = write!(status, " ({kind})");
-    }
-    if !trace.finished {
-        status.push_str(" — run not finished: durations are provisional");
-    }
-    line(status);
-    line(format!(
-        "Usage      : {} → {} tokens, {:.6} $, {} of piloting",
-        trace.usage.prompt_tokens(),
-        trace.usage.output_tokens,
-        trace.cost_usd,
-        duration(trace.active_ms)
-    ));
-    line(String::new());
-    line(format!(
-        "run {} — {}, {}, {:.6} $",
-        trace.agent,
-        trace.status,
-        duration(trace.duration_ms),
-        trace.cost_usd
-    ));
-    let (mut model_calls, mut tool_calls, mut refused, mut approvals) = (0, 0, 0, 0);
-    for step in &trace.steps {
-        let mut head = format!("  step {} ({})", step.step_no, step_effect(step.effect));
-        if let Some(ms) = step.duration_ms {
-            let _ = write!(head, " — {}", duration(ms));
-        }
-        if let Some(outcome) = step.outcome
-            && outcome != loom_ia::core::event::Outcome::Ok
-        {
-            let _ = write!(
-                head,
-                " ({})",
-                serde_json::to_value(outcome)
-                    .ok()
-                    .and_then(|v| v.as_str().map(str::to_owned))
-                    .unwrap_or_default()
-            );
-        }
-        line(head);
-        for call in &step.calls {
-            match call {
-                TraceCall::Model {
-                    model_id,
-                    model,
-                    role,
-                    latency_ms,
-                    usage,
-                    cost_usd,
-                    text,
-                    tool_calls: calls,
-                    ..
-                } => {
-                    model_calls += 1;
-                    let label = match model {
-                        Some(model) => format!("{model} ({model_id})"),
-                        None => model_id.clone(),
-                    };
-                    line(format!(
-                        "    model {label} ({}) — {}, {} → {} tokens, {:.6} $",
-                        role.as_deref().unwrap_or("main"),
-                        duration(*latency_ms),
-                        usage.prompt_tokens(),
-                        usage.output_tokens,
-                        cost_usd
-                    ));
-                    if !text.is_empty() {
-                        line(format!("      · answers   : {}", one_line(text)));
-                    }
-                    for (name, arguments) in calls {
-                        line(format!(
-                            "      · calls     : {name}({})",
-                            compact(arguments)
-                        ));
-                    }
-                }
-                TraceCall::Tool {
-                    name,
-                    arguments,
-                    result,
-                    is_error,
-                    latency_ms,
-                    refused: was_refused,
-                    ..
-                } => {
-                    tool_calls += 1;
-                    let mut head = format!("    tool {name}");
-                    if *was_refused {
-                        refused += 1;
-                        head.push_str(" — refused before launch");
-                    } else if let Some(ms) = latency_ms {
-                        let _ = write!(head, " — {}", duration(*ms));
-                    } else {
-                        head.push_str(" (open)");
-                    }
-                    if *is_error {
-                        head.push_str(" (error)");
-                    }
-                    line(head);
-                    line(format!("      · arguments : {}", compact(arguments)));
-                    if let Some(result) = result {
-                        line(format!("      · result    : {}", one_line(result)));
-                    }
-                }
-                TraceCall::Approval {
-                    name,
-                    status,
-                    by,
-                    reason,
-                    decision_reason,
-                    arguments,
-                    ..
-                } => {
-                    approvals += 1;
-                    let who = by.as_deref().unwrap_or("?");
-                    let why = decision_reason
-                        .as_deref()
-                        .map(|r| format!(" ({r})"))
-                        .unwrap_or_default();
-                    let decided = match status.as_str() {
-                        "granted" => format!("granted by {who}{why}"),
-                        "rejected" => format!("rejected by {who}{why}"),
-                        "expired" => "expired".to_owned(),
-                        _ => "waiting".to_owned(),
-                    };
-                    line(format!("    approval for {name} — {decided}"));
-                    line(format!("      · asked     : {}", one_line(reason)));
-                    if let Some(arguments) = arguments {
-                        line(format!("      · corrected : {}", compact(arguments)));
-                    }
-                }
-            }
-        }
-    }
-    if let Some(output) = &trace.output {
-        line(String::new());
-        line("Final answer:".to_owned());
-        for text in output.lines() {
-            line(format!("  {text}"));
-        }
-    }
-    if let Some(error) = &trace.error {
-        line(format!("Error      : {error}"));
-    }
-    let mut summary =
-        format!("Summary    : {model_calls} model call(s), {tool_calls} tool call(s)");
-    if refused > 0 {
-        let _ = write!(summary, " including {refused} refused before launch");
-    }
-    if approvals > 0 {
-        let _ = write!(summary, ", {approvals} approval(s)");
-    }
-    line(summary);
-    out
-}
-
-fn step_effect(effect: loom_ia::core::event::Effect) -> &'static str {
-    effect.as_str()
-}
-
-/// `loom report`.
+/// `loom report`: a run's (run by run when it has sub-runs, each indented under its parent),
+/// a session's (run by run) or a tenant's over a period (by agent), then by role, by agent
+/// (when several ran) and by model.
 pub(crate) fn usage(report: &UsageReport) -> String {
-    let mut sections = vec![("By role", lines(&report.roles))];
-    if !report.sub_runs.is_empty() {
-        let subs = report
-            .sub_runs
-            .iter()
-            .map(|sub| {
-                let label = match &sub.agent {
-                    Some(agent) => format!("{} ({agent})", sub.run_id),
-                    None => sub.run_id.clone(),
-                };
-                (label, &sub.usage)
-            })
-            .collect();
-        sections.push(("By sub-run", subs));
+    let roots = report.root_runs();
+    let title = match (&report.run_id, &report.session_id, report.period) {
+        (Some(run), _, _) => format!("Usage — run {run}"),
+        (None, Some(session), _) => {
+            format!("Usage — session {session} (tenant {})", report.tenant_id)
+        }
+        (None, None, Some(period)) => {
+            let sessions: BTreeSet<&str> = roots.iter().map(|r| r.session_id.as_str()).collect();
+            format!(
+                "Usage — tenant {}, {period} {} (UTC): {} run(s) in {} session(s)",
+                report.tenant_id,
+                report
+                    .from
+                    .map(|from| period.label(from))
+                    .unwrap_or_default(),
+                roots.len(),
+                sessions.len()
+            )
+        }
+        (None, None, None) => format!("Usage — tenant {}", report.tenant_id),
+    };
+    let mut sections = Vec::new();
+    if report.period.is_none() && (report.run_id.is_none() || report.runs.len() > 1) {
+        let mut rows = Vec::new();
+        for root in &roots {
+            run_rows(report, root, 0, &mut rows);
+        }
+        sections.push(("By run", rows));
+    }
+    // A tenant's usage is read by agent first; a run's or a session's, run by run.
+    if report.period.is_some() {
+        sections.push(("By agent", lines(&report.agents)));
+    }
+    sections.push(("By role", lines(&report.roles)));
+    if report.period.is_none() && report.agents.len() > 1 {
+        sections.push(("By agent", lines(&report.agents)));
     }
     sections.push(("By model", lines(&report.models)));
-    usage_table(
-        &format!("Usage — run {}", report.run_id),
-        &report.total,
-        &sections,
-    )
+    usage_table(&title, &report.total, &sections)
 }
 
-/// `loom report --session`.
-pub(crate) fn session_usage(report: &SessionReport) -> String {
-    let runs = report
+/// `run` and its sub-runs, each indented under its parent, in the order they started: a row
+/// of its own calls each.
+fn run_rows<'a>(
+    report: &'a UsageReport,
+    run: &'a RunUsage,
+    depth: usize,
+    rows: &mut Vec<(String, &'a UsageLine)>,
+) {
+    let label = format!(
+        "{:width$}{} ({}, {})",
+        "",
+        run.run_id,
+        run.agent.as_deref().unwrap_or("-"),
+        run.status,
+        width = depth * 2
+    );
+    rows.push((label, &run.own));
+    let mut children: Vec<&RunUsage> = report
         .runs
-        .iter()
-        .map(|run| {
-            let label = format!(
-                "{} ({}, {})",
-                run.run_id,
-                run.agent.as_deref().unwrap_or("-"),
-                run.status
-            );
-            (label, &run.usage)
-        })
+        .values()
+        .filter(|r| r.parent_run_id.as_deref() == Some(run.run_id.as_str()))
         .collect();
-    let mut sections = vec![("By run", runs), ("By role", lines(&report.roles))];
-    if !report.sub_agents.is_empty() {
-        sections.push(("By sub-agent", lines(&report.sub_agents)));
+    children.sort_by_key(|r| r.started_at);
+    if depth < 64 {
+        for child in children {
+            run_rows(report, child, depth + 1, rows);
+        }
     }
-    sections.push(("By model", lines(&report.models)));
-    usage_table(
-        &format!(
-            "Usage — session {} (tenant {})",
-            report.session_id, report.tenant_id
-        ),
-        &report.total,
-        &sections,
-    )
-}
-
-/// `loom report --tenant/--period`.
-pub(crate) fn tenant_usage(report: &TenantReport) -> String {
-    let mut sections = vec![
-        ("By agent", lines(&report.agents)),
-        ("By role", lines(&report.roles)),
-    ];
-    if !report.sub_agents.is_empty() {
-        sections.push(("By sub-agent", lines(&report.sub_agents)));
-    }
-    sections.push(("By model", lines(&report.models)));
-    usage_table(
-        &format!(
-            "Usage — tenant {}, {} {} (UTC): {} run(s) in {} session(s)",
-            report.tenant_id,
-            report.period,
-            report.period.label(report.from),
-            report.runs,
-            report.sessions
-        ),
-        &report.total,
-        &sections,
-    )
 }
 
 fn lines(map: &std::collections::BTreeMap<String, UsageLine>) -> Vec<(String, &UsageLine)> {
@@ -473,35 +286,9 @@ fn enum_name(value: &impl serde::Serialize) -> String {
         .unwrap_or_default()
 }
 
-fn compact(value: &Value) -> String {
-    value.to_string()
-}
-
-fn one_line(text: &str) -> String {
-    text.replace('\n', " ⏎ ")
-}
-
-fn cut(text: &str) -> String {
-    if text.chars().count() <= MAX_LINE {
-        return text.to_owned();
-    }
-    let mut short: String = text.chars().take(MAX_LINE - 1).collect();
-    short.push('…');
-    short
-}
-
-/// `N ms` below a second, else `N.N s`.
-fn duration(ms: f64) -> String {
-    if ms < 1000.0 {
-        format!("{} ms", ms.round() as u64)
-    } else {
-        format!("{:.1} s", ms / 1000.0)
-    }
-}
-
 #[cfg(test)]
 mod tests {
-    use loom_ia::{SubRunUsage, Usage};
+    use loom_ia::{RunStatus, Usage};
 
     use super::*;
 
@@ -517,30 +304,65 @@ mod tests {
         }
     }
 
+    fn run(id: &str, agent: &str, parent: Option<&str>, minute: u32, own: UsageLine) -> RunUsage {
+        use chrono::TimeZone;
+        RunUsage {
+            run_id: id.into(),
+            session_id: "s1".into(),
+            agent: Some(agent.into()),
+            status: RunStatus::Completed,
+            started_at: chrono::Utc
+                .with_ymd_and_hms(2026, 11, 29, 8, minute, 0)
+                .unwrap(),
+            parent_run_id: parent.map(str::to_owned),
+            call_id: parent.map(|_| "call-1".to_owned()),
+            depth: u32::from(parent.is_some()),
+            with_sub_runs: own.clone(),
+            own,
+        }
+    }
+
     #[test]
-    fn a_run_report_lists_its_sub_runs_between_roles_and_models() {
+    fn a_run_report_lists_its_sub_runs_under_it() {
         let report = UsageReport {
-            run_id: "r1".into(),
+            tenant_id: "default".into(),
+            run_id: Some("r1".into()),
+            session_id: Some("s1".into()),
             total: line(3, 300, 30, 0.003),
-            roles: [("main".to_owned(), line(1, 100, 10, 0.001))].into(),
+            runs: [
+                (
+                    "r1".to_owned(),
+                    run("r1", "chef", None, 0, line(1, 100, 10, 0.001)),
+                ),
+                (
+                    "c1".to_owned(),
+                    run("c1", "recherche", Some("r1"), 1, line(2, 200, 20, 0.002)),
+                ),
+            ]
+            .into(),
+            roles: [("main".to_owned(), line(3, 300, 30, 0.003))].into(),
+            agents: [
+                ("chef".to_owned(), line(1, 100, 10, 0.001)),
+                ("recherche".to_owned(), line(2, 200, 20, 0.002)),
+            ]
+            .into(),
             models: [("fake-1 (FAKE)".to_owned(), line(3, 300, 30, 0.003))].into(),
-            sub_runs: vec![SubRunUsage {
-                run_id: "c1".into(),
-                agent: Some("recherche".into()),
-                call_id: Some("call-1".into()),
-                usage: line(2, 200, 20, 0.002),
-            }],
+            ..UsageReport::default()
         };
         assert_eq!(
             usage(&report),
             "Usage — run r1\n\
-             \x20 Total               3 call(s) ·        300/30 tokens · 0.00300 $\n\
+             \x20 Total                            3 call(s) ·        300/30 tokens · 0.00300 $\n\
+             \x20 By run:\n\
+             \x20   r1 (chef, completed)           1 call(s) ·        100/10 tokens · 0.00100 $\n\
+             \x20     c1 (recherche, completed)    2 call(s) ·        200/20 tokens · 0.00200 $\n\
              \x20 By role:\n\
-             \x20   main              1 call(s) ·        100/10 tokens · 0.00100 $\n\
-             \x20 By sub-run:\n\
-             \x20   c1 (recherche)    2 call(s) ·        200/20 tokens · 0.00200 $\n\
+             \x20   main                           3 call(s) ·        300/30 tokens · 0.00300 $\n\
+             \x20 By agent:\n\
+             \x20   chef                           1 call(s) ·        100/10 tokens · 0.00100 $\n\
+             \x20   recherche                      2 call(s) ·        200/20 tokens · 0.00200 $\n\
              \x20 By model:\n\
-             \x20   fake-1 (FAKE)     3 call(s) ·        300/30 tokens · 0.00300 $\n"
+             \x20   fake-1 (FAKE)                  3 call(s) ·        300/30 tokens · 0.00300 $\n"
         );
     }
 }

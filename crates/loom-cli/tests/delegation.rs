@@ -323,20 +323,42 @@ fn a_sub_agent_runs_as_a_child_run_in_the_roots_journal_and_its_cost_rolls_up() 
         )
     );
 
-    // The report: the run's total is the roll-up, broken down by role, sub-run and model.
+    // The report: the run's total is the roll-up, broken down run by run (the child under
+    // the call that opened it), by role, by agent and by model.
     let report = ok(dir.path(), &["report", "r1"]);
     insta::assert_snapshot!("report_run", redacted(&report, &[&child_id]));
     let report: Value = serde_json::from_str(&ok(dir.path(), &["report", "r1", "--json"])).unwrap();
+    assert_eq!(report["run_id"], "r1");
     assert_eq!(report["total"]["calls"], 4);
     assert_eq!(report["total"]["usage"], root_done["usage"]);
     assert!(close(cost(&report["total"]), cost(root_done)));
-    assert_eq!(report["roles"]["main"]["calls"], 2);
+    assert_eq!(report["roles"]["main"]["calls"], 4);
+    assert_eq!(report["agents"]["secretariat"]["calls"], 2);
+    let runs = report["runs"].as_object().unwrap();
+    assert_eq!(runs.len(), 2);
+    assert_eq!(runs["r1"]["calls"], 2);
+    assert_eq!(runs["r1"]["depth"], 0);
+    assert_eq!(runs["r1"]["with_sub_runs"]["usage"], root_done["usage"]);
+    let sub = &runs[child_id.as_str()];
     assert_eq!(
-        report["sub_runs"],
-        json!([{"run_id": child_id, "agent": "comptable", "call_id": called["call_id"],
-                "usage": {"calls": 2, "usage": child_done["usage"],
-                          "cost_usd": child_done["cost_usd"]}}])
+        (
+            &sub["agent"],
+            &sub["parent_run_id"],
+            &sub["call_id"],
+            &sub["depth"]
+        ),
+        (
+            &json!("comptable"),
+            &json!("r1"),
+            &called["call_id"],
+            &json!(1)
+        )
     );
+    assert_eq!(
+        (&sub["calls"], &sub["usage"], &sub["cost_usd"]),
+        (&json!(2), &child_done["usage"], &child_done["cost_usd"])
+    );
+    assert_eq!(sub["with_sub_runs"]["usage"], child_done["usage"]);
     let models = report["models"].as_object().unwrap();
     assert_eq!(
         models.keys().collect::<Vec<_>>(),
@@ -419,8 +441,15 @@ fn max_depth_decides_whether_a_child_is_offered_its_own_sub_agents() {
     let report: Value = serde_json::from_str(&ok(dir.path(), &["report", "d2", "--json"])).unwrap();
     assert_eq!(report["total"]["calls"], 6);
     assert!(close(cost(&report["total"]), cost(root_done)));
-    assert_eq!(report["sub_runs"].as_array().unwrap().len(), 1);
-    assert_eq!(report["sub_runs"][0]["usage"]["calls"], 4);
+    // Three runs, each with its own calls; the comptable's roll-up holds the controleur's.
+    let runs = report["runs"].as_object().unwrap();
+    assert_eq!(runs.len(), 3);
+    let comptable = runs.values().find(|r| r["depth"] == 1).unwrap();
+    assert_eq!(comptable["calls"], 2);
+    assert_eq!(comptable["with_sub_runs"]["calls"], 4);
+    let controleur = runs.values().find(|r| r["depth"] == 2).unwrap();
+    assert_eq!(controleur["parent_run_id"], comptable["run_id"]);
+    assert_eq!(controleur["agent"], "controleur");
     assert!(
         report["models"]
             .as_object()
@@ -904,17 +933,18 @@ fn a_session_budget_counts_the_earlier_runs_of_the_session() {
     insta::assert_snapshot!("report_session", redacted(&report, &[&comptable]));
     let report: Value =
         serde_json::from_str(&ok(dir.path(), &["report", "--session", "S", "--json"])).unwrap();
-    let runs: Vec<(&Value, &Value)> = report["runs"]
-        .as_array()
+    let runs: Vec<(&Value, &Value, &Value)> = report["runs"]
+        .as_object()
         .unwrap()
-        .iter()
-        .map(|r| (&r["run_id"], &r["status"]))
+        .values()
+        .map(|r| (&r["run_id"], &r["status"], &r["depth"]))
         .collect();
     assert_eq!(
         runs,
         [
-            (&json!("s1"), &json!("completed")),
-            (&json!("s2"), &json!("completed"))
+            (&json!(comptable), &json!("completed"), &json!(1)),
+            (&json!("s1"), &json!("completed"), &json!(0)),
+            (&json!("s2"), &json!("completed"), &json!(0))
         ]
     );
     let s1_done = one(&s1, "run.completed");
@@ -924,7 +954,7 @@ fn a_session_budget_counts_the_earlier_runs_of_the_session() {
         sum_usage([&s1_done["usage"], &s2_done["usage"]])
     );
     assert!(close(cost(&report["total"]), cost(s1_done) + cost(s2_done)));
-    assert_eq!(report["sub_agents"]["comptable"]["calls"], 2);
+    assert_eq!(report["agents"]["comptable"]["calls"], 2);
 }
 
 #[test]
@@ -1008,10 +1038,11 @@ fn a_tenant_over_its_day_ceiling_is_refused_and_nothing_is_written() {
         .unwrap();
         assert_eq!(report["tenant_id"], "dupont");
         assert_eq!(report["period"], period);
-        assert_eq!(
-            (&report["runs"], &report["sessions"]),
-            (&json!(1), &json!(1))
-        );
+        let runs = report["runs"].as_object().unwrap();
+        let mut listed: Vec<&str> = runs.keys().map(String::as_str).collect();
+        listed.sort_by_key(|id| *id != "t1");
+        assert_eq!(listed, ["t1", comptable.as_str()]);
+        assert_eq!(runs["t1"]["session_id"], "t1");
         assert_eq!(report["total"]["usage"], t1_done["usage"]);
         assert!(close(cost(&report["total"]), cost(t1_done)));
         assert_eq!(
@@ -1020,9 +1051,9 @@ fn a_tenant_over_its_day_ceiling_is_refused_and_nothing_is_written() {
                 .unwrap()
                 .keys()
                 .collect::<Vec<_>>(),
-            ["secretariat"]
+            ["comptable", "secretariat"]
         );
-        assert_eq!(report["sub_agents"]["comptable"]["calls"], 2);
-        assert_eq!(report["roles"]["main"]["calls"], 2);
+        assert_eq!(report["agents"]["comptable"]["calls"], 2);
+        assert_eq!(report["roles"]["main"]["calls"], 4);
     }
 }

@@ -138,10 +138,16 @@ fn inspect_and_report_render_the_run() {
             .unwrap();
     assert_eq!(json["run_id"], "devis-1");
     assert_eq!(json["status"], "completed");
-    assert_eq!(json["steps"].as_array().unwrap().len(), 3);
-    assert_eq!(json["steps"][1]["calls"][0]["kind"], "tool");
-    assert_eq!(json["steps"][1]["calls"][0]["name"], "prix_ttc");
-    assert_eq!(json["steps"][0]["calls"][0]["model"], "fake-1");
+    assert_eq!(json["content"], true);
+    let spans = json["spans"].as_array().unwrap();
+    let kinds: Vec<&str> = spans.iter().map(|s| s["kind"].as_str().unwrap()).collect();
+    assert_eq!(
+        kinds,
+        ["run", "step", "chat", "step", "tool", "step", "chat"]
+    );
+    assert_eq!(spans[4]["attributes"]["gen_ai.tool.name"], "prix_ttc");
+    assert_eq!(spans[4]["parent_span_id"], spans[3]["span_id"]);
+    assert_eq!(spans[2]["attributes"]["loom.model"], "fake-1");
 
     let report = run_in(&bin, dir.path(), &["report", "devis-1"]);
     assert!(report.status.success());
@@ -396,8 +402,12 @@ fn session_and_tenant_reports_render_their_runs() {
     )
     .unwrap();
     assert_eq!(json["total"]["calls"], 4);
-    assert_eq!(json["runs"][1]["run_id"], "r2");
-    assert_eq!(json["runs"][1]["status"], "completed");
+    assert_eq!(json["session_id"], "s1");
+    let runs = json["runs"].as_object().unwrap();
+    assert_eq!(runs.keys().collect::<Vec<_>>(), ["r1", "r2"]);
+    assert_eq!(runs["r2"]["status"], "completed");
+    assert_eq!(runs["r2"]["calls"], 2);
+    assert_eq!(runs["r2"]["with_sub_runs"]["calls"], 2);
 
     let tenant = run_in(
         &bin,
@@ -411,10 +421,9 @@ fn session_and_tenant_reports_render_their_runs() {
     )
     .unwrap();
     assert_eq!(json["period"], "month");
-    assert_eq!(
-        (json["runs"].as_u64(), json["sessions"].as_u64()),
-        (Some(3), Some(2))
-    );
+    let runs = json["runs"].as_object().unwrap();
+    assert_eq!(runs.keys().collect::<Vec<_>>(), ["r1", "r2", "r3"]);
+    assert_eq!(runs["r3"]["session_id"], "s2");
     assert_eq!(json["total"]["calls"], 6);
 
     // A period names a window of the tenant, not of a run or a session.

@@ -194,7 +194,7 @@ fn agents_are_tools_over_stdio_with_progress_control_tools_resources_and_attachm
     );
     assert_eq!(
         seen["session_report"]["structured"]["runs"]
-            .as_array()
+            .as_object()
             .unwrap()
             .len(),
         2
@@ -271,8 +271,9 @@ fn agents_are_tools_over_stdio_with_progress_control_tools_resources_and_attachm
     assert_eq!(run_events.last().unwrap()["type"], "run.completed");
     assert!(run_events.iter().all(|e| e["run_id"] == run_id));
     assert_eq!(seen["trace"]["json"]["run_id"], run_id);
-    // A model call, the tool call, the model call that answers.
-    assert_eq!(seen["trace"]["json"]["steps"].as_array().unwrap().len(), 3);
+    // A model call, the tool call, the model call that answers: three steps.
+    let spans = seen["trace"]["json"]["spans"].as_array().unwrap();
+    assert_eq!(spans.iter().filter(|s| s["kind"] == "step").count(), 3);
     assert_eq!(seen["session"]["json"]["runs"].as_array().unwrap().len(), 2);
     assert_eq!(seen["session_events"]["mime_type"], "application/x-ndjson");
     assert_eq!(

@@ -156,7 +156,13 @@ fn devis_on_sqlite_completes_and_inspect_and_report_read_it() {
             .unwrap();
     assert_eq!(json["run_id"], "devis-1");
     assert_eq!(json["status"], "completed");
-    assert_eq!(json["steps"][1]["calls"][0]["name"], "prix_ttc");
+    let tool = json["spans"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["kind"] == "tool")
+        .unwrap();
+    assert_eq!(tool["attributes"]["gen_ai.tool.name"], "prix_ttc");
     let full = text(&run_in(dir.path(), &["inspect", "devis-1", "--full"]).stdout);
     assert!(full.contains(&format!("· answers   : {ANSWER}")), "{full}");
 

@@ -448,7 +448,7 @@ schemars_schema!(
     EventStatusSchema => loom_ia::core::EventStatus
 );
 schemars_schema!(
-    /// `Trace` (`loom_ia::Trace`): a run as a tree of steps and calls.
+    /// `Trace` (`loom_ia::Trace`): a run's figures and its spans, sub-runs included.
     TraceSchema => loom_ia::Trace
 );
 schemars_schema!(
@@ -464,8 +464,9 @@ schemars_schema!(
     SessionFileSchema => loom_ia::SessionFile
 );
 schemars_schema!(
-    /// `SessionReport` (`loom_ia::SessionReport`): a session's tokens and cost.
-    SessionReportSchema => loom_ia::SessionReport
+    /// `UsageReport` (`loom_ia::UsageReport`): tokens and cost in total, by run, by role, by
+    /// agent and by model.
+    UsageReportSchema => loom_ia::UsageReport
 );
 schemars_schema!(
     /// `SessionDeletion` (`loom_ia::SessionDeletion`): what erasing a session removed.
@@ -491,7 +492,7 @@ fn schemars_components() -> Vec<(String, Value)> {
         schemars_definitions::<loom_ia::SessionListed>(),
         schemars_definitions::<loom_ia::SessionInfo>(),
         schemars_definitions::<loom_ia::SessionFile>(),
-        schemars_definitions::<loom_ia::SessionReport>(),
+        schemars_definitions::<loom_ia::UsageReport>(),
         schemars_definitions::<loom_ia::SessionDeletion>(),
         schemars_definitions::<loom_ia::Triggered>(),
     ] {

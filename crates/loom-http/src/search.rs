@@ -256,19 +256,23 @@ async fn events(
     )))
 }
 
-/// `GET /traces/{run_id}`: the run as a tree of steps, model calls, tool calls and approvals
-/// ([`Trace`](loom_ia::Trace)). A key limited to some agents must be allowed on every agent of
-/// the run tree (403 otherwise).
+/// `GET /traces/{run_id}`: the run's trace ([`Trace`](loom_ia::Trace)): its figures and its
+/// spans (steps, model calls, tool calls, judges, approvals, and its sub-runs' spans under the
+/// calls that opened them). A key limited to some agents must be allowed on every agent of the
+/// run tree (403 otherwise).
 #[utoipa::path(
     get,
     path = "/traces/{run_id}",
     tag = "journal",
     operation_id = "get_trace",
     summary = "A run's trace",
-    description = "The run as a tree: its steps and, in each, the model calls, tool calls and \
-approvals it made, with durations, usage and cost. A key limited to some agents must be \
-allowed on every agent of the run tree. Without `read_content`, texts, arguments, results and \
-reasons are removed and listed in `redacted`. Scope `read`.",
+    description = "The reference's `Trace`: the run's figures and its `spans` (kinds `run`, \
+`step`, `chat`, `tool`, `judge`, `model`, `other`), each with its parent span, times, status, \
+attributes (OpenTelemetry GenAI names such as `gen_ai.usage.input_tokens`, and `loom.*`) and \
+events; a sub-agent's run is a `run` span under the tool call that opened it. A key limited to \
+some agents must be allowed on every agent of the run tree. Without `read_content`, the answer \
+and the content attributes (texts, arguments, results, reasons, errors) are removed, listed in \
+`redacted`, and `content` is false. Scope `read`.",
     params(("run_id" = String, Path, description = "The run."), At),
     responses(
         (status = 200, description = "The trace.", body = TraceSchema),

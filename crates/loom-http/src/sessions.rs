@@ -13,7 +13,7 @@ use axum::{
     response::{IntoResponse, Response},
 };
 use loom_ia::{
-    FILE_ORIGINS, Loom, Redact, SessionDeletion, SessionInfo, SessionListed, SessionReport,
+    FILE_ORIGINS, Loom, Redact, SessionDeletion, SessionInfo, SessionListed, UsageReport,
     config::Scope,
 };
 use serde_json::Value;
@@ -29,7 +29,7 @@ use crate::{
     error::{ApiError, ErrorKind},
     openapi::{
         ErrorBody, EventSchema, SessionDeletionSchema, SessionFileSchema, SessionInfoSchema,
-        SessionListedSchema, SessionReportSchema,
+        SessionListedSchema, UsageReportSchema,
     },
     params::{Params, invalid},
     routes::loom_error,
@@ -366,20 +366,24 @@ const ATTR_CHAR_ESCAPED: &percent_encoding::AsciiSet = &percent_encoding::NON_AL
     .remove(b'|')
     .remove(b'~');
 
-/// `GET /sessions/{session_id}/report`: tokens and cost of the session
-/// ([`SessionReport`]): each root run, and every call by role, by sub-agent and by model.
+/// `GET /sessions/{session_id}/report`: tokens and cost of the session ([`UsageReport`]):
+/// every run (sub-runs included) with its own calls, and every call by role, by agent and by
+/// model.
 #[utoipa::path(
     get,
     path = "/sessions/{session_id}/report",
     tag = "sessions",
     operation_id = "get_session_report",
     summary = "A session's usage report",
-    description = "Tokens and cost of the session: each root run (its sub-runs rolled up), and \
-every model call by role, by sub-agent and by model. A key limited to some agents must be \
-allowed on every agent that ran in the session. Scope `read`.",
+    description = "Tokens and cost of the session, the reference's `UsageReport`: `total`, \
+`runs` (every run of the session, sub-runs included, keyed by run id, each with its own model \
+calls, where it sits in its tree and its calls rolled up with its sub-runs' in \
+`with_sub_runs`), and every model call by role (`roles`), by agent (`agents`) and by model \
+(`models`). A key limited to some agents must be allowed on every agent that ran in the \
+session. Scope `read`.",
     params(("session_id" = String, Path, description = "The session.")),
     responses(
-        (status = 200, description = "The report.", body = SessionReportSchema),
+        (status = 200, description = "The report.", body = UsageReportSchema),
         (status = 403, description = "The key lacks the scope `read`, or may not use an agent that ran in the session.", body = ErrorBody),
         (status = 404, description = "No such session in the caller's tenant.", body = ErrorBody),
         (status = 422, description = "The query string holds a parameter (none is accepted).", body = ErrorBody),
@@ -391,7 +395,7 @@ async fn report(
     caller: Caller,
     Path(session_id): Path<String>,
     params: Params,
-) -> Result<Json<SessionReport>, ApiError> {
+) -> Result<Json<UsageReport>, ApiError> {
     caller.require(Scope::Read)?;
     params.none()?;
     let loom = &state.loom;

@@ -601,8 +601,26 @@ async fn traces_show_the_run_tree_to_keys_allowed_on_all_its_agents() {
     );
     assert_eq!(trace["output"], "Fini : Aide : attendu 300 ms");
     assert!(trace.get("redacted").is_none());
-    let steps = trace["steps"].as_array().unwrap();
-    assert!(!steps.is_empty());
+    assert_eq!(trace["content"], true);
+    // The sub-agent's run is in the trace, under the boss's call that opened it.
+    let spans = trace["spans"].as_array().unwrap();
+    let child = spans
+        .iter()
+        .find(|s| s["kind"] == "run" && s["run_id"] != "r-b1")
+        .unwrap();
+    assert_eq!(child["attributes"]["gen_ai.agent.name"], "helper");
+    let call = spans
+        .iter()
+        .find(|s| s["span_id"] == child["parent_span_id"])
+        .unwrap();
+    assert_eq!(
+        (
+            &call["kind"],
+            &call["run_id"],
+            &call["attributes"]["loom.tool_kind"]
+        ),
+        (&json!("tool"), &json!("r-b1"), &json!("agent"))
+    );
     // Found without its session too.
     let (status, found) = server.get("/traces/r-b1", CONTENT_A).await;
     assert_eq!((status, &found), (StatusCode::OK, &trace));
@@ -622,10 +640,13 @@ async fn traces_show_the_run_tree_to_keys_allowed_on_all_its_agents() {
         .collect();
     assert!(redacted.contains(&"output"), "{redacted:?}");
     assert!(
-        redacted.iter().any(|p| p.ends_with(".arguments")),
+        redacted
+            .iter()
+            .any(|p| p.ends_with(".attributes[\"gen_ai.tool.call.arguments\"]")),
         "{redacted:?}"
     );
-    assert_eq!(masked["steps"].as_array().unwrap().len(), steps.len());
+    assert_eq!(masked["content"], false);
+    assert_eq!(masked["spans"].as_array().unwrap().len(), spans.len());
     assert_eq!(masked["usage"], trace["usage"]);
 
     // A key on boss only cannot read the tree (its sub-agent is helper); echo's key reads echo.
@@ -840,13 +861,23 @@ async fn sessions_are_listed_shown_exported_reported_and_erased() {
         );
     }
 
-    // The report: the root run, its sub-agent rolled up.
+    // The report, the reference's shape: the root run and its sub-agent's, each with its own
+    // calls, and the sub-agent's rolled up into the root's.
     let (status, report) = server.get("/sessions/s-2/report", READ_A).await;
     assert_eq!(status, StatusCode::OK, "{report}");
     assert_eq!(report["session_id"], "s-2");
-    assert_eq!(report["runs"].as_array().unwrap().len(), 1);
     assert_eq!(report["total"]["calls"], 4);
-    assert_eq!(report["sub_agents"]["helper"]["calls"], 2);
+    let runs = report["runs"].as_object().unwrap();
+    assert_eq!(runs.len(), 2);
+    assert_eq!(runs["r-b1"]["calls"], 2);
+    assert_eq!(runs["r-b1"]["with_sub_runs"]["calls"], 4);
+    let helper = runs.values().find(|r| r["agent"] == "helper").unwrap();
+    assert_eq!(
+        (&helper["parent_run_id"], &helper["calls"]),
+        (&json!("r-b1"), &json!(2))
+    );
+    assert_eq!(report["agents"]["helper"]["calls"], 2);
+    assert_eq!(report["roles"]["main"]["calls"], 4);
 
     // A key limited to boss cannot reach a session where helper ran; echo's key reads echo's.
     for path in [

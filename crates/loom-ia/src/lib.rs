@@ -81,10 +81,7 @@ pub use query_string::QueryString;
 pub use recovery::{LeaseWatch, MAX_SWEEP_PERIOD, MIN_SWEEP_PERIOD, sweep_period};
 pub use redact::Redact;
 pub use repair::{BadLine, SessionRepair, ValidExport};
-pub use report::{
-    RunUsage, SessionReport, SubRunUsage, TenantReport, Trace, TraceCall, TraceStep, UsageLine,
-    UsageReport,
-};
+pub use report::{RunUsage, Span, SpanEvent, SpanKind, SpanStatus, Trace, UsageLine, UsageReport};
 pub use result::RunResult;
 pub use sessions::{
     FILE_ORIGINS, SessionDeletion, SessionFile, SessionInfo, SessionListed, SessionRun,

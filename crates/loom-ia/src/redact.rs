@@ -7,10 +7,13 @@
 //!   answers, tool arguments and results, run outputs and data, error texts, approval and
 //!   policy reasons, file names), removed from `payload` (`payload.message`);
 //! - run results ([`RunResult`]): [`RESULT_CONTENT`];
-//! - traces ([`Trace`]): [`TRACE_CONTENT`];
+//! - traces ([`Trace`]): [`TRACE_CONTENT`], and in its spans and span events the attributes
+//!   [`CONTENT_ATTRIBUTES`](crate::report::CONTENT_ATTRIBUTES) (listed as
+//!   `spans[3].attributes["gen_ai.tool.call.result"]`); a masked trace also says
+//!   `content: false`;
 //! - sessions ([`SessionInfo`]): [`SESSION_CONTENT`];
 //! - session files ([`SessionFile`]): [`FILE_CONTENT`];
-//! - usage reports ([`UsageReport`], [`SessionReport`]): [`REPORT_CONTENT`], none.
+//! - usage reports ([`UsageReport`]): [`REPORT_CONTENT`], none.
 //!
 //! Ids, types, statuses, counters, usage, costs, latencies, model and tool names are not
 //! content and stay. A path is a chain of keys separated by `.`, `key[]` standing for every
@@ -25,7 +28,7 @@ use loom_core::{
     redact::{mark_redacted, redact_event, remove_paths},
 };
 
-use crate::{RunResult, SessionFile, SessionInfo, SessionReport, Trace, UsageReport};
+use crate::{RunResult, SessionFile, SessionInfo, Trace, UsageReport};
 
 /// Content fields of a [`RunResult`]: the answer (`text`, `output`, `data`), the failure
 /// message, and what waiting approvals would run with and why.
@@ -38,19 +41,10 @@ pub const RESULT_CONTENT: &[&str] = &[
     "pending_approvals[].reason",
 ];
 
-/// Content fields of a [`Trace`]: the answer and failure message, each model call's text and
-/// tool calls, each tool call's arguments and result, each approval's reasons and corrected
-/// arguments.
-pub const TRACE_CONTENT: &[&str] = &[
-    "output",
-    "error",
-    "steps[].calls[].text",
-    "steps[].calls[].tool_calls",
-    "steps[].calls[].arguments",
-    "steps[].calls[].result",
-    "steps[].calls[].reason",
-    "steps[].calls[].decision_reason",
-];
+/// Content fields of a [`Trace`] outside its spans: the answer. In the spans, the content is
+/// in the attributes [`CONTENT_ATTRIBUTES`](crate::report::CONTENT_ATTRIBUTES) (model texts
+/// and tool calls, tool arguments and results, reasons, errors, the run's request).
+pub const TRACE_CONTENT: &[&str] = &["output"];
 
 /// Content fields of a [`SessionInfo`]: what waiting approvals would run with and why.
 pub const SESSION_CONTENT: &[&str] = &[
@@ -62,7 +56,7 @@ pub const SESSION_CONTENT: &[&str] = &[
 /// bytes themselves need `read_content` to be read at all.
 pub const FILE_CONTENT: &[&str] = &["name"];
 
-/// Content fields of a usage report ([`UsageReport`], [`SessionReport`]): none. A report holds
+/// Content fields of a usage report ([`UsageReport`]): none. A report holds
 /// ids, agent, slot and model names, call counts, tokens and costs, which any reader with the
 /// `read` scope sees; a field of content added to a report must be listed here.
 pub const REPORT_CONTENT: &[&str] = &[];
@@ -106,7 +100,11 @@ impl Redact for RunResult {
 
 impl Redact for Trace {
     fn redacted(&self) -> Value {
-        without(self, TRACE_CONTENT)
+        let mut trace = self.clone();
+        let removed = trace.strip();
+        let mut json = serde_json::to_value(&trace).unwrap_or(Value::Null);
+        mark_redacted(&mut json, removed);
+        json
     }
 }
 
@@ -123,12 +121,6 @@ impl Redact for SessionFile {
 }
 
 impl Redact for UsageReport {
-    fn redacted(&self) -> Value {
-        without(self, REPORT_CONTENT)
-    }
-}
-
-impl Redact for SessionReport {
     fn redacted(&self) -> Value {
         without(self, REPORT_CONTENT)
     }

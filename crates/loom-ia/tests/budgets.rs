@@ -238,8 +238,13 @@ async fn session_and_tenant_reports_add_up_the_runs() {
     let elsewhere = loom.run("calc", "3 ?", in_session("s2")).await.unwrap();
 
     let session = loom.session_report("s1", None).await.unwrap();
-    let runs: Vec<&str> = session.runs.iter().map(|r| r.run_id.as_str()).collect();
+    let runs: Vec<&str> = session
+        .root_runs()
+        .iter()
+        .map(|r| r.run_id.as_str())
+        .collect();
     assert_eq!(runs, [first.run_id.as_str(), second.run_id.as_str()]);
+    assert_eq!(session.runs.len(), 2);
     assert_eq!(session.total.calls, 4);
     assert_eq!(
         session.total.usage.total_tokens(),
@@ -248,7 +253,7 @@ async fn session_and_tenant_reports_add_up_the_runs() {
     assert!((session.total.cost_usd - (first.cost_usd + second.cost_usd)).abs() < 1e-12);
     assert_eq!(session.roles["main"].calls, 4);
     assert_eq!(session.models["fake-1 (FAKE)"].calls, 4);
-    assert!(session.sub_agents.is_empty());
+    assert_eq!(session.agents.keys().collect::<Vec<_>>(), ["calc"]);
     assert!(matches!(
         loom.session_report("nope", None).await,
         Err(LoomError::UnknownSession(_))
@@ -258,14 +263,20 @@ async fn session_and_tenant_reports_add_up_the_runs() {
     let run = loom.locate(&first.run_id, Some("s1"), None).await.unwrap();
     let report = loom.report(&run).await.unwrap();
     assert!((report.total.cost_usd - first.cost_usd).abs() < 1e-12);
-    assert!(report.sub_runs.is_empty());
+    assert_eq!(report.runs.keys().collect::<Vec<_>>(), [&first.run_id]);
 
     let now = chrono::Utc::now();
     let tenant = loom
         .tenant_report("default", Period::Day, now)
         .await
         .unwrap();
-    assert_eq!((tenant.runs, tenant.sessions), (3, 2));
+    assert_eq!(tenant.runs.len(), 3);
+    let sessions: std::collections::BTreeSet<&str> = tenant
+        .runs
+        .values()
+        .map(|r| r.session_id.as_str())
+        .collect();
+    assert_eq!(sessions.len(), 2);
     assert_eq!(tenant.agents["calc"].calls, 6);
     let spent = first.cost_usd + second.cost_usd + elsewhere.cost_usd;
     assert!((tenant.total.cost_usd - spent).abs() < 1e-12);
@@ -277,5 +288,5 @@ async fn session_and_tenant_reports_add_up_the_runs() {
         .tenant_report("default", Period::Day, now - chrono::TimeDelta::days(1))
         .await
         .unwrap();
-    assert_eq!(yesterday.runs, 0);
+    assert!(yesterday.runs.is_empty());
 }

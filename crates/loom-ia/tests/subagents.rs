@@ -16,7 +16,7 @@ use loom_core::{
 };
 use loom_engine::{AgentRuntime, BeginRun, BoundTool, Engine, ModelBinding, SubAgentRuntime};
 use loom_ia::{
-    Loom, LoomError, Message, RunRef, RunStatus, SystemClock,
+    Loom, LoomError, Message, RunRef, RunStatus, SpanKind, SystemClock,
     config::{AgentSpec, Config, LoomConfig, ModelSpec, Sdk},
 };
 use loom_journal::MemoryStore;
@@ -151,11 +151,31 @@ async fn a_session_with_a_child_run_is_listed_folded_and_decided_from_the_root()
     assert_eq!(runs[1].parent_run_id.as_deref(), Some("root"));
     let located = loom.locate(&child, None, None).await.unwrap();
     assert_eq!(located.session_id, "tree");
-    assert!(!loom.trace(&located).await.unwrap().steps.is_empty());
-    // The root's report rolls its child's call up into its total.
+    let child_trace = loom.trace(&located).await.unwrap();
+    assert_eq!(child_trace.trace_id, "root");
+    assert!(child_trace.spans.iter().any(|s| s.kind == SpanKind::Step));
+    // The root's trace holds the child's spans, under the call that opened it.
+    let trace = loom.trace(&root).await.unwrap();
+    let child_run = trace
+        .spans
+        .iter()
+        .find(|s| s.kind == SpanKind::Run && s.run_id == child)
+        .unwrap();
+    let call = trace
+        .spans
+        .iter()
+        .find(|s| Some(&s.span_id) == child_run.parent_span_id.as_ref())
+        .unwrap();
+    assert_eq!(
+        (call.kind, call.text("loom.tool_kind"), call.run_id.as_str()),
+        (SpanKind::Tool, Some("agent"), "root")
+    );
+    // The root's report covers its child's call, run by run.
     let report = loom.report(&root).await.unwrap();
     assert_eq!(report.total.calls, 2);
-    assert_eq!(report.sub_runs.len(), 1);
+    assert_eq!(report.runs.len(), 2);
+    assert_eq!(report.runs[&child].parent_run_id.as_deref(), Some("root"));
+    assert_eq!(report.runs["root"].with_sub_runs.calls, 2);
 
     // The root shows its child's request; the child's own result shows it too.
     let result = loom.result(&root).await.unwrap();

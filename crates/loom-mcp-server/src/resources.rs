@@ -83,7 +83,10 @@ pub(crate) fn templates(access: &Access) -> Vec<ResourceTemplate> {
             .with_description("A run's events, in journal order.")
             .with_mime_type(JSON),
         ResourceTemplate::new("loom://traces/{run_id}{?session_id}", "trace")
-            .with_description("A run as a tree of steps, model calls and tool calls.")
+            .with_description(
+                "A run's trace: its figures and its spans (steps, model calls, tool calls, \
+                 judges, approvals, sub-runs).",
+            )
             .with_mime_type(JSON),
     ];
     if !access.agent_limited() {

@@ -210,8 +210,8 @@ impl LoomMcp {
             tools.push(
                 Tool::new(
                     RUN_REPORT,
-                    "Tokens and cost of a Loom run (by role, sub-run and model) or of a whole \
-                     session: give run_id or session_id.",
+                    "Tokens and cost of a Loom run (its sub-runs included) or of a whole session, \
+                     in total and by run, role, agent and model: give run_id or session_id.",
                     object(json!({
                         "type": "object",
                         "properties": {
