@@ -1,6 +1,7 @@
 //! Stage 2: from the file model to a validated [`Config`].
 
 mod delegation;
+mod pricing;
 mod server;
 mod triggers;
 
@@ -760,6 +761,7 @@ fn build(
     for i in 0..config.agents.len() {
         check_agent(&mut config, i)?;
     }
+    pricing::check_money_budgets(&mut config)?;
     delegation::check_security(&config)?;
     triggers::check_triggers(&config)?;
     Ok(config)

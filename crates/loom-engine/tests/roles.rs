@@ -682,8 +682,8 @@ async fn a_role_contract_failure_is_repaired_by_the_role_model() {
     let role_model = Arc::new(RecordingModel::new(scripted(
         "fake-role",
         json!([
-            {"text": "Hello, here is your quote.", "without_text": "does not meet its contract"},
-            {"text": "Hello, here is quote D-2026-042.", "with_text": "does not meet its contract"}
+            {"text": "Hello, here is your quote."},
+            {"text": "Hello, here is quote D-2026-042."}
         ]),
     )));
     let mut draft = role("draft", role_model.clone());
@@ -696,17 +696,16 @@ async fn a_role_contract_failure_is_repaired_by_the_role_model() {
     let (run, state) = run(&engine, &agent, begin(Message::user("Quote D-2026-042."))).await;
     assert_eq!(state.status, RunStatus::Completed);
 
-    // The repair is the first exchange plus the diagnostic.
+    // The repair is the first exchange plus the repair request with the diagnostic (which a
+    // scripted model does not count as a turn of the user: it answers with its next reply).
     let requests = role_model.requests();
     assert_eq!(requests.len(), 2);
     let roles: Vec<Role> = requests[1].messages.iter().map(|m| m.role).collect();
     assert_eq!(roles, [Role::User, Role::Assistant, Role::User]);
     assert_eq!(requests[1].messages[0], requests[0].messages[0]);
-    assert!(
-        requests[1].messages[2]
-            .text()
-            .starts_with("The output does not meet its contract")
-    );
+    assert!(requests[1].messages[2].text().starts_with(
+        "Answer refused by a check (loom.contract): The output does not meet its contract"
+    ));
 
     let events = events(&store, &run).await;
     let role_events: Vec<&str> = events
@@ -997,11 +996,9 @@ async fn a_terminal_role_refused_on_output_goes_back_to_the_orchestrator_as_in_t
     let main = scripted(
         "fake-main",
         json!([
-            {"tool_calls": [{"name": "rediger_relance", "arguments": {"ton": "cordial"}}],
-             "without_text": "refused"},
+            {"tool_calls": [{"name": "rediger_relance", "arguments": {"ton": "cordial"}}]},
             {"tool_calls": [{"name": "rediger_relance",
-                             "arguments": {"ton": "cordial", "consignes": "Cite D-2026-042"}}],
-             "with_text": "refused"}
+                             "arguments": {"ton": "cordial", "consignes": "Cite D-2026-042"}}]}
         ]),
     );
     let role_model = scripted(
