@@ -1173,6 +1173,85 @@ fn an_output_contract_failing_then_repaired_gives_the_validated_data() {
 }
 
 #[test]
+fn a_schema_failure_is_repaired_by_default_as_in_the_reference() {
+    // No `repair:` in the contract: the reference's default is one repair. The script is the
+    // reference's shape: its first answer breaks the schema, its next one conforms.
+    let dir = copy_example("garde");
+    edit(
+        dir.path(),
+        "agents/fiche.yaml",
+        "  repair: {max_attempts: 1}\n",
+        "",
+    );
+    let repaired = r#"{"numero": "D-2026-042", "montant_ttc": 1840.0}"#;
+    script(
+        dir.path(),
+        "fake-fiche",
+        json!([{"text": "La fiche : numéro D-2026-042, 1 840 €."}, {"text": repaired}]),
+    );
+    let out = run(
+        dir.path(),
+        "fiche",
+        "Fiche du devis D-2026-042",
+        "defaut",
+        &["--json"],
+    );
+    exits(&out, 0);
+    let result: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(result["status"], "completed");
+    assert_eq!(
+        result["data"],
+        json!({"numero": "D-2026-042", "montant_ttc": 1840.0})
+    );
+    let events = journal(dir.path(), "defaut");
+    let checks: Vec<(&Value, &Value, &Value)> = payloads(&events, "guard.checked")
+        .into_iter()
+        .map(|c| (&c["outcome"], &c["resolution"], &c["attempt"]))
+        .collect();
+    assert_eq!(
+        checks,
+        [
+            (&json!("failed"), &json!("retry"), &json!(1)),
+            (&json!("passed"), &Value::Null, &json!(2))
+        ]
+    );
+    // The diagnostic as the reference writes it: the problems, the rules kept (the compact
+    // schema), then the request for the corrected output alone.
+    let reason = payloads(&events, "guard.checked")[0]["reason"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        reason
+            .starts_with("The output does not meet its contract:\n- the output is not valid JSON"),
+        "{reason}"
+    );
+    assert!(reason.contains("\nExpected JSON Schema: {"), "{reason}");
+    assert!(
+        reason.contains(r#""required":["numero","montant_ttc"]"#),
+        "{reason}"
+    );
+    assert!(
+        reason.ends_with("\nAnswer again with the corrected output, and only it."),
+        "{reason}"
+    );
+    let decided = only(&events, "policy.decided");
+    assert_eq!(
+        (&decided["policy"], &decided["decision"], &decided["reason"]),
+        (&json!("loom.contract"), &json!("retry"), &json!(reason))
+    );
+    let repair = payloads(&events, "message.user")
+        .into_iter()
+        .find(|m| m["kind"] == "repair")
+        .unwrap();
+    assert_eq!(
+        repair["message"]["blocks"][0]["text"],
+        format!("Answer refused by a check (loom.contract): {reason}")
+    );
+    assert_eq!(only(&events, "run.completed")["iterations"], 2);
+}
+
+#[test]
 fn an_output_contract_still_failing_fails_the_run() {
     let dir = copy_example("garde");
     fiche_script(dir.path(), "Toujours pas de JSON.");
@@ -1448,6 +1527,104 @@ fn a_judge_blocks_then_passes_after_the_repair() {
     let completed = only(&events, "run.completed");
     assert_eq!(completed["iterations"], 3);
     assert_eq!(final_text(&events), polite);
+}
+
+/// A verdict of the `courrier` judge on its criterion `poli`.
+fn verdict(score: f64, reason: &str) -> Value {
+    json!({"tool_calls": [{"name": "verdict", "arguments": {"criteria": [
+        {"name": "poli", "score": score, "reason": reason}
+    ]}}]})
+}
+
+#[test]
+fn a_judge_reads_its_criteria_its_context_and_the_output_as_the_reference_builds_them() {
+    // The judge model answers from what it reads, as the reference's scripted judges do: it
+    // accepts only the polite answer laid out as the reference lays out a judge's message
+    // (criteria, declared context sections, then the output), and refuses an answer without a
+    // greeting.
+    let dir = copy_example("garde");
+    edit(
+        dir.path(),
+        "agents/courrier.yaml",
+        "  repair: {max_attempts: 1}\n",
+        "  context: [user_input]\n  repair: {max_attempts: 1}\n",
+    );
+    let polite = "Bonjour Madame Martin, votre devis D-2026-042 s'élève à 1 840 € TTC.";
+    let mut accepts = verdict(0.9, "le client est salué");
+    accepts["with_text"] = json!(format!(
+        "<criteria>\npoli: La réponse salue le client.\n</criteria>\n\
+         <user_input>\n{QUESTION}\n</user_input>\n<output>\n{polite}\n</output>"
+    ));
+    let mut refuses = verdict(0.2, "pas de bonjour");
+    refuses["without_text"] = json!("Bonjour");
+    script(dir.path(), "fake-juge", json!([accepts, refuses]));
+    let out = run(dir.path(), "courrier", QUESTION, "lu", &[]);
+    exits(&out, 0);
+    assert_eq!(text(&out.stdout).trim(), polite);
+    let events = journal(dir.path(), "lu");
+    let passed: Vec<&Value> = payloads(&events, "judge.evaluated")
+        .iter()
+        .map(|e| &e["passed"])
+        .collect();
+    assert_eq!(passed, [&json!(false), &json!(true)]);
+    // The refusal's diagnostic went back to the orchestrator, whose next answer greets.
+    assert_eq!(
+        only(&events, "policy.decided")["reason"],
+        "The judge output refuses the output:\n- poli (score 0.20, threshold 0.80): pas de \
+         bonjour\nFix the output on these points and give it again in full."
+    );
+
+    // A judge model that cannot be forced to call a tool is asked with tool_choice auto: an
+    // answer in text is then an unusable verdict (a forced call would have been a model error).
+    let dir = copy_example("garde");
+    edit(
+        dir.path(),
+        "agents/courrier.yaml",
+        "  on_failure: fail\n",
+        "  on_failure: fail\n  on_error: allow\n",
+    );
+    script(dir.path(), "fake-juge", json!([{"text": "Poli, oui."}]));
+    edit(
+        dir.path(),
+        "loom.yaml",
+        "  - {id: fake-juge, sdk: fake, model: TEST,",
+        "  - {id: fake-juge, sdk: fake, model: TEST, capabilities: {forced_tool_choice: false},",
+    );
+    let out = run(dir.path(), "courrier", QUESTION, "libre", &[]);
+    exits(&out, 0);
+    let events = journal(dir.path(), "libre");
+    assert_eq!(
+        only(&events, "guard.checked")["reason"],
+        "judge_error: unusable verdict: no call to the tool verdict in the judge's answer"
+    );
+}
+
+#[test]
+fn a_session_summary_in_a_judges_context_is_refused_until_compaction_exists() {
+    let dir = copy_example("garde");
+    edit(
+        dir.path(),
+        "agents/courrier.yaml",
+        "  repair: {max_attempts: 1}\n",
+        "  context: [user_input, session_summary]\n  repair: {max_attempts: 1}\n",
+    );
+    for args in [&["validate"][..], &["run", "courrier", QUESTION]] {
+        let out = garde(dir.path(), args);
+        exits(&out, 2);
+        let stderr = text(&out.stderr);
+        assert!(
+            stderr.starts_with("config error: agents/courrier.yaml:"),
+            "{stderr}"
+        );
+        assert!(
+            stderr.contains(
+                "judge.context[1]: context 'session_summary' is not supported: no compaction \
+                 writes a session summary — this part of the Loom-IA format is not implemented \
+                 in this version yet"
+            ),
+            "{stderr}"
+        );
+    }
 }
 
 /// The courrier agent's judge with `when: <when>`.
