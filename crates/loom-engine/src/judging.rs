@@ -69,6 +69,9 @@ pub(crate) struct Judged<'a> {
     pub(crate) text: String,
     /// The output's structured data, if any.
     pub(crate) data: Option<Value>,
+    /// When the run's time runs out (for a role, the batch's deadline, fixed when its step
+    /// began).
+    pub(crate) run_deadline: Option<tokio::time::Instant>,
 }
 
 /// What one judgement decided (its events are in [`Judgement::events`]).
@@ -151,6 +154,7 @@ async fn judge_output(
         arguments: None,
         text,
         data: output.data.clone(),
+        run_deadline: io.deadline(state),
     };
     let mut progress = AttemptState::default();
     let Judgement { mut events, ruling } =
@@ -506,7 +510,7 @@ async fn call_judge(
         span: &span,
         parent: Some(judged.span),
     };
-    let run_deadline = io.deadline(state);
+    let run_deadline = judged.run_deadline;
     let judge_deadline = judge.timeout.map(|t| tokio::time::Instant::now() + t);
     let deadline = match (run_deadline, judge_deadline) {
         (Some(a), Some(b)) => Some(a.min(b)),

@@ -41,6 +41,8 @@ pub(crate) struct RoleCall<'c> {
     pub(crate) step: &'c StepSpan,
     /// The call's arguments (what the role's judge reads in `<arguments>`).
     pub(crate) arguments: &'c Value,
+    /// When the run's time runs out (the batch's deadline): it bounds the judge's call too.
+    pub(crate) run_deadline: Option<tokio::time::Instant>,
 }
 
 /// What the guards made of a role's answer.
@@ -108,6 +110,7 @@ impl RoleCall<'_> {
                 arguments: Some(self.arguments),
                 text: text.clone(),
                 data: data.clone(),
+                run_deadline: self.run_deadline,
             };
             let judgement =
                 judging::judge(io, &guards.judging, state, judge, mode, &judged, progress).await?;

@@ -130,7 +130,8 @@ pub struct RoleRuntime {
     pub context: Vec<RoleContext>,
     /// Whether the role's answer ends the run when it is called alone in its turn.
     pub terminal: bool,
-    /// Time limit of one call (its model calls and repairs); `None`: no limit of its own.
+    /// Time limit of one call (its model calls and repairs; its judge's calls are bounded by
+    /// the judge's own `timeout` and the run's); `None`: no limit of its own.
     pub timeout: Option<Duration>,
     /// The contract its answers must meet.
     pub output: Option<Contract>,
@@ -663,6 +664,7 @@ pub(crate) async fn call(
             span,
             step,
             arguments,
+            run_deadline,
         };
         let guards = Guards {
             contract: role.output.as_ref(),
