@@ -431,8 +431,8 @@ impl Config {
     }
 
     /// Warnings found at load: located messages (`file:line:col key.path: message`) about
-    /// setups that work but are doubtful, such as a judge on the model it judges (an error
-    /// under the `prod` profile).
+    /// setups that work but are doubtful, such as a judge on the model it judges or a money
+    /// budget over a model without `pricing` (errors under the `prod` profile).
     pub fn warnings(&self) -> &[String] {
         &self.warnings
     }
