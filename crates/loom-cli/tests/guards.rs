@@ -93,18 +93,6 @@ fn lookup(numero: &str) -> Value {
            "tool_calls": [{"name": "chercher_devis", "arguments": {"numero": numero}}]})
 }
 
-/// The scripted reply of a first answer (`without`) or of its repair (`with`), selected on the
-/// repair message the engine writes ("Answer refused by a check (<policy>): …").
-fn before_repair(mut reply: Value) -> Value {
-    reply["without_text"] = json!("refused by a check");
-    reply
-}
-
-fn after_repair(mut reply: Value) -> Value {
-    reply["with_text"] = json!("refused by a check");
-    reply
-}
-
 fn types(events: &[Value]) -> Vec<&str> {
     events.iter().map(|e| e["type"].as_str().unwrap()).collect()
 }
@@ -566,11 +554,9 @@ fn a_fail_before_the_model_fails_the_run_before_any_call() {
 fn casual_script() -> Value {
     let mut casual = lookup("D-2026-042");
     casual["text"] = json!("Super, je regarde ça !");
-    json!([
-        before_repair(casual),
-        after_repair(lookup("D-2026-042")),
-        after_repair(json!({"text": FOUND}))
-    ])
+    // As in the reference's fake model, a repair request is not a turn of the user: the
+    // script answers it with its next reply.
+    json!([casual, lookup("D-2026-042"), {"text": FOUND}])
 }
 
 fn ton_professionnel(dir: &Path, action: &str) {
@@ -611,9 +597,8 @@ fn a_retry_after_the_model_closes_its_calls_and_asks_for_a_repair() {
     let decided_at = position(&events, "policy.decided", |_| true);
     let repair_at = position(&events, "message.user", |m| m["kind"] == "repair");
     assert!(decided_at < repair_at);
-    // Only the repaired answer's call ran; the model reused the refused call's id, which the
-    // engine renamed so that one id names one call of the run.
-    assert_eq!(only(&events, "tool.called")["call_id"], "fake_0_0_2");
+    // Only the repaired answer's call ran (the scripted model's second answer).
+    assert_eq!(only(&events, "tool.called")["call_id"], "fake_1_0");
     assert!(repair_at < position(&events, "tool.called", |_| true));
     assert_eq!(final_text(&events), FOUND);
 }
@@ -839,10 +824,7 @@ fn cite_le_devis(dir: &Path, action: &str) {
     script(
         dir,
         "fake-devis",
-        json!([
-            before_repair(json!({"text": "Il s'élève à 1 840 € TTC."})),
-            after_repair(json!({"text": FOUND}))
-        ]),
+        json!([{"text": "Il s'élève à 1 840 € TTC."}, {"text": FOUND}]),
     );
     policies(
         dir,
@@ -929,8 +911,9 @@ fn a_policy_reference_sets_its_name_its_repairs_and_its_errors_from_yaml() {
         dir.path(),
         "fake-devis",
         json!([
-            before_repair(json!({"text": "Il s'élève à 1 840 € TTC."})),
-            after_repair(json!({"text": "Il s'élève toujours à 1 840 € TTC."}))
+            {"text": "Il s'élève à 1 840 € TTC."},
+            {"text": "Il s'élève toujours à 1 840 € TTC."},
+            {"text": "Il s'élève encore à 1 840 € TTC."}
         ]),
     );
     policies(
@@ -1129,11 +1112,7 @@ fn fiche_script(dir: &Path, repaired: &str) {
     script(
         dir,
         "fake-fiche",
-        json!([
-            before_repair(lookup("D-2026-042")),
-            before_repair(json!({"text": FOUND})),
-            after_repair(json!({"text": repaired}))
-        ]),
+        json!([lookup("D-2026-042"), {"text": FOUND}, {"text": repaired}]),
     );
 }
 
@@ -1191,6 +1170,85 @@ fn an_output_contract_failing_then_repaired_gives_the_validated_data() {
             "run.completed"
         ]
     );
+}
+
+#[test]
+fn a_schema_failure_is_repaired_by_default_as_in_the_reference() {
+    // No `repair:` in the contract: the reference's default is one repair. The script is the
+    // reference's shape: its first answer breaks the schema, its next one conforms.
+    let dir = copy_example("garde");
+    edit(
+        dir.path(),
+        "agents/fiche.yaml",
+        "  repair: {max_attempts: 1}\n",
+        "",
+    );
+    let repaired = r#"{"numero": "D-2026-042", "montant_ttc": 1840.0}"#;
+    script(
+        dir.path(),
+        "fake-fiche",
+        json!([{"text": "La fiche : numéro D-2026-042, 1 840 €."}, {"text": repaired}]),
+    );
+    let out = run(
+        dir.path(),
+        "fiche",
+        "Fiche du devis D-2026-042",
+        "defaut",
+        &["--json"],
+    );
+    exits(&out, 0);
+    let result: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(result["status"], "completed");
+    assert_eq!(
+        result["data"],
+        json!({"numero": "D-2026-042", "montant_ttc": 1840.0})
+    );
+    let events = journal(dir.path(), "defaut");
+    let checks: Vec<(&Value, &Value, &Value)> = payloads(&events, "guard.checked")
+        .into_iter()
+        .map(|c| (&c["outcome"], &c["resolution"], &c["attempt"]))
+        .collect();
+    assert_eq!(
+        checks,
+        [
+            (&json!("failed"), &json!("retry"), &json!(1)),
+            (&json!("passed"), &Value::Null, &json!(2))
+        ]
+    );
+    // The diagnostic as the reference writes it: the problems, the rules kept (the compact
+    // schema), then the request for the corrected output alone.
+    let reason = payloads(&events, "guard.checked")[0]["reason"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        reason
+            .starts_with("The output does not meet its contract:\n- the output is not valid JSON"),
+        "{reason}"
+    );
+    assert!(reason.contains("\nExpected JSON Schema: {"), "{reason}");
+    assert!(
+        reason.contains(r#""required":["numero","montant_ttc"]"#),
+        "{reason}"
+    );
+    assert!(
+        reason.ends_with("\nAnswer again with the corrected output, and only it."),
+        "{reason}"
+    );
+    let decided = only(&events, "policy.decided");
+    assert_eq!(
+        (&decided["policy"], &decided["decision"], &decided["reason"]),
+        (&json!("loom.contract"), &json!("retry"), &json!(reason))
+    );
+    let repair = payloads(&events, "message.user")
+        .into_iter()
+        .find(|m| m["kind"] == "repair")
+        .unwrap();
+    assert_eq!(
+        repair["message"]["blocks"][0]["text"],
+        format!("Answer refused by a check (loom.contract): {reason}")
+    );
+    assert_eq!(only(&events, "run.completed")["iterations"], 2);
 }
 
 #[test]
@@ -1471,6 +1529,104 @@ fn a_judge_blocks_then_passes_after_the_repair() {
     assert_eq!(final_text(&events), polite);
 }
 
+/// A verdict of the `courrier` judge on its criterion `poli`.
+fn verdict(score: f64, reason: &str) -> Value {
+    json!({"tool_calls": [{"name": "verdict", "arguments": {"criteria": [
+        {"name": "poli", "score": score, "reason": reason}
+    ]}}]})
+}
+
+#[test]
+fn a_judge_reads_its_criteria_its_context_and_the_output_as_the_reference_builds_them() {
+    // The judge model answers from what it reads, as the reference's scripted judges do: it
+    // accepts only the polite answer laid out as the reference lays out a judge's message
+    // (criteria, declared context sections, then the output), and refuses an answer without a
+    // greeting.
+    let dir = copy_example("garde");
+    edit(
+        dir.path(),
+        "agents/courrier.yaml",
+        "  repair: {max_attempts: 1}\n",
+        "  context: [user_input]\n  repair: {max_attempts: 1}\n",
+    );
+    let polite = "Bonjour Madame Martin, votre devis D-2026-042 s'élève à 1 840 € TTC.";
+    let mut accepts = verdict(0.9, "le client est salué");
+    accepts["with_text"] = json!(format!(
+        "<criteria>\npoli: La réponse salue le client.\n</criteria>\n\
+         <user_input>\n{QUESTION}\n</user_input>\n<output>\n{polite}\n</output>"
+    ));
+    let mut refuses = verdict(0.2, "pas de bonjour");
+    refuses["without_text"] = json!("Bonjour");
+    script(dir.path(), "fake-juge", json!([accepts, refuses]));
+    let out = run(dir.path(), "courrier", QUESTION, "lu", &[]);
+    exits(&out, 0);
+    assert_eq!(text(&out.stdout).trim(), polite);
+    let events = journal(dir.path(), "lu");
+    let passed: Vec<&Value> = payloads(&events, "judge.evaluated")
+        .iter()
+        .map(|e| &e["passed"])
+        .collect();
+    assert_eq!(passed, [&json!(false), &json!(true)]);
+    // The refusal's diagnostic went back to the orchestrator, whose next answer greets.
+    assert_eq!(
+        only(&events, "policy.decided")["reason"],
+        "The judge output refuses the output:\n- poli (score 0.20, threshold 0.80): pas de \
+         bonjour\nFix the output on these points and give it again in full."
+    );
+
+    // A judge model that cannot be forced to call a tool is asked with tool_choice auto: an
+    // answer in text is then an unusable verdict (a forced call would have been a model error).
+    let dir = copy_example("garde");
+    edit(
+        dir.path(),
+        "agents/courrier.yaml",
+        "  on_failure: fail\n",
+        "  on_failure: fail\n  on_error: allow\n",
+    );
+    script(dir.path(), "fake-juge", json!([{"text": "Poli, oui."}]));
+    edit(
+        dir.path(),
+        "loom.yaml",
+        "  - {id: fake-juge, sdk: fake, model: TEST,",
+        "  - {id: fake-juge, sdk: fake, model: TEST, capabilities: {forced_tool_choice: false},",
+    );
+    let out = run(dir.path(), "courrier", QUESTION, "libre", &[]);
+    exits(&out, 0);
+    let events = journal(dir.path(), "libre");
+    assert_eq!(
+        only(&events, "guard.checked")["reason"],
+        "judge_error: unusable verdict: no call to the tool verdict in the judge's answer"
+    );
+}
+
+#[test]
+fn a_session_summary_in_a_judges_context_is_refused_until_compaction_exists() {
+    let dir = copy_example("garde");
+    edit(
+        dir.path(),
+        "agents/courrier.yaml",
+        "  repair: {max_attempts: 1}\n",
+        "  context: [user_input, session_summary]\n  repair: {max_attempts: 1}\n",
+    );
+    for args in [&["validate"][..], &["run", "courrier", QUESTION]] {
+        let out = garde(dir.path(), args);
+        exits(&out, 2);
+        let stderr = text(&out.stderr);
+        assert!(
+            stderr.starts_with("config error: agents/courrier.yaml:"),
+            "{stderr}"
+        );
+        assert!(
+            stderr.contains(
+                "judge.context[1]: context 'session_summary' is not supported: no compaction \
+                 writes a session summary — this part of the Loom-IA format is not implemented \
+                 in this version yet"
+            ),
+            "{stderr}"
+        );
+    }
+}
+
 /// The courrier agent's judge with `when: <when>`.
 fn judge_when(dir: &Path, when: &str) {
     edit(
@@ -1674,12 +1830,16 @@ fn the_reference_scenario_writes_the_reference_journal() {
         );
         assert_eq!(mine["role"], theirs["role"], "envelope role of {what}");
         assert_eq!(mine["status"], theirs["status"], "status of {what}");
+        // `call_id` too: the scripted models count their turns as the reference's fake model
+        // does (a repair request is not a turn of the user), so the call ids are the same.
         for field in [
             "policy",
             "point",
             "decision",
             "kind",
             "tool_kind",
+            "tool_name",
+            "call_id",
             "to_state",
             "cause_type",
         ] {

@@ -411,6 +411,69 @@ fn a_vision_role_is_offered_only_when_the_run_carries_an_image() {
 }
 
 #[test]
+fn a_judge_reads_the_runs_attachments_when_its_context_declares_them() {
+    // The vision project, its final answer judged by a judge that declares `attachments`: the
+    // judge's model answers only when its message lists the run's images (or says there are
+    // none) before the output.
+    let verdict = |reason: &str, reads: String| {
+        json!({"with_text": reads, "tool_calls": [{"name": "verdict", "arguments": {"criteria": [
+            {"name": "fidele", "score": 0.9, "reason": reason}
+        ]}}]})
+    };
+    let criteria = "<criteria>\nfidele: La réponse dit si une image est jointe.\n</criteria>";
+    let regard = json!([
+        verdict(
+            "l'image est décrite",
+            format!(
+                "{criteria}\n<attachments>\n- photo.png (image/png)\n</attachments>\n\
+                 <output>\nImage décrite.\n</output>"
+            )
+        ),
+        verdict(
+            "pas d'image à décrire",
+            format!(
+                "{criteria}\n<attachments>\n(none)\n</attachments>\n<output>\nPas d'image.\n</output>"
+            )
+        )
+    ]);
+    let dir = vision_project("");
+    let root = fs::read_to_string(dir.path().join("loom.yaml")).unwrap();
+    fs::write(
+        dir.path().join("loom.yaml"),
+        root.replacen(
+            "models:\n",
+            &format!("models:\n{}", model("fake-regard", regard, true)),
+            1,
+        ),
+    )
+    .unwrap();
+    let agent_file = dir.path().join("agents/devis.yaml");
+    let agent = fs::read_to_string(&agent_file).unwrap();
+    fs::write(
+        &agent_file,
+        format!(
+            "{agent}judge:\n  model: fake-regard\n  criteria:\n    - {{name: fidele, rule: \
+             \"La réponse dit si une image est jointe.\"}}\n  context: [attachments]\n"
+        ),
+    )
+    .unwrap();
+
+    assert_eq!(
+        completed_run(dir.path(), "vu-1", &["--attach", "photo.png"]),
+        "Image décrite.\n"
+    );
+    let events = journal(dir.path(), "vu-1");
+    let evaluated = &of_type(&events, "judge.evaluated")[0]["payload"];
+    assert_eq!(evaluated["passed"], true);
+    assert_eq!(evaluated["criteria"][0]["reason"], "l'image est décrite");
+
+    assert_eq!(completed_run(dir.path(), "vu-2", &[]), "Pas d'image.\n");
+    let events = journal(dir.path(), "vu-2");
+    let evaluated = &of_type(&events, "judge.evaluated")[0]["payload"];
+    assert_eq!(evaluated["criteria"][0]["reason"], "pas d'image à décrire");
+}
+
+#[test]
 fn attach_refusals_name_the_file_and_the_limit_and_write_nothing() {
     let dir = vision_project("execution:\n  attachments: {max_bytes: 50}\n");
     fs::write(dir.path().join("notes.txt"), "bonjour").unwrap();
@@ -455,9 +518,220 @@ fn attach_refusals_name_the_file_and_the_limit_and_write_nothing() {
     assert!(!dir.path().join("data").exists(), "nothing was written");
 }
 
+/// The reference's quote scenario: the orchestrator computes the price with `prix_ttc`, then
+/// asks the terminal role `redige_devis` for the quote; the role's judge checks its amount
+/// against the computed price.
+fn quote_project(redacteur: Value, judge_extra: &str) -> tempfile::TempDir {
+    let orchestrator = json!([
+        {"tool_calls": [{"name": "prix_ttc", "arguments": {"montant_ht": 1250, "taux_tva": 10}}]},
+        {"tool_calls": [{"name": "redige_devis", "arguments": {"client": "Mme Martin"}}]},
+        {"text": "Le devis n'a pas pu être rédigé."}
+    ]);
+    // The judge reads the role's draft: it refuses the invented amount.
+    let verificateur = json!([
+        {"with_text": "1 500 €", "tool_calls": [{"name": "verdict", "arguments": {"criteria": [
+            {"name": "montant_exact", "score": 0.1, "reason": "1 500 € n'est pas le prix calculé"}
+        ]}}]},
+        {"without_text": "1 500 €", "tool_calls": [{"name": "verdict", "arguments": {"criteria": [
+            {"name": "montant_exact", "score": 1.0, "reason": "le prix calculé"}
+        ]}}]}
+    ]);
+    let roles = format!(
+        r#"  - name: redige_devis
+    description: Rédige le devis pour le client.
+    model: fake-redacteur
+    system: Tu rédiges des devis.
+    input_schema:
+      type: object
+      properties: {{client: {{type: string}}}}
+      required: [client]
+    context: [{{tool_results: [prix_ttc]}}]
+    input_template: "Client : {{{{ args.client }}}}\nPrix : {{{{ context.tool_results.prix_ttc }}}}"
+    terminal: true
+    judge:
+      model: fake-verificateur
+      criteria:
+        - {{name: montant_exact, rule: "Le montant du devis est le prix calculé par prix_ttc."}}
+      context: [{{tool_results: [prix_ttc]}}]
+{judge_extra}"#
+    );
+    project(
+        orchestrator,
+        &[
+            model("fake-redacteur", redacteur, false),
+            model("fake-verificateur", verificateur, false),
+        ],
+        &roles,
+        "",
+    )
+}
+
+const INVENTED: &str = "Madame Martin, votre devis s'élève à 1 500 € TTC.";
+const CORRECTED: &str = "Madame Martin, votre devis s'élève à 1\u{202f}375 € TTC.";
+
+#[test]
+fn a_role_judge_makes_the_role_correct_an_invented_amount() {
+    // The role's model: an invented amount first, then (asked again with the judge's
+    // diagnostic, in its own conversation) the computed one.
+    let dir = quote_project(json!([{"text": INVENTED}, {"text": CORRECTED}]), "");
+    let stdout = completed_run(dir.path(), "juge-1", &[]);
+    assert_eq!(stdout, format!("{CORRECTED}\n"));
+    let events = journal(dir.path(), "juge-1");
+
+    // The role's call: its answer, judged at after_tool in the call's span, refused, repaired
+    // by the role's model, judged again, then the call's result.
+    let called = for_call(&events, "tool.called", "fake_1_0");
+    let start = events.iter().position(|e| e == called).unwrap();
+    let end = events
+        .iter()
+        .position(|e| e["type"] == "tool.completed" && e["payload"]["call_id"] == "fake_1_0")
+        .unwrap();
+    let story: Vec<String> = events[start..=end]
+        .iter()
+        .map(|e| {
+            format!(
+                "{} {}",
+                e["type"].as_str().unwrap(),
+                e["role"].as_str().unwrap_or("-")
+            )
+        })
+        .collect();
+    assert_eq!(
+        story,
+        [
+            "tool.called -",
+            "model.responded redige_devis",
+            "model.responded judge:redige_devis",
+            "judge.evaluated -",
+            "guard.checked -",
+            "policy.decided -",
+            "model.responded redige_devis",
+            "model.responded judge:redige_devis",
+            "judge.evaluated -",
+            "guard.checked -",
+            "tool.completed -"
+        ]
+    );
+    for event in &events[start + 1..end] {
+        assert_eq!(event["payload"]["call_id"], "fake_1_0", "{event}");
+    }
+    // The judge's model call has its span under the call's; its verdict is in the call's span.
+    let judge_calls: Vec<&Value> = of_type(&events, "model.responded")
+        .into_iter()
+        .filter(|e| e["role"] == "judge:redige_devis")
+        .collect();
+    assert_eq!(judge_calls[0]["parent_span_id"], called["span_id"]);
+    assert_eq!(judge_calls[0]["payload"]["judge"], "redige_devis");
+    assert_eq!(judge_calls[0]["payload"]["model"], "fake-verificateur");
+    let evaluations = of_type(&events, "judge.evaluated");
+    assert_eq!(evaluations[0]["span_id"], called["span_id"]);
+    assert_eq!(
+        (
+            &evaluations[0]["payload"]["target"],
+            &evaluations[0]["payload"]["passed"],
+            &evaluations[0]["payload"]["attempt"]
+        ),
+        (&json!("role:redige_devis"), &json!(false), &json!(1))
+    );
+    assert_eq!(
+        (
+            &evaluations[1]["payload"]["passed"],
+            &evaluations[1]["payload"]["attempt"]
+        ),
+        (&json!(true), &json!(2))
+    );
+    let checks: Vec<(&Value, &Value)> = of_type(&events, "guard.checked")
+        .iter()
+        .map(|e| (&e["payload"]["outcome"], &e["payload"]["resolution"]))
+        .collect();
+    assert_eq!(
+        checks,
+        [
+            (&json!("failed"), &json!("retry")),
+            (&json!("passed"), &Value::Null)
+        ]
+    );
+    let decided = &of_type(&events, "policy.decided")[0]["payload"];
+    assert_eq!(
+        (
+            &decided["policy"],
+            &decided["point"],
+            &decided["decision"],
+            &decided["attempt"]
+        ),
+        (
+            &json!("loom.judge.redige_devis"),
+            &json!("after_tool"),
+            &json!("retry"),
+            &json!(1)
+        )
+    );
+    assert_eq!(
+        decided["reason"],
+        "The judge redige_devis refuses the output:\n- montant_exact (score 0.10, threshold \
+         0.80): 1 500 € n'est pas le prix calculé\nFix the output on these points and give it \
+         again in full."
+    );
+    // The role repaired in its own conversation: the orchestrator got no repair message.
+    assert!(
+        of_type(&events, "message.user")
+            .iter()
+            .all(|m| m["payload"]["kind"] != "repair")
+    );
+    // The corrected draft is the call's result, and the run's answer (a terminal role).
+    let completed = &events[end];
+    assert_eq!(completed["payload"]["output"]["is_error"], false);
+    assert_eq!(output_text(completed), CORRECTED);
+    let done = &of_type(&events, "run.completed")[0]["payload"];
+    assert_eq!(done["output_event_id"], completed["event_id"]);
+    assert_eq!(done["iterations"], 2);
+}
+
+#[test]
+fn a_role_judge_still_refusing_gives_the_orchestrator_an_error_result() {
+    let dir = quote_project(
+        json!([{"text": INVENTED}, {"text": "Madame Martin, c'est bien 1 500 € TTC."}]),
+        "",
+    );
+    let stdout = completed_run(dir.path(), "juge-2", &[]);
+    assert_eq!(stdout, "Le devis n'a pas pu être rédigé.\n");
+    let events = journal(dir.path(), "juge-2");
+    let resolutions: Vec<&Value> = of_type(&events, "guard.checked")
+        .iter()
+        .map(|e| &e["payload"]["resolution"])
+        .collect();
+    assert_eq!(resolutions, [&json!("retry"), &json!("fail")]);
+    let completed = for_call(&events, "tool.completed", "fake_1_0");
+    assert_eq!(completed["payload"]["output"]["is_error"], true);
+    assert_eq!(
+        output_text(completed),
+        "The result of redige_devis was refused by its judge redige_devis (a rule of the \
+         configuration, not a failure): montant_exact (score 0.10, threshold 0.80): 1 500 € \
+         n'est pas le prix calculé"
+    );
+    // An error result does not end the run: the orchestrator answered.
+    assert_eq!(
+        of_type(&events, "run.completed")[0]["payload"]["iterations"],
+        3
+    );
+
+    // `validate` names the role's judge.
+    let out = devis(dir.path(), &["validate"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains(
+            "role redige_devis: model fake-redacteur, terminal, context tool_results, judge \
+             redige_devis (model fake-verificateur)"
+        ),
+        "{}",
+        text(&out.stdout)
+    );
+}
+
 #[test]
 fn roles_refused_at_load_are_located() {
-    let judged = r#"  - name: lettre
+    // A role's judge that reads the run's images needs a model that sees them.
+    let blind_judge = r#"  - name: lettre
     description: Rédige la lettre.
     model: fake-lettre
     input_schema:
@@ -466,6 +740,7 @@ fn roles_refused_at_load_are_located() {
     judge:
       model: fake-juge
       criteria: [{name: poli, rule: La lettre est polie.}]
+      context: [attachments]
 "#;
     let undeclared = r#"  - name: lettre
     description: Rédige la lettre.
@@ -478,10 +753,10 @@ fn roles_refused_at_load_are_located() {
     let orchestrator = json!([{"text": "never"}]);
     for (roles, message) in [
         (
-            judged,
-            "config error: agents/devis.yaml:19:7 roles[0].judge: a judge on a role is not \
-             implemented in this version yet (judge the agent's final output with the agent's \
-             judge:)",
+            blind_judge,
+            "config error: agents/devis.yaml:21:17 roles[0].judge.context[0]: judge 'lettre' \
+             receives attachments, but its model 'fake-juge' cannot see images \
+             (capabilities.vision: false)",
         ),
         (
             undeclared,

@@ -1,6 +1,7 @@
 //! Stage 2: from the file model to a validated [`Config`].
 
 mod delegation;
+mod pricing;
 mod server;
 mod triggers;
 
@@ -430,8 +431,8 @@ impl Config {
     }
 
     /// Warnings found at load: located messages (`file:line:col key.path: message`) about
-    /// setups that work but are doubtful, such as a judge on the model it judges (an error
-    /// under the `prod` profile).
+    /// setups that work but are doubtful, such as a judge on the model it judges or a money
+    /// budget over a model without `pricing` (errors under the `prod` profile).
     pub fn warnings(&self) -> &[String] {
         &self.warnings
     }
@@ -760,6 +761,7 @@ fn build(
     for i in 0..config.agents.len() {
         check_agent(&mut config, i)?;
     }
+    pricing::check_money_budgets(&mut config)?;
     delegation::check_security(&config)?;
     triggers::check_triggers(&config)?;
     Ok(config)

@@ -19,7 +19,9 @@
 //!    output contracts, budgets, tenants…), and every refusal is reported as a [`ConfigError`]
 //!    located at the offending value through the tree of stage 1:
 //!    `agents/devis.yaml:7:10 main.model: unknown model 'X' (declared models: fake-1)`.
-//!    Doubtful but working setups are kept as [`Config::warnings`].
+//!    Doubtful but working setups (a judge on the model it judges, a money budget over a
+//!    model without `pricing`) are kept as [`Config::warnings`]; the `prod` profile refuses
+//!    them.
 //!
 //! The same types can be built in Rust and validated the same way with [`Config::new`].
 //! [`json_schema`] describes the file model (what `loom schema` prints).

@@ -417,8 +417,8 @@ fn rust_config_with_profiles() {
 const GUARDED_ROOT: &str = "\
 version: 1
 models:
-  - {id: fake-1, sdk: fake, model: scripted}
-  - {id: judge-1, sdk: fake, model: judge, capabilities: {vision: true}}
+  - {id: fake-1, sdk: fake, model: scripted, pricing: {input: 1.0, output: 2.0}}
+  - {id: judge-1, sdk: fake, model: judge, capabilities: {vision: true}, pricing: {input: 1.0}}
 budgets:
   run: {max_calls: 10, max_cost: 1.5}
   session: {max_tokens: 100000}
@@ -897,4 +897,71 @@ fn rust_built_guards_are_validated_too() {
         "loom.yaml agents[1].subagents[0].budget_share: budget_share needs a run budget: neither \
          the root budgets.run nor the budget.run of agent 'a' sets a limit to share"
     );
+}
+
+#[test]
+fn a_money_budget_needs_every_model_it_bounds_priced() {
+    let root = "\
+version: 1
+models:
+  - {id: main-1, sdk: fake, model: main, pricing: {input: 1.0}}
+  - {id: judge-1, sdk: fake, model: judge}
+  - {id: child-1, sdk: fake, model: child}
+";
+    // A judge's model counts in the agent's cost: it must be priced.
+    let judged = "\
+name: a
+main: {model: main-1}
+judge:
+  model: judge-1
+  criteria: [{name: polite, rule: Be polite}]
+budget:
+  session: {max_cost: 0.5}
+";
+    let err = load_str(
+        root,
+        &[("agents/a.yaml", judged)],
+        Some(Profile::Prod),
+        &no_env,
+    )
+    .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "agents/a.yaml:7:23 budget.session.max_cost: a money budget, but model 'judge-1' \
+         (judge.model of agent 'a') has no pricing: its calls would count as 0 $ and the budget \
+         might never be reached; declare the model's pricing (models[].pricing, dollars per \
+         million tokens) (refused under the prod profile)"
+    );
+    // A sub-agent's cost rolls up into its caller's run: its models count too.
+    let caller = "\
+name: a
+main: {model: main-1}
+subagents: [{agent: b}]
+budget:
+  run: {max_cost: 0.5}
+";
+    let child = "name: b\ndescription: Helps.\nmain: {model: child-1}\n";
+    let files = [("agents/a.yaml", caller), ("agents/b.yaml", child)];
+    let err = load_str(root, &files, Some(Profile::Prod), &no_env).unwrap_err();
+    assert!(
+        err.to_string().starts_with(
+            "agents/a.yaml:5:19 budget.run.max_cost: a money budget, but model 'child-1' \
+             (main.model of agent 'b') has no pricing"
+        ),
+        "{err}"
+    );
+    // Outside prod: loaded, with the warning.
+    let config = load_str(root, &files, None, &no_env).unwrap();
+    assert_eq!(config.warnings().len(), 1, "{:?}", config.warnings());
+    assert!(config.warnings()[0].ends_with("(an error under the prod profile)"));
+    // Without a money limit, an unpriced model is fine.
+    let counted = "name: a\nmain: {model: child-1}\nbudget:\n  run: {max_calls: 3}\n";
+    let config = load_str(
+        root,
+        &[("agents/a.yaml", counted)],
+        Some(Profile::Prod),
+        &no_env,
+    )
+    .unwrap();
+    assert!(config.warnings().is_empty(), "{:?}", config.warnings());
 }

@@ -415,9 +415,44 @@ impl ResponseAccumulator {
 pub const FINALIZE_HINT: &str = "You can no longer call tools. Answer the request now, in text, \
 with the information already obtained; if you could not do everything, say what remains to be done.";
 
+/// How a note the engine adds to a conversation begins (a call that ran with corrected
+/// arguments, for instance).
+pub const SYSTEM_NOTE_PREFIX: &str = "[System note";
+
+/// How the user message begins that gives a refused answer back to its author with a check's
+/// diagnostic (see [`repair_message`]).
+pub const REPAIR_PREFIX: &str = "Answer refused by a check (";
+
+/// The user message that gives a refused answer back to its author: the check that refused it
+/// (`policy`) and its diagnostic.
+pub fn repair_message(policy: &str, feedback: &str) -> String {
+    format!("{REPAIR_PREFIX}{policy}): {feedback}")
+}
+
+/// Whether a user message's text is a note of the engine rather than something the user said:
+/// the [`FINALIZE_HINT`], a system note, a repair request ([`repair_message`]). A scripted model
+/// counts its turns from the last message that is not one, as the reference's fake model does.
+pub fn is_engine_note(text: &str) -> bool {
+    text == FINALIZE_HINT || text.starts_with(SYSTEM_NOTE_PREFIX) || text.starts_with(REPAIR_PREFIX)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn repair_requests_and_hints_are_engine_notes() {
+        assert!(is_engine_note(&repair_message("loom.contract", "not JSON")));
+        assert!(is_engine_note(FINALIZE_HINT));
+        assert!(is_engine_note(
+            "[System note: the call c1 ran with other arguments.]"
+        ));
+        assert!(!is_engine_note("Que vaut le devis D-2026-042 ?"));
+        assert_eq!(
+            repair_message("cite_le_devis", "cite it"),
+            "Answer refused by a check (cite_le_devis): cite it"
+        );
+    }
 
     #[test]
     fn accumulates_text_and_split_arguments() {

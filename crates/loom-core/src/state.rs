@@ -127,9 +127,13 @@ impl Amendment {
     /// The note the model reads after the call's result.
     pub fn note(&self) -> String {
         format!(
-            "[System note: the call {} to {} ran with arguments corrected by {}: {}. The call \
-             above shows them; the journal keeps the original ones.]",
-            self.call_id, self.tool_name, self.by, self.arguments
+            "{}: the call {} to {} ran with arguments corrected by {}: {}. The call above \
+             shows them; the journal keeps the original ones.]",
+            crate::model::SYSTEM_NOTE_PREFIX,
+            self.call_id,
+            self.tool_name,
+            self.by,
+            self.arguments
         )
     }
 }

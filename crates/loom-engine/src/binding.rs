@@ -46,12 +46,15 @@ pub struct ModelBinding {
     /// Whether the model reads images (`capabilities.vision`): the images of its requests are
     /// then sent inline (base64 from the artifact store) instead of as references.
     pub vision: bool,
+    /// Whether the model accepts a forced tool call (`capabilities.forced_tool_choice`): a
+    /// judge on a model that does not is asked for its verdict with `tool_choice: auto`.
+    pub forced_tool_choice: bool,
 }
 
 impl ModelBinding {
     /// A binding with default settings: no pricing, no token cap, no parameters, the default
     /// [`RetryPolicy`], [`ModelTimeouts`] and [`CircuitSettings`], no declared context window,
-    /// no vision.
+    /// no vision, forced tool calls accepted.
     pub fn new(
         config_id: impl Into<String>,
         model_id: impl Into<String>,
@@ -69,6 +72,7 @@ impl ModelBinding {
             circuit: Some(CircuitSettings::default()),
             context_window: None,
             vision: false,
+            forced_tool_choice: true,
         }
     }
 }

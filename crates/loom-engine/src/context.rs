@@ -177,7 +177,9 @@ pub(crate) async fn gather(
                         )
                     })
                     .collect();
-                gathered.blocks.push(tagged(key, &lines.join("\n")));
+                gathered
+                    .blocks
+                    .push(tagged(key, &or_none(lines.join("\n"))));
                 gathered.values.insert(key.into(), Value::Array(listed));
                 gathered.images = images;
             }

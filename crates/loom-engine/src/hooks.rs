@@ -398,9 +398,10 @@ pub(crate) fn result_refused(policy: &str, feedback: &str) -> String {
     format!("Result refused ({policy}): {feedback}")
 }
 
-/// The repair message given to the model.
+/// The repair message given to the model (an engine note: a scripted model does not count it
+/// as a turn of the user).
 pub(crate) fn repair_text(policy: &str, feedback: &str) -> String {
-    format!("Answer refused by a check ({policy}): {feedback}")
+    loom_core::model::repair_message(policy, feedback)
 }
 
 /// The result of a call closed without running because its answer was refused.

@@ -1,8 +1,9 @@
-//! Judges: a model scores the final output against written criteria (policy
-//! `loom.judge.<name>`).
+//! Judges: a model scores the final output, or a role's answer, against written criteria
+//! (policy `loom.judge.<name>`).
 //!
-//! A [`JudgeRuntime`] is plain data built by the facade from `judge:`; the loop runs judges in
-//! `judging.rs`. Whether a judge runs is decided by code, never by a model: the caller's
+//! A [`JudgeRuntime`] is plain data built by the facade from an agent's `judge:` or a role's;
+//! the loop runs judges in `judging.rs` (the final output) and `role_guards.rs` (a role's
+//! answer, repaired by the role's own model). Whether a judge runs is decided by code, never by a model: the caller's
 //! [`JudgeMode`] (journaled in `run.started.judges`), then under `auto` the judge's
 //! [`JudgeWhen`] — profiles, tenants, a deterministic sample ([`sample_point`]) and an optional
 //! [`JudgeCondition`]. A judge that does not run leaves a `guard.checked` with outcome
@@ -11,14 +12,16 @@
 //! A judge that runs calls its own model chain ([`JudgeRuntime::main`] then
 //! [`JudgeRuntime::fallbacks`], with retries, fallbacks and breakers like any model call, its
 //! events under envelope role `judge:<name>`). The request is [`JUDGE_SYSTEM`], one user
-//! message with the `<criteria>`, the declared context sections and the `<output>`, and the
-//! forced tool [`VERDICT_TOOL`] whose arguments score each criterion exactly once. Then, in
+//! message with the `<criteria>`, the declared context sections, the role call's `<arguments>`
+//! (for a role's judge) and the `<output>` (then the run's images, for a judge that declares
+//! `attachments`), and the tool [`VERDICT_TOOL`], forced unless the model declares
+//! `forced_tool_choice: false`, whose arguments score each criterion exactly once. Then, in
 //! one append: the judge's `model.responded` (its cost goes to the run, not its iterations),
 //! `judge.evaluated` and `guard.checked`.
 //!
-//! A blocking criterion under its threshold refuses the output: the orchestrator repairs it
-//! (`policy.decided` retry with the diagnostic) up to `repair.max_attempts` times per run,
-//! then `on_failure` decides (`fail`: the run fails with `guard.judge`; `unverified`: the
+//! A blocking criterion under its threshold refuses the output: its author (the orchestrator,
+//! or the role) repairs it (`policy.decided` retry with the diagnostic) up to
+//! `repair.max_attempts` times per run (per call for a role), then `on_failure` decides (`fail`: the run fails with `guard.judge`; `unverified`: the
 //! output is kept and flagged; `fallback`: it is replaced with the fallback message). A judge
 //! that errs (its models fail, its verdict is unusable, it runs out of time) is handled by its
 //! `on_error`: `block` fails the run, `allow` lets the output through with a `skipped` trace.
@@ -75,7 +78,8 @@ impl Criterion {
 }
 
 /// A context section a judge receives besides the output: the same items as a role's
-/// (`user_input`, `caller_context`, `tool_results`, `last_turns`), gathered the same way.
+/// (`user_input`, `caller_context`, `attachments`, `tool_results`, `last_turns`), gathered the
+/// same way.
 pub type JudgeContext = RoleContext;
 
 /// What a [`JudgeCondition`] sees to decide whether a judge runs.
@@ -83,7 +87,7 @@ pub type JudgeContext = RoleContext;
 pub struct JudgeInput {
     /// The judge.
     pub judge: String,
-    /// What is judged (`output`).
+    /// What is judged (`output`, or `role:<name>`).
     pub target: String,
     /// Tenant.
     pub tenant_id: String,
@@ -219,7 +223,7 @@ impl FromStr for JudgeMode {
     }
 }
 
-/// A judge of the agent's final output, as the engine runs it.
+/// A judge of the agent's final output or of a role's answers, as the engine runs it.
 #[derive(Debug, Clone)]
 pub struct JudgeRuntime {
     /// Name (policy `loom.judge.<name>`, model slot `judge:<name>`).
@@ -236,8 +240,8 @@ pub struct JudgeRuntime {
     pub when: JudgeWhen,
     /// The active configuration profile (for `when.profiles`), given by the facade.
     pub profile: Option<String>,
-    /// Repairs asked of the orchestrator (`tools: none` forbids tools in the repair call; the
-    /// default `auto` keeps them).
+    /// Repairs asked of the output's author (for the orchestrator, `tools: none` forbids tools
+    /// in the repair call; the default `auto` keeps them).
     pub repair: RepairSettings,
     /// What a still-refused output becomes.
     pub on_failure: OnFailure,

@@ -58,6 +58,7 @@ mod ownership;
 mod request;
 mod resilience;
 mod review;
+mod role_guards;
 pub mod roles;
 mod stop;
 mod subagents;

@@ -32,12 +32,13 @@
 //! tools' results are journaled after them. A role call started but not completed before a crash
 //! is simply run again on resume: it has no side effect.
 //!
-//! **Output contract.** A role's `output` contract is checked on its answer: a failure is
-//! repaired by the role's own model (the first exchange plus a user message with the
-//! diagnostic) up to `repair.max_attempts` (`guard.checked` with target `role:<name>` and
-//! `policy.decided` retry, both with the call id), then `on_failure` applies: `fail` gives an
-//! error result, `unverified` keeps the answer flagged `unverified`, `fallback` replaces it
-//! with the fallback message.
+//! **Output contract and judge.** A role's `output` contract, then its `judge`, check its answer
+//! (`role_guards.rs`): a refusal is repaired by the role's own model (the first exchange plus a
+//! repair request with the diagnostic) up to `repair.max_attempts` (`guard.checked` with target
+//! `role:<name>` and `policy.decided` retry, both with the call id; a judge's `judge.evaluated`
+//! and its model call, in a span under the call's, first), then `on_failure` applies: `fail`
+//! gives an error result, `unverified` keeps the answer flagged `unverified`, `fallback`
+//! replaces it with the fallback message.
 //!
 //! **Terminal roles.** A terminal role called alone in its turn, whose result is not an
 //! error, ends the run: its result is the final output (`run.completed.output` null,
@@ -72,12 +73,15 @@ use crate::{
     binding::{BoundTool, ModelBinding},
     chain::{self, AttemptState, Caller, ChainEnd, Models},
     context::{gather, images},
-    contract::{Contract, OnFailure, Verdict},
+    contract::Contract,
     error::EngineError,
     events::RunRef,
     hooks,
     io::{Io, LastIds, StepSpan},
-    output::{CONTRACT, Final, contract_checked},
+    judges::JudgeRuntime,
+    judging::Judging,
+    output::Final,
+    role_guards::{Guarded, Guards, RoleCall},
     units::fmt_secs,
 };
 
@@ -126,15 +130,18 @@ pub struct RoleRuntime {
     pub context: Vec<RoleContext>,
     /// Whether the role's answer ends the run when it is called alone in its turn.
     pub terminal: bool,
-    /// Time limit of one call (its model calls and repairs); `None`: no limit of its own.
+    /// Time limit of one call (its model calls and repairs; its judge's calls are bounded by
+    /// the judge's own `timeout` and the run's); `None`: no limit of its own.
     pub timeout: Option<Duration>,
     /// The contract its answers must meet.
     pub output: Option<Contract>,
+    /// The judges of its answers (the reference's `roles[].judge`), after its contract.
+    pub judges: Vec<JudgeRuntime>,
 }
 
 impl RoleRuntime {
     /// A role on `main` without fallbacks, arguments (`{type: object, properties: {}}`),
-    /// template, context, contract nor time limit; not terminal.
+    /// template, context, contract, judge nor time limit; not terminal.
     pub fn new(
         name: impl Into<String>,
         description: impl Into<String>,
@@ -153,6 +160,7 @@ impl RoleRuntime {
             terminal: false,
             timeout: None,
             output: None,
+            judges: Vec::new(),
         }
     }
 
@@ -490,6 +498,18 @@ pub(crate) enum RoleEnd {
         /// Events written.
         emitted: u32,
     },
+    /// The role's judge erred under `on_error: block`: the call's result, then the run fails
+    /// (`guard.judge`).
+    Failed {
+        /// The result for `tool.completed`.
+        output: Box<ToolOutput>,
+        /// Cost of the role's model calls.
+        cost_usd: f64,
+        /// Events written.
+        emitted: u32,
+        /// Why the run fails.
+        reason: String,
+    },
     /// Cancelled, or the run's time ran out.
     Interrupted {
         /// Out of time (else cancelled).
@@ -638,151 +658,53 @@ pub(crate) async fn call(
                 emitted: progress.emitted,
             });
         }
-        let Some(contract) = &role.output else {
-            return Ok(RoleEnd::Done {
-                output: Box::new(ToolOutput::text(text)),
-                cost_usd,
-                emitted: progress.emitted,
-            });
-        };
         let this = RoleCall {
-            role,
+            name: &role.name,
             call,
             span,
             step,
+            arguments,
+            run_deadline,
+        };
+        let guards = Guards {
+            contract: role.output.as_ref(),
+            judging: Judging {
+                judges: &role.judges,
+                models: roles.models,
+                store: roles.store,
+            },
         };
         match this
-            .check(io, state, contract, &text, &mut progress)
+            .guard(io, &guards, state, &text, &mut progress, &mut cost_usd)
             .await?
         {
-            Checked::Output(output) => {
+            Guarded::Output(output) => {
                 return Ok(RoleEnd::Done {
                     output,
                     cost_usd,
                     emitted: progress.emitted,
                 });
             }
-            Checked::Repair(diagnostic) => {
+            Guarded::Repair { policy, diagnostic } => {
                 // The role's own model repairs: the first exchange, then the diagnostic.
                 messages.push(Message::assistant(text));
-                messages.push(Message::user(diagnostic));
+                messages.push(Message::user(hooks::repair_text(&policy, &diagnostic)));
+            }
+            Guarded::Failed { output, reason } => {
+                return Ok(RoleEnd::Failed {
+                    output,
+                    cost_usd,
+                    emitted: progress.emitted,
+                    reason,
+                });
+            }
+            Guarded::Interrupted { timed_out } => {
+                return Ok(RoleEnd::Interrupted {
+                    timed_out,
+                    emitted: progress.emitted,
+                });
             }
         }
-    }
-}
-
-/// One call of a role, for its contract checks.
-struct RoleCall<'c> {
-    role: &'c RoleRuntime,
-    call: &'c PendingCall,
-    span: &'c str,
-    step: &'c StepSpan,
-}
-
-/// What a role's contract made of its answer.
-enum Checked {
-    /// The call's result: the answer (normalized) when it passed; else, attempts exhausted,
-    /// what `on_failure` makes of it.
-    Output(Box<ToolOutput>),
-    /// Ask the role's model to repair, with this diagnostic.
-    Repair(String),
-}
-
-impl RoleCall<'_> {
-    /// Checks the role's answer `text` against its contract (`guard.checked` with target
-    /// `role:<name>`, then `policy.decided` retry while repairs remain).
-    async fn check(
-        &self,
-        io: &mut Io<'_>,
-        state: &mut RunState,
-        contract: &Contract,
-        text: &str,
-        progress: &mut AttemptState,
-    ) -> Result<Checked, EngineError> {
-        let (role, call) = (self.role, self.call);
-        let key = format!("{CONTRACT}#{}", call.call_id);
-        let attempt = state.retries.get(&key).copied().unwrap_or(0);
-        let target = format!("role:{}", role.name);
-        let checked = |outcome: &str, reason, normalized, resolution| {
-            contract_checked(
-                &target,
-                attempt + 1,
-                Some(&call.call_id),
-                outcome,
-                reason,
-                normalized,
-                resolution,
-            )
-        };
-        let events = io.events();
-        let event = |payload| events.event(self.span, Some(&self.step.span), None, payload);
-        let (problems, diagnostic) = match contract.check(text, None) {
-            Verdict::Passed {
-                text: checked_text,
-                data,
-                normalized,
-            } => {
-                let passed = vec![event(checked("passed", None, normalized, None))];
-                chain::write_in_step(io, state, passed, progress).await?;
-                let mut output = ToolOutput::text(checked_text);
-                output.data = data;
-                return Ok(Checked::Output(Box::new(output)));
-            }
-            Verdict::Failed {
-                problems,
-                diagnostic,
-            } => (problems, diagnostic),
-        };
-        let spec = contract.spec();
-        if attempt < spec.repair.max_attempts {
-            let mut decided = hooks::decided(
-                CONTRACT,
-                Point::AfterTool,
-                DecisionKind::Retry,
-                Some(diagnostic.clone()),
-                Some(&call.call_id),
-                false,
-            );
-            if let Payload::PolicyDecided(p) = &mut decided {
-                p.attempt = Some(attempt + 1);
-                p.tools = Some(false);
-            }
-            let batch = vec![
-                event(checked(
-                    "failed",
-                    Some(diagnostic.clone()),
-                    false,
-                    Some("retry"),
-                )),
-                event(decided),
-            ];
-            chain::write_in_step(io, state, batch, progress).await?;
-            return Ok(Checked::Repair(diagnostic));
-        }
-        let resolution = spec.on_failure.as_str();
-        let failed = vec![event(checked(
-            "failed",
-            Some(diagnostic),
-            false,
-            Some(resolution),
-        ))];
-        chain::write_in_step(io, state, failed, progress).await?;
-        Ok(Checked::Output(Box::new(match spec.on_failure {
-            OnFailure::Fail => ToolOutput::error(format!(
-                "The result of {} was refused by its output contract (a rule of the \
-                 configuration, not a failure): {}",
-                role.name,
-                problems.join("; ")
-            )),
-            OnFailure::Unverified => ToolOutput {
-                unverified: true,
-                ..ToolOutput::text(text)
-            },
-            OnFailure::Fallback => ToolOutput {
-                fallback: true,
-                ..ToolOutput::text(spec.fallback_message.clone().unwrap_or_default())
-            },
-        })))
     }
 }
 

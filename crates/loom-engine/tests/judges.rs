@@ -76,13 +76,14 @@ fn greeting_judge_named(name: &str) -> Arc<dyn ModelClient> {
     scripted(name, json!([high, low]))
 }
 
-/// An orchestrator that answers without greeting, and greets once a repair asked for it.
+/// An orchestrator that answers without greeting, and greets in its next answer (to the repair
+/// request, which a scripted model does not count as a turn of the user).
 fn repairable() -> Arc<dyn ModelClient> {
     scripted(
         "fake-1",
         json!([
-            {"text": "Voici le devis.", "without_text": "refuses the output"},
-            {"text": "Bonjour ! Voici le devis.", "with_text": "refuses the output"}
+            {"text": "Voici le devis."},
+            {"text": "Bonjour ! Voici le devis."}
         ]),
     )
 }
@@ -440,7 +441,10 @@ async fn a_repair_without_tools_when_the_judge_says_so() {
 async fn repairs_exhausted_the_run_fails_with_guard_judge() {
     let (engine, store) = engine();
     let agent = agent(
-        scripted("fake-1", json!([{"text": "Voici le devis."}])),
+        scripted(
+            "fake-1",
+            json!([{"text": "Voici le devis."}, {"text": "Voici encore le devis."}]),
+        ),
         judge(greeting_judge()),
     );
     let (run, state) = run(&engine, &agent, begin("Le devis ?", JudgeMode::Auto)).await;

@@ -9,7 +9,7 @@ use std::{sync::Arc, time::Duration};
 use loom_core::{
     Event, Message, RunState, RunStatus,
     event::Payload,
-    model::{ModelClient, ToolChoice},
+    model::{ModelChunk, ModelClient, ModelError, ModelRequest, StopReason, ToolChoice},
     policy::{
         Decision, DecisionKind, FnPolicy, Point, Policy, PolicyContext, PolicyError, Replacement,
         RequireTool, Subject,
@@ -239,9 +239,9 @@ async fn a_retry_after_the_model_closes_its_calls_and_asks_for_a_repair() {
     let model = Arc::new(RecordingModel::new(scripted(
         "fake-1",
         json!([
-            {"text": "Sure.", "tool_calls": [{"name": "add", "arguments": {"a": 1, "b": 2}}], "without_text": "refused"},
-            {"text": "Let me compute properly.", "tool_calls": [{"name": "add", "arguments": {"a": 1, "b": 2}}], "with_text": "refused"},
-            {"text": "It makes {{ tool_result }}.", "with_text": "refused"}
+            {"text": "Sure.", "tool_calls": [{"name": "add", "arguments": {"a": 1, "b": 2}}]},
+            {"text": "Let me compute properly.", "tool_calls": [{"name": "add", "arguments": {"a": 1, "b": 2}}]},
+            {"text": "It makes {{ tool_result }}."}
         ]),
     )));
     let mut agent = agent(model.clone(), vec![add_tool()]);
@@ -342,8 +342,8 @@ async fn a_repair_without_tools_forbids_tool_calls_on_the_next_call() {
     let model = Arc::new(RecordingModel::new(scripted(
         "fake-1",
         json!([
-            {"text": "Sure.", "without_text": "rephrase"},
-            {"text": "Fine.", "with_text": "rephrase"}
+            {"text": "Sure."},
+            {"text": "Fine."}
         ]),
     )));
     let mut agent = agent(model.clone(), vec![add_tool()]);
@@ -661,8 +661,8 @@ async fn a_retry_on_output_sends_the_answer_back_then_completes() {
         scripted(
             "fake-1",
             json!([
-                {"text": "1840", "without_text": "refused"},
-                {"text": "The total is 1840 EUR.", "with_text": "refused"}
+                {"text": "1840"},
+                {"text": "The total is 1840 EUR."}
             ]),
         ),
         vec![],
@@ -834,8 +834,8 @@ async fn a_contract_failing_then_repaired_gives_the_validated_data() {
     let model = Arc::new(RecordingModel::new(scripted(
         "fake-1",
         json!([
-            {"text": "The total is ten.", "without_text": "contract"},
-            {"text": "```json\n{\"total\": 10}\n```", "with_text": "contract"}
+            {"text": "The total is ten."},
+            {"text": "```json\n{\"total\": 10}\n```"}
         ]),
     )));
     let mut agent = agent(model.clone(), vec![add_tool()]);
@@ -880,8 +880,8 @@ async fn failing_contract(on_failure: OnFailure) -> (RunState, Vec<Event>) {
         scripted(
             "fake-1",
             json!([
-                {"text": "ten", "without_text": "contract"},
-                {"text": "still ten", "with_text": "contract"}
+                {"text": "ten"},
+                {"text": "still ten"}
             ]),
         ),
         vec![],
@@ -982,21 +982,60 @@ async fn a_tool_result_breaking_its_contract_reaches_the_model_as_an_error() {
     );
 }
 
+/// A model that names every call `c1`, as a provider may across turns: "Sure." with a call,
+/// then "Computing." with a call, then the sum.
+#[derive(Debug)]
+struct SameCallId;
+
+impl ModelClient for SameCallId {
+    fn provider(&self) -> &str {
+        "test"
+    }
+
+    fn stream(
+        &self,
+        request: ModelRequest,
+    ) -> loom_core::BoxStream<'static, Result<ModelChunk, ModelError>> {
+        let turn = request
+            .messages
+            .iter()
+            .filter(|m| m.role == loom_core::Role::Assistant)
+            .count();
+        let mut chunks = Vec::new();
+        let (text, call) = match turn {
+            0 => ("Sure.", true),
+            1 => ("Computing.", true),
+            _ => ("It makes 3.", false),
+        };
+        chunks.push(Ok(ModelChunk::TextDelta(text.into())));
+        if call {
+            chunks.push(Ok(ModelChunk::ToolCallStarted {
+                index: 0,
+                call_id: "c1".into(),
+                name: "add".into(),
+            }));
+            chunks.push(Ok(ModelChunk::ToolArgsDelta {
+                index: 0,
+                json_fragment: r#"{"a": 1, "b": 2}"#.into(),
+            }));
+            chunks.push(Ok(ModelChunk::ToolCallEnded { index: 0 }));
+        }
+        chunks.push(Ok(ModelChunk::Stopped {
+            reason: if call {
+                StopReason::ToolUse
+            } else {
+                StopReason::End
+            },
+            model_id: "same-id".into(),
+        }));
+        Box::pin(futures_util::stream::iter(chunks))
+    }
+}
+
 #[tokio::test]
 async fn a_call_id_the_model_reuses_in_the_run_is_renamed() {
-    // After a repair the fake model numbers its turns from 0 again: its second call reuses
-    // `fake_0_0`, which already names the refused call.
-    let mut agent = agent(
-        scripted(
-            "fake-1",
-            json!([
-                {"text": "Sure.", "tool_calls": [{"name": "add", "arguments": {"a": 1, "b": 2}}], "without_text": "refused"},
-                {"text": "Computing.", "tool_calls": [{"name": "add", "arguments": {"a": 1, "b": 2}}], "with_text": "refused"},
-                {"text": "It makes {{ tool_result }}.", "with_text": "refused"}
-            ]),
-        ),
-        vec![add_tool()],
-    );
+    // After a repair the model's second call reuses `c1`, which already names the refused call.
+    let mut agent = agent(Arc::new(SameCallId), vec![add_tool()]);
     agent.policies = vec![hook(
         "no_sure",
         policy(Point::AfterModel, &[DecisionKind::Retry], |subject, _| {
@@ -1019,7 +1058,7 @@ async fn a_call_id_the_model_reuses_in_the_run_is_renamed() {
             _ => None,
         })
         .collect();
-    assert_eq!(ids, ["fake_0_0", "fake_0_0_2"]);
+    assert_eq!(ids, ["c1", "c1_2"]);
 }
 
 #[tokio::test]

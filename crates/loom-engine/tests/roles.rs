@@ -682,8 +682,8 @@ async fn a_role_contract_failure_is_repaired_by_the_role_model() {
     let role_model = Arc::new(RecordingModel::new(scripted(
         "fake-role",
         json!([
-            {"text": "Hello, here is your quote.", "without_text": "does not meet its contract"},
-            {"text": "Hello, here is quote D-2026-042.", "with_text": "does not meet its contract"}
+            {"text": "Hello, here is your quote."},
+            {"text": "Hello, here is quote D-2026-042."}
         ]),
     )));
     let mut draft = role("draft", role_model.clone());
@@ -696,17 +696,16 @@ async fn a_role_contract_failure_is_repaired_by_the_role_model() {
     let (run, state) = run(&engine, &agent, begin(Message::user("Quote D-2026-042."))).await;
     assert_eq!(state.status, RunStatus::Completed);
 
-    // The repair is the first exchange plus the diagnostic.
+    // The repair is the first exchange plus the repair request with the diagnostic (which a
+    // scripted model does not count as a turn of the user: it answers with its next reply).
     let requests = role_model.requests();
     assert_eq!(requests.len(), 2);
     let roles: Vec<Role> = requests[1].messages.iter().map(|m| m.role).collect();
     assert_eq!(roles, [Role::User, Role::Assistant, Role::User]);
     assert_eq!(requests[1].messages[0], requests[0].messages[0]);
-    assert!(
-        requests[1].messages[2]
-            .text()
-            .starts_with("The output does not meet its contract")
-    );
+    assert!(requests[1].messages[2].text().starts_with(
+        "Answer refused by a check (loom.contract): The output does not meet its contract"
+    ));
 
     let events = events(&store, &run).await;
     let role_events: Vec<&str> = events
@@ -997,11 +996,9 @@ async fn a_terminal_role_refused_on_output_goes_back_to_the_orchestrator_as_in_t
     let main = scripted(
         "fake-main",
         json!([
-            {"tool_calls": [{"name": "rediger_relance", "arguments": {"ton": "cordial"}}],
-             "without_text": "refused"},
+            {"tool_calls": [{"name": "rediger_relance", "arguments": {"ton": "cordial"}}]},
             {"tool_calls": [{"name": "rediger_relance",
-                             "arguments": {"ton": "cordial", "consignes": "Cite D-2026-042"}}],
-             "with_text": "refused"}
+                             "arguments": {"ton": "cordial", "consignes": "Cite D-2026-042"}}]}
         ]),
     );
     let role_model = scripted(
@@ -1145,4 +1142,151 @@ async fn a_role_interrupted_by_a_crash_is_run_again_on_resume() {
         .count();
     assert_eq!(role_calls, 2);
     assert_eq!(state.model_calls, 4);
+}
+
+// ---------------------------------------------------------------------------------------------
+// A role's judge
+
+/// A judge `draft` of the role `draft` on `model`, one blocking criterion `exact`.
+fn role_judge(model: Arc<dyn ModelClient>) -> loom_engine::JudgeRuntime {
+    loom_engine::JudgeRuntime::new(
+        "draft",
+        binding("JUDGE", model),
+        vec![loom_engine::Criterion::new("exact", "The amount is 1375.")],
+    )
+    .unwrap()
+}
+
+/// An orchestrator that asks the role `draft` for `{"client": "Martin"}`, then concludes.
+fn asks_a_draft() -> Arc<dyn ModelClient> {
+    scripted(
+        "fake-main",
+        json!([
+            {"tool_calls": [{"name": "draft", "arguments": {"client": "Martin"}}]},
+            {"text": "Done: {{ tool_result }}"}
+        ]),
+    )
+}
+
+#[tokio::test]
+async fn a_role_judge_reads_the_calls_arguments_and_the_answer() {
+    let (engine, store) = engine();
+    let judge_model = Arc::new(RecordingModel::new(scripted(
+        "judge-1",
+        json!([{"tool_calls": [{"name": "verdict", "arguments": {"criteria": [
+            {"name": "exact", "score": 1.0, "reason": "1375"}
+        ]}}]}]),
+    )));
+    let mut draft = role(
+        "draft",
+        scripted("fake-role", json!([{"text": "Total: 1375."}])),
+    );
+    draft.input_schema = json!({"type": "object", "properties": {"client": {"type": "string"}}});
+    draft.judges = vec![role_judge(judge_model.clone())];
+    let agent = agent(asks_a_draft(), Vec::new(), vec![draft]);
+    let (run, state) = run(&engine, &agent, begin(Message::user("Draft it."))).await;
+    assert_eq!(state.status, RunStatus::Completed);
+    assert_eq!(state.output_text().as_deref(), Some("Done: Total: 1375."));
+
+    let request = &judge_model.requests()[0];
+    assert_eq!(request.system, loom_engine::JUDGE_SYSTEM);
+    assert_eq!(request.tool_choice, loom_core::model::ToolChoice::Required);
+    assert_eq!(request.messages.len(), 1);
+    assert_eq!(
+        request.messages[0].text(),
+        "<criteria>\nexact: The amount is 1375.\n</criteria>\n<arguments>\n{\"client\":\"Martin\"}\n\
+         </arguments>\n<output>\nTotal: 1375.\n</output>"
+    );
+    // The judge's cost counts once in the run, and is restated by the call's result.
+    let events = events(&store, &run).await;
+    let costs: f64 = events
+        .iter()
+        .filter_map(|e| match &e.payload {
+            Payload::ModelResponded(p) if p.call_id.is_some() => Some(p.cost_usd),
+            _ => None,
+        })
+        .sum();
+    let completed = events
+        .iter()
+        .find_map(|e| match &e.payload {
+            Payload::ToolCompleted(p) => Some(p.cost_usd),
+            _ => None,
+        })
+        .unwrap();
+    assert!(
+        costs > 0.0 && (completed - costs).abs() < 1e-12,
+        "{completed} vs {costs}"
+    );
+    assert_eq!(state.model_calls, 4);
+    assert_eq!(state.iterations, 2);
+}
+
+/// A run whose role `draft` has a judge whose model fails for good, under `on_error`.
+async fn with_a_broken_judge(on_error: loom_engine::PolicyOnError) -> (RunState, Vec<Event>) {
+    let mut draft = role(
+        "draft",
+        scripted("fake-role", json!([{"text": "Total: 1375."}])),
+    );
+    let mut judge = role_judge(scripted("judge-1", json!([{"error": "auth"}])));
+    judge.on_error = on_error;
+    draft.judges = vec![judge];
+    let (engine, store) = engine();
+    let agent = agent(asks_a_draft(), Vec::new(), vec![draft]);
+    let (run, state) = run(&engine, &agent, begin(Message::user("Draft it."))).await;
+    (state, events(&store, &run).await)
+}
+
+#[tokio::test]
+async fn a_role_judge_that_errs_fails_the_run_unless_allowed() {
+    // on_error: block (the default): the call's result is journaled, then the run fails.
+    let (state, events) = with_a_broken_judge(loom_engine::PolicyOnError::Block).await;
+    assert_eq!(state.status, RunStatus::Failed);
+    assert_eq!(state.error_type.as_deref(), Some("guard.judge"));
+    assert!(
+        state
+            .error
+            .as_deref()
+            .unwrap()
+            .starts_with("judge draft failed: model.auth: "),
+        "{:?}",
+        state.error
+    );
+    let tail: Vec<&str> = events[events.len() - 6..]
+        .iter()
+        .map(|e| e.event_type.as_str())
+        .collect();
+    assert_eq!(
+        tail,
+        [
+            "guard.checked",
+            "policy.decided",
+            "tool.completed",
+            "step.completed",
+            "run.transitioned",
+            "run.failed"
+        ]
+    );
+
+    // on_error: allow: the answer goes through, with a `skipped` trace naming the error.
+    let (state, events) = with_a_broken_judge(loom_engine::PolicyOnError::Allow).await;
+    assert_eq!(state.status, RunStatus::Completed);
+    assert_eq!(state.output_text().as_deref(), Some("Done: Total: 1375."));
+    let checked = events
+        .iter()
+        .find_map(|e| match &e.payload {
+            Payload::GuardChecked(g) => Some(g.clone()),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(
+        (checked.outcome.as_str(), checked.target.as_str()),
+        ("skipped", "role:draft")
+    );
+    assert!(
+        checked
+            .reason
+            .as_deref()
+            .unwrap()
+            .starts_with("judge_error: model.auth: ")
+    );
 }

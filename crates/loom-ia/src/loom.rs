@@ -1723,6 +1723,12 @@ fn guards_of(agent: &AgentRuntime) -> Vec<String> {
         if role.output.is_some() {
             traits.push("output contract".into());
         }
+        for judge in &role.judges {
+            traits.push(format!(
+                "judge {} (model {})",
+                judge.name, judge.main.config_id
+            ));
+        }
         lines.push(format!("role {}: {}", role.name, traits.join(", ")));
     }
     for sub in &agent.subagents {

@@ -3,8 +3,8 @@
 //! Models are built once, when the configuration is opened. Agents are resolved twice:
 //!
 //! - when the configuration is opened ([`check_at_open`], [`Stage::Open`]), every agent, so that
-//!   what the configuration alone decides is refused at load (a judge on a role, a tool's
-//!   `on_failure`, an MCP tool's contract, `local_files` rights that need an approval…).
+//!   what the configuration alone decides is refused at load (a tool's `on_failure`, an MCP
+//!   tool's contract, `local_files` rights that need an approval…).
 //!   Tools, policies and conditions may still be registered in code, and a model's client
 //!   may lack its API key variable: what depends on them is left to the second time;
 //! - against the registered code, before an agent runs, by [`crate::Loom::validate`] and by

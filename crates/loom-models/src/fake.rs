@@ -1,8 +1,13 @@
 //! The scripted fake model (`sdk: fake`).
 //!
 //! `params.script` is a list of replies. The reply used for a request is the one whose index is
-//! the number of assistant messages since the last real user message (engine notes such as the
-//! finalize hint do not count), after filtering the script by its conditions:
+//! the number of assistant messages since the last real user message, after filtering the script
+//! by its conditions. As in the reference, engine notes are not real user messages: the finalize
+//! hint, a system note, and the repair request that gives a refused answer back to its author
+//! with a check's diagnostic ([`loom_core::model::is_engine_note`]). So a script
+//! `[bad answer, good answer]` answers a contract's or a judge's repair with its second reply,
+//! and `with_text`/`without_text` read the last real user message: a judge's single message
+//! (criteria, context, output), a role's input, the run's request.
 //!
 //! | key | meaning |
 //! |---|---|
@@ -24,8 +29,7 @@ use loom_core::{
     BoxStream, Message, Role,
     content::BlockKind,
     model::{
-        FINALIZE_HINT, ModelChunk, ModelClient, ModelError, ModelErrorKind, ModelRequest,
-        StopReason, ToolChoice,
+        ModelChunk, ModelClient, ModelError, ModelErrorKind, ModelRequest, StopReason, ToolChoice,
     },
     usage::Usage,
 };
@@ -230,8 +234,7 @@ fn serde_path_to_error_free(value: &Value) -> Result<Vec<Reply>, FakeScriptError
 }
 
 fn is_engine_note(message: &Message) -> bool {
-    let text = message.text();
-    text == FINALIZE_HINT || text.starts_with("[System note")
+    loom_core::model::is_engine_note(&message.text())
 }
 
 fn last_user_text(messages: &[Message]) -> String {
@@ -483,6 +486,31 @@ mod tests {
         .unwrap()
         .unwrap();
         assert_eq!(no_tool.message.text(), "Résultat : ");
+    }
+
+    #[test]
+    fn a_repair_request_is_not_a_turn_of_the_user() {
+        // The reference's contract and judge repairs: the second reply answers the repair, and
+        // the filters read the user's request, not the diagnostic.
+        let model = script(json!([
+            {"text": "prose", "with_text": "fiche"},
+            {"text": "{\"total\": 10}", "with_text": "fiche"},
+        ]));
+        let messages = vec![
+            Message::user("La fiche du devis"),
+            Message::assistant("prose"),
+            Message::user(loom_core::model::repair_message(
+                "loom.contract",
+                "The output does not meet its contract: not JSON",
+            )),
+        ];
+        let repaired = futures_util::FutureExt::now_or_never(collect(
+            &model,
+            request(messages, &[], ToolChoice::Auto),
+        ))
+        .unwrap()
+        .unwrap();
+        assert_eq!(repaired.message.text(), "{\"total\": 10}");
     }
 
     #[test]

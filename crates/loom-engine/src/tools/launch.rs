@@ -249,14 +249,25 @@ pub(super) async fn roles(
             deadline,
         )
         .await?;
-        let (output, cost_usd) = match end {
+        // A role's judge that erred under `on_error: block` fails the run once the call's
+        // result is journaled, as a failing `after_tool` policy does.
+        let (output, cost_usd, judge_failed) = match end {
             RoleEnd::Done {
                 output,
                 cost_usd,
                 emitted: inside,
             } => {
                 frame.emitted += inside;
-                (*output, cost_usd)
+                (*output, cost_usd, None)
+            }
+            RoleEnd::Failed {
+                output,
+                cost_usd,
+                emitted: inside,
+                reason,
+            } => {
+                frame.emitted += inside;
+                (*output, cost_usd, Some(reason))
             }
             RoleEnd::Interrupted {
                 timed_out,
@@ -286,6 +297,14 @@ pub(super) async fn roles(
                 finish::Consumption::Role(cost_usd),
             )
             .await?;
+        let finished = match (finished, judge_failed) {
+            (finish::Finished::Completed(events), Some(reason)) => finish::Finished::Failed {
+                events,
+                error_type: "guard.judge".into(),
+                reason,
+            },
+            (finished, _) => finished,
+        };
         match finished {
             finish::Finished::Completed(events) => frame.write(io, state, events).await?,
             finish::Finished::Failed {

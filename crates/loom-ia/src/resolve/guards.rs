@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use loom_core::policy::{DecisionKind, Point, Policy, REQUIRE_TOOL, RequireTool};
 use loom_engine::{
-    BoundPolicy, ContextScope as JudgeScope, Criterion, JudgeContext, JudgeRuntime, PolicyOnError,
+    BoundPolicy, ContextScope, Criterion, JudgeRuntime, PolicyOnError,
     contract::{Contract, ContractSpec, OnFailure, RepairSettings, RepairTools},
     roles::{RoleContext, RoleRuntime},
 };
@@ -117,16 +117,12 @@ impl Resolver<'_> {
             .enumerate()
             .map(|(r, role)| {
                 let at = |key: &str, message: String| {
-                    LoomError::from(config.error_at_agent(name, &format!("roles[{r}].{key}"), message))
+                    LoomError::from(config.error_at_agent(
+                        name,
+                        &format!("roles[{r}].{key}"),
+                        message,
+                    ))
                 };
-                if role.judge.is_some() {
-                    return Err(at(
-                        "judge",
-                        "a judge on a role is not implemented in this version yet (judge the agent's \
-                         final output with the agent's judge:)"
-                            .to_owned(),
-                    ));
-                }
                 let model_of = |key: &str, id: &str| {
                     config
                         .model(id)
@@ -146,41 +142,21 @@ impl Resolver<'_> {
                 }
                 runtime.input_schema = serde_json::Value::Object(role.input_schema.clone());
                 runtime.input_template = role.input_template.clone();
-                runtime.context = role
-                    .context
-                    .iter()
-                    .map(|item| match item {
-                        loom_config::ContextItem::Name(loom_config::ContextName::UserInput) => {
-                            RoleContext::UserInput
-                        }
-                        loom_config::ContextItem::Name(loom_config::ContextName::CallerContext) => {
-                            RoleContext::CallerContext
-                        }
-                        loom_config::ContextItem::Name(loom_config::ContextName::Attachments) => {
-                            RoleContext::Attachments
-                        }
-                        loom_config::ContextItem::ToolResults(results) => RoleContext::ToolResults {
-                            tools: results.tool_results.clone(),
-                            scope: match results.scope {
-                                loom_config::ContextScope::Run => JudgeScope::Run,
-                                loom_config::ContextScope::Session => JudgeScope::Session,
-                            },
-                        },
-                        loom_config::ContextItem::LastTurns(turns) => {
-                            RoleContext::LastTurns(turns.last_turns)
-                        }
-                    })
-                    .collect();
+                runtime.context = role.context.iter().map(context_item).collect();
                 runtime.terminal = role.terminal;
-                runtime.timeout =
-                    match role.timeout {
-                        Some(secs) => Some(seconds(secs).ok_or_else(|| {
-                            at("timeout", format!("{secs} s is not a usable duration"))
-                        })?),
-                        None => None,
-                    };
+                runtime.timeout = match role.timeout {
+                    Some(secs) => Some(seconds(secs).ok_or_else(|| {
+                        at("timeout", format!("{secs} s is not a usable duration"))
+                    })?),
+                    None => None,
+                };
                 if let Some(output) = &role.output {
-                    runtime.output = Some(contract(output).map_err(|message| at("output", message))?);
+                    runtime.output =
+                        Some(contract(output).map_err(|message| at("output", message))?);
+                }
+                if let Some(judge) = &role.judge {
+                    runtime.judges =
+                        vec![self.judge(name, &format!("roles[{r}].judge"), judge, &role.name)?];
                 }
                 runtime
                     .bind()
@@ -195,12 +171,24 @@ impl Resolver<'_> {
         &self,
         spec: &loom_config::AgentSpec,
     ) -> Result<Vec<JudgeRuntime>, LoomError> {
-        let (config, registry, name) = (self.config, self.registry, spec.name.as_str());
-        let Some(judge) = &spec.judge else {
-            return Ok(Vec::new());
-        };
+        match &spec.judge {
+            Some(judge) => Ok(vec![self.judge(&spec.name, "judge", judge, "output")?]),
+            None => Ok(Vec::new()),
+        }
+    }
+
+    /// A judge of agent `agent` declared at `path` (`judge`, `roles[0].judge`), named
+    /// `default_name` unless it names itself.
+    fn judge(
+        &self,
+        agent: &str,
+        path: &str,
+        judge: &loom_config::JudgeSpec,
+        default_name: &str,
+    ) -> Result<JudgeRuntime, LoomError> {
+        let (config, registry) = (self.config, self.registry);
         let at = |key: &str, message: String| {
-            LoomError::from(config.error_at_agent(name, &format!("judge.{key}"), message))
+            LoomError::from(config.error_at_agent(agent, &format!("{path}.{key}"), message))
         };
         let model_of = |key: &str, id: &str| {
             config
@@ -219,7 +207,10 @@ impl Resolver<'_> {
                 blocking: c.blocking,
             })
             .collect();
-        let judge_name = judge.name.clone().unwrap_or_else(|| "output".to_owned());
+        let judge_name = judge
+            .name
+            .clone()
+            .unwrap_or_else(|| default_name.to_owned());
         let mut runtime = JudgeRuntime::new(judge_name, main, criteria)
             .map_err(|e| at("criteria", e.to_string()))?;
         for (f, id) in judge.fallbacks.iter().enumerate() {
@@ -227,35 +218,7 @@ impl Resolver<'_> {
                 .fallbacks
                 .push(model_of(&format!("fallbacks[{f}]"), id)?);
         }
-        for item in &judge.context {
-            runtime.context.push(match item {
-                loom_config::ContextItem::Name(loom_config::ContextName::UserInput) => {
-                    JudgeContext::UserInput
-                }
-                loom_config::ContextItem::Name(loom_config::ContextName::CallerContext) => {
-                    JudgeContext::CallerContext
-                }
-                loom_config::ContextItem::Name(other) => {
-                    return Err(at(
-                        "context",
-                        format!(
-                            "context '{}' is not available to judges in this version",
-                            other.as_str()
-                        ),
-                    ));
-                }
-                loom_config::ContextItem::ToolResults(results) => JudgeContext::ToolResults {
-                    tools: results.tool_results.clone(),
-                    scope: match results.scope {
-                        loom_config::ContextScope::Run => JudgeScope::Run,
-                        loom_config::ContextScope::Session => JudgeScope::Session,
-                    },
-                },
-                loom_config::ContextItem::LastTurns(turns) => {
-                    JudgeContext::LastTurns(turns.last_turns)
-                }
-            });
-        }
+        runtime.context = judge.context.iter().map(context_item).collect();
         runtime.when.sample = judge.when.sample;
         runtime.when.tenants = judge.when.tenants.clone();
         runtime.when.profiles = judge
@@ -304,7 +267,30 @@ impl Resolver<'_> {
             loom_config::OnError::Block => PolicyOnError::Block,
             loom_config::OnError::Allow => PolicyOnError::Allow,
         };
-        Ok(vec![runtime])
+        Ok(runtime)
+    }
+}
+
+/// A context item of a role or a judge, as the engine reads it.
+fn context_item(item: &loom_config::ContextItem) -> RoleContext {
+    match item {
+        loom_config::ContextItem::Name(loom_config::ContextName::UserInput) => {
+            RoleContext::UserInput
+        }
+        loom_config::ContextItem::Name(loom_config::ContextName::CallerContext) => {
+            RoleContext::CallerContext
+        }
+        loom_config::ContextItem::Name(loom_config::ContextName::Attachments) => {
+            RoleContext::Attachments
+        }
+        loom_config::ContextItem::ToolResults(results) => RoleContext::ToolResults {
+            tools: results.tool_results.clone(),
+            scope: match results.scope {
+                loom_config::ContextScope::Run => ContextScope::Run,
+                loom_config::ContextScope::Session => ContextScope::Session,
+            },
+        },
+        loom_config::ContextItem::LastTurns(turns) => RoleContext::LastTurns(turns.last_turns),
     }
 }
 

@@ -137,6 +137,7 @@ impl Resolver<'_> {
         };
         binding.context_window = model.capabilities.context_window;
         binding.vision = model.capabilities.vision;
+        binding.forced_tool_choice = model.capabilities.forced_tool_choice;
         Ok(binding)
     }
 }
