@@ -30,9 +30,17 @@ pub struct Check {
 }
 
 /// The workspace root: the parent of the `xtask` package.
+///
+/// Read when the checks run (`cargo test` and `cargo run` set `CARGO_MANIFEST_DIR`), the
+/// compile-time path only as a fallback: two checkouts sharing one target directory share this
+/// crate's compiled form (Cargo hashes path packages relative to their workspace), so a path
+/// baked in at compile time can be the other checkout's, even one since deleted.
 pub fn workspace_root() -> PathBuf {
-    let xtask = Path::new(env!("CARGO_MANIFEST_DIR"));
-    xtask.parent().unwrap_or(xtask).to_path_buf()
+    let xtask = std::env::var_os("CARGO_MANIFEST_DIR")
+        .map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")), PathBuf::from);
+    xtask
+        .parent()
+        .map_or_else(|| xtask.clone(), Path::to_path_buf)
 }
 
 /// Runs every check on the workspace at `root`.
