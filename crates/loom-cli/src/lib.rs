@@ -28,6 +28,7 @@ mod output;
 #[cfg(unix)]
 mod reload;
 mod render;
+mod sessions;
 
 use std::{
     ffi::OsString,

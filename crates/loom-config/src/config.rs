@@ -11,6 +11,7 @@ use std::{
 
 use serde::de::DeserializeOwned;
 
+use crate::env_file::{self, EnvFile, EnvVars, LoadOptions};
 use crate::error::{ConfigError, ConfigErrorKind};
 use crate::files::{self, FileProblem};
 use crate::guards::{Budgets, TenantSpec};
@@ -238,6 +239,7 @@ pub struct Config {
     agents: Vec<AgentSpec>,
     meta: Vec<AgentMeta>,
     warnings: Vec<String>,
+    env_file: EnvVars,
 }
 
 /// A tenant that the configuration does not declare (see [`Config::check_tenant`]).
@@ -287,7 +289,7 @@ impl Config {
                 err.to_string(),
             )
         })?;
-        build(Node::from_json(&value), origin, None, &|_| None)
+        build(Node::from_json(&value), origin, None, None, &|_| None)
     }
 
     /// The config file (`base_dir/loom.yaml` for configurations not read from a file).
@@ -298,6 +300,12 @@ impl Config {
     /// The directory relative paths resolve against (the config file's directory).
     pub fn base_dir(&self) -> &Path {
         &self.base_dir
+    }
+
+    /// The env file read with the configuration and its variables ([`EnvFile`]): a
+    /// variable of the process environment wins over the file's.
+    pub fn env_file(&self) -> &EnvVars {
+        &self.env_file
     }
 
     /// The active profile, if any.
@@ -659,25 +667,36 @@ fn display_path(base: &Path, path: &Path) -> PathBuf {
 pub(crate) fn build_from_text(
     text: &str,
     origin: Origin,
-    profile: Option<Profile>,
+    options: &LoadOptions,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Config, ConfigError> {
     let doc = Doc::parse(text, origin.display.clone())?;
-    build(doc.tree, origin, profile, env)
+    build(
+        doc.tree,
+        origin,
+        options.profile,
+        Some(&options.env_file),
+        env,
+    )
 }
 
-/// The whole pipeline after parsing: profile, typed model, agents, prompts, rules.
+/// The whole pipeline after parsing: env file, profile, typed model, agents, prompts, rules.
+/// `env_file` `None` reads only the file `env_file:` names (a configuration built in Rust).
 fn build(
     root: Node,
     origin: Origin,
     override_profile: Option<Profile>,
+    env_file: Option<&EnvFile>,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Config, ConfigError> {
     let mut doc = Doc {
         display: origin.display.clone(),
         tree: root,
     };
-    let profile = select_profile(&doc, override_profile, env)?;
+    let env_vars = read_env_file(&doc, &origin.base_dir, env_file, env)?;
+    // The environment wins over the env file.
+    let env = |name: &str| env(name).or_else(|| env_vars.get(name).map(str::to_owned));
+    let profile = select_profile(&doc, override_profile, &env)?;
     if let Some(profile) = profile {
         apply_profile(&mut doc, profile)?;
     }
@@ -755,6 +774,7 @@ fn build(
         agents,
         meta,
         warnings: Vec::new(),
+        env_file: env_vars,
     };
     delegation::check_tenants(&config)?;
     for i in 0..config.agents.len() {
@@ -763,6 +783,64 @@ fn build(
     delegation::check_security(&config)?;
     triggers::check_triggers(&config)?;
     Ok(config)
+}
+
+/// Reads the env file `choice` names (see [`EnvFile`]); `env_file` inside `profiles` is
+/// refused, since the file is read before a profile is chosen.
+fn read_env_file(
+    doc: &Doc,
+    base: &Path,
+    choice: Option<&EnvFile>,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<EnvVars, ConfigError> {
+    for profile in [Profile::Dev, Profile::Prod] {
+        let inside = doc
+            .tree
+            .get("profiles")
+            .and_then(|p| p.get(profile.as_str()))
+            .and_then(|p| p.get("env_file"));
+        if inside.is_some() {
+            let path = KeyPath::root()
+                .key("profiles")
+                .key(profile.as_str())
+                .key("env_file");
+            return Err(doc.key_error(
+                &path,
+                ConfigErrorKind::Invalid,
+                "'env_file' cannot be set inside a profile: the env file is read before the \
+                 profile is chosen",
+            ));
+        }
+    }
+    let declared = match doc.tree.get("env_file").map(|n| &n.kind) {
+        Some(Kind::Str(path)) => Some(PathBuf::from(path)),
+        // Null or absent: none; another type is reported by the typed stage.
+        _ => None,
+    };
+    match (choice, declared) {
+        (Some(EnvFile::Off), _) => Ok(EnvVars::default()),
+        (Some(EnvFile::Path(path)), _) => env_file::read(path, path, env),
+        (_, Some(declared)) => {
+            let full = base.join(&declared);
+            if !full.exists() {
+                return Err(doc.error(
+                    &KeyPath::root().key("env_file"),
+                    ConfigErrorKind::MissingFile,
+                    format!("env file {} not found", display_path(base, &full).display()),
+                ));
+            }
+            env_file::read(&full, &display_path(base, &full), env)
+        }
+        (Some(EnvFile::Beside), None) => {
+            let beside = base.join(".env");
+            if beside.exists() {
+                env_file::read(&beside, &display_path(base, &beside), env)
+            } else {
+                Ok(EnvVars::default())
+            }
+        }
+        (None, None) => Ok(EnvVars::default()),
+    }
 }
 
 fn select_profile(
@@ -1415,7 +1493,6 @@ always (a human decides every call) or never";
 /// `path` is the key path of the unknown key, `field` its name.
 fn not_yet(path: &KeyPath, field: &str) -> &'static str {
     const LATER: &[&str] = &[
-        "env_file",
         "tool_sources",
         "sessions",
         "stream_output",
