@@ -522,6 +522,66 @@ fn the_env_file_fills_in_the_environment() {
     );
 }
 
+/// A chosen run id names one run of its tenant, whatever the session: opening it again in
+/// another session (or in the session named after it) is refused, exit code 2, naming the
+/// session that holds it, and nothing is written; another tenant may use the id.
+#[test]
+fn a_run_id_is_unique_in_its_tenant_whatever_the_session() {
+    let dir = devis_project();
+    let config = dir.path().join("loom.yaml");
+    let mut yaml = fs::read_to_string(&config).unwrap();
+    yaml.push_str("\ntenants:\n  - id: default\n  - id: acme\n");
+    fs::write(&config, yaml).unwrap();
+    let bin = devis_bin();
+    let first = run_in(
+        &bin,
+        dir.path(),
+        &[
+            "run",
+            "devis",
+            QUESTION,
+            "--run-id",
+            "rest-1",
+            "--session",
+            "rest-s",
+        ],
+    );
+    assert!(first.status.success(), "{}", text(&first.stderr));
+    for session in [Some("other"), None] {
+        let mut args = vec!["run", "devis", "x", "--run-id", "rest-1"];
+        args.extend(session.map(|s| ["--session", s]).into_iter().flatten());
+        let again = run_in(&bin, dir.path(), &args);
+        assert_eq!(again.status.code(), Some(2), "{session:?}");
+        assert_eq!(
+            text(&again.stderr).trim(),
+            "error: request refused: run rest-1 already exists in session rest-s",
+            "{session:?}"
+        );
+        assert_eq!(text(&again.stdout), "");
+    }
+    assert!(!dir.path().join("data/default/other.jsonl").exists());
+    assert!(!dir.path().join("data/default/rest-1.jsonl").exists());
+    assert_eq!(journal(dir.path(), "rest-s").len(), 17);
+    // Run ids are unique per tenant: another tenant has its own.
+    let elsewhere = run_in(
+        &bin,
+        dir.path(),
+        &[
+            "run",
+            "devis",
+            QUESTION,
+            "--run-id",
+            "rest-1",
+            "--session",
+            "other",
+            "--tenant",
+            "acme",
+        ],
+    );
+    assert!(elsewhere.status.success(), "{}", text(&elsewhere.stderr));
+    assert!(dir.path().join("data/acme/other.jsonl").exists());
+}
+
 /// `report` text with the UTC date of today replaced (the tenant report names its window).
 fn dated(text: &str) -> String {
     let today = chrono::Utc::now();
