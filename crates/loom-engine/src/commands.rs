@@ -65,9 +65,9 @@ impl Engine {
     /// the run is known to be new, just before the batch is appended.
     ///
     /// **What is guaranteed about a chosen run id.** In its own session the check and the
-    /// append are one atomic step of the journal ([`append_fresh`]'s optimistic concurrency), so
-    /// of two openings of the same id in one session exactly one is written, from any number of
-    /// processes. Across sessions the journal's run index ([`EventStore::find_run`]) is asked
+    /// append are one atomic step of the journal (an append after the last seq read, refused
+    /// when the session moved), so of two openings of the same id in one session exactly one
+    /// is written, from any number of processes. Across sessions the journal's run index ([`EventStore::find_run`]) is asked
     /// first, and the openings of one engine (one `Loom`: a server and all its requests) are
     /// serialized from that question to the append, so one process never opens the same id in
     /// two sessions. Two processes opening the same id in two sessions at the same instant are
