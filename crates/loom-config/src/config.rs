@@ -1,6 +1,7 @@
 //! Stage 2: from the file model to a validated [`Config`].
 
 mod delegation;
+mod env;
 mod server;
 mod triggers;
 
@@ -11,7 +12,7 @@ use std::{
 
 use serde::de::DeserializeOwned;
 
-use crate::env_file::{self, EnvFile, EnvVars, LoadOptions};
+use crate::env_file::{EnvFile, EnvVars, LoadOptions};
 use crate::error::{ConfigError, ConfigErrorKind};
 use crate::files::{self, FileProblem};
 use crate::guards::{Budgets, TenantSpec};
@@ -693,7 +694,7 @@ fn build(
         display: origin.display.clone(),
         tree: root,
     };
-    let env_vars = read_env_file(&doc, &origin.base_dir, env_file, env)?;
+    let env_vars = env::read_env_file(&doc, &origin.base_dir, env_file, env)?;
     // The environment wins over the env file.
     let env = |name: &str| env(name).or_else(|| env_vars.get(name).map(str::to_owned));
     let profile = select_profile(&doc, override_profile, &env)?;
@@ -783,64 +784,6 @@ fn build(
     delegation::check_security(&config)?;
     triggers::check_triggers(&config)?;
     Ok(config)
-}
-
-/// Reads the env file `choice` names (see [`EnvFile`]); `env_file` inside `profiles` is
-/// refused, since the file is read before a profile is chosen.
-fn read_env_file(
-    doc: &Doc,
-    base: &Path,
-    choice: Option<&EnvFile>,
-    env: &dyn Fn(&str) -> Option<String>,
-) -> Result<EnvVars, ConfigError> {
-    for profile in [Profile::Dev, Profile::Prod] {
-        let inside = doc
-            .tree
-            .get("profiles")
-            .and_then(|p| p.get(profile.as_str()))
-            .and_then(|p| p.get("env_file"));
-        if inside.is_some() {
-            let path = KeyPath::root()
-                .key("profiles")
-                .key(profile.as_str())
-                .key("env_file");
-            return Err(doc.key_error(
-                &path,
-                ConfigErrorKind::Invalid,
-                "'env_file' cannot be set inside a profile: the env file is read before the \
-                 profile is chosen",
-            ));
-        }
-    }
-    let declared = match doc.tree.get("env_file").map(|n| &n.kind) {
-        Some(Kind::Str(path)) => Some(PathBuf::from(path)),
-        // Null or absent: none; another type is reported by the typed stage.
-        _ => None,
-    };
-    match (choice, declared) {
-        (Some(EnvFile::Off), _) => Ok(EnvVars::default()),
-        (Some(EnvFile::Path(path)), _) => env_file::read(path, path, env),
-        (_, Some(declared)) => {
-            let full = base.join(&declared);
-            if !full.exists() {
-                return Err(doc.error(
-                    &KeyPath::root().key("env_file"),
-                    ConfigErrorKind::MissingFile,
-                    format!("env file {} not found", display_path(base, &full).display()),
-                ));
-            }
-            env_file::read(&full, &display_path(base, &full), env)
-        }
-        (Some(EnvFile::Beside), None) => {
-            let beside = base.join(".env");
-            if beside.exists() {
-                env_file::read(&beside, &display_path(base, &beside), env)
-            } else {
-                Ok(EnvVars::default())
-            }
-        }
-        (None, None) => Ok(EnvVars::default()),
-    }
 }
 
 fn select_profile(
