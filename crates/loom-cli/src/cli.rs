@@ -4,7 +4,8 @@ use std::{path::PathBuf, sync::Mutex};
 
 use clap::{Parser, Subcommand};
 use loom_ia::{
-    Event, Loom, LoomError, Period, Profile, RunOptions, RunStatus, config::LogFormat,
+    Event, Loom, LoomError, Period, Profile, RunOptions, RunStatus,
+    config::{EnvFile, LoadOptions, LogFormat},
     core::event::Payload,
 };
 
@@ -24,6 +25,13 @@ pub struct Cli {
     /// Profile (wins over LOOM_PROFILE and the file's `profile:`).
     #[arg(long, global = true, value_parser = parse_profile)]
     profile: Option<Profile>,
+    /// Env file (`KEY=VALUE` lines) whose variables fill in the environment (a variable
+    /// already set wins). Default: the configuration's `env_file:`, else `.env` beside it.
+    #[arg(long = "env-file", global = true, value_name = "FILE")]
+    env_file: Option<PathBuf>,
+    /// Read no env file (not even the configuration's `env_file:`).
+    #[arg(long = "no-env-file", global = true, conflicts_with = "env_file")]
+    no_env_file: bool,
     #[command(subcommand)]
     command: Command,
 }
@@ -34,50 +42,6 @@ fn parse_profile(text: &str) -> Result<Profile, String> {
 
 fn parse_period(text: &str) -> Result<Period, String> {
     text.parse()
-}
-
-#[derive(Debug, Subcommand)]
-enum SessionsCommand {
-    /// The sessions, most recent first.
-    List,
-    /// The runs of a session.
-    Show {
-        /// Session id.
-        session: String,
-    },
-    /// The session's journal as JSONL.
-    Export {
-        /// Session id.
-        session: String,
-        /// Write to this file instead of stdout.
-        #[arg(long, value_name = "FILE")]
-        out: Option<PathBuf>,
-        /// Export the events that read back, leaving out (and naming on stderr) the lines of a
-        /// corrupted journal that do not.
-        #[arg(long = "valid-only")]
-        valid_only: bool,
-    },
-    /// Set the unreadable lines of a corrupted journal aside: their bytes are kept beside it
-    /// (`<session>.jsonl.corrupt`, or the SQLite table `set_aside`) and a `session.repaired`
-    /// event takes each one's place, so the session reads again.
-    Repair {
-        /// Session id.
-        session: String,
-        /// Who repairs (journaled; default: the user name).
-        #[arg(long, value_name = "NAME")]
-        by: Option<String>,
-        /// Confirm (without it, the lines that would be set aside are only listed).
-        #[arg(long)]
-        yes: bool,
-    },
-    /// Erase a session: its journal and its files (GDPR).
-    Delete {
-        /// Session id.
-        session: String,
-        /// Confirm the deletion.
-        #[arg(long)]
-        yes: bool,
-    },
 }
 
 /// What `approve` and `reject` share.
@@ -230,10 +194,10 @@ enum Command {
         #[arg(long)]
         tenant: Option<String>,
     },
-    /// List, show, export, repair or delete sessions.
+    /// List, show, list the files of, export, repair or delete sessions.
     Sessions {
         #[command(subcommand)]
-        command: SessionsCommand,
+        command: crate::sessions::SessionsCommand,
         /// Tenant of the sessions (default `default`; must be declared when `tenants` is).
         #[arg(long, global = true)]
         tenant: Option<String>,
@@ -339,7 +303,15 @@ pub(crate) async fn execute(cli: Cli, app: App, args: Vec<std::ffi::OsString>) -
         };
     }
     let path = app.config_path(cli.config.as_deref());
-    let loom = match Loom::open_config(&path, cli.profile).await {
+    let options = LoadOptions {
+        profile: cli.profile,
+        env_file: match (&cli.env_file, cli.no_env_file) {
+            (_, true) => EnvFile::Off,
+            (Some(file), false) => EnvFile::Path(file.clone()),
+            (None, false) => EnvFile::Beside,
+        },
+    };
+    let loom = match Loom::open_config_with(&path, &options).await {
         Ok(loom) => loom,
         Err(error) => return fail(&error),
     };
@@ -468,7 +440,9 @@ pub(crate) async fn execute(cli: Cli, app: App, args: Vec<std::ffi::OsString>) -
             session,
             tenant,
         } => steer(&loom, &run_id, &message, &At::new(session, tenant)).await,
-        Command::Sessions { command, tenant } => sessions(&loom, command, tenant.as_deref()).await,
+        Command::Sessions { command, tenant } => {
+            crate::sessions::run(&loom, command, tenant.as_deref()).await
+        }
         Command::Serve { host, port, reload } => serve(&loom, host, port, reload, &args).await,
         Command::Mcp { tenant } => mcp(&loom, tenant.as_deref()).await,
     };
@@ -734,11 +708,15 @@ fn init_logging(loom: &Loom) {
         loom_ia::config::LogLevel::Debug => "debug",
         loom_ia::config::LogLevel::Trace => "trace",
     });
-    let filter = tracing_subscriber::EnvFilter::try_from_env("LOOM_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
+    // LOOM_LOG may come from the env file too.
+    let loom_log = loom.env_var("LOOM_LOG");
+    let filter = loom_log
+        .as_deref()
+        .and_then(|directives| tracing_subscriber::EnvFilter::try_new(directives).ok())
+        .unwrap_or_else(|| tracing_subscriber::EnvFilter::new(level));
     // rmcp logs whole MCP messages (tool arguments, answers) at debug and info: logs never hold
     // content, so it says only warnings unless LOOM_LOG names it.
-    let named = std::env::var("LOOM_LOG").is_ok_and(|v| v.contains("rmcp"));
+    let named = loom_log.is_some_and(|v| v.contains("rmcp"));
     let filter = match "rmcp=warn".parse() {
         Ok(quiet) if !named => filter.add_directive(quiet),
         _ => filter,
@@ -752,7 +730,8 @@ fn init_logging(loom: &Loom) {
     };
 }
 
-fn print_json(value: &impl serde::Serialize) -> u8 {
+/// Prints `value` as indented JSON on stdout.
+pub(crate) fn print_json(value: &impl serde::Serialize) -> u8 {
     match serde_json::to_string_pretty(value) {
         Ok(text) => {
             outln!("{text}");
@@ -906,7 +885,7 @@ async fn decide(
 }
 
 /// Who decides when `--by` is not given: the user name, else "cli".
-fn user_name() -> String {
+pub(crate) fn user_name() -> String {
     ["USER", "USERNAME", "LOGNAME"]
         .iter()
         .find_map(|v| std::env::var(v).ok().filter(|n| !n.trim().is_empty()))
@@ -1052,154 +1031,6 @@ async fn steer(loom: &Loom, run_id: &str, message: &str, at: &At) -> Result<u8, 
     let run = at.locate(loom, run_id).await?;
     loom.steer(&run, message).await?;
     eprintln!("Run {run_id}: message journaled; the run reads it before its next model call.");
-    Ok(OK)
-}
-
-/// `loom sessions …` in `tenant` (default `default`), refused when the tenant is not declared.
-async fn sessions(
-    loom: &Loom,
-    command: SessionsCommand,
-    tenant: Option<&str>,
-) -> Result<u8, LoomError> {
-    loom.config()
-        .check_tenant(tenant.unwrap_or(loom_ia::DEFAULT_TENANT))
-        .map_err(|e| LoomError::Refused(e.to_string()))?;
-    match command {
-        SessionsCommand::List => {
-            for session in loom.sessions(tenant).await? {
-                let updated = session
-                    .updated_at
-                    .map(|t| t.to_rfc3339())
-                    .unwrap_or_default();
-                outln!(
-                    "{}  {} event(s)  {updated}",
-                    session.session_id,
-                    session.last_seq
-                );
-            }
-            Ok(OK)
-        }
-        SessionsCommand::Show { session } => {
-            let runs = loom.session_runs(&session, tenant).await?;
-            outln!("Session    : {session}");
-            for run in runs {
-                outln!(
-                    "  {}  {}  {}  {} iteration(s)  {:.6} $",
-                    run.run_id,
-                    run.agent.as_deref().unwrap_or("-"),
-                    run.status,
-                    run.iterations,
-                    run.cost_usd
-                );
-            }
-            Ok(OK)
-        }
-        SessionsCommand::Export {
-            session,
-            out,
-            valid_only,
-        } => {
-            let jsonl = if valid_only {
-                valid_events(loom, &session, tenant).await?
-            } else {
-                loom.export_session(&session, tenant).await?
-            };
-            match out {
-                Some(path) => {
-                    std::fs::write(&path, jsonl).map_err(|e| {
-                        LoomError::Refused(format!("cannot write {}: {e}", path.display()))
-                    })?;
-                    eprintln!("Session {session} exported to {}.", path.display());
-                }
-                None => out!("{jsonl}"),
-            }
-            Ok(OK)
-        }
-        SessionsCommand::Delete { session, yes } => {
-            if !yes {
-                eprintln!(
-                    "Deleting session {session} erases its journal and its files for good: add --yes."
-                );
-                return Ok(REFUSED);
-            }
-            let deleted = loom.delete_session(&session, tenant).await?;
-            eprintln!(
-                "Session {session}: {} event(s) and {} file(s) deleted.",
-                deleted.events_deleted, deleted.files_deleted
-            );
-            Ok(OK)
-        }
-        SessionsCommand::Repair { session, by, yes } => {
-            repair(loom, &session, tenant, by, yes).await
-        }
-    }
-}
-
-/// The events of `session` that read back, naming on stderr each line left out.
-async fn valid_events(
-    loom: &Loom,
-    session: &str,
-    tenant: Option<&str>,
-) -> Result<String, LoomError> {
-    let export = loom.export_valid(session, tenant).await?;
-    for line in &export.skipped {
-        eprintln!(
-            "skipped: corrupted at {}:{} ({} bytes): {}",
-            export.journal, line.line, line.bytes, line.error
-        );
-    }
-    eprintln!(
-        "{} event(s) exported, {} unreadable line(s) left out.",
-        export.events,
-        export.skipped.len()
-    );
-    Ok(export.jsonl)
-}
-
-/// `loom sessions repair`: lists the unreadable lines, and with `yes` sets them aside.
-async fn repair(
-    loom: &Loom,
-    session: &str,
-    tenant: Option<&str>,
-    by: Option<String>,
-    yes: bool,
-) -> Result<u8, LoomError> {
-    if !yes {
-        let export = loom.export_valid(session, tenant).await?;
-        if export.skipped.is_empty() {
-            eprintln!("Session {session}: every line reads back, nothing to repair.");
-            return Ok(OK);
-        }
-        for line in &export.skipped {
-            eprintln!(
-                "corrupted at {}:{} ({} bytes): {}",
-                export.journal, line.line, line.bytes, line.error
-            );
-        }
-        eprintln!(
-            "Repairing sets these {} line(s) aside (their bytes are kept) and journals a \
-             session.repaired event in place of each: add --yes.",
-            export.skipped.len()
-        );
-        return Ok(REFUSED);
-    }
-    let by = by.unwrap_or_else(user_name);
-    let repaired = loom.repair_session(session, tenant, Some(&by)).await?;
-    if repaired.set_aside.is_empty() {
-        eprintln!("Session {session}: every line reads back, nothing to repair.");
-        return Ok(OK);
-    }
-    for line in &repaired.set_aside {
-        eprintln!(
-            "set aside: corrupted at {}:{} ({} bytes): {}",
-            repaired.journal, line.line, line.bytes, line.error
-        );
-    }
-    eprintln!(
-        "Session {session}: {} line(s) set aside in {}, each replaced by a session.repaired event.",
-        repaired.set_aside.len(),
-        repaired.moved_to
-    );
     Ok(OK)
 }
 

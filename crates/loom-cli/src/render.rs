@@ -4,7 +4,10 @@ use std::fmt::Write as _;
 
 use std::collections::BTreeSet;
 
-use loom_ia::{RunResult, RunUsage, UsageLine, UsageReport, Validation};
+use loom_ia::{
+    RunResult, RunUsage, SessionFile, SessionInfo, SessionListed, UsageLine, UsageReport,
+    Validation,
+};
 
 /// ` --tenant <tenant>` for a command that names a run of `tenant`, empty for the default one.
 pub(crate) fn tenant_flag(tenant: &str) -> String {
@@ -13,6 +16,100 @@ pub(crate) fn tenant_flag(tenant: &str) -> String {
     } else {
         format!(" --tenant {tenant}")
     }
+}
+
+/// When a session was last written, to the minute (UTC), or `-`.
+fn minute(at: Option<chrono::DateTime<chrono::Utc>>) -> String {
+    at.map_or_else(
+        || "-".to_owned(),
+        |t| t.format("%Y-%m-%d %H:%M").to_string(),
+    )
+}
+
+/// `loom sessions list`: one line per session (id, events, last write), as the reference
+/// lays it out.
+pub(crate) fn session_list(sessions: &[SessionListed]) -> String {
+    if sessions.is_empty() {
+        return "No session.\n".to_owned();
+    }
+    let mut out = String::new();
+    for session in sessions {
+        let _ = writeln!(
+            out,
+            "{:<24} {:>6} events   {}",
+            session.session_id,
+            session.last_seq,
+            minute(session.updated_at)
+        );
+    }
+    out
+}
+
+/// `loom sessions show`: the session, its runs, and the approvals waiting in it with the
+/// command that decides each (`tenant`: the session's, named in that command).
+pub(crate) fn session(info: &SessionInfo, tenant: &str) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "Session    : {} · {} events · {}",
+        info.session_id,
+        info.last_seq,
+        minute(info.updated_at)
+    );
+    let _ = writeln!(out, "Runs       :");
+    for run in &info.runs {
+        let _ = writeln!(
+            out,
+            "  {}  {:<12} {:<17} {} iteration(s)  {:.4} ${}",
+            run.run_id,
+            run.agent,
+            run.status.to_string(),
+            run.iterations,
+            run.cost_usd,
+            if run.unpiloted { "  (left open)" } else { "" }
+        );
+    }
+    if info.pending_approvals.is_empty() {
+        let _ = writeln!(out, "Waiting    : nothing");
+    }
+    for pending in &info.pending_approvals {
+        let session = if pending.session_id != pending.run_id {
+            format!(" --session {}", pending.session_id)
+        } else {
+            String::new()
+        };
+        let _ = writeln!(
+            out,
+            "Waiting    : {} ({}) — loom approve {} --call {}{session}{}",
+            pending.tool_name,
+            pending.call_id,
+            pending.run_id,
+            pending.call_id,
+            tenant_flag(tenant)
+        );
+    }
+    out
+}
+
+/// `loom sessions files`: one line per file (URI, type, size, origin, name).
+pub(crate) fn session_files(files: &[SessionFile]) -> String {
+    if files.is_empty() {
+        return "No file.\n".to_owned();
+    }
+    let mut out = String::new();
+    for file in files {
+        let name = file
+            .name
+            .as_deref()
+            .map(|n| format!(", {n}"))
+            .unwrap_or_default();
+        let _ = writeln!(
+            out,
+            "{} ({}, {} bytes, {}{name})",
+            file.uri, file.media_type, file.size, file.origin
+        );
+    }
+    out
 }
 
 /// The lines `loom run` prints on stderr after the answer (`tenant`: the run's, named in the
@@ -195,6 +292,17 @@ pub(crate) fn validation(validation: &Validation) -> String {
         out,
         "Profile    : {}",
         validation.profile.map_or("(none)", |p| p.as_str())
+    );
+    let _ = writeln!(
+        out,
+        "Env        : {}",
+        validation
+            .env_file
+            .as_ref()
+            .map_or("none".to_owned(), |(path, count)| format!(
+                "{} ({count} variable(s))",
+                path.display()
+            ))
     );
     let _ = writeln!(out, "Journal    : {}", validation.journal);
     let models: Vec<String> = validation

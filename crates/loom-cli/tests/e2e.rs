@@ -366,6 +366,228 @@ fn version_schema_and_profiles() {
     assert!(text(&env.stdout).contains("Profile    : prod"));
 }
 
+/// `loom validate` in `dir` with `args` (global flags before or after the subcommand): its
+/// exit code, stdout and stderr. `HOOK_SECRET` is never in the test's own environment.
+fn validate_with(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String, String) {
+    let out = Command::new(loom_bin())
+        .current_dir(dir)
+        .env_remove("LOOM_PROFILE")
+        .env_remove("LOOM_LOG")
+        .env_remove("HOOK_SECRET")
+        .envs(env.iter().copied())
+        .args(args)
+        .output()
+        .unwrap();
+    (out.status.code(), text(&out.stdout), text(&out.stderr))
+}
+
+/// The env file: `.env` beside the configuration by default, `env_file:` instead, `--env-file`
+/// instead of both, `--no-env-file` for none; a variable already set in the environment wins;
+/// its variables are those the configuration names (a trigger's `secret_env`) and
+/// `LOOM_PROFILE`; a named file that is missing is refused.
+#[test]
+fn the_env_file_fills_in_the_environment() {
+    let config = format!(
+        "{MODELS}agents:\n  - name: a\n    main: {{model: fake-1}}\ntriggers:\n  - name: orders\n    \
+         agent: a\n    message: \"{{{{ payload }}}}\"\n    secret_env: HOOK_SECRET\n"
+    );
+    let dir = project(&[
+        ("conf/loom.yaml", &config),
+        (
+            "conf/.env",
+            "# beside the configuration\nexport HOOK_SECRET=s3cret\nLOOM_PROFILE=prod\n",
+        ),
+        ("other.env", "HOOK_SECRET='from other'\nLOOM_PROFILE=dev\n"),
+    ]);
+    let path = dir.path();
+    // Without an env file, the trigger's secret is missing: refused at load.
+    let (code, _, stderr) = validate_with(
+        path,
+        &["--config", "conf/loom.yaml", "validate", "--no-env-file"],
+        &[],
+    );
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("triggers[0].secret_env: trigger 'orders': the environment variable HOOK_SECRET is absent or empty"),
+        "{stderr}"
+    );
+    // `.env` beside the configuration (not in the working directory) gives both variables.
+    let (code, stdout, stderr) =
+        validate_with(path, &["--config", "conf/loom.yaml", "validate"], &[]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        stdout.contains("Profile    : prod\nEnv        : .env (2 variable(s))\n"),
+        "{stdout}"
+    );
+    // The environment wins over the file.
+    let (_, stdout, _) = validate_with(
+        path,
+        &["validate", "--config", "conf/loom.yaml"],
+        &[("LOOM_PROFILE", "dev")],
+    );
+    assert!(stdout.contains("Profile    : dev\n"), "{stdout}");
+    // --env-file replaces it, before or after the subcommand.
+    for args in [
+        [
+            "--env-file",
+            "other.env",
+            "--config",
+            "conf/loom.yaml",
+            "validate",
+        ],
+        [
+            "--config",
+            "conf/loom.yaml",
+            "validate",
+            "--env-file",
+            "other.env",
+        ],
+    ] {
+        let (code, stdout, stderr) = validate_with(path, &args, &[]);
+        assert_eq!(code, Some(0), "{stderr}");
+        assert!(
+            stdout.contains("Profile    : dev\nEnv        : other.env (2 variable(s))\n"),
+            "{stdout}"
+        );
+    }
+    let (code, _, stderr) = validate_with(
+        path,
+        &[
+            "--config",
+            "conf/loom.yaml",
+            "validate",
+            "--env-file",
+            "missing.env",
+        ],
+        &[],
+    );
+    assert_eq!(code, Some(2), "{stderr}");
+    assert_eq!(
+        stderr.trim(),
+        "config error: missing.env (env file): cannot read env file: not found"
+    );
+    let (code, _, stderr) = validate_with(
+        path,
+        &["validate", "--env-file", "other.env", "--no-env-file"],
+        &[],
+    );
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("cannot be used with"), "{stderr}");
+
+    // `env_file:` names another file, relative to the configuration; it must exist.
+    fs::write(
+        path.join("conf/loom.yaml"),
+        format!("env_file: ../other.env\n{config}"),
+    )
+    .unwrap();
+    let (code, stdout, stderr) =
+        validate_with(path, &["--config", "conf/loom.yaml", "validate"], &[]);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        stdout.contains("Profile    : dev\nEnv        : ../other.env (2 variable(s))\n"),
+        "{stdout}"
+    );
+    fs::write(
+        path.join("conf/loom.yaml"),
+        format!("env_file: gone.env\n{config}"),
+    )
+    .unwrap();
+    let (code, _, stderr) = validate_with(path, &["--config", "conf/loom.yaml", "validate"], &[]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert_eq!(
+        stderr.trim(),
+        "config error: conf/loom.yaml:1:11 env_file: env file gone.env not found"
+    );
+    // --no-env-file reads none, not even `env_file:`.
+    let (code, _, stderr) = validate_with(
+        path,
+        &["--config", "conf/loom.yaml", "validate", "--no-env-file"],
+        &[("HOOK_SECRET", "x")],
+    );
+    assert_eq!(code, Some(0), "{stderr}");
+    // A profile cannot name one: the file is read before the profile is chosen.
+    fs::write(
+        path.join("conf/loom.yaml"),
+        format!("{config}profiles:\n  prod:\n    env_file: prod.env\n"),
+    )
+    .unwrap();
+    let (code, _, stderr) = validate_with(path, &["--config", "conf/loom.yaml", "validate"], &[]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("profiles.prod.env_file: 'env_file' cannot be set inside a profile"),
+        "{stderr}"
+    );
+    // A line the file cannot hold is refused with its line.
+    fs::write(path.join("conf/loom.yaml"), &config).unwrap();
+    fs::write(path.join("conf/.env"), "HOOK_SECRET=x\nnot a pair\n").unwrap();
+    let (code, _, stderr) = validate_with(path, &["--config", "conf/loom.yaml", "validate"], &[]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert_eq!(
+        stderr.trim(),
+        "config error: .env:2:1 (env file): expected '=' after not, found 'a pair'"
+    );
+}
+
+/// A chosen run id names one run of its tenant, whatever the session: opening it again in
+/// another session (or in the session named after it) is refused, exit code 2, naming the
+/// session that holds it, and nothing is written; another tenant may use the id.
+#[test]
+fn a_run_id_is_unique_in_its_tenant_whatever_the_session() {
+    let dir = devis_project();
+    let config = dir.path().join("loom.yaml");
+    let mut yaml = fs::read_to_string(&config).unwrap();
+    yaml.push_str("\ntenants:\n  - id: default\n  - id: acme\n");
+    fs::write(&config, yaml).unwrap();
+    let bin = devis_bin();
+    let first = run_in(
+        &bin,
+        dir.path(),
+        &[
+            "run",
+            "devis",
+            QUESTION,
+            "--run-id",
+            "rest-1",
+            "--session",
+            "rest-s",
+        ],
+    );
+    assert!(first.status.success(), "{}", text(&first.stderr));
+    for session in [Some("other"), None] {
+        let mut args = vec!["run", "devis", "x", "--run-id", "rest-1"];
+        args.extend(session.map(|s| ["--session", s]).into_iter().flatten());
+        let again = run_in(&bin, dir.path(), &args);
+        assert_eq!(again.status.code(), Some(2), "{session:?}");
+        assert_eq!(
+            text(&again.stderr).trim(),
+            "error: request refused: run rest-1 already exists in session rest-s",
+            "{session:?}"
+        );
+        assert_eq!(text(&again.stdout), "");
+    }
+    assert!(!dir.path().join("data/default/other.jsonl").exists());
+    assert!(!dir.path().join("data/default/rest-1.jsonl").exists());
+    assert_eq!(journal(dir.path(), "rest-s").len(), 17);
+    // Run ids are unique per tenant: another tenant has its own.
+    let elsewhere = run_in(
+        &bin,
+        dir.path(),
+        &[
+            "run",
+            "devis",
+            QUESTION,
+            "--run-id",
+            "rest-1",
+            "--session",
+            "other",
+            "--tenant",
+            "acme",
+        ],
+    );
+    assert!(elsewhere.status.success(), "{}", text(&elsewhere.stderr));
+    assert!(dir.path().join("data/acme/other.jsonl").exists());
+}
+
 /// `report` text with the UTC date of today replaced (the tenant report names its window).
 fn dated(text: &str) -> String {
     let today = chrono::Utc::now();

@@ -96,6 +96,64 @@ fn an_mcp_only_agent_runs_on_the_stock_binary() {
     assert!(dir.path().join("data/notes.json").exists());
 }
 
+/// A stdio MCP server inherits the env file's variables (as in Loom-IA, where `.env` is loaded
+/// into the process environment), the process's own winning: the server's command writes what
+/// it sees before it starts.
+#[test]
+fn a_stdio_server_inherits_the_env_file() {
+    if !python_mcp() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let server = repo().join("crates/loom-mcp/tests/servers/py_server.py");
+    let config = format!(
+        r#"version: 1
+models:
+  - id: fake-1
+    sdk: fake
+    model: FAKE
+mcp_servers:
+  - name: py
+    transport: stdio
+    command: sh
+    args: ["-c", "printf '%s' \"$FROM_DOTENV\" > seen.txt; exec python3 {server}"]
+agents:
+  - name: a
+    main: {{model: fake-1}}
+    tools:
+      - mcp: py
+"#,
+        server = server.display()
+    );
+    fs::write(dir.path().join("loom.yaml"), config).unwrap();
+    fs::write(dir.path().join(".env"), "FROM_DOTENV=from the file\n").unwrap();
+    for (set, seen) in [
+        (None, "from the file"),
+        (Some("from the process"), "from the process"),
+    ] {
+        let mut command = Command::new(loom_bin());
+        command
+            .current_dir(dir.path())
+            .env_remove("LOOM_PROFILE")
+            .env_remove("FROM_DOTENV")
+            .args(["--config", "loom.yaml", "validate"]);
+        if let Some(value) = set {
+            command.env("FROM_DOTENV", value);
+        }
+        let out = command.output().unwrap();
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        assert!(
+            text(&out.stdout).contains("  · mcp py: 8 tool(s)"),
+            "{}",
+            text(&out.stdout)
+        );
+        assert_eq!(
+            fs::read_to_string(dir.path().join("seen.txt")).unwrap(),
+            seen
+        );
+    }
+}
+
 #[test]
 fn validate_connects_and_lists_the_server_tools() {
     if !python_mcp() {

@@ -97,7 +97,9 @@ fn schemathesis() -> Command {
 
 /// The schemathesis configuration: dictionaries of the seeded ids, bound to the path
 /// parameters and the delivery header (with a probability, so generated values still reach the
-/// 404s), and the erasure pointed at its own session.
+/// 404s), the approval pointed at the paused run (what is generated depends on the whole
+/// document: left to the shared dictionaries, whether a decision reaches it was luck), and the
+/// erasure pointed at its own session.
 fn st_config(file: &str) -> String {
     format!(
         r#"[dictionaries.sessions]
@@ -118,6 +120,9 @@ values = ["d-1", "d-2"]
 [dictionaries.doomed]
 values = ["doomed"]
 
+[dictionaries.paused]
+values = ["r-paused"]
+
 [parameters]
 "path.session_id" = {{ dictionary = "sessions", probability = 0.8 }}
 "path.run_id" = {{ dictionary = "runs", probability = 0.8 }}
@@ -125,6 +130,10 @@ values = ["doomed"]
 "path.name" = {{ dictionary = "names", probability = 0.8 }}
 "header.X-Delivery-Id" = {{ dictionary = "deliveries", probability = 0.8 }}
 "body.session_id" = {{ dictionary = "sessions", probability = 0.5 }}
+
+[[operations]]
+include-operation-id = "approve_run"
+parameters = {{ "path.run_id" = {{ dictionary = "paused", probability = 0.9 }} }}
 
 [[operations]]
 include-operation-id = "delete_session"

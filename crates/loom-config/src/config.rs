@@ -1,6 +1,7 @@
 //! Stage 2: from the file model to a validated [`Config`].
 
 mod delegation;
+mod env;
 mod pricing;
 mod server;
 mod triggers;
@@ -12,6 +13,7 @@ use std::{
 
 use serde::de::DeserializeOwned;
 
+use crate::env_file::{EnvFile, EnvVars, LoadOptions};
 use crate::error::{ConfigError, ConfigErrorKind};
 use crate::files::{self, FileProblem};
 use crate::guards::{Budgets, TenantSpec};
@@ -239,6 +241,7 @@ pub struct Config {
     agents: Vec<AgentSpec>,
     meta: Vec<AgentMeta>,
     warnings: Vec<String>,
+    env_file: EnvVars,
 }
 
 /// A tenant that the configuration does not declare (see [`Config::check_tenant`]).
@@ -288,7 +291,7 @@ impl Config {
                 err.to_string(),
             )
         })?;
-        build(Node::from_json(&value), origin, None, &|_| None)
+        build(Node::from_json(&value), origin, None, None, &|_| None)
     }
 
     /// The config file (`base_dir/loom.yaml` for configurations not read from a file).
@@ -299,6 +302,12 @@ impl Config {
     /// The directory relative paths resolve against (the config file's directory).
     pub fn base_dir(&self) -> &Path {
         &self.base_dir
+    }
+
+    /// The env file read with the configuration and its variables ([`EnvFile`]): a
+    /// variable of the process environment wins over the file's.
+    pub fn env_file(&self) -> &EnvVars {
+        &self.env_file
     }
 
     /// The active profile, if any.
@@ -660,25 +669,36 @@ fn display_path(base: &Path, path: &Path) -> PathBuf {
 pub(crate) fn build_from_text(
     text: &str,
     origin: Origin,
-    profile: Option<Profile>,
+    options: &LoadOptions,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Config, ConfigError> {
     let doc = Doc::parse(text, origin.display.clone())?;
-    build(doc.tree, origin, profile, env)
+    build(
+        doc.tree,
+        origin,
+        options.profile,
+        Some(&options.env_file),
+        env,
+    )
 }
 
-/// The whole pipeline after parsing: profile, typed model, agents, prompts, rules.
+/// The whole pipeline after parsing: env file, profile, typed model, agents, prompts, rules.
+/// `env_file` `None` reads only the file `env_file:` names (a configuration built in Rust).
 fn build(
     root: Node,
     origin: Origin,
     override_profile: Option<Profile>,
+    env_file: Option<&EnvFile>,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Config, ConfigError> {
     let mut doc = Doc {
         display: origin.display.clone(),
         tree: root,
     };
-    let profile = select_profile(&doc, override_profile, env)?;
+    let env_vars = env::read_env_file(&doc, &origin.base_dir, env_file, env)?;
+    // The environment wins over the env file.
+    let env = |name: &str| env(name).or_else(|| env_vars.get(name).map(str::to_owned));
+    let profile = select_profile(&doc, override_profile, &env)?;
     if let Some(profile) = profile {
         apply_profile(&mut doc, profile)?;
     }
@@ -756,6 +776,7 @@ fn build(
         agents,
         meta,
         warnings: Vec::new(),
+        env_file: env_vars,
     };
     delegation::check_tenants(&config)?;
     for i in 0..config.agents.len() {
@@ -1417,7 +1438,6 @@ always (a human decides every call) or never";
 /// `path` is the key path of the unknown key, `field` its name.
 fn not_yet(path: &KeyPath, field: &str) -> &'static str {
     const LATER: &[&str] = &[
-        "env_file",
         "tool_sources",
         "sessions",
         "stream_output",

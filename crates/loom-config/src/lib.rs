@@ -37,6 +37,7 @@
 
 mod access;
 mod config;
+mod env_file;
 mod error;
 mod files;
 mod guards;
@@ -52,6 +53,7 @@ pub use access::{HostPattern, LOOPBACK_HOSTS, OriginPattern, PortPattern};
 pub use config::{
     APPROVAL_POLICY, BUILTIN_TOOLS, Config, DEFAULT_TENANT, MCP_CONTROL_TOOLS, UnknownTenant,
 };
+pub use env_file::{EnvFile, EnvVars, LoadOptions};
 pub use error::{ConfigError, ConfigErrorKind};
 pub use files::MAX_FILE_BYTES;
 pub use guards::{
@@ -78,10 +80,30 @@ pub use trigger::{
 ///
 /// `profile` is the explicit override (`--profile`); otherwise `env("LOOM_PROFILE")`, then
 /// `profile:` in the file, choose the active profile. `env` is the only way this crate reads
-/// the environment. Errors display `path` as given and other files relative to its directory.
+/// the environment. The env file is `env_file:`, else `.env` beside `path` when there is one
+/// ([`EnvFile::Beside`]; see [`load_with`]). Errors display `path` as given and other files
+/// relative to its directory.
 pub fn load(
     path: &Path,
     profile: Option<Profile>,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Config, ConfigError> {
+    let options = LoadOptions {
+        profile,
+        env_file: EnvFile::Beside,
+    };
+    load_with(path, &options, env)
+}
+
+/// [`load`] with the env file chosen ([`LoadOptions`]: `--env-file F`, `--no-env-file`).
+///
+/// The env file's variables fill in what `env` lacks: `LOOM_PROFILE` here, and for the
+/// facade the variables a configuration names (`api_key_env`, `env_from`, …), through
+/// [`Config::env_file`]; a variable `env` has wins. An env file that is named (`--env-file`,
+/// `env_file:`) must exist; `.env` beside the configuration is read only when it exists.
+pub fn load_with(
+    path: &Path,
+    options: &LoadOptions,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<Config, ConfigError> {
     let text = files::read_regular(path).map_err(|problem| {
@@ -105,7 +127,7 @@ pub fn load(
         display: path.to_path_buf(),
         base_dir,
     };
-    config::build_from_text(&text, origin, profile, env)
+    config::build_from_text(&text, origin, options, env)
 }
 
 /// Loads and validates a configuration from YAML text, as if it were `base_dir/loom.yaml`
@@ -123,7 +145,11 @@ pub fn from_yaml_str(
         display: PathBuf::from("loom.yaml"),
         base_dir,
     };
-    config::build_from_text(text, origin, profile, env)
+    let options = LoadOptions {
+        profile,
+        env_file: EnvFile::Beside,
+    };
+    config::build_from_text(text, origin, &options, env)
 }
 
 /// The JSON Schema (draft 2020-12) of `loom.yaml`, i.e. of [`LoomConfig`].

@@ -34,6 +34,12 @@ pub struct LoomConfig {
     /// merged key by key; lists, `params` and `llm` blocks replaced whole).
     #[serde(default)]
     pub profiles: Profiles,
+    /// An env file (`KEY=VALUE` lines) read before the rest of the configuration, relative to
+    /// the config file; it must exist. Without it, `.env` beside the config file is read when
+    /// there is one. Variables already set in the environment win; `--env-file` replaces it and
+    /// `--no-env-file` reads none. Refused inside `profiles`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub env_file: Option<PathBuf>,
     /// Directory of agent files (`*.yaml`, `*.yml`), relative to the config file.
     #[serde(default = "default_agents_dir")]
     pub agents_dir: PathBuf,
@@ -82,6 +88,7 @@ impl Default for LoomConfig {
             version: 1,
             profile: None,
             profiles: Profiles::default(),
+            env_file: None,
             agents_dir: default_agents_dir(),
             prompts_dir: default_prompts_dir(),
             models: Vec::new(),

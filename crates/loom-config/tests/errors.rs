@@ -27,7 +27,7 @@ fn unknown_root_key() {
     assert_eq!(
         refused(root, &[]),
         "loom.yaml:2:1 sessions: unknown key 'sessions' (expected one of: version, \
-         profile, profiles, agents_dir, prompts_dir, models, mcp_servers, agents, storage, execution, \
+         profile, profiles, env_file, agents_dir, prompts_dir, models, mcp_servers, agents, storage, execution, \
          budgets, telemetry, tenants, server, security, triggers) — this part of the Loom-IA format is not implemented in this version yet"
     );
 }

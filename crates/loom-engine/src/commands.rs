@@ -59,9 +59,22 @@ impl Engine {
     /// `message.user` (the message, then an `artifact` block per attachment) in one batch.
     ///
     /// Nothing is written when the ids are unusable, an attachment is refused (count, size,
-    /// type; see [`crate::AttachmentLimits::check`]), the chosen run id exists in the session,
-    /// or the session's journal cannot be folded. Attachments are stored in the artifact store
-    /// once the run is known to be new, just before the batch is appended.
+    /// type; see [`crate::AttachmentLimits::check`]), the chosen run id exists in the tenant
+    /// (in any session: [`EngineError::RunExists`] names the session that holds it), or the
+    /// session's journal cannot be folded. Attachments are stored in the artifact store once
+    /// the run is known to be new, just before the batch is appended.
+    ///
+    /// **What is guaranteed about a chosen run id.** In its own session the check and the
+    /// append are one atomic step of the journal (an append after the last seq read, refused
+    /// when the session moved), so of two openings of the same id in one session exactly one
+    /// is written, from any number of processes. Across sessions the journal's run index ([`EventStore::find_run`]) is asked
+    /// first, and the openings of one engine (one `Loom`: a server and all its requests) are
+    /// serialized from that question to the append, so one process never opens the same id in
+    /// two sessions. Two processes opening the same id in two sessions at the same instant are
+    /// not serialized by the journal (each session is written on its own): both can be
+    /// written. A generated id (a UUIDv7) is not looked up.
+    ///
+    /// [`EventStore::find_run`]: loom_core::ports::EventStore::find_run
     pub async fn begin(
         &self,
         agent: &AgentRuntime,
@@ -89,6 +102,14 @@ impl Engine {
             ownership::check(events, &run.session_id, &agent.name)?;
             Ok(())
         };
+        // A chosen id names one run of the tenant: held from the index lookup to the append.
+        let _opening = match &begin.run_id {
+            Some(_) => Some(self.openings.lock().await),
+            None => None,
+        };
+        if begin.run_id.is_some() {
+            self.unused_in_tenant(&run).await?;
+        }
         let events = self.events(&run, &agent.name, &run.run_id);
         let span = self.ids.uuid();
         let envelope = |payload| events.event(&span, None, None, payload);
@@ -142,6 +163,18 @@ impl Engine {
         }
         tracing::debug!(run_id = %run.run_id, session_id = %run.session_id, agent = %agent.name, "run opened");
         Ok(run)
+    }
+
+    /// Refuses a chosen run id that another session of the tenant already holds (the run
+    /// index of the journal); the same session is checked with its journal when appending.
+    async fn unused_in_tenant(&self, run: &RunRef) -> Result<(), EngineError> {
+        match self.store.find_run(&run.tenant_id, &run.run_id).await? {
+            Some(session_id) if session_id != run.session_id => Err(EngineError::RunExists {
+                run_id: run.run_id.clone(),
+                session_id,
+            }),
+            _ => Ok(()),
+        }
     }
 
     /// Refuses a request to open a run that cannot be opened as given: an ill-formed message,
@@ -263,8 +296,9 @@ impl Engine {
     /// of `call_id` (the run's own first, then its descendants' in the order they started), or
     /// every waiting one. Returns the call ids decided.
     ///
-    /// Refused (nothing written) when nothing waits, the call has no waiting request or its
-    /// request expired ([`EngineError::Invalid`]), or corrected arguments name no single call or
+    /// Refused (nothing written) when nothing waits or the call has no waiting request
+    /// ([`EngineError::UnknownApproval`]), its request expired ([`EngineError::Invalid`]), or
+    /// corrected arguments name no single call or
     /// break the tool's schema ([`EngineError::Unusable`]). The run is not driven: [`Engine::drive`] continues it.
     pub async fn settle(
         &self,
@@ -338,8 +372,8 @@ impl Engine {
 
     /// The waiting requests a decision on `call_id` (or on every waiting one) settles, with the
     /// run that asked each: the run's own first, then its open descendants' in the order they
-    /// started. Refused when nothing waits, the call has no waiting request, or a request
-    /// expired.
+    /// started. [`EngineError::UnknownApproval`] when nothing waits or the call has no waiting
+    /// request; refused when a request expired.
     fn settled<'s>(
         &self,
         run: &RunRef,
@@ -357,7 +391,7 @@ impl Engine {
             })
             .collect();
         if waiting.is_empty() {
-            return Err(EngineError::Invalid(format!(
+            return Err(EngineError::UnknownApproval(format!(
                 "run {}: nothing is waiting for a decision",
                 run.run_id
             )));
@@ -367,7 +401,7 @@ impl Engine {
                 Some(target) => vec![*target],
                 None => {
                     let ids: Vec<&str> = waiting.iter().map(|(_, a)| a.call_id.as_str()).collect();
-                    return Err(EngineError::Invalid(format!(
+                    return Err(EngineError::UnknownApproval(format!(
                         "run {}: no approval is waiting for call '{call_id}' (waiting: {})",
                         run.run_id,
                         ids.join(", ")

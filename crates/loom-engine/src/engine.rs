@@ -31,6 +31,9 @@ pub struct Engine {
     pub(crate) breakers: Arc<Breakers>,
     pub(crate) attachment_limits: Arc<AttachmentLimits>,
     pub(crate) stop: StopSignal,
+    /// Held while a run with a chosen id is opened, from the check that the id is unused in the
+    /// tenant to the append of its `run.started` (see [`Engine::begin`]).
+    pub(crate) openings: Arc<tokio::sync::Mutex<()>>,
 }
 
 impl Engine {
@@ -50,6 +53,7 @@ impl Engine {
             breakers: Arc::new(Breakers::new()),
             attachment_limits: Arc::new(AttachmentLimits::default()),
             stop: StopSignal::new(),
+            openings: Arc::new(tokio::sync::Mutex::new(())),
         }
     }
 

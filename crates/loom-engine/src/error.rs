@@ -17,14 +17,19 @@ pub enum EngineError {
     /// The journal breaks the state machine.
     #[error(transparent)]
     Projection(#[from] ProjectionError),
-    /// A chosen run id already exists.
+    /// A chosen run id already names a run of the tenant (run ids are unique per tenant,
+    /// whatever the session).
     #[error("run {run_id} already exists in session {session_id}")]
     RunExists {
         /// Run.
         run_id: String,
-        /// Session.
+        /// The session that holds it.
         session_id: String,
     },
+    /// A decision names no waiting approval request: nothing waits for a decision in the run,
+    /// or not for the call named. Nothing was written.
+    #[error("{0}")]
+    UnknownApproval(String),
     /// Another worker drives the run.
     #[error("run {run_id}: driven by {worker_id}, lease valid until {lease_until}")]
     ClaimConflict {

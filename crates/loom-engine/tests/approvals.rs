@@ -263,7 +263,7 @@ async fn a_grant_from_another_engine_runs_the_call_with_corrected_arguments() {
     let unknown = other
         .settle(&run, &s.agent, Some("nope"), &Decision::approved("denis"))
         .await;
-    assert!(matches!(unknown, Err(EngineError::Invalid(m)) if m.contains("'nope'")));
+    assert!(matches!(unknown, Err(EngineError::UnknownApproval(m)) if m.contains("'nope'")));
     assert_eq!(read_all(&s.store, &run).await.len(), before);
 
     let decided = other
@@ -364,7 +364,9 @@ async fn a_grant_from_another_engine_runs_the_call_with_corrected_arguments() {
     let again = other
         .settle(&run, &s.agent, None, &Decision::approved("denis"))
         .await;
-    assert!(matches!(again, Err(EngineError::Invalid(m)) if m.contains("nothing is waiting")));
+    assert!(
+        matches!(again, Err(EngineError::UnknownApproval(m)) if m.contains("nothing is waiting"))
+    );
 }
 
 #[tokio::test]
@@ -690,12 +692,12 @@ async fn cancelling_a_paused_run_withdraws_its_requests() {
         panic!("the run ends cancelled");
     };
     assert_eq!(cancelled.withdrawn, [call_id]);
-    // A decision that comes too late is refused.
+    // A decision that comes too late finds nothing waiting.
     let late = s
         .engine
         .settle(&run, &s.agent, None, &Decision::approved("denis"))
         .await;
-    assert!(matches!(late, Err(EngineError::Invalid(_))));
+    assert!(matches!(late, Err(EngineError::UnknownApproval(_))));
 }
 
 #[tokio::test]

@@ -181,7 +181,30 @@ impl Caller {
         }
     }
 
-    /// The run `run_id` of the caller's tenant, checked against the key's agents.
+    /// The run `run_id` as the read routes address it (`GET /runs/{run_id}`, its events, its
+    /// trace), as Loom-IA does: in the session `session` names, else in the session named after
+    /// the run (where a run opened without a session lives). A run of a named session asked
+    /// without its session is unknown (404), even though the run index could find it.
+    pub(crate) async fn addressed_run(
+        &self,
+        state: &AppState,
+        run_id: &str,
+        session: Option<&str>,
+    ) -> Result<RunRef, ApiError> {
+        if session.is_none() && !loom_ia::core::ids::is_safe_id(run_id) {
+            // No session can be named after it: no run of a session of its own.
+            return Err(loom_error(
+                &state.loom,
+                &loom_ia::LoomError::UnknownRun(run_id.to_owned()),
+            ));
+        }
+        self.run(state, run_id, Some(session.unwrap_or(run_id)))
+            .await
+    }
+
+    /// The run `run_id` of the caller's tenant, checked against the key's agents: in `session`
+    /// when given, else wherever the journal's run index finds it (the decisions and the
+    /// cancellation, whose bodies need not name the session).
     pub(crate) async fn run(
         &self,
         state: &AppState,

@@ -34,6 +34,9 @@ pub enum ErrorKind {
     UnknownSession,
     /// 404: [`LoomError::UnknownArtifact`] (a session file).
     UnknownArtifact,
+    /// 404: [`LoomError::UnknownApproval`]: a decision on a call no approval request waits for
+    /// (or on a run where nothing waits).
+    UnknownApproval,
     /// 404: [`LoomError::UnknownTrigger`].
     UnknownTrigger,
     /// 404: no such route.
@@ -104,6 +107,7 @@ impl ErrorKind {
             ErrorKind::UnknownRun => "unknown_run",
             ErrorKind::UnknownSession => "unknown_session",
             ErrorKind::UnknownArtifact => "unknown_artifact",
+            ErrorKind::UnknownApproval => "unknown_approval",
             ErrorKind::UnknownTrigger => "unknown_trigger",
             ErrorKind::NotFound => "not_found",
             ErrorKind::MissingKey => "missing_key",
@@ -140,6 +144,7 @@ impl ErrorKind {
             | ErrorKind::UnknownRun
             | ErrorKind::UnknownSession
             | ErrorKind::UnknownArtifact
+            | ErrorKind::UnknownApproval
             | ErrorKind::UnknownTrigger
             | ErrorKind::NotFound => StatusCode::NOT_FOUND,
             ErrorKind::MissingKey
@@ -266,6 +271,7 @@ impl ApiError {
             LoomError::UnknownRun(_) => (ErrorKind::UnknownRun, None),
             LoomError::UnknownSession(_) => (ErrorKind::UnknownSession, None),
             LoomError::UnknownArtifact(_) => (ErrorKind::UnknownArtifact, None),
+            LoomError::UnknownApproval(_) => (ErrorKind::UnknownApproval, None),
             LoomError::InvalidQuery { .. } => (ErrorKind::InvalidQuery, None),
             LoomError::UnknownTrigger { .. } => (ErrorKind::UnknownTrigger, None),
             LoomError::Refused(_) => (ErrorKind::Refused, None),
@@ -327,13 +333,23 @@ impl From<JsonRejection> for ApiError {
     }
 }
 
+/// What every `401` answers in `WWW-Authenticate` (RFC 9110): the API's scheme.
+pub(crate) const CHALLENGE: &str = "Bearer";
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let mut response = (self.kind.status(), Json(self.body())).into_response();
+        let status = self.kind.status();
+        let mut response = (status, Json(self.body())).into_response();
         if let Some(seconds) = self.retry_after {
             response
                 .headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+        }
+        if status == StatusCode::UNAUTHORIZED {
+            response.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static(CHALLENGE),
+            );
         }
         response
     }
@@ -461,6 +477,35 @@ mod tests {
         );
     }
 
+    /// Every 401 says the scheme to authenticate with; other statuses do not.
+    #[test]
+    fn every_401_carries_www_authenticate_bearer() {
+        for kind in [
+            ErrorKind::MissingKey,
+            ErrorKind::UnknownKey,
+            ErrorKind::ExpiredKey,
+            ErrorKind::InvalidSignature,
+        ] {
+            let response = ApiError::new(kind, "refused").into_response();
+            assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+            assert_eq!(response.headers()[header::WWW_AUTHENTICATE], "Bearer");
+        }
+        let forbidden = ApiError::new(ErrorKind::MissingScope, "no").into_response();
+        assert!(forbidden.headers().get(header::WWW_AUTHENTICATE).is_none());
+    }
+
+    /// A decision on a call nothing waits for is 404, like an unknown run; an expired request
+    /// stays a 409.
+    #[test]
+    fn an_unknown_approval_is_404() {
+        let api = ApiError::from_loom(&LoomError::UnknownApproval("run r: no approval".into()), 60);
+        assert_eq!(
+            (api.kind.status(), api.kind.as_str()),
+            (StatusCode::NOT_FOUND, "unknown_approval")
+        );
+        assert!(LoomError::UnknownApproval(String::new()).is_refusal());
+    }
+
     /// Each kind is written in the body as `as_str` says, and the OpenAPI document lists every
     /// kind (utoipa reads the enum itself, so a new kind cannot be left out of it).
     #[test]
@@ -473,7 +518,7 @@ mod tests {
             .iter()
             .map(|v| v.as_str().unwrap())
             .collect();
-        assert_eq!(documented.len(), 30, "{schema}");
+        assert_eq!(documented.len(), 31, "{schema}");
         for name in &documented {
             let kind: ErrorKind = serde_json::from_value(serde_json::json!(name))
                 .unwrap_or_else(|_| panic!("{name} is not a kind"));

@@ -11,13 +11,16 @@
 //! `default` with every scope, as the reference does, provided its `Host` is allowed (the
 //! loopback names by default) and its `Origin`, if any, is the server's own or allowed
 //! (`server.http.allowed_hosts`, `allowed_origins`: no DNS rebinding, no cross-site form). With keys, every `/v1` route needs one
-//! (`Authorization: Bearer lk_…` or `X-API-Key`): 401 when it is missing, unknown or expired;
-//! the key alone decides the tenant; a missing scope (`run`: open and cancel runs; `read`:
+//! (`Authorization: Bearer lk_…` or `X-API-Key`): 401 (with `WWW-Authenticate: Bearer`) when
+//! it is missing, unknown or expired; the key alone decides the tenant; a missing scope (`run`: open and cancel runs; `read`:
 //! agents, results, events, sessions; `read_content`: content fields and file bytes;
 //! `approve`: approve and reject; `admin`: all, and session erasure) or an agent outside the
 //! key's `agents` is a 403. Without `read_content`, reads lose their content fields, listed in
 //! `redacted` ([`loom_ia::redact`]). A key's `rate_limit` and a tenant's `quotas` are 429s
 //! with `Retry-After`.
+//! A run is read (`GET /runs/{run_id}`, its events, its trace) in the session `session_id`
+//! names, else in the session named after it, as Loom-IA addresses it: a run of a named session
+//! asked without its session is a 404. Decisions and cancellation find the run wherever it is.
 //! Errors are JSON `{"error": {"kind": "...", "message": "..."}}` with a stable `kind` per
 //! error variant (see [`ApiError`]); a server error answers an `error_id` instead of its detail.
 //! Webhooks of a trigger with a `secret_env` must be signed ([`SIGNATURE_HEADER`],

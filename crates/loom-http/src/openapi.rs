@@ -141,7 +141,7 @@ pub(crate) fn finish(mut api: openapi::OpenApi, open: bool) -> openapi::OpenApi 
             } else {
                 operation.responses.responses.insert(
                     "401".to_owned(),
-                    RefOr::T(error_response(
+                    RefOr::T(unauthorized(
                         "The key is missing, unknown or expired (`missing_key`, `unknown_key`, \
 `expired_key`).",
                     )),
@@ -150,6 +150,25 @@ pub(crate) fn finish(mut api: openapi::OpenApi, open: bool) -> openapi::OpenApi 
         }
     }
     api
+}
+
+/// A `401` with the error body and the `WWW-Authenticate` challenge every `401` carries.
+fn unauthorized(description: &str) -> openapi::Response {
+    let challenge = openapi::HeaderBuilder::new()
+        .schema(Some(
+            openapi::ObjectBuilder::new()
+                .schema_type(openapi::schema::SchemaType::new(openapi::Type::String))
+                .enum_values(Some([crate::error::CHALLENGE])),
+        ))
+        .description(Some(
+            "`Bearer`: the scheme to send the key with (`Authorization: Bearer <key>`).",
+        ))
+        .build();
+    let mut response = error_response(description);
+    response
+        .headers
+        .insert("WWW-Authenticate".to_owned(), RefOr::T(challenge));
+    response
 }
 
 /// A response with the error body.
@@ -291,7 +310,7 @@ signed wrongly or too long ago (`invalid_signature`).";
             operation
                 .responses
                 .responses
-                .insert("401".to_owned(), RefOr::T(error_response(UNSIGNED)));
+                .insert("401".to_owned(), RefOr::T(unauthorized(UNSIGNED)));
         }
     }
 }

@@ -351,7 +351,9 @@ async fn create_run(
 #[into_params(parameter_in = Query)]
 #[allow(dead_code)]
 pub(crate) struct At {
-    /// The run's session (found by search when absent).
+    /// The run's session. Without it, the run is looked up in the session named after it
+    /// (where a run opened without `session_id` lives), as in Loom-IA: a run of a named session
+    /// must be asked with its session, else it is unknown (404).
     #[param(pattern = "^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")]
     session_id: Option<String>,
 }
@@ -368,9 +370,8 @@ pub(crate) struct At {
     responses(
         (status = 200, description = "The run's result.", body = RunResultSchema),
         (status = 403, description = "The key lacks the scope, or may not use the run's agent.", body = ErrorBody),
-        (status = 404, description = "No such run in the caller's tenant.", body = ErrorBody),
-        (status = 409, description = "The session id is unusable (`refused`).", body = ErrorBody),
-        (status = 422, description = "The query string is unusable.", body = ErrorBody),
+        (status = 404, description = "No such run in the session (`session_id`, else the session named after the run) of the caller's tenant.", body = ErrorBody),
+        (status = 422, description = "The query string or the session id is unusable.", body = ErrorBody),
     ),
     security(("bearer" = []), ("api_key" = [])),
 )]
@@ -384,7 +385,9 @@ async fn run_result(
     let params = params.only::<At>()?;
     let session = params.text("session_id")?;
     let loom = &state.loom;
-    let run = caller.run(&state, &run_id, session.as_deref()).await?;
+    let run = caller
+        .addressed_run(&state, &run_id, session.as_deref())
+        .await?;
     let result = loom.result(&run).await.map_err(|e| loom_error(loom, &e))?;
     Ok(Json(result.view(caller.reads_content())).into_response())
 }
@@ -467,8 +470,8 @@ once; the run is driven on in the background, from its root run. Scope `approve`
     responses(
         (status = 200, description = "The decision is journaled.", body = DecisionAnswer),
         (status = 403, description = "The key lacks the scope, or may not use the run's agent.", body = ErrorBody),
-        (status = 404, description = "No such run in the caller's tenant.", body = ErrorBody),
-        (status = 409, description = "Nothing waits for a decision, the request expired, the arguments are unusable (`refused`), or the run is driven elsewhere (`conflict`).", body = ErrorBody,
+        (status = 404, description = "No such run in the caller's tenant (`unknown_run`), or no approval request waits in it, or none for the call named (`unknown_approval`).", body = ErrorBody),
+        (status = 409, description = "The request expired, the arguments are unusable (`refused`), or the run is driven elsewhere (`conflict`).", body = ErrorBody,
             headers(("Retry-After" = u64, description = "`conflict` only: seconds until the other driver's lease ends."))),
         (status = 413, description = "The body is larger than `server.http.max_body_bytes`.", body = ErrorBody),
         (status = 422, description = "The body is not a usable decision.", body = ErrorBody),
@@ -501,8 +504,8 @@ background. Scope `approve`.",
     responses(
         (status = 200, description = "The decision is journaled.", body = DecisionAnswer),
         (status = 403, description = "The key lacks the scope, or may not use the run's agent.", body = ErrorBody),
-        (status = 404, description = "No such run in the caller's tenant.", body = ErrorBody),
-        (status = 409, description = "Nothing waits for a decision or the request expired (`refused`), or the run is driven elsewhere (`conflict`).", body = ErrorBody,
+        (status = 404, description = "No such run in the caller's tenant (`unknown_run`), or no approval request waits in it, or none for the call named (`unknown_approval`).", body = ErrorBody),
+        (status = 409, description = "The request expired (`refused`), or the run is driven elsewhere (`conflict`).", body = ErrorBody,
             headers(("Retry-After" = u64, description = "`conflict` only: seconds until the other driver's lease ends."))),
         (status = 413, description = "The body is larger than `server.http.max_body_bytes`.", body = ErrorBody),
         (status = 422, description = "The body is not a usable rejection.", body = ErrorBody),

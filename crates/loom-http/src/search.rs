@@ -277,7 +277,7 @@ and the content attributes (texts, arguments, results, reasons, errors) are remo
     responses(
         (status = 200, description = "The trace.", body = TraceSchema),
         (status = 403, description = "The key lacks the scope `read`, or may not use an agent of the run tree.", body = ErrorBody),
-        (status = 404, description = "No such run in the caller's tenant.", body = ErrorBody),
+        (status = 404, description = "No such run in the session (`session_id`, else the session named after the run) of the caller's tenant.", body = ErrorBody),
         (status = 422, description = "A query parameter is unknown, repeated or unusable, or the session id is unusable.", body = ErrorBody),
     ),
     security(("bearer" = []), ("api_key" = [])),
@@ -292,7 +292,9 @@ async fn trace(
     let params = params.only::<At>()?;
     let session = params.text("session_id")?;
     let loom = &state.loom;
-    let run = caller.run(&state, &run_id, session.as_deref()).await?;
+    let run = caller
+        .addressed_run(&state, &run_id, session.as_deref())
+        .await?;
     if caller.agent_limit().is_some() {
         let agents = loom
             .tree_agents(&run)

@@ -42,7 +42,9 @@ use crate::{
 #[into_params(parameter_in = Query)]
 #[allow(dead_code)]
 pub(crate) struct EventsQuery {
-    /// The run's session (found by search when absent).
+    /// The run's session. Without it, the run is looked up in the session named after it
+    /// (where a run opened without `session_id` lives), as in Loom-IA: a run of a named session
+    /// must be asked with its session, else it is unknown (404).
     #[param(pattern = "^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")]
     session_id: Option<String>,
     /// Send the events with a greater seq (`Last-Event-ID` wins when both are given).
@@ -128,9 +130,8 @@ or when the server shuts down. A comment is sent every 15 s. A reconnecting clie
     responses(
         (status = 200, description = "The event stream: each item is one SSE event.", content_type = "text/event-stream", body = StreamEvent),
         (status = 403, description = "The key lacks the scope, or may not use the run's agent.", body = ErrorBody),
-        (status = 404, description = "No such run in the caller's tenant.", body = ErrorBody),
-        (status = 409, description = "The session id is unusable (`refused`).", body = ErrorBody),
-        (status = 422, description = "The query string or `Last-Event-ID` is unusable.", body = ErrorBody),
+        (status = 404, description = "No such run in the session (`session_id`, else the session named after the run) of the caller's tenant.", body = ErrorBody),
+        (status = 422, description = "The query string, the session id or `Last-Event-ID` is unusable.", body = ErrorBody),
     ),
     security(("bearer" = []), ("api_key" = [])),
 )]
@@ -148,7 +149,9 @@ pub(crate) async fn events(
     let session = params.text("session_id")?;
     let after = last_event_id(&headers)?.or(after_seq).unwrap_or(0);
     let loom = state.loom.clone();
-    let run = caller.run(&state, &run_id, session.as_deref()).await?;
+    let run = caller
+        .addressed_run(&state, &run_id, session.as_deref())
+        .await?;
     let lease = lease_seconds(&loom);
     let content = caller.reads_content();
     let options = FollowOptions {

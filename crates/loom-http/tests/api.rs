@@ -232,12 +232,6 @@ async fn a_synchronous_run_is_created_and_read_back() {
     let (status, read) = server.get("/runs/r1?session_id=s1").await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(read, created);
-    // Found without its session too (by search).
-    let (status, read) = server.get("/runs/r1").await;
-    assert_eq!(
-        (status, read["run_id"].as_str()),
-        (StatusCode::OK, Some("r1"))
-    );
     // The metadata reached the journal.
     let run = server.loom.locate("r1", Some("s1"), None).await.unwrap();
     let events = server.loom.events(&run).await.unwrap();
@@ -247,18 +241,133 @@ async fn a_synchronous_run_is_created_and_read_back() {
         "{started}"
     );
 
-    // The same run id again: 409.
-    let (status, body) = server
-        .post(
-            "/agents/echo/runs",
-            json!({"message": "Encore", "session_id": "s1", "run_id": "r1"}),
-        )
-        .await;
+    // The same run id again: 409, in its session or in any other of the tenant (run ids are
+    // unique per tenant), naming the session that holds it; nothing is written.
+    for (session, message) in [
+        (
+            json!("s1"),
+            "request refused: run r1 already exists in session s1",
+        ),
+        (
+            json!("s2"),
+            "request refused: run r1 already exists in session s1",
+        ),
+        (
+            Value::Null,
+            "request refused: run r1 already exists in session s1",
+        ),
+    ] {
+        let (status, body) = server
+            .post(
+                "/agents/echo/runs",
+                json!({"message": "Encore", "session_id": session, "run_id": "r1"}),
+            )
+            .await;
+        assert_eq!(
+            (status, kind(&body), body["error"]["message"].as_str()),
+            (StatusCode::CONFLICT, "refused", Some(message)),
+            "{session}: {body}"
+        );
+    }
+    for session in ["s2", "r1"] {
+        let (status, body) = server.get(&format!("/sessions/{session}")).await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "{session}: {body}");
+    }
+}
+
+/// A run is read in the session `session_id` names, else in the session named after it (as
+/// Loom-IA addresses it): a run of a named session asked without its session is unknown, on
+/// every read route that takes `session_id` (result, events, trace).
+#[tokio::test]
+async fn a_run_of_a_named_session_is_read_with_its_session() {
+    let server = Server::start().await;
+    for body in [
+        json!({"message": "Salut", "session_id": "rest-s", "run_id": "rest-1"}),
+        json!({"message": "Salut", "run_id": "alone-1"}),
+    ] {
+        let (status, created) = server.post("/agents/echo/runs", body).await;
+        assert_eq!(status, StatusCode::CREATED, "{created}");
+    }
+    for path in ["/runs/rest-1", "/runs/rest-1/events", "/traces/rest-1"] {
+        let response = server
+            .client
+            .get(format!("{}{path}", server.base))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::NOT_FOUND, "{path}");
+        let body: Value = response.json().await.unwrap();
+        assert_eq!(
+            (kind(&body), body["error"]["message"].as_str()),
+            ("unknown_run", Some("run rest-1 not found")),
+            "{path}"
+        );
+        // With its session, or in another session than its own: found, and not.
+        let response = server
+            .client
+            .get(format!("{}{path}?session_id=rest-s", server.base))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::OK, "{path}");
+        let (status, _) = server.get(&format!("{path}?session_id=alone-1")).await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "{path}");
+    }
+    // A run opened without a session is its own session: found without `session_id`.
+    let (status, read) = server.get("/runs/alone-1").await;
+    assert_eq!(
+        (status, read["session_id"].as_str()),
+        (StatusCode::OK, Some("alone-1"))
+    );
+    let (status, trace) = server.get("/traces/alone-1").await;
+    assert_eq!(
+        (status, trace["run_id"].as_str()),
+        (StatusCode::OK, Some("alone-1"))
+    );
+    let frames = server.sse("alone-1", "", None).await.rest().await;
+    assert_eq!(
+        frames.last().unwrap().event.as_deref(),
+        Some("run.completed")
+    );
+    // A run id no session can be named after is unknown, not an unusable session id.
+    let (status, body) = server.get("/runs/no%20such").await;
     assert_eq!(
         (status, kind(&body)),
-        (StatusCode::CONFLICT, "refused"),
+        (StatusCode::NOT_FOUND, "unknown_run"),
         "{body}"
     );
+}
+
+/// `GET /sessions/{id}/events`: the journal as written, one event per line, as NDJSON.
+#[tokio::test]
+async fn a_session_journal_is_its_lines_as_written() {
+    let server = Server::start().await;
+    for run in ["j-1", "j-2"] {
+        let (status, created) = server
+            .post(
+                "/agents/echo/runs",
+                json!({"message": "Salut", "session_id": "journal-s", "run_id": run}),
+            )
+            .await;
+        assert_eq!(status, StatusCode::CREATED, "{created}");
+    }
+    let response = server
+        .client
+        .get(format!("{}/sessions/journal-s/events", server.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(
+        response.headers()["content-type"].to_str().unwrap(),
+        "application/x-ndjson"
+    );
+    let body = response.text().await.unwrap();
+    let written =
+        std::fs::read_to_string(server._dir.path().join("journal/default/journal-s.jsonl"))
+            .unwrap();
+    assert_eq!(body, written);
+    assert_eq!(body.lines().count(), 2 * 8);
 }
 
 /// A synchronous request whose client goes away mid-run: the run goes on and closes.
@@ -459,16 +568,46 @@ async fn approve_and_reject_decide_and_the_run_goes_on() {
     );
     let (_, done) = server.get(&format!("/runs/{run_id}")).await;
     assert_eq!(done["text"], "Résultat : devis envoyé à Dupont");
-    // Nothing waits any more: 409.
+    // Nothing waits any more: no such approval, 404.
     let (status, body) = server
         .post(&format!("/runs/{run_id}/approve"), json!({}))
         .await;
-    assert_eq!((status, kind(&body)), (StatusCode::CONFLICT, "refused"));
+    assert_eq!(
+        (status, kind(&body), body["error"]["message"].as_str()),
+        (
+            StatusCode::NOT_FOUND,
+            "unknown_approval",
+            Some(format!("run {run_id}: nothing is waiting for a decision").as_str())
+        )
+    );
 
     let (_, paused) = server
         .post("/agents/devis/runs", json!({"message": "Envoie le devis."}))
         .await;
     let run_id = paused["run_id"].as_str().unwrap().to_owned();
+    // A call id no request waits for: 404 for both decisions, and nothing is written.
+    for decision in ["approve", "reject"] {
+        let (status, body) = server
+            .post(
+                &format!("/runs/{run_id}/{decision}"),
+                json!({"call_id": "nope", "by": "denis"}),
+            )
+            .await;
+        assert_eq!(
+            (status, kind(&body)),
+            (StatusCode::NOT_FOUND, "unknown_approval"),
+            "{decision}: {body}"
+        );
+        assert!(
+            body["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("no approval is waiting for call 'nope'"),
+            "{body}"
+        );
+    }
+    let (_, still) = server.get(&format!("/runs/{run_id}")).await;
+    assert_eq!(still["status"], "paused");
     let (status, body) = server
         .post(
             &format!("/runs/{run_id}/reject"),

@@ -193,7 +193,7 @@ async fn no_route_answers_content_to_a_key_without_read_content() {
             "/v1/runs/{run_id}",
             Answer::Masked,
             vec![
-                call(Method::GET, "/runs/r-echo", READER, None),
+                call(Method::GET, "/runs/r-echo?session_id=s-echo", READER, None),
                 call(
                     Method::GET,
                     "/runs/r-devis?session_id=s-devis",
@@ -206,7 +206,12 @@ async fn no_route_answers_content_to_a_key_without_read_content() {
             "get",
             "/v1/runs/{run_id}/events",
             Answer::Masked,
-            vec![call(Method::GET, "/runs/r-echo/events", READER, None)],
+            vec![call(
+                Method::GET,
+                "/runs/r-echo/events?session_id=s-echo",
+                READER,
+                None,
+            )],
         ),
         (
             "get",
@@ -225,8 +230,18 @@ async fn no_route_answers_content_to_a_key_without_read_content() {
             "/v1/traces/{run_id}",
             Answer::Masked,
             vec![
-                call(Method::GET, "/traces/r-echo", READER, None),
-                call(Method::GET, "/traces/r-devis", READER, None),
+                call(
+                    Method::GET,
+                    "/traces/r-echo?session_id=s-echo",
+                    READER,
+                    None,
+                ),
+                call(
+                    Method::GET,
+                    "/traces/r-devis?session_id=s-devis",
+                    READER,
+                    None,
+                ),
             ],
         ),
         (

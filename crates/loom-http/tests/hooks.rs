@@ -398,6 +398,7 @@ async fn refused_deliveries_say_why_and_write_nothing() {
         .await
         .unwrap();
     assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+    assert_eq!(response.headers()["www-authenticate"], "Bearer");
     let (status, _, body) = send(server.post("/hooks/ping", READ_A)).await;
     assert_eq!(
         (status, kind(&body)),

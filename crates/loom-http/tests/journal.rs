@@ -216,8 +216,9 @@ async fn the_outside_probe_is_refused_and_the_tenant_stays_readable() {
     assert!(listed.contains(&deep.as_str()) && listed.contains(&before.as_str()));
     let (status, body) = send(server.get("/events", READ)).await;
     assert_eq!(status, StatusCode::OK, "{body}");
-    for run in [&deep, &before] {
-        let (status, body) = send(server.get(&format!("/runs/{run}"), READ)).await;
+    for (run, session) in [(&deep, "deep"), (&before, "s0")] {
+        let (status, body) =
+            send(server.get(&format!("/runs/{run}?session_id={session}"), READ)).await;
         assert_eq!(status, StatusCode::OK, "{body}");
     }
     server.run("chef", "after", ADMIN).await;
@@ -252,10 +253,10 @@ async fn an_unreadable_line_costs_its_session_only() {
     let (status, body) = send(server.get("/events?type=run.started", READ)).await;
     assert_eq!(status, StatusCode::OK, "{body}");
     assert_eq!(body.as_array().unwrap().len(), 1, "{body}");
-    let (status, body) = send(server.get(&format!("/runs/{good}"), READ)).await;
+    let (status, body) = send(server.get(&format!("/runs/{good}?session_id=good"), READ)).await;
     assert_eq!(status, StatusCode::OK, "{body}");
     // The run of the unreadable session is not "unknown": its journal is what fails.
-    let (status, body) = send(server.get(&format!("/runs/{bad}"), READ)).await;
+    let (status, body) = send(server.get(&format!("/runs/{bad}?session_id=bad"), READ)).await;
     assert_eq!(
         (status, kind(&body)),
         (StatusCode::INTERNAL_SERVER_ERROR, "journal"),
@@ -263,11 +264,35 @@ async fn an_unreadable_line_costs_its_session_only() {
     );
     // The tenant has a budget: opening a run reads every session of the tenant.
     server.run("chef", "next", ADMIN).await;
+    // A chosen run id is looked up in the journal's run index, which the unreadable line does
+    // not stop (Loom-IA scans every session, so one corrupted session fails every chosen id):
+    // a new id opens, and the id of the run whose journal is unreadable is still taken.
+    let (status, body) = send(server.post(
+        "/agents/chef/runs",
+        ADMIN,
+        json!({"message": "Bonjour", "session_id": "chosen", "run_id": "chosen-1"}),
+    ))
+    .await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let (status, body) = send(server.post(
+        "/agents/chef/runs",
+        ADMIN,
+        json!({"message": "Bonjour", "session_id": "chosen", "run_id": bad}),
+    ))
+    .await;
+    assert_eq!(
+        (status, body["error"]["message"].as_str()),
+        (
+            StatusCode::CONFLICT,
+            Some(format!("request refused: run {bad} already exists in session bad").as_str())
+        ),
+        "{body}"
+    );
 
     let (status, body) = send(server.delete("/sessions/bad", ADMIN)).await;
     assert_eq!(status, StatusCode::OK, "{body}");
     assert_eq!(body["events_deleted"], 8, "{body}");
-    let (status, body) = send(server.get(&format!("/runs/{bad}"), READ)).await;
+    let (status, body) = send(server.get(&format!("/runs/{bad}?session_id=bad"), READ)).await;
     assert_eq!(
         (status, kind(&body)),
         (StatusCode::NOT_FOUND, "unknown_run")

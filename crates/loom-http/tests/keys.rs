@@ -126,6 +126,21 @@ async fn send(request: RequestBuilder) -> (StatusCode, Value) {
     (status, response.json().await.unwrap())
 }
 
+/// Sends a request that must be refused with 401: every 401 names the scheme to authenticate
+/// with (`WWW-Authenticate: Bearer`, RFC 9110).
+async fn unauthorized(request: RequestBuilder) -> Value {
+    let response = request.send().await.unwrap();
+    assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+    assert_eq!(
+        response
+            .headers()
+            .get("www-authenticate")
+            .map(|v| v.to_str().unwrap()),
+        Some("Bearer")
+    );
+    response.json().await.unwrap()
+}
+
 fn kind(body: &Value) -> &str {
     body["error"]["kind"].as_str().unwrap_or_default()
 }
@@ -134,9 +149,8 @@ fn kind(body: &Value) -> &str {
 async fn missing_unknown_and_expired_keys_are_401() {
     let server = Server::start().await;
     for path in ["/agents", "/runs/r1", "/runs/r1/events"] {
-        let (status, body) = send(server.get(path)).await;
-        assert_eq!(status, StatusCode::UNAUTHORIZED, "{path}: {body}");
-        assert_eq!(kind(&body), "missing_key");
+        let body = unauthorized(server.get(path)).await;
+        assert_eq!(kind(&body), "missing_key", "{path}: {body}");
         assert!(
             body["error"]["message"]
                 .as_str()
@@ -150,26 +164,21 @@ async fn missing_unknown_and_expired_keys_are_401() {
         server.post("/runs/r1/approve", json!({})),
         server.post("/runs/r1/cancel", json!({})),
     ] {
-        let (status, body) = send(request).await;
-        assert_eq!(status, StatusCode::UNAUTHORIZED, "{body}");
+        let body = unauthorized(request).await;
+        assert_eq!(kind(&body), "missing_key", "{body}");
     }
-    let (status, body) = send(bearer(server.get("/agents"), "lk_nobody")).await;
-    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    let body = unauthorized(bearer(server.get("/agents"), "lk_nobody")).await;
     assert_eq!(kind(&body), "unknown_key");
     assert_eq!(body["error"]["message"], "API key refused");
     // A wrong scheme is no key.
-    let (status, body) = send(
+    let body = unauthorized(
         server
             .get("/agents")
             .header("Authorization", format!("Basic {RUN_A}")),
     )
     .await;
-    assert_eq!(
-        (status, kind(&body)),
-        (StatusCode::UNAUTHORIZED, "missing_key")
-    );
-    let (status, body) = send(bearer(server.get("/agents"), OLD_A)).await;
-    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    assert_eq!(kind(&body), "missing_key");
+    let body = unauthorized(bearer(server.get("/agents"), OLD_A)).await;
     assert_eq!(kind(&body), "expired_key");
     assert_eq!(
         body["error"]["message"],

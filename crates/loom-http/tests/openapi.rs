@@ -224,6 +224,12 @@ async fn with_keys_every_operation_requires_one_and_the_docs_need_none() {
                 "#/components/schemas/Error",
                 "{operation}"
             );
+            // Every 401 says the scheme, and the document says so.
+            assert_eq!(
+                operation["responses"]["401"]["headers"]["WWW-Authenticate"]["schema"]["enum"],
+                json!(["Bearer"]),
+                "{operation}"
+            );
         }
     }
     // The routes themselves do need the key.
@@ -233,6 +239,7 @@ async fn with_keys_every_operation_requires_one_and_the_docs_need_none() {
         .await
         .unwrap();
     assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+    assert_eq!(response.headers()["www-authenticate"], "Bearer");
 }
 
 #[tokio::test]

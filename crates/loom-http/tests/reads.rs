@@ -621,12 +621,15 @@ async fn traces_show_the_run_tree_to_keys_allowed_on_all_its_agents() {
         ),
         (&json!("tool"), &json!("r-b1"), &json!("agent"))
     );
-    // Found without its session too.
-    let (status, found) = server.get("/traces/r-b1", CONTENT_A).await;
-    assert_eq!((status, &found), (StatusCode::OK, &trace));
+    // Without its session, a run of a named session is unknown (as Loom-IA addresses it).
+    let (status, body) = server.get("/traces/r-b1", CONTENT_A).await;
+    assert_eq!(
+        (status, kind(&body)),
+        (StatusCode::NOT_FOUND, "unknown_run")
+    );
 
     // Without read_content: no text, no arguments, no result.
-    let (status, masked) = server.get("/traces/r-b1", READ_A).await;
+    let (status, masked) = server.get("/traces/r-b1?session_id=s-2", READ_A).await;
     assert_eq!(status, StatusCode::OK);
     let text = masked.to_string();
     for content in ["secret", "Fini", "Aide", "délègue"] {
@@ -650,13 +653,13 @@ async fn traces_show_the_run_tree_to_keys_allowed_on_all_its_agents() {
     assert_eq!(masked["usage"], trace["usage"]);
 
     // A key on boss only cannot read the tree (its sub-agent is helper); echo's key reads echo.
-    let (status, body) = server.get("/traces/r-b1", BOSS_A).await;
+    let (status, body) = server.get("/traces/r-b1?session_id=s-2", BOSS_A).await;
     assert_eq!(
         (status, kind(&body)),
         (StatusCode::FORBIDDEN, "agent_not_allowed")
     );
     assert!(message(&body).contains("'helper'"), "{body}");
-    let (status, _) = server.get("/traces/r-b1", ECHO_A).await;
+    let (status, _) = server.get("/traces/r-b1?session_id=s-2", ECHO_A).await;
     assert_eq!(status, StatusCode::FORBIDDEN);
     let (status, _) = server.get("/traces/r-e1?session_id=s-1", ECHO_A).await;
     assert_eq!(status, StatusCode::OK);
@@ -669,7 +672,7 @@ async fn traces_show_the_run_tree_to_keys_allowed_on_all_its_agents() {
     let (status, _) = server.get("/traces/r-b1?session_id=s-1", CONTENT_A).await;
     assert_eq!(status, StatusCode::NOT_FOUND);
     assert_invalid(&server, "/traces/r-b1?session=s-2", "session").await;
-    let (status, _) = server.get("/traces/r-b1", RUN_A).await;
+    let (status, _) = server.get("/traces/r-b1?session_id=s-2", RUN_A).await;
     assert_eq!(status, StatusCode::FORBIDDEN);
 }
 
@@ -1087,7 +1090,12 @@ async fn sse_follows_the_sub_runs_and_resumes_with_last_event_id() {
 
     // Without the sub-runs: the root's own events only.
     let own = server
-        .sse("r-live", "?subruns=false", CONTENT_A, None)
+        .sse(
+            "r-live",
+            "?session_id=s-live&subruns=false",
+            CONTENT_A,
+            None,
+        )
         .await
         .rest()
         .await;
@@ -1107,7 +1115,11 @@ async fn sse_follows_the_sub_runs_and_resumes_with_last_event_id() {
         root.iter().map(|e| e.seq).collect::<Vec<_>>()
     );
     // The sub-run's events, masked without read_content.
-    let masked = server.sse("r-live", "", READ_A, None).await.rest().await;
+    let masked = server
+        .sse("r-live", "?session_id=s-live", READ_A, None)
+        .await
+        .rest()
+        .await;
     assert_eq!(masked.len(), journal.len());
     let asked = masked
         .iter()
@@ -1121,7 +1133,11 @@ async fn sse_follows_the_sub_runs_and_resumes_with_last_event_id() {
     );
 
     // A key allowed on boss but not on helper: the stream stops at the sub-run.
-    let refused = server.sse("r-live", "", BOSS_A, None).await.rest().await;
+    let refused = server
+        .sse("r-live", "?session_id=s-live", BOSS_A, None)
+        .await
+        .rest()
+        .await;
     let (error, before) = refused.split_last().unwrap();
     assert_eq!(error.event.as_deref(), Some("error"));
     assert_eq!(error.id, None);
@@ -1144,7 +1160,7 @@ async fn sse_follows_the_sub_runs_and_resumes_with_last_event_id() {
             .collect::<Vec<_>>()
     );
     let own = server
-        .sse("r-live", "?subruns=false", BOSS_A, None)
+        .sse("r-live", "?session_id=s-live&subruns=false", BOSS_A, None)
         .await
         .rest()
         .await;
@@ -1155,7 +1171,11 @@ async fn sse_follows_the_sub_runs_and_resumes_with_last_event_id() {
         .run("acme", "chef", "s-chef", "r-chef", Vec::new())
         .await;
     assert_eq!(waiting.status, loom_ia::RunStatus::WaitingChild);
-    let refused = server.sse("r-chef", "", BOSS_A, None).await.rest().await;
+    let refused = server
+        .sse("r-chef", "?session_id=s-chef", BOSS_A, None)
+        .await
+        .rest()
+        .await;
     let (error, before) = refused.split_last().unwrap();
     assert_eq!(error.data["error"]["kind"], "agent_not_allowed");
     assert!(before.iter().all(|f| f.data["agent"] == "chef"));
@@ -1186,7 +1206,6 @@ async fn a_key_of_one_tenant_never_sees_another_tenants_runs_sessions_events_tra
         "/runs/rb-2?session_id=s-b".to_owned(),
         format!("/runs/{beta_child}?session_id=s-b"),
         "/traces/rb-2?session_id=s-b".to_owned(),
-        "/traces/rb-2".to_owned(),
         "/sessions/s-b".to_owned(),
         "/sessions/s-b/events".to_owned(),
         "/sessions/s-b/files".to_owned(),
@@ -1205,7 +1224,11 @@ async fn a_key_of_one_tenant_never_sees_another_tenants_runs_sessions_events_tra
         let (status, body) = server.get(path, ADMIN_A).await;
         assert_eq!(status, StatusCode::NOT_FOUND, "{path}: {body}");
     }
-    for path in ["/runs/rb-2", "/runs/rb-1", "/traces/rb-1"] {
+    for path in [
+        "/runs/rb-2?session_id=s-b",
+        "/runs/rb-1?session_id=s-1",
+        "/traces/rb-1?session_id=s-1",
+    ] {
         let (status, _) = server.get(path, ADMIN_A).await;
         assert_eq!(status, StatusCode::NOT_FOUND, "{path}");
     }
@@ -1327,13 +1350,22 @@ async fn every_read_answer_masked_or_not_matches_the_document() {
     let (_, files) = server.get("/sessions/s-1/files", CONTENT_A).await;
     assert!(files[0]["name"].is_string(), "{files}");
     let reads = [
-        ("/runs/r-d1".to_owned(), "/v1/runs/{run_id}"),
-        ("/runs/r-b1".to_owned(), "/v1/runs/{run_id}"),
+        ("/runs/r-d1?session_id=s-4".to_owned(), "/v1/runs/{run_id}"),
+        ("/runs/r-b1?session_id=s-2".to_owned(), "/v1/runs/{run_id}"),
         ("/runs".to_owned(), "/v1/runs"),
         ("/events?limit=10000".to_owned(), "/v1/events"),
-        ("/traces/r-d1".to_owned(), "/v1/traces/{run_id}"),
-        ("/traces/r-b1".to_owned(), "/v1/traces/{run_id}"),
-        (format!("/traces/{child}"), "/v1/traces/{run_id}"),
+        (
+            "/traces/r-d1?session_id=s-4".to_owned(),
+            "/v1/traces/{run_id}",
+        ),
+        (
+            "/traces/r-b1?session_id=s-2".to_owned(),
+            "/v1/traces/{run_id}",
+        ),
+        (
+            format!("/traces/{child}?session_id=s-2"),
+            "/v1/traces/{run_id}",
+        ),
         ("/sessions".to_owned(), "/v1/sessions"),
         ("/sessions/s-4".to_owned(), "/v1/sessions/{session_id}"),
         ("/sessions/s-2".to_owned(), "/v1/sessions/{session_id}"),
@@ -1387,7 +1419,7 @@ async fn every_read_answer_masked_or_not_matches_the_document() {
 
     // The documented schemas are not trivially loose: an answer without a metadata field
     // the document requires is refused.
-    let (_, mut result) = server.get("/runs/r-d1", READ_A).await;
+    let (_, mut result) = server.get("/runs/r-d1?session_id=s-4", READ_A).await;
     result.as_object_mut().unwrap().remove("status");
     let schema = &document["paths"]["/v1/runs/{run_id}"]["get"]["responses"]["200"]["content"]["application/json"]
         ["schema"];

@@ -25,6 +25,10 @@ pub enum LoomError {
     /// No such session.
     #[error("session {0} not found")]
     UnknownSession(String),
+    /// No approval request waits for the decision: nothing waits in the run, or not for the
+    /// call named. Nothing was written.
+    #[error("{0}")]
+    UnknownApproval(String),
     /// No such file in the session (`artifact.stored`), or its bytes are gone.
     #[error("file {0} not found")]
     UnknownArtifact(String),
@@ -39,8 +43,8 @@ pub enum LoomError {
     /// A tool registration was refused.
     #[error("tool registration refused: {0}")]
     Registration(String),
-    /// The request was refused: it conflicts with the state of things (the run exists,
-    /// nothing waits for a decision, a sub-run cannot be resumed on its own) or with a rule
+    /// The request was refused: it conflicts with the state of things (the run exists, an
+    /// approval request expired, a sub-run cannot be resumed on its own) or with a rule
     /// (judges skipped under `prod`, an undeclared tenant).
     #[error("request refused: {0}")]
     Refused(String),
@@ -153,6 +157,7 @@ impl LoomError {
                 | LoomError::UnknownAgent { .. }
                 | LoomError::UnknownRun(_)
                 | LoomError::UnknownSession(_)
+                | LoomError::UnknownApproval(_)
                 | LoomError::UnknownArtifact(_)
                 | LoomError::InvalidQuery { .. }
                 | LoomError::Registration(_)
@@ -201,6 +206,7 @@ impl From<EngineError> for LoomError {
                 LoomError::Refused(error.to_string())
             }
             EngineError::Unusable(message) => LoomError::Invalid(message),
+            EngineError::UnknownApproval(message) => LoomError::UnknownApproval(message),
             EngineError::SessionOfAnotherAgent {
                 session_id,
                 owner,

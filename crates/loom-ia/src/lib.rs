@@ -34,6 +34,7 @@
 
 pub mod budget;
 mod clock;
+mod env;
 mod error;
 pub mod follow;
 mod journals;

@@ -229,6 +229,8 @@ pub struct Validation {
     pub file: PathBuf,
     /// Active profile.
     pub profile: Option<Profile>,
+    /// The env file read with the configuration, and how many variables it sets.
+    pub env_file: Option<(PathBuf, usize)>,
     /// `(id, sdk, provider model)` of each model.
     pub models: Vec<(String, String, String)>,
     /// Declared MCP servers.
@@ -349,9 +351,29 @@ impl Loom {
         path: impl AsRef<Path>,
         profile: Option<Profile>,
     ) -> Result<Loom, LoomError> {
+        let options = loom_config::LoadOptions {
+            profile,
+            ..loom_config::LoadOptions::default()
+        };
+        Loom::open_config_with(path, &options).await
+    }
+
+    /// [`Loom::open_config`] with the env file chosen (`--env-file F`, `--no-env-file`; see
+    /// [`loom_config::EnvFile`]): its variables fill in what the process environment lacks,
+    /// for `LOOM_PROFILE` and every variable the configuration names.
+    pub async fn open_config_with(
+        path: impl AsRef<Path>,
+        options: &loom_config::LoadOptions,
+    ) -> Result<Loom, LoomError> {
         let env = |name: &str| std::env::var(name).ok();
-        let config = loom_config::load(path.as_ref(), profile, &env)?;
+        let config = loom_config::load_with(path.as_ref(), options, &env)?;
         Loom::open(config).await
+    }
+
+    /// `name` as the configuration sees it: from the process environment, else from the env
+    /// file read with it ([`Config::env_file`]).
+    pub fn env_var(&self, name: &str) -> Option<String> {
+        crate::env::var(self.config(), name)
     }
 
     /// A Loom over a configuration and a journal of the caller's choice.
@@ -727,6 +749,10 @@ impl Loom {
         Ok(Validation {
             file: config.file().to_path_buf(),
             profile: config.profile(),
+            env_file: config
+                .env_file()
+                .path()
+                .map(|path| (path.to_path_buf(), config.env_file().names().count())),
             models: config
                 .raw()
                 .models

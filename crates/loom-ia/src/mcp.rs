@@ -23,8 +23,8 @@ pub(crate) fn servers(config: &Config) -> Result<BTreeMap<String, Arc<dyn ToolSo
 }
 
 fn env_value(config: &Config, key: &str, variable: &str) -> Result<String, LoomError> {
-    match std::env::var(variable) {
-        Ok(value) if !value.is_empty() => Ok(value),
+    match crate::env::var(config, variable) {
+        Some(value) if !value.is_empty() => Ok(value),
         _ => Err(config
             .error_at_root(
                 key,
@@ -42,7 +42,13 @@ fn options(
     let at = |key: &str| format!("mcp_servers[{index}].{key}");
     let transport = match spec.transport {
         McpTransport::Stdio => {
-            let mut env = spec.env.clone();
+            // The child inherits the process environment and, as in the reference (where the
+            // env file is loaded into the process environment), the env file's variables the
+            // process lacks; then the server's own `env` and `env_from`.
+            let mut env: BTreeMap<String, String> = crate::env::file_only(config)
+                .map(|(name, value)| (name.to_owned(), value.to_owned()))
+                .collect();
+            env.extend(spec.env.clone());
             for (name, variable) in &spec.env_from {
                 env.insert(
                     name.clone(),

@@ -42,8 +42,8 @@ pub(crate) fn secrets(config: &Config) -> Result<Secrets, LoomError> {
         let Some(variable) = &trigger.secret_env else {
             continue;
         };
-        match std::env::var(variable) {
-            Ok(value) if !value.is_empty() => {
+        match crate::env::var(config, variable) {
+            Some(value) if !value.is_empty() => {
                 secrets.insert(trigger.name.clone(), value.into_bytes());
             }
             _ => {

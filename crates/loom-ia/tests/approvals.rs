@@ -87,7 +87,9 @@ async fn a_paused_run_lists_its_pending_approvals_and_is_approved_later() {
 
     // Nothing waits any more.
     let again = other.reject(&run, None, "denis", None, false).await;
-    assert!(matches!(&again, Err(LoomError::Refused(m)) if m.contains("nothing is waiting")));
+    assert!(
+        matches!(&again, Err(LoomError::UnknownApproval(m)) if m.contains("nothing is waiting"))
+    );
     assert!(again.unwrap_err().is_refusal());
 }
 

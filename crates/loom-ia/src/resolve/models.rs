@@ -176,8 +176,8 @@ fn build_provider(
 
     let api_key = match &spec.api_key_env {
         Some(variable) => {
-            match std::env::var(variable) {
-                Ok(value) if !value.is_empty() => Some(value),
+            match crate::env::var(config, variable) {
+                Some(value) if !value.is_empty() => Some(value),
                 _ => {
                     return Err(config
                     .error_at_root(
