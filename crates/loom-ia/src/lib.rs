@@ -70,7 +70,8 @@ pub use loom_core::{
     tool::{FnTool, IntoToolOutput, Json, Tool, ToolContext, ToolError, ToolOutput, Views},
 };
 pub use loom_engine::{
-    Attachment, AttachmentLimits, JudgeCondition, JudgeInput, JudgeMode, Observer, RunRef,
+    Attachment, AttachmentLimits, Image, JudgeCondition, JudgeInput, JudgeMode, Observer, RunRef,
+    ToolFile,
 };
 pub use loom_macros::tool;
 pub mod report;
@@ -85,7 +86,7 @@ pub use report::{
     RunUsage, SessionReport, SubRunUsage, TenantReport, Trace, TraceCall, TraceStep, UsageLine,
     UsageReport,
 };
-pub use result::RunResult;
+pub use result::{CriterionVerdict, JudgeVerdict, RunArtifact, RunResult, SkippedJudge};
 pub use sessions::{
     FILE_ORIGINS, SessionDeletion, SessionFile, SessionInfo, SessionListed, SessionRun,
 };
