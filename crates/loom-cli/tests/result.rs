@@ -293,10 +293,16 @@ fn rest_and_mcp_give_the_cli_result() {
     assert_eq!(serde_json::from_str::<Value>(&read).unwrap(), created);
     let (status, body) = request(&address, "POST", "/v1/runs/h1/approve", r#"{"by": "denis"}"#);
     assert_eq!(status, 200, "{body}");
-    let (status, done) = request(&address, "GET", "/v1/runs/h1", "");
-    assert_eq!(status, 200, "{done}");
-    let done: Value = serde_json::from_str(&done).unwrap();
-    assert_eq!(done["status"], "completed");
+    // The approved run goes on in the background.
+    let done = loom_testkit::wait::blocking_until("run h1 to complete", || {
+        let (status, body) = request(&address, "GET", "/v1/runs/h1", "");
+        let read: Value = serde_json::from_str(&body).unwrap_or_default();
+        if status == 200 && read["status"] == "completed" {
+            Ok(read)
+        } else {
+            Err(format!("{status} {body}"))
+        }
+    });
     assert!(done["data"].is_object() && done["verdicts"][0].is_object(), "{done}");
     let (code, log) = server.stop();
     assert_eq!(code, Some(0), "{log}");
