@@ -661,7 +661,10 @@ fn files_of_an_mcp_result_become_artifacts_listed_in_the_result() {
         // The bytes are beside the journal, content-addressed.
         let uri = stored["uri"].as_str().unwrap();
         assert!(uri.starts_with("artifact://default/m1/"), "{uri}");
-        let file = dir.path().join("data/.artifacts").join(uri.trim_start_matches("artifact://"));
+        let file = dir
+            .path()
+            .join("data/.artifacts")
+            .join(uri.trim_start_matches("artifact://"));
         assert_eq!(
             fs::metadata(&file).unwrap().len(),
             stored["size"].as_u64().unwrap()
@@ -681,7 +684,10 @@ fn files_of_an_mcp_result_become_artifacts_listed_in_the_result() {
         .collect();
     types.sort_unstable();
     assert_eq!(types, ["application/pdf", "audio/wav", "image/png"]);
-    let pdf = listed.iter().find(|a| a["media_type"] == "application/pdf").unwrap();
+    let pdf = listed
+        .iter()
+        .find(|a| a["media_type"] == "application/pdf")
+        .unwrap();
     assert_eq!(pdf["name"], "devis-D-1.pdf");
     let journal_text = fs::read_to_string(dir.path().join("data/default/m1.jsonl")).unwrap();
     assert!(!journal_text.contains("inline_data"), "{journal_text}");
@@ -711,7 +717,10 @@ fn an_approved_mcp_image_call_completes_with_its_artifact() {
             - name: py__image
               arguments: {}
         - text: "Image : {{ tool_result }}""#;
-    let dir = py_server_project(script, "        tools:\n          image: {approval: always}");
+    let dir = py_server_project(
+        script,
+        "        tools:\n          image: {approval: always}",
+    );
     let out = run_in(dir.path(), &["run", "a", "go", "--run-id", "m2", "--json"]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
     let paused: Value = serde_json::from_str(&text(&out.stdout)).unwrap();

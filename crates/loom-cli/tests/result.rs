@@ -212,7 +212,19 @@ fn the_cli_doors_give_the_same_result_with_every_field() {
     assert_eq!(paused["skipped_judges"], json!([]));
     assert_ne!(paused["report"], json!({}));
 
-    let approved = json_out(&loom(dir.path(), &["approve", "r1", "--json"]), 0);
+    let out = loom(dir.path(), &["approve", "r1", "--json"]);
+    let approved = json_out(&out, 0);
+    // The summary for people names the files and the verdicts.
+    let stderr = text(&out.stderr);
+    let file_line = format!(
+        "File       : {} (image/png, {size} bytes)\n",
+        artifact["uri"].as_str().unwrap()
+    );
+    assert!(stderr.contains(&file_line), "{stderr}");
+    assert!(
+        stderr.contains("Judge      : output (final answer), attempt 1 — accepted: complet 0.90\n"),
+        "{stderr}"
+    );
     assert_eq!(approved["status"], "completed");
     assert_eq!(
         approved["data"],
@@ -229,7 +241,12 @@ fn the_cli_doors_give_the_same_result_with_every_field() {
             &verdict["passed"],
             &verdict["blocked"]
         ),
-        (&json!("output"), &json!("output"), &json!(true), &json!(false))
+        (
+            &json!("output"),
+            &json!("output"),
+            &json!(true),
+            &json!(false)
+        )
     );
     assert_eq!(
         verdict["criteria"],
@@ -258,7 +275,15 @@ fn the_cli_doors_give_the_same_result_with_every_field() {
         ),
         1,
     );
-    let skipped = json_out(&loom(dir.path(), &["approve", "r2", "--json"]), 0);
+    let out = loom(dir.path(), &["approve", "r2", "--json"]);
+    let skipped = json_out(&out, 0);
+    assert!(
+        text(&out.stderr).contains(
+            "Judge      : output (final answer) — not judged: skipped by the caller (--judges skip)\n"
+        ),
+        "{}",
+        text(&out.stderr)
+    );
     assert_eq!(skipped["verdicts"], json!([]));
     assert_eq!(
         skipped["skipped_judges"],
@@ -291,7 +316,12 @@ fn rest_and_mcp_give_the_cli_result() {
     let (status, read) = request(&address, "GET", "/v1/runs/h1", "");
     assert_eq!(status, 200, "{read}");
     assert_eq!(serde_json::from_str::<Value>(&read).unwrap(), created);
-    let (status, body) = request(&address, "POST", "/v1/runs/h1/approve", r#"{"by": "denis"}"#);
+    let (status, body) = request(
+        &address,
+        "POST",
+        "/v1/runs/h1/approve",
+        r#"{"by": "denis"}"#,
+    );
     assert_eq!(status, 200, "{body}");
     // The approved run goes on in the background.
     let done = loom_testkit::wait::blocking_until("run h1 to complete", || {
@@ -303,7 +333,10 @@ fn rest_and_mcp_give_the_cli_result() {
             Err(format!("{status} {body}"))
         }
     });
-    assert!(done["data"].is_object() && done["verdicts"][0].is_object(), "{done}");
+    assert!(
+        done["data"].is_object() && done["verdicts"][0].is_object(),
+        "{done}"
+    );
     let (code, log) = server.stop();
     assert_eq!(code, Some(0), "{log}");
     assert_eq!(
@@ -328,7 +361,10 @@ fn rest_and_mcp_give_the_cli_result() {
     assert_eq!(sorted(keys(paused)), sorted(PAUSED_KEYS.to_vec()));
     let run_id = paused["run_id"].as_str().unwrap();
     assert_eq!(
-        &json_out(&loom(dir.path(), &["resume", run_id, "--session", "m1", "--json"]), 1),
+        &json_out(
+            &loom(dir.path(), &["resume", run_id, "--session", "m1", "--json"]),
+            1
+        ),
         paused
     );
 }

@@ -302,7 +302,9 @@ mod tests {
         let kept = Arc::new(Kept::default());
         let store: Arc<dyn ArtifactStore> = kept.clone();
         let mut output = ToolOutput::text("chart and data");
-        output.blocks.push(Image::png(PNG.to_vec()).named("chart.png").block());
+        output
+            .blocks
+            .push(Image::png(PNG.to_vec()).named("chart.png").block());
         output
             .blocks
             .push(ToolFile::detect("lines.csv", b"a;b\n1;2\n".to_vec()).block());
@@ -319,7 +321,10 @@ mod tests {
         assert_eq!(stored[1].uri, "artifact://t/s/1.csv");
         assert_eq!(stored[1].media_type, "text/csv");
         assert_eq!(kept.0.lock().unwrap()[0].1, PNG);
-        assert_eq!(output.artifacts, ["artifact://t/s/0.png", "artifact://t/s/1.csv"]);
+        assert_eq!(
+            output.artifacts,
+            ["artifact://t/s/0.png", "artifact://t/s/1.csv"]
+        );
         assert_eq!(
             output.blocks[1].kind,
             BlockKind::Artifact {

@@ -224,7 +224,10 @@ mod tests {
                 "pending_approvals[0].reason"
             ])
         );
-        assert_eq!(masked["artifacts"][0]["uri"], "artifact://default/s1/ab.png");
+        assert_eq!(
+            masked["artifacts"][0]["uri"],
+            "artifact://default/s1/ab.png"
+        );
         assert_eq!(masked["verdicts"][0]["criteria"][0]["score"], 0.9);
         assert_eq!(masked["skipped_judges"][0]["judge"], "faits");
         assert_eq!(masked["pending_approvals"][0]["tool_name"], "envoyer");

@@ -239,7 +239,9 @@ impl RunResult {
         for event in own() {
             match &event.payload {
                 // Content-addressed: the same bytes stored twice are one file.
-                Payload::ArtifactStored(stored) if !artifacts.iter().any(|a| a.uri == stored.uri) => {
+                Payload::ArtifactStored(stored)
+                    if !artifacts.iter().any(|a| a.uri == stored.uri) =>
+                {
                     artifacts.push(stored.into());
                 }
                 Payload::JudgeEvaluated(evaluated) => verdicts.push(evaluated.into()),
@@ -332,7 +334,12 @@ mod tests {
         };
         let paused = RunResult::from_events("appr-run-1", &events[..12]).unwrap();
         let json = serde_json::to_value(&paused).unwrap();
-        let keys: Vec<&str> = json.as_object().unwrap().keys().map(String::as_str).collect();
+        let keys: Vec<&str> = json
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
         assert_eq!(
             keys,
             [
@@ -367,9 +374,12 @@ mod tests {
                 "tenant_id": "default"
             })
         );
-        let done = serde_json::to_value(RunResult::from_events("appr-run-1", &events).unwrap())
-            .unwrap();
-        assert_eq!(done["output"]["blocks"][0]["text"], "12 fois 7, plus 3, font 87.");
+        let done =
+            serde_json::to_value(RunResult::from_events("appr-run-1", &events).unwrap()).unwrap();
+        assert_eq!(
+            done["output"]["blocks"][0]["text"],
+            "12 fois 7, plus 3, font 87."
+        );
         assert_eq!(
             done["report"],
             serde_json::to_value(UsageReport::from_events("appr-run-1", &events)).unwrap()

@@ -112,10 +112,16 @@ async fn files_a_rust_tool_returns_are_stored_journaled_by_uri_and_listed() {
         }
     }
     assert_eq!(stored.len(), 3, "{stored:?}");
-    let png = stored.iter().find(|s| s.name.as_deref() == Some("D-1.png")).unwrap();
+    let png = stored
+        .iter()
+        .find(|s| s.name.as_deref() == Some("D-1.png"))
+        .unwrap();
     assert_eq!(png.media_type, "image/png");
     assert_eq!(png.size, PNG.len() as u64);
-    let csv = stored.iter().find(|s| s.name.as_deref() == Some("D-1.csv")).unwrap();
+    let csv = stored
+        .iter()
+        .find(|s| s.name.as_deref() == Some("D-1.csv"))
+        .unwrap();
     assert_eq!(csv.media_type, "text/csv");
     assert!(csv.uri.ends_with(".csv"), "{}", csv.uri);
 
@@ -136,13 +142,25 @@ async fn files_a_rust_tool_returns_are_stored_journaled_by_uri_and_listed() {
     let mut listed: Vec<(&str, &str, &str, u64)> = result
         .artifacts
         .iter()
-        .map(|a| (a.media_type.as_str(), a.uri.as_str(), a.origin.as_str(), a.size))
+        .map(|a| {
+            (
+                a.media_type.as_str(),
+                a.uri.as_str(),
+                a.origin.as_str(),
+                a.size,
+            )
+        })
         .collect();
     listed.sort();
     assert_eq!(
         listed,
         [
-            ("image/png", png.uri.as_str(), "tool_output", PNG.len() as u64),
+            (
+                "image/png",
+                png.uri.as_str(),
+                "tool_output",
+                PNG.len() as u64
+            ),
             ("text/csv", csv.uri.as_str(), "tool_output", csv.size),
         ]
     );

@@ -139,7 +139,11 @@ mod tests {
             ]),
         );
         assert_eq!(
-            blobs.blocks.iter().map(|b| b.kind.clone()).collect::<Vec<_>>(),
+            blobs
+                .blocks
+                .iter()
+                .map(|b| b.kind.clone())
+                .collect::<Vec<_>>(),
             [
                 BlockKind::InlineData {
                     media_type: "audio/wav".into(),

@@ -111,15 +111,7 @@ pub(super) async fn results(
             tool: &launched.tool,
         };
         let finished = call
-            .finish(
-                io,
-                batch,
-                state,
-                &frame,
-                output,
-                came.latency,
-                consumption,
-            )
+            .finish(io, batch, state, &frame, output, came.latency, consumption)
             .await?;
         match finished {
             Finished::Completed(completed) => events.extend(completed),
