@@ -11,7 +11,7 @@
 mod common;
 
 use common::{
-    loom_bin, python_has, repo,
+    copy_example, example_bin, loom_bin, python_has, repo,
     server::{Server, request},
     text,
 };
@@ -367,6 +367,52 @@ fn rest_and_mcp_give_the_cli_result() {
         ),
         paused
     );
+}
+
+/// A Rust tool that returns an image (`guichet`'s `plan_des_locaux`, an `Image`): the image is
+/// stored beside the journal, journaled by URI, and listed in the run's result.
+#[test]
+fn a_rust_tools_image_is_an_artifact_of_the_run() {
+    let dir = copy_example("guichet");
+    let out = Command::new(example_bin("guichet"))
+        .current_dir(dir.path())
+        .env_remove("LOOM_PROFILE")
+        .env_remove("LOOM_LOG")
+        .args(["--config", "loom.yaml", "run", "interne", "Le plan ?"])
+        .args(["--run-id", "plan-1", "--json"])
+        .output()
+        .unwrap();
+    let result = json_out(&out, 0);
+    let plan = fs::read(repo().join("examples/guichet/documents/plan.png")).unwrap();
+    let artifact = &result["artifacts"][0];
+    let uri = artifact["uri"].as_str().unwrap();
+    assert_eq!(
+        artifact,
+        &json!({"uri": uri, "origin": "tool_output", "media_type": "image/png",
+                "size": plan.len(), "name": "plan.png"})
+    );
+    assert_eq!(result["text"], format!("Voici le plan : {uri}"));
+    let stored = dir
+        .path()
+        .join("data/.artifacts")
+        .join(uri.trim_start_matches("artifact://"));
+    assert_eq!(fs::read(stored).unwrap(), plan);
+    let journal = fs::read_to_string(dir.path().join("data/default/plan-1.jsonl")).unwrap();
+    let types: Vec<String> = journal
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<Value>(l).unwrap()["type"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        })
+        .collect();
+    let stored_at = types.iter().position(|t| t == "artifact.stored").unwrap();
+    assert_eq!(
+        types[stored_at - 1..=stored_at + 1],
+        ["tool.called", "artifact.stored", "tool.completed"]
+    );
+    assert!(!journal.contains("inline_data"));
 }
 
 /// Runs the `calls` scenario of `mcp_client.py` against `loom mcp` in `dir`.
