@@ -46,9 +46,10 @@ pub struct RunResult {
     pub usage: Usage,
     /// Cost in dollars.
     pub cost_usd: f64,
-    /// The files of the run, in the order they were stored: its attachments, the files its
-    /// tools returned, its offloaded results (each `artifact.stored` of the run itself; a
-    /// sub-run's files are its own, as in the reference's fold of one run).
+    /// The files of the run, one per `artifact.stored` of the run itself, in journal order: its
+    /// attachments, the files its tools returned, its offloaded results (a sub-run's files are
+    /// its own, as in the reference's fold of one run). Stores are content-addressed: the same
+    /// bytes stored twice are listed twice under one URI.
     #[serde(default)]
     pub artifacts: Vec<RunArtifact>,
     /// Structured answer: the output contract's validated JSON, or a terminal tool's data.
@@ -233,17 +234,12 @@ impl RunResult {
             pending_approvals.extend(loom_engine::descendant_approvals(events, run_id)?);
         }
         let own = || events.iter().filter(|e| e.run_id == run_id);
-        let mut artifacts: Vec<RunArtifact> = Vec::new();
+        let mut artifacts = Vec::new();
         let mut verdicts = Vec::new();
         let mut skipped_judges = Vec::new();
         for event in own() {
             match &event.payload {
-                // Content-addressed: the same bytes stored twice are one file.
-                Payload::ArtifactStored(stored)
-                    if !artifacts.iter().any(|a| a.uri == stored.uri) =>
-                {
-                    artifacts.push(stored.into());
-                }
+                Payload::ArtifactStored(stored) => artifacts.push(RunArtifact::from(stored)),
                 Payload::JudgeEvaluated(evaluated) => verdicts.push(evaluated.into()),
                 Payload::GuardChecked(checked) => skipped_judges.extend(SkippedJudge::of(checked)),
                 _ => {}

@@ -87,7 +87,7 @@ async fn files_a_rust_tool_returns_are_stored_journaled_by_uri_and_listed() {
     let events = loom.events(&run).await.unwrap();
 
     // Each file's `artifact.stored` comes before its call's `tool.completed`, in the call's
-    // span; the same bytes (the chart and the description's image) are one file.
+    // span; the same bytes (the chart and the description's image) are stored under one URI.
     let mut stored = Vec::new();
     for (at, event) in events.iter().enumerate() {
         if let Payload::ArtifactStored(artifact) = &event.payload {
@@ -138,13 +138,16 @@ async fn files_a_rust_tool_returns_are_stored_journaled_by_uri_and_listed() {
     .unwrap();
     assert!(!journal.contains("inline_data"), "{journal}");
 
-    // The result lists the run's files, once each (the calls ran together: in any order).
-    let mut listed: Vec<(&str, &str, &str, u64)> = result
+    // The result lists the run's files as they were stored (the calls ran together: in any
+    // order); the same bytes are one URI.
+    let mut listed: Vec<(&str, Option<&str>, &str, &str, u64)> = result
         .artifacts
         .iter()
         .map(|a| {
+            let name = a.name.as_deref();
             (
                 a.media_type.as_str(),
+                name,
                 a.uri.as_str(),
                 a.origin.as_str(),
                 a.size,
@@ -152,16 +155,25 @@ async fn files_a_rust_tool_returns_are_stored_journaled_by_uri_and_listed() {
         })
         .collect();
     listed.sort();
+    let size = PNG.len() as u64;
     assert_eq!(
         listed,
         [
+            ("image/png", None, png.uri.as_str(), "tool_output", size),
             (
                 "image/png",
+                Some("D-1.png"),
                 png.uri.as_str(),
                 "tool_output",
-                PNG.len() as u64
+                size
             ),
-            ("text/csv", csv.uri.as_str(), "tool_output", csv.size),
+            (
+                "text/csv",
+                Some("D-1.csv"),
+                csv.uri.as_str(),
+                "tool_output",
+                csv.size
+            ),
         ]
     );
     // The model read the last result, the description, with the image by its URI.
