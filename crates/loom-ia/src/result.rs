@@ -75,8 +75,9 @@ pub struct RunResult {
     #[serde(default)]
     pub pending_approvals: Vec<PendingApproval>,
     /// Read without the `read_content` scope only: the content fields that were removed
-    /// (`text`, `pending_approvals[0].reason`…); absent otherwise. Set by
-    /// [`crate::Redact::view`], never by the builder.
+    /// (`text`, `pending_approvals[0].reason`…, see [`crate::redact::RESULT_CONTENT`]); absent
+    /// otherwise. The builder leaves it empty; the masked JSON that [`crate::Redact::view`]
+    /// gives (REST, MCP) lists the paths here.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub redacted: Vec<String>,
 }
