@@ -704,6 +704,51 @@ fn files_of_an_mcp_result_become_artifacts_listed_in_the_result() {
         serde_json::from_str::<Value>(&text(&again.stdout)).unwrap(),
         result
     );
+
+    // A crash after the calls started, before their results: resumed, the (read-only) calls
+    // run again and their files are stored as the first time.
+    let lines: Vec<&str> = journal_text.lines().collect();
+    let last_called = lines
+        .iter()
+        .rposition(|l| l.contains(r#""type":"tool.called""#))
+        .unwrap();
+    let cut: Vec<String> = lines[..=last_called]
+        .iter()
+        .map(|line| {
+            let mut event: Value = serde_json::from_str(line).unwrap();
+            if event["type"] == "run.claimed" {
+                // The crashed driver's lease is over.
+                event["payload"]["lease_until"] = json!("2000-01-01T00:00:00Z");
+            }
+            event.to_string()
+        })
+        .collect();
+    fs::write(
+        dir.path().join("data/default/m1.jsonl"),
+        cut.join("\n") + "\n",
+    )
+    .unwrap();
+    let resumed = run_in(dir.path(), &["resume", "m1", "--json"]);
+    assert!(resumed.status.success(), "{}", text(&resumed.stderr));
+    let resumed: Value = serde_json::from_str(&text(&resumed.stdout)).unwrap();
+    assert_eq!(resumed["status"], "completed");
+    let uris = |r: &Value| {
+        let mut uris: Vec<String> = r["artifacts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a["uri"].as_str().unwrap().to_owned())
+            .collect();
+        uris.sort();
+        uris
+    };
+    assert_eq!(uris(&resumed), uris(&result));
+    let events = journal(dir.path(), "m1");
+    let relaunched = events
+        .iter()
+        .filter(|e| e["type"] == "tool.called" && e["payload"]["resumed"] == true)
+        .count();
+    assert_eq!(relaunched, 3);
 }
 
 /// A call to an image tool that waited for approval runs once granted: `loom approve --json`
