@@ -1,7 +1,8 @@
 //! The guichet example: Loom as an MCP server. Three agents become MCP tools — `devis` (a
 //! price, with a Rust tool), `paiement` (a transfer a human approves) and `attente` (a long
 //! wait, to cancel) — next to the control tools `run_status`, `run_report` and `cancel`, and
-//! the journal as `loom://` resources. `interne` is kept off MCP (`expose: {mcp: false}`).
+//! the journal as `loom://` resources. `interne` is kept off MCP (`expose: {mcp: false}`); its
+//! tool `plan_des_locaux` returns an image (`loom_ia::Image`), stored as an artifact of the run.
 //! `crates/loom-cli/tests/mcp_server.rs` drives it with the official Python MCP client, over
 //! stdio (`guichet mcp`) and over streamable HTTP (`guichet serve` with `server.mcp.http`).
 //!
@@ -45,11 +46,21 @@ async fn patienter(secondes: u64) -> String {
     format!("attendu {secondes} s")
 }
 
+/// The plan of the premises, a PNG image.
+const PLAN: &[u8] = include_bytes!("documents/plan.png");
+
+/// Donne le plan des locaux du guichet (une image).
+#[loom_ia::tool(side_effects = "none")]
+fn plan_des_locaux() -> loom_ia::Image {
+    loom_ia::Image::png(PLAN.to_vec()).named("plan.png")
+}
+
 fn main() -> ExitCode {
     loom_cli::App::new()
         .tool(prix_ttc_tool())
         .tool(virement_tool())
         .tool(patienter_tool())
+        .tool(plan_des_locaux_tool())
         .default_config("examples/guichet/loom.yaml")
         .main()
 }

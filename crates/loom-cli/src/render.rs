@@ -129,6 +129,45 @@ pub(crate) fn run_summary(result: &RunResult, tenant: &str) -> String {
     if result.session_id != result.run_id {
         let _ = writeln!(out, "Session    : {}", result.session_id);
     }
+    for artifact in &result.artifacts {
+        let _ = writeln!(
+            out,
+            "File       : {} ({}, {} bytes)",
+            artifact.uri, artifact.media_type, artifact.size
+        );
+    }
+    for verdict in &result.verdicts {
+        let scores: Vec<String> = verdict
+            .criteria
+            .iter()
+            .map(|c| format!("{} {:.2}", c.name, c.score))
+            .collect();
+        let attempt = verdict
+            .attempt
+            .map(|n| format!(", attempt {n}"))
+            .unwrap_or_default();
+        let _ = writeln!(
+            out,
+            "Judge      : {} ({}){attempt} — {}: {}",
+            verdict.judge,
+            judged(&verdict.target, verdict.call_id.as_deref()),
+            if verdict.passed {
+                "accepted"
+            } else {
+                "refused"
+            },
+            scores.join(", ")
+        );
+    }
+    for skipped in &result.skipped_judges {
+        let _ = writeln!(
+            out,
+            "Judge      : {} ({}) — not judged: {}",
+            skipped.judge,
+            judged(&skipped.target, skipped.call_id.as_deref()),
+            skip_reason(skipped.reason.as_deref().unwrap_or_default())
+        );
+    }
     for pending in &result.pending_approvals {
         let session = if result.session_id != result.run_id {
             format!(" --session {}", result.session_id)
@@ -162,6 +201,31 @@ pub(crate) fn run_summary(result: &RunResult, tenant: &str) -> String {
         let _ = writeln!(out, "Error      : {error} ({kind})");
     }
     out
+}
+
+/// What a judge judged, for people: `final answer`, or `role X, call N`.
+fn judged(target: &str, call_id: Option<&str>) -> String {
+    match (target.strip_prefix("role:"), call_id) {
+        (Some(role), Some(call)) => format!("role {role}, call {call}"),
+        (Some(role), None) => format!("role {role}"),
+        (None, _) if target == "output" => "final answer".to_owned(),
+        (None, _) => target.to_owned(),
+    }
+}
+
+/// Why a judge did not run, for people.
+fn skip_reason(reason: &str) -> String {
+    match reason {
+        "caller_skip" => "skipped by the caller (--judges skip)".to_owned(),
+        "other_profile" => "not under this profile".to_owned(),
+        "tenant_filtered" => "not for this tenant".to_owned(),
+        "sampled_out" => "left out of its sample".to_owned(),
+        "condition_false" => "its condition does not hold".to_owned(),
+        other => match other.strip_prefix("judge_error: ") {
+            Some(error) => format!("the judge failed ({error}), output let through"),
+            None => other.to_owned(),
+        },
+    }
 }
 
 /// One progress line for `--stream` (shared with the MCP server's progress notifications).

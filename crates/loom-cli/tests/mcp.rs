@@ -13,7 +13,7 @@ use std::{
     process::{Command, Output},
 };
 
-use serde_json::Value;
+use serde_json::{Value, json};
 
 /// Whether the Python MCP SDK is importable; when it is not, the test is skipped in a quick
 /// developer run and fails when services are required (CI).
@@ -670,4 +670,176 @@ fn a_breaker_that_opens_is_journaled() {
     assert_eq!(events[opened]["payload"]["target_kind"], "mcp");
     assert_eq!(events[opened]["payload"]["target"], "mcp:notes");
     assert_eq!(events[opened]["payload"]["failures"], 1);
+}
+
+/// An MCP tool's image, sound and embedded PDF are stored as artifacts (`artifact.stored`,
+/// origin `tool_output`, before the call's `tool.completed`), journaled as `artifact` blocks by
+/// URI (never as bytes), listed in the run's result, and the run reads back the same on resume.
+#[test]
+fn files_of_an_mcp_result_become_artifacts_listed_in_the_result() {
+    if !python_mcp() {
+        return;
+    }
+    let script = r#"        - tool_calls:
+            - name: py__image
+              arguments: {}
+            - name: py__sound
+              arguments: {}
+            - name: py__document
+              arguments: {}
+        - text: "Reçu : {{ tool_result }}""#;
+    let dir = py_server_project(script, "");
+    let out = run_in(dir.path(), &["run", "a", "go", "--run-id", "m1", "--json"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let result: Value = serde_json::from_str(&text(&out.stdout)).unwrap();
+    assert_eq!(result["status"], "completed");
+
+    let events = journal(dir.path(), "m1");
+    let mut listed = Vec::new();
+    for (at, event) in events.iter().enumerate() {
+        if event["type"] != "artifact.stored" {
+            continue;
+        }
+        let stored = &event["payload"];
+        assert_eq!(stored["origin"], "tool_output", "{stored}");
+        let completed = events[at..]
+            .iter()
+            .find(|e| e["type"] == "tool.completed" && e["payload"]["call_id"] == stored["call_id"])
+            .expect("the call's tool.completed follows its artifact.stored");
+        let output = &completed["payload"]["output"];
+        assert_eq!(
+            output["blocks"][0],
+            json!({
+                "cache_breakpoint": false, "provider_meta": {}, "type": "artifact",
+                "uri": stored["uri"], "media_type": stored["media_type"], "size": stored["size"],
+                "name": stored["name"],
+            })
+        );
+        assert_eq!(output["artifacts"], json!([stored["uri"]]));
+        // The bytes are beside the journal, content-addressed.
+        let uri = stored["uri"].as_str().unwrap();
+        assert!(uri.starts_with("artifact://default/m1/"), "{uri}");
+        let file = dir
+            .path()
+            .join("data/.artifacts")
+            .join(uri.trim_start_matches("artifact://"));
+        assert_eq!(
+            fs::metadata(&file).unwrap().len(),
+            stored["size"].as_u64().unwrap()
+        );
+        let mut artifact = json!({
+            "uri": uri, "origin": "tool_output", "media_type": stored["media_type"],
+            "size": stored["size"],
+        });
+        if !stored["name"].is_null() {
+            artifact["name"] = stored["name"].clone();
+        }
+        listed.push(artifact);
+    }
+    let mut types: Vec<&str> = listed
+        .iter()
+        .map(|a| a["media_type"].as_str().unwrap())
+        .collect();
+    types.sort_unstable();
+    assert_eq!(types, ["application/pdf", "audio/wav", "image/png"]);
+    let pdf = listed
+        .iter()
+        .find(|a| a["media_type"] == "application/pdf")
+        .unwrap();
+    assert_eq!(pdf["name"], "devis-D-1.pdf");
+    let journal_text = fs::read_to_string(dir.path().join("data/default/m1.jsonl")).unwrap();
+    assert!(!journal_text.contains("inline_data"), "{journal_text}");
+    // The result lists them as the journal stored them; the model read the last one by URI.
+    assert_eq!(result["artifacts"], json!(listed));
+    assert_eq!(
+        result["text"],
+        format!("Reçu : {}", pdf["uri"].as_str().unwrap())
+    );
+    // Resumed, the closed run is the same result.
+    let again = run_in(dir.path(), &["resume", "m1", "--json"]);
+    assert!(again.status.success(), "{}", text(&again.stderr));
+    assert_eq!(
+        serde_json::from_str::<Value>(&text(&again.stdout)).unwrap(),
+        result
+    );
+
+    // A crash after the calls started, before their results: resumed, the (read-only) calls
+    // run again and their files are stored as the first time.
+    let lines: Vec<&str> = journal_text.lines().collect();
+    let last_called = lines
+        .iter()
+        .rposition(|l| l.contains(r#""type":"tool.called""#))
+        .unwrap();
+    let cut: Vec<String> = lines[..=last_called]
+        .iter()
+        .map(|line| {
+            let mut event: Value = serde_json::from_str(line).unwrap();
+            if event["type"] == "run.claimed" {
+                // The crashed driver's lease is over.
+                event["payload"]["lease_until"] = json!("2000-01-01T00:00:00Z");
+            }
+            event.to_string()
+        })
+        .collect();
+    fs::write(
+        dir.path().join("data/default/m1.jsonl"),
+        cut.join("\n") + "\n",
+    )
+    .unwrap();
+    let resumed = run_in(dir.path(), &["resume", "m1", "--json"]);
+    assert!(resumed.status.success(), "{}", text(&resumed.stderr));
+    let resumed: Value = serde_json::from_str(&text(&resumed.stdout)).unwrap();
+    assert_eq!(resumed["status"], "completed");
+    let uris = |r: &Value| {
+        let mut uris: Vec<String> = r["artifacts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a["uri"].as_str().unwrap().to_owned())
+            .collect();
+        uris.sort();
+        uris
+    };
+    assert_eq!(uris(&resumed), uris(&result));
+    let events = journal(dir.path(), "m1");
+    let relaunched = events
+        .iter()
+        .filter(|e| e["type"] == "tool.called" && e["payload"]["resumed"] == true)
+        .count();
+    assert_eq!(relaunched, 3);
+}
+
+/// A call to an image tool that waited for approval runs once granted: `loom approve --json`
+/// gives the completed run with the image listed.
+#[test]
+fn an_approved_mcp_image_call_completes_with_its_artifact() {
+    if !python_mcp() {
+        return;
+    }
+    let script = r#"        - tool_calls:
+            - name: py__image
+              arguments: {}
+        - text: "Image : {{ tool_result }}""#;
+    let dir = py_server_project(
+        script,
+        "        tools:\n          image: {approval: always}",
+    );
+    let out = run_in(dir.path(), &["run", "a", "go", "--run-id", "m2", "--json"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let paused: Value = serde_json::from_str(&text(&out.stdout)).unwrap();
+    assert_eq!(paused["status"], "paused");
+    assert_eq!(paused["artifacts"], json!([]));
+    let out = run_in(dir.path(), &["approve", "m2", "--json"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let done: Value = serde_json::from_str(&text(&out.stdout)).unwrap();
+    assert_eq!(done["status"], "completed");
+    let image = &done["artifacts"][0];
+    assert_eq!(
+        (&image["origin"], &image["media_type"]),
+        (&json!("tool_output"), &json!("image/png"))
+    );
+    assert_eq!(
+        done["text"],
+        format!("Image : {}", image["uri"].as_str().unwrap())
+    );
 }

@@ -204,6 +204,12 @@ async def status(args):
         return {"status": await call(client, "run_status", {"run_id": args["run_id"]})}
 
 
+async def calls(args):
+    """Tool calls over stdio, in order (no elicitation: a run that needs approval pauses)."""
+    async with stdio(args) as client:
+        return {"calls": [await call(client, name, arguments) for name, arguments in args["calls"]]}
+
+
 async def tenant_view(args):
     """What a stdio client of one tenant sees of a run of another."""
     async with stdio(args) as client:
@@ -271,6 +277,7 @@ SCENARIOS = {
     "basics": basics,
     "approval": approval,
     "status": status,
+    "calls": calls,
     "tenant_view": tenant_view,
     "http": http_scenario,
 }

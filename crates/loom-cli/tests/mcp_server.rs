@@ -144,9 +144,26 @@ fn agents_are_tools_over_stdio_with_progress_control_tools_resources_and_attachm
         ])
     );
     assert_eq!(seen["devis_input"]["required"], json!(["message"]));
+    // The result's fields that are never content (content fields are absent from a masked
+    // result) are required.
     assert_eq!(
         seen["devis_output_required"],
-        json!(["run_id", "session_id", "agent", "status"])
+        json!([
+            "run_id",
+            "session_id",
+            "agent",
+            "status",
+            "iterations",
+            "usage",
+            "cost_usd",
+            "artifacts",
+            "unverified",
+            "fallback",
+            "report",
+            "verdicts",
+            "skipped_judges",
+            "pending_approvals"
+        ])
     );
 
     // The agent's answer as text, the run result as structured content.

@@ -11,7 +11,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::BoxFuture;
+use crate::{BoxFuture, event::ApprovalRequested};
 
 /// A request waiting for a decision, as an approver or a caller sees it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
@@ -24,8 +24,15 @@ pub struct PendingApproval {
     pub arguments: Value,
     /// Why a human is asked.
     pub reason: String,
-    /// When the request expires (`None`: never).
-    #[serde(default)]
+    /// The policy that asked (`before_tool` `pause`); absent when the tool's declaration did
+    /// (`approval: always`, `on_unknown: pause`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy: Option<String>,
+    /// What the decision allows: `approve` (running the call).
+    #[serde(default = "approve_scope")]
+    pub scope: String,
+    /// When the request expires (absent: never).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expire_at: Option<DateTime<Utc>>,
     /// The run.
     pub run_id: String,
@@ -33,6 +40,37 @@ pub struct PendingApproval {
     pub session_id: String,
     /// Its tenant.
     pub tenant_id: String,
+}
+
+fn approve_scope() -> String {
+    APPROVE_SCOPE.to_owned()
+}
+
+/// The scope of every approval request: a decision allows (or refuses) running the call.
+pub const APPROVE_SCOPE: &str = "approve";
+
+impl PendingApproval {
+    /// The request journaled in `requested`, of the run `run_id` of `session_id` in
+    /// `tenant_id`: its fields as the journal has them.
+    pub fn requested(
+        requested: &ApprovalRequested,
+        run_id: &str,
+        session_id: &str,
+        tenant_id: &str,
+    ) -> PendingApproval {
+        PendingApproval {
+            call_id: requested.call_id.clone(),
+            tool_name: requested.tool_name.clone(),
+            arguments: requested.arguments.clone(),
+            reason: requested.reason.clone(),
+            policy: requested.policy.clone(),
+            scope: requested.scope.clone(),
+            expire_at: requested.expire_at,
+            run_id: run_id.to_owned(),
+            session_id: session_id.to_owned(),
+            tenant_id: tenant_id.to_owned(),
+        }
+    }
 }
 
 /// What an approver answers.
@@ -122,6 +160,10 @@ pub struct ApprovalRecord {
     pub arguments: Value,
     /// Why a human was asked.
     pub reason: String,
+    /// The policy that asked, if a policy did.
+    pub policy: Option<String>,
+    /// What the decision allows (`approve`).
+    pub scope: String,
     /// When it expires.
     pub expire_at: Option<DateTime<Utc>>,
     /// Where it stands.
@@ -381,6 +423,44 @@ mod tests {
         );
         assert!(state.apply(&late).is_ok());
         assert_eq!(state.status, RunStatus::Completed);
+    }
+
+    /// A pending approval carries the request's fields as the reference's `approval.requested`
+    /// has them (`policy`, `scope`, `expire_at`), left out when they have no value.
+    #[test]
+    fn a_pending_approval_carries_the_requests_fields() {
+        let Some(events) = read(GRANTED) else {
+            return;
+        };
+        let paused = RunState::fold("appr-run-1", &events[..12]).unwrap();
+        let pending = &paused.pending_approvals()[0];
+        assert_eq!(pending.scope, "approve");
+        assert_eq!(pending.policy, None);
+        assert_eq!(
+            serde_json::to_value(pending).unwrap(),
+            serde_json::json!({
+                "call_id": "fake_0_0",
+                "tool_name": "calculer",
+                "arguments": {"expr": "12*7+3"},
+                "reason": "outil déclaré à approbation obligatoire (effets : irreversible)",
+                "scope": "approve",
+                "expire_at": "2026-11-30T11:57:04.201200Z",
+                "run_id": "appr-run-1",
+                "session_id": "appr-sess",
+                "tenant_id": "default"
+            })
+        );
+        let Payload::ApprovalRequested(mut requested) = events[8].payload.clone() else {
+            panic!("approval.requested is the 9th event");
+        };
+        requested.policy = Some("plafond".into());
+        requested.expire_at = None;
+        let by_policy = PendingApproval::requested(&requested, "r", "s", "t");
+        let json = serde_json::to_value(&by_policy).unwrap();
+        assert_eq!(json["policy"], "plafond");
+        assert!(json.get("expire_at").is_none(), "{json}");
+        let back: PendingApproval = serde_json::from_value(json).unwrap();
+        assert_eq!(back, by_policy);
     }
 
     #[test]

@@ -901,7 +901,7 @@ pub struct ApprovalRequested {
     /// The policy that asked (none: the tool's declaration).
     #[serde(default)]
     pub policy: Option<String>,
-    /// What the decision allows ("approve").
+    /// What the decision allows ([`crate::approval::APPROVE_SCOPE`]).
     #[serde(default = "approve")]
     pub scope: String,
     /// Deadline (`null`: never expires).
@@ -910,7 +910,7 @@ pub struct ApprovalRequested {
 }
 
 fn approve() -> String {
-    "approve".into()
+    crate::approval::APPROVE_SCOPE.into()
 }
 
 /// `approval.granted`.

@@ -170,7 +170,7 @@ pub fn media_type_of_name(name: &str) -> Option<&'static str> {
 }
 
 /// The extension an artifact of `media_type` is stored under.
-fn extension(media_type: &str) -> &str {
+pub(crate) fn extension(media_type: &str) -> &str {
     match media_type {
         "image/jpeg" => "jpg",
         "image/png" => "png",
@@ -181,6 +181,9 @@ fn extension(media_type: &str) -> &str {
         "text/markdown" => "md",
         "text/csv" => "csv",
         "application/json" => "json",
+        "audio/mpeg" => "mp3",
+        "audio/wav" | "audio/x-wav" => "wav",
+        "audio/ogg" => "ogg",
         _ => "bin",
     }
 }

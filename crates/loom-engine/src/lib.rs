@@ -49,6 +49,7 @@ mod ids;
 mod io;
 mod judges;
 mod judging;
+pub mod media;
 mod model_step;
 mod observer;
 mod offer;
@@ -88,6 +89,7 @@ pub use judges::{
     Criterion, JUDGE_SYSTEM, JudgeCondition, JudgeContext, JudgeInput, JudgeMode, JudgeRuntime,
     JudgeWhen, VERDICT_TOOL, parse_verdict, sample_point, sampled,
 };
+pub use media::{Image, TOOL_OUTPUT_ORIGIN, ToolFile};
 pub use observer::Observer;
 pub use offload::artifact_read as artifact_reader;
 pub use request::request_hash;

@@ -592,6 +592,12 @@ async fn a_multipart_run_carries_its_image_to_a_vision_role() {
         (&json!("alice"), &json!("mobile"))
     );
     let uri = format!("artifact://acme/p1/{}.png", sha256_hex(PNG));
+    // The run's result lists the uploaded file.
+    assert_eq!(
+        result["artifacts"],
+        json!([{"uri": uri, "origin": "attachment", "media_type": "image/png",
+                "size": PNG.len(), "name": "photo.png"}])
+    );
     assert_eq!(journal[1]["payload"]["uri"], uri.as_str());
     assert_eq!(journal[1]["payload"]["name"], "photo.png");
     assert_eq!(journal[1]["payload"]["media_type"], "image/png");

@@ -954,7 +954,13 @@ async fn reads_without_read_content_are_masked_and_an_open_api_sees_everything()
     assert!(full.get("redacted").is_none());
     let (status, masked) = server.get("/runs/r-e1?session_id=s-1", READ_A).await;
     assert_eq!(status, StatusCode::OK);
-    assert_eq!(masked["redacted"], json!(["text", "output"]));
+    // The run's attachment is listed, without its name (a content field, as in its event).
+    assert_eq!(
+        masked["redacted"],
+        json!(["text", "output", "artifacts[0].name"])
+    );
+    assert_eq!(masked["artifacts"][0]["uri"], full["artifacts"][0]["uri"]);
+    assert!(full["artifacts"][0]["name"].is_string(), "{full}");
     assert!(!masked.to_string().contains("secret"));
     assert_eq!(
         (

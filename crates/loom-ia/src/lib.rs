@@ -71,7 +71,8 @@ pub use loom_core::{
     tool::{FnTool, IntoToolOutput, Json, Tool, ToolContext, ToolError, ToolOutput, Views},
 };
 pub use loom_engine::{
-    Attachment, AttachmentLimits, JudgeCondition, JudgeInput, JudgeMode, Observer, RunRef,
+    Attachment, AttachmentLimits, Image, JudgeCondition, JudgeInput, JudgeMode, Observer, RunRef,
+    ToolFile,
 };
 pub use loom_macros::tool;
 pub mod report;
@@ -83,7 +84,7 @@ pub use recovery::{LeaseWatch, MAX_SWEEP_PERIOD, MIN_SWEEP_PERIOD, sweep_period}
 pub use redact::Redact;
 pub use repair::{BadLine, SessionRepair, ValidExport};
 pub use report::{RunUsage, Span, SpanEvent, SpanKind, SpanStatus, Trace, UsageLine, UsageReport};
-pub use result::RunResult;
+pub use result::{CriterionVerdict, JudgeVerdict, RunArtifact, RunResult, SkippedJudge};
 pub use sessions::{
     FILE_ORIGINS, SessionDeletion, SessionFile, SessionInfo, SessionListed, SessionRun,
 };

@@ -1062,27 +1062,7 @@ impl Loom {
         if self.is_stopping() && !state.finished && !waits {
             return Err(LoomError::Interrupted(run.clone()));
         }
-        self.with_subruns(run, RunResult::from_state(&state)).await
-    }
-
-    /// A result whose run waits for its sub-runs lists their pending approvals as its own:
-    /// the root answers for its tree (`approve` on the root decides them).
-    async fn with_subruns(&self, run: &RunRef, result: RunResult) -> Result<RunResult, LoomError> {
-        if result.status != loom_core::RunStatus::WaitingChild {
-            return Ok(result);
-        }
-        let events = self
-            .inner
-            .engine
-            .store()
-            .read(&run.tenant_id, &run.session_id, 0)
-            .await?;
-        let mut result = result;
-        result.pending_approvals.extend(
-            loom_engine::descendant_approvals(&events, &run.run_id)
-                .map_err(|e| LoomError::from(loom_engine::EngineError::Fold(e)))?,
-        );
-        Ok(result)
+        self.result(run).await
     }
 
     /// Runs `agent` in the background and streams what happens: events once durable, text
@@ -1254,11 +1234,18 @@ impl Loom {
         Ok(Decided { calls, result })
     }
 
-    /// The run's result, read from its journal (also for a run still going on). A run waiting
-    /// for its sub-runs lists their pending approvals.
+    /// The run's result, read from its session's journal (also for a run still going on):
+    /// what every door returns ([`RunResult::from_events`]). A run waiting for its sub-runs
+    /// lists their pending approvals.
     pub async fn result(&self, run: &RunRef) -> Result<RunResult, LoomError> {
-        let result = RunResult::from_state(&self.state(run).await?);
-        self.with_subruns(run, result).await
+        let events = self
+            .inner
+            .engine
+            .store()
+            .read(&run.tenant_id, &run.session_id, 0)
+            .await?;
+        RunResult::from_events(&run.run_id, &events)
+            .map_err(|e| LoomError::from(loom_engine::EngineError::Fold(e)))
     }
 
     /// Cancels a run: a run driven by this instance stops at once (between or during steps);

@@ -31,12 +31,17 @@ use loom_core::{
 use crate::{RunResult, SessionFile, SessionInfo, Trace, UsageReport};
 
 /// Content fields of a [`RunResult`]: the answer (`text`, `output`, `data`), the failure
-/// message, and what waiting approvals would run with and why.
+/// message, the files' display names, the judges' explanations and why a judge was skipped
+/// (as in their events: `artifact.stored.name`, `judge.evaluated.criteria[].reason`,
+/// `guard.checked.reason`), and what waiting approvals would run with and why.
 pub const RESULT_CONTENT: &[&str] = &[
     "text",
     "output",
     "data",
     "error",
+    "artifacts[].name",
+    "verdicts[].criteria[].reason",
+    "skipped_judges[].reason",
     "pending_approvals[].arguments",
     "pending_approvals[].reason",
 ];
@@ -132,6 +137,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::{CriterionVerdict, JudgeVerdict, RunArtifact, SkippedJudge};
 
     #[test]
     fn a_result_keeps_its_metadata_and_lists_what_went() {
@@ -147,20 +153,54 @@ mod tests {
             iterations: 2,
             usage: Usage::default(),
             cost_usd: 0.5,
-            artifacts: Vec::new(),
+            artifacts: vec![RunArtifact {
+                uri: "artifact://default/s1/ab.png".into(),
+                origin: "tool_output".into(),
+                media_type: "image/png".into(),
+                size: 12,
+                name: Some("secret-plan.png".into()),
+            }],
             data: None,
             unverified: false,
             fallback: false,
+            report: UsageReport::default(),
+            verdicts: vec![JudgeVerdict {
+                judge: "ton".into(),
+                target: "output".into(),
+                model_id: "FAKE".into(),
+                model: None,
+                criteria: vec![CriterionVerdict {
+                    name: "poli".into(),
+                    score: 0.9,
+                    min_score: 0.5,
+                    blocking: true,
+                    reason: Some("secret explanation".into()),
+                }],
+                passed: true,
+                blocked: false,
+                attempt: Some(1),
+                policy: None,
+                call_id: None,
+            }],
+            skipped_judges: vec![SkippedJudge {
+                judge: "faits".into(),
+                target: "output".into(),
+                reason: Some("judge_error: secret quoted".into()),
+                call_id: None,
+            }],
             pending_approvals: vec![PendingApproval {
                 call_id: "c1".into(),
                 tool_name: "envoyer".into(),
                 arguments: json!({"client": "secret"}),
                 reason: "secret reason".into(),
+                policy: None,
+                scope: "approve".into(),
                 expire_at: None,
                 run_id: "r1".into(),
                 session_id: "s1".into(),
                 tenant_id: "default".into(),
             }],
+            redacted: Vec::new(),
         };
         let masked = result.view(false);
         assert!(!masked.to_string().contains("secret"), "{masked}");
@@ -169,10 +209,19 @@ mod tests {
             json!([
                 "text",
                 "output",
+                "artifacts[0].name",
+                "verdicts[0].criteria[0].reason",
+                "skipped_judges[0].reason",
                 "pending_approvals[0].arguments",
                 "pending_approvals[0].reason"
             ])
         );
+        assert_eq!(
+            masked["artifacts"][0]["uri"],
+            "artifact://default/s1/ab.png"
+        );
+        assert_eq!(masked["verdicts"][0]["criteria"][0]["score"], 0.9);
+        assert_eq!(masked["skipped_judges"][0]["judge"], "faits");
         assert_eq!(masked["pending_approvals"][0]["tool_name"], "envoyer");
         assert_eq!(
             (masked["iterations"].clone(), masked["cost_usd"].clone()),

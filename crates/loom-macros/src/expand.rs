@@ -265,7 +265,15 @@ fn converts_into_output(ty: &Type) -> bool {
             Type::Path(path) if path.qself.is_none() && path.path.is_ident("str")
         ),
         Type::Path(path) if path.qself.is_none() => path.path.segments.last().is_some_and(|last| {
-            ["String", "ToolOutput", "Value", "Json", "Views"]
+            [
+                "String",
+                "ToolOutput",
+                "Value",
+                "Json",
+                "Views",
+                "Image",
+                "ToolFile",
+            ]
                 .iter()
                 .any(|name| last.ident == name)
         }),

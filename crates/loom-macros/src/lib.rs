@@ -34,8 +34,9 @@ use proc_macro::TokenStream;
 ///   implementing `serde::Deserialize` and `schemars::JsonSchema`.
 /// - **Result**: `T` or `Result<T, E>` with `E: Display`. `String`, `&str`, `()`, `ToolOutput`,
 ///   `Value`, `Json<_>`, `Views<_, _>` (a compact view for the model and a full payload for
-///   interfaces) and `impl IntoToolOutput` convert through `IntoToolOutput`; any other `T` is
-///   serialized as a structured result (a JSON block and `data`).
+///   interfaces), `Image` and `ToolFile` (a file stored as an artifact and journaled by its
+///   `artifact://` URI) and `impl IntoToolOutput` convert through `IntoToolOutput`; any other
+///   `T` is serialized as a structured result (a JSON block and `data`).
 /// - **Options**: `name = "..."`, `side_effects = "none" | "reversible" | "irreversible"`,
 ///   `approval = "never" | "always" | "policy"`, `idempotent` (or `idempotent = true|false`),
 ///   `on_unknown = "error" | "pause"`, `timeout = <seconds>` (integer or float),

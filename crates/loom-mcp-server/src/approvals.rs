@@ -157,6 +157,8 @@ mod tests {
             tool_name: "virement".into(),
             arguments: json!({"montant": 1250}),
             reason: "approval: always".into(),
+            policy: None,
+            scope: "approve".into(),
             expire_at: None,
             run_id: "r1".into(),
             session_id: "s1".into(),

@@ -894,7 +894,9 @@ fn agent_input_schema() -> Value {
     })
 }
 
-/// What an agent tool (and `run_status`) returns as structured content: the run result.
+/// What an agent tool (and `run_status`) returns as structured content: the run result
+/// (`loom_ia::RunResult`, the same object as `loom run --json` and the REST API), whose content
+/// fields are absent when the key lacks `read_content` (then `redacted` lists them).
 fn run_result_schema() -> Value {
     json!({
         "type": "object",
@@ -907,18 +909,40 @@ fn run_result_schema() -> Value {
                 "enum": ["ready_for_model", "awaiting_tools", "finalizing", "paused", "waiting_child", "completed", "failed", "cancelled"],
             },
             "text": {"type": "string"},
+            "output": {"type": "object"},
             "error_type": {"type": "string"},
             "error": {"type": "string"},
             "iterations": {"type": "integer"},
             "usage": {"type": "object"},
             "cost_usd": {"type": "number"},
-            "artifacts": {"type": "array", "items": {"type": "string"}},
+            "artifacts": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "uri": {"type": "string"},
+                        "origin": {"type": "string", "enum": ["attachment", "tool_output", "offload"]},
+                        "media_type": {"type": "string"},
+                        "size": {"type": "integer", "minimum": 0},
+                        "name": {"type": "string"},
+                    },
+                    "required": ["uri", "origin", "media_type", "size"],
+                },
+            },
+            "data": {},
             "unverified": {"type": "boolean"},
             "fallback": {"type": "boolean"},
+            "report": {"type": "object"},
+            "verdicts": {"type": "array", "items": {"type": "object"}},
+            "skipped_judges": {"type": "array", "items": {"type": "object"}},
             "pending_approvals": {"type": "array", "items": {"type": "object"}},
             "redacted": {"type": "array", "items": {"type": "string"}},
         },
-        "required": ["run_id", "session_id", "agent", "status"],
+        "required": [
+            "run_id", "session_id", "agent", "status", "iterations", "usage", "cost_usd",
+            "artifacts", "unverified", "fallback", "report", "verdicts", "skipped_judges",
+            "pending_approvals",
+        ],
     })
 }
 
@@ -926,7 +950,7 @@ fn run_result_schema() -> Value {
 mod tests {
     use std::sync::Arc;
 
-    use loom_ia::{Message, PendingApproval, Usage, config::ApiKeySpec};
+    use loom_ia::{Message, PendingApproval, Usage, UsageReport, config::ApiKeySpec};
 
     use super::*;
 
@@ -947,16 +971,22 @@ mod tests {
             data: None,
             unverified: false,
             fallback: false,
+            report: UsageReport::default(),
+            verdicts: Vec::new(),
+            skipped_judges: Vec::new(),
             pending_approvals: vec![PendingApproval {
                 call_id: "c1".into(),
                 tool_name: "virement".into(),
                 arguments: json!({"iban": "secret iban"}),
                 reason: "secret reason".into(),
+                policy: None,
+                scope: "approve".into(),
                 expire_at: None,
                 run_id: "r1".into(),
                 session_id: "s1".into(),
                 tenant_id: "acme".into(),
             }],
+            redacted: Vec::new(),
         }
     }
 

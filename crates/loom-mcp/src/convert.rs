@@ -5,11 +5,13 @@ use rmcp::model::{CallToolResult, ContentBlock, ResourceContents};
 
 /// Converts a `tools/call` result.
 ///
-/// Text becomes text blocks; images (and audio) become [`BlockKind::InlineData`] blocks (base64
-/// with their media type); embedded text resources become text blocks, binary ones and resource
-/// links a short text naming them. `structuredContent` becomes `data`, plus a JSON block when
-/// the server sent no text (servers usually repeat the structured value as text, and the model
-/// should not read it twice). `isError: true` becomes `is_error`.
+/// Text becomes text blocks; images, audio and embedded binary resources become
+/// [`BlockKind::InlineData`] blocks (base64 with their media type; a resource is named by the
+/// last segment of its URI), which the engine stores as artifacts before anything is
+/// journaled; embedded text resources become text blocks, resource links a short text naming
+/// them. `structuredContent` becomes `data`, plus a JSON block when the server sent no text
+/// (servers usually repeat the structured value as text, and the model should not read it
+/// twice). `isError: true` becomes `is_error`.
 pub(crate) fn to_output(server: &str, result: CallToolResult) -> ToolOutput {
     let mut blocks = Vec::with_capacity(result.content.len() + 1);
     for content in result.content {
@@ -32,20 +34,11 @@ pub(crate) fn to_output(server: &str, result: CallToolResult) -> ToolOutput {
                     mime_type,
                     blob,
                     ..
-                } => match mime_type {
-                    Some(media_type) if media_type.starts_with("image/") => {
-                        Block::new(BlockKind::InlineData {
-                            media_type,
-                            data: blob,
-                            name: Some(uri),
-                        })
-                    }
-                    mime_type => Block::text(format!(
-                        "[binary resource {uri} ({}), {} bytes]",
-                        mime_type.as_deref().unwrap_or("application/octet-stream"),
-                        blob.len() / 4 * 3
-                    )),
-                },
+                } => Block::new(BlockKind::InlineData {
+                    media_type: mime_type.unwrap_or_else(|| "application/octet-stream".into()),
+                    data: blob,
+                    name: Some(resource_name(&uri)),
+                }),
                 #[allow(unreachable_patterns)]
                 _ => Block::text("[unsupported MCP resource content]"),
             },
@@ -73,6 +66,15 @@ pub(crate) fn to_output(server: &str, result: CallToolResult) -> ToolOutput {
         data,
         is_error: result.is_error == Some(true),
         ..ToolOutput::default()
+    }
+}
+
+/// The display name of a resource: the last segment of its URI's path, else the URI.
+fn resource_name(uri: &str) -> String {
+    let path = uri.split(['?', '#']).next().unwrap_or(uri);
+    match path.rsplit('/').next() {
+        Some(last) if !last.is_empty() => last.to_owned(),
+        _ => uri.to_owned(),
     }
 }
 
@@ -123,6 +125,39 @@ mod tests {
             == BlockKind::Json {
                 data: json!({"n": 2})
             }));
+
+        let blobs = to_output(
+            "s",
+            CallToolResult::success(vec![
+                ContentBlock::audio("UklG", "audio/wav"),
+                ContentBlock::resource(ResourceContents::BlobResourceContents {
+                    uri: "file:///exports/devis.pdf?v=2".into(),
+                    mime_type: Some("application/pdf".into()),
+                    blob: "JVBE".into(),
+                    meta: None,
+                }),
+            ]),
+        );
+        assert_eq!(
+            blobs
+                .blocks
+                .iter()
+                .map(|b| b.kind.clone())
+                .collect::<Vec<_>>(),
+            [
+                BlockKind::InlineData {
+                    media_type: "audio/wav".into(),
+                    data: "UklG".into(),
+                    name: None
+                },
+                BlockKind::InlineData {
+                    media_type: "application/pdf".into(),
+                    data: "JVBE".into(),
+                    name: Some("devis.pdf".into())
+                },
+            ]
+        );
+        assert_eq!(resource_name("urn:x"), "urn:x");
 
         let error = to_output("s", CallToolResult::error(vec![ContentBlock::text("bad")]));
         assert!(error.is_error);

@@ -61,12 +61,14 @@ async fn stdio_lists_prefixed_tools_with_declarations_and_overrides() {
             [
                 "py__add",
                 "py__crash",
+                "py__document",
                 "py__echo",
                 "py__fail",
                 "py__image",
                 "py__pid",
                 "py__send_mail",
-                "py__slow"
+                "py__slow",
+                "py__sound"
             ]
         );
         for tool in &tools {
@@ -212,7 +214,7 @@ async fn http_calls_end_to_end() {
             vec![("X-Api-Key".into(), "secret-value".into())],
         ));
         let tools = server.open(&source_ctx("default", "r1")).await.unwrap();
-        assert_eq!(tools.len(), 8);
+        assert_eq!(tools.len(), 10);
         check_calls(&tools).await;
         server.shutdown().await;
     })

@@ -16,6 +16,7 @@ use crate::{
     error::EngineError,
     events::completed_payload,
     io::{Io, StepEnd},
+    media,
     subagents::{self, ChildDone, ChildEnd, Next},
 };
 
@@ -75,7 +76,30 @@ pub(super) async fn results(
             }
         };
         let launched = &running.launched[came.index];
-        let mut events = business(io, &frame, launched, &came.output).await?;
+        // The files of the result go to the artifact store first: nothing after this point
+        // (the business-key record, the policies, the journal) sees their bytes.
+        let (files, output) = {
+            let run = io.events().run();
+            let to = media::Destination {
+                store: batch.artifacts,
+                tenant_id: &run.tenant_id,
+                session_id: &run.session_id,
+                call_id: &launched.call.call_id,
+            };
+            media::store_files(&to, came.output).await?
+        };
+        let mut events: Vec<Event> = files
+            .into_iter()
+            .map(|stored| {
+                io.event(
+                    &launched.span,
+                    Some(&frame.step.span),
+                    None,
+                    Payload::ArtifactStored(stored),
+                )
+            })
+            .collect();
+        events.extend(business(io, &frame, launched, &output).await?);
         // The tool's output contract, the `after_tool` policies, the offload.
         let consumption = match came.rolled {
             Some((usage, cost)) => Consumption::Child(usage, cost),
@@ -87,15 +111,7 @@ pub(super) async fn results(
             tool: &launched.tool,
         };
         let finished = call
-            .finish(
-                io,
-                batch,
-                state,
-                &frame,
-                came.output,
-                came.latency,
-                consumption,
-            )
+            .finish(io, batch, state, &frame, output, came.latency, consumption)
             .await?;
         match finished {
             Finished::Completed(completed) => events.extend(completed),

@@ -430,7 +430,7 @@ fn request(
         arguments,
         reason,
         policy,
-        scope: "approve".into(),
+        scope: loom_core::approval::APPROVE_SCOPE.into(),
         expire_at,
     })
 }
@@ -440,16 +440,8 @@ fn pending_of(io: &Io<'_>, event: &Event) -> PendingApproval {
     let Payload::ApprovalRequested(requested) = &event.payload else {
         unreachable!("pending_of is given an approval.requested");
     };
-    PendingApproval {
-        call_id: requested.call_id.clone(),
-        tool_name: requested.tool_name.clone(),
-        arguments: requested.arguments.clone(),
-        reason: requested.reason.clone(),
-        expire_at: requested.expire_at,
-        run_id: io.events().run().run_id.clone(),
-        session_id: io.events().run().session_id.clone(),
-        tenant_id: io.events().run().tenant_id.clone(),
-    }
+    let run = io.events().run();
+    PendingApproval::requested(requested, &run.run_id, &run.session_id, &run.tenant_id)
 }
 
 /// The result of a call to a tool the model was not offered.

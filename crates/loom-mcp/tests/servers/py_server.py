@@ -16,12 +16,16 @@ import sys
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp.types import ImageContent, ToolAnnotations
+from mcp.types import AudioContent, BlobResourceContents, EmbeddedResource, ImageContent, ToolAnnotations
 
 # A 1x1 transparent PNG.
 PNG_1X1 = base64.b64decode(
     "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg=="
 )
+
+# The header of a WAV file and a minimal PDF.
+WAV = b"RIFF\x24\x00\x00\x00WAVEfmt "
+PDF = b"%PDF-1.7\n%%EOF\n"
 
 server = MCPServer("loom-test-py")
 
@@ -64,6 +68,17 @@ def crash() -> str:
 @server.tool(description="Returns a tiny PNG.", annotations=ToolAnnotations(read_only_hint=True))
 def image() -> ImageContent:
     return ImageContent(type="image", data=base64.b64encode(PNG_1X1).decode(), mime_type="image/png")
+
+
+@server.tool(description="Returns a short WAV sound.", annotations=ToolAnnotations(read_only_hint=True))
+def sound() -> AudioContent:
+    return AudioContent(type="audio", data=base64.b64encode(WAV).decode(), mime_type="audio/wav")
+
+
+@server.tool(description="Returns a PDF document as an embedded resource.", annotations=ToolAnnotations(read_only_hint=True))
+def document() -> EmbeddedResource:
+    blob = BlobResourceContents(uri="file:///exports/devis-D-1.pdf", mime_type="application/pdf", blob=base64.b64encode(PDF).decode())
+    return EmbeddedResource(type="resource", resource=blob)
 
 
 @server.tool(description="Always fails with a tool error.", annotations=ToolAnnotations(read_only_hint=True, destructive_hint=False))
