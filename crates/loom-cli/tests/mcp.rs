@@ -143,7 +143,7 @@ agents:
         let out = command.output().unwrap();
         assert!(out.status.success(), "{}", text(&out.stderr));
         assert!(
-            text(&out.stdout).contains("  · mcp py: 8 tool(s)"),
+            text(&out.stdout).contains("  · mcp py: 10 tool(s)"),
             "{}",
             text(&out.stdout)
         );
