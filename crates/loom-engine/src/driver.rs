@@ -98,7 +98,7 @@ impl Engine {
             }
             _ => None,
         };
-        let offer = Offer::new(agent, state.depth)?;
+        let offer = Offer::new(agent, state.depth, &journal, &run.run_id)?;
         let children_blocked = state.status == RunStatus::WaitingChild
             && tree::blocked(&journal, &state, self.clock.now());
         let root_run_id = state.root_run_id.clone();
