@@ -278,9 +278,10 @@ fn abandoned_mid_call() -> Option<String> {
 fn resumed_types(journal: &str, side_effects: &str) -> Vec<String> {
     let dir = copy_example("devis");
     let agent = dir.path().join("agents/devis.yaml");
-    let declared = fs::read_to_string(&agent)
-        .unwrap()
-        .replace("side_effects: none", &format!("side_effects: {side_effects}"));
+    let declared = fs::read_to_string(&agent).unwrap().replace(
+        "side_effects: none",
+        &format!("side_effects: {side_effects}"),
+    );
     fs::write(&agent, declared).unwrap();
     let file = dir.path().join("data/default/plain-run-1.jsonl");
     fs::create_dir_all(file.parent().unwrap()).unwrap();

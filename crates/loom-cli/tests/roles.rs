@@ -285,13 +285,29 @@ fn a_role_that_reads_session_results_is_offered_at_once_after_an_earlier_run_had
     assert_eq!(completed_run(dir.path(), "s-1", &session), "Calculé.\n");
     let out = devis(
         dir.path(),
-        &["run", "devis", "Rappelle le montant.", "--run-id", "s-2", "--session", "chantier"],
+        &[
+            "run",
+            "devis",
+            "Rappelle le montant.",
+            "--run-id",
+            "s-2",
+            "--session",
+            "chantier",
+        ],
     );
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert_eq!(text(&out.stdout), "rappel offert\n");
     let out = devis(
         dir.path(),
-        &["run", "devis", "Rappelle le montant.", "--run-id", "s-3", "--session", "autre"],
+        &[
+            "run",
+            "devis",
+            "Rappelle le montant.",
+            "--run-id",
+            "s-3",
+            "--session",
+            "autre",
+        ],
     );
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert_eq!(text(&out.stdout), "rappel absent\n");

@@ -364,8 +364,7 @@ async fn a_run_taken_over_claims_once_then_steps_into_the_interrupted_call() {
     let before = read_all(&c.store, &c.run).await.len();
     let clock = Arc::new(ManualClock::new());
     clock.advance(Duration::from_secs(120));
-    let engine =
-        Engine::new(c.store.clone(), clock.clone()).with_lease(Duration::from_secs(2));
+    let engine = Engine::new(c.store.clone(), clock.clone()).with_lease(Duration::from_secs(2));
     let mut slow = sleep_tool("send", 50);
     slow.declarations_mut().side_effects = SideEffects::None;
     c.agent.tools = vec![BoundTool::declared(Arc::new(slow)).unwrap()];
