@@ -379,6 +379,10 @@ impl Driver<'_> {
             budget: agent.budget.as_ref(),
             session_spent: self.session_spent,
             history: &self.history,
+            output_schema: agent
+                .output
+                .as_ref()
+                .and_then(|contract| contract.spec().schema.as_ref()),
             models: self.reads.models(),
         };
         model_step::run(&mut self.io, &orchestrator, state, effect, &tools).await
