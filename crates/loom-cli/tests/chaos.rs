@@ -5,6 +5,10 @@
 //!
 //! CI runs a short version; `bench/chaos.sh` runs `CHAOS_TRIALS=1000` (or more).
 //!
+//! Beside it, a deterministic case: the reference's own journal cut right after `tool.called`
+//! (a worker killed mid-call, its lease run out), resumed with `resume` (of the `devis`
+//! binary), whose first events must be the reference's.
+//!
 //! **Replaying a failure.** The kill points come from a generator seeded per run: the test
 //! prints its seed on stderr when it starts (`chaos: 25 trial(s), seed 1234…`, past the
 //! harness's capture, so it shows even if the run hangs or is killed), and every failure
@@ -239,4 +243,87 @@ fn killed_runs_resume_to_exactly_one_effect() {
         "chaos: {trials} trial(s), {kills} kill(s), {duplicates} duplicate(s), {lost} lost run(s)"
     );
     assert_eq!((duplicates, lost), (0, 0), "{replay}");
+}
+
+/// The reference's plain run (`plain-run.jsonl`) cut right after its `tool.called`, as a worker
+/// killed mid-call leaves it, its lease long run out; the agent and tool renamed to the
+/// `devis` example's. `None` on a clone without `../shared`.
+fn abandoned_mid_call() -> Option<String> {
+    let text = loom_testkit::shared::text("reference/journals/plain-run.jsonl")?;
+    let mut lines = Vec::new();
+    for line in text.lines() {
+        let mut line = line
+            .replace("\"agent\":\"demo\"", "\"agent\":\"devis\"")
+            .replace("calculer", "prix_ttc")
+            .replace(
+                "{\"expr\":\"12*7+3\"}",
+                "{\"montant_ht\":1250,\"taux_tva\":10}",
+            );
+        if let Some(at) = line.find("\"lease_until\":\"") {
+            let start = at + "\"lease_until\":\"".len();
+            let end = start + line[start..].find('"').unwrap();
+            line.replace_range(start..end, "2001-01-01T00:00:00.000000Z");
+        }
+        let called = line.contains("\"type\":\"tool.called\"");
+        lines.push(line);
+        if called {
+            break;
+        }
+    }
+    Some(lines.join("\n") + "\n")
+}
+
+/// The types of the events `devis resume` writes for the abandoned run, `prix_ttc` declared
+/// with `side_effects`.
+fn resumed_types(journal: &str, side_effects: &str) -> Vec<String> {
+    let dir = copy_example("devis");
+    let agent = dir.path().join("agents/devis.yaml");
+    let declared = fs::read_to_string(&agent).unwrap().replace(
+        "side_effects: none",
+        &format!("side_effects: {side_effects}"),
+    );
+    fs::write(&agent, declared).unwrap();
+    let file = dir.path().join("data/default/plain-run-1.jsonl");
+    fs::create_dir_all(file.parent().unwrap()).unwrap();
+    fs::write(&file, journal).unwrap();
+    let out = Command::new(devis_bin())
+        .current_dir(dir.path())
+        .args(["--config", "loom.yaml", "resume", "plain-run-1"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let before = journal.lines().count();
+    let events: Vec<serde_json::Value> = fs::read_to_string(&file)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    events[before..]
+        .iter()
+        .map(|e| e["type"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// Resumed after its killed worker's lease ran out, the run's first events are the
+/// reference's: its claim, the step, then the interrupted call's outcome (run again when the
+/// tool is safe, `UNKNOWN_STATE` when it is not), with no other claim.
+#[test]
+fn a_run_abandoned_mid_call_resumes_with_the_reference_events() {
+    let Some(journal) = abandoned_mid_call() else {
+        return;
+    };
+    let rerun = resumed_types(&journal, "none");
+    let unknown = resumed_types(&journal, "irreversible");
+    for types in [&rerun, &unknown] {
+        assert_eq!(types[..2], ["run.claimed", "step.started"], "{types:?}");
+        assert_eq!(
+            types.iter().filter(|t| *t == "run.claimed").count(),
+            1,
+            "{types:?}"
+        );
+    }
+    insta::assert_json_snapshot!(
+        "abandoned_mid_call_resumed",
+        serde_json::json!({"safe tool (run again)": rerun, "unsafe tool (unknown state)": unknown})
+    );
 }

@@ -896,3 +896,238 @@ agents:
         "Hello!"
     );
 }
+
+/// A canned 200 reply of `content_type` with `body`.
+fn reply(content_type: &str, body: String) -> Reply {
+    Reply {
+        status: 200,
+        headers: vec![("content-type".into(), content_type.into())],
+        body: body.into_bytes(),
+        delay: Duration::ZERO,
+        trickle: None,
+    }
+}
+
+/// The `data:` lines of `events`, as a server-sent-events body (with their `event:` names
+/// when `named`).
+fn sse_body(events: &[Value], named: bool) -> String {
+    let mut body = String::new();
+    for event in events {
+        if named && let Some(name) = event["type"].as_str() {
+            body.push_str(&format!("event: {name}\n"));
+        }
+        body.push_str(&format!("data: {event}\n\n"));
+    }
+    body
+}
+
+/// What each provider streams for an answer whose whole text is `text`.
+fn anthropic_text_stream(text: &str) -> Reply {
+    let events = [
+        serde_json::json!({"type": "message_start", "message": {"model": "claude-sonnet-4-5", "usage": {"input_tokens": 20, "output_tokens": 1}}}),
+        serde_json::json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+        serde_json::json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": text}}),
+        serde_json::json!({"type": "content_block_stop", "index": 0}),
+        serde_json::json!({"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 6}}),
+        serde_json::json!({"type": "message_stop"}),
+    ];
+    reply("text/event-stream", sse_body(&events, true))
+}
+
+fn chat_text_stream(text: &str) -> Reply {
+    let chunk = serde_json::json!({"model": "gpt-4o-mini", "choices": [{"index": 0, "delta": {"content": text}, "finish_reason": "stop"}]});
+    reply(
+        "text/event-stream",
+        format!("data: {chunk}\n\ndata: [DONE]\n\n"),
+    )
+}
+
+fn responses_text_stream(text: &str) -> Reply {
+    let completed = serde_json::json!({"type": "response.completed", "response": {
+        "status": "completed", "model": "gpt-4.1",
+        "output": [{"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": text}]}],
+        "usage": {"input_tokens": 20, "output_tokens": 6}
+    }});
+    reply("text/event-stream", sse_body(&[completed], true))
+}
+
+/// `config` with `capabilities` given to every model on the server, and the agent's final
+/// output under a contract with a JSON schema.
+fn with_capabilities_and_contract(config: &str, capabilities: &str) -> String {
+    let config = config
+        .replace(
+            "    api_key_env: TEST_ANTHROPIC_KEY\n",
+            &format!("    api_key_env: TEST_ANTHROPIC_KEY\n    capabilities: {capabilities}\n"),
+        )
+        .replace(
+            "    api_key_env: TEST_OPENAI_KEY\n",
+            &format!("    api_key_env: TEST_OPENAI_KEY\n    capabilities: {capabilities}\n"),
+        );
+    format!(
+        "{config}    output:\n      schema:\n        type: object\n        properties: {{total: \
+         {{type: integer}}}}\n        required: [total]\n        additionalProperties: false\n"
+    )
+}
+
+/// The output contract's schema of [`with_capabilities_and_contract`].
+fn total_schema() -> Value {
+    serde_json::json!({
+        "type": "object",
+        "properties": {"total": {"type": "integer"}},
+        "required": ["total"],
+        "additionalProperties": false
+    })
+}
+
+#[test]
+fn a_contract_schema_is_sent_as_native_structured_output_to_models_that_declare_it() {
+    let answer = "{\"total\": 10}";
+    let server = Server::start(vec![
+        ("/v1/messages", anthropic_text_stream(answer)),
+        ("/v1/chat/completions", chat_text_stream(answer)),
+        ("/v1/responses", responses_text_stream(answer)),
+        ("/v1/chat/completions", chat_text_stream(answer)),
+    ]);
+    let mut bodies = Vec::new();
+    for (main, run_id) in [
+        ("claude", "nj-1"),
+        ("gpt", "nj-2"),
+        ("gpt-responses", "nj-3"),
+    ] {
+        let dir = project(&with_capabilities_and_contract(
+            &config(&server, main, ""),
+            "{native_json: true}",
+        ));
+        let out = run(dir.path(), run_id);
+        assert!(out.status.success(), "{main}: {}", text(&out.stderr));
+        let events = journal(dir.path(), run_id);
+        let done = events
+            .iter()
+            .find(|e| e["type"] == "run.completed")
+            .unwrap();
+        assert_eq!(done["payload"]["data"], serde_json::json!({"total": 10}));
+        bodies.push(server.requests().last().unwrap().1.clone());
+    }
+    let schema = total_schema();
+    assert_eq!(
+        bodies[0]["output_config"]["format"],
+        serde_json::json!({"type": "json_schema", "schema": schema})
+    );
+    assert_eq!(
+        bodies[1]["response_format"],
+        serde_json::json!({"type": "json_schema", "json_schema": {"name": "output", "schema": schema, "strict": true}})
+    );
+    assert_eq!(
+        bodies[2]["text"]["format"],
+        serde_json::json!({"type": "json_schema", "name": "output", "schema": schema, "strict": true})
+    );
+    // A model that does not declare native JSON is not sent the schema.
+    let dir = project(&with_capabilities_and_contract(
+        &config(&server, "gpt", ""),
+        "{native_json: false}",
+    ));
+    let out = run(dir.path(), "nj-4");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let body = server.requests().last().unwrap().1.clone();
+    assert!(body.get("response_format").is_none(), "{body}");
+}
+
+#[test]
+fn models_that_cannot_stream_are_asked_without_stream_and_answer() {
+    let claude = serde_json::json!({
+        "id": "msg_01", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5",
+        "content": [{"type": "text", "text": "Bonjour de Claude."}],
+        "stop_reason": "end_turn", "stop_sequence": null,
+        "usage": {"input_tokens": 12, "output_tokens": 5}
+    });
+    let chat = serde_json::json!({
+        "id": "chatcmpl-1", "object": "chat.completion", "model": "gpt-4o-mini",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "Bonjour de GPT."}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 12, "completion_tokens": 5, "total_tokens": 17}
+    });
+    let responses = serde_json::json!({
+        "id": "resp_1", "object": "response", "status": "completed", "model": "gpt-4.1",
+        "output": [{"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Bonjour des Responses."}]}],
+        "usage": {"input_tokens": 12, "output_tokens": 5}
+    });
+    let server = Server::start(vec![
+        (
+            "/v1/messages",
+            reply("application/json", claude.to_string()),
+        ),
+        (
+            "/v1/chat/completions",
+            reply("application/json", chat.to_string()),
+        ),
+        (
+            "/v1/responses",
+            reply("application/json", responses.to_string()),
+        ),
+    ]);
+    for (main, run_id, answer) in [
+        ("claude", "ns-1", "Bonjour de Claude."),
+        ("gpt", "ns-2", "Bonjour de GPT."),
+        ("gpt-responses", "ns-3", "Bonjour des Responses."),
+    ] {
+        let config = config(&server, main, "")
+            .replace(
+                "    api_key_env: TEST_ANTHROPIC_KEY\n",
+                "    api_key_env: TEST_ANTHROPIC_KEY\n    capabilities: {streaming: false}\n",
+            )
+            .replace(
+                "    api_key_env: TEST_OPENAI_KEY\n",
+                "    api_key_env: TEST_OPENAI_KEY\n    capabilities: {streaming: false}\n",
+            );
+        let dir = project(&config);
+        let out = run(dir.path(), run_id);
+        assert!(out.status.success(), "{main}: {}", text(&out.stderr));
+        assert_eq!(text(&out.stdout).trim(), answer);
+        let events = journal(dir.path(), run_id);
+        let responded = events
+            .iter()
+            .find(|e| e["type"] == "model.responded")
+            .unwrap();
+        assert_eq!(responded["payload"]["usage"]["output_tokens"], 5, "{main}");
+        let body = server.requests().last().unwrap().1.clone();
+        assert!(body.get("stream").is_none(), "{main}: {body}");
+        assert!(body.get("stream_options").is_none(), "{main}: {body}");
+    }
+}
+
+#[test]
+fn an_openai_503_is_overloaded_retried_then_falls_back() {
+    if !fixtures_present() {
+        return;
+    }
+    let unavailable = Reply {
+        status: 503,
+        headers: vec![("content-type".into(), "text/html".into())],
+        body: b"<html>Service Unavailable</html>".to_vec(),
+        delay: Duration::ZERO,
+        trickle: None,
+    };
+    let server = Server::start(vec![
+        ("/v1/chat/completions", unavailable.clone()),
+        ("/v1/chat/completions", unavailable),
+        ("/v1/messages", sse("anthropic/stream-text-basic.sse")),
+    ]);
+    let dir = project(&config(&server, "gpt", "claude"));
+    let out = run(dir.path(), "ov-1");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout).trim(), "Hello!");
+    let events = journal(dir.path(), "ov-1");
+    let retried: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["type"] == "model.retried")
+        .collect();
+    assert_eq!(retried.len(), 1, "{:?}", types(&events));
+    assert_eq!(retried[0]["payload"]["error_kind"], "overloaded");
+    assert_eq!(retried[0]["payload"]["http_status"], 503);
+    let fell = events
+        .iter()
+        .find(|e| e["type"] == "model.fell_back")
+        .unwrap();
+    assert_eq!(fell["payload"]["from_model"], "gpt");
+    assert_eq!(fell["payload"]["to_model"], "claude");
+    assert_eq!(fell["payload"]["reason"], "overloaded");
+}

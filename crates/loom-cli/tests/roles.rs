@@ -2,7 +2,8 @@
 //! journal: a role receives exactly the context it declares (the role models' scripts answer
 //! only when their single user message holds it, and lacks what is not declared), `$ref`
 //! between results, a terminal role whose answer is the run's, a vision role offered only to a
-//! run that carries an image (`loom run --attach`), `--attach` refusals, and roles refused when
+//! run that carries an image (`loom run --attach`), a role that reads tool results offered only
+//! once one exists (in the run, or in the session), `--attach` refusals, and roles refused when
 //! the configuration is loaded. Each test works on a copy of examples/devis in its own
 //! temporary directory, its `loom.yaml` rewritten with more fake models and its agent given
 //! `roles:`.
@@ -211,6 +212,105 @@ fn a_role_receives_exactly_its_declared_context() {
     // Role calls are not orchestrator iterations.
     let done = of_type(&events, "run.completed");
     assert_eq!(done[0]["payload"]["iterations"], 3);
+}
+
+/// The role `verifie`, which reads the results of `prix_ttc` (in the run, or with
+/// `scope: session` in the whole session), on the fake model `fake-verifie`.
+fn verifie(scope: &str) -> (String, String) {
+    let role = format!(
+        "  - name: verifie\n    description: Vérifie le montant.\n    model: fake-verifie\n    \
+         context: [{{tool_results: [prix_ttc]{scope}}}]\n"
+    );
+    let model = model(
+        "fake-verifie",
+        json!([{"text": "Montant vérifié.", "with_text": PRICE}]),
+        false,
+    );
+    (role, model)
+}
+
+/// The names of the tools called in a run, in order.
+fn called(events: &[Value]) -> Vec<&str> {
+    of_type(events, "tool.called")
+        .iter()
+        .map(|e| e["payload"]["tool_name"].as_str().unwrap())
+        .collect()
+}
+
+#[test]
+fn a_role_that_reads_tool_results_is_offered_once_one_exists_in_the_run() {
+    // The orchestrator's script keeps each reply only while `verifie` is (or is not) offered:
+    // its first two requests must not offer it (no result yet, then only a failed call), the
+    // third must.
+    let orchestrator = json!([
+        {"without_tool": "verifie", "tool_calls": [{"name": "prix_ttc", "arguments": {"montant_ht": -5, "taux_tva": 10}}]},
+        {"without_tool": "verifie", "tool_calls": [{"name": "prix_ttc", "arguments": {"montant_ht": 1250, "taux_tva": 10}}]},
+        {"with_tool": "verifie", "text": "verifie offered before any result"},
+        {"with_tool": "verifie", "text": "verifie offered after a failed call"},
+        {"with_tool": "verifie", "tool_calls": [{"name": "verifie", "arguments": {}}]},
+        {"with_tool": "verifie", "text": "Fini."}
+    ]);
+    let (role, verifie_model) = verifie("");
+    let dir = project(orchestrator, &[verifie_model], &role, "");
+    assert_eq!(completed_run(dir.path(), "res-1", &[]), "Fini.\n");
+    let events = journal(dir.path(), "res-1");
+    assert_eq!(called(&events), ["prix_ttc", "prix_ttc", "verifie"]);
+    let failed = for_call(&events, "tool.completed", "fake_0_0");
+    assert_eq!(failed["payload"]["output"]["is_error"], true);
+    let checked = for_call(&events, "tool.completed", "fake_2_0");
+    assert_eq!(output_text(checked), "Montant vérifié.");
+}
+
+#[test]
+fn a_role_that_reads_session_results_is_offered_at_once_after_an_earlier_run_had_one() {
+    // `rappel` reads prix_ttc's results of the whole session, `verifie` those of its run. In
+    // the second run of the session, only `rappel` is offered at the first request; in a new
+    // session, neither.
+    let orchestrator = json!([
+        {"without_text": "Rappelle", "tool_calls": [{"name": "prix_ttc", "arguments": {"montant_ht": 1250, "taux_tva": 10}}]},
+        {"without_text": "Rappelle", "text": "Calculé."},
+        {"with_text": "Rappelle", "with_tool": "rappel", "without_tool": "verifie", "text": "rappel offert"},
+        {"with_text": "Rappelle", "without_tool": "rappel", "text": "rappel absent"}
+    ]);
+    let (verifie_role, verifie_model) = verifie("");
+    let rappel = "  - name: rappel\n    description: Rappelle le montant.\n    model: fake-verifie\n    \
+                  context: [{tool_results: [prix_ttc], scope: session}]\n";
+    let dir = project(
+        orchestrator,
+        &[verifie_model],
+        &format!("{verifie_role}{rappel}"),
+        "",
+    );
+    let session = ["--session", "chantier"];
+    assert_eq!(completed_run(dir.path(), "s-1", &session), "Calculé.\n");
+    let out = devis(
+        dir.path(),
+        &[
+            "run",
+            "devis",
+            "Rappelle le montant.",
+            "--run-id",
+            "s-2",
+            "--session",
+            "chantier",
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "rappel offert\n");
+    let out = devis(
+        dir.path(),
+        &[
+            "run",
+            "devis",
+            "Rappelle le montant.",
+            "--run-id",
+            "s-3",
+            "--session",
+            "autre",
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "rappel absent\n");
 }
 
 /// The roles of the `$ref` and terminal tests: `lettre` writes from the price it is passed.

@@ -361,6 +361,9 @@ pub struct ModelCapabilities {
     /// Can be forced to call a tool (`tool_choice: required`); needed by the policy
     /// `loom.require_tool`.
     pub forced_tool_choice: bool,
+    /// Streams its answers. `false`, for servers that cannot stream: each call is one
+    /// non-streamed request whose whole JSON answer is then read as the same chunks.
+    pub streaming: bool,
     /// Context window in tokens, when known.
     #[schemars(extend("exclusiveMinimum" = 0))]
     pub context_window: Option<u64>,
@@ -374,6 +377,7 @@ impl Default for ModelCapabilities {
             reasoning: false,
             native_json: false,
             forced_tool_choice: true,
+            streaming: true,
             context_window: None,
         }
     }

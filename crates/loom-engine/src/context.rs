@@ -3,10 +3,11 @@
 //! session's journal. The items mean the same for a role as for a judge, and are read the same
 //! way.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use loom_core::{
-    Block, BlockKind, Message, Role, RunState, event::Payload, event::RunContext, ports::EventStore,
+    Block, BlockKind, Event, Message, Role, RunState, event::Payload, event::RunContext,
+    ports::EventStore,
 };
 use serde_json::{Value, json};
 
@@ -67,6 +68,29 @@ pub(crate) fn images(state: &RunState) -> Vec<Block> {
         .filter(|b| matches!(&b.kind, BlockKind::Artifact { media_type, .. } if media_type.starts_with("image/")))
         .cloned()
         .collect()
+}
+
+/// The tools that have at least one successful result in `messages` (one run's
+/// conversation): what a `tool_results` item can give.
+pub(crate) fn succeeded<'m>(messages: impl Iterator<Item = &'m Message>) -> BTreeSet<String> {
+    let mut names: BTreeMap<&str, &str> = BTreeMap::new();
+    let mut found = BTreeSet::new();
+    for message in messages {
+        names.extend(
+            message
+                .tool_calls()
+                .map(|(call_id, name, _)| (call_id, name)),
+        );
+        for block in &message.blocks {
+            if let BlockKind::ToolResult { call_id, output } = &block.kind
+                && !output.is_error
+                && let Some(name) = names.get(call_id.as_str())
+            {
+                found.insert((*name).to_owned());
+            }
+        }
+    }
+    found
 }
 
 /// The successful results of `tools` in one run's `messages` (text, `full` never included).
@@ -226,9 +250,14 @@ pub(crate) async fn gather(
 /// this run and the earlier root runs, folded.
 pub(crate) async fn session(store: &dyn EventStore, run: &RunRef) -> Result<Session, EngineError> {
     let events = store.read(&run.tenant_id, &run.session_id, 0).await?;
+    session_of(&events, &run.run_id)
+}
+
+/// [`session`] from the session's events (in seq order) already read.
+pub(crate) fn session_of(events: &[Event], run_id: &str) -> Result<Session, EngineError> {
     let start = events
         .iter()
-        .position(|e| e.run_id == run.run_id)
+        .position(|e| e.run_id == run_id)
         .unwrap_or(events.len());
     let context = events.get(start).and_then(|e| match &e.payload {
         Payload::RunStarted(started) => Some(started.context.clone()),

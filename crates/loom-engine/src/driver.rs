@@ -98,7 +98,7 @@ impl Engine {
             }
             _ => None,
         };
-        let offer = Offer::new(agent, state.depth)?;
+        let offer = Offer::new(agent, state.depth, &journal, &run.run_id)?;
         let children_blocked = state.status == RunStatus::WaitingChild
             && tree::blocked(&journal, &state, self.clock.now());
         let root_run_id = state.root_run_id.clone();
@@ -379,6 +379,10 @@ impl Driver<'_> {
             budget: agent.budget.as_ref(),
             session_spent: self.session_spent,
             history: &self.history,
+            output_schema: agent
+                .output
+                .as_ref()
+                .and_then(|contract| contract.spec().schema.as_ref()),
             models: self.reads.models(),
         };
         model_step::run(&mut self.io, &orchestrator, state, effect, &tools).await

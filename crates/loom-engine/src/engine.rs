@@ -81,8 +81,9 @@ impl Engine {
         self
     }
 
-    /// The lease a run's driver takes (`run.claimed` until now + lease), renewed every third
-    /// of it while the run is driven.
+    /// The lease a run's driver takes (`run.claimed` until now + lease), renewed while the run
+    /// is driven every third of it, at least every second (never later than two thirds of the
+    /// lease its last claim gave).
     pub fn lease(&self) -> Duration {
         self.lease
     }

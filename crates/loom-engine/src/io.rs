@@ -12,6 +12,7 @@ use std::{
     time::{Duration, Instant},
 };
 
+use chrono::{DateTime, Utc};
 use loom_core::{
     Event, RunState,
     event::{Effect, Outcome, Payload, RunClaimed, StepCompleted, StepStarted},
@@ -65,7 +66,13 @@ pub(crate) struct Io<'a> {
     pub(crate) last_ids: LastIds,
     /// Which model configs produced each provider model name in the session.
     pub(crate) names: ModelNames,
+    /// When this pilot last wrote its claim, and the lease that claim gave it.
+    claimed: Option<(DateTime<Utc>, Duration)>,
 }
+
+/// The shortest time between two renewals of a lease (the reference renews every third of the
+/// lease, at least every second).
+pub(crate) const MIN_RENEWAL_PERIOD: Duration = Duration::from_secs(1);
 
 impl<'a> Io<'a> {
     /// The effects of a pilot writing `events` with `writer`, holding `lease`, cancelled by
@@ -97,6 +104,7 @@ impl<'a> Io<'a> {
             decided: Duration::ZERO,
             last_ids,
             names,
+            claimed: None,
         }
     }
 
@@ -198,7 +206,8 @@ impl<'a> Io<'a> {
             .map(|left| tokio::time::Instant::now() + left)
     }
 
-    /// Takes the lease, refusing when another worker holds a live one.
+    /// Takes the lease, refusing when another worker holds a live one. The claim lasts the
+    /// configured lease.
     pub(crate) async fn claim(&mut self, state: &mut RunState) -> Result<(), EngineError> {
         let now = self.events.now();
         if let Some(claim) = &state.claim
@@ -211,33 +220,60 @@ impl<'a> Io<'a> {
                 lease_until: claim.lease_until.to_rfc3339(),
             });
         }
-        self.write_claim(state).await
+        self.write_claim(state, self.lease.duration).await
     }
 
-    async fn write_claim(&mut self, state: &mut RunState) -> Result<(), EngineError> {
+    /// The reference's renewal period: a third of the lease, at least
+    /// [`MIN_RENEWAL_PERIOD`]. A renewal gives three periods (the lease itself when it is
+    /// three seconds or more).
+    fn renewal_period(&self) -> Duration {
+        (self.lease.duration / 3).max(MIN_RENEWAL_PERIOD)
+    }
+
+    /// How long after this pilot's last claim the lease is renewed: the renewal period, but
+    /// never later than two thirds of the lease that claim gave, so that a live driver's lease
+    /// never lapses (only a lease under 1.5 s is renewed sooner than by the reference).
+    /// `None` when this pilot holds no claim (a sub-run, or before its claim).
+    fn renew_after(&self) -> Option<Duration> {
+        self.claimed
+            .map(|(_, given)| self.renewal_period().min(given * 2 / 3))
+    }
+
+    /// The time left before the lease is due for renewal (zero when it is due).
+    fn renewal_in(&self) -> Option<Duration> {
+        let (at, _) = self.claimed?;
+        let after = self.renew_after()?;
+        let elapsed = (self.events.now() - at).to_std().unwrap_or(Duration::ZERO);
+        Some(after.saturating_sub(elapsed))
+    }
+
+    async fn write_claim(
+        &mut self,
+        state: &mut RunState,
+        duration: Duration,
+    ) -> Result<(), EngineError> {
         if self.lease.sub {
             // The parent's pilot holds the lease of the whole tree.
             return Ok(());
         }
-        let lease = chrono::Duration::from_std(self.lease.duration)
-            .unwrap_or(chrono::Duration::seconds(60));
+        let lease = chrono::Duration::from_std(duration).unwrap_or(chrono::Duration::seconds(60));
+        let now = self.events.now();
         let payload = Payload::RunClaimed(RunClaimed {
             worker_id: self.lease.worker_id.to_owned(),
-            lease_until: self.events.now() + lease,
+            lease_until: now + lease,
         });
         let event = self.events.decision(state, payload);
-        self.write(state, vec![event]).await.map(drop)
+        self.write(state, vec![event]).await?;
+        self.claimed = Some((now, duration));
+        Ok(())
     }
 
-    /// Renews the lease when less than two thirds of it remain.
+    /// Renews the lease when it is due ([`Io::renew_after`] since this pilot's last claim),
+    /// for three renewal periods.
     pub(crate) async fn renew(&mut self, state: &mut RunState) -> Result<(), EngineError> {
-        let Some(claim) = &state.claim else {
-            return Ok(());
-        };
-        let third = chrono::Duration::from_std(self.lease.duration / 3)
-            .unwrap_or(chrono::Duration::seconds(20));
-        if claim.lease_until - self.events.now() < third * 2 {
-            self.write_claim(state).await?;
+        if self.renewal_in() == Some(Duration::ZERO) {
+            let given = (self.renewal_period() * 3).max(self.lease.duration);
+            self.write_claim(state, given).await?;
         }
         Ok(())
     }
@@ -252,12 +288,14 @@ impl<'a> Io<'a> {
                 lease_until: self.events.now(),
             }),
         );
-        self.write(state, vec![event]).await.map(drop)
+        self.write(state, vec![event]).await?;
+        self.claimed = None;
+        Ok(())
     }
 
     /// Waits for `future` (one step's effect) unless the run is cancelled or `deadline` (the
-    /// run's timeout) passes, renewing the lease every third of it meanwhile, so a long tool
-    /// call or model stream never outlives the lease.
+    /// run's timeout) passes, renewing the lease whenever it is due meanwhile
+    /// ([`Io::renew`]), so a long tool call or model stream never outlives the lease.
     pub(crate) async fn wait<T>(
         &mut self,
         state: &mut RunState,
@@ -277,17 +315,25 @@ impl<'a> Io<'a> {
             }
         };
         let mut expiry = std::pin::pin!(expiry);
-        // A third of the lease, so a live driver's lease never runs out under a peer's sweep
-        // (`Loom::watch_leases`), however short it is configured.
-        let period = (self.lease.duration / 3).max(Duration::from_millis(10));
-        let mut renewal = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
         loop {
+            // When the lease is next due, so a live driver's lease never runs out under a
+            // peer's sweep (`Loom::watch_leases`); never, without a claim of this pilot.
+            let due = self.renewal_in();
+            let renewal = async {
+                match due {
+                    Some(left) => tokio::time::sleep(left).await,
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
                 biased;
                 () = cancel.cancelled() => return Ok(StepEnd::Cancelled),
                 () = &mut expiry => return Ok(StepEnd::TimedOut),
                 output = &mut future => return Ok(StepEnd::Done(output)),
-                _ = renewal.tick() => self.write_claim(state).await?,
+                () = renewal => {
+                    let given = (self.renewal_period() * 3).max(self.lease.duration);
+                    self.write_claim(state, given).await?;
+                }
             }
         }
     }

@@ -15,6 +15,7 @@ use loom_core::{
     model::{ModelError, ModelRequest, ModelResponse, StopReason, ToolChoice},
     policy::Subject,
 };
+use serde_json::Value;
 
 use crate::{
     binding::{BoundPolicy, BoundTool, ModelBinding},
@@ -40,6 +41,9 @@ pub(crate) struct Orchestrator<'a> {
     pub(crate) session_spent: Option<Spent>,
     /// The conversation of the session's earlier runs.
     pub(crate) history: &'a [Message],
+    /// The JSON Schema of the agent's output contract, sent as the request's `output_schema`
+    /// when the call cannot use tools (a model that declares `native_json` then enforces it).
+    pub(crate) output_schema: Option<&'a Value>,
     /// What the model calls need.
     pub(crate) models: Models<'a>,
 }
@@ -179,7 +183,9 @@ pub(crate) async fn run(
 /// The orchestrator's request for each model of its chain, from the state as it is now: the
 /// system prompt (with the `$ref` hint when results can be referenced), the session history,
 /// the run's conversation (results numbered for `$ref`), the tools offered, without the
-/// reasoning blocks other models produced. The closure owns what it reads.
+/// reasoning blocks other models produced, and the output contract's schema when the call
+/// cannot use tools (none offered, or `tool_choice: none`), as the reference does. The closure
+/// owns what it reads.
 fn requests(
     io: &Io<'_>,
     orchestrator: &Orchestrator<'_>,
@@ -200,6 +206,10 @@ fn requests(
         ToolChoice::Auto
     };
     let system = orchestrator.system.to_owned();
+    let output_schema = orchestrator
+        .output_schema
+        .filter(|_| tools.is_empty() || choice == ToolChoice::None)
+        .cloned();
     let tools = tools.to_vec();
     let history = orchestrator.history.to_vec();
     let names = io.names.clone();
@@ -217,6 +227,7 @@ fn requests(
         if refs {
             request.system = roles::with_refs_hint(&request.system);
         }
+        request.output_schema.clone_from(&output_schema);
         request
     }
 }

@@ -1,12 +1,13 @@
 //! What a run offers its model as tools ([`Offer`]): the agent's tools, its sub-agents (below
 //! `max_depth`), the tools of its sources (MCP servers, opened when the pilot starts and
-//! released when it ends), its roles (a role that reads images only when the run has one), and
-//! `artifact_read` once a result was offloaded.
+//! released when it ends), its roles (a role that reads images only when the run has one, a
+//! role that reads tool results only once one of them exists in the run, or in the session for
+//! `scope: session`), and `artifact_read` once a result was offloaded.
 
-use std::{borrow::Cow, sync::Arc};
+use std::{borrow::Cow, collections::BTreeSet, sync::Arc};
 
 use loom_core::{
-    RunState,
+    Event, RunState,
     event::{CircuitOpened, Payload, ToolSourceUnavailable},
     ports::{ArtifactStore, SourceContext, ToolSource},
 };
@@ -14,6 +15,7 @@ use loom_core::{
 use crate::{
     agent::AgentRuntime,
     binding::{BoundSource, BoundTool},
+    context,
     error::EngineError,
     events::RunRef,
     io::Io,
@@ -28,24 +30,44 @@ pub(crate) struct Offer {
     tools: Vec<BoundTool>,
     /// The tool faces of the agent's roles.
     role_faces: Vec<BoundTool>,
+    /// The tools with a successful result in the session's earlier runs, gathered only when a
+    /// role reads them (`tool_results` with `scope: session`).
+    earlier_results: BTreeSet<String>,
     /// Sources opened by this pilot, released when it ends.
     opened: Vec<Arc<dyn ToolSource>>,
 }
 
 impl Offer {
-    /// What `agent` offers a run at `depth`, before its sources open.
-    pub(crate) fn new(agent: &AgentRuntime, depth: u32) -> Result<Offer, EngineError> {
+    /// What `agent` offers the run `run_id` at `depth`, before its sources open; `journal` is
+    /// its session's, read when the pilot started.
+    pub(crate) fn new(
+        agent: &AgentRuntime,
+        depth: u32,
+        journal: &[Event],
+        run_id: &str,
+    ) -> Result<Offer, EngineError> {
         let mut tools = agent.tools.clone();
         tools.extend(subagents::offered(agent, depth));
+        let earlier_results = if roles::read_earlier_results(&agent.roles) {
+            context::session_of(journal, run_id)?
+                .earlier
+                .iter()
+                .flat_map(|run| context::succeeded(run.messages.iter()))
+                .collect()
+        } else {
+            BTreeSet::new()
+        };
         Ok(Offer {
             tools,
             role_faces: roles::bind_all(&agent.roles)?,
+            earlier_results,
             opened: Vec::new(),
         })
     }
 
     /// The tools offered now: the pilot's, then the roles (a role that reads images only when
-    /// the run has one), plus `artifact_read` once a result was offloaded.
+    /// the run has one, a role that reads tool results only once one exists), plus
+    /// `artifact_read` once a result was offloaded.
     pub(crate) fn now(
         &self,
         roles: &[RoleRuntime],
@@ -56,7 +78,7 @@ impl Offer {
             (Some(store), false) => offload::artifact_read(store.clone(), state.offloaded.clone()),
             _ => None,
         };
-        let roles = roles::offered(&self.role_faces, roles, state);
+        let roles = roles::offered(&self.role_faces, roles, state, &self.earlier_results);
         let mut roles = roles.peekable();
         if reader.is_none() && roles.peek().is_none() {
             return Cow::Borrowed(&self.tools);

@@ -13,7 +13,7 @@
 //! | `user_input` | the text of the run's first user message |
 //! | `caller_context` | what the application said about the run when opening it (`run.started.context`: tenant, user and metadata), as JSON |
 //! | `attachments` | the images of the run's user messages (artifact blocks of type `image/*`), added to the role's message; a role that declares them is offered only when the run carries an image, and its models must read images (checked when the configuration is loaded) |
-//! | `tool_results` | the successful results (text) of the named tools, in this run (`scope: run`) or in the whole session (`scope: session`), one `tool: text` line each |
+//! | `tool_results` | the successful results (text) of the named tools, in this run (`scope: run`) or in the whole session (`scope: session`), one `tool: text` line each; a role that declares them is offered only once one of the named tools has a successful result there |
 //! | `last_turns: N` | the last N turns of the session before this run (one turn = one run: `user: <request>`, `assistant: <final answer>`) |
 //!
 //! These items mean the same for a role as for a judge (`judges.rs`), and are read the same way.
@@ -55,7 +55,11 @@
 //! `tool.called.refs` lists what was resolved. Only results obtained before the current turn
 //! can be referenced; any other reference refuses the call before it starts.
 
-use std::{collections::BTreeMap, sync::Arc, time::Duration};
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    sync::Arc,
+    time::Duration,
+};
 
 use loom_core::{
     Block, BlockKind, Message, Role, RunState,
@@ -72,7 +76,7 @@ pub use crate::context::RoleContext;
 use crate::{
     binding::{BoundTool, ModelBinding},
     chain::{self, AttemptState, Caller, ChainEnd, Models},
-    context::{gather, images},
+    context::{ContextScope, gather, images, succeeded},
     contract::Contract,
     error::EngineError,
     events::RunRef,
@@ -175,6 +179,15 @@ impl RoleRuntime {
         self.context.contains(&RoleContext::Attachments)
     }
 
+    /// The `tool_results` items of its context (tools and scope): the role is offered only once
+    /// each has a successful result of one of its tools to give it.
+    pub fn reads_results(&self) -> impl Iterator<Item = (&[String], ContextScope)> {
+        self.context.iter().filter_map(|item| match item {
+            RoleContext::ToolResults { tools, scope } => Some((tools.as_slice(), *scope)),
+            _ => None,
+        })
+    }
+
     /// The tool face offered to the orchestrator, its argument schema compiled. Refused when
     /// the name is not a tool name, the schema is not a valid JSON Schema of an object, or the
     /// template does not parse.
@@ -237,18 +250,44 @@ pub(crate) fn bind_all(roles: &[RoleRuntime]) -> Result<Vec<BoundTool>, EngineEr
     roles.iter().map(RoleRuntime::bind).collect()
 }
 
-/// The role faces offered now: a role that reads images is hidden from a run without one.
+/// The role faces offered now: a role that reads images is hidden from a run without one, and
+/// a role that reads tool results from a run (or session, per its `scope`) without one of them
+/// yet. `earlier` names the tools with a successful result in the session's earlier runs.
 pub(crate) fn offered<'t>(
     faces: &'t [BoundTool],
     roles: &[RoleRuntime],
     state: &RunState,
+    earlier: &BTreeSet<String>,
 ) -> impl Iterator<Item = &'t BoundTool> {
     let images = !images(state).is_empty();
-    faces.iter().filter(move |face| {
-        roles
-            .iter()
-            .find(|r| r.name == face.name())
-            .is_some_and(|r| images || !r.sees_attachments())
+    let needs_results = roles.iter().any(|r| r.reads_results().next().is_some());
+    let in_run = if needs_results {
+        succeeded(state.messages.iter())
+    } else {
+        BTreeSet::new()
+    };
+    let ready: BTreeSet<&str> = roles
+        .iter()
+        .filter(|r| images || !r.sees_attachments())
+        .filter(|r| {
+            r.reads_results().all(|(tools, scope)| {
+                tools.iter().any(|tool| {
+                    in_run.contains(tool)
+                        || (scope == ContextScope::Session && earlier.contains(tool))
+                })
+            })
+        })
+        .map(|r| r.name.as_str())
+        .collect();
+    faces.iter().filter(move |face| ready.contains(face.name()))
+}
+
+/// Whether a role of `roles` reads tool results of the session's earlier runs (a
+/// `tool_results` item with `scope: session`): the pilot then gathers them when it starts.
+pub(crate) fn read_earlier_results(roles: &[RoleRuntime]) -> bool {
+    roles.iter().any(|r| {
+        r.reads_results()
+            .any(|(_, scope)| scope == ContextScope::Session)
     })
 }
 

@@ -15,15 +15,17 @@ use std::{
 };
 
 use loom_core::{
-    Event, Message, RunState, RunStatus,
+    BoxFuture, Event, Message, RunState, RunStatus,
     approval::Decision,
     event::Payload,
-    ports::EventStore,
-    tool::{FnTool, OnUnknown, SideEffects, ToolOutput},
+    ports::{EventStore, SourceContext, SourceError, ToolSource},
+    tool::{FnTool, OnUnknown, SideEffects, Tool, ToolOutput},
 };
-use loom_engine::{AgentRuntime, BeginRun, BoundTool, Engine, ModelBinding, RunRef, UNKNOWN_STATE};
+use loom_engine::{
+    AgentRuntime, BeginRun, BoundSource, BoundTool, Engine, ModelBinding, RunRef, UNKNOWN_STATE,
+};
 use loom_journal::MemoryStore;
-use loom_testkit::{ManualClock, counting_tool, scripted};
+use loom_testkit::{ManualClock, counting_tool, scripted, sleep_tool};
 use serde_json::{Map, json};
 use tokio_util::sync::CancellationToken;
 
@@ -316,5 +318,85 @@ async fn rejecting_an_interrupted_call_gives_an_error_result_without_running_it(
         output.visible_text().contains("déjà envoyé"),
         "{case}: {}",
         output.visible_text()
+    );
+}
+
+/// A tool source that takes `opening` of the engine's clock to open (a slow MCP server
+/// starting) and gives no tool.
+#[derive(Debug)]
+struct SlowSource {
+    clock: Arc<ManualClock>,
+    opening: Duration,
+}
+
+impl ToolSource for SlowSource {
+    fn name(&self) -> &str {
+        "lent"
+    }
+
+    fn open<'a>(
+        &'a self,
+        _ctx: &'a SourceContext,
+    ) -> BoxFuture<'a, Result<Vec<Arc<dyn Tool>>, SourceError>> {
+        Box::pin(async move {
+            self.clock.advance(self.opening);
+            Ok(Vec::new())
+        })
+    }
+
+    fn release<'a>(&'a self, _ctx: &'a SourceContext) -> BoxFuture<'a, ()> {
+        Box::pin(async {})
+    }
+}
+
+/// Taken over once the killed worker's lease has run out, the run's first events are the
+/// reference's: its claim, the step, then the interrupted call's outcome. With a lease of
+/// 2 s, the reference renews every second: a source that takes 0.9 s to open, then a call
+/// run again in 50 ms, are no reason for another claim.
+#[tokio::test(start_paused = true)]
+async fn a_run_taken_over_claims_once_then_steps_into_the_interrupted_call() {
+    let case = Case {
+        side_effects: SideEffects::None,
+        idempotent: false,
+        on_unknown: OnUnknown::Error,
+    };
+    let mut c = crashed_mid_call(case).await;
+    let before = read_all(&c.store, &c.run).await.len();
+    let clock = Arc::new(ManualClock::new());
+    clock.advance(Duration::from_secs(120));
+    let engine = Engine::new(c.store.clone(), clock.clone()).with_lease(Duration::from_secs(2));
+    let mut slow = sleep_tool("send", 50);
+    slow.declarations_mut().side_effects = SideEffects::None;
+    c.agent.tools = vec![BoundTool::declared(Arc::new(slow)).unwrap()];
+    c.agent.sources = vec![BoundSource {
+        source: Arc::new(SlowSource {
+            clock,
+            opening: Duration::from_millis(900),
+        }),
+        required: false,
+    }];
+    let state = drive(&engine, &c.run, &c.agent).await;
+    assert_eq!(state.status, RunStatus::Completed);
+    let events = read_all(&c.store, &c.run).await;
+    let resumed: Vec<&str> = events[before..]
+        .iter()
+        .map(|e| e.event_type.as_str())
+        .collect();
+    assert_eq!(
+        resumed[..5],
+        [
+            "run.claimed",
+            "step.started",
+            "tool.called",
+            "tool.completed",
+            "step.completed"
+        ],
+        "{resumed:?}"
+    );
+    assert_eq!(calls(&events), [false, true]);
+    assert_eq!(
+        resumed.iter().filter(|t| **t == "run.claimed").count(),
+        1,
+        "{resumed:?}"
     );
 }

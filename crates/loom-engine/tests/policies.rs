@@ -1175,3 +1175,53 @@ async fn time_spent_in_decisions_counts_in_the_run_timeout() {
     assert_eq!(state.error_type.as_deref(), Some("timeout"));
     assert!(!types(&events).contains(&"tool.called"));
 }
+
+/// The output contract's schema goes with the request (`output_schema`) only when the call
+/// cannot use tools, as the reference does: not while tools are offered with `auto`, but on the
+/// finalizing call (`tool_choice: none`) and on a call of an agent without tools.
+#[tokio::test]
+async fn the_contract_schema_is_sent_only_when_the_call_cannot_use_tools() {
+    let model = Arc::new(RecordingModel::new(scripted(
+        "fake-1",
+        json!([
+            {"tool_calls": [{"name": "add", "arguments": {"a": 4, "b": 6}}]},
+            {"text": "{\"total\": 10}"}
+        ]),
+    )));
+    let mut with_tools = agent(model.clone(), vec![add_tool()]);
+    with_tools.output = Some(contract(total_schema()));
+    with_tools.max_iterations = 1;
+    let (state, _, _, _) = run(&with_tools, "4 + 6 ?").await;
+    assert_eq!(state.status, RunStatus::Completed);
+    let requests = model.requests();
+    assert_eq!(requests.len(), 2);
+    assert_eq!(requests[0].tool_choice, ToolChoice::Auto);
+    assert_eq!(requests[0].output_schema, None);
+    assert_eq!(requests[1].tool_choice, ToolChoice::None);
+    assert_eq!(
+        requests[1].output_schema.as_ref(),
+        total_schema().schema.as_ref()
+    );
+
+    let model = Arc::new(RecordingModel::new(scripted(
+        "fake-1",
+        json!([{"text": "{\"total\": 10}"}]),
+    )));
+    let mut without_tools = agent(model.clone(), Vec::new());
+    without_tools.output = Some(contract(total_schema()));
+    let (state, _, _, _) = run(&without_tools, "4 + 6 ?").await;
+    assert_eq!(state.status, RunStatus::Completed);
+    assert_eq!(
+        model.requests()[0].output_schema.as_ref(),
+        total_schema().schema.as_ref()
+    );
+
+    // No contract schema, nothing sent.
+    let model = Arc::new(RecordingModel::new(scripted(
+        "fake-1",
+        json!([{"text": "dix"}]),
+    )));
+    let (state, _, _, _) = run(&agent(model.clone(), Vec::new()), "4 + 6 ?").await;
+    assert_eq!(state.status, RunStatus::Completed);
+    assert_eq!(model.requests()[0].output_schema, None);
+}

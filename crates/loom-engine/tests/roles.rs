@@ -217,11 +217,14 @@ async fn a_role_receives_exactly_its_declared_context() {
     assert!(!everything.contains(SYSTEM), "{everything}");
     assert!(!everything.contains("I draft."), "{everything}");
 
-    // The orchestrator is offered the role as a tool, with the refs hint, and sees numbered
-    // results.
+    // The role reads lookup's results: the orchestrator is not offered it before one exists
+    // (nor told about references then). Once lookup answered, it is offered the role as a
+    // tool, with the refs hint, and sees numbered results.
     let main_requests = main.requests();
-    assert_eq!(offered(&main_requests[0]), ["lookup", "secret", "draft"]);
-    assert!(main_requests[0].system.ends_with(REFS_HINT));
+    assert_eq!(offered(&main_requests[0]), ["lookup", "secret"]);
+    assert!(!main_requests[0].system.contains(REFS_HINT));
+    assert_eq!(offered(&main_requests[1]), ["lookup", "secret", "draft"]);
+    assert!(main_requests[1].system.ends_with(REFS_HINT));
     assert!(sent(&main_requests[2]).contains("[result:3]"));
     assert_eq!(
         state.output_text().as_deref(),

@@ -49,8 +49,13 @@ fn leased_loom(dir: &Path, backend: EventsBackend, path: &str) -> Loom {
 }
 
 /// Process A, on a runtime of its own: it opens a run in the background and is dropped, as a
-/// `kill -9` would leave it, while the tool runs (no lease handed back). Its worker id.
-fn crash_in_the_tool(dir: &Path, backend: EventsBackend, path: &str) -> String {
+/// `kill -9` would leave it, while the tool runs (no lease handed back). Its worker id, and the
+/// end of the last lease it wrote, as it read its journal just before it was dropped.
+fn crash_in_the_tool(
+    dir: &Path,
+    backend: EventsBackend,
+    path: &str,
+) -> (String, chrono::DateTime<chrono::Utc>) {
     let dir = dir.to_owned();
     let path = path.to_owned();
     std::thread::spawn(move || {
@@ -80,7 +85,18 @@ fn crash_in_the_tool(dir: &Path, backend: EventsBackend, path: &str) -> String {
                     .any(|e| matches!(e.payload, Payload::ToolCalled(_)))
             })
             .await;
-            loom.worker_id().to_owned()
+            let lease_until = loom
+                .events(&run)
+                .await
+                .unwrap()
+                .iter()
+                .filter_map(|e| match &e.payload {
+                    Payload::RunClaimed(claim) => Some(claim.lease_until),
+                    _ => None,
+                })
+                .next_back()
+                .unwrap();
+            (loom.worker_id().to_owned(), lease_until)
         });
         runtime.shutdown_background();
         worker
@@ -115,10 +131,16 @@ async fn abandoned_run_is_resumed_once(backend: EventsBackend, path: &str, takeo
     } else {
         Vec::new()
     };
-    let a = crash_in_the_tool(dir.path(), backend, path);
+    let (a, lease_until) = crash_in_the_tool(dir.path(), backend, path);
     if takeover == Takeover::Race {
-        // The lease (1 s) was renewed at most a third of it before the crash.
-        tokio::time::sleep(Duration::from_millis(1100)).await;
+        // Until A's last lease has run out: 1 s after its claim, and 1.1 s after the crash is
+        // always past it; 3 s once renewed (three renewal periods of at least 1 s, as the
+        // reference does).
+        let left = (lease_until - chrono::Utc::now())
+            .to_std()
+            .unwrap_or_default();
+        let wait = (left + Duration::from_millis(100)).max(Duration::from_millis(1100));
+        tokio::time::sleep(wait).await;
         let (mut by_b, mut by_c) = (b.lease_watch(), c.lease_watch());
         let (found_b, found_c) = tokio::join!(by_b.sweep(), by_c.sweep());
         let (found_b, found_c) = (found_b.unwrap(), found_c.unwrap());

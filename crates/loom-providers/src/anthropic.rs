@@ -5,7 +5,9 @@
 //!   `POST /v1/messages` (system placement, tools, tool results linked by `tool_use_id`,
 //!   thinking blocks echoed with their signature, images, prompt-cache breakpoints, native JSON
 //!   output);
-//! - [`Decoder`] turns server-sent events into [`ModelChunk`]s as they arrive;
+//! - [`Decoder`] turns server-sent events into [`ModelChunk`]s as they arrive
+//!   ([`decode_message`] reads the whole answer of a model declared
+//!   `capabilities: {streaming: false}`, asked without `stream`, into the same chunks);
 //! - [`classify`] turns an error body (HTTP or in-stream `error` event) into a
 //!   [`ProviderError`] by its type, with message text read only where Anthropic gives nothing
 //!   else (credit balance, prompt too long);
@@ -25,7 +27,7 @@ use serde_json::{Map, Value, json};
 
 use crate::{
     capture::{self, Recorder},
-    error::{ErrorClass, ProviderError, truncated},
+    error::{ErrorClass, ProviderError, class_of, truncated},
     http::{self, ProviderOptions, Response},
 };
 
@@ -54,7 +56,7 @@ pub struct CacheSettings {
 }
 
 /// What the Anthropic adapter needs beyond [`ProviderOptions`].
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AnthropicSettings {
     /// Prompt-cache breakpoints.
     pub cache: CacheSettings,
@@ -63,6 +65,22 @@ pub struct AnthropicSettings {
     pub vision: bool,
     /// The model enforces a JSON schema: `output_schema` goes to `output_config.format`.
     pub native_json: bool,
+    /// Answers are streamed (`"stream": true`); `false` for servers that cannot stream: the
+    /// request goes without `stream` and the whole message is read as chunks
+    /// ([`decode_message`]).
+    pub streaming: bool,
+}
+
+impl Default for AnthropicSettings {
+    /// No cache breakpoint, vision nor native JSON; streamed.
+    fn default() -> Self {
+        AnthropicSettings {
+            cache: CacheSettings::default(),
+            vision: false,
+            native_json: false,
+            streaming: true,
+        }
+    }
 }
 
 // ------------------------------------------------------------------------------------------
@@ -101,7 +119,8 @@ pub fn headers(options: &ProviderOptions) -> Vec<(String, String)> {
     out
 }
 
-/// The JSON body of `POST /v1/messages` for `request` (always `"stream": true`). Pure.
+/// The JSON body of `POST /v1/messages` for `request` (`"stream": true` unless the model does
+/// not stream). Pure.
 pub fn build_request(
     options: &ProviderOptions,
     settings: &AnthropicSettings,
@@ -224,7 +243,9 @@ pub fn build_request(
             );
         }
     }
-    body.insert("stream".into(), json!(true));
+    if settings.streaming {
+        body.insert("stream".into(), json!(true));
+    }
     Value::Object(body)
 }
 
@@ -430,9 +451,11 @@ fn implied_status(error_type: &str) -> Option<u16> {
 }
 
 /// Classifies an Anthropic error: an HTTP error body (`status` = the HTTP status) or the data of
-/// an in-stream `error` event (`status` = `Some(200)`, or `None`). The error `type` decides;
-/// the message is read only for what Anthropic reports as a plain `invalid_request_error`
-/// (credit balance too low → quota; prompt too long → context length).
+/// an in-stream `error` event (`status` = `Some(200)`, or `None`; the status its error `type`
+/// stands for is then used). The reference's rules decide ([`crate::error::class_of`], the
+/// error `type` as the hint), after two cases Anthropic reports as a plain
+/// `invalid_request_error` that Loom reads by their message: a credit balance too low is
+/// quota, an input that exceeds the context limit is context length.
 pub fn classify(status: Option<u16>, body: &str, retry_after: Option<Duration>) -> ProviderError {
     let parsed: Option<Value> = serde_json::from_str(body.trim()).ok();
     let error = parsed.as_ref().and_then(|v| v.get("error"));
@@ -450,36 +473,14 @@ pub fn classify(status: Option<u16>, body: &str, retry_after: Option<Duration>) 
     let lower = provider_message.as_deref().unwrap_or("").to_lowercase();
     let invalid_request =
         error_type.as_deref() == Some("invalid_request_error") || effective == Some(400);
-    let type_is = |t: &str| error_type.as_deref() == Some(t);
 
-    let class = if matches!(effective, Some(401 | 403))
-        || type_is("authentication_error")
-        || type_is("permission_error")
-    {
-        ErrorClass::Auth
-    } else if type_is("billing_error")
-        || effective == Some(402)
-        || (invalid_request && lower.contains("credit balance is too low"))
-    {
+    let class = if invalid_request && lower.contains("credit balance is too low") {
         ErrorClass::Quota
-    } else if invalid_request
-        && (lower.starts_with("prompt is too long") || lower.contains("exceed context limit"))
-    {
+    } else if invalid_request && lower.contains("exceed context limit") {
         ErrorClass::ContextLength
-    } else if type_is("overloaded_error") || effective == Some(529) {
-        ErrorClass::Overloaded
-    } else if type_is("rate_limit_error")
-        || type_is("api_error")
-        || type_is("timeout_error")
-        || matches!(effective, Some(408 | 409 | 429))
-        || effective.is_some_and(|s| s >= 500)
-    {
-        ErrorClass::Transient
-    } else if effective.is_some_and(|s| (400..500).contains(&s)) {
-        ErrorClass::Invalid
     } else {
-        // An in-stream error of an unknown type, or a body without a status: retry.
-        ErrorClass::Transient
+        let hints: Vec<&str> = error_type.iter().map(String::as_str).collect();
+        class_of(effective, &hints, provider_message.as_deref().unwrap_or(""))
     };
 
     let message = provider_message.unwrap_or_else(|| {
@@ -787,6 +788,55 @@ pub fn stop_reason(provider: Option<&str>) -> StopReason {
     }
 }
 
+/// Reads the whole JSON answer of a non-streamed call (a `message` object) into the chunks its
+/// stream would have given: its content blocks in order (text, thinking with its signature,
+/// redacted thinking, tool calls with their whole input), then the usage and the stop. A body
+/// that is not JSON is a transient error; an `error` object is classified as in a stream.
+pub fn decode_message(body: &str) -> Vec<DecodedItem> {
+    let value: Value = match serde_json::from_str(body.trim()) {
+        Ok(value) => value,
+        Err(e) => {
+            return vec![Err(ProviderError {
+                class: ErrorClass::Transient,
+                status: Some(200),
+                provider_code: None,
+                message: format!("Anthropic sent an answer that is not JSON: {e}"),
+                retry_after: None,
+            })];
+        }
+    };
+    if value.get("type").and_then(Value::as_str) == Some("error") || value.get("error").is_some() {
+        return vec![Err(classify(Some(200), body, None))];
+    }
+    let mut decoder = Decoder::new();
+    let mut out = Vec::new();
+    let mut start = Map::new();
+    if let Some(model) = value.get("model").filter(|m| m.is_string()) {
+        start.insert("model".into(), model.clone());
+    }
+    if let Some(usage) = value.get("usage").filter(|u| u.is_object()) {
+        start.insert("usage".into(), usage.clone());
+    }
+    let mut events = vec![json!({"type": "message_start", "message": start})];
+    let blocks = value
+        .get("content")
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    for (index, block) in blocks.iter().enumerate() {
+        events.push(json!({"type": "content_block_start", "index": index, "content_block": block}));
+        events.push(json!({"type": "content_block_stop", "index": index}));
+    }
+    let stop_reason = value.get("stop_reason").cloned().unwrap_or(Value::Null);
+    events.push(json!({"type": "message_delta", "delta": {"stop_reason": stop_reason}}));
+    events.push(json!({"type": "message_stop"}));
+    for event in events {
+        out.extend(decoder.feed(None, &event.to_string()));
+    }
+    out.extend(decoder.finish());
+    out
+}
+
 /// Decodes an SSE body (any byte chunking) into chunks: SSE framing by `sse-stream`, then
 /// [`Decoder`]. The stream ends after `Stopped` or the first error.
 pub fn decode_sse<S, E>(bytes: S) -> BoxStream<'static, DecodedItem>
@@ -919,6 +969,7 @@ impl ModelClient for AnthropicModel {
         let this = self.clone();
         let recorder = Recorder::for_options(&self.options);
         let recording = recorder.clone();
+        let streaming = self.settings.streaming;
         let response = async move {
             let items: BoxStream<'static, DecodedItem> = match http::post(builder, recording).await
             {
@@ -932,7 +983,13 @@ impl ModelClient for AnthropicModel {
                     &body,
                     retry_after,
                 ))])),
-                Ok(Response::Stream(bytes)) => decode_sse(bytes),
+                Ok(Response::Stream(bytes)) if streaming => decode_sse(bytes),
+                Ok(Response::Stream(bytes)) => match http::whole(bytes).await {
+                    Ok(body) => Box::pin(stream::iter(decode_message(&String::from_utf8_lossy(
+                        &body,
+                    )))),
+                    Err(error) => Box::pin(stream::iter([Err(error)])),
+                },
             };
             items.map(move |item| item.map_err(|e| ModelError::from(this.explain(e))))
         };

@@ -1,9 +1,9 @@
-//! The HTTP side shared by the adapters: client, options, one streaming POST.
+//! The HTTP side shared by the adapters: client, options, one POST (streamed, or read whole).
 
 use std::{collections::BTreeMap, time::Duration};
 
 use bytes::Bytes;
-use futures_util::Stream;
+use futures_util::{Stream, StreamExt};
 
 use crate::{
     capture::{Recorder, tee},
@@ -138,6 +138,18 @@ pub async fn post(
         retry_after,
         body,
     })
+}
+
+/// The whole body of a successful response (a non-streamed answer); a body cut by the network
+/// is a transient error.
+pub async fn whole(
+    mut body: Box<dyn Stream<Item = Result<Bytes, reqwest::Error>> + Send + Unpin>,
+) -> Result<Vec<u8>, ProviderError> {
+    let mut out = Vec::new();
+    while let Some(piece) = body.next().await {
+        out.extend_from_slice(&piece.map_err(network)?);
+    }
+    Ok(out)
 }
 
 /// A network failure (refused, reset, timeout): transient.

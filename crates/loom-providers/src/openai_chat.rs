@@ -12,6 +12,9 @@
 //! refusal), tool calls assembled by `index` (ids generated when missing), usage from any chunk
 //! that carries it, a chunk with a top-level `error` as a classified error. The answer ends at
 //! `data: [DONE]` (or at the end of the body after a `finish_reason`).
+//!
+//! A model declared `capabilities: {streaming: false}` is asked without `stream`, and its
+//! whole `chat.completion` answer (`choices[0].message`) is read into the same chunks.
 
 use std::collections::HashMap;
 
@@ -32,7 +35,7 @@ use shared::{SseDecoder, count, data_url, mention, openai_meta, strict_schema, t
 pub use shared::{classify, retry_after};
 
 /// What the model can do, from its capabilities.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ChatSettings {
     /// Images go to the model as `data:` URLs (else a mention of the file).
     pub vision: bool,
@@ -40,6 +43,21 @@ pub struct ChatSettings {
     pub native_json: bool,
     /// Reasoning is echoed back inside a tool loop (DeepSeek-style `reasoning_content`).
     pub thinking: bool,
+    /// Answers are streamed (`stream: true`); `false` for servers that cannot stream: the
+    /// request goes without `stream` and the whole `chat.completion` is read as chunks.
+    pub streaming: bool,
+}
+
+impl Default for ChatSettings {
+    /// No vision, native JSON nor thinking; streamed.
+    fn default() -> Self {
+        ChatSettings {
+            vision: false,
+            native_json: false,
+            thinking: false,
+            streaming: true,
+        }
+    }
 }
 
 /// A Chat Completions model.
@@ -104,6 +122,7 @@ impl ModelClient for OpenAiChatModel {
             self.options.clone(),
             label,
             ChatDecoder::new(self.options.model.clone()),
+            self.settings.streaming,
         )
     }
 }
@@ -117,8 +136,10 @@ pub fn build_request(
     let mut body = Map::new();
     body.insert("model".into(), Value::String(options.model.clone()));
     body.insert("messages".into(), Value::Array(messages(settings, request)));
-    body.insert("stream".into(), Value::Bool(true));
-    body.insert("stream_options".into(), json!({ "include_usage": true }));
+    if settings.streaming {
+        body.insert("stream".into(), Value::Bool(true));
+        body.insert("stream_options".into(), json!({ "include_usage": true }));
+    }
     let max_tokens = request.max_tokens.or(options.max_tokens);
     match request.params.get("max_completion_tokens") {
         // `max_completion_tokens: true` asks for the newer name; a number is sent as given.
@@ -173,7 +194,7 @@ pub fn build_request(
     if params.get("max_completion_tokens") == Some(&Value::Bool(true)) {
         params.remove("max_completion_tokens");
     }
-    shared::merge_params(&mut body, &params);
+    shared::merge_params(&mut body, &params, settings.streaming);
     Value::Object(body)
 }
 

@@ -14,6 +14,9 @@
 //! the answer's text with stop reason refusal. The answer ends at `response.completed` or
 //! `response.incomplete`; `response.failed` and `error` events are classified errors (one error
 //! when both arrive).
+//!
+//! A model declared `capabilities: {streaming: false}` is asked without `stream`, and its whole
+//! `response` object is read into the same chunks (as its terminal event).
 
 use loom_core::{
     BoxStream,
@@ -35,7 +38,7 @@ use crate::{
 pub use crate::openai_chat::{classify, retry_after};
 
 /// What the model can do, from its capabilities.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ResponsesSettings {
     /// Images go to the model as `input_image` data URLs (else a mention of the file).
     pub vision: bool,
@@ -44,6 +47,21 @@ pub struct ResponsesSettings {
     /// A reasoning model: ask for `reasoning.encrypted_content` (non-reasoning models refuse
     /// that `include`).
     pub reasoning: bool,
+    /// Answers are streamed (`stream: true`); `false` for servers that cannot stream: the
+    /// request goes without `stream` and the whole `response` object is read as chunks.
+    pub streaming: bool,
+}
+
+impl Default for ResponsesSettings {
+    /// No vision, native JSON nor reasoning; streamed.
+    fn default() -> Self {
+        ResponsesSettings {
+            vision: false,
+            native_json: false,
+            reasoning: false,
+            streaming: true,
+        }
+    }
 }
 
 /// A Responses API model.
@@ -111,6 +129,7 @@ impl ModelClient for OpenAiResponsesModel {
             self.options.clone(),
             label,
             ResponsesDecoder::new(self.options.model.clone()),
+            self.settings.streaming,
         )
     }
 }
@@ -130,7 +149,9 @@ pub fn build_request(
         "input".into(),
         Value::Array(input(settings, &request.messages)),
     );
-    body.insert("stream".into(), Value::Bool(true));
+    if settings.streaming {
+        body.insert("stream".into(), Value::Bool(true));
+    }
     body.insert("store".into(), Value::Bool(false));
     if settings.reasoning {
         body.insert("include".into(), json!(["reasoning.encrypted_content"]));
@@ -171,7 +192,7 @@ pub fn build_request(
         format.insert("strict".into(), Value::Bool(strict_schema(schema)));
         body.insert("text".into(), json!({ "format": format }));
     }
-    shared::merge_params(&mut body, &request.params);
+    shared::merge_params(&mut body, &request.params, settings.streaming);
     Value::Object(body)
 }
 

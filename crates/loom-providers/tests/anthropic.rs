@@ -33,7 +33,7 @@ use loom_providers::{
     ErrorClass, ProviderError, ProviderOptions,
     anthropic::{
         AnthropicModel, AnthropicSettings, CacheSettings, DecodedItem, Decoder, build_request,
-        classify, decode_sse, endpoint,
+        classify, decode_message, decode_sse, endpoint,
     },
 };
 use serde_json::{Map, Value, json};
@@ -80,6 +80,7 @@ fn class_name(class: ErrorClass) -> &'static str {
         ErrorClass::Auth => "auth",
         ErrorClass::Quota => "quota",
         ErrorClass::ContextLength => "context_length",
+        ErrorClass::ContentFiltered => "content_filtered",
         ErrorClass::Transient | ErrorClass::Overloaded => "transient",
         ErrorClass::Invalid => "invalid",
     }
@@ -589,6 +590,24 @@ fn classification_edge_cases() {
         ErrorClass::Invalid
     );
     assert_eq!(class(Some(529), ""), ErrorClass::Overloaded);
+    // 503 is overloaded too (the reference's rules), whatever the body.
+    assert_eq!(
+        class(Some(503), "<html>Service Unavailable</html>"),
+        ErrorClass::Overloaded
+    );
+    // A context overflow said in the message of a 400 of another wording.
+    assert_eq!(
+        class(
+            Some(400),
+            &body("invalid_request_error", "the context window is full")
+        ),
+        ErrorClass::ContextLength
+    );
+    // Quota comes before auth.
+    assert_eq!(
+        class(Some(403), &body("billing_error", "pay")),
+        ErrorClass::Quota
+    );
     // A gateway page that is not JSON: by status.
     let bad_gateway = classify(Some(502), "<html>Bad Gateway</html>", None);
     assert_eq!(bad_gateway.class, ErrorClass::Transient);
@@ -1200,4 +1219,136 @@ fn without_capture_no_exchange_is_streamed() {
             .iter()
             .any(|i| matches!(i, Ok(ModelChunk::Exchange(_))))
     );
+}
+
+// ------------------------------------------------------------------------------------------
+// A model that does not stream (`capabilities: {streaming: false}`)
+// ------------------------------------------------------------------------------------------
+
+/// The whole message a request without `stream` gets for what `stream-tool-use-single.sse`
+/// streams (the Messages API's documented shape).
+fn tool_use_message() -> Value {
+    json!({
+        "id": "msg_01Aq9w938a90dw8q",
+        "type": "message",
+        "role": "assistant",
+        "model": "claude-sonnet-4-5-20250929",
+        "content": [
+            {"type": "text", "text": "Okay, let's check the weather for San Francisco, CA:"},
+            {
+                "type": "tool_use",
+                "id": "toolu_01T1x1fJ34qAmk2tNTrN7Up6",
+                "name": "get_weather",
+                "input": {"location": "San Francisco, CA", "unit": "fahrenheit"}
+            }
+        ],
+        "stop_reason": "tool_use",
+        "stop_sequence": null,
+        "usage": {
+            "input_tokens": 472,
+            "cache_creation_input_tokens": 0,
+            "cache_read_input_tokens": 0,
+            "output_tokens": 89
+        }
+    })
+}
+
+fn accumulate(items: Vec<DecodedItem>) -> loom_core::model::ModelResponse {
+    let mut accumulator = ResponseAccumulator::new();
+    for item in items {
+        accumulator.push(item.unwrap());
+    }
+    accumulator.finish().unwrap()
+}
+
+#[test]
+fn a_whole_message_gives_what_its_stream_gives() {
+    if !fixtures::present() {
+        return;
+    }
+    let whole = accumulate(decode_message(&tool_use_message().to_string()));
+    let (streamed, _) = decode_pieces(vec![fixtures::read("anthropic/stream-tool-use-single.sse")]);
+    let streamed = accumulate(streamed);
+    assert_eq!(whole.message, streamed.message);
+    assert_eq!(whole.usage, streamed.usage);
+    assert_eq!(whole.stop_reason, StopReason::ToolUse);
+
+    // Thinking keeps its signature, a redacted block its data, as in a stream.
+    let thinking = json!({
+        "type": "message",
+        "model": "claude-sonnet-4-5",
+        "content": [
+            {"type": "thinking", "thinking": "Let me think.", "signature": "sig-1"},
+            {"type": "redacted_thinking", "data": "opaque"},
+            {"type": "text", "text": "Done."}
+        ],
+        "stop_reason": "end_turn",
+        "usage": {"input_tokens": 10, "output_tokens": 3}
+    });
+    let response = accumulate(decode_message(&thinking.to_string()));
+    assert_eq!(response.message.text(), "Done.");
+    assert_eq!(response.stop_reason, StopReason::End);
+    let metas: Vec<&Map<String, Value>> = response
+        .message
+        .blocks
+        .iter()
+        .filter(|b| matches!(b.kind, BlockKind::Reasoning { .. }))
+        .map(|b| &b.provider_meta)
+        .collect();
+    assert_eq!(metas.len(), 2);
+    assert_eq!(metas[0]["anthropic"]["signature"], "sig-1");
+    assert_eq!(metas[1]["anthropic"]["redacted_data"], "opaque");
+
+    // Not JSON: transient. An error object: classified.
+    let items = decode_message("<html>proxy</html>");
+    assert!(matches!(items.as_slice(), [Err(e)] if e.class == ErrorClass::Transient));
+    let overloaded =
+        json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}});
+    let items = decode_message(&overloaded.to_string());
+    assert!(matches!(items.as_slice(), [Err(e)] if e.class == ErrorClass::Overloaded));
+}
+
+#[test]
+fn a_model_that_does_not_stream_is_asked_without_stream_and_read_whole() {
+    let settings = AnthropicSettings {
+        streaming: false,
+        ..AnthropicSettings::default()
+    };
+    let mut request = plain_request();
+    request.params.insert("stream".into(), json!(true));
+    let body = build_request(&options(), &settings, &request);
+    assert!(body.get("stream").is_none(), "{body}");
+    let mut streamed = build_request(&options(), &AnthropicSettings::default(), &plain_request());
+    streamed.as_object_mut().unwrap().remove("stream");
+    assert_eq!(body, streamed);
+
+    let (address, requests) = serve_once(
+        200,
+        &[("content-type", "application/json")],
+        tool_use_message().to_string().into_bytes(),
+    );
+    let mut options = options();
+    options.base_url = address;
+    let model = AnthropicModel::new(options, settings).unwrap();
+    let items: Vec<_> = block_on(model.stream(plain_request()).collect());
+    let mut accumulator = ResponseAccumulator::new();
+    for item in items {
+        accumulator.push(item.unwrap());
+    }
+    let response = accumulator.finish().unwrap();
+    assert_eq!(response.stop_reason, StopReason::ToolUse);
+    assert_eq!(
+        response.message.text(),
+        "Okay, let's check the weather for San Francisco, CA:"
+    );
+    let calls: Vec<_> = response.message.tool_calls().collect();
+    assert_eq!(
+        calls[0].2,
+        &json!({"location": "San Francisco, CA", "unit": "fahrenheit"})
+    );
+    assert_eq!(response.usage.input_tokens, 472);
+    let request = requests.recv_timeout(Duration::from_secs(5)).unwrap();
+    let body: Value =
+        serde_json::from_str(&request[request.find("\r\n\r\n").unwrap() + 4..]).unwrap();
+    assert!(body.get("stream").is_none(), "{body}");
 }

@@ -9,9 +9,11 @@
 mod support;
 
 use futures_util::StreamExt;
-use loom_core::model::{ModelChunk, ModelClient, ModelErrorKind, ResponseAccumulator, StopReason};
+use loom_core::model::{
+    ModelChunk, ModelClient, ModelError, ModelErrorKind, ResponseAccumulator, StopReason,
+};
 use loom_providers::{
-    ProviderError,
+    ErrorClass, ProviderError,
     openai_chat::{
         ChatDecoder, ChatSettings, OpenAiChatModel, build_request, classify, decode_stream,
         retry_after,
@@ -119,7 +121,7 @@ fn retry_after_prefers_the_headers_and_reads_go_durations() {
 }
 
 #[test]
-fn classification_by_code_and_status_never_by_text() {
+fn classification_follows_the_reference_rules_in_order() {
     let class = |status, body: &str| class_name(classify(status, body, None).class);
     assert_eq!(
         class(
@@ -128,23 +130,86 @@ fn classification_by_code_and_status_never_by_text() {
         ),
         "quota"
     );
+    // The code decides, not a message that names it.
     assert_eq!(
         class(Some(429), r#"{"error":{"message":"insufficient_quota"}}"#),
         "transient"
     );
+    // Without its code, a context overflow is read from the message of a 400 (or 413, or an
+    // error without status), as the reference does; not from a 429's.
     assert_eq!(
         class(
             Some(400),
+            r#"{"error":{"message":"This model's maximum context length is 8192 tokens"}}"#
+        ),
+        "context_length"
+    );
+    assert_eq!(
+        class(
+            Some(413),
+            r#"{"error":{"message":"Too many input tokens"}}"#
+        ),
+        "context_length"
+    );
+    assert_eq!(
+        class(
+            Some(429),
             r#"{"error":{"message":"maximum context length"}}"#
         ),
-        "invalid"
+        "transient"
     );
-    assert_eq!(class(Some(503), "<html>bad gateway</html>"), "transient");
+    // 503 (and 529, and the overloaded codes) is overloaded, not transient.
+    let unavailable = classify(Some(503), "<html>unavailable</html>", None);
+    assert_eq!(unavailable.class, ErrorClass::Overloaded);
+    assert_eq!(
+        ModelError::from(unavailable).kind,
+        ModelErrorKind::Overloaded
+    );
+    assert_eq!(
+        classify(
+            Some(500),
+            r#"{"error":{"message":"busy","code":"server_overloaded"}}"#,
+            None
+        )
+        .class,
+        ErrorClass::Overloaded
+    );
+    assert_eq!(classify(Some(529), "", None).class, ErrorClass::Overloaded);
+    assert_eq!(class(Some(502), "<html>bad gateway</html>"), "transient");
+    // The content filter.
+    let filtered = classify(
+        Some(400),
+        r#"{"error":{"message":"refused","code":"content_policy_violation"}}"#,
+        None,
+    );
+    assert_eq!(filtered.class, ErrorClass::ContentFiltered);
+    assert_eq!(
+        ModelError::from(filtered).kind,
+        ModelErrorKind::ContentFiltered
+    );
+    // Quota comes before auth, and 402 is quota.
+    assert_eq!(
+        class(
+            Some(401),
+            r#"{"error":{"message":"x","code":"billing_hard_limit_reached"}}"#
+        ),
+        "quota"
+    );
+    assert_eq!(class(Some(402), "{}"), "quota");
+    assert_eq!(class(Some(409), "{}"), "transient");
     assert_eq!(
         class(Some(404), r#"{"error":"model 'x' not found"}"#),
         "invalid"
     );
     assert_eq!(class(Some(403), "{}"), "auth");
+    // An error without status is transient unless a code says otherwise.
+    assert_eq!(
+        class(
+            None,
+            r#"{"error":{"message":"bad","type":"invalid_request_error"}}"#
+        ),
+        "transient"
+    );
     let plain = classify(Some(502), "", None);
     assert_eq!(plain.message, "HTTP 502");
 }
@@ -235,6 +300,7 @@ fn settings(vision: bool, native_json: bool, thinking: bool) -> ChatSettings {
         vision,
         native_json,
         thinking,
+        streaming: true,
     }
 }
 
@@ -487,4 +553,100 @@ async fn a_captured_exchange_comes_last_with_the_key_and_images_stripped() {
     assert_eq!(exchange.status_code, Some(401));
     assert!(exchange.response_headers.contains_key("content-type"));
     assert!(!format!("{exchange:?}").contains("sk-capture-secret"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// A model that does not stream (`capabilities: {streaming: false}`)
+
+/// A whole `chat.completion`, as the API answers a request without `stream`.
+const COMPLETION: &str = r#"{
+  "id": "chatcmpl-B9MHDbslfkBeAs8l4bebGdFOJ6PeG",
+  "object": "chat.completion",
+  "created": 1741570283,
+  "model": "gpt-4o-2024-08-06",
+  "choices": [{
+    "index": 0,
+    "message": {
+      "role": "assistant",
+      "content": "Let me look.",
+      "tool_calls": [{
+        "id": "call_abc123",
+        "type": "function",
+        "function": {"name": "get_weather", "arguments": "{\"location\":\"Paris\"}"}
+      }],
+      "refusal": null,
+      "annotations": []
+    },
+    "logprobs": null,
+    "finish_reason": "tool_calls"
+  }],
+  "usage": {
+    "prompt_tokens": 82,
+    "completion_tokens": 17,
+    "total_tokens": 99,
+    "prompt_tokens_details": {"cached_tokens": 0, "audio_tokens": 0},
+    "completion_tokens_details": {"reasoning_tokens": 0}
+  },
+  "system_fingerprint": "fp_fc9f1d7035"
+}"#;
+
+fn not_streaming() -> ChatSettings {
+    ChatSettings {
+        streaming: false,
+        ..ChatSettings::default()
+    }
+}
+
+#[test]
+fn a_model_that_does_not_stream_is_asked_without_stream() {
+    let mut request = plain_turn();
+    request.params.insert("stream".into(), json!(true));
+    request
+        .params
+        .insert("stream_options".into(), json!({"include_usage": true}));
+    let body = build_request(&options("", None), &not_streaming(), &request);
+    assert!(body.get("stream").is_none(), "{body}");
+    assert!(body.get("stream_options").is_none(), "{body}");
+    // Everything else is the streamed request's.
+    let mut streamed = build_request(&options("", None), &ChatSettings::default(), &plain_turn());
+    let object = streamed.as_object_mut().unwrap();
+    object.remove("stream");
+    object.remove("stream_options");
+    assert_eq!(body, streamed);
+}
+
+#[tokio::test]
+async fn a_non_streamed_answer_is_read_whole_into_the_same_chunks() {
+    // No content type at all (some local servers): the model does not stream, so the body is
+    // the whole answer.
+    let (base, received) = serve(vec![(200, Vec::new(), COMPLETION.as_bytes().to_vec())]);
+    let model = OpenAiChatModel::new(options(&base, None), not_streaming()).unwrap();
+    let mut acc = ResponseAccumulator::new();
+    for chunk in model.stream(plain_turn()).collect::<Vec<_>>().await {
+        acc.push(chunk.unwrap());
+    }
+    let response = acc.finish().unwrap();
+    assert_eq!(response.message.text(), "Let me look.");
+    assert_eq!(response.stop_reason, StopReason::ToolUse);
+    let calls: Vec<_> = response.message.tool_calls().collect();
+    assert_eq!(calls.len(), 1);
+    assert_eq!(calls[0].0, "call_abc123");
+    assert_eq!(calls[0].1, "get_weather");
+    assert_eq!(calls[0].2, &json!({"location": "Paris"}));
+    assert_eq!(response.usage.input_tokens, 82);
+    assert_eq!(response.usage.output_tokens, 17);
+    assert_eq!(response.model_id, "gpt-4o-2024-08-06");
+    let received = received.lock().unwrap().clone();
+    assert!(received[0].body.get("stream").is_none());
+
+    // A body that is not JSON is a transient error; an HTTP error is classified as ever.
+    let (base, _) = serve(vec![
+        (200, Vec::new(), b"<html>proxy</html>".to_vec()),
+        (503, Vec::new(), b"{}".to_vec()),
+    ]);
+    let model = OpenAiChatModel::new(options(&base, None), not_streaming()).unwrap();
+    for kind in [ModelErrorKind::Transient, ModelErrorKind::Overloaded] {
+        let items: Vec<_> = model.stream(plain_turn()).collect().await;
+        assert_eq!(items.last().unwrap().clone().unwrap_err().kind, kind);
+    }
 }

@@ -222,6 +222,7 @@ fn settings(vision: bool, native_json: bool, reasoning: bool) -> ResponsesSettin
         vision,
         native_json,
         reasoning,
+        streaming: true,
     }
 }
 
@@ -409,4 +410,78 @@ async fn a_server_that_does_not_stream_still_answers() {
     assert_eq!(response.message.text(), "Rivers are");
     assert_eq!(response.stop_reason, StopReason::MaxTokens);
     assert_eq!(response.usage.input_tokens, 9);
+}
+
+// ---------------------------------------------------------------------------------------------
+// A model that does not stream (`capabilities: {streaming: false}`)
+
+/// A whole `response` object, as the API answers a request without `stream`.
+const RESPONSE: &str = r#"{
+  "id": "resp_67ccd2bed1ec8190b14f964abc0542670bb6a6b452d3795b",
+  "object": "response",
+  "created_at": 1741476542,
+  "status": "completed",
+  "error": null,
+  "incomplete_details": null,
+  "model": "gpt-4.1-2025-04-14",
+  "output": [
+    {
+      "type": "message",
+      "id": "msg_67ccd2bf17f0819081ff3bb2cf6508e60bb6a6b452d3795b",
+      "status": "completed",
+      "role": "assistant",
+      "content": [{"type": "output_text", "text": "Let me look.", "annotations": []}]
+    },
+    {
+      "type": "function_call",
+      "id": "fc_12345xyz",
+      "call_id": "call_12345xyz",
+      "name": "get_weather",
+      "arguments": "{\"location\":\"Paris, France\"}",
+      "status": "completed"
+    }
+  ],
+  "usage": {
+    "input_tokens": 36,
+    "input_tokens_details": {"cached_tokens": 0},
+    "output_tokens": 87,
+    "output_tokens_details": {"reasoning_tokens": 0},
+    "total_tokens": 123
+  }
+}"#;
+
+#[tokio::test]
+async fn a_model_that_does_not_stream_is_asked_without_stream_and_read_whole() {
+    let settings = ResponsesSettings {
+        streaming: false,
+        ..ResponsesSettings::default()
+    };
+    let mut request = plain_turn();
+    request.params.insert("stream".into(), json!(true));
+    let body = build_request(&options("", None), &settings, &request);
+    assert!(body.get("stream").is_none(), "{body}");
+    let mut streamed = build_request(
+        &options("", None),
+        &ResponsesSettings::default(),
+        &plain_turn(),
+    );
+    streamed.as_object_mut().unwrap().remove("stream");
+    assert_eq!(body, streamed);
+
+    let (base, received) = serve(vec![(200, Vec::new(), RESPONSE.as_bytes().to_vec())]);
+    let model = OpenAiResponsesModel::new(options(&base, None), settings).unwrap();
+    let mut acc = ResponseAccumulator::new();
+    for chunk in model.stream(plain_turn()).collect::<Vec<_>>().await {
+        acc.push(chunk.unwrap());
+    }
+    let response = acc.finish().unwrap();
+    assert_eq!(response.message.text(), "Let me look.");
+    assert_eq!(response.stop_reason, StopReason::ToolUse);
+    let calls: Vec<_> = response.message.tool_calls().collect();
+    assert_eq!(calls[0].0, "call_12345xyz");
+    assert_eq!(calls[0].2, &json!({"location": "Paris, France"}));
+    assert_eq!(response.usage.input_tokens, 36);
+    assert_eq!(response.usage.output_tokens, 87);
+    let received = received.lock().unwrap().clone();
+    assert!(received[0].body.get("stream").is_none());
 }

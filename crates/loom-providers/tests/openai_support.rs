@@ -298,6 +298,7 @@ pub(crate) fn class_name(class: ErrorClass) -> &'static str {
         ErrorClass::Auth => "auth",
         ErrorClass::Quota => "quota",
         ErrorClass::ContextLength => "context_length",
+        ErrorClass::ContentFiltered => "content_filtered",
         ErrorClass::Transient | ErrorClass::Overloaded => "transient",
         ErrorClass::Invalid => "invalid",
     }

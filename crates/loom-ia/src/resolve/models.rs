@@ -225,6 +225,7 @@ fn build_provider(
                 },
                 vision: capabilities.vision,
                 native_json: capabilities.native_json,
+                streaming: capabilities.streaming,
             };
             Ok(Arc::new(
                 AnthropicModel::new(options, settings).map_err(refused)?,
@@ -237,6 +238,7 @@ fn build_provider(
                 vision: capabilities.vision,
                 native_json: capabilities.native_json,
                 thinking: capabilities.reasoning,
+                streaming: capabilities.streaming,
             };
             Ok(Arc::new(
                 OpenAiChatModel::new(options, settings).map_err(refused)?,
@@ -249,6 +251,7 @@ fn build_provider(
                 vision: capabilities.vision,
                 native_json: capabilities.native_json,
                 reasoning: capabilities.reasoning,
+                streaming: capabilities.streaming,
             };
             Ok(Arc::new(
                 OpenAiResponsesModel::new(options, settings).map_err(refused)?,

@@ -16,7 +16,7 @@ use serde_json::{Map, Value};
 
 use crate::{
     capture::{self, Recorder, tee},
-    error::{ErrorClass, ProviderError, truncated},
+    error::{ErrorClass, ProviderError, class_of, truncated},
     http::{ProviderOptions, network},
 };
 
@@ -66,7 +66,9 @@ pub(crate) fn headers(options: &ProviderOptions) -> Result<HeaderMap, ProviderEr
 }
 
 /// Classifies an HTTP error body (`{"error": {message, type, param, code}}`, `code` a string
-/// or a number) by status and `error.code` / `error.type`, never by message text.
+/// or a number) by the reference's rules ([`crate::error::class_of`]): status, then
+/// `error.code` / `error.type` as hints; the message is read only for a context overflow
+/// reported without its code.
 pub fn classify(status: Option<u16>, body: &str, retry_after: Option<Duration>) -> ProviderError {
     let parsed: Option<Value> = serde_json::from_str(body.trim()).ok();
     let object = match &parsed {
@@ -82,12 +84,13 @@ pub fn classify(status: Option<u16>, body: &str, retry_after: Option<Duration>) 
         Some(error) => classify_error(status, &error, retry_after),
         None => {
             let snippet: String = body.trim().chars().take(500).collect();
+            let class = class_of(status, &[], &snippet);
             let message = match (status, snippet.is_empty()) {
                 (Some(s), true) => format!("HTTP {s}"),
                 (Some(s), false) => format!("HTTP {s}: {snippet}"),
                 (None, _) => snippet,
             };
-            let class = rule(status, None, None);
+
             ProviderError {
                 class,
                 status,
@@ -121,7 +124,9 @@ pub(crate) fn classify_error(
         .and_then(Value::as_str)
         .filter(|t| !t.is_empty());
     let effective = numeric.or(http_status.filter(|s| !(200..300).contains(s)));
-    let class = rule(effective, code.as_deref(), kind);
+    let hints: Vec<&str> = code.as_deref().into_iter().chain(kind).collect();
+    let text = error.get("message").and_then(Value::as_str).unwrap_or("");
+    let class = class_of(effective, &hints, text);
     let mut message = error
         .get("message")
         .and_then(Value::as_str)
@@ -145,56 +150,6 @@ pub(crate) fn classify_error(
         provider_code: code.or_else(|| kind.map(str::to_owned)),
         message,
         retry_after,
-    }
-}
-
-/// The class rules of `EXPECTED.md`, in order.
-fn rule(status: Option<u16>, code: Option<&str>, kind: Option<&str>) -> ErrorClass {
-    let hint = |names: &[&str]| {
-        code.is_some_and(|c| names.contains(&c)) || kind.is_some_and(|k| names.contains(&k))
-    };
-    if matches!(status, Some(401 | 403))
-        || hint(&[
-            "invalid_api_key",
-            "authentication_error",
-            "permission_error",
-        ])
-    {
-        return ErrorClass::Auth;
-    }
-    if status == Some(402)
-        || hint(&[
-            "insufficient_quota",
-            "billing_hard_limit_reached",
-            "billing_error",
-        ])
-    {
-        return ErrorClass::Quota;
-    }
-    if hint(&["context_length_exceeded", "string_above_max_length"]) {
-        return ErrorClass::ContextLength;
-    }
-    let transient_hints = [
-        "rate_limit_exceeded",
-        "rate_limit_error",
-        "server_error",
-        "api_error",
-        "timeout",
-        "timeout_error",
-        "server_overloaded",
-        "overloaded_error",
-    ];
-    if hint(&transient_hints)
-        || matches!(status, Some(408 | 409 | 429))
-        || status.is_some_and(|s| s >= 500)
-    {
-        return ErrorClass::Transient;
-    }
-    match status {
-        Some(_) => ErrorClass::Invalid,
-        None if hint(&["invalid_request_error"]) => ErrorClass::Invalid,
-        // An in-stream error with nothing recognisable: worth another attempt.
-        None => ErrorClass::Transient,
     }
 }
 
@@ -403,8 +358,13 @@ pub(crate) fn openai_meta(fields: Map<String, Value>) -> Map<String, Value> {
 }
 
 /// Merges `params` at the top level of `body` (a null value removes the key), then forces
-/// `stream: true`.
-pub(crate) fn merge_params(body: &mut Map<String, Value>, params: &Map<String, Value>) {
+/// `stream: true` when the model streams, or removes `stream` and `stream_options` when it
+/// does not (`capabilities.streaming: false`).
+pub(crate) fn merge_params(
+    body: &mut Map<String, Value>,
+    params: &Map<String, Value>,
+    streaming: bool,
+) {
     for (key, value) in params {
         if value.is_null() {
             body.remove(key);
@@ -412,7 +372,12 @@ pub(crate) fn merge_params(body: &mut Map<String, Value>, params: &Map<String, V
             body.insert(key.clone(), value.clone());
         }
     }
-    body.insert("stream".into(), Value::Bool(true));
+    if streaming {
+        body.insert("stream".into(), Value::Bool(true));
+    } else {
+        body.remove("stream");
+        body.remove("stream_options");
+    }
 }
 
 /// Usage numbers from a JSON path.
@@ -501,13 +466,16 @@ pub(crate) fn failed(error: ProviderError) -> BoxStream<'static, Result<ModelChu
     Box::pin(stream::once(async move { Err(error.into()) }))
 }
 
-/// One streaming POST: a single error for a failed request, else the decoded stream; with
-/// `options.capture`, the exchange is added as the last chunk (or just before the error).
+/// One POST: a single error for a failed request, else the decoded answer (the event stream;
+/// or, when `streaming` is off or the server answered JSON anyway, the whole JSON answer read
+/// as the same chunks); with `options.capture`, the exchange is added as the last chunk (or
+/// just before the error).
 pub(crate) fn post_stream<D: SseDecoder>(
     request: reqwest::RequestBuilder,
     options: ProviderOptions,
     model_label: String,
     decoder: D,
+    streaming: bool,
 ) -> BoxStream<'static, Result<ModelChunk, ModelError>> {
     let recorder = Recorder::for_options(&options);
     let recording = recorder.clone();
@@ -531,8 +499,9 @@ pub(crate) fn post_stream<D: SseDecoder>(
             .get(reqwest::header::CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.starts_with("application/json"));
-        if json {
-            // The server ignored `stream: true`: decode the whole answer at once.
+        if json || !streaming {
+            // A non-streamed call, or a server that ignored `stream: true`: decode the whole
+            // answer at once.
             let mut decoder = decoder;
             let items = match response.bytes().await {
                 Ok(body) => {
