@@ -110,8 +110,8 @@ fn crash_in_the_tool(
 enum Takeover {
     /// Both run `watch_leases`, started before A crashes.
     Watch,
-    /// Once A's lease has expired, both sweep at the same moment: both find the run and both
-    /// try to drive it.
+    /// Once A's lease has expired, both sweep at the same moment: usually both find the run and
+    /// both try to drive it.
     Race,
 }
 
@@ -144,8 +144,17 @@ async fn abandoned_run_is_resumed_once(backend: EventsBackend, path: &str, takeo
         let (mut by_b, mut by_c) = (b.lease_watch(), c.lease_watch());
         let (found_b, found_c) = tokio::join!(by_b.sweep(), by_c.sweep());
         let (found_b, found_c) = (found_b.unwrap(), found_c.unwrap());
-        assert_eq!(found_b.len(), 1, "{found_b:?}");
-        assert_eq!(found_c.len(), 1, "{found_c:?}");
+        // Usually both find the run and both drivers race for its claim; when one sweep reads
+        // the session after the other's driver claimed it, that sweep rightly finds nothing.
+        // Either way the run must be driven by one of them only (checked below).
+        assert!(
+            found_b.len() <= 1 && found_c.len() <= 1,
+            "{found_b:?} {found_c:?}"
+        );
+        assert!(
+            found_b.len() + found_c.len() >= 1,
+            "neither sweep found the abandoned run"
+        );
     }
     let run = b.locate("abandoned", None, None).await.unwrap();
     let result =
