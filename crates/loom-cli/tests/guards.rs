@@ -789,6 +789,123 @@ fn a_fail_after_the_tool_fails_the_run_once_the_result_is_journaled() {
     assert!(completed < position(&events, "run.failed", |_| true));
 }
 
+/// The `devis` agent prices through a role `chiffrer` (its answer checked by a JSON contract, so
+/// its result carries `montant_ttc`), whose model answers `answers` in turn (a repair request is
+/// not a turn: the second answer is the repair), under `plafond_montant` (1 000 €, `retry`)
+/// with `max_attempts`.
+fn role_above_the_ceiling(dir: &Path, answers: [f64; 2], max_attempts: u32) {
+    script(
+        dir,
+        "fake-devis",
+        json!([{"tool_calls": [{"name": "chiffrer", "arguments": {"numero": "D-2026-042"}}]},
+               {"text": "Résultat : {{ tool_result }}"}]),
+    );
+    let replies: Vec<Value> = answers
+        .iter()
+        .map(|m| json!({"text": format!("{{\"montant_ttc\": {m}}}")}))
+        .collect();
+    edit(
+        dir,
+        "loom.yaml",
+        "models:\n",
+        &format!(
+            "models:\n  - {{id: fake-chiffrage, sdk: fake, model: TEST, params: {{script: {}}}}}\n",
+            Value::Array(replies)
+        ),
+    );
+    policies(
+        dir,
+        &format!(
+            "roles:\n  - name: chiffrer\n    description: Chiffre un devis.\n    model: \
+             fake-chiffrage\n    system: Tu chiffres les devis en JSON.\n    input_schema: \
+             {{type: object, properties: {{numero: {{type: string}}}}}}\n    output:\n      \
+             schema: {{type: object, required: [montant_ttc], properties: {{montant_ttc: \
+             {{type: number}}}}}}\npolicies:\n  - hook: plafond_montant\n    params: \
+             {{plafond: 1000}}\n    max_attempts: {max_attempts}\n"
+        ),
+    );
+}
+
+#[test]
+fn a_retry_after_a_role_is_repaired_by_the_role_in_its_own_conversation() {
+    let dir = copy_example("garde");
+    role_above_the_ceiling(dir.path(), [1840.0, 840.0], 1);
+    let out = run(dir.path(), "devis", QUESTION, "chiffre", &[]);
+    exits(&out, 0);
+    assert_eq!(
+        text(&out.stdout).trim(),
+        "Résultat : {\"montant_ttc\": 840}"
+    );
+    let events = journal(dir.path(), "chiffre");
+    let decided = only(&events, "policy.decided");
+    assert_eq!(
+        (&decided["policy"], &decided["point"], &decided["decision"]),
+        (
+            &json!("plafond_montant"),
+            &json!("after_tool"),
+            &json!("retry")
+        )
+    );
+    assert_eq!(decided["call_id"], "fake_0_0");
+    assert_eq!(decided["attempt"], 1);
+    // The role answered twice in its own conversation: its answer, then the policy's feedback.
+    let role_calls: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["type"] == "model.responded" && e["role"] == "chiffrer")
+        .collect();
+    // (Called afresh, its script would give its first answer again: the second one answers
+    // only a conversation holding the first answer and the repair request.)
+    assert_eq!(role_calls.len(), 2, "{:?}", types(&events));
+    // One call, one result: the repaired answer, not an error; the orchestrator got no repair
+    // message of its own.
+    assert_eq!(payloads(&events, "tool.called").len(), 1);
+    let completed = only(&events, "tool.completed");
+    assert_eq!(completed["output"]["is_error"], false);
+    assert_eq!(completed["output"]["data"], json!({"montant_ttc": 840}));
+    assert!(repairs(&events).is_empty());
+    // The decision is in the call's span, before its result.
+    let decided_at = position(&events, "policy.decided", |_| true);
+    assert!(decided_at < position(&events, "tool.completed", |_| true));
+    assert_eq!(
+        events[decided_at]["span_id"],
+        events[position(&events, "tool.completed", |_| true)]["span_id"]
+    );
+}
+
+#[test]
+fn a_role_still_refused_beyond_max_attempts_fails_the_run() {
+    let dir = copy_example("garde");
+    role_above_the_ceiling(dir.path(), [1840.0, 1900.0], 1);
+    let out = run(dir.path(), "devis", QUESTION, "chiffre", &[]);
+    exits(&out, 1);
+    let events = journal(dir.path(), "chiffre");
+    assert_eq!(
+        decisions(&events),
+        [
+            decision("plafond_montant", "after_tool", "retry"),
+            decision("plafond_montant", "after_tool", "fail")
+        ]
+    );
+    let above = "montant de 1900 € au-dessus du plafond de 1000 € : vérifie le numéro du devis";
+    assert_eq!(
+        failure(&events),
+        (
+            "policy.plafond_montant".to_owned(),
+            format!("1 repair(s) asked without success; last diagnostic: {above}")
+        )
+    );
+    // The call's result is journaled before the run fails.
+    let completed = position(&events, "tool.completed", |_| true);
+    assert!(completed < position(&events, "run.failed", |_| true));
+    assert_eq!(
+        events
+            .iter()
+            .filter(|e| e["type"] == "model.responded" && e["role"] == "chiffrer")
+            .count(),
+        2
+    );
+}
+
 // ---------------------------------------------------------------------------------------------
 // on_output: replace, retry, fail
 

@@ -99,6 +99,10 @@ async def basics(args):
         out["again"] = await call(client, "devis", {"message": "Et le même ?", "session_id": "s-devis"})
         out["run_status"] = await call(client, "run_status", {"run_id": run_id, "session_id": "s-devis"})
         out["run_status_no_session"] = await call(client, "run_status", {"run_id": run_id})
+        out["run_report_no_session"] = await call(client, "run_report", {"run_id": run_id})
+        out["run_no_session"] = await read(client, f"loom://runs/{run_id}")
+        out["run_events_no_session"] = await read(client, f"loom://runs/{run_id}/events")
+        out["trace_no_session"] = await read(client, f"loom://traces/{run_id}")
         out["run_report"] = await call(client, "run_report", {"run_id": run_id, "session_id": "s-devis"})
         out["session_report"] = await call(client, "run_report", {"session_id": "s-devis"})
         out["report_nothing"] = await call(client, "run_report", {})
@@ -140,6 +144,10 @@ async def basics(args):
         out["with_file"] = await call(client, "devis", {
             "message": "Prix TTC du plan ?", "attachments": [{"uri": args["inside"]}],
         })
+        # A run opened without a session is addressed by its id alone.
+        lone = (out["with_file"].get("structured") or {}).get("run_id")
+        out["with_file_status"] = await call(client, "run_status", {"run_id": lone})
+        out["with_file_trace"] = await read(client, f"loom://traces/{lone}")
         out["outside_file"] = await call(client, "devis", {
             "message": "Prix TTC du plan ?", "attachments": [{"uri": args["outside"]}],
         })

@@ -195,13 +195,27 @@ fn agents_are_tools_over_stdio_with_progress_control_tools_resources_and_attachm
     );
 
     // Control tools.
-    for status in [&seen["run_status"], &seen["run_status_no_session"]] {
-        assert_eq!(status["is_error"], false, "{status}");
-        assert_eq!(status["structured"]["run_id"], run_id);
-        assert_eq!(
-            status["structured"]["text"],
-            "Le prix est de 1375,00 € TTC."
-        );
+    let status = &seen["run_status"];
+    assert_eq!(status["is_error"], false, "{status}");
+    assert_eq!(status["structured"]["run_id"], run_id);
+    assert_eq!(
+        status["structured"]["text"],
+        "Le prix est de 1375,00 € TTC."
+    );
+    // A run of a named session is addressed with its session_id, as REST's GET /runs/{run_id}
+    // and the reference do: without it, the run is unknown, whatever the run index knows.
+    let unknown = format!("run {run_id} not found");
+    for asked in ["run_status_no_session", "run_report_no_session"] {
+        assert_eq!(seen[asked]["is_error"], true, "{asked}: {}", seen[asked]);
+        assert_eq!(first_text(&seen[asked]), unknown, "{asked}");
+    }
+    for resource in [
+        "run_no_session",
+        "run_events_no_session",
+        "trace_no_session",
+    ] {
+        let error = seen[resource]["error"].as_str().unwrap_or_default();
+        assert!(error.contains(&unknown), "{resource}: {}", seen[resource]);
     }
     assert_eq!(seen["run_report"]["structured"]["run_id"], run_id);
     assert_eq!(seen["run_report"]["structured"]["total"]["calls"], 2);
@@ -339,6 +353,10 @@ fn agents_are_tools_over_stdio_with_progress_control_tools_resources_and_attachm
         "{}",
         seen["with_file"]
     );
+    // A run opened without a session is addressed by its id alone.
+    let lone = &seen["with_file"]["structured"]["run_id"];
+    assert_eq!(seen["with_file_status"]["structured"]["run_id"], *lone);
+    assert_eq!(seen["with_file_trace"]["json"]["run_id"], *lone);
     assert_eq!(seen["outside_file"]["is_error"], true);
     assert!(
         first_text(&seen["outside_file"]).contains("is outside server.mcp.file_roots"),

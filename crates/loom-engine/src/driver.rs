@@ -410,6 +410,7 @@ impl Driver<'_> {
                 roles: &agent.roles,
                 models: self.reads.models(),
                 store: engine.store.as_ref(),
+                policies: &agent.policies,
             },
             spawn: Spawn {
                 engine,

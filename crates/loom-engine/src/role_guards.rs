@@ -1,28 +1,32 @@
 //! The guards of a role's answer, at `after_tool`, inside the batch's step: the role's output
 //! contract (`loom.contract`), then its judge (`loom.judge.<name>`, the role's name unless the
-//! judge is named). Their events go in the role call's span, with the call id.
+//! judge is named), then the agent's `after_tool` policies, in the reference's order. Their
+//! events go in the role call's span, with the call id.
 //!
 //! A refusal while repairs remain is repaired by the role's own model, in its own conversation
 //! (the first exchange, then a repair request with the diagnostic): repairs are counted per
 //! guard and call (`repair.max_attempts`). Once they are spent, `on_failure` decides what the
 //! call's result is: `fail` an error result the orchestrator reads, `unverified` the answer
 //! flagged, `fallback` the fallback message, flagged. A judge that errs under `on_error: block`
-//! fails the run, as a failing `after_tool` policy does (`guard.judge`).
+//! fails the run (`guard.judge`). A policy's `retry` is repaired the same way, counted per policy
+//! and call (its `max_attempts`); beyond them, or on its `fail`, the run fails (`policy.<name>`)
+//! once the call's result is journaled.
 
 use loom_core::{
     RunState,
     event::Payload,
-    policy::{DecisionKind, Point},
+    policy::{DecisionKind, Point, Subject},
     state::PendingCall,
     tool::ToolOutput,
 };
 use serde_json::Value;
 
 use crate::{
+    binding::BoundPolicy,
     chain::{self, AttemptState},
     contract::{Contract, OnFailure, Verdict},
     error::EngineError,
-    hooks,
+    hooks::{self, End},
     io::{Io, StepSpan},
     judges::JudgeRuntime,
     judging::{self, Judged, Judging, Ruling},
@@ -57,11 +61,13 @@ pub(crate) enum Guarded {
         /// What the role's model is told.
         diagnostic: String,
     },
-    /// A judge erred under `on_error: block`: the run fails once the call's result is
-    /// journaled.
+    /// A judge erred under `on_error: block`, or a policy failed the run: the run fails once
+    /// the call's result is journaled.
     Failed {
         /// The call's result.
         output: Box<ToolOutput>,
+        /// The run's error type (`guard.judge`, `policy.<name>`).
+        error_type: String,
         /// The error message of the run.
         reason: String,
     },
@@ -78,12 +84,88 @@ pub(crate) struct Guards<'g> {
     pub(crate) contract: Option<&'g Contract>,
     /// The role's judges, their models and the journal.
     pub(crate) judging: Judging<'g>,
+    /// The agent's policies (those hooked on `after_tool` read the answer last).
+    pub(crate) policies: &'g [BoundPolicy],
 }
 
 impl RoleCall<'_> {
-    /// The role's answer `text` through its contract, then its judges. `cost_usd` gets the
-    /// cost of the judges' model calls.
+    /// The role's answer `text` through its contract, its judges, then the agent's
+    /// `after_tool` policies. `cost_usd` gets the cost of the judges' model calls.
     pub(crate) async fn guard(
+        &self,
+        io: &mut Io<'_>,
+        guards: &Guards<'_>,
+        state: &mut RunState,
+        text: &str,
+        progress: &mut AttemptState,
+        cost_usd: &mut f64,
+    ) -> Result<Guarded, EngineError> {
+        match self
+            .checks(io, guards, state, text, progress, cost_usd)
+            .await?
+        {
+            Guarded::Output(output) => {
+                self.policies(io, guards.policies, state, *output, progress)
+                    .await
+            }
+            other => Ok(other),
+        }
+    }
+
+    /// The agent's `after_tool` policies on the role's result (`policy.decided` in the call's
+    /// span, with the call id): a `retry` is repaired by the role's model, a `fail` (or a
+    /// `retry` beyond the policy's `max_attempts`) fails the run once the result is journaled.
+    async fn policies(
+        &self,
+        io: &mut Io<'_>,
+        policies: &[BoundPolicy],
+        state: &mut RunState,
+        output: ToolOutput,
+        progress: &mut AttemptState,
+    ) -> Result<Guarded, EngineError> {
+        let subject = Subject::Result {
+            tool: self.name.to_owned(),
+            call_id: self.call.call_id.clone(),
+            output: output.clone(),
+        };
+        let chain = hooks::run(
+            policies,
+            &io.events(),
+            state,
+            subject,
+            Some(&self.call.call_id),
+        )
+        .await;
+        let events = io.events();
+        let decided = chain
+            .decisions
+            .into_iter()
+            .map(|payload| events.event(self.span, Some(&self.step.span), None, payload))
+            .collect();
+        chain::write_in_step(io, state, decided, progress).await?;
+        let output = match chain.subject {
+            Subject::Result {
+                output: replaced, ..
+            } if chain.replaced => replaced,
+            _ => output,
+        };
+        Ok(match chain.end {
+            End::Retry { policy, feedback } => Guarded::Repair {
+                policy,
+                diagnostic: feedback,
+            },
+            End::Fail { error_type, reason } => Guarded::Failed {
+                output: Box::new(output),
+                error_type,
+                reason,
+            },
+            // `decide` allows nothing else at `after_tool`.
+            _ => Guarded::Output(Box::new(output)),
+        })
+    }
+
+    /// The role's answer `text` through its contract, then its judges.
+    async fn checks(
         &self,
         io: &mut Io<'_>,
         guards: &Guards<'_>,
@@ -142,6 +224,7 @@ impl RoleCall<'_> {
                             "The result of {} could not be judged: {reason}",
                             self.name
                         ))),
+                        error_type: "guard.judge".into(),
                         reason,
                     });
                 }

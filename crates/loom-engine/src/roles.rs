@@ -40,6 +40,13 @@
 //! gives an error result, `unverified` keeps the answer flagged `unverified`, `fallback`
 //! replaces it with the fallback message.
 //!
+//! **Policies.** The agent's `after_tool` policies then read the answer (in the same place: the
+//! call's span, with the call id). A `retry` is repaired by the role's model like a guard's
+//! refusal (a plain tool's result would become the error "Result refused (<policy>): …"),
+//! counted per policy and call; a `retry` beyond the policy's `max_attempts` fails the run
+//! ("N repair(s) asked without success; last diagnostic: …"), as a `fail` does, once the call's
+//! result is journaled.
+//!
 //! **Terminal roles.** A terminal role called alone in its turn, whose result is not an
 //! error, ends the run: its result is the final output (`run.completed.output` null,
 //! `output_event_id` on its `tool.completed`), after the agent's output guards. Called with
@@ -74,7 +81,7 @@ use serde_json::{Value, json};
 
 pub use crate::context::RoleContext;
 use crate::{
-    binding::{BoundTool, ModelBinding},
+    binding::{BoundPolicy, BoundTool, ModelBinding},
     chain::{self, AttemptState, Caller, ChainEnd, Models},
     context::{ContextScope, gather, images, succeeded},
     contract::Contract,
@@ -98,6 +105,9 @@ pub(crate) struct Roles<'a> {
     pub(crate) models: Models<'a>,
     /// The journal.
     pub(crate) store: &'a dyn EventStore,
+    /// The agent's policies: those hooked on `after_tool` read a role's answer after its
+    /// guards, and their `retry` is repaired by the role's model.
+    pub(crate) policies: &'a [BoundPolicy],
 }
 
 /// What the orchestrator is told when results can be referenced (appended to its system
@@ -532,16 +542,22 @@ pub(crate) enum RoleEnd {
     Done {
         /// The result for `tool.completed`.
         output: Box<ToolOutput>,
+        /// Whether the agent's `after_tool` policies already decided on it (an answer that
+        /// went through the role's guards); else (an error before any answer) the batch runs
+        /// them as for a plain tool.
+        checked: bool,
         /// Cost of the role's model calls.
         cost_usd: f64,
         /// Events written.
         emitted: u32,
     },
-    /// The role's judge erred under `on_error: block`: the call's result, then the run fails
-    /// (`guard.judge`).
+    /// The role's judge erred under `on_error: block`, or an `after_tool` policy failed the
+    /// run: the call's result, then the run fails.
     Failed {
         /// The result for `tool.completed`.
         output: Box<ToolOutput>,
+        /// The run's error type (`guard.judge`, `policy.<name>`).
+        error_type: String,
         /// Cost of the role's model calls.
         cost_usd: f64,
         /// Events written.
@@ -576,6 +592,7 @@ pub(crate) async fn call(
     let mut cost_usd = 0.0;
     let Some(role) = roles.roles.iter().find(|r| r.name == call.name) else {
         return Ok(RoleEnd::Done {
+            checked: false,
             output: Box::new(ToolOutput::error(format!("Unknown role: '{}'.", call.name))),
             cost_usd,
             emitted: 0,
@@ -585,6 +602,7 @@ pub(crate) async fn call(
         Ok(message) => message,
         Err(problem) => {
             return Ok(RoleEnd::Done {
+                checked: false,
                 output: Box::new(ToolOutput::error(format!(
                     "The role {} could not be called: {problem}",
                     role.name
@@ -651,6 +669,7 @@ pub(crate) async fn call(
                 {
                     // The role's own limit: the orchestrator reads it, the run goes on.
                     return Ok(RoleEnd::Done {
+                        checked: false,
                         output: Box::new(ToolOutput::error(format!(
                             "Timed out: the role {} gave no answer in {} s.",
                             role.name,
@@ -667,6 +686,7 @@ pub(crate) async fn call(
             }
             ChainEnd::Failed(error) => {
                 return Ok(RoleEnd::Done {
+                    checked: false,
                     output: Box::new(ToolOutput::error(format!(
                         "The role {} failed: {}",
                         role.name, error.message
@@ -689,6 +709,7 @@ pub(crate) async fn call(
         chain::write_in_step(io, state, batch, &mut progress).await?;
         if text.trim().is_empty() {
             return Ok(RoleEnd::Done {
+                checked: false,
                 output: Box::new(ToolOutput::error(format!(
                     "The role {} gave an empty answer.",
                     role.name
@@ -712,6 +733,7 @@ pub(crate) async fn call(
                 models: roles.models,
                 store: roles.store,
             },
+            policies: roles.policies,
         };
         match this
             .guard(io, &guards, state, &text, &mut progress, &mut cost_usd)
@@ -719,6 +741,7 @@ pub(crate) async fn call(
         {
             Guarded::Output(output) => {
                 return Ok(RoleEnd::Done {
+                    checked: true,
                     output,
                     cost_usd,
                     emitted: progress.emitted,
@@ -729,9 +752,14 @@ pub(crate) async fn call(
                 messages.push(Message::assistant(text));
                 messages.push(Message::user(hooks::repair_text(&policy, &diagnostic)));
             }
-            Guarded::Failed { output, reason } => {
+            Guarded::Failed {
+                output,
+                error_type,
+                reason,
+            } => {
                 return Ok(RoleEnd::Failed {
                     output,
+                    error_type,
                     cost_usd,
                     emitted: progress.emitted,
                     reason,

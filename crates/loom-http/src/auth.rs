@@ -191,15 +191,12 @@ impl Caller {
         run_id: &str,
         session: Option<&str>,
     ) -> Result<RunRef, ApiError> {
-        if session.is_none() && !loom_ia::core::ids::is_safe_id(run_id) {
-            // No session can be named after it: no run of a session of its own.
-            return Err(loom_error(
-                &state.loom,
-                &loom_ia::LoomError::UnknownRun(run_id.to_owned()),
-            ));
-        }
-        self.run(state, run_id, Some(session.unwrap_or(run_id)))
+        let loom = &state.loom;
+        let run = loom
+            .address(run_id, session, Some(&self.tenant))
             .await
+            .map_err(|e| loom_error(loom, &e))?;
+        self.sees(state, run).await
     }
 
     /// The run `run_id` of the caller's tenant, checked against the key's agents: in `session`
@@ -216,6 +213,12 @@ impl Caller {
             .locate(run_id, session, Some(&self.tenant))
             .await
             .map_err(|e| loom_error(loom, &e))?;
+        self.sees(state, run).await
+    }
+
+    /// `run`, when the caller's key may use its agent.
+    async fn sees(&self, state: &AppState, run: RunRef) -> Result<RunRef, ApiError> {
+        let loom = &state.loom;
         if self.key.as_ref().is_some_and(|key| !key.agents.is_empty()) {
             let agent = loom
                 .state(&run)

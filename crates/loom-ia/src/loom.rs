@@ -1088,6 +1088,26 @@ impl Loom {
         ))
     }
 
+    /// A run as a client addresses it by id (REST's `GET /runs/{run_id}`, MCP's `run_status`,
+    /// `run_report` and run resources): in `session` when given, else in the session named after
+    /// it (a run opened without a session). As in the reference, a run of a named session asked
+    /// without its session is unknown ([`LoomError::UnknownRun`]), so a run id alone does not
+    /// reach into another conversation; [`Loom::locate`] is the lookup that searches the
+    /// tenant's sessions.
+    pub async fn address(
+        &self,
+        run_id: &str,
+        session: Option<&str>,
+        tenant: Option<&str>,
+    ) -> Result<RunRef, LoomError> {
+        if session.is_none() && !loom_core::ids::is_safe_id(run_id) {
+            // No session can be named after it: no run of a session of its own.
+            return Err(LoomError::UnknownRun(run_id.to_owned()));
+        }
+        self.locate(run_id, Some(session.unwrap_or(run_id)), tenant)
+            .await
+    }
+
     /// Finds a run: in `session` when given, else through the journal's run index
     /// ([`EventStore::find_run`]: an unknown run costs no read of the tenant's sessions). The
     /// session found is read: when its journal is corrupted, the error says where

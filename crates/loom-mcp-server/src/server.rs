@@ -252,8 +252,27 @@ impl LoomMcp {
         tools
     }
 
-    /// A run of the caller's tenant, checked against its key's agents.
+    /// A run of the caller's tenant as `run_status`, `run_report` and the run resources
+    /// address it, as REST's reads do ([`loom_ia::Loom::address`]: a run of a named session is
+    /// found only with its `session_id`), checked against the key's agents.
     async fn run_of(
+        &self,
+        access: &Access,
+        run_id: &str,
+        session: Option<&str>,
+    ) -> Result<RunRef, String> {
+        let run = self
+            .loom
+            .address(run_id, session, Some(access.tenant()))
+            .await
+            .map_err(|e| told(&e))?;
+        self.seen(access, run).await
+    }
+
+    /// The run `cancel` names, found as REST's cancellation finds it (whose body, as in the
+    /// reference, need not name the session): in `session` when given, else wherever the
+    /// journal's run index finds it; checked against the key's agents.
+    async fn run_to_cancel(
         &self,
         access: &Access,
         run_id: &str,
@@ -264,6 +283,11 @@ impl LoomMcp {
             .locate(run_id, session, Some(access.tenant()))
             .await
             .map_err(|e| told(&e))?;
+        self.seen(access, run).await
+    }
+
+    /// `run`, when the caller's key may use its agent; else unknown, as if it did not exist.
+    async fn seen(&self, access: &Access, run: RunRef) -> Result<RunRef, String> {
         if access.agent_limited() {
             let agent = self
                 .loom
@@ -274,7 +298,7 @@ impl LoomMcp {
                 .unwrap_or_default();
             if !access.allows_agent(self.loom.config(), &agent) {
                 // As if it did not exist: the key does not see this agent's runs.
-                return Err(LoomError::UnknownRun(run_id.to_owned()).to_string());
+                return Err(LoomError::UnknownRun(run.run_id).to_string());
             }
         }
         Ok(run)
@@ -376,7 +400,9 @@ impl LoomMcp {
                 access.require(Scope::Run)?;
                 let run_id = run_id.ok_or("run_id is required")?;
                 let by = text("by")?.unwrap_or_else(|| Access::by(client));
-                let run = self.run_of(access, &run_id, session.as_deref()).await?;
+                let run = self
+                    .run_to_cancel(access, &run_id, session.as_deref())
+                    .await?;
                 let cancelled = self
                     .loom
                     .cancel(&run, Some(by))

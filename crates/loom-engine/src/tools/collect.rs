@@ -109,6 +109,7 @@ pub(super) async fn results(
             span: &launched.span,
             call: &launched.call,
             tool: &launched.tool,
+            checked: false,
         };
         let finished = call
             .finish(io, batch, state, &frame, output, came.latency, consumption)

@@ -53,6 +53,9 @@ pub(super) struct Call<'c> {
     pub(super) span: &'c str,
     pub(super) call: &'c PendingCall,
     pub(super) tool: &'c BoundTool,
+    /// Whether the `after_tool` policies already decided on the result (a role's answer,
+    /// checked in the role's call, where a `retry` is repaired by its model).
+    pub(super) checked: bool,
 }
 
 impl Call<'_> {
@@ -135,7 +138,9 @@ impl Call<'_> {
     }
 
     /// The `after_tool` point: the tool's output contract (a result that breaks it becomes an
-    /// error with the diagnostic: a tool is never repaired), then the agent's policies.
+    /// error with the diagnostic: a tool is never repaired), then the agent's policies (unless
+    /// they already decided, in a role's call: `checked`). A `retry` on a plain tool's result
+    /// becomes the error result "Result refused (<policy>): <feedback>".
     async fn after_tool(
         &self,
         io: &Io<'_>,
@@ -188,6 +193,9 @@ impl Call<'_> {
                     ));
                 }
             }
+        }
+        if self.checked {
+            return AfterTool::Result { output, events };
         }
         let subject = Subject::Result {
             tool: call.name.clone(),

@@ -249,25 +249,27 @@ pub(super) async fn roles(
             deadline,
         )
         .await?;
-        // A role's judge that erred under `on_error: block` fails the run once the call's
-        // result is journaled, as a failing `after_tool` policy does.
-        let (output, cost_usd, judge_failed) = match end {
+        // A role's judge that erred under `on_error: block`, or an `after_tool` policy that
+        // failed the run, fails it once the call's result is journaled.
+        let (output, cost_usd, checked, failed) = match end {
             RoleEnd::Done {
                 output,
+                checked,
                 cost_usd,
                 emitted: inside,
             } => {
                 frame.emitted += inside;
-                (*output, cost_usd, None)
+                (*output, cost_usd, checked, None)
             }
             RoleEnd::Failed {
                 output,
+                error_type,
                 cost_usd,
                 emitted: inside,
                 reason,
             } => {
                 frame.emitted += inside;
-                (*output, cost_usd, Some(reason))
+                (*output, cost_usd, true, Some((error_type, reason)))
             }
             RoleEnd::Interrupted {
                 timed_out,
@@ -285,6 +287,7 @@ pub(super) async fn roles(
             span: &launch.span,
             call: &launch.call,
             tool: &launch.tool,
+            checked,
         };
         let finished = call
             .finish(
@@ -297,12 +300,14 @@ pub(super) async fn roles(
                 finish::Consumption::Role(cost_usd),
             )
             .await?;
-        let finished = match (finished, judge_failed) {
-            (finish::Finished::Completed(events), Some(reason)) => finish::Finished::Failed {
-                events,
-                error_type: "guard.judge".into(),
-                reason,
-            },
+        let finished = match (finished, failed) {
+            (finish::Finished::Completed(events), Some((error_type, reason))) => {
+                finish::Finished::Failed {
+                    events,
+                    error_type,
+                    reason,
+                }
+            }
             (finished, _) => finished,
         };
         match finished {
