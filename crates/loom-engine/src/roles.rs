@@ -42,7 +42,7 @@
 //!
 //! **Policies.** The agent's `after_tool` policies then read the answer (in the same place: the
 //! call's span, with the call id). A `retry` is repaired by the role's model like a guard's
-//! refusal (a plain tool's result would become the error "Result refused (<policy>): …"),
+//! refusal (a plain tool's result would become the error "Result refused (`<policy>`): …"),
 //! counted per policy and call; a `retry` beyond the policy's `max_attempts` fails the run
 //! ("N repair(s) asked without success; last diagnostic: …"), as a `fail` does, once the call's
 //! result is journaled.
