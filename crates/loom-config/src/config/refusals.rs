@@ -1,0 +1,90 @@
+//! Refusals: the keys and values of the Loom-IA format that Loom does not have (yet), and the
+//! reason `approval: policy` is refused; each is refused rather than silently ignored.
+
+use crate::yaml::{self, KeyPath};
+
+/// Why `approval: policy` is refused on an agent without a policy that can ask a human.
+pub const APPROVAL_POLICY: &str = "approval: policy means a policy decides when a human is asked, \
+but no policy of the agent is hooked on before_tool with the decision 'pause'; hook one, or use \
+always (a human decides every call) or never";
+
+/// Why a key of the Loom-IA format is refused: Rust tools are registered in code, and some
+/// sections of the reference are not implemented yet (refused rather than silently ignored).
+/// `path` is the key path of the unknown key, `field` its name.
+pub(super) fn not_yet(path: &KeyPath, field: &str) -> &'static str {
+    const LATER: &[&str] = &[
+        "tool_sources",
+        "sessions",
+        "stream_output",
+        "state",
+        "idle_timeout",
+    ];
+    // Keys of a tenant (`tenants[i]`) that the reference has and Loom does not yet.
+    const TENANT_LATER: &[&str] = &[
+        "tools_deny",
+        "models",
+        "approvals",
+        "secrets",
+        "variables",
+        "storage",
+        "retention",
+        "telemetry",
+    ];
+    // Keys of `storage` (the Postgres, Redis and RabbitMQ backends, encryption, retention)
+    // and of `telemetry` (OpenTelemetry export, redaction) that Loom does not have yet.
+    const STORAGE_LATER: &[&str] = &[
+        "queue",
+        "bus",
+        "encryption",
+        "retention",
+        "dsn_env",
+        "url_env",
+        "role",
+        "pool",
+    ];
+    const TELEMETRY_LATER: &[&str] = &["exporters", "redaction"];
+    let parent = &path.0[..path.0.len().saturating_sub(1)];
+    let under = |section: &str| matches!(parent.first(), Some(yaml::Seg::Key(k)) if k == section);
+    if (under("storage") && STORAGE_LATER.contains(&field))
+        || (under("telemetry") && TELEMETRY_LATER.contains(&field))
+    {
+        return NOT_YET;
+    }
+    let in_tenant = matches!(parent, [yaml::Seg::Key(k), yaml::Seg::Index(_)] if k == "tenants");
+    let in_main = matches!(parent.last(), Some(yaml::Seg::Key(k)) if k == "main");
+    let in_tool = matches!(
+        parent,
+        [.., yaml::Seg::Key(k), yaml::Seg::Index(_)] if k == "tools"
+    );
+    if field == "imports" {
+        " — Rust has no runtime imports: register tools in code (Loom::register, loom_cli::App::tool)"
+    } else if in_tool && field == "judge" {
+        " — a tool's results are not judged: judges apply to an agent's answer or a role's; \
+give the tool an 'output' contract"
+    } else if in_tenant {
+        if TENANT_LATER.contains(&field) {
+            NOT_YET
+        } else {
+            ""
+        }
+    } else if (in_main && field == "context") || LATER.contains(&field) {
+        NOT_YET
+    } else {
+        ""
+    }
+}
+
+/// Why a key or value of the Loom-IA format is refused: Loom does not have it yet.
+const NOT_YET: &str = " — this part of the Loom-IA format is not implemented in this version yet";
+
+/// Why a value of the Loom-IA format is refused (`value` at `path`): the backends of the
+/// reference that Loom does not have yet (Postgres, Redis, the journal and memory idempotency
+/// stores).
+pub(super) fn not_yet_value(path: &KeyPath, value: &str) -> &'static str {
+    let later: &[&str] = match path.to_string().as_str() {
+        "storage.events.backend" => &["postgres"],
+        "storage.idempotency.backend" => &["journal", "memory", "postgres", "redis"],
+        _ => &[],
+    };
+    if later.contains(&value) { NOT_YET } else { "" }
+}

@@ -1,0 +1,361 @@
+//! Tools: the `mcp_servers` section, the built-in tools, and the tool references of an agent
+//! with their overrides and output contracts.
+
+use std::path::Path;
+
+use crate::error::{ConfigError, ConfigErrorKind};
+use crate::model::{LoomConfig, McpTransport, ToolOverrides, ToolRef};
+use crate::yaml::KeyPath;
+
+use super::{Config, Doc, NOT_POSITIVE, delegation, display_path, positive_seconds};
+
+/// The built-in tools an agent may reference with `tool: loom.<name>`.
+pub const BUILTIN_TOOLS: &[&str] = &[
+    "loom.current_datetime",
+    "loom.local_files",
+    "loom.fetch_page",
+];
+
+fn valid_mcp_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 40
+        && !name.contains("__")
+        && !name.starts_with('_')
+        && !name.ends_with('_')
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
+pub(super) fn check_mcp_servers(
+    doc: &Doc,
+    raw: &mut LoomConfig,
+    base: &Path,
+) -> Result<(), ConfigError> {
+    let invalid = |path: &KeyPath, msg: String| doc.error(path, ConfigErrorKind::Invalid, msg);
+    for (i, server) in raw.mcp_servers.iter().enumerate() {
+        let sp = KeyPath::root().key("mcp_servers").index(i);
+        if !valid_mcp_name(&server.name) {
+            return Err(invalid(
+                &sp.key("name"),
+                format!(
+                    "invalid MCP server name '{}' (letters, digits, '-', single '_' between them; at most 40)",
+                    server.name
+                ),
+            ));
+        }
+        if raw.mcp_servers[..i].iter().any(|m| m.name == server.name) {
+            return Err(invalid(
+                &sp.key("name"),
+                format!("duplicate MCP server name '{}'", server.name),
+            ));
+        }
+        match server.transport {
+            McpTransport::Stdio => {
+                if server
+                    .command
+                    .as_deref()
+                    .is_none_or(|c| c.trim().is_empty())
+                {
+                    return Err(invalid(
+                        &sp.key("transport"),
+                        "transport 'stdio' requires 'command'".into(),
+                    ));
+                }
+                if server.url.is_some() {
+                    return Err(invalid(
+                        &sp.key("url"),
+                        "'url' is for transport 'http'".into(),
+                    ));
+                }
+                if !server.headers_env.is_empty() {
+                    return Err(invalid(
+                        &sp.key("headers_env"),
+                        "'headers_env' is for transport 'http'".into(),
+                    ));
+                }
+            }
+            McpTransport::Http => {
+                let Some(url) = &server.url else {
+                    return Err(invalid(
+                        &sp.key("transport"),
+                        "transport 'http' requires 'url'".into(),
+                    ));
+                };
+                let usable = url::Url::parse(url).is_ok_and(|url| {
+                    matches!(url.scheme(), "http" | "https")
+                        && url.host_str().is_some_and(|host| !host.is_empty())
+                });
+                if !usable {
+                    return Err(invalid(
+                        &sp.key("url"),
+                        format!("'{url}' is not an http(s) URL"),
+                    ));
+                }
+                for (key, present) in [
+                    ("command", server.command.is_some()),
+                    ("args", !server.args.is_empty()),
+                    ("env", !server.env.is_empty()),
+                    ("env_from", !server.env_from.is_empty()),
+                    ("cwd", server.cwd.is_some()),
+                ] {
+                    if present {
+                        return Err(invalid(
+                            &sp.key(key),
+                            format!("'{key}' is for transport 'stdio'"),
+                        ));
+                    }
+                }
+            }
+        }
+        if !(server.connect_timeout.is_finite() && server.connect_timeout > 0.0) {
+            return Err(invalid(&sp.key("connect_timeout"), NOT_POSITIVE.into()));
+        }
+        if let Some(breaker) = &server.circuit_breaker {
+            if breaker.failures == 0 {
+                return Err(invalid(
+                    &sp.key("circuit_breaker").key("failures"),
+                    NOT_POSITIVE.into(),
+                ));
+            }
+            if !(breaker.cooldown.is_finite() && breaker.cooldown > 0.0) {
+                return Err(invalid(
+                    &sp.key("circuit_breaker").key("cooldown"),
+                    NOT_POSITIVE.into(),
+                ));
+            }
+        }
+    }
+    for (i, server) in raw.mcp_servers.iter_mut().enumerate() {
+        let sp = KeyPath::root().key("mcp_servers").index(i);
+        for (tool, overrides) in &mut server.tools {
+            check_overrides(doc, &sp.key("tools").key(tool), overrides, base)?;
+        }
+    }
+    Ok(())
+}
+
+/// Checks the overrides of one tool at `path`, loading the schema file of its `output`
+/// contract (relative to `base`).
+fn check_overrides(
+    doc: &Doc,
+    path: &KeyPath,
+    overrides: &mut ToolOverrides,
+    base: &Path,
+) -> Result<(), ConfigError> {
+    if let Some(output) = &mut overrides.output {
+        delegation::check_output(doc, &path.key("output"), base, output)?;
+    }
+    if !positive_seconds(overrides.timeout) {
+        return Err(doc.error(&path.key("timeout"), ConfigErrorKind::Invalid, NOT_POSITIVE));
+    }
+    if overrides.offload_over == Some(0) {
+        return Err(doc.error(
+            &path.key("offload_over"),
+            ConfigErrorKind::Invalid,
+            NOT_POSITIVE,
+        ));
+    }
+    Ok(())
+}
+
+/// Checks a tool reference at `tp`, loading the schema files of its `output` contracts.
+pub(super) fn check_tool_ref(
+    config: &Config,
+    doc: &Doc,
+    tp: &KeyPath,
+    tool: &mut ToolRef,
+    prefixes: &mut Vec<String>,
+) -> Result<(), ConfigError> {
+    check_tool_ref_shape(config, doc, tp, tool, prefixes)?;
+    if let Some(output) = &mut tool.output {
+        delegation::check_output(doc, &tp.key("output"), &config.base_dir, output)?;
+    }
+    for (name, overrides) in &mut tool.tools {
+        check_overrides(doc, &tp.key("tools").key(name), overrides, &config.base_dir)?;
+    }
+    Ok(())
+}
+
+fn check_tool_ref_shape(
+    config: &Config,
+    doc: &Doc,
+    tp: &KeyPath,
+    tool: &ToolRef,
+    prefixes: &mut Vec<String>,
+) -> Result<(), ConfigError> {
+    let invalid = |path: &KeyPath, msg: String| doc.error(path, ConfigErrorKind::Invalid, msg);
+    if !positive_seconds(tool.timeout) {
+        return Err(invalid(&tp.key("timeout"), NOT_POSITIVE.into()));
+    }
+    if tool.offload_over == Some(0) {
+        return Err(invalid(&tp.key("offload_over"), NOT_POSITIVE.into()));
+    }
+    match (&tool.tool, &tool.mcp) {
+        (Some(_), Some(_)) | (None, None) => Err(invalid(
+            tp,
+            "a tool reference needs exactly one of 'tool' and 'mcp'".into(),
+        )),
+        (Some(name), None) => {
+            if name.trim().is_empty() {
+                return Err(invalid(&tp.key("tool"), "must not be empty".into()));
+            }
+            for (key, present) in [
+                ("alias", tool.alias.is_some()),
+                ("include", tool.include.is_some()),
+                ("exclude", tool.exclude.is_some()),
+                ("required", tool.required),
+                ("tools", !tool.tools.is_empty()),
+            ] {
+                if present {
+                    return Err(invalid(
+                        &tp.key(key),
+                        format!("'{key}' applies to an 'mcp' reference"),
+                    ));
+                }
+            }
+            if name.starts_with("loom.") && !BUILTIN_TOOLS.contains(&name.as_str()) {
+                return Err(doc.error(
+                    &tp.key("tool"),
+                    ConfigErrorKind::Reference,
+                    format!(
+                        "unknown built-in tool '{name}' (built-in tools: {})",
+                        BUILTIN_TOOLS.join(", ")
+                    ),
+                ));
+            }
+            let local_files = name == "loom.local_files";
+            let fetch_page = name == "loom.fetch_page";
+            if local_files && tool.folders.as_ref().is_none_or(Vec::is_empty) {
+                return Err(invalid(
+                    &tp.key("tool"),
+                    "loom.local_files needs 'folders' (at least one)".into(),
+                ));
+            }
+            if !local_files && tool.folders.is_some() {
+                return Err(invalid(
+                    &tp.key("folders"),
+                    "'folders' applies to loom.local_files".into(),
+                ));
+            }
+            for (key, present) in [
+                ("allow_private", tool.allow_private.is_some()),
+                ("max_bytes", tool.max_bytes.is_some()),
+            ] {
+                if present && !fetch_page {
+                    return Err(invalid(
+                        &tp.key(key),
+                        format!("'{key}' applies to loom.fetch_page"),
+                    ));
+                }
+            }
+            if tool.max_bytes == Some(0) {
+                return Err(invalid(&tp.key("max_bytes"), NOT_POSITIVE.into()));
+            }
+            for (f, folder) in tool.folders.iter().flatten().enumerate() {
+                let fp = tp.key("folders").index(f);
+                let ok = folder.name.len() <= 32
+                    && folder
+                        .name
+                        .bytes()
+                        .next()
+                        .is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+                    && folder.name.bytes().all(|b| {
+                        b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-'
+                    });
+                if !ok {
+                    return Err(invalid(
+                        &fp.key("name"),
+                        format!(
+                            "invalid folder name '{}' (expected ^[a-z0-9][a-z0-9_-]{{0,31}}$)",
+                            folder.name
+                        ),
+                    ));
+                }
+                if folder.rights.is_empty() {
+                    return Err(invalid(
+                        &fp.key("rights"),
+                        "at least one right is needed (read, write, overwrite, delete)".into(),
+                    ));
+                }
+                let dir = config.base_dir.join(&folder.path);
+                if !dir.is_dir() {
+                    return Err(doc.error(
+                        &fp.key("path"),
+                        ConfigErrorKind::MissingFile,
+                        format!(
+                            "folder '{}' does not exist: {}",
+                            folder.name,
+                            display_path(&config.base_dir, &dir).display()
+                        ),
+                    ));
+                }
+            }
+            Ok(())
+        }
+        (None, Some(server)) => {
+            if config.mcp_server(server).is_none() {
+                let declared: Vec<&str> = config
+                    .raw
+                    .mcp_servers
+                    .iter()
+                    .map(|m| m.name.as_str())
+                    .collect();
+                let declared = if declared.is_empty() {
+                    "none".to_owned()
+                } else {
+                    declared.join(", ")
+                };
+                return Err(doc.error(
+                    &tp.key("mcp"),
+                    ConfigErrorKind::Reference,
+                    format!("unknown MCP server '{server}' (declared servers: {declared})"),
+                ));
+            }
+            for (key, present) in [
+                ("description", tool.description.is_some()),
+                ("timeout", tool.timeout.is_some()),
+                ("side_effects", tool.side_effects.is_some()),
+                ("approval", tool.approval.is_some()),
+                ("idempotent", tool.idempotent.is_some()),
+                ("offload_over", tool.offload_over.is_some()),
+                ("folders", tool.folders.is_some()),
+                ("allow_private", tool.allow_private.is_some()),
+                ("max_bytes", tool.max_bytes.is_some()),
+                ("output", tool.output.is_some()),
+            ] {
+                if present {
+                    return Err(invalid(
+                        &tp.key(key),
+                        format!("'{key}' applies to one tool: set it per tool under 'tools'"),
+                    ));
+                }
+            }
+            if tool.include.is_some() && tool.exclude.is_some() {
+                return Err(invalid(
+                    &tp.key("exclude"),
+                    "'include' and 'exclude' are mutually exclusive".into(),
+                ));
+            }
+            let prefix = tool.alias.clone().unwrap_or_else(|| server.clone());
+            if let Some(alias) = &tool.alias
+                && !valid_mcp_name(alias)
+            {
+                return Err(invalid(
+                    &tp.key("alias"),
+                    format!("invalid alias '{alias}'"),
+                ));
+            }
+            if prefixes.contains(&prefix) {
+                return Err(invalid(
+                    tp,
+                    format!(
+                        "the prefix '{prefix}__' is used twice in this agent: give one an 'alias'"
+                    ),
+                ));
+            }
+            prefixes.push(prefix);
+            Ok(())
+        }
+    }
+}
