@@ -1,0 +1,354 @@
+//! What a [`Loom`] knows and checks before running: registered tools, policies and judge
+//! conditions, agents resolved for a tenant, and [`Loom::validate`].
+
+use super::{DEFAULT_TENANT, Loom, ValidatedAgent, ValidatedSource, Validation};
+use crate::LoomError;
+use loom_config::EventsBackend;
+use loom_core::ids::is_valid_name;
+use loom_core::policy::Policy;
+use loom_core::ports::SourceContext;
+use loom_core::tool::Tool;
+use loom_engine::{AgentRuntime, JudgeCondition};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+impl Loom {
+    /// Registers a tool under `name` (the name agents reference and the model sees).
+    pub fn register(&self, name: &str, tool: impl Tool + 'static) -> Result<(), LoomError> {
+        self.register_arc(name, Arc::new(tool))
+    }
+
+    /// Registers a shared tool under `name`.
+    pub fn register_arc(&self, name: &str, tool: Arc<dyn Tool>) -> Result<(), LoomError> {
+        if !is_valid_name(name) {
+            return Err(LoomError::Registration(format!(
+                "'{name}' is not a valid tool name (^[A-Za-z0-9_-]{{1,64}}$)"
+            )));
+        }
+        if tool.spec().name != name {
+            return Err(LoomError::Registration(format!(
+                "the tool '{}' cannot be registered as '{name}': register it under its own name \
+                 (or build it with #[tool(name = \"{name}\")])",
+                tool.spec().name
+            )));
+        }
+        let mut tools = self
+            .inner
+            .tools
+            .write()
+            .map_err(|_| LoomError::Registration("registry lock poisoned".into()))?;
+        if tools.contains_key(name) {
+            return Err(LoomError::Registration(format!(
+                "a tool named '{name}' is already registered"
+            )));
+        }
+        tools.insert(name.to_owned(), tool);
+        drop(tools);
+        if let Ok(mut agents) = self.inner.agents.write() {
+            agents.clear();
+        }
+        Ok(())
+    }
+
+    /// Registers a policy under `name`, the `hook` agents reference in their `policies:`
+    /// (names starting with `loom.` are reserved for the built-in ones).
+    pub fn register_policy(&self, name: &str, policy: Arc<dyn Policy>) -> Result<(), LoomError> {
+        if name.starts_with("loom.") || !is_valid_policy_name(name) {
+            return Err(LoomError::Registration(format!(
+                "'{name}' is not a valid policy name (^[A-Za-z0-9_][A-Za-z0-9_.-]{{0,63}}$, \
+                 not starting with 'loom.')"
+            )));
+        }
+        let mut policies = self
+            .inner
+            .policies
+            .write()
+            .map_err(|_| LoomError::Registration("registry lock poisoned".into()))?;
+        if policies.contains_key(name) {
+            return Err(LoomError::Registration(format!(
+                "a policy named '{name}' is already registered"
+            )));
+        }
+        policies.insert(name.to_owned(), policy);
+        drop(policies);
+        if let Ok(mut agents) = self.inner.agents.write() {
+            agents.clear();
+        }
+        Ok(())
+    }
+
+    /// Registers a judge condition under `name`, the `when.condition` of judges: the judge
+    /// runs only when it holds.
+    pub fn register_condition(
+        &self,
+        name: &str,
+        condition: Arc<dyn JudgeCondition>,
+    ) -> Result<(), LoomError> {
+        let mut conditions = self
+            .inner
+            .conditions
+            .write()
+            .map_err(|_| LoomError::Registration("registry lock poisoned".into()))?;
+        if conditions.contains_key(name) {
+            return Err(LoomError::Registration(format!(
+                "a condition named '{name}' is already registered"
+            )));
+        }
+        conditions.insert(name.to_owned(), condition);
+        drop(conditions);
+        if let Ok(mut agents) = self.inner.agents.write() {
+            agents.clear();
+        }
+        Ok(())
+    }
+
+    /// The registered policies, by name.
+    pub(crate) fn policies(&self) -> BTreeMap<String, Arc<dyn Policy>> {
+        self.inner
+            .policies
+            .read()
+            .map(|p| p.clone())
+            .unwrap_or_default()
+    }
+
+    /// Resolves every agent against the registered tools, policies and conditions, as a run
+    /// would (without connecting to MCP servers): the first problem is returned. `loom serve`
+    /// and `loom mcp` call it before they serve, so that a configuration a run would refuse
+    /// never starts a server.
+    pub fn check_agents(&self) -> Result<(), LoomError> {
+        for spec in self.inner.config.agents() {
+            self.agent(&spec.name, DEFAULT_TENANT)?;
+        }
+        Ok(())
+    }
+
+    /// Resolves every agent against the registered tools, as a run would, connects to the MCP
+    /// servers its agents use, and reports what was understood. The first configuration problem
+    /// is returned as an error; an unreachable server is reported, not an error.
+    pub async fn validate(&self) -> Result<Validation, LoomError> {
+        let config = &self.inner.config;
+        let mut agents = Vec::new();
+        for spec in config.agents() {
+            let runtime = self.agent(&spec.name, DEFAULT_TENANT)?;
+            let mut sources = Vec::new();
+            let context = SourceContext {
+                tenant_id: DEFAULT_TENANT.to_owned(),
+                session_id: "validate".to_owned(),
+                run_id: "validate".to_owned(),
+            };
+            for bound in &runtime.sources {
+                let listed = bound.source.open(&context).await;
+                bound.source.release(&context).await;
+                sources.push(ValidatedSource {
+                    name: bound.source.name().to_owned(),
+                    required: bound.required,
+                    tools: match &listed {
+                        Ok(tools) => tools
+                            .iter()
+                            .map(|t| (t.spec().name.clone(), t.spec().declarations.clone()))
+                            .collect(),
+                        Err(_) => Vec::new(),
+                    },
+                    error: listed.err().map(|e| e.message),
+                });
+            }
+            agents.push(ValidatedAgent {
+                name: runtime.name.clone(),
+                model: runtime.main.config_id.clone(),
+                max_iterations: runtime.max_iterations,
+                tools: runtime
+                    .tools
+                    .iter()
+                    .map(|t| (t.name().to_owned(), t.declarations.clone()))
+                    .collect(),
+                sources,
+                guards: guards_of(&runtime),
+            });
+        }
+        let journal = match config.raw().storage.events.backend {
+            EventsBackend::Memory => "memory (lost at exit)".to_owned(),
+            EventsBackend::Jsonl => format!(
+                "jsonl in {}",
+                config
+                    .events_path()
+                    .map(|p| p.display().to_string())
+                    .unwrap_or_default()
+            ),
+            EventsBackend::Sqlite => format!(
+                "sqlite in {}",
+                config
+                    .events_path()
+                    .map(|p| p.display().to_string())
+                    .unwrap_or_default()
+            ),
+        };
+        Ok(Validation {
+            file: config.file().to_path_buf(),
+            profile: config.profile(),
+            env_file: config
+                .env_file()
+                .path()
+                .map(|path| (path.to_path_buf(), config.env_file().names().count())),
+            models: config
+                .raw()
+                .models
+                .iter()
+                .map(|m| (m.id.clone(), m.sdk.as_str().to_owned(), m.model.clone()))
+                .collect(),
+            mcp_servers: config
+                .raw()
+                .mcp_servers
+                .iter()
+                .map(|m| m.name.clone())
+                .collect(),
+            agents,
+            tools: self.tool_names(),
+            journal,
+        })
+    }
+
+    pub(super) fn tool_names(&self) -> Vec<String> {
+        self.inner
+            .tools
+            .read()
+            .map(|t| t.keys().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    pub(super) fn agent(&self, name: &str, tenant: &str) -> Result<Arc<AgentRuntime>, LoomError> {
+        let key = (name.to_owned(), tenant.to_owned());
+        if let Some(agent) = self
+            .inner
+            .agents
+            .read()
+            .ok()
+            .and_then(|a| a.get(&key).cloned())
+        {
+            return Ok(agent);
+        }
+        let tools = self
+            .inner
+            .tools
+            .read()
+            .map_err(|_| LoomError::Registration("registry lock poisoned".into()))?
+            .clone();
+        let registry = crate::resolve::Registry {
+            tools,
+            policies: self.policies(),
+            conditions: self
+                .inner
+                .conditions
+                .read()
+                .map(|c| c.clone())
+                .unwrap_or_default(),
+        };
+        let agent = Arc::new(crate::resolve::agent(
+            &self.inner.config,
+            &self.inner.models,
+            &registry,
+            &self.inner.sources,
+            name,
+            tenant,
+        )?);
+        if let Ok(mut agents) = self.inner.agents.write() {
+            agents.insert(key, agent.clone());
+        }
+        Ok(agent)
+    }
+
+    /// The agent `name` resolved for `tenant`.
+    pub(crate) fn agent_runtime(
+        &self,
+        name: &str,
+        tenant: &str,
+    ) -> Result<Arc<AgentRuntime>, LoomError> {
+        self.agent(name, tenant)
+    }
+}
+
+/// Whether `name` can name a policy.
+fn is_valid_policy_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    matches!(chars.next(), Some(c) if c.is_ascii_alphanumeric() || c == '_')
+        && name.len() <= 64
+        && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'))
+}
+
+/// The lines `validate` prints about what surrounds an agent's loop.
+fn guards_of(agent: &AgentRuntime) -> Vec<String> {
+    let mut lines = Vec::new();
+    for role in &agent.roles {
+        let mut traits = vec![format!("model {}", role.main.config_id)];
+        if role.terminal {
+            traits.push("terminal".into());
+        }
+        if !role.context.is_empty() {
+            let keys: Vec<&str> = role.context.iter().map(|c| c.key()).collect();
+            traits.push(format!("context {}", keys.join(", ")));
+        }
+        if role.output.is_some() {
+            traits.push("output contract".into());
+        }
+        for judge in &role.judges {
+            traits.push(format!(
+                "judge {} (model {})",
+                judge.name, judge.main.config_id
+            ));
+        }
+        lines.push(format!("role {}: {}", role.name, traits.join(", ")));
+    }
+    for sub in &agent.subagents {
+        let share = sub
+            .budget_share
+            .map(|s| format!(", budget share {s}"))
+            .unwrap_or_default();
+        lines.push(format!(
+            "sub-agent {}: agent {}{share} (max_depth {})",
+            sub.name, sub.agent.name, agent.max_depth
+        ));
+    }
+    for policy in &agent.policies {
+        let points: Vec<&str> = policy.points.iter().map(|p| p.as_str()).collect();
+        lines.push(format!("policy {}: {}", policy.name, points.join(", ")));
+    }
+    if let Some(contract) = &agent.output {
+        lines.push(format!(
+            "output contract: on_failure {}, {} repair(s)",
+            contract.spec().on_failure.as_str(),
+            contract.spec().repair.max_attempts
+        ));
+    }
+    for judge in &agent.judges {
+        lines.push(format!(
+            "judge {}: model {}, {} criterion(s), sample {}",
+            judge.name,
+            judge.main.config_id,
+            judge.criteria.len(),
+            judge.when.sample
+        ));
+    }
+    if let Some(budget) = &agent.budget {
+        let mut limits = Vec::new();
+        if let Some(v) = budget.run.max_calls {
+            limits.push(format!("run max_calls {v}"));
+        }
+        if let Some(v) = budget.run.max_tokens {
+            limits.push(format!("run max_tokens {v}"));
+        }
+        if let Some(v) = budget.run.max_cost {
+            limits.push(format!("run max_cost {v} $"));
+        }
+        if let Some(v) = budget.session.max_tokens {
+            limits.push(format!("session max_tokens {v}"));
+        }
+        if let Some(v) = budget.session.max_cost {
+            limits.push(format!("session max_cost {v} $"));
+        }
+        lines.push(format!(
+            "budget: {} (on_exceed {})",
+            limits.join(", "),
+            budget.on_exceed.as_str()
+        ));
+    }
+    lines
+}
