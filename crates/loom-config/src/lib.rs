@@ -71,6 +71,7 @@ pub use model::{
     ModelSpec, Profile, Profiles, Sdk, ServerConfig, StorageConfig, TelemetryConfig, ToolOverrides,
     ToolRef, ToolsExecution,
 };
+pub use model::{DEFAULT_POSTGRES_ROLE, MigrateMode, PostgresPool};
 pub use security::{ApiKeySpec, RateLimit, Scope, SecurityConfig, is_key_hash, parse_expiry};
 pub use trigger::{
     DEFAULT_SIGNATURE_TOLERANCE, RenderedTrigger, TRIGGER_VARIABLES, TriggerSpec, is_trigger_name,

@@ -30,18 +30,9 @@ pub(super) fn not_yet(path: &KeyPath, field: &str) -> &'static str {
         "retention",
         "telemetry",
     ];
-    // Keys of `storage` (the Postgres, Redis and RabbitMQ backends, encryption, retention)
+    // Keys of `storage` (the Redis and RabbitMQ backends, the bus, encryption, retention)
     // and of `telemetry` (OpenTelemetry export, redaction) that Loom does not have yet.
-    const STORAGE_LATER: &[&str] = &[
-        "queue",
-        "bus",
-        "encryption",
-        "retention",
-        "dsn_env",
-        "url_env",
-        "role",
-        "pool",
-    ];
+    const STORAGE_LATER: &[&str] = &["queue", "bus", "encryption", "retention", "url_env"];
     const TELEMETRY_LATER: &[&str] = &["exporters", "redaction"];
     let parent = &path.0[..path.0.len().saturating_sub(1)];
     let under = |section: &str| matches!(parent.first(), Some(yaml::Seg::Key(k)) if k == section);
@@ -78,12 +69,10 @@ give the tool an 'output' contract"
 const NOT_YET: &str = " — this part of the Loom-IA format is not implemented in this version yet";
 
 /// Why a value of the Loom-IA format is refused (`value` at `path`): the backends of the
-/// reference that Loom does not have yet (Postgres, Redis, the journal and memory idempotency
-/// stores).
+/// reference that Loom does not have yet (Redis, the journal and memory idempotency stores).
 pub(super) fn not_yet_value(path: &KeyPath, value: &str) -> &'static str {
     let later: &[&str] = match path.to_string().as_str() {
-        "storage.events.backend" => &["postgres"],
-        "storage.idempotency.backend" => &["journal", "memory", "postgres", "redis"],
+        "storage.idempotency.backend" => &["journal", "memory", "redis"],
         _ => &[],
     };
     if later.contains(&value) { NOT_YET } else { "" }
