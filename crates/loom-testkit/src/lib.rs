@@ -4,11 +4,13 @@
 //! that sleep, fail or panic. Deterministic by construction: no double reads the wall clock or
 //! the network.
 //!
-//! [`conformance`] holds the scenarios every journal (`EventStore`) must pass, [`shared`] finds
+//! [`conformance`] holds the scenarios every journal (`EventStore`) must pass, [`services`] says
+//! where the PostgreSQL server of the tests is (skipping when it is not), [`shared`] finds
 //! the reference files of `../shared` (and skips a test on a bare clone without them), and
 //! [`wait`] polls for what a test awaits with a deadline (the only wall-clock reads here).
 
 pub mod conformance;
+pub mod services;
 pub mod shared;
 pub mod wait;
 

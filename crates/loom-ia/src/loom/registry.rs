@@ -181,6 +181,14 @@ impl Loom {
                     .map(|p| p.display().to_string())
                     .unwrap_or_default()
             ),
+            EventsBackend::Postgres => {
+                let events = &config.raw().storage.events;
+                format!(
+                    "postgres at ${} as role {}",
+                    events.dsn_env.as_deref().unwrap_or_default(),
+                    events.role
+                )
+            }
         };
         Ok(Validation {
             file: config.file().to_path_buf(),

@@ -6,30 +6,12 @@
 //! `LOOM_REQUIRE_SERVICES=1` it fails instead.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
-use std::io::Write;
-
 use loom_postgres::{PgDatabase, PgOptions, PoolSettings};
 use sqlx::{Connection, Executor, PgConnection};
 
 /// The server's URL, or `None` (the test returns) when unset and not required.
 pub(crate) fn server() -> Option<String> {
-    match std::env::var("LOOM_TEST_POSTGRES") {
-        Ok(url) if !url.is_empty() => Some(url),
-        _ if std::env::var("LOOM_REQUIRE_SERVICES").as_deref() == Ok("1") => {
-            panic!("LOOM_TEST_POSTGRES is not set and LOOM_REQUIRE_SERVICES=1 requires PostgreSQL")
-        }
-        _ => {
-            let test = std::thread::current()
-                .name()
-                .unwrap_or("this test")
-                .to_owned();
-            let _ = writeln!(
-                std::io::stderr(),
-                "skipped {test}: LOOM_TEST_POSTGRES is not set (postgres://user@host:port/db)"
-            );
-            None
-        }
-    }
+    loom_testkit::services::postgres()
 }
 
 /// `url` naming the database `name` (and, when given, the user `user`).
