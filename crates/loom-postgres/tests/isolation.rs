@@ -219,7 +219,7 @@ async fn tenant_a_can_neither_see_nor_change_tenant_b() {
         .fetch_all(&mut *tx)
         .await
         .unwrap();
-    assert_eq!(sessions, [a.session.clone()]);
+    assert_eq!(sessions, [a.session.as_str()]);
     assert_eq!(
         count(
             &mut tx,
@@ -334,7 +334,7 @@ async fn tenant_a_can_neither_see_nor_change_tenant_b() {
         .into_iter()
         .map(|s| s.session_id)
         .collect();
-    assert_eq!(listed, [a.session.clone()]);
+    assert_eq!(listed, [a.session.as_str()]);
     assert_eq!(b_store.delete("a", &b.session).await.unwrap(), 0);
     let artifacts = PgArtifacts::new(app.clone());
     assert!(artifacts.get(&b.artifact).await.unwrap().is_some());
