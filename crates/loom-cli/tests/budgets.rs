@@ -6,9 +6,9 @@
 
 mod common;
 
-use std::{fs, path::Path, process::Command};
+use std::{fs, path::Path};
 
-use common::{loom_bin, text};
+use common::{loom, text};
 
 use loom_cli::{App, OK, REFUSED};
 use loom_ia::TenantBudget;
@@ -103,18 +103,6 @@ fn a_tenant_over_its_day_ceiling_is_refused_with_exit_code_2() {
         ]),
         OK
     );
-}
-
-/// `loom <args>` in `dir` on its `loom.yaml`, without the environment's profile.
-fn loom(dir: &Path, args: &[&str]) -> std::process::Output {
-    Command::new(loom_bin())
-        .current_dir(dir)
-        .env_remove("LOOM_PROFILE")
-        .env_remove("LOOM_LOG")
-        .args(["--config", "loom.yaml"])
-        .args(args)
-        .output()
-        .unwrap()
 }
 
 /// A configuration whose model `fake-1` has no pricing, with `extra` appended.

@@ -7,11 +7,7 @@
 mod common;
 
 use common::*;
-use std::{
-    fs,
-    path::Path,
-    process::{Command, Output},
-};
+use std::{fs, process::Output};
 
 use serde_json::Value;
 
@@ -35,17 +31,6 @@ fn project() -> tempfile::TempDir {
         .unwrap();
     }
     dir
-}
-
-fn loom(dir: &Path, args: &[&str]) -> Output {
-    Command::new(loom_bin())
-        .current_dir(dir)
-        .env_remove("LOOM_PROFILE")
-        .env_remove("LOOM_LOG")
-        .args(["--config", "loom.yaml"])
-        .args(args)
-        .output()
-        .unwrap()
 }
 
 fn ok(out: &Output) -> (String, String) {

@@ -11,7 +11,7 @@
 mod common;
 
 use common::{
-    copy_example, example_bin, loom_bin, python_has, repo,
+    copy_example, example_bin, loom, loom_bin, python_has, repo,
     server::{Server, request},
     text,
 };
@@ -101,17 +101,6 @@ fn project() -> tempfile::TempDir {
     )
     .unwrap();
     dir
-}
-
-fn loom(dir: &Path, args: &[&str]) -> Output {
-    Command::new(loom_bin())
-        .current_dir(dir)
-        .env_remove("LOOM_PROFILE")
-        .env_remove("LOOM_LOG")
-        .args(["--config", "loom.yaml"])
-        .args(args)
-        .output()
-        .unwrap()
 }
 
 /// What a `--json` command printed, after checking its exit code.

@@ -18,6 +18,19 @@ pub(crate) fn loom_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_loom"))
 }
 
+/// Runs the stock `loom` in `dir` on its `loom.yaml`, without the caller's `LOOM_PROFILE` and
+/// `LOOM_LOG`.
+pub(crate) fn loom(dir: &Path, args: &[&str]) -> std::process::Output {
+    Command::new(loom_bin())
+        .current_dir(dir)
+        .env_remove("LOOM_PROFILE")
+        .env_remove("LOOM_LOG")
+        .args(["--config", "loom.yaml"])
+        .args(args)
+        .output()
+        .unwrap()
+}
+
 /// The repository root.
 pub(crate) fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
