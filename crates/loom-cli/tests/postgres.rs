@@ -3,7 +3,7 @@
 //! `storage.migrate: check` completes and journals the same events as on JSONL; without the
 //! schema the start is refused naming what is missing; `migrate: auto` applies it itself.
 //!
-//! Each test gets a fresh database (`loom_t_<random>`) and role on the server
+//! Each test gets a fresh database (`loom_testkit::postgres`: `loom_t_<random>`) and role on the server
 //! `LOOM_TEST_POSTGRES` names, dropped at the end; without it the tests are skipped (failed
 //! under `LOOM_REQUIRE_SERVICES=1`). `psql` must be on the PATH.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -18,20 +18,13 @@ use std::{
     process::{Command, Output, Stdio},
 };
 
+use loom_testkit::postgres::TestDb;
 use serde_json::Value;
 
 const QUESTION: &str = "Quel prix TTC pour un devis de 1 250 € HT en rénovation (TVA à 10 %) ?";
 const ANSWER: &str = "Pour ce devis de rénovation, le prix est de 1\u{202f}375 € TTC (1\u{202f}250 € HT + 125 € de TVA à 10 %).";
 /// The variable the test configurations name in `dsn_env`.
 const DSN_ENV: &str = "LOOM_E2E_PG_DSN";
-
-/// A fresh database and role, dropped with the guard.
-struct Database {
-    server: String,
-    name: String,
-    role: String,
-    url: String,
-}
 
 fn psql(url: &str, args: &[&str], input: Option<&str>) -> Output {
     let mut child = Command::new("psql")
@@ -55,47 +48,11 @@ fn psql(url: &str, args: &[&str], input: Option<&str>) -> Output {
     child.wait_with_output().unwrap()
 }
 
-impl Database {
-    fn create() -> Option<Database> {
-        let server = loom_testkit::services::postgres()?;
-        let mut bytes = [0u8; 6];
-        getrandom::fill(&mut bytes).unwrap();
-        let id: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-        let name = format!("loom_t_{id}");
-        let out = psql(&server, &["-c", &format!("CREATE DATABASE {name}")], None);
-        assert!(out.status.success(), "{}", text(&out.stderr));
-        let (base, query) = server.split_once('?').unwrap_or((&server, ""));
-        let (host, _) = base.rsplit_once('/').unwrap();
-        let url = if query.is_empty() {
-            format!("{host}/{name}")
-        } else {
-            format!("{host}/{name}?{query}")
-        };
-        Some(Database {
-            server,
-            name,
-            role: format!("loom_app_{id}"),
-            url,
-        })
-    }
-}
-
-impl Drop for Database {
-    fn drop(&mut self) {
-        let out = psql(
-            &self.server,
-            &[
-                "-c",
-                &format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name),
-                "-c",
-                &format!("DROP ROLE IF EXISTS {}", self.role),
-            ],
-            None,
-        );
-        if !out.status.success() && !std::thread::panicking() {
-            panic!("dropping {}: {}", self.name, text(&out.stderr));
-        }
-    }
+/// A fresh database and role (`loom_testkit::postgres`), dropped with it; `None`: skipped.
+fn database(test: &str) -> Option<(TestDb, String, String)> {
+    let db = TestDb::create(test)?;
+    let (url, role) = (db.url(), db.role().to_owned());
+    Some((db, url, role))
 }
 
 /// A copy of examples/devis whose journal is the database (`dsn_env` names [`DSN_ENV`]).
@@ -211,10 +168,12 @@ fn storage_sql_prints_the_schema() {
 
 #[test]
 fn devis_on_the_schema_a_dba_applied_journals_what_jsonl_does() {
-    let Some(db) = Database::create() else {
+    let Some((_db, url, role)) =
+        database("devis_on_the_schema_a_dba_applied_journals_what_jsonl_does")
+    else {
         return;
     };
-    let dir = devis_on_postgres(&db.role, "check");
+    let dir = devis_on_postgres(&role, "check");
 
     // Without the variable, then without the schema: refused (exit 2), naming what is missing.
     let out = run_in(dir.path(), None, &["validate"]);
@@ -226,7 +185,7 @@ fn devis_on_the_schema_a_dba_applied_journals_what_jsonl_does() {
         "{}",
         text(&out.stderr)
     );
-    let out = run_in(dir.path(), Some(&db.url), &["run", "devis", QUESTION]);
+    let out = run_in(dir.path(), Some(&url), &["run", "devis", QUESTION]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
     let stderr = text(&out.stderr);
     assert!(
@@ -237,15 +196,15 @@ fn devis_on_the_schema_a_dba_applied_journals_what_jsonl_does() {
 
     // The DBA prints the schema and applies it with psql.
     let sql = Command::new(devis_bin())
-        .args(["storage", "sql", "--role", &db.role])
+        .args(["storage", "sql", "--role", &role])
         .output()
         .unwrap();
     assert!(sql.status.success(), "{}", text(&sql.stderr));
-    let applied = psql(&db.url, &["-f", "-"], Some(&text(&sql.stdout)));
+    let applied = psql(&url, &["-f", "-"], Some(&text(&sql.stdout)));
     assert!(applied.status.success(), "{}", text(&applied.stderr));
 
-    run_devis(dir.path(), &db.url);
-    let inspect = run_in(dir.path(), Some(&db.url), &["inspect", "devis-1", "--json"]);
+    run_devis(dir.path(), &url);
+    let inspect = run_in(dir.path(), Some(&url), &["inspect", "devis-1", "--json"]);
     assert!(inspect.status.success(), "{}", text(&inspect.stderr));
     let json: Value = serde_json::from_slice(&inspect.stdout).unwrap();
     assert_eq!(json["status"], "completed");
@@ -253,7 +212,7 @@ fn devis_on_the_schema_a_dba_applied_journals_what_jsonl_does() {
     // The same events as the same run on the JSONL journal.
     let jsonl = copy_example("devis");
     run_devis(jsonl.path(), "unused");
-    let on_postgres = exported(dir.path(), Some(&db.url));
+    let on_postgres = exported(dir.path(), Some(&url));
     let on_jsonl = exported(jsonl.path(), None);
     assert_eq!(on_postgres.len(), 17);
     let strip = |events: &[Value]| events.iter().map(stable).collect::<Vec<_>>();
@@ -261,7 +220,7 @@ fn devis_on_the_schema_a_dba_applied_journals_what_jsonl_does() {
 
     // The rows are in the database, for the default tenant only.
     let out = psql(
-        &db.url,
+        &url,
         &[
             "-At",
             "-c",
@@ -274,13 +233,13 @@ fn devis_on_the_schema_a_dba_applied_journals_what_jsonl_does() {
 
 #[test]
 fn migrate_auto_applies_the_schema_at_start() {
-    let Some(db) = Database::create() else {
+    let Some((_db, url, role)) = database("migrate_auto_applies_the_schema_at_start") else {
         return;
     };
-    let dir = devis_on_postgres(&db.role, "auto");
-    run_devis(dir.path(), &db.url);
+    let dir = devis_on_postgres(&role, "auto");
+    run_devis(dir.path(), &url);
     let out = psql(
-        &db.url,
+        &url,
         &[
             "-At",
             "-c",
@@ -295,7 +254,7 @@ fn migrate_auto_applies_the_schema_at_start() {
     // A second start finds it applied.
     let out = run_in(
         dir.path(),
-        Some(&db.url),
+        Some(&url),
         &["run", "devis", QUESTION, "--run-id", "devis-2"],
     );
     assert!(out.status.success(), "{}", text(&out.stderr));
