@@ -60,6 +60,7 @@ mod database;
 mod idempotency;
 mod repair;
 pub mod schema;
+mod search;
 mod store;
 
 pub use artifacts::PgArtifacts;

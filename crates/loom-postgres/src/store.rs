@@ -418,6 +418,13 @@ impl EventStore for PgStore {
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(self.set_aside_now(tenant_id, session_id, lines))
     }
+
+    fn search<'a>(
+        &'a self,
+        filter: &'a loom_core::search::EventFilter,
+    ) -> BoxFuture<'a, Result<Option<loom_core::search::Searched>, StoreError>> {
+        Box::pin(self.search_now(filter))
+    }
 }
 
 /// The query columns of an event that are not plain strings of it.
