@@ -1,12 +1,16 @@
-//! The event search as data: [`EventFilter`], what a search of a tenant's journal asks, with
-//! [`EventFilter::matches`], the one definition of which events pass it. A store that can
-//! answer a search from its indexes does so through
-//! [`EventStore::search`](crate::ports::EventStore::search) (a database); the others leave it
-//! to the caller's scan of the sessions, which applies the same `matches`.
+//! The reads of a tenant's journal that a store may answer from its indexes: the event search
+//! ([`EventFilter`], with [`EventFilter::matches`], the one definition of which events pass it,
+//! answered through [`EventStore::search`](crate::ports::EventStore::search)) and the most
+//! recently written sessions ([`RecentSessions`], through
+//! [`EventStore::recent_sessions`](crate::ports::EventStore::recent_sessions)). A store that
+//! cannot answers `None`, and the caller scans the sessions with the same rules.
 
 use chrono::{DateTime, Utc};
 
-use crate::event::{Category, Event, EventStatus};
+use crate::{
+    event::{Category, Event, EventStatus},
+    ports::SessionSummary,
+};
 
 /// Which events of one tenant's journal a search returns: every filter that is set must match,
 /// a list matches when the event has one of its values.
@@ -82,4 +86,17 @@ pub enum Searched {
     Found(Vec<Event>),
     /// `after` names no event of the tenant's journal (of `session_id` when given).
     UnknownAfter,
+}
+
+/// The most recently written sessions of a tenant, as
+/// [`EventStore::recent_sessions`](crate::ports::EventStore::recent_sessions) answers.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RecentSessions {
+    /// The sessions, most recent first (as [`EventStore::sessions`] orders them), at most the
+    /// limit asked.
+    ///
+    /// [`EventStore::sessions`]: crate::ports::EventStore::sessions
+    pub sessions: Vec<SessionSummary>,
+    /// Whether more sessions passed the filter beyond the limit.
+    pub more: bool,
 }

@@ -3,9 +3,10 @@
 //!
 //! Both scan the tenant's sessions through the `EventStore` port (`sessions`, then `read`), as
 //! the reference does for its file journals: a session last written before `since` is not
-//! read. The event search first asks the store (`EventStore::search`): a store with indexes
-//! (PostgreSQL) answers with work proportional to what it returns, in its write order, and
-//! the scan runs only when the store cannot. A session whose journal is corrupted is left out with a `tracing` warning naming its
+//! read. Both first ask the store: a store with indexes (PostgreSQL) answers the event search
+//! (`EventStore::search`, in its write order) and names the most recent sessions
+//! (`EventStore::recent_sessions`) with work proportional to what it returns; the scan runs
+//! only when the store cannot. A session whose journal is corrupted is left out with a `tracing` warning naming its
 //! file and line (never silently, and never failing the whole query); a run that cannot be
 //! folded is left out of the run list the same way. A search restricted to one session
 //! (`session_id`) reports that session's corruption as an error.
@@ -382,13 +383,23 @@ impl Loom {
         check_window(query.since, query.until)?;
         let tenant = query.tenant_id.as_deref().unwrap_or(DEFAULT_TENANT);
         let store = self.event_store();
-        let mut sessions = store.sessions(tenant).await?;
-        if let Some(since) = query.since {
-            // A session last written before `since` holds no run started after it.
-            sessions.retain(|s| s.updated_at.is_none_or(|at| at >= since));
-        }
-        let unread = sessions.len() > query.sessions;
-        sessions.truncate(query.sessions);
+        // A session last written before `since` holds no run started after it. A store with an
+        // index of its sessions (PostgreSQL) gives the most recent ones itself.
+        let (sessions, unread) = match store
+            .recent_sessions(tenant, query.since, query.sessions)
+            .await?
+        {
+            Some(recent) => (recent.sessions, recent.more),
+            None => {
+                let mut sessions = store.sessions(tenant).await?;
+                if let Some(since) = query.since {
+                    sessions.retain(|s| s.updated_at.is_none_or(|at| at >= since));
+                }
+                let unread = sessions.len() > query.sessions;
+                sessions.truncate(query.sessions);
+                (sessions, unread)
+            }
+        };
         let mut runs = Vec::new();
         for session in &sessions {
             let Some(events) =

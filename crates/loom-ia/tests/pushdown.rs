@@ -1,6 +1,8 @@
-//! The event search pushed down to the store: on PostgreSQL, `Loom::query` is answered by one
-//! indexed SQL query (`EventStore::search`); the same journal read through a store that does
-//! not answer (the scan of the sessions) gives the same events, filter by filter, page by page.
+//! The reads pushed down to the store: on PostgreSQL, `Loom::query` is answered by one indexed
+//! SQL query (`EventStore::search`) and `Loom::runs` reads the sessions the store's index
+//! names (`EventStore::recent_sessions`); the same journal read through a store that does not
+//! answer (the scan of the sessions) gives the same events, filter by filter, page by page,
+//! and the same runs.
 //!
 //! Needs `LOOM_TEST_POSTGRES` (skipped without it, failed under `LOOM_REQUIRE_SERVICES=1`).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -11,12 +13,12 @@ use std::sync::{
 };
 
 use loom_ia::{
-    EventQuery, Loom, LoomError, RunOptions,
+    EventQuery, Loom, LoomError, RunOptions, RunQuery, RunStatus,
     config::{AgentSpec, Config, LoomConfig, ModelSpec, Sdk, ToolRef},
     core::{
         BoxFuture, Category, Event, EventStatus,
         ports::{EventStore, Salvage, SessionSummary, SetAside, StoreError},
-        search::{EventFilter, Searched},
+        search::{EventFilter, RecentSessions, Searched},
     },
 };
 use loom_postgres::{PgDatabase, PgOptions, PgStore, PoolSettings};
@@ -82,6 +84,23 @@ impl EventStore for Journal {
         lines: Vec<SetAside>,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         self.inner.set_aside(t, s, lines)
+    }
+    fn recent_sessions<'a>(
+        &'a self,
+        t: &'a str,
+        since: Option<chrono::DateTime<chrono::Utc>>,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Option<RecentSessions>, StoreError>> {
+        Box::pin(async move {
+            if !self.answer {
+                return Ok(None);
+            }
+            let found = self.inner.recent_sessions(t, since, limit).await?;
+            if found.is_some() {
+                self.answered.fetch_add(1, Ordering::SeqCst);
+            }
+            Ok(found)
+        })
     }
     fn search<'a>(
         &'a self,
@@ -160,8 +179,8 @@ async fn both(sql: &Loom, scan: &Loom, query: &EventQuery) -> Vec<Event> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_sql_search_and_the_scan_agree() {
-    let Some(db) = loom_testkit::postgres::TestDb::create("the_sql_search_and_the_scan_agree")
+async fn the_sql_reads_and_the_scan_agree() {
+    let Some(db) = loom_testkit::postgres::TestDb::create("the_sql_reads_and_the_scan_agree")
     else {
         return;
     };
@@ -324,7 +343,63 @@ async fn the_sql_search_and_the_scan_agree() {
         paged.extend(page);
     }
     assert_eq!(paged, middle);
-    // Every search of the pushed-down side was answered by the store, none of the other's.
-    assert!(pushed.answered.load(Ordering::SeqCst) >= queries.len());
+    // The run list reads the same sessions, whoever names them.
+    let answered = pushed.answered.load(Ordering::SeqCst);
+    let run_queries = [
+        RunQuery::default(),
+        RunQuery {
+            sessions: 2,
+            ..RunQuery::default()
+        },
+        RunQuery {
+            limit: 3,
+            ..RunQuery::default()
+        },
+        RunQuery {
+            agent: Some("autre".into()),
+            ..RunQuery::default()
+        },
+        RunQuery {
+            since: Some(since),
+            ..RunQuery::default()
+        },
+        RunQuery {
+            since: Some(since),
+            sessions: 1,
+            ..RunQuery::default()
+        },
+        RunQuery {
+            until: Some(since),
+            ..RunQuery::default()
+        },
+        RunQuery {
+            statuses: vec![RunStatus::Completed],
+            ..RunQuery::default()
+        },
+        RunQuery {
+            tenant_id: Some("other".into()),
+            ..RunQuery::default()
+        },
+    ];
+    for query in &run_queries {
+        let pushed_page = sql.runs(query).await.unwrap();
+        let scanned_page = scan.runs(query).await.unwrap();
+        assert_eq!(pushed_page, scanned_page, "{query:?}");
+    }
+    assert_eq!(sql.runs(&RunQuery::default()).await.unwrap().runs.len(), 6);
+    let two = sql
+        .runs(&RunQuery {
+            sessions: 2,
+            ..RunQuery::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!((two.scanned, two.truncated), (2, true));
+    assert_eq!(
+        pushed.answered.load(Ordering::SeqCst),
+        answered + run_queries.len() + 2
+    );
+    // Every read of the pushed-down side was answered by the store, none of the other's.
+    assert!(answered >= queries.len());
     assert_eq!(scanned.answered.load(Ordering::SeqCst), 0);
 }

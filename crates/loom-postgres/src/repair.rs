@@ -146,6 +146,19 @@ impl PgStore {
                     .await
                     .map_err(|err| db.error(err))?;
             }
+            // The index of sessions follows the rows written again.
+            sqlx::query(
+                "UPDATE loom_sessions s SET updated_at = e.ts, last_ingested = \
+                 (SELECT max(ingested) FROM loom_events \
+                  WHERE tenant_id = $1 AND session_id = $2) \
+                 FROM loom_events e WHERE s.tenant_id = $1 AND s.session_id = $2 \
+                 AND e.tenant_id = $1 AND e.session_id = $2 AND e.seq = s.last_seq",
+            )
+            .bind(tenant_id)
+            .bind(session_id)
+            .execute(&mut *tx)
+            .await
+            .map_err(|err| db.error(err))?;
             Ok(())
         }
         .await;

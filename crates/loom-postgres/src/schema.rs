@@ -7,8 +7,9 @@
 //! `tenant_id` is the transaction's `loom.tenant_id` setting. The application role (default
 //! `loom_app`, `NOLOGIN`, granted to whoever applies the schema) receives only the privileges
 //! it needs: `SELECT, INSERT, DELETE` on the journal (no `UPDATE`: the journal is immutable; a
-//! row set aside is deleted and written again), `SELECT, INSERT, UPDATE, DELETE` on the
-//! idempotency keys, `SELECT, INSERT, DELETE` on the artifacts. `loom_schema` holds no tenant
+//! row set aside is deleted and written again), `SELECT, INSERT, UPDATE, DELETE` on the index
+//! of sessions (`loom_sessions`, kept with each append) and on the idempotency keys,
+//! `SELECT, INSERT, DELETE` on the artifacts. `loom_schema` holds no tenant
 //! data: it has no policy, and the role may only read it.
 
 use sqlx::{Connection, PgConnection, Row};
@@ -139,6 +140,36 @@ pub const MIGRATIONS: &[Migration] = &[
              ON loom_artifacts (tenant_id, session_id)",
             tenant_policy!("loom_artifacts"),
             "GRANT SELECT, INSERT, DELETE ON loom_artifacts TO {role}",
+        ],
+    },
+    Migration {
+        component: "events",
+        version: 2,
+        summary: "the index of sessions by last write (loom_sessions), filled from the journal",
+        statements: &[
+            "CREATE TABLE IF NOT EXISTS loom_sessions (
+    tenant_id     text        NOT NULL,
+    session_id    text        NOT NULL,
+    last_seq      bigint      NOT NULL,
+    updated_at    timestamptz NOT NULL,
+    last_ingested bigint      NOT NULL,
+    CONSTRAINT loom_sessions_pkey PRIMARY KEY (tenant_id, session_id)
+)",
+            "CREATE INDEX IF NOT EXISTS loom_sessions_recent \
+             ON loom_sessions (tenant_id, last_ingested DESC)",
+            // The owner reads every tenant's rows to fill the index and writes them: both
+            // policies are lifted for the owner within this transaction only, and forced again
+            // right after (applying the script twice finds them in place).
+            "ALTER TABLE loom_events NO FORCE ROW LEVEL SECURITY",
+            "ALTER TABLE loom_sessions NO FORCE ROW LEVEL SECURITY",
+            "INSERT INTO loom_sessions (tenant_id, session_id, last_seq, updated_at, last_ingested)
+    SELECT DISTINCT ON (tenant_id, session_id) tenant_id, session_id, seq, ts,
+           max(ingested) OVER (PARTITION BY tenant_id, session_id)
+    FROM loom_events ORDER BY tenant_id, session_id, seq DESC
+    ON CONFLICT DO NOTHING",
+            "ALTER TABLE loom_events FORCE ROW LEVEL SECURITY",
+            tenant_policy!("loom_sessions"),
+            "GRANT SELECT, INSERT, UPDATE, DELETE ON loom_sessions TO {role}",
         ],
     },
 ];
@@ -375,6 +406,7 @@ mod tests {
         let text = sql("loom_app").unwrap_or_default();
         for table in [
             "loom_events",
+            "loom_sessions",
             "loom_set_aside",
             "loom_idempotency",
             "loom_artifacts",

@@ -7,6 +7,7 @@ use loom_core::{
     event::{Event, EventReadError},
     journal::{batch_journal, conflict, safe_id},
     ports::{EventStore, Salvage, SessionSummary, SetAside, StoreError},
+    search::RecentSessions,
 };
 use sqlx::{Postgres, Row, Transaction, postgres::PgRow};
 use tracing::warn;
@@ -16,7 +17,23 @@ use crate::PgDatabase;
 /// The insert of one event row (`ingested` is the table's identity).
 pub(crate) const INSERT: &str = "INSERT INTO loom_events (tenant_id, session_id, seq, event_id, \
      ts, run_id, root_run_id, type, category, status, agent, role, facets, event) \
-     VALUES ($1, $2, $3, $4, $5::timestamptz, $6, $7, $8, $9, $10, $11, $12, $13::jsonb, $14)";
+     VALUES ($1, $2, $3, $4, $5::timestamptz, $6, $7, $8, $9, $10, $11, $12, $13::jsonb, $14) \
+     RETURNING ingested";
+
+/// Keeps the index of sessions (`loom_sessions`) at the session's last event, in the append's
+/// transaction.
+const SUMMARY: &str = "INSERT INTO loom_sessions (tenant_id, session_id, last_seq, updated_at, \
+     last_ingested) VALUES ($1, $2, $3, $4::timestamptz, $5) \
+     ON CONFLICT (tenant_id, session_id) DO UPDATE SET last_seq = EXCLUDED.last_seq, \
+     updated_at = EXCLUDED.updated_at, last_ingested = EXCLUDED.last_ingested";
+
+/// The sessions of a tenant from the index, each with its last event (read and checked), most
+/// recently written first; `{since}` and `{limit}` are filled per query.
+const RECENT: &str = "SELECT s.session_id, e.seq, e.event FROM loom_sessions s \
+     JOIN loom_events e ON e.tenant_id = s.tenant_id AND e.session_id = s.session_id \
+     AND e.seq = s.last_seq \
+     WHERE s.tenant_id = $1 AND ($2::timestamptz IS NULL OR s.updated_at >= $2::timestamptz) \
+     ORDER BY s.last_ingested DESC, s.session_id LIMIT $3";
 
 /// The primary key of `loom_events`: a violation means another writer took the seq.
 const PRIMARY_KEY: &str = "loom_events_pkey";
@@ -133,13 +150,34 @@ impl PgStore {
             if last != expected {
                 return Err(conflict(&tenant_id, &session_id, expected, last));
             }
+            let mut ingested = 0;
+            let mut updated_at = String::new();
             for ((seq, event), columns) in (last + 1..).zip(batch.iter_mut()).zip(rows) {
                 event.seq = seq;
-                let inserted = insert(&mut tx, event, columns).await;
-                if let Err(err) = inserted {
-                    return Err(self.insert_error(err, &tenant_id, &session_id, expected, event));
+                updated_at.clone_from(&columns.ts);
+                match insert(&mut tx, event, columns).await {
+                    Ok(id) => ingested = id,
+                    Err(err) => {
+                        return Err(self.insert_error(
+                            err,
+                            &tenant_id,
+                            &session_id,
+                            expected,
+                            event,
+                        ));
+                    }
                 }
             }
+            let last_seq = last + batch.len() as u64;
+            sqlx::query(SUMMARY)
+                .bind(&tenant_id)
+                .bind(&session_id)
+                .bind(to_sql(last_seq))
+                .bind(updated_at)
+                .bind(ingested)
+                .execute(&mut *tx)
+                .await
+                .map_err(|err| self.db.error(err))?;
             Ok(())
         }
         .await;
@@ -220,20 +258,7 @@ impl PgStore {
 
     async fn sessions_now(&self, tenant_id: &str) -> Result<Vec<SessionSummary>, StoreError> {
         safe_id("tenant", tenant_id)?;
-        let mut tx = self.db.begin(tenant_id).await?;
-        // The last row of each session (the primary key's order), most recently written first.
-        let rows = sqlx::query(
-            "SELECT session_id, seq, event, ingested FROM ( \
-                 SELECT DISTINCT ON (session_id) session_id, seq, event, ingested \
-                 FROM loom_events WHERE tenant_id = $1 \
-                 ORDER BY session_id, seq DESC \
-             ) AS last ORDER BY ingested DESC, session_id",
-        )
-        .bind(tenant_id)
-        .fetch_all(&mut *tx)
-        .await
-        .map_err(|err| self.db.error(err));
-        let rows = self.finish(tx, rows).await?;
+        let rows = self.recent_rows(tenant_id, None, i64::MAX).await?;
         let mut found = Vec::with_capacity(rows.len());
         for row in &rows {
             let session_id: String = row.try_get("session_id").unwrap_or_default();
@@ -252,6 +277,56 @@ impl PgStore {
         Ok(found)
     }
 
+    /// The rows of [`RECENT`]: at most `limit` sessions.
+    async fn recent_rows(
+        &self,
+        tenant_id: &str,
+        since: Option<String>,
+        limit: i64,
+    ) -> Result<Vec<PgRow>, StoreError> {
+        let mut tx = self.db.begin(tenant_id).await?;
+        let rows = sqlx::query(RECENT)
+            .bind(tenant_id)
+            .bind(since)
+            .bind(limit)
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(|err| self.db.error(err));
+        self.finish(tx, rows).await
+    }
+
+    /// [`EventStore::recent_sessions`] from the index of sessions: `limit + 1` rows tell
+    /// whether there are more. A last event that does not read back makes the store decline,
+    /// so that the caller's scan applies its rules.
+    async fn recent_sessions_now(
+        &self,
+        tenant_id: &str,
+        since: Option<chrono::DateTime<chrono::Utc>>,
+        limit: usize,
+    ) -> Result<Option<RecentSessions>, StoreError> {
+        safe_id("tenant", tenant_id)?;
+        let since = since.map(|at| at.to_rfc3339_opts(SecondsFormat::Micros, true));
+        let rows = self
+            .recent_rows(tenant_id, since, to_sql(limit as u64).saturating_add(1))
+            .await?;
+        let mut sessions = Vec::with_capacity(rows.len().min(limit));
+        for row in rows.iter().take(limit) {
+            let session_id: String = row.try_get("session_id").unwrap_or_default();
+            match self.decode(tenant_id, &session_id, row, None) {
+                Ok(last) => sessions.push(SessionSummary {
+                    session_id,
+                    last_seq: last.seq,
+                    updated_at: Some(last.ts),
+                }),
+                Err(_) => return Ok(None),
+            }
+        }
+        Ok(Some(RecentSessions {
+            sessions,
+            more: rows.len() > limit,
+        }))
+    }
+
     async fn delete_now(&self, tenant_id: &str, session_id: &str) -> Result<u64, StoreError> {
         safe_id("tenant", tenant_id)?;
         safe_id("session", session_id)?;
@@ -265,6 +340,11 @@ impl PgStore {
                     .await?
                     .rows_affected();
             sqlx::query("DELETE FROM loom_set_aside WHERE tenant_id = $1 AND session_id = $2")
+                .bind(tenant_id)
+                .bind(session_id)
+                .execute(&mut *tx)
+                .await?;
+            sqlx::query("DELETE FROM loom_sessions WHERE tenant_id = $1 AND session_id = $2")
                 .bind(tenant_id)
                 .bind(session_id)
                 .execute(&mut *tx)
@@ -302,12 +382,12 @@ impl PgStore {
     }
 }
 
-/// Inserts `event` (its seq assigned) with its query columns.
+/// Inserts `event` (its seq assigned) with its query columns; returns its `ingested`.
 pub(crate) async fn insert(
     tx: &mut Transaction<'static, Postgres>,
     event: &Event,
     columns: Columns,
-) -> Result<(), sqlx::Error> {
+) -> Result<i64, sqlx::Error> {
     sqlx::query(INSERT)
         .bind(&event.tenant_id)
         .bind(&event.session_id)
@@ -323,9 +403,9 @@ pub(crate) async fn insert(
         .bind(&event.role)
         .bind(columns.facets)
         .bind(event.to_json())
-        .execute(&mut **tx)
+        .fetch_one(&mut **tx)
         .await
-        .map(|_| ())
+        .and_then(|row| row.try_get(0))
 }
 
 /// The event of a row of `tenant/session` whose seq is `seq`, or why it does not read back.
@@ -424,6 +504,15 @@ impl EventStore for PgStore {
         filter: &'a loom_core::search::EventFilter,
     ) -> BoxFuture<'a, Result<Option<loom_core::search::Searched>, StoreError>> {
         Box::pin(self.search_now(filter))
+    }
+
+    fn recent_sessions<'a>(
+        &'a self,
+        tenant_id: &'a str,
+        since: Option<chrono::DateTime<chrono::Utc>>,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Option<RecentSessions>, StoreError>> {
+        Box::pin(self.recent_sessions_now(tenant_id, since, limit))
     }
 }
 

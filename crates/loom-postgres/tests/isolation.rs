@@ -190,6 +190,14 @@ async fn tenant_a_can_neither_see_nor_change_tenant_b() {
             "a",
         ),
         (
+            "SELECT count(*) FROM loom_sessions WHERE tenant_id = $1",
+            "b",
+        ),
+        (
+            "SELECT count(*) FROM loom_sessions WHERE session_id = $1",
+            b.session.as_str(),
+        ),
+        (
             "SELECT count(*) FROM loom_idempotency WHERE tenant_id = $1",
             "b",
         ),
@@ -238,6 +246,8 @@ async fn tenant_a_can_neither_see_nor_change_tenant_b() {
          type, category, status, facets, event) \
          VALUES ($1, 'sb', 99, 'forged', now(), 'r', 'r', 'run.claimed', 'run', 'ok', '{}', '{}')",
         "INSERT INTO loom_set_aside (tenant_id, session_id, seq, event) VALUES ($1, 'sb', 1, 'x')",
+        "INSERT INTO loom_sessions (tenant_id, session_id, last_seq, updated_at, last_ingested) \
+         VALUES ($1, 'forged', 1, now(), 1)",
         "INSERT INTO loom_idempotency (tenant_id, key, status, expires_at, holder) \
          VALUES ($1, 'b:tool:forged', 'completed', now() + interval '1 day', 'h')",
         "INSERT INTO loom_artifacts (tenant_id, session_id, uri, bytes) \
@@ -271,6 +281,8 @@ async fn tenant_a_can_neither_see_nor_change_tenant_b() {
     // An UPDATE (granted on the idempotency keys) or a DELETE aimed at B touches nothing.
     for sql in [
         "UPDATE loom_idempotency SET holder = 'stolen' WHERE tenant_id = $1",
+        "UPDATE loom_sessions SET last_seq = 1 WHERE tenant_id = $1",
+        "DELETE FROM loom_sessions WHERE tenant_id = $1",
         "UPDATE loom_idempotency SET tenant_id = 'a' WHERE key LIKE $1 || ':%'",
         "DELETE FROM loom_events WHERE tenant_id = $1",
         "DELETE FROM loom_set_aside WHERE tenant_id = $1",
@@ -295,6 +307,7 @@ async fn tenant_a_can_neither_see_nor_change_tenant_b() {
     let mut bare = pool.acquire().await.unwrap();
     for table in [
         "loom_events",
+        "loom_sessions",
         "loom_set_aside",
         "loom_idempotency",
         "loom_artifacts",
@@ -348,15 +361,17 @@ async fn tenant_a_can_neither_see_nor_change_tenant_b() {
         "SELECT (SELECT count(*) FROM loom_events WHERE tenant_id = 'b') \
          + (SELECT count(*) FROM loom_idempotency WHERE tenant_id = 'b' AND holder = 'h') \
          + (SELECT count(*) FROM loom_artifacts WHERE tenant_id = 'b') \
-         + (SELECT count(*) FROM loom_set_aside WHERE tenant_id = 'b')",
+         + (SELECT count(*) FROM loom_set_aside WHERE tenant_id = 'b') \
+         + (SELECT count(*) FROM loom_sessions WHERE tenant_id = 'b' AND last_seq = 4)",
     )
     .fetch_one(&mut owner)
     .await
     .unwrap();
-    assert_eq!(b_rows, 7, "tenant B's rows changed");
+    assert_eq!(b_rows, 8, "tenant B's rows changed");
     let forged: i64 = sqlx::query_scalar(
         "SELECT (SELECT count(*) FROM loom_events WHERE event_id = 'forged') \
-         + (SELECT count(*) FROM loom_idempotency WHERE key = 'b:tool:forged')",
+         + (SELECT count(*) FROM loom_idempotency WHERE key = 'b:tool:forged') \
+         + (SELECT count(*) FROM loom_sessions WHERE session_id = 'forged')",
     )
     .fetch_one(&mut owner)
     .await

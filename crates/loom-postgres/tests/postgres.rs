@@ -58,7 +58,10 @@ async fn migrate_is_idempotent_and_check_names_what_is_missing() {
     assert!(message.contains("storage.migrate: auto"), "{message}");
 
     let applied = handle.migrate().await.unwrap();
-    assert_eq!(applied, ["events v1", "idempotency v1", "artifacts v1"]);
+    assert_eq!(
+        applied,
+        ["events v1", "idempotency v1", "artifacts v1", "events v2"]
+    );
     assert!(handle.migrate().await.unwrap().is_empty(), "applied twice");
     handle.check().await.unwrap();
 
@@ -100,6 +103,50 @@ async fn migrate_is_idempotent_and_check_names_what_is_missing() {
     ));
 }
 
+/// A database at events v1 (before the index of sessions) holding journals is migrated to v2:
+/// the index is filled from every tenant's journal, and the sessions list as before.
+#[tokio::test]
+async fn events_v2_fills_the_index_of_sessions_from_the_journal() {
+    let Some((db, handle)) = TestDb::migrated().await else {
+        return;
+    };
+    let store = PgStore::new(handle.clone());
+    store.append(events("t", "old", 3), 0).await.unwrap();
+    store.append(events("t", "new", 2), 0).await.unwrap();
+    store.append(events("u", "other", 1), 0).await.unwrap();
+    let before = store.sessions("t").await.unwrap();
+    let mut owner = db.owner().await;
+    tamper(&mut owner, "DROP TABLE loom_sessions").await;
+    tamper(
+        &mut owner,
+        "DELETE FROM loom_schema WHERE component = 'events' AND version = 2",
+    )
+    .await;
+    assert!(matches!(
+        handle.check().await,
+        Err(PgError::SchemaMissing { version: 2, .. })
+    ));
+    assert_eq!(handle.migrate().await.unwrap(), ["events v2"]);
+    assert_eq!(store.sessions("t").await.unwrap(), before);
+    let listed: Vec<(String, i64)> =
+        sqlx::query_as("SELECT session_id, last_seq FROM loom_sessions ORDER BY session_id")
+            .fetch_all(&mut owner)
+            .await
+            .unwrap();
+    assert_eq!(
+        listed,
+        [("new".into(), 2), ("old".into(), 3), ("other".into(), 1)]
+    );
+    // The journal's policy is forced again.
+    let forced: bool = sqlx::query_scalar(
+        "SELECT relforcerowsecurity FROM pg_class WHERE relname = 'loom_events'",
+    )
+    .fetch_one(&mut owner)
+    .await
+    .unwrap();
+    assert!(forced);
+}
+
 #[tokio::test]
 async fn the_printed_sql_is_the_schema_migrate_applies() {
     let Some(db) = TestDb::create().await else {
@@ -114,15 +161,32 @@ async fn the_printed_sql_is_the_schema_migrate_applies() {
     let handle = db.database();
     handle.check().await.unwrap();
     assert!(handle.migrate().await.unwrap().is_empty());
-    // Applying it twice changes nothing.
-    sqlx::raw_sql(sqlx::AssertSqlSafe(text))
-        .execute(&mut owner)
-        .await
-        .unwrap();
     let store = PgStore::new(handle);
     assert_eq!(
         seqs(&store.append(events("t", "s", 2), 0).await.unwrap()),
         [1, 2]
+    );
+    store.append(events("u", "s", 1), 0).await.unwrap();
+    // Applying it again, over journals, changes nothing.
+    sqlx::raw_sql(sqlx::AssertSqlSafe(text))
+        .execute(&mut owner)
+        .await
+        .unwrap();
+    assert_eq!(store.sessions("t").await.unwrap().len(), 1);
+    assert_eq!(
+        seqs(&store.append(events("t", "s", 1), 2).await.unwrap()),
+        [3]
+    );
+    let forced: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM pg_class WHERE relname LIKE 'loom_%' AND relkind = 'r' \
+         AND relname <> 'loom_schema' AND relforcerowsecurity AND relrowsecurity",
+    )
+    .fetch_one(&mut owner)
+    .await
+    .unwrap();
+    assert_eq!(
+        forced, 5,
+        "every table holding tenant data has its policy forced"
     );
 }
 
