@@ -18,6 +18,7 @@
 //! | table | holds | the application role may |
 //! |---|---|---|
 //! | `loom_events` | one row per event: `tenant_id, session_id, seq` (primary key), `event_id` (unique per tenant), the envelope columns, `facets jsonb`, the event line verbatim (`event text`), `ingested` (an identity: the order of writes) | `SELECT, INSERT, DELETE` — no `UPDATE`: the journal is immutable |
+//! | `loom_sessions` | the index of sessions: `tenant_id, session_id` (primary key), `last_seq, updated_at, last_ingested`, written with each append (events v2) | `SELECT, INSERT, UPDATE, DELETE` |
 //! | `loom_set_aside` | rows set aside from the journal ([`EventStore::set_aside`](loom_core::ports::EventStore::set_aside)) | `SELECT, INSERT, DELETE` |
 //! | `loom_idempotency` | `tenant_id, key` (primary key), `session_id, status, result, expires_at, holder` | `SELECT, INSERT, UPDATE, DELETE` |
 //! | `loom_artifacts` | `tenant_id, uri` (primary key), `session_id, bytes bytea, created_at` | `SELECT, INSERT, DELETE` |
@@ -49,6 +50,17 @@
 //! not the one expected; any number of processes may write one session. The primary key stays
 //! the last word: a row inserted at the same seq by a writer that bypassed the lock makes the
 //! append fail with `Conflict` too, having written nothing.
+//!
+//! ## Reads pushed down
+//!
+//! The session list reads `loom_sessions` (one row per session, each joined to its last event,
+//! which is read and checked), not every event. [`EventStore::search`] is one indexed query in
+//! write order (`ingested`) with `LIMIT`, and [`EventStore::recent_sessions`] the `limit` most
+//! recently written sessions from `loom_sessions_recent`: `Loom::query` and `Loom::runs` ask
+//! them first, with work proportional to what they return.
+//!
+//! [`EventStore::search`]: loom_core::ports::EventStore::search
+//! [`EventStore::recent_sessions`]: loom_core::ports::EventStore::recent_sessions
 //!
 //! ## Connections
 //!
