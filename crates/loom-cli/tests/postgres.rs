@@ -203,6 +203,16 @@ fn devis_on_the_schema_a_dba_applied_journals_what_jsonl_does() {
     let applied = psql(&url, &["-f", "-"], Some(&text(&sql.stdout)));
     assert!(applied.status.success(), "{}", text(&applied.stderr));
 
+    // A role the DSN's user cannot take is refused at start, naming the key.
+    let wrong = devis_on_postgres("loom_not_granted", "check");
+    let out = run_in(wrong.path(), Some(&url), &["validate"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("storage.events.role: cannot SET ROLE loom_not_granted"),
+        "{}",
+        text(&out.stderr)
+    );
+
     run_devis(dir.path(), &url);
     let inspect = run_in(dir.path(), Some(&url), &["inspect", "devis-1", "--json"]);
     assert!(inspect.status.success(), "{}", text(&inspect.stderr));

@@ -180,7 +180,7 @@ mod with_feature {
     }
 
     /// Migrates or checks the schema of `db`, as `storage.migrate` says.
-    async fn prepare(config: &Config, db: &PgDatabase) -> Result<(), LoomError> {
+    async fn prepare(config: &Config, db: &PgDatabase, section: &str) -> Result<(), LoomError> {
         let prepared = match config.raw().storage.migrate {
             MigrateMode::Auto => db.migrate().await.map(|_| ()),
             MigrateMode::Check => db.check().await,
@@ -188,6 +188,9 @@ mod with_feature {
         prepared.map_err(|err| match err {
             PgError::SchemaMissing { .. } | PgError::NewerSchema { .. } => config
                 .error_at_root("storage.migrate", err.to_string())
+                .into(),
+            PgError::Role { .. } => config
+                .error_at_root(&format!("{section}.role"), err.to_string())
                 .into(),
             other => LoomError::Journal(StoreError::Io {
                 path: db.name().to_owned(),
@@ -206,7 +209,7 @@ mod with_feature {
         let mut journal_db = None;
         if let Some(target) = &journal {
             let db = database(config, target)?;
-            prepare(config, &db).await?;
+            prepare(config, &db, target.section).await?;
             if config.raw().storage.events.backend == EventsBackend::Postgres {
                 opened.journal = Some(Arc::new(PgStore::new(db.clone())));
             }
@@ -224,7 +227,7 @@ mod with_feature {
                 Some((_, db)) => db.clone(),
                 None => {
                     let db = database(config, target)?;
-                    prepare(config, &db).await?;
+                    prepare(config, &db, target.section).await?;
                     db
                 }
             };

@@ -189,11 +189,28 @@ impl PgDatabase {
             })
     }
 
+    /// Whether the DSN's user may switch to the application role, as every pooled connection
+    /// will: refused at start ([`PgError::Role`]) rather than at the first run.
+    async fn check_role_usable(&self, conn: &mut PgConnection) -> Result<(), PgError> {
+        let switch = format!("SET ROLE {}; RESET ROLE", quote(&self.inner.role));
+        sqlx::raw_sql(sqlx::AssertSqlSafe(switch))
+            .execute(&mut *conn)
+            .await
+            .map(|_| ())
+            .map_err(|source| PgError::Role {
+                role: self.inner.role.clone(),
+                source,
+            })
+    }
+
     /// Applies the migrations the database lacks (see [`schema::migrate`]), on a connection of
     /// its own as the DSN's user, who then owns the tables. Returns what was applied.
     pub async fn migrate(&self) -> Result<Vec<String>, PgError> {
         let mut conn = self.owner_connection().await?;
-        let applied = schema::migrate(&mut conn, &self.inner.role).await;
+        let applied = match schema::migrate(&mut conn, &self.inner.role).await {
+            Ok(applied) => self.check_role_usable(&mut conn).await.map(|()| applied),
+            Err(err) => Err(err),
+        };
         close(conn).await;
         let applied = applied?;
         if !applied.is_empty() {
@@ -202,10 +219,14 @@ impl PgDatabase {
         Ok(applied)
     }
 
-    /// Checks that the schema is this build's (see [`schema::check`]), changing nothing.
+    /// Checks that the schema is this build's (see [`schema::check`]) and that the DSN's user
+    /// may switch to the application role, changing nothing.
     pub async fn check(&self) -> Result<(), PgError> {
         let mut conn = self.owner_connection().await?;
-        let checked = schema::check(&mut conn).await;
+        let checked = match schema::check(&mut conn).await {
+            Ok(()) => self.check_role_usable(&mut conn).await,
+            Err(err) => Err(err),
+        };
         close(conn).await;
         checked
     }

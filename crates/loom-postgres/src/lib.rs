@@ -102,6 +102,18 @@ pub enum PgError {
         /// Cause.
         source: sqlx::Error,
     },
+    /// The DSN's user cannot switch to the application role (the role is missing, or the user
+    /// is not a member of it).
+    #[error(
+        "cannot SET ROLE {role}: {source} (apply `loom storage sql --role {role}`, which creates \
+         the role and grants it to the user applying it, or GRANT {role} TO the DSN's user)"
+    )]
+    Role {
+        /// The application role.
+        role: String,
+        /// Cause.
+        source: sqlx::Error,
+    },
     /// Applying or reading the schema failed.
     #[error("PostgreSQL schema: {0}")]
     Migrate(sqlx::Error),

@@ -223,6 +223,27 @@ async fn connections_run_as_the_role_with_the_timeouts() {
     assert!(tenant.unwrap_or_default().is_empty());
 }
 
+/// A role the DSN's user cannot switch to is refused when the schema is checked, before any
+/// connection of the pool needs it.
+#[tokio::test]
+async fn a_role_the_user_cannot_take_is_refused_at_check() {
+    let Some((db, _)) = TestDb::migrated().await else {
+        return;
+    };
+    let other =
+        loom_postgres::PgDatabase::new(&db.options().with_role("loom_no_such_role_x")).unwrap();
+    match other.check().await {
+        Err(err @ PgError::Role { .. }) => {
+            let message = err.to_string();
+            assert!(
+                message.contains("cannot SET ROLE loom_no_such_role_x"),
+                "{message}"
+            );
+        }
+        other => panic!("expected a role refusal, got {other:?}"),
+    }
+}
+
 #[tokio::test]
 async fn a_bad_dsn_role_or_pool_is_refused_without_repeating_the_dsn() {
     use loom_postgres::{PgDatabase, PgOptions, PoolSettings};
