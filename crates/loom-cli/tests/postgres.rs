@@ -239,6 +239,39 @@ fn devis_on_the_schema_a_dba_applied_journals_what_jsonl_does() {
         None,
     );
     assert_eq!(text(&out.stdout).trim(), "default|17");
+
+    // Erasing the session erases its rows, its files and its place in the index of sessions.
+    let session = on_postgres[0]["session_id"].as_str().unwrap().to_owned();
+    let file = psql(
+        &url,
+        &[
+            "-c",
+            &format!(
+                "INSERT INTO loom_artifacts (tenant_id, session_id, uri, bytes) \
+                 VALUES ('default', '{session}', 'artifact://default/{session}/{}.txt', 'x')",
+                "a".repeat(64)
+            ),
+        ],
+        None,
+    );
+    assert!(file.status.success(), "{}", text(&file.stderr));
+    let out = run_in(
+        dir.path(),
+        Some(&url),
+        &["sessions", "delete", &session, "--yes"],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let out = psql(
+        &url,
+        &[
+            "-At",
+            "-c",
+            "SELECT (SELECT count(*) FROM loom_events) + (SELECT count(*) FROM loom_sessions) \
+             + (SELECT count(*) FROM loom_artifacts)",
+        ],
+        None,
+    );
+    assert_eq!(text(&out.stdout).trim(), "0");
 }
 
 #[test]
