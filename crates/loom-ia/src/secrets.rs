@@ -48,6 +48,7 @@ pub(crate) fn secret(
 /// The value of the secret `name` for `tenant`, which must be set: absent or empty, it is a
 /// configuration error located at `key` (the place that names it) or, when the tenant
 /// redirects it, at the tenant's `secrets.<name>`.
+#[cfg(any(feature = "mcp", feature = "anthropic", feature = "openai"))]
 pub(crate) fn required(
     config: &Config,
     tenant: &str,
@@ -74,6 +75,7 @@ pub(crate) fn required(
 }
 
 /// Whether `tenant` reads any of `names` from its own source.
+#[cfg(feature = "mcp")]
 pub(crate) fn redirects<'a>(
     config: &Config,
     tenant: &str,
@@ -173,6 +175,7 @@ mod tests {
         assert!(folder.ends_with("not a regular file"), "{folder}");
     }
 
+    #[cfg(any(feature = "mcp", feature = "anthropic", feature = "openai"))]
     #[test]
     fn an_absent_secret_names_where_the_tenant_keeps_it() {
         let dir = tempfile::tempdir().unwrap();
