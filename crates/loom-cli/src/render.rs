@@ -398,8 +398,14 @@ pub(crate) fn validation(validation: &Validation) -> String {
     for agent in &validation.agents {
         let _ = writeln!(
             out,
-            "Agent      : {} — model {}, at most {} iteration(s)",
-            agent.name, agent.model, agent.max_iterations
+            "Agent      : {} — model {}, at most {} iteration(s){}",
+            agent.name,
+            agent.model,
+            agent.max_iterations,
+            agent
+                .tenant
+                .as_ref()
+                .map_or(String::new(), |t| format!(" (as tenant {t} runs it)"))
         );
         for (name, d) in &agent.tools {
             let _ = writeln!(out, "  · tool {name}: {}", declarations(d));

@@ -278,6 +278,9 @@ pub struct ValidatedTenant {
 pub struct ValidatedAgent {
     /// Name.
     pub name: String,
+    /// The tenant it is shown for, with a `tenants` list: the first that may run it (its
+    /// model mapping, tools and approvals apply); `None` without one.
+    pub tenant: Option<String>,
     /// Orchestrating model id.
     pub model: String,
     /// Iteration cap.

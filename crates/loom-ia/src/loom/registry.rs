@@ -165,6 +165,7 @@ impl Loom {
             }
             agents.push(ValidatedAgent {
                 name: runtime.name.clone(),
+                tenant: (!config.raw().tenants.is_empty()).then(|| tenant.to_owned()),
                 model: runtime.main.config_id.clone(),
                 max_iterations: runtime.max_iterations,
                 tools: runtime
