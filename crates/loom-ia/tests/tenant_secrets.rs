@@ -265,3 +265,76 @@ tenants:
     stop.cancel();
     assert_eq!(*crm.seen.lock().unwrap(), [Some(MARTIN_TOKEN.to_owned())]);
 }
+
+/// A tenant's `tools_deny` and `approvals` apply to an MCP server's tools, by the name the model
+/// sees (`<server>__<tool>`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_denies_or_guards_an_mcp_tool_by_its_model_name() {
+    let stop = CancellationToken::new();
+    let crm = Crm::default();
+    let url = serve(crm.clone(), &stop).await;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("loom.yaml"),
+        format!(
+            r#"version: 1
+models:
+  - id: fake-1
+    sdk: fake
+    model: FAKE
+    params:
+      script:
+        - {{with_tool: crm__contacts, tool_calls: [{{name: crm__contacts, arguments: {{}}}}]}}
+        - {{without_tool: crm__contacts, text: "no CRM for this tenant"}}
+        - text: "{{{{ tool_result }}}}"
+mcp_servers:
+  - name: crm
+    transport: http
+    url: {url}
+storage:
+  events: {{backend: jsonl, path: data}}
+agents:
+  - name: suivi
+    main: {{model: fake-1}}
+    tools: [{{mcp: crm}}]
+tenants:
+  - id: martin
+    approvals: {{crm__contacts: always}}
+  - id: dupont
+    tools_deny: [crm__contacts]
+  - id: durand
+"#
+        ),
+    )
+    .unwrap();
+    let loom = Loom::open_config(dir.path().join("loom.yaml"), None)
+        .await
+        .unwrap();
+    let run = |tenant: &'static str| {
+        let loom = loom.clone();
+        async move {
+            loom.run(
+                "suivi",
+                "Mes contacts ?",
+                RunOptions {
+                    tenant_id: Some(tenant.into()),
+                    ..RunOptions::default()
+                },
+            )
+            .await
+            .unwrap()
+        }
+    };
+    let martin = run("martin").await;
+    assert_eq!(martin.status, RunStatus::Paused, "{martin:?}");
+    assert_eq!(martin.pending_approvals[0].tool_name, "crm__contacts");
+    let dupont = run("dupont").await;
+    assert_eq!(dupont.text, "no CRM for this tenant");
+    let durand = run("durand").await;
+    assert_eq!(durand.status, RunStatus::Completed, "{durand:?}");
+    assert_eq!(durand.text, "2 contacts");
+    loom.stop(std::time::Duration::from_secs(5)).await;
+    stop.cancel();
+    // Only Durand's call reached the server: Martin's waits for a human, Dupont had no tool.
+    assert_eq!(crm.seen.lock().unwrap().len(), 1);
+}

@@ -7,7 +7,7 @@
 
 use std::path::Path;
 
-use loom_ia::{Loom, RunOptions, RunResult, RunStatus, core::event::Payload};
+use loom_ia::{Attachment, Loom, RunOptions, RunResult, RunStatus, core::event::Payload};
 
 /// Looks up a customer.
 #[loom_ia::tool]
@@ -53,7 +53,9 @@ tenants:
 
 async fn loom(dir: &Path) -> Loom {
     std::fs::write(dir.join("loom.yaml"), CONFIG).unwrap();
-    let loom = Loom::open_config(dir.join("loom.yaml"), None).await.unwrap();
+    let loom = Loom::open_config(dir.join("loom.yaml"), None)
+        .await
+        .unwrap();
     loom.register("lookup", lookup_tool()).unwrap();
     loom
 }
@@ -129,10 +131,7 @@ async fn a_denied_tool_is_never_offered_and_a_call_to_it_is_an_unknown_tool() {
         })
         .collect();
     assert_eq!(results.len(), 1, "{results:?}");
-    assert!(
-        results[0].contains("Unknown tool: 'lookup'"),
-        "{results:?}"
-    );
+    assert!(results[0].contains("Unknown tool: 'lookup'"), "{results:?}");
     assert!(
         dupont.text.starts_with("one: Unknown tool: 'lookup'"),
         "{}",
@@ -151,4 +150,158 @@ async fn a_tenant_approval_pauses_its_runs_only() {
     // The same agent for another tenant does not ask.
     let martin = run(&loom, "martin").await;
     assert_eq!(martin.status, RunStatus::Completed);
+}
+
+/// A 1×1 PNG.
+const PNG: &[u8] = &[
+    0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a, 0x00, 0x00, 0x00, 0x0d, 0x49, 0x48, 0x44, 0x52,
+    0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x01, 0x08, 0x06, 0x00, 0x00, 0x00, 0x1f, 0x15, 0xc4,
+    0x89, 0x00, 0x00, 0x00, 0x0d, 0x49, 0x44, 0x41, 0x54, 0x78, 0x9c, 0x63, 0xf8, 0xcf, 0xc0, 0xf0,
+    0x1f, 0x00, 0x05, 0x00, 0x01, 0xff, 0x89, 0x99, 0x3d, 0x1d, 0x00, 0x00, 0x00, 0x00, 0x49, 0x45,
+    0x4e, 0x44, 0xae, 0x42, 0x60, 0x82,
+];
+
+#[tokio::test]
+async fn a_tenant_files_are_kept_beside_its_own_journal_and_read_and_erased_there() {
+    let dir = tempfile::tempdir().unwrap();
+    let loom = loom(dir.path()).await;
+    let attached = |tenant: &str| RunOptions {
+        tenant_id: Some(tenant.into()),
+        attachments: vec![Attachment {
+            name: "plan.png".into(),
+            media_type: "image/png".into(),
+            bytes: PNG.to_vec(),
+        }],
+        ..RunOptions::default()
+    };
+    let martin = loom
+        .run("a", "Voici le plan.", attached("martin"))
+        .await
+        .unwrap();
+    let dupont = loom
+        .run("a", "Voici le plan.", attached("dupont"))
+        .await
+        .unwrap();
+    let own = dir
+        .path()
+        .join("martin-data/.artifacts/martin")
+        .join(&martin.session_id);
+    assert_eq!(
+        std::fs::read_dir(&own).unwrap().count(),
+        1,
+        "{}",
+        own.display()
+    );
+    assert!(!dir.path().join("data/.artifacts/martin").exists());
+    assert!(
+        dir.path()
+            .join("data/.artifacts/dupont")
+            .join(&dupont.session_id)
+            .exists()
+    );
+    // Read back through the tenant's store, by its URI.
+    let files = loom
+        .session_files(&martin.session_id, &[], Some("martin"))
+        .await
+        .unwrap();
+    assert_eq!(files.len(), 1);
+    let (_, bytes) = loom
+        .session_file(&martin.session_id, &files[0].file, Some("martin"))
+        .await
+        .unwrap();
+    assert_eq!(bytes, PNG);
+    // Erased from the tenant's own journal and files.
+    let deleted = loom
+        .delete_session(&martin.session_id, Some("martin"))
+        .await
+        .unwrap();
+    assert!(deleted.events_deleted > 0, "{deleted:?}");
+    assert_eq!(deleted.files_deleted, 1, "{deleted:?}");
+    assert!(!own.exists());
+    assert!(
+        !dir.path()
+            .join("martin-data/martin")
+            .join(format!("{}.jsonl", martin.session_id))
+            .exists()
+    );
+}
+
+const DELEGATING: &str = r#"version: 1
+models:
+  - id: fake-1
+    sdk: fake
+    model: FAKE
+    params:
+      script:
+        - {with_tool: helper, text: "helper offered"}
+        - {with_tool: writer, text: "writer offered"}
+        - {text: "neither offered"}
+agents:
+  - name: a
+    main: {model: fake-1}
+    roles:
+      - {name: writer, model: fake-1, description: Writes, context: [user_input]}
+    subagents:
+      - {agent: helper}
+  - name: helper
+    description: Helps
+    main: {model: fake-1}
+tenants:
+  - id: martin
+    tools_deny: [helper]
+  - id: dupont
+    tools_deny: [helper, writer]
+  - id: durand
+"#;
+
+#[tokio::test]
+async fn a_tenant_may_be_denied_a_sub_agent_and_a_role() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("loom.yaml"), DELEGATING).unwrap();
+    let loom = Loom::open_config(dir.path().join("loom.yaml"), None)
+        .await
+        .unwrap();
+    let mut seen = Vec::new();
+    for tenant in ["durand", "martin", "dupont"] {
+        let result = loom
+            .run(
+                "a",
+                "Bonjour",
+                RunOptions {
+                    tenant_id: Some(tenant.into()),
+                    ..RunOptions::default()
+                },
+            )
+            .await
+            .unwrap();
+        seen.push((tenant, result.text));
+    }
+    assert_eq!(
+        seen,
+        [
+            ("durand", "helper offered".to_owned()),
+            ("martin", "writer offered".to_owned()),
+            ("dupont", "neither offered".to_owned())
+        ]
+    );
+}
+
+/// `approval: policy` for a tenant needs a policy of the agent that can ask a human: refused
+/// when the configuration is opened, at the tenant's key.
+#[tokio::test]
+async fn a_tenant_policy_approval_without_a_pausing_policy_is_refused_at_open() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("loom.yaml"),
+        CONFIG.replace("approvals: {lookup: always}", "approvals: {lookup: policy}"),
+    )
+    .unwrap();
+    let error = Loom::open_config(dir.path().join("loom.yaml"), None)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains("loom.yaml:34:25 tenants[2].approvals.lookup: tenant 'durand', tool 'lookup' of agent 'a': approval: policy means a policy decides"),
+        "{error}"
+    );
 }

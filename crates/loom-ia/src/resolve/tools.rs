@@ -213,6 +213,7 @@ impl Resolver<'_> {
                 &yaml_only(reference),
                 policies,
             )?;
+            self.check_tenant_approval(spec, &tool_name, policies)?;
             return Ok(None);
         } else {
             let registered: Vec<&str> = self.registry.tools.keys().map(String::as_str).collect();
