@@ -32,11 +32,12 @@ pub(crate) fn check(text: &str, extra: &[&str]) -> Result<(), TemplateIssue> {
     check_variables(text, &known)
 }
 
+/// A variable a template uses, with the 1-based line and column of its first use when found.
+pub(crate) type UsedVariable = (String, Option<(usize, usize)>);
+
 /// The top-level variables a system prompt uses besides `agent` and `tenant` (globals such as
 /// `range` aside), each with its 1-based line and column, in the order they first appear.
-pub(crate) fn tenant_variables(
-    text: &str,
-) -> Result<Vec<(String, Option<(usize, usize)>)>, TemplateIssue> {
+pub(crate) fn tenant_variables(text: &str) -> Result<Vec<UsedVariable>, TemplateIssue> {
     let mut env = environment();
     if let Err(err) = env.add_template_owned("system", text.to_owned()) {
         return Err(syntax_issue(text, &err));
