@@ -74,7 +74,8 @@ pub use model::{
 };
 pub use security::{ApiKeySpec, RateLimit, Scope, SecurityConfig, is_key_hash, parse_expiry};
 pub use tenant::{
-    CaptureOverride, Quotas, Retention, SecretSource, TenantSpec, TenantStorage, TenantTelemetry,
+    CaptureOverride, Quotas, RetentionStorage, SecretSource, TenantSpec, TenantStorage,
+    TenantTelemetry,
 };
 pub use trigger::{
     DEFAULT_SIGNATURE_TOLERANCE, RenderedTrigger, TRIGGER_VARIABLES, TriggerSpec, is_trigger_name,

@@ -63,7 +63,7 @@ pub struct TenantSpec {
     pub storage: Option<TenantStorage>,
     /// Its own retention, over `storage.retention`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub retention: Option<Retention>,
+    pub retention: Option<RetentionStorage>,
     /// What of its runs is captured, over `telemetry.capture`.
     #[serde(default, skip_serializing_if = "TenantTelemetry::is_empty")]
     pub telemetry: TenantTelemetry,
@@ -163,10 +163,11 @@ pub struct TenantStorage {
     pub artifacts: ArtifactsStorage,
 }
 
-/// How long a tenant's sessions are kept (`tenants[].retention`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+/// How long a tenant's sessions are kept (`tenants[].retention`; the reference's
+/// `RetentionStorage`, the shape of `storage.retention`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
-pub struct Retention {
+pub struct RetentionStorage {
     /// Days after its last write a session is deleted by `loom retention`; `null`: the root
     /// `storage.retention` (kept forever when unset there too).
     #[schemars(range(min = 1))]

@@ -296,8 +296,8 @@ fn accepted_overrides_read_back() {
             .tenant("acme")
             .unwrap()
             .retention
-            .unwrap()
-            .events_days,
+            .as_ref()
+            .and_then(|r| r.events_days),
         Some(30)
     );
     assert_eq!(

@@ -480,7 +480,7 @@ fn check_storage(config: &Config, tp: &KeyPath, tenant: &TenantSpec) -> Result<(
             ));
         }
     }
-    if tenant.retention.and_then(|r| r.events_days) == Some(0) {
+    if tenant.retention.as_ref().and_then(|r| r.events_days) == Some(0) {
         return Err(invalid(
             doc,
             &tp.key("retention").key("events_days"),

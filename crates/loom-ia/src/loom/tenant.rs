@@ -55,7 +55,7 @@ impl Loom {
                         config.tenant_events_path(&tenant.id),
                     )
                 }),
-                retention_days: tenant.retention.and_then(|r| r.events_days),
+                retention_days: tenant.retention.as_ref().and_then(|r| r.events_days),
                 capture: (!tenant.telemetry.is_empty()).then(|| {
                     let capture = config.capture_for(&tenant.id);
                     (capture.raw_exchanges, capture.raw_max_bytes)
