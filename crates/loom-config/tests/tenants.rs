@@ -250,7 +250,7 @@ fn a_prompt_variable_of_an_agent_no_tenant_may_run_is_refused() {
     assert_eq!(
         error,
         "agents/a.yaml:4:11 main.system: template variable 'company' is defined by no tenant \
-         that may run agent 'a' (no tenant lists it in its agents)"
+         that may run agent 'a' (no tenant lists it in its agents, nor an agent delegating to it)"
     );
 }
 
@@ -310,4 +310,31 @@ fn accepted_overrides_read_back() {
     );
     let names: Vec<String> = config.secret_names().into_iter().map(|(n, _)| n).collect();
     assert_eq!(names, ["ANTHROPIC_KEY", "CRM_TOKEN", "NOTES_KEY"]);
+}
+
+/// A sub-agent runs for its parent's tenant: its prompt's variables must be that tenant's too.
+#[test]
+fn a_sub_agent_prompt_variable_is_checked_for_the_tenants_of_its_parent() {
+    let helper =
+        "name: helper\ndescription: Helps\nmain: {model: fake-1, system: \"For {{ region }}\"}\n";
+    let load = |tenants: &str| {
+        load_str(
+            &format!("{ROOT}tenants:\n{tenants}"),
+            &[("agents/a.yaml", AGENT), ("agents/helper.yaml", helper)],
+            None,
+            &no_env,
+        )
+    };
+    let error = load(
+        "  - id: acme\n    agents: [a]\n    variables: {company: Acme}\n  - id: other\n    agents: [helper]\n    variables: {region: Nord}\n",
+    )
+    .unwrap_err()
+    .to_string();
+    assert_eq!(
+        error,
+        "agents/helper.yaml:3:31 main.system: template variable 'region' is not defined for \
+         tenant 'acme', whose runs may use agent 'helper' (tenants[0].variables: company)"
+    );
+    let both = load("  - id: acme\n    agents: [a]\n    variables: {company: Acme, region: Sud}\n");
+    assert!(both.is_ok(), "{both:?}");
 }

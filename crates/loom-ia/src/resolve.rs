@@ -98,26 +98,28 @@ pub(crate) fn check_at_open(
     sources: &BTreeMap<String, Arc<dyn ToolSource>>,
 ) -> Result<(), LoomError> {
     let registry = Registry::default();
-    let mut tenants: Vec<&str> = config.raw().tenants.iter().map(|t| t.id.as_str()).collect();
-    if tenants.is_empty() {
-        tenants.push(loom_config::DEFAULT_TENANT);
-    }
-    for tenant in tenants {
-        let resolver = Resolver {
-            config,
-            models,
-            registry: &registry,
-            sources,
-            tenant,
-            stage: Stage::Open,
-        };
-        for spec in config.agents() {
-            if config
-                .tenant(tenant)
-                .is_none_or(|t| t.allows_agent(&spec.name))
-            {
-                resolver.agent(&spec.name, 0)?;
+    let declared = &config.raw().tenants;
+    for spec in config.agents() {
+        // As each declared tenant that may run it sees it; an agent no tenant may run (or
+        // without a `tenants` list) as `default` sees it.
+        let mut tenants: Vec<&str> = declared
+            .iter()
+            .filter(|t| t.allows_agent(&spec.name))
+            .map(|t| t.id.as_str())
+            .collect();
+        if tenants.is_empty() {
+            tenants.push(loom_config::DEFAULT_TENANT);
+        }
+        for tenant in tenants {
+            Resolver {
+                config,
+                models,
+                registry: &registry,
+                sources,
+                tenant,
+                stage: Stage::Open,
             }
+            .agent(&spec.name, 0)?;
         }
     }
     Ok(())

@@ -56,15 +56,32 @@ struct Visible {
     mcp_tools: BTreeSet<String>,
 }
 
+/// The agents a tenant's runs may use (by index in `config.agents`): those it may run, and
+/// their sub-agents, which run for the same tenant.
+fn reachable(config: &Config, tenant: &TenantSpec) -> Vec<usize> {
+    let mut seen: Vec<usize> = (0..config.agents.len())
+        .filter(|&i| tenant.allows_agent(&config.agents[i].name))
+        .collect();
+    let mut next = 0;
+    while next < seen.len() {
+        for sub in &config.agents[seen[next]].subagents {
+            if let Some(i) = config.agents.iter().position(|a| a.name == sub.agent)
+                && !seen.contains(&i)
+            {
+                seen.push(i);
+            }
+        }
+        next += 1;
+    }
+    seen.sort_unstable();
+    seen
+}
+
 impl Visible {
     fn of(config: &Config, tenant: &TenantSpec) -> Visible {
         let mut visible = Visible::default();
-        for agent in config
-            .agents
-            .iter()
-            .filter(|a| tenant.allows_agent(&a.name))
-        {
-            visible.add(agent);
+        for i in reachable(config, tenant) {
+            visible.add(&config.agents[i]);
         }
         visible
     }
@@ -136,8 +153,9 @@ fn check_unreachable_prompts(config: &Config) -> Result<(), ConfigError> {
     if tenants.is_empty() {
         return Ok(());
     }
+    let used: Vec<usize> = tenants.iter().flat_map(|t| reachable(config, t)).collect();
     for (i, agent) in config.agents.iter().enumerate() {
-        if tenants.iter().any(|t| t.allows_agent(&agent.name)) {
+        if used.contains(&i) {
             continue;
         }
         let meta = &config.meta[i];
@@ -160,7 +178,7 @@ fn check_unreachable_prompts(config: &Config) -> Result<(), ConfigError> {
                 let issue = prompt::TemplateIssue {
                     message: format!(
                         "template variable '{var}' is defined by no tenant that may run agent \
-                         '{}' (no tenant lists it in its agents)",
+                         '{}' (no tenant lists it in its agents, nor an agent delegating to it)",
                         agent.name
                     ),
                     line: place.map(|(l, _)| l),
@@ -413,10 +431,8 @@ fn check_variables(config: &Config, tp: &KeyPath, tenant: &TenantSpec) -> Result
             ));
         }
     }
-    for (i, agent) in config.agents.iter().enumerate() {
-        if !tenant.allows_agent(&agent.name) {
-            continue;
-        }
+    for i in reachable(config, tenant) {
+        let agent = &config.agents[i];
         let meta = &config.meta[i];
         let mut prompts = vec![(
             KeyPath::root().key("main"),
@@ -443,7 +459,7 @@ fn check_variables(config: &Config, tp: &KeyPath, tenant: &TenantSpec) -> Result
             };
             let issue = prompt::TemplateIssue {
                 message: format!(
-                    "template variable '{var}' is not defined for tenant '{}', which may run \
+                    "template variable '{var}' is not defined for tenant '{}', whose runs may use \
                      agent '{}' ({tp}.variables: {})",
                     tenant.id,
                     agent.name,
