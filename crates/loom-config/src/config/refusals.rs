@@ -54,6 +54,9 @@ give the tool an 'output' contract"
     } else if in_tenant_key("storage") && matches!(field, "encryption" | "idempotency") {
         " — a tenant's encryption and idempotency store are the deployment's (storage.encryption, \
 storage.idempotency): a tenant declares only its own journal (events) and files (artifacts)"
+    } else if in_tenant_key("telemetry") && matches!(field, "redaction" | "exporters" | "logging") {
+        " — a tenant overrides only its capture: logging, redaction and exporters are the \
+deployment's (a tenant chooses whether its content is captured, not where it goes)"
     } else if field == "exports" && (under("telemetry") || in_tenant_key("telemetry")) {
         " — Loom has no telemetry exporter yet, so there is nothing to export: capture.exports is \
 not implemented in this version"
