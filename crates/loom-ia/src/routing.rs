@@ -280,3 +280,34 @@ async fn sqlite_async(
 ) -> Result<Arc<dyn EventStore>, crate::LoomError> {
     sqlite(config, index, tenant)
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use loom_journal::MemoryArtifacts;
+
+    /// Files go to the store of the tenant their URI names; a URI naming no declared tenant
+    /// (or no tenant at all) is the root store's.
+    #[tokio::test]
+    async fn an_artifact_is_put_read_and_erased_in_its_tenants_store() {
+        let root: Arc<dyn ArtifactStore> = Arc::new(MemoryArtifacts::new());
+        let acme: Arc<dyn ArtifactStore> = Arc::new(MemoryArtifacts::new());
+        let routed = RoutedArtifacts::new(root.clone(), [("acme".to_owned(), acme.clone())].into());
+        let own = routed
+            .put("acme", "s1", b"acme".to_vec(), "txt")
+            .await
+            .unwrap();
+        let other = routed
+            .put("dupont", "s1", b"dupont".to_vec(), "txt")
+            .await
+            .unwrap();
+        assert_eq!(acme.get(&own).await.unwrap(), Some(b"acme".to_vec()));
+        assert_eq!(root.get(&own).await.unwrap(), None);
+        assert_eq!(root.get(&other).await.unwrap(), Some(b"dupont".to_vec()));
+        assert_eq!(routed.get(&own).await.unwrap(), Some(b"acme".to_vec()));
+        assert_eq!(routed.get("not a uri").await.unwrap(), None);
+        assert_eq!(routed.delete_session("acme", "s1").await.unwrap(), 1);
+        assert_eq!(routed.get(&other).await.unwrap(), Some(b"dupont".to_vec()));
+    }
+}
