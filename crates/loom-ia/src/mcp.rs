@@ -47,6 +47,7 @@ pub(crate) fn servers(config: &Config) -> Result<BTreeMap<String, Arc<dyn ToolSo
                     index,
                     name: spec.name.clone(),
                     servers: Mutex::new(BTreeMap::new()),
+                    shut_down: std::sync::atomic::AtomicBool::new(false),
                 }),
             );
         } else {
@@ -65,6 +66,8 @@ struct PerTenant {
     index: usize,
     name: String,
     servers: Mutex<BTreeMap<String, Arc<McpServer>>>,
+    /// Set by `shutdown`: no tenant's server is built any more.
+    shut_down: std::sync::atomic::AtomicBool,
 }
 
 impl PerTenant {
@@ -76,6 +79,12 @@ impl PerTenant {
             .unwrap_or_else(|poisoned| poisoned.into_inner());
         if let Some(server) = servers.get(tenant) {
             return Ok(server.clone());
+        }
+        if self.shut_down.load(std::sync::atomic::Ordering::Acquire) {
+            return Err(SourceError {
+                message: format!("MCP server '{}' is shut down", self.name),
+                circuit: None,
+            });
         }
         let spec = &self.config.raw().mcp_servers[self.index];
         let options =
@@ -118,6 +127,8 @@ impl ToolSource for PerTenant {
     }
 
     fn shutdown(&self) -> BoxFuture<'_, ()> {
+        self.shut_down
+            .store(true, std::sync::atomic::Ordering::Release);
         let servers: Vec<Arc<McpServer>> = self
             .servers
             .lock()
