@@ -398,8 +398,14 @@ pub(crate) fn validation(validation: &Validation) -> String {
     for agent in &validation.agents {
         let _ = writeln!(
             out,
-            "Agent      : {} — model {}, at most {} iteration(s)",
-            agent.name, agent.model, agent.max_iterations
+            "Agent      : {} — model {}, at most {} iteration(s){}",
+            agent.name,
+            agent.model,
+            agent.max_iterations,
+            agent
+                .tenant
+                .as_ref()
+                .map_or(String::new(), |t| format!(" (as tenant {t} runs it)"))
         );
         for (name, d) in &agent.tools {
             let _ = writeln!(out, "  · tool {name}: {}", declarations(d));
@@ -431,12 +437,63 @@ pub(crate) fn validation(validation: &Validation) -> String {
             }
         }
     }
+    for tenant in &validation.tenants {
+        tenant_lines(&mut out, tenant);
+    }
     let _ = writeln!(
         out,
         "{} agent(s) loaded without error.",
         validation.agents.len()
     );
     out
+}
+
+/// What one tenant gets, in `loom validate`: names only, never a secret's value.
+fn tenant_lines(out: &mut String, tenant: &loom_ia::ValidatedTenant) {
+    let list = |items: Vec<String>| {
+        if items.is_empty() {
+            "none".to_owned()
+        } else {
+            items.join(", ")
+        }
+    };
+    let _ = writeln!(
+        out,
+        "Tenant     : {} — agents {}",
+        tenant.id,
+        list(tenant.agents.clone())
+    );
+    if !tenant.tools_deny.is_empty() {
+        let _ = writeln!(out, "  · tools denied: {}", tenant.tools_deny.join(", "));
+    }
+    if !tenant.models.is_empty() {
+        let pairs = tenant.models.iter().map(|(f, t)| format!("{f} → {t}"));
+        let _ = writeln!(out, "  · models: {}", list(pairs.collect()));
+    }
+    if !tenant.approvals.is_empty() {
+        let pairs = tenant.approvals.iter().map(|(t, a)| format!("{t} {a}"));
+        let _ = writeln!(out, "  · approvals: {}", list(pairs.collect()));
+    }
+    for (name, source, set) in &tenant.secrets {
+        let state = if *set { "set" } else { "NOT SET" };
+        let _ = writeln!(out, "  · secret {name}: from {source} ({state})");
+    }
+    if !tenant.variables.is_empty() {
+        let _ = writeln!(out, "  · variables: {}", tenant.variables.join(", "));
+    }
+    if let Some(journal) = &tenant.journal {
+        let _ = writeln!(out, "  · journal: {journal}");
+    }
+    if let Some(days) = tenant.retention_days {
+        let _ = writeln!(out, "  · retention: {days} day(s)");
+    }
+    if let Some((raw, bytes)) = tenant.capture {
+        let _ = writeln!(
+            out,
+            "  · capture: raw exchanges {}, {bytes} bytes kept",
+            if raw { "on" } else { "off" }
+        );
+    }
 }
 
 fn declarations(d: &loom_ia::core::tool::ToolDeclarations) -> String {

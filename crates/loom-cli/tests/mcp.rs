@@ -843,3 +843,78 @@ fn an_approved_mcp_image_call_completes_with_its_artifact() {
         format!("Image : {}", image["uri"].as_str().unwrap())
     );
 }
+
+/// A stdio server's `env_from` secret, redirected per tenant (`tenants[].secrets`): each tenant's
+/// server process starts with that tenant's value (scope `tenant`: one process per tenant), and
+/// neither value reaches the journal.
+#[test]
+fn a_stdio_server_gets_each_tenants_own_secret() {
+    if !python_mcp() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let server = repo().join("crates/loom-mcp/tests/servers/py_server.py");
+    let config = format!(
+        r#"version: 1
+models:
+  - id: fake-1
+    sdk: fake
+    model: FAKE
+    params:
+      script:
+        - tool_calls: [{{name: py__add, arguments: {{a: 40, b: 2}}}}]
+        - text: "{{{{ tool_result }}}}"
+mcp_servers:
+  - name: py
+    transport: stdio
+    command: sh
+    args: ["-c", "printf '%s\n' \"$CRM_KEY\" >> seen.txt; exec python3 {server}"]
+    env_from: {{CRM_KEY: CRM_TOKEN}}
+    scope: tenant
+storage:
+  events: {{backend: jsonl, path: data}}
+agents:
+  - name: a
+    main: {{model: fake-1}}
+    tools: [{{mcp: py, required: true}}]
+tenants:
+  - id: martin
+    secrets: {{CRM_TOKEN: LOOM_TEST_MARTIN_KEY}}
+  - id: dupont
+    secrets: {{CRM_TOKEN: {{file: dupont.key}}}}
+"#,
+        server = server.display()
+    );
+    fs::write(dir.path().join("loom.yaml"), config).unwrap();
+    fs::write(dir.path().join("dupont.key"), "dupont-stdio-key-2\n").unwrap();
+    for (tenant, run_id) in [("martin", "m1"), ("dupont", "d1")] {
+        let out = Command::new(loom_bin())
+            .current_dir(dir.path())
+            .env_remove("LOOM_PROFILE")
+            .env_remove("CRM_TOKEN")
+            .env("LOOM_TEST_MARTIN_KEY", "martin-stdio-key-1")
+            .args([
+                "--config",
+                "loom.yaml",
+                "run",
+                "a",
+                "go",
+                "--run-id",
+                run_id,
+            ])
+            .args(["--tenant", tenant])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{tenant}: {}", text(&out.stderr));
+        assert!(text(&out.stdout).contains("42"), "{}", text(&out.stdout));
+    }
+    assert_eq!(
+        fs::read_to_string(dir.path().join("seen.txt")).unwrap(),
+        "martin-stdio-key-1\ndupont-stdio-key-2\n"
+    );
+    for (tenant, run_id) in [("martin", "m1"), ("dupont", "d1")] {
+        let journal =
+            fs::read_to_string(dir.path().join(format!("data/{tenant}/{run_id}.jsonl"))).unwrap();
+        assert!(!journal.contains("stdio-key"), "{journal}");
+    }
+}

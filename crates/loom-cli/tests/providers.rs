@@ -82,6 +82,8 @@ struct Server {
     requests: Arc<Mutex<Vec<(String, Value)>>>,
     /// The request bodies, byte for byte.
     raw: Arc<Mutex<Vec<Vec<u8>>>>,
+    /// The `x-api-key` header of each request (Anthropic's key), in order.
+    keys: Arc<Mutex<Vec<Option<String>>>>,
 }
 
 impl Server {
@@ -97,12 +99,15 @@ impl Server {
         let recorded = requests.clone();
         let raw = Arc::new(Mutex::new(Vec::new()));
         let raw_recorded = raw.clone();
+        let keys = Arc::new(Mutex::new(Vec::new()));
+        let keys_recorded = keys.clone();
         thread::spawn(move || {
             for stream in listener.incoming() {
                 let Ok(mut stream) = stream else { continue };
                 let queues = queues.clone();
                 let recorded = recorded.clone();
                 let raw_recorded = raw_recorded.clone();
+                let keys_recorded = keys_recorded.clone();
                 thread::spawn(move || {
                     let mut reader = BufReader::new(stream.try_clone().unwrap());
                     let mut request_line = String::new();
@@ -115,17 +120,21 @@ impl Server {
                         .unwrap_or("/")
                         .to_owned();
                     let mut length = 0usize;
+                    let mut key = None;
                     loop {
                         let mut line = String::new();
                         if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
                             break;
                         }
-                        if let Some((name, value)) = line.split_once(':')
-                            && name.eq_ignore_ascii_case("content-length")
-                        {
-                            length = value.trim().parse().unwrap_or(0);
+                        if let Some((name, value)) = line.split_once(':') {
+                            if name.eq_ignore_ascii_case("content-length") {
+                                length = value.trim().parse().unwrap_or(0);
+                            } else if name.eq_ignore_ascii_case("x-api-key") {
+                                key = Some(value.trim().to_owned());
+                            }
                         }
                     }
+                    keys_recorded.lock().unwrap().push(key);
                     let mut body = vec![0; length];
                     let _ = reader.read_exact(&mut body);
                     raw_recorded.lock().unwrap().push(body.clone());
@@ -180,6 +189,7 @@ impl Server {
             port,
             requests,
             raw,
+            keys,
         }
     }
 
@@ -193,6 +203,10 @@ impl Server {
 
     fn raw_bodies(&self) -> Vec<Vec<u8>> {
         self.raw.lock().unwrap().clone()
+    }
+
+    fn keys(&self) -> Vec<Option<String>> {
+        self.keys.lock().unwrap().clone()
     }
 }
 
@@ -617,6 +631,54 @@ fn raw_exchanges_are_journaled_per_attempt_without_the_key() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     let events = journal(dir.path(), "x2");
     assert!(!events.iter().any(|e| e["type"] == "model.exchanged"));
+}
+
+/// A tenant reads the model's API key from its own secret and captures its raw exchanges; the
+/// other tenant uses the common key and captures nothing. No key reaches the journal.
+#[test]
+fn a_tenant_uses_its_own_api_key_and_its_own_capture() {
+    if !fixtures_present() {
+        return;
+    }
+    let server = Server::start(vec![
+        ("/v1/messages", sse("anthropic/stream-text-basic.sse")),
+        ("/v1/messages", sse("anthropic/stream-text-basic.sse")),
+    ]);
+    let config = config(&server, "claude", "")
+        + "tenants:
+  - id: martin
+    secrets: {TEST_ANTHROPIC_KEY: LOOM_TEST_MARTIN_ANTHROPIC_KEY}
+    telemetry: {capture: {raw_exchanges: true}}
+  - id: dupont
+";
+    let dir = project(&config);
+    for (tenant, run_id) in [("martin", "m1"), ("dupont", "d1")] {
+        let out = Command::new(loom_bin())
+            .current_dir(dir.path())
+            .env("TEST_ANTHROPIC_KEY", "sk-ant-test")
+            .env("TEST_OPENAI_KEY", "sk-test")
+            .env("LOOM_TEST_MARTIN_ANTHROPIC_KEY", "sk-ant-martin-own")
+            .args(["--config", "loom.yaml", "run", "a", "Bonjour"])
+            .args(["--run-id", run_id, "--tenant", tenant])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{tenant}: {}", text(&out.stderr));
+        assert_eq!(text(&out.stdout).trim(), "Hello!");
+    }
+    assert_eq!(
+        server.keys(),
+        [
+            Some("sk-ant-martin-own".to_owned()),
+            Some("sk-ant-test".to_owned())
+        ]
+    );
+    let martin = fs::read_to_string(dir.path().join("data/martin/m1.jsonl")).unwrap();
+    let dupont = fs::read_to_string(dir.path().join("data/dupont/d1.jsonl")).unwrap();
+    assert!(martin.contains("\"model.exchanged\""), "{martin}");
+    assert!(!dupont.contains("\"model.exchanged\""), "{dupont}");
+    for journal in [&martin, &dupont] {
+        assert!(!journal.contains("sk-ant-"), "{journal}");
+    }
 }
 
 #[test]

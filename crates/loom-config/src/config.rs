@@ -9,6 +9,7 @@ mod refusals;
 mod sections;
 mod server;
 mod storage;
+mod tenants;
 mod tools;
 mod triggers;
 
@@ -29,11 +30,12 @@ use serde::de::DeserializeOwned;
 use crate::env_file::{EnvFile, EnvVars, LoadOptions};
 use crate::error::{ConfigError, ConfigErrorKind};
 use crate::files::{self, FileProblem};
-use crate::guards::{Budgets, TenantSpec};
+use crate::guards::Budgets;
 use crate::model::{
     AgentSpec, ArtifactsBackend, EventsBackend, LoomConfig, McpServerSpec, ModelSpec, Profile,
 };
 use crate::prompt;
+use crate::tenant::TenantSpec;
 use crate::yaml::{self, KeyPath, Kind, Loc, Node, ParseError};
 
 /// Where the root document comes from.
@@ -454,7 +456,7 @@ impl Config {
             ));
         };
         let meta = &self.meta[i];
-        prompt::render(&meta.system, agent, tenant).map_err(|issue| {
+        prompt::render(&meta.system, agent, tenant, self.variables(tenant)).map_err(|issue| {
             self.template_error_at(
                 i,
                 &KeyPath::root().key("main"),
@@ -536,7 +538,7 @@ impl Config {
             return Err(self.unknown_role(agent, role));
         };
         let prompt = &self.meta[i].roles[r];
-        prompt::render(&prompt.system, agent, tenant).map_err(|issue| {
+        prompt::render(&prompt.system, agent, tenant, self.variables(tenant)).map_err(|issue| {
             self.template_error_at(
                 i,
                 &KeyPath::root().key("roles").index(r),
@@ -807,6 +809,7 @@ fn build(
     for i in 0..config.agents.len() {
         check_agent(&mut config, i)?;
     }
+    tenants::check_overrides(&config)?;
     pricing::check_money_budgets(&mut config)?;
     delegation::check_security(&config)?;
     triggers::check_triggers(&config)?;

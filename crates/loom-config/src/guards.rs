@@ -1,5 +1,5 @@
 //! The file model of delegation and guards: roles, sub-agents, policies, judges, output
-//! contracts, budgets and tenants.
+//! contracts and budgets (tenants are in `tenant.rs`).
 //!
 //! Like the rest of the file model, these types only describe the shape of the file (every
 //! struct refuses unknown keys); the rules between fields (declared models, known tools,
@@ -145,55 +145,6 @@ pub enum OnExceed {
     Stop,
     /// A `budget.exceeded` event is journaled and the run goes on.
     Warn,
-}
-
-/// A tenant (`tenants[]`): an id, the agents it may run, its budgets and its quotas.
-///
-/// Without a `tenants` list only the tenant `default` exists; with one, the list is closed.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct TenantSpec {
-    /// Unique id (`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`; it names journal files).
-    #[schemars(regex(pattern = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"))]
-    pub id: String,
-    /// The agents it may run (declared agent names); empty: all of them.
-    #[serde(default)]
-    pub agents: Vec<String>,
-    /// Budgets merged over the root `budgets` for this tenant.
-    #[serde(default)]
-    pub budgets: Option<Budgets>,
-    /// How fast the tenant may open runs.
-    #[serde(default)]
-    pub quotas: Option<Quotas>,
-}
-
-/// How fast a tenant may open runs (`tenants[].quotas`); `null`: no limit.
-///
-/// Counted per Loom instance (a server, a worker) over a sliding minute, in memory: a run
-/// refused by a quota writes nothing.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields, default)]
-pub struct Quotas {
-    /// Runs opened per sliding minute (at least 1).
-    #[schemars(range(min = 1))]
-    pub runs_per_minute: Option<u32>,
-}
-
-impl TenantSpec {
-    /// A tenant allowed every agent, without budgets of its own.
-    pub fn new(id: impl Into<String>) -> TenantSpec {
-        TenantSpec {
-            id: id.into(),
-            agents: Vec::new(),
-            budgets: None,
-            quotas: None,
-        }
-    }
-
-    /// Whether the tenant may run `agent` (an empty `agents` list allows all).
-    pub fn allows_agent(&self, agent: &str) -> bool {
-        self.agents.is_empty() || self.agents.iter().any(|a| a == agent)
-    }
 }
 
 /// What an output must satisfy: the final answer of an agent, or the result of a role or of a

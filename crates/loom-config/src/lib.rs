@@ -44,6 +44,7 @@ mod guards;
 mod model;
 mod prompt;
 mod security;
+mod tenant;
 mod trigger;
 mod yaml;
 
@@ -58,9 +59,9 @@ pub use error::{ConfigError, ConfigErrorKind};
 pub use files::MAX_FILE_BYTES;
 pub use guards::{
     Budgets, ContextItem, ContextName, ContextScope, Criterion, HookPoint, JudgeSpec, JudgeWhen,
-    LastTurnsContext, OnError, OnExceed, OnFailure, OutputContract, PolicyRef, Quotas,
-    REQUIRE_TOOL_POLICY, RepairSettings, RepairTools, RoleSpec, RunBudgetSpec, SessionBudgetSpec,
-    SubAgentRef, TenantBudgetSpec, TenantSpec, ToolResultsContext, default_input_schema,
+    LastTurnsContext, OnError, OnExceed, OnFailure, OutputContract, PolicyRef, REQUIRE_TOOL_POLICY,
+    RepairSettings, RepairTools, RoleSpec, RunBudgetSpec, SessionBudgetSpec, SubAgentRef,
+    TenantBudgetSpec, ToolResultsContext, default_input_schema,
 };
 pub use model::{
     AgentApproval, AgentSpec, ArtifactsBackend, ArtifactsStorage, AttachmentsExecution,
@@ -73,6 +74,10 @@ pub use model::{
 };
 pub use model::{DEFAULT_POSTGRES_ROLE, MigrateMode, PostgresPool};
 pub use security::{ApiKeySpec, RateLimit, Scope, SecurityConfig, is_key_hash, parse_expiry};
+pub use tenant::{
+    CaptureOverride, Quotas, RetentionStorage, SecretSource, TenantSpec, TenantStorage,
+    TenantTelemetry,
+};
 pub use trigger::{
     DEFAULT_SIGNATURE_TOLERANCE, RenderedTrigger, TRIGGER_VARIABLES, TriggerSpec, is_trigger_name,
 };

@@ -13,9 +13,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::guards::{
-    Budgets, JudgeSpec, OutputContract, PolicyRef, RoleSpec, SubAgentRef, TenantSpec,
-};
+use crate::guards::{Budgets, JudgeSpec, OutputContract, PolicyRef, RoleSpec, SubAgentRef};
+use crate::tenant::TenantSpec;
 
 /// A free JSON object (`params` blocks, profile overrides).
 pub type JsonObject = Map<String, Value>;

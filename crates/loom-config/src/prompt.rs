@@ -1,5 +1,6 @@
-//! System prompts are minijinja templates over two variables: `agent` and `tenant`; the input
-//! templates of roles are templates over `args` and `context`.
+//! System prompts are minijinja templates over `agent`, `tenant` and the tenant's `variables`
+//! (`tenants[].variables`, each a top-level name: `{{ company }}`); the input templates of roles
+//! are templates over `args` and `context`.
 //!
 //! Load time: syntax and unknown variables are refused (static analysis, since minijinja's
 //! strict mode only acts when rendering). Run time: rendered with strict undefined behaviour.
@@ -23,9 +24,46 @@ fn environment() -> Environment<'static> {
     env
 }
 
-/// Checks syntax and variables of a system prompt template.
-pub(crate) fn check(text: &str) -> Result<(), TemplateIssue> {
-    check_variables(text, &KNOWN_VARIABLES)
+/// Checks syntax and variables of a system prompt template: `agent`, `tenant` and `extra` (the
+/// variables some tenant defines) are known.
+pub(crate) fn check(text: &str, extra: &[&str]) -> Result<(), TemplateIssue> {
+    let mut known: Vec<&str> = KNOWN_VARIABLES.to_vec();
+    known.extend(extra.iter().filter(|v| !KNOWN_VARIABLES.contains(v)));
+    check_variables(text, &known)
+}
+
+/// A variable a template uses, with the 1-based line and column of its first use when found.
+pub(crate) type UsedVariable = (String, Option<(usize, usize)>);
+
+/// The top-level variables a system prompt uses besides `agent` and `tenant` (globals such as
+/// `range` aside), each with its 1-based line and column, in the order they first appear.
+pub(crate) fn tenant_variables(text: &str) -> Result<Vec<UsedVariable>, TemplateIssue> {
+    let mut env = environment();
+    if let Err(err) = env.add_template_owned("system", text.to_owned()) {
+        return Err(syntax_issue(text, &err));
+    }
+    let template = env
+        .get_template("system")
+        .map_err(|err| syntax_issue(text, &err))?;
+    let globals: Vec<String> = env.globals().map(|(name, _)| name.to_owned()).collect();
+    let mut used: Vec<(String, Option<usize>)> = template
+        .undeclared_variables(false)
+        .into_iter()
+        .filter(|v| !KNOWN_VARIABLES.contains(&v.as_str()) && !globals.contains(v))
+        .map(|v| {
+            let at = find_variable(text, &v);
+            (v, at)
+        })
+        .collect();
+    used.sort_by(|a, b| {
+        a.1.unwrap_or(usize::MAX)
+            .cmp(&b.1.unwrap_or(usize::MAX))
+            .then_with(|| a.0.cmp(&b.0))
+    });
+    Ok(used
+        .into_iter()
+        .map(|(v, at)| (v, at.map(|offset| line_col(text, offset))))
+        .collect())
 }
 
 /// Checks the syntax of a template and that it uses no variable outside `known` (globals such
@@ -163,10 +201,22 @@ fn to_template_value(value: &serde_json::Value) -> minijinja::Value {
     }
 }
 
-/// Renders a system prompt (strict: an undefined variable is an error).
-pub(crate) fn render(text: &str, agent: &str, tenant: &str) -> Result<String, TemplateIssue> {
+/// Renders a system prompt over `agent`, `tenant` and the tenant's `variables` (strict: an
+/// undefined variable is an error).
+pub(crate) fn render(
+    text: &str,
+    agent: &str,
+    tenant: &str,
+    variables: &std::collections::BTreeMap<String, serde_json::Value>,
+) -> Result<String, TemplateIssue> {
     let env = environment();
-    env.render_str(text, context! { agent => agent, tenant => tenant })
+    let mut values: std::collections::BTreeMap<String, minijinja::Value> = variables
+        .iter()
+        .map(|(name, value)| (name.clone(), to_template_value(value)))
+        .collect();
+    values.insert("agent".into(), minijinja::Value::from(agent));
+    values.insert("tenant".into(), minijinja::Value::from(tenant));
+    env.render_str(text, minijinja::Value::from(values))
         .map_err(|err| {
             let mut issue = syntax_issue(text, &err);
             issue.message = format!(
@@ -246,13 +296,15 @@ mod tests {
 
     #[test]
     fn known_variables_pass() {
-        assert!(check("You are {{ agent }} for {{ tenant }}.").is_ok());
-        assert!(check("{% for i in range(3) %}{{ i }}{% endfor %}").is_ok());
+        assert!(check("You are {{ agent }} for {{ tenant }}.", &[]).is_ok());
+        assert!(check("{% for i in range(3) %}{{ i }}{% endfor %}", &[]).is_ok());
+        assert!(check("{{ company }}", &["company"]).is_ok());
+        assert!(check("{{ company }}", &[]).is_err());
     }
 
     #[test]
     fn unknown_variable_located() {
-        let issue = check("Hello\n  {{ agent }} and {{ client.name }}").unwrap_err();
+        let issue = check("Hello\n  {{ agent }} and {{ client.name }}", &[]).unwrap_err();
         assert_eq!(
             issue.message,
             "unknown template variable 'client' (known variables: agent, tenant)"
@@ -262,7 +314,7 @@ mod tests {
 
     #[test]
     fn syntax_error_located() {
-        let issue = check("Hi\n{{ agent ").unwrap_err();
+        let issue = check("Hi\n{{ agent ", &[]).unwrap_err();
         assert!(
             issue.message.starts_with("template syntax error: "),
             "{}",
@@ -297,7 +349,29 @@ mod tests {
 
     #[test]
     fn renders_strict() {
-        assert_eq!(render("{{ agent }}@{{ tenant }}", "a", "t").unwrap(), "a@t");
-        assert!(render("{{ nope }}", "a", "t").is_err());
+        let none = std::collections::BTreeMap::new();
+        assert_eq!(
+            render("{{ agent }}@{{ tenant }}", "a", "t", &none).unwrap(),
+            "a@t"
+        );
+        assert!(render("{{ nope }}", "a", "t", &none).is_err());
+        let variables = [("company".to_owned(), serde_json::json!({"name": "Dupont"}))].into();
+        assert_eq!(
+            render("{{ company.name }} / {{ tenant }}", "a", "t", &variables).unwrap(),
+            "Dupont / t"
+        );
+    }
+
+    #[test]
+    fn tenant_variables_are_listed_with_their_place() {
+        let used =
+            tenant_variables("{{ agent }}\n{{ company.name }} {{ tone }} {{ company }}").unwrap();
+        assert_eq!(
+            used,
+            [
+                ("company".to_owned(), Some((2, 4))),
+                ("tone".to_owned(), Some((2, 23)))
+            ]
+        );
     }
 }

@@ -666,7 +666,7 @@ fn guard_refusals_snapshot() {
         ("duplicate tenant", "tenants: [{id: acme}, {id: acme}]\n", String::new()),
         ("tenant unknown agent", "tenants: [{id: acme, agents: [nobody]}]\n", String::new()),
         ("tenant agent twice", "tenants: [{id: acme, agents: [a, a]}]\n", String::new()),
-        ("tenant key not yet", "tenants: [{id: acme, secrets: {}}]\n", String::new()),
+        ("tenant storage encryption", "tenants: [{id: acme, storage: {events: {backend: jsonl, path: t}, encryption: {keys: [K]}}}]\n", String::new()),
         ("tenant unknown key", "tenants: [{id: acme, colour: blue}]\n", String::new()),
         (
             "tenant budget negative",

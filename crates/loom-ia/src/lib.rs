@@ -53,6 +53,8 @@ pub mod redact;
 mod repair;
 mod resolve;
 mod result;
+mod routing;
+mod secrets;
 mod sessions;
 mod sources;
 mod trigger;
@@ -62,7 +64,7 @@ pub use clock::SystemClock;
 pub use error::LoomError;
 pub use loom::{
     DEFAULT_TENANT, Decided, Loom, RunOptions, StreamItem, ValidatedAgent, ValidatedSource,
-    Validation,
+    ValidatedTenant, Validation,
 };
 pub use loom_config::{self as config, Config, ConfigError, Profile};
 pub use loom_core::{

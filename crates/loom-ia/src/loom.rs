@@ -18,6 +18,7 @@ use loom_core::{
 use loom_engine::{
     AgentRuntime, Attachment, AttachmentLimits, Engine, JudgeCondition, JudgeMode, RunRef,
 };
+
 use loom_journal::{JsonlStore, LocalArtifacts, MemoryArtifacts, MemoryStore};
 use serde_json::{Map, Value};
 
@@ -250,6 +251,33 @@ pub struct Validation {
     pub tools: Vec<String>,
     /// Where the journal lives.
     pub journal: String,
+    /// What each declared tenant gets (empty without a `tenants` list).
+    pub tenants: Vec<ValidatedTenant>,
+}
+
+/// What one tenant gets, as `validate` shows it: never a secret's value.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ValidatedTenant {
+    /// Its id.
+    pub id: String,
+    /// The agents it may run.
+    pub agents: Vec<String>,
+    /// The tools its runs are never offered (`tools_deny`).
+    pub tools_deny: Vec<String>,
+    /// Its model mapping, `(from, to)`.
+    pub models: Vec<(String, String)>,
+    /// Its approvals, `(tool, never|always|policy)`.
+    pub approvals: Vec<(String, String)>,
+    /// The secrets it reads from its own source: `(name, where, whether a value is there)`.
+    pub secrets: Vec<(String, String, bool)>,
+    /// The names of its prompt variables.
+    pub variables: Vec<String>,
+    /// Where its journal lives (`None`: the root journal).
+    pub journal: Option<String>,
+    /// Its `retention.events_days`, when it sets one.
+    pub retention_days: Option<u32>,
+    /// Its capture, when it overrides `telemetry.capture`: `(raw_exchanges, raw_max_bytes)`.
+    pub capture: Option<(bool, u64)>,
 }
 
 /// An agent as `validate` resolved it.
@@ -257,6 +285,9 @@ pub struct Validation {
 pub struct ValidatedAgent {
     /// Name.
     pub name: String,
+    /// The tenant it is shown for, with a `tenants` list: the first that may run it (its
+    /// model mapping, tools and approvals apply); `None` without one.
+    pub tenant: Option<String>,
     /// Orchestrating model id.
     pub model: String,
     /// Iteration cap.
@@ -348,7 +379,8 @@ impl Loom {
             Some(idempotency) => Some(idempotency),
             None => idempotency_store(&config)?,
         };
-        Loom::assemble(config, store, idempotency, postgres.artifacts)
+        let tenants = crate::routing::tenant_stores(&config)?;
+        Loom::assemble(config, store, idempotency, tenants, postgres.artifacts)
     }
 
     /// [`Loom::new`] for a caller inside a tokio runtime (a server, the CLI): SQLite files (the
@@ -365,7 +397,8 @@ impl Loom {
             Some(idempotency) => Some(idempotency),
             None => idempotency_store_async(&config).await?,
         };
-        Loom::assemble(config, store, idempotency, postgres.artifacts)
+        let tenants = crate::routing::tenant_stores_async(&config).await?;
+        Loom::assemble(config, store, idempotency, tenants, postgres.artifacts)
     }
 
     /// [`Loom::from_config_with`] for a caller inside a tokio runtime (see [`Loom::open`]).
@@ -398,7 +431,8 @@ impl Loom {
         crate::env::var(self.config(), name)
     }
 
-    /// A Loom over a configuration and a journal of the caller's choice.
+    /// A Loom over a configuration and a journal of the caller's choice (the tenants that
+    /// declare their own storage, `tenants[].storage`, still use theirs).
     ///
     /// Every agent is resolved here, so that what the configuration alone decides (a judge on
     /// a role, a tool's `on_failure`, an MCP tool's contract, `local_files` rights…) is
@@ -410,24 +444,36 @@ impl Loom {
             Some(idempotency) => Some(idempotency),
             None => idempotency_store(&config)?,
         };
-        Loom::assemble(config, store, idempotency, postgres.artifacts)
+        let tenants = crate::routing::tenant_stores(&config)?;
+        Loom::assemble(config, store, idempotency, tenants, postgres.artifacts)
     }
 
     fn assemble(
         config: Config,
         store: Arc<dyn EventStore>,
         idempotency: Option<Arc<dyn loom_core::ports::IdempotencyStore>>,
+        tenants: crate::routing::TenantStores,
         artifacts: Option<Arc<dyn ArtifactStore>>,
     ) -> Result<Loom, LoomError> {
         let models = crate::resolve::models(&config)?;
         let sources = mcp_servers(&config)?;
         crate::resolve::check_at_open(&config, &models, &sources)?;
         let trigger_secrets = crate::trigger::secrets(&config)?;
-        let artifacts: Arc<dyn ArtifactStore> = match (artifacts, config.artifacts_path()) {
+        let mut artifacts: Arc<dyn ArtifactStore> = match (artifacts, config.artifacts_path()) {
             (Some(artifacts), _) => artifacts,
             (None, Some(path)) => Arc::new(LocalArtifacts::new(path)),
             (None, None) => Arc::new(MemoryArtifacts::new()),
         };
+        let mut store = store;
+        if !tenants.is_empty() {
+            // Each tenant with its own storage is sent to it, the others to the root stores.
+            let (events, files) = tenants
+                .into_iter()
+                .map(|(tenant, (events, files))| ((tenant.clone(), events), (tenant, files)))
+                .unzip();
+            store = Arc::new(crate::routing::RoutedEvents::new(store, events));
+            artifacts = Arc::new(crate::routing::RoutedArtifacts::new(artifacts, files));
+        }
         let lease =
             std::time::Duration::try_from_secs_f64(config.raw().execution.lease).map_err(|_| {
                 LoomError::from(config.error_at_root("execution.lease", "not a usable duration"))

@@ -1,13 +1,25 @@
 //! MCP servers declared in `mcp_servers`, built once per Loom instance.
 //!
-//! Secrets never sit in the configuration: `env_from` and `headers_env` name environment
-//! variables, read here when the instance is built; a missing variable is a configuration
-//! error naming the key.
+//! Secrets never sit in the configuration: `env_from` and `headers_env` name secrets (environment
+//! variables), read through [`crate::secrets`]. A server no tenant redirects a secret of is built
+//! when the instance is built, and a missing variable is a configuration error naming the key.
+//! A server some tenant redirects a secret of (its scope is then `tenant` or `run`, checked at
+//! load) is [`PerTenant`]: one server per tenant, built with that tenant's values the first
+//! time one of its runs opens it; a missing value then makes the source unavailable for that
+//! tenant's runs only, with an error naming the secret, never its value.
 
-use std::{collections::BTreeMap, sync::Arc, time::Duration};
+use std::{
+    collections::BTreeMap,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
 
 use loom_config::{Config, McpScope, McpServerSpec, McpTransport};
-use loom_core::{ports::ToolSource, tool::Approval};
+use loom_core::{
+    BoxFuture,
+    ports::{SourceContext, SourceError, ToolSource},
+    tool::{Approval, Tool},
+};
 use loom_mcp::{CircuitSettings, McpServer, McpServerOptions, Scope, ToolOverrides, Transport};
 
 use crate::LoomError;
@@ -15,29 +27,142 @@ use crate::LoomError;
 /// Builds every declared MCP server (connections open lazily, when a run needs them).
 pub(crate) fn servers(config: &Config) -> Result<BTreeMap<String, Arc<dyn ToolSource>>, LoomError> {
     let mut servers: BTreeMap<String, Arc<dyn ToolSource>> = BTreeMap::new();
+    let mut shared: Option<Arc<Config>> = None;
     for (index, spec) in config.raw().mcp_servers.iter().enumerate() {
-        let options = options(config, index, spec)?;
-        servers.insert(spec.name.clone(), Arc::new(McpServer::new(options)));
+        let redirected = config.raw().tenants.iter().any(|tenant| {
+            crate::secrets::redirects(
+                config,
+                &tenant.id,
+                spec.headers_env.values().chain(spec.env_from.values()),
+            )
+        });
+        if redirected {
+            // Checked here as for the others, with values that cannot be secrets.
+            options(config, index, spec, None)?;
+            let config = shared.get_or_insert_with(|| Arc::new(config.clone()));
+            servers.insert(
+                spec.name.clone(),
+                Arc::new(PerTenant {
+                    config: config.clone(),
+                    index,
+                    name: spec.name.clone(),
+                    servers: Mutex::new(BTreeMap::new()),
+                    shut_down: std::sync::atomic::AtomicBool::new(false),
+                }),
+            );
+        } else {
+            let options = options(config, index, spec, Some(loom_config::DEFAULT_TENANT))?;
+            servers.insert(spec.name.clone(), Arc::new(McpServer::new(options)));
+        }
     }
     Ok(servers)
 }
 
-fn env_value(config: &Config, key: &str, variable: &str) -> Result<String, LoomError> {
-    match crate::env::var(config, variable) {
-        Some(value) if !value.is_empty() => Ok(value),
-        _ => Err(config
-            .error_at_root(
-                key,
-                format!("the environment variable {variable} is absent or empty"),
-            )
-            .into()),
+/// An MCP server whose secrets some tenant redirects: one [`McpServer`] per tenant, built with
+/// the tenant's values ([`crate::secrets`]) the first time one of its runs opens it.
+#[derive(Debug)]
+struct PerTenant {
+    config: Arc<Config>,
+    index: usize,
+    name: String,
+    servers: Mutex<BTreeMap<String, Arc<McpServer>>>,
+    /// Set by `shutdown`: no tenant's server is built any more.
+    shut_down: std::sync::atomic::AtomicBool,
+}
+
+impl PerTenant {
+    /// The server of `tenant`, built now if needed.
+    fn server(&self, tenant: &str) -> Result<Arc<McpServer>, SourceError> {
+        let mut servers = self
+            .servers
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(server) = servers.get(tenant) {
+            return Ok(server.clone());
+        }
+        if self.shut_down.load(std::sync::atomic::Ordering::Acquire) {
+            return Err(SourceError {
+                message: format!("MCP server '{}' is shut down", self.name),
+                circuit: None,
+            });
+        }
+        let spec = &self.config.raw().mcp_servers[self.index];
+        let options =
+            options(&self.config, self.index, spec, Some(tenant)).map_err(|error| SourceError {
+                message: error.to_string(),
+                circuit: None,
+            })?;
+        let server = Arc::new(McpServer::new(options));
+        servers.insert(tenant.to_owned(), server.clone());
+        Ok(server)
+    }
+
+    fn built(&self, tenant: &str) -> Option<Arc<McpServer>> {
+        self.servers
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .get(tenant)
+            .cloned()
     }
 }
 
+impl ToolSource for PerTenant {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn open<'a>(
+        &'a self,
+        ctx: &'a SourceContext,
+    ) -> BoxFuture<'a, Result<Vec<Arc<dyn Tool>>, SourceError>> {
+        Box::pin(async move { self.server(&ctx.tenant_id)?.open(ctx).await })
+    }
+
+    fn release<'a>(&'a self, ctx: &'a SourceContext) -> BoxFuture<'a, ()> {
+        Box::pin(async move {
+            if let Some(server) = self.built(&ctx.tenant_id) {
+                server.release(ctx).await;
+            }
+        })
+    }
+
+    fn shutdown(&self) -> BoxFuture<'_, ()> {
+        self.shut_down
+            .store(true, std::sync::atomic::Ordering::Release);
+        let servers: Vec<Arc<McpServer>> = self
+            .servers
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .values()
+            .cloned()
+            .collect();
+        Box::pin(async move {
+            futures_util::future::join_all(servers.iter().map(|s| s.shutdown())).await;
+        })
+    }
+}
+
+/// The value of the secret `variable` named at `key`, for `tenant`; `None` checks the
+/// configuration only (a placeholder that is no secret).
+fn secret_value(
+    config: &Config,
+    tenant: Option<&str>,
+    key: &str,
+    variable: &str,
+) -> Result<String, LoomError> {
+    match tenant {
+        Some(tenant) => crate::secrets::required(config, tenant, variable, key),
+        None => Ok(String::new()),
+    }
+}
+
+/// The options of server `index` for `tenant`'s runs (`None`: checked only, secrets left
+/// empty).
 fn options(
     config: &Config,
     index: usize,
     spec: &McpServerSpec,
+    tenant: Option<&str>,
 ) -> Result<McpServerOptions, LoomError> {
     let at = |key: &str| format!("mcp_servers[{index}].{key}");
     let transport = match spec.transport {
@@ -52,7 +177,7 @@ fn options(
             for (name, variable) in &spec.env_from {
                 env.insert(
                     name.clone(),
-                    env_value(config, &at(&format!("env_from.{name}")), variable)?,
+                    secret_value(config, tenant, &at(&format!("env_from.{name}")), variable)?,
                 );
             }
             Transport::Stdio {
@@ -70,7 +195,12 @@ fn options(
             for (name, variable) in &spec.headers_env {
                 headers.push((
                     name.clone(),
-                    env_value(config, &at(&format!("headers_env.{name}")), variable)?,
+                    secret_value(
+                        config,
+                        tenant,
+                        &at(&format!("headers_env.{name}")),
+                        variable,
+                    )?,
                 ));
             }
             Transport::Http {

@@ -89,29 +89,49 @@ pub(crate) fn agent(
     .agent(name, 0)
 }
 
-/// Resolves every agent of the configuration as it is opened ([`Stage::Open`]): the first
-/// refusal the configuration alone decides is returned.
+/// Resolves every agent of the configuration as it is opened ([`Stage::Open`]), as every
+/// declared tenant may run it (its model mapping, tools and approvals): the first refusal the
+/// configuration alone decides is returned.
 pub(crate) fn check_at_open(
     config: &Config,
     models: &Models,
     sources: &BTreeMap<String, Arc<dyn ToolSource>>,
 ) -> Result<(), LoomError> {
     let registry = Registry::default();
-    let resolver = Resolver {
-        config,
-        models,
-        registry: &registry,
-        sources,
-        tenant: loom_config::DEFAULT_TENANT,
-        stage: Stage::Open,
-    };
+    let declared = &config.raw().tenants;
     for spec in config.agents() {
-        resolver.agent(&spec.name, 0)?;
+        // As each declared tenant that may run it sees it; an agent no tenant may run (or
+        // without a `tenants` list) as `default` sees it.
+        let mut tenants: Vec<&str> = declared
+            .iter()
+            .filter(|t| t.allows_agent(&spec.name))
+            .map(|t| t.id.as_str())
+            .collect();
+        if tenants.is_empty() {
+            tenants.push(loom_config::DEFAULT_TENANT);
+        }
+        for tenant in tenants {
+            Resolver {
+                config,
+                models,
+                registry: &registry,
+                sources,
+                tenant,
+                stage: Stage::Open,
+            }
+            .agent(&spec.name, 0)?;
+        }
     }
     Ok(())
 }
 
 impl Resolver<'_> {
+    /// The model the tenant's runs use where the configuration says `id` (its
+    /// `tenants[].models` mapping), if declared.
+    fn model(&self, id: &str) -> Option<&ModelSpec> {
+        self.config.model(self.config.tenant_model(self.tenant, id))
+    }
+
     /// Resolves agent `name` for runs of `depth` (0 for a root run): its sub-agents are
     /// resolved only while `depth` is below its `max_depth`, since deeper runs are never
     /// offered them.
@@ -162,7 +182,7 @@ impl Resolver<'_> {
 
     /// The orchestrator's model, which must call tools when the agent has any.
     fn main_model(&self, spec: &loom_config::AgentSpec) -> Result<&ModelSpec, LoomError> {
-        let model = self.config.model(&spec.main.model).ok_or_else(|| {
+        let model = self.model(&spec.main.model).ok_or_else(|| {
             self.config.error_at_agent(
                 &spec.name,
                 "main.model",
@@ -199,7 +219,7 @@ impl Resolver<'_> {
             .enumerate()
             .map(|(f, id)| {
                 let key = format!("main.fallbacks[{f}]");
-                let fallback = config.model(id).ok_or_else(|| {
+                let fallback = self.model(id).ok_or_else(|| {
                     LoomError::from(config.error_at_agent(
                         &spec.name,
                         &key,
@@ -263,8 +283,10 @@ impl Resolver<'_> {
         if depth >= spec.max_depth {
             return Ok(Vec::new());
         }
+        let tenant = self.config.tenant(self.tenant);
         spec.subagents
             .iter()
+            .filter(|sub| !tenant.is_some_and(|t| t.denies(sub.tool_name())))
             .map(|sub| {
                 let child = self.agent(&sub.agent, depth + 1)?;
                 // Filled from the agent's own description when loading the configuration.

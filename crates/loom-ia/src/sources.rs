@@ -12,7 +12,7 @@ use loom_config::ToolOverrides;
 use loom_core::{
     BoxFuture,
     ports::{SourceContext, SourceError, ToolSource},
-    tool::{Tool, ToolContext, ToolError, ToolOutput, ToolSpec},
+    tool::{Approval, Tool, ToolContext, ToolError, ToolOutput, ToolSpec},
 };
 use serde_json::Value;
 
@@ -25,6 +25,10 @@ pub(crate) struct AgentSource {
     include: Option<Vec<String>>,
     exclude: Option<Vec<String>>,
     overrides: BTreeMap<String, ToolOverrides>,
+    /// The tenant's `tools_deny`, by the name the model sees.
+    deny: Vec<String>,
+    /// The tenant's `approvals`, by the name the model sees.
+    approvals: BTreeMap<String, Approval>,
 }
 
 impl AgentSource {
@@ -43,7 +47,21 @@ impl AgentSource {
             include,
             exclude,
             overrides,
+            deny: Vec::new(),
+            approvals: BTreeMap::new(),
         }
+    }
+
+    /// The source as one tenant's runs see it: without the tools it denies, with its
+    /// approvals over the agent's (`tenants[].tools_deny`, `tenants[].approvals`).
+    pub(crate) fn for_tenant(
+        mut self,
+        deny: Vec<String>,
+        approvals: BTreeMap<String, Approval>,
+    ) -> AgentSource {
+        self.deny = deny;
+        self.approvals = approvals;
+        self
     }
 
     /// The tool as this agent sees it, or `None` when the agent does not use it.
@@ -66,8 +84,14 @@ impl AgentSource {
         }
         let mut spec = tool.spec().clone();
         spec.name = format!("{}__{bare}", self.prefix);
+        if self.deny.contains(&spec.name) {
+            return None;
+        }
         if let Some(overrides) = self.overrides.get(&bare) {
             apply_overrides(&mut spec, overrides);
+        }
+        if let Some(approval) = self.approvals.get(&spec.name) {
+            spec.declarations.approval = *approval;
         }
         Some(Arc::new(Declared { inner: tool, spec }))
     }

@@ -11,7 +11,7 @@
 //!
 //! | key | meaning |
 //! |---|---|
-//! | `text` | the answer's text; `{{ tool_result }}` is replaced by the text of the last tool result (without the engine's `[result:N]` marker) |
+//! | `text` | the answer's text; `{{ tool_result }}` is replaced by the text of the last tool result (without the engine's `[result:N]` marker), `{{ system }}` by the request's system prompt |
 //! | `tool_calls` | `[{name, arguments}]`, call ids `fake_<turn>_<i>` |
 //! | `reasoning` | a reasoning block before the text |
 //! | `with_tool` / `without_tool` | keep the reply only if that tool is (not) offered |
@@ -176,7 +176,9 @@ impl FakeModel {
         } else {
             reply.text.clone()
         };
-        let text = text.replace("{{ tool_result }}", &last_tool_result(&request.messages));
+        let text = text
+            .replace("{{ tool_result }}", &last_tool_result(&request.messages))
+            .replace("{{ system }}", &request.system);
         if !text.is_empty() {
             blocks.push(loom_core::Block::text(text));
         }

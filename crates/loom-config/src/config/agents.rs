@@ -218,7 +218,11 @@ fn check_agent_spec(
     let meta = &mut config.meta[i];
     meta.system = system;
     meta.system_file = system_file;
-    if let Err(issue) = prompt::check(&config.meta[i].system) {
+    // The variables some tenant defines are known here; whether each tenant that may run the
+    // agent defines those its prompts use is checked with the tenants (`tenants.rs`).
+    let defined = super::tenants::defined_variables(config);
+    let defined: Vec<&str> = defined.iter().map(String::as_str).collect();
+    if let Err(issue) = prompt::check(&config.meta[i].system, &defined) {
         let file = config.meta[i].system_file.clone();
         return Err(config.template_error_at(
             i,
@@ -228,7 +232,7 @@ fn check_agent_spec(
         ));
     }
     for (r, role) in role_prompts.iter().enumerate() {
-        if let Err(issue) = prompt::check(&role.system) {
+        if let Err(issue) = prompt::check(&role.system, &defined) {
             return Err(config.template_error_at(
                 i,
                 &KeyPath::root().key("roles").index(r),

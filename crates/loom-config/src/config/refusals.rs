@@ -19,19 +19,8 @@ pub(super) fn not_yet(path: &KeyPath, field: &str) -> &'static str {
         "state",
         "idle_timeout",
     ];
-    // Keys of a tenant (`tenants[i]`) that the reference has and Loom does not yet.
-    const TENANT_LATER: &[&str] = &[
-        "tools_deny",
-        "models",
-        "approvals",
-        "secrets",
-        "variables",
-        "storage",
-        "retention",
-        "telemetry",
-    ];
-    // Keys of `storage` (the Redis and RabbitMQ backends, the bus, encryption, retention)
-    // and of `telemetry` (OpenTelemetry export, redaction) that Loom does not have yet.
+    // Keys of `storage` (the Redis and RabbitMQ backends, encryption, retention) and of
+    // `telemetry` (OpenTelemetry export, redaction) that Loom does not have yet.
     const STORAGE_LATER: &[&str] = &["queue", "bus", "encryption", "retention", "url_env"];
     const TELEMETRY_LATER: &[&str] = &["exporters", "redaction"];
     let parent = &path.0[..path.0.len().saturating_sub(1)];
@@ -42,6 +31,7 @@ pub(super) fn not_yet(path: &KeyPath, field: &str) -> &'static str {
         return NOT_YET;
     }
     let in_tenant = matches!(parent, [yaml::Seg::Key(k), yaml::Seg::Index(_)] if k == "tenants");
+    let in_tenant_key = |key: &str| matches!(parent, [yaml::Seg::Key(k), yaml::Seg::Index(_), yaml::Seg::Key(s), ..] if k == "tenants" && s == key);
     let in_main = matches!(parent.last(), Some(yaml::Seg::Key(k)) if k == "main");
     let in_tool = matches!(
         parent,
@@ -52,12 +42,17 @@ pub(super) fn not_yet(path: &KeyPath, field: &str) -> &'static str {
     } else if in_tool && field == "judge" {
         " — a tool's results are not judged: judges apply to an agent's answer or a role's; \
 give the tool an 'output' contract"
+    } else if in_tenant_key("storage") && matches!(field, "encryption" | "idempotency") {
+        " — a tenant's encryption and idempotency store are the deployment's (storage.encryption, \
+storage.idempotency): a tenant declares only its own journal (events) and files (artifacts)"
+    } else if in_tenant_key("telemetry") && matches!(field, "redaction" | "exporters" | "logging") {
+        " — a tenant overrides only its capture: logging, redaction and exporters are the \
+deployment's (a tenant chooses whether its content is captured, not where it goes)"
+    } else if field == "exports" && (under("telemetry") || in_tenant_key("telemetry")) {
+        " — Loom has no telemetry exporter yet, so there is nothing to export: capture.exports is \
+not implemented in this version"
     } else if in_tenant {
-        if TENANT_LATER.contains(&field) {
-            NOT_YET
-        } else {
-            ""
-        }
+        ""
     } else if (in_main && field == "context") || LATER.contains(&field) {
         NOT_YET
     } else {
@@ -71,7 +66,8 @@ const NOT_YET: &str = " — this part of the Loom-IA format is not implemented i
 /// Why a value of the Loom-IA format is refused (`value` at `path`): the backends of the
 /// reference that Loom does not have yet (Redis, the journal and memory idempotency stores).
 pub(super) fn not_yet_value(path: &KeyPath, value: &str) -> &'static str {
-    let later: &[&str] = match path.to_string().as_str() {
+    let path = path.to_string();
+    let later: &[&str] = match path.as_str() {
         "storage.idempotency.backend" => &["journal", "memory", "redis"],
         _ => &[],
     };

@@ -116,8 +116,18 @@ impl Loom {
     /// and `loom mcp` call it before they serve, so that a configuration a run would refuse
     /// never starts a server.
     pub fn check_agents(&self) -> Result<(), LoomError> {
-        for spec in self.inner.config.agents() {
-            self.agent(&spec.name, DEFAULT_TENANT)?;
+        let config = &self.inner.config;
+        for spec in config.agents() {
+            self.agent(&spec.name, base_tenant(config, &spec.name))?;
+            // As each tenant may run it (its models, tools, approvals and variables).
+            for tenant in config
+                .raw()
+                .tenants
+                .iter()
+                .filter(|t| t.allows_agent(&spec.name))
+            {
+                self.agent(&spec.name, &tenant.id)?;
+            }
         }
         Ok(())
     }
@@ -129,10 +139,11 @@ impl Loom {
         let config = &self.inner.config;
         let mut agents = Vec::new();
         for spec in config.agents() {
-            let runtime = self.agent(&spec.name, DEFAULT_TENANT)?;
+            let tenant = base_tenant(config, &spec.name);
+            let runtime = self.agent(&spec.name, tenant)?;
             let mut sources = Vec::new();
             let context = SourceContext {
-                tenant_id: DEFAULT_TENANT.to_owned(),
+                tenant_id: tenant.to_owned(),
                 session_id: "validate".to_owned(),
                 run_id: "validate".to_owned(),
             };
@@ -154,6 +165,7 @@ impl Loom {
             }
             agents.push(ValidatedAgent {
                 name: runtime.name.clone(),
+                tenant: (!config.raw().tenants.is_empty()).then(|| tenant.to_owned()),
                 model: runtime.main.config_id.clone(),
                 max_iterations: runtime.max_iterations,
                 tools: runtime
@@ -166,21 +178,6 @@ impl Loom {
             });
         }
         let journal = match config.raw().storage.events.backend {
-            EventsBackend::Memory => "memory (lost at exit)".to_owned(),
-            EventsBackend::Jsonl => format!(
-                "jsonl in {}",
-                config
-                    .events_path()
-                    .map(|p| p.display().to_string())
-                    .unwrap_or_default()
-            ),
-            EventsBackend::Sqlite => format!(
-                "sqlite in {}",
-                config
-                    .events_path()
-                    .map(|p| p.display().to_string())
-                    .unwrap_or_default()
-            ),
             EventsBackend::Postgres => {
                 let events = &config.raw().storage.events;
                 format!(
@@ -189,6 +186,7 @@ impl Loom {
                     events.role
                 )
             }
+            backend => describe_journal(backend, config.events_path()),
         };
         Ok(Validation {
             file: config.file().to_path_buf(),
@@ -212,6 +210,7 @@ impl Loom {
             agents,
             tools: self.tool_names(),
             journal,
+            tenants: self.validated_tenants(),
         })
     }
 
@@ -272,6 +271,28 @@ impl Loom {
     ) -> Result<Arc<AgentRuntime>, LoomError> {
         self.agent(name, tenant)
     }
+}
+
+/// Where a journal lives, as `validate` says it.
+pub(super) fn describe_journal(backend: EventsBackend, path: Option<std::path::PathBuf>) -> String {
+    let path = path.map(|p| p.display().to_string()).unwrap_or_default();
+    match backend {
+        EventsBackend::Memory => "memory (lost at exit)".to_owned(),
+        EventsBackend::Jsonl => format!("jsonl in {path}"),
+        EventsBackend::Sqlite => format!("sqlite in {path}"),
+        EventsBackend::Postgres => "postgres".to_owned(),
+    }
+}
+
+/// The tenant an agent is shown for by `validate`: `default` without a `tenants` list, else the
+/// first tenant that may run it (`default` when none may: it then uses no tenant variable).
+fn base_tenant<'a>(config: &'a loom_config::Config, agent: &str) -> &'a str {
+    config
+        .raw()
+        .tenants
+        .iter()
+        .find(|t| t.allows_agent(agent))
+        .map_or(DEFAULT_TENANT, |t| t.id.as_str())
 }
 
 /// Whether `name` can name a policy.

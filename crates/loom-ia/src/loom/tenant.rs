@@ -1,13 +1,69 @@
 //! Whether a tenant may open a run: its period budgets ([`Loom::with_tenant_budget`]) and its
-//! `quotas.runs_per_minute`, checked before anything is written.
+//! `quotas.runs_per_minute`, checked before anything is written; and what each tenant gets, as
+//! `validate` shows it.
 
-use super::Loom;
+use super::{Loom, ValidatedTenant};
 use crate::LoomError;
 use crate::budget::TenantBudget;
 use loom_core::Event;
 use loom_engine::{AgentRuntime, BeginRun, Observer, RunRef};
 
 impl Loom {
+    /// What each declared tenant gets: its agents, denied tools, model mapping, approvals, the
+    /// names of its secrets (and whether each has a value, never the value), its variables'
+    /// names, its journal, retention and capture.
+    pub(super) fn validated_tenants(&self) -> Vec<ValidatedTenant> {
+        let config = &self.inner.config;
+        config
+            .raw()
+            .tenants
+            .iter()
+            .map(|tenant| ValidatedTenant {
+                id: tenant.id.clone(),
+                agents: config
+                    .agents()
+                    .iter()
+                    .filter(|a| tenant.allows_agent(&a.name))
+                    .map(|a| a.name.clone())
+                    .collect(),
+                tools_deny: tenant.tools_deny.clone(),
+                models: tenant
+                    .models
+                    .iter()
+                    .map(|(from, to)| (from.clone(), to.clone()))
+                    .collect(),
+                approvals: tenant
+                    .approvals
+                    .iter()
+                    .map(|(tool, approval)| (tool.clone(), approval_name(*approval).to_owned()))
+                    .collect(),
+                secrets: tenant
+                    .secrets
+                    .iter()
+                    .map(|(name, source)| {
+                        let set = matches!(
+                            crate::secrets::secret(config, &tenant.id, name),
+                            Ok(Some(_))
+                        );
+                        (name.clone(), source.to_string(), set)
+                    })
+                    .collect(),
+                variables: tenant.variables.keys().cloned().collect(),
+                journal: tenant.storage.as_ref().map(|storage| {
+                    super::registry::describe_journal(
+                        storage.events.backend,
+                        config.tenant_events_path(&tenant.id),
+                    )
+                }),
+                retention_days: tenant.retention.as_ref().and_then(|r| r.events_days),
+                capture: (!tenant.telemetry.is_empty()).then(|| {
+                    let capture = config.capture_for(&tenant.id);
+                    (capture.raw_exchanges, capture.raw_max_bytes)
+                }),
+            })
+            .collect()
+    }
+
     /// Sets `tenant`'s period ceilings (replacing any it had): a run of the tenant is refused
     /// ([`LoomError::BudgetExhausted`], nothing written) once the root runs it started in the
     /// current UTC day or month spent as much. Applies to every clone of this instance.
@@ -131,5 +187,14 @@ impl Loom {
             }
         }
         Ok(sessions)
+    }
+}
+
+/// How an approval is written in the configuration.
+fn approval_name(approval: loom_core::tool::Approval) -> &'static str {
+    match approval {
+        loom_core::tool::Approval::Never => "never",
+        loom_core::tool::Approval::Always => "always",
+        loom_core::tool::Approval::Policy => "policy",
     }
 }

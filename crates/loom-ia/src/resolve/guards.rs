@@ -112,9 +112,12 @@ impl Resolver<'_> {
         spec: &loom_config::AgentSpec,
     ) -> Result<Vec<RoleRuntime>, LoomError> {
         let (config, name, tenant) = (self.config, spec.name.as_str(), self.tenant);
+        let denied = |role: &str| config.tenant(tenant).is_some_and(|t| t.denies(role));
         spec.roles
             .iter()
             .enumerate()
+            // The tenant's `tools_deny` removes a role's tool like any other.
+            .filter(|(_, role)| !denied(&role.name))
             .map(|(r, role)| {
                 let at = |key: &str, message: String| {
                     LoomError::from(config.error_at_agent(
@@ -124,8 +127,7 @@ impl Resolver<'_> {
                     ))
                 };
                 let model_of = |key: &str, id: &str| {
-                    config
-                        .model(id)
+                    self.model(id)
                         .ok_or_else(|| at(key, format!("unknown model '{id}'")))
                         .and_then(|m| self.binding(m, &role.llm))
                 };
@@ -191,8 +193,7 @@ impl Resolver<'_> {
             LoomError::from(config.error_at_agent(agent, &format!("{path}.{key}"), message))
         };
         let model_of = |key: &str, id: &str| {
-            config
-                .model(id)
+            self.model(id)
                 .ok_or_else(|| at(key, format!("unknown model '{id}'")))
                 .and_then(|m| self.binding(m, &judge.llm))
         };

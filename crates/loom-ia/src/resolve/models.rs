@@ -14,14 +14,67 @@ use loom_models::FakeModel;
 use super::{Resolver, Stage};
 use crate::LoomError;
 
-/// The clients of the declared models; a provider that cannot be set up (a missing API key
-/// variable) is only an error for the agents that use it.
-pub(crate) type Models = BTreeMap<String, Result<Arc<dyn ModelClient>, ConfigError>>;
+/// The clients of the declared models, as one tenant's runs use them.
+type Clients = BTreeMap<String, Result<Arc<dyn ModelClient>, ConfigError>>;
 
-/// Builds the client of every declared model.
+/// The clients of the declared models; a provider that cannot be set up (a missing API key
+/// variable) is only an error for the agents that use it. A tenant that reads a model's API key
+/// from its own secret (`tenants[].secrets`) or captures otherwise (`tenants[].telemetry`) has
+/// its own client of that model.
+#[derive(Default)]
+pub(crate) struct Models {
+    /// The clients of every tenant that has none of its own.
+    common: Clients,
+    /// The tenants' own clients, by tenant then model id.
+    tenants: BTreeMap<String, Clients>,
+}
+
+impl Models {
+    /// The client of model `id` for `tenant`'s runs.
+    fn get(&self, tenant: &str, id: &str) -> Option<&Result<Arc<dyn ModelClient>, ConfigError>> {
+        self.tenants
+            .get(tenant)
+            .and_then(|own| own.get(id))
+            .or_else(|| self.common.get(id))
+    }
+}
+
+/// Builds the client of every declared model, and the tenants' own clients.
 pub(crate) fn models(config: &Config) -> Result<Models, LoomError> {
-    let mut clients: Models = BTreeMap::new();
+    let mut models = Models {
+        common: clients(config, None)?,
+        tenants: BTreeMap::new(),
+    };
+    for tenant in &config.raw().tenants {
+        let own = clients(config, Some(&tenant.id))?;
+        if !own.is_empty() {
+            models.tenants.insert(tenant.id.clone(), own);
+        }
+    }
+    Ok(models)
+}
+
+/// Whether `tenant` needs its own client of `spec`: it reads the model's API key from its own
+/// secret, or captures exchanges otherwise than the root.
+fn own_client(config: &Config, tenant: &str, spec: &ModelSpec) -> bool {
+    spec.sdk != Sdk::Fake
+        && (spec
+            .api_key_env
+            .as_ref()
+            .is_some_and(|name| config.tenant_secret(tenant, name).is_some())
+            || config.capture_for(tenant) != config.raw().telemetry.capture)
+}
+
+/// The clients of the declared models: every one (`tenant` `None`), or those `tenant` needs of
+/// its own.
+fn clients(config: &Config, tenant: Option<&str>) -> Result<Clients, LoomError> {
+    let mut clients: Clients = BTreeMap::new();
     for (index, spec) in config.raw().models.iter().enumerate() {
+        if let Some(tenant) = tenant
+            && !own_client(config, tenant, spec)
+        {
+            continue;
+        }
         let client: Result<Arc<dyn ModelClient>, ConfigError> = match spec.sdk {
             Sdk::Fake => {
                 let model =
@@ -38,11 +91,14 @@ pub(crate) fn models(config: &Config) -> Result<Models, LoomError> {
             Sdk::Anthropic | Sdk::Openai if !compiled(spec.sdk) => {
                 return Err(missing_feature(config, index, spec));
             }
-            Sdk::Anthropic | Sdk::Openai => match build_provider(config, index, spec) {
-                Ok(client) => Ok(client),
-                Err(LoomError::Config(error)) => Err(*error),
-                Err(other) => return Err(other),
-            },
+            Sdk::Anthropic | Sdk::Openai => {
+                let tenant = tenant.unwrap_or(loom_config::DEFAULT_TENANT);
+                match build_provider(config, index, spec, tenant) {
+                    Ok(client) => Ok(client),
+                    Err(LoomError::Config(error)) => Err(*error),
+                    Err(other) => return Err(other),
+                }
+            }
         };
         clients.insert(spec.id.clone(), client);
     }
@@ -74,7 +130,7 @@ impl Resolver<'_> {
     /// that could not be set up (an absent API key variable) is the environment's matter: it
     /// stands as [`NotSetUp`] and is refused when the agent is resolved to run.
     fn client(&self, model: &ModelSpec) -> Result<Arc<dyn ModelClient>, LoomError> {
-        match self.models.get(&model.id) {
+        match self.models.get(self.tenant, &model.id) {
             Some(Ok(client)) => Ok(client.clone()),
             Some(Err(_)) if self.stage == Stage::Open => Ok(Arc::new(NotSetUp)),
             Some(Err(error)) => Err(error.clone().into()),
@@ -171,14 +227,23 @@ fn build_provider(
     config: &Config,
     index: usize,
     spec: &ModelSpec,
+    tenant: &str,
 ) -> Result<Arc<dyn ModelClient>, LoomError> {
     use loom_providers::ProviderOptions;
 
     let api_key = match &spec.api_key_env {
+        Some(variable) if config.tenant_secret(tenant, variable).is_some() => {
+            Some(crate::secrets::required(
+                config,
+                tenant,
+                variable,
+                &format!("models[{index}].api_key_env"),
+            )?)
+        }
         Some(variable) => {
-            match crate::env::var(config, variable) {
-                Some(value) if !value.is_empty() => Some(value),
-                _ => {
+            match crate::secrets::secret(config, tenant, variable)? {
+                Some(value) => Some(value),
+                None => {
                     return Err(config
                     .error_at_root(
                         &format!("models[{index}].api_key_env"),
@@ -202,7 +267,7 @@ fn build_provider(
         max_tokens: spec.max_tokens,
         headers: spec.headers.clone(),
         connect_timeout: Duration::from_secs(10),
-        capture: capture(config),
+        capture: config.capture_for(tenant).raw_limit(),
     };
     let refused = |e: loom_providers::ProviderError| {
         LoomError::from(config.error_at_root(
@@ -266,17 +331,12 @@ fn build_provider(
     }
 }
 
-/// The body limit of raw-exchange capture (`telemetry.capture`), when it is on.
-#[cfg(any(feature = "anthropic", feature = "openai"))]
-fn capture(config: &Config) -> Option<usize> {
-    config.raw().telemetry.capture.raw_limit()
-}
-
 #[cfg(not(any(feature = "anthropic", feature = "openai")))]
 fn build_provider(
     config: &Config,
     index: usize,
     spec: &ModelSpec,
+    _tenant: &str,
 ) -> Result<Arc<dyn ModelClient>, LoomError> {
     Err(config
         .error_at_root(

@@ -49,7 +49,53 @@ impl Resolver<'_> {
                 bound.tools.push(tool);
             }
         }
+        // The tenant's `tools_deny`: never offered, so a model asking for one gets the
+        // unknown-tool error.
+        if let Some(tenant) = self.config.tenant(self.tenant) {
+            bound.tools.retain(|tool| !tenant.denies(tool.name()));
+        }
         Ok(bound)
+    }
+
+    /// `tenants[i].approvals.<tool>` of the tenant, when it sets the approval of `tool`.
+    fn tenant_approval(&self, tool: &str) -> Option<(Approval, String)> {
+        let (index, tenant) = self
+            .config
+            .raw()
+            .tenants
+            .iter()
+            .enumerate()
+            .find(|(_, t)| t.id == self.tenant)?;
+        let approval = *tenant.approvals.get(tool)?;
+        Some((approval, format!("tenants[{index}].approvals.{tool}")))
+    }
+
+    /// Refuses the tenant's `approval: policy` of `tool` when no policy of the agent can ask a
+    /// human (located at the tenant's key).
+    fn check_tenant_approval(
+        &self,
+        spec: &loom_config::AgentSpec,
+        tool: &str,
+        policies: &[BoundPolicy],
+    ) -> Result<Option<Approval>, LoomError> {
+        let Some((approval, key)) = self.tenant_approval(tool) else {
+            return Ok(None);
+        };
+        if approval == Approval::Policy && !self.may_pause(spec, policies) {
+            return Err(self
+                .config
+                .error_at_root(
+                    &key,
+                    format!(
+                        "tenant '{}', tool '{tool}' of agent '{}': {}",
+                        self.tenant,
+                        spec.name,
+                        loom_config::APPROVAL_POLICY
+                    ),
+                )
+                .into());
+        }
+        Ok(Some(approval))
     }
 
     /// A located error at `tools[index].key` of the agent.
@@ -108,7 +154,7 @@ impl Resolver<'_> {
                 _ => {}
             }
         }
-        let agent_source = AgentSource::new(
+        let mut agent_source = AgentSource::new(
             source.clone(),
             server,
             reference.alias.as_deref(),
@@ -116,6 +162,16 @@ impl Resolver<'_> {
             reference.exclude.clone(),
             reference.tools.clone(),
         );
+        if let Some(tenant) = self.config.tenant(self.tenant) {
+            let prefix = format!("{}__", reference.alias.as_deref().unwrap_or(server));
+            let mut approvals = std::collections::BTreeMap::new();
+            for name in tenant.approvals.keys().filter(|n| n.starts_with(&prefix)) {
+                if let Some(approval) = self.check_tenant_approval(spec, name, policies)? {
+                    approvals.insert(name.clone(), approval);
+                }
+            }
+            agent_source = agent_source.for_tenant(tenant.tools_deny.clone(), approvals);
+        }
         Ok(BoundSource {
             source: Arc::new(agent_source),
             required: reference.required,
@@ -157,6 +213,7 @@ impl Resolver<'_> {
                 &yaml_only(reference),
                 policies,
             )?;
+            self.check_tenant_approval(spec, &tool_name, policies)?;
             return Ok(None);
         } else {
             let registered: Vec<&str> = self.registry.tools.keys().map(String::as_str).collect();
@@ -174,6 +231,9 @@ impl Resolver<'_> {
         overlay(&mut declarations, reference);
         if let Some(timeout) = timeout {
             declarations.timeout = Some(timeout);
+        }
+        if let Some(approval) = self.check_tenant_approval(spec, &tool.spec().name, policies)? {
+            declarations.approval = approval;
         }
         self.check_declarations(spec, index, reference, &tool_name, &declarations, policies)?;
         let description = reference
