@@ -36,6 +36,7 @@
 //! [`Config::effective_budgets`]) and [`TenantSpec`] ([`Config::check_tenant`]).
 
 mod access;
+mod at_rest;
 mod config;
 mod env_file;
 mod error;
@@ -50,6 +51,7 @@ mod yaml;
 use std::path::{Path, PathBuf};
 
 pub use access::{HostPattern, LOOPBACK_HOSTS, OriginPattern, PortPattern};
+pub use at_rest::{EncryptionStorage, RetentionStorage};
 pub use config::{
     APPROVAL_POLICY, BUILTIN_TOOLS, Config, DEFAULT_TENANT, MCP_CONTROL_TOOLS, UnknownTenant,
 };
