@@ -402,6 +402,7 @@ impl Loom {
             Some(path) => Arc::new(LocalArtifacts::new(path)),
             None => Arc::new(MemoryArtifacts::new()),
         };
+        let (store, artifacts) = crate::sealing::seal(&config, store, artifacts)?;
         let lease =
             std::time::Duration::try_from_secs_f64(config.raw().execution.lease).map_err(|_| {
                 LoomError::from(config.error_at_root("execution.lease", "not a usable duration"))
