@@ -289,17 +289,87 @@ fn ser_payload<S: Serializer>(payload: &Payload, s: S) -> Result<S::Ok, S::Error
 
 /// A payload as read: an object with `sealed` and without `type` is a sealed payload, anything
 /// else a tagged payload.
+///
+/// The first key decides the path, so the common case costs what the derived reader costs: a
+/// payload whose first key is `type` (as Loom and the reference write it) is handed whole to
+/// the derived reader, its `type` replayed ([`TypeFirst`]); any other is gathered first, then
+/// read by the rule above (a sealed payload is two short strings).
 fn de_payload<'de, D: Deserializer<'de>>(d: D) -> Result<Payload, D::Error> {
-    let value = Value::deserialize(d)?;
-    let sealed = value
-        .as_object()
-        .is_some_and(|o| o.contains_key("sealed") && !o.contains_key("type"));
-    if sealed {
-        SealedPayload::deserialize(value)
-            .map(Payload::Sealed)
-            .map_err(serde::de::Error::custom)
-    } else {
-        Payload::deserialize(value).map_err(serde::de::Error::custom)
+    d.deserialize_map(PayloadVisitor)
+}
+
+struct PayloadVisitor;
+
+impl<'de> serde::de::Visitor<'de> for PayloadVisitor {
+    type Value = Payload;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a payload object (with its `type`, or sealed)")
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Payload, A::Error> {
+        let Some(first) = map.next_key::<String>()? else {
+            return Payload::deserialize(Value::Object(Map::new()))
+                .map_err(serde::de::Error::custom);
+        };
+        if first == "type" {
+            let tag: String = map.next_value()?;
+            return Payload::deserialize(serde::de::value::MapAccessDeserializer::new(TypeFirst {
+                tag: Some(tag),
+                key_given: false,
+                rest: map,
+            }));
+        }
+        let mut object = Map::new();
+        let value: Value = map.next_value()?;
+        object.insert(first, value);
+        while let Some((key, value)) = map.next_entry::<String, Value>()? {
+            object.insert(key, value);
+        }
+        if object.contains_key("sealed") && !object.contains_key("type") {
+            SealedPayload::deserialize(Value::Object(object))
+                .map(Payload::Sealed)
+                .map_err(serde::de::Error::custom)
+        } else {
+            Payload::deserialize(Value::Object(object)).map_err(serde::de::Error::custom)
+        }
+    }
+}
+
+/// The entries of a payload object whose `type` (its first key) was already read: `type` and
+/// its value replayed, then the rest of the object as it comes.
+struct TypeFirst<M> {
+    tag: Option<String>,
+    key_given: bool,
+    rest: M,
+}
+
+impl<'de, M: serde::de::MapAccess<'de>> serde::de::MapAccess<'de> for TypeFirst<M> {
+    type Error = M::Error;
+
+    fn next_key_seed<K: serde::de::DeserializeSeed<'de>>(
+        &mut self,
+        seed: K,
+    ) -> Result<Option<K::Value>, M::Error> {
+        if self.tag.is_some() && !self.key_given {
+            self.key_given = true;
+            return seed
+                .deserialize(serde::de::value::StrDeserializer::<M::Error>::new("type"))
+                .map(Some);
+        }
+        self.rest.next_key_seed(seed)
+    }
+
+    fn next_value_seed<V: serde::de::DeserializeSeed<'de>>(
+        &mut self,
+        seed: V,
+    ) -> Result<V::Value, M::Error> {
+        match self.tag.take() {
+            Some(tag) => {
+                seed.deserialize(serde::de::value::StringDeserializer::<M::Error>::new(tag))
+            }
+            None => self.rest.next_value_seed(seed),
+        }
     }
 }
 
@@ -1631,6 +1701,25 @@ mod tests {
         // A payload with `type` is never taken for a sealed one.
         let typed = sealed.replace(r#"{"sealed""#, r#"{"type":"tool.completed","sealed""#);
         assert!(Event::from_json(&typed).is_err());
+        // Keys in another order read the same: `key_id` first, or `type` after other fields.
+        let reordered = sealed.replace(
+            r#"{"sealed":"AAECAwQFBgcICQoL","key_id":"4ed42d1a2576"}"#,
+            r#"{"key_id":"4ed42d1a2576","sealed":"AAECAwQFBgcICQoL"}"#,
+        );
+        assert_eq!(Event::from_json(&reordered).unwrap(), event);
+        let type_last = LINE.replace(
+            r#""payload":{"type":"tool.completed","call_id":"fake_0_0","#,
+            r#""payload":{"call_id":"fake_0_0","#,
+        );
+        let type_last = type_last.replace(
+            r#""cost_usd":0.0},"seq""#,
+            r#""cost_usd":0.0,"type":"tool.completed"},"seq""#,
+        );
+        assert_ne!(type_last, LINE);
+        assert_eq!(
+            Event::from_json(&type_last).unwrap(),
+            Event::from_json(LINE).unwrap()
+        );
         let envelope = Envelope {
             event_id: "e0".into(),
             ts: event.ts,

@@ -18,13 +18,16 @@ use loom_core::ports::{ArtifactStore, EventStore};
 
 use crate::LoomError;
 
+/// The journal and the artifact store a Loom writes to.
+type Stores = (Arc<dyn EventStore>, Arc<dyn ArtifactStore>);
+
 /// The journal and artifact stores, sealed as the configuration says.
 #[cfg(feature = "crypto")]
 pub(crate) fn seal(
     config: &Config,
     store: Arc<dyn EventStore>,
     artifacts: Arc<dyn ArtifactStore>,
-) -> Result<(Arc<dyn EventStore>, Arc<dyn ArtifactStore>), LoomError> {
+) -> Result<Stores, LoomError> {
     let keys: Arc<dyn loom_crypto::KeySource> = Arc::new(TenantKeys {
         config: config.clone(),
     });
@@ -40,7 +43,7 @@ pub(crate) fn seal(
     config: &Config,
     store: Arc<dyn EventStore>,
     artifacts: Arc<dyn ArtifactStore>,
-) -> Result<(Arc<dyn EventStore>, Arc<dyn ArtifactStore>), LoomError> {
+) -> Result<Stores, LoomError> {
     match config.raw().storage.encryption {
         Some(_) => Err(config
             .error_at_root(

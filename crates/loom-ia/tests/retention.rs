@@ -52,7 +52,10 @@ async fn paused_run(loom: &Loom, session: &str) {
         }],
         ..RunOptions::default()
     };
-    let result = loom.run("devis", "Envoie le devis.", options).await.unwrap();
+    let result = loom
+        .run("devis", "Envoie le devis.", options)
+        .await
+        .unwrap();
     assert_eq!(result.status, RunStatus::Paused);
 }
 
@@ -77,14 +80,28 @@ async fn sessions_past_the_bound_go_whole_even_with_an_approval_pending() {
     let listed = loom.retention_at(None, false, now).await.unwrap();
     assert!(!listed.applied);
     let tenant = &listed.tenants[0];
-    assert_eq!((tenant.tenant_id.as_str(), tenant.events_days), ("default", Some(30)));
+    assert_eq!(
+        (tenant.tenant_id.as_str(), tenant.events_days),
+        ("default", Some(30))
+    );
     assert_eq!(tenant.cutoff, Some(now - chrono::Duration::days(30)));
-    let gone: Vec<&str> = tenant.sessions.iter().map(|s| s.session_id.as_str()).collect();
+    let gone: Vec<&str> = tenant
+        .sessions
+        .iter()
+        .map(|s| s.session_id.as_str())
+        .collect();
     assert_eq!((gone, tenant.kept), (vec!["older"], 1));
     assert_eq!(tenant.sessions[0].updated_at, last_write("older"));
     assert!(tenant.sessions[0].deleted.is_none());
     // A dry run touched nothing.
-    assert_eq!(loom.session("older", None).await.unwrap().pending_approvals.len(), 1);
+    assert_eq!(
+        loom.session("older", None)
+            .await
+            .unwrap()
+            .pending_approvals
+            .len(),
+        1
+    );
 
     let applied = loom.retention_at(Some("default"), true, now).await.unwrap();
     let deleted = applied.tenants[0].sessions[0].deleted.clone().unwrap();
@@ -96,10 +113,20 @@ async fn sessions_past_the_bound_go_whole_even_with_an_approval_pending() {
         LoomError::UnknownSession(_)
     ));
     assert!(!dir.path().join("journal/.artifacts/default/older").exists());
-    assert_eq!(loom.session("newer", None).await.unwrap().pending_approvals.len(), 1);
+    assert_eq!(
+        loom.session("newer", None)
+            .await
+            .unwrap()
+            .pending_approvals
+            .len(),
+        1
+    );
 
     // Nothing left past the bound; an undeclared tenant is refused.
-    assert_eq!(loom.retention_at(None, true, now).await.unwrap().sessions(), 0);
+    assert_eq!(
+        loom.retention_at(None, true, now).await.unwrap().sessions(),
+        0
+    );
     assert!(matches!(
         loom.retention(Some("nobody"), false).await.unwrap_err(),
         LoomError::Refused(_)

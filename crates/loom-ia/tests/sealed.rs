@@ -28,7 +28,9 @@ fn project(key: Option<&str>) -> tempfile::TempDir {
 }
 
 async fn open(dir: &std::path::Path) -> Loom {
-    Loom::open_config(dir.join("loom.yaml"), None).await.unwrap()
+    Loom::open_config(dir.join("loom.yaml"), None)
+        .await
+        .unwrap()
 }
 
 #[tokio::test]
@@ -39,7 +41,10 @@ async fn a_sealed_session_reads_back_and_without_its_key_is_a_missing_key() {
         session_id: Some("s-1".into()),
         ..RunOptions::default()
     };
-    let result = loom.run("chef", "Quel est le secret ?", options).await.unwrap();
+    let result = loom
+        .run("chef", "Quel est le secret ?", options)
+        .await
+        .unwrap();
     assert_eq!(result.status, RunStatus::Completed);
     assert_eq!(result.text, "Le secret est 42.");
     let text = fs::read_to_string(dir.path().join("data/default/s-1.jsonl")).unwrap();
@@ -57,7 +62,10 @@ async fn a_sealed_session_reads_back_and_without_its_key_is_a_missing_key() {
             reason,
         } => {
             assert_eq!((tenant.as_str(), key_id.as_str()), ("default", ID_A));
-            assert!(reason.contains("'LOOM_TEST_SEAL_KEY' is not set"), "{reason}");
+            assert!(
+                reason.contains("'LOOM_TEST_SEAL_KEY' is not set"),
+                "{reason}"
+            );
         }
         other => panic!("{other}"),
     }
