@@ -57,6 +57,9 @@ pub enum SealError {
     /// The operating system gave no random nonce.
     #[error("no random nonce could be drawn")]
     Random,
+    /// More bytes than AES-GCM can seal under one nonce.
+    #[error("{0} bytes are more than AES-GCM seals at once")]
+    TooLong(usize),
 }
 
 /// An AES-256-GCM key with its id. Its `Debug` shows the id only.
@@ -117,30 +120,30 @@ impl Key {
         SystemRandom::new()
             .fill(&mut nonce)
             .map_err(|_| SealError::Random)?;
-        Ok(self.seal_with_nonce(nonce, aad, plaintext))
+        self.seal_with_nonce(nonce, aad, plaintext)
     }
 
     /// [`Key::seal`] with a chosen nonce: for test vectors only (a nonce must never repeat
     /// under one key).
-    pub fn seal_with_nonce(&self, nonce: [u8; NONCE_LEN], aad: &[u8], plaintext: &[u8]) -> Vec<u8> {
+    pub fn seal_with_nonce(
+        &self,
+        nonce: [u8; NONCE_LEN],
+        aad: &[u8],
+        plaintext: &[u8],
+    ) -> Result<Vec<u8>, SealError> {
         let mut out = Vec::with_capacity(NONCE_LEN + plaintext.len() + TAG_LEN);
         out.extend_from_slice(&nonce);
         let mut in_out = plaintext.to_vec();
-        // Sealing fails only for a plaintext over GCM's limit (64 GiB): not reachable with what
-        // a journal line or an artifact holds, and then the tag is simply missing and opening
-        // fails, never a clear read.
-        if self
-            .key
+        // Refused only for a plaintext over GCM's limit (64 GiB).
+        self.key
             .seal_in_place_append_tag(
                 Nonce::assume_unique_for_key(nonce),
                 Aad::from(aad),
                 &mut in_out,
             )
-            .is_ok()
-        {
-            out.extend_from_slice(&in_out);
-        }
-        out
+            .map_err(|_| SealError::TooLong(plaintext.len()))?;
+        out.extend_from_slice(&in_out);
+        Ok(out)
     }
 
     /// The plaintext of `nonce ‖ ciphertext ‖ tag` sealed under `aad` with this key.
@@ -308,7 +311,9 @@ mod tests {
         assert_eq!(key.id(), KNOWN_KEY_ID);
         let aad = "loom.seal.v1\nacme\ns-1\n3\nevt-1\n2026-05-01T12:00:00.123456+00:00";
         let nonce: [u8; NONCE_LEN] = std::array::from_fn(|i| i as u8);
-        let sealed = key.seal_with_nonce(nonce, aad.as_bytes(), br#"{"type":"message.user"}"#);
+        let sealed = key
+            .seal_with_nonce(nonce, aad.as_bytes(), br#"{"type":"message.user"}"#)
+            .unwrap();
         assert_eq!(STANDARD.encode(&sealed), KNOWN_SEALED);
         assert_eq!(
             key.open(aad.as_bytes(), &sealed).unwrap(),
