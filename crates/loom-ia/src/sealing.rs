@@ -98,3 +98,29 @@ fn key_secret(config: &Config, tenant: &str, name: &str) -> loom_crypto::KeySecr
         value: crate::env::var(config, name),
     }
 }
+
+#[cfg(all(test, not(feature = "crypto")))]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use loom_config::{Config, EncryptionStorage, EventsBackend, LoomConfig};
+
+    /// A build without the `crypto` feature refuses `storage.encryption` when the configuration
+    /// is opened, naming the feature, rather than writing clear what was asked sealed.
+    #[test]
+    fn encryption_without_the_feature_is_refused_naming_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut raw = LoomConfig::default();
+        raw.storage.events.backend = EventsBackend::Jsonl;
+        raw.storage.events.path = Some("journal".into());
+        raw.storage.encryption = Some(EncryptionStorage {
+            keys: vec!["JOURNAL_KEY".into()],
+        });
+        let config = Config::new(raw, dir.path().to_path_buf()).unwrap();
+        let error = crate::Loom::new(config).unwrap_err().to_string();
+        assert!(
+            error.contains("storage.encryption: encryption needs the `crypto` feature of loom-ia"),
+            "{error}"
+        );
+    }
+}
