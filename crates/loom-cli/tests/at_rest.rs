@@ -356,6 +356,13 @@ fn retention_lists_then_erases_old_sessions_only() {
          retention: {events_days: 30}\n",
     );
     let env = [("JOURNAL_KEY", KEY_A)];
+    let validated = ok(&devis(dir.path(), &env, &["validate"]));
+    assert!(
+        validated.contains(
+            "Journal    : jsonl in ./data, sealed with JOURNAL_KEY (the first seals), retention 30 days"
+        ),
+        "{validated}"
+    );
     for session in ["old", "sealed-old", "recent"] {
         ok(&devis(
             dir.path(),
