@@ -1326,7 +1326,7 @@ fn a_negative_shutdown_timeout_is_refused() {
 }
 
 /// The reference's backends and sections that Loom has no code for yet (Postgres, Redis,
-/// RabbitMQ, OpenTelemetry export, encryption) are refused as "not yet", at the value or key.
+/// RabbitMQ, OpenTelemetry export) are refused as "not yet", at the value or key.
 #[test]
 fn reference_backends_without_code_are_refused_as_not_yet() {
     const NOT_YET: &str =
@@ -1346,15 +1346,11 @@ fn reference_backends_without_code_are_refused_as_not_yet() {
         ),
         (
             "storage:\n  queue: {backend: rabbitmq}\n",
-            "loom.yaml:7:3 storage.queue: unknown key 'queue' (expected one of: events, artifacts, idempotency)",
+            "loom.yaml:7:3 storage.queue: unknown key 'queue' (expected one of: events, artifacts, idempotency, encryption, retention)",
         ),
         (
             "storage:\n  bus: {backend: redis}\n",
-            "loom.yaml:7:3 storage.bus: unknown key 'bus' (expected one of: events, artifacts, idempotency)",
-        ),
-        (
-            "storage:\n  encryption: {keys: [k1]}\n",
-            "loom.yaml:7:3 storage.encryption: unknown key 'encryption' (expected one of: events, artifacts, idempotency)",
+            "loom.yaml:7:3 storage.bus: unknown key 'bus' (expected one of: events, artifacts, idempotency, encryption, retention)",
         ),
         (
             "storage:\n  events: {backend: jsonl, path: data, dsn_env: PG}\n",

@@ -10,8 +10,6 @@
 //! its own application role name ([`TestDb::role`]): tests running at once never race to
 //! create the same role.
 
-use std::fmt::Write as _;
-
 use sqlx::{Connection, Executor, PgConnection};
 
 /// The variable naming the test server (`postgres://postgres@127.0.0.1:5432/test`).
@@ -184,10 +182,7 @@ fn random_suffix() -> String {
     if let Err(error) = getrandom::fill(&mut bytes) {
         panic!("no randomness for a test database name: {error}");
     }
-    bytes.iter().fold(String::new(), |mut out, b| {
-        let _ = write!(out, "{b:02x}");
-        out
-    })
+    hex::encode(bytes)
 }
 
 #[cfg(test)]
