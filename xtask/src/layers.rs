@@ -46,6 +46,7 @@ pub const CRATES: &[(&str, Layer)] = &[
     ("loom-mcp", Layer::Adapter),
     ("loom-sqlite", Layer::Adapter),
     ("loom-postgres", Layer::Adapter),
+    ("loom-crypto", Layer::Adapter),
     ("loom-macros", Layer::Macros),
     ("loom-testkit", Layer::Testkit),
     ("loom-ia", Layer::Facade),

@@ -202,6 +202,20 @@ enum Command {
         #[arg(long, global = true)]
         tenant: Option<String>,
     },
+    /// Erase the sessions whose last write is older than `storage.retention.events_days`
+    /// (journal, files, idempotency keys), even with approvals pending. Without --yes, only
+    /// lists them.
+    Retention {
+        /// Only this tenant (default: every tenant of the configuration).
+        #[arg(long)]
+        tenant: Option<String>,
+        /// Erase (without it, the sessions that would go are only listed).
+        #[arg(long)]
+        yes: bool,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Serve the REST API with SSE (`server.http` of the configuration) until Ctrl-C or SIGTERM.
     ///
     /// On stop, the runs in flight stop at a safe point, open in their journal
@@ -475,6 +489,9 @@ pub(crate) async fn execute(cli: Cli, app: App, args: Vec<std::ffi::OsString>) -
         Command::Sessions { command, tenant } => {
             crate::sessions::run(&loom, command, tenant.as_deref()).await
         }
+        Command::Retention { tenant, yes, json } => {
+            crate::retention::run(&loom, tenant.as_deref(), yes, json).await
+        }
         Command::Serve { host, port, reload } => serve(&loom, host, port, reload, &args).await,
         Command::Mcp { tenant } => mcp(&loom, tenant.as_deref()).await,
     };
@@ -722,6 +739,11 @@ fn error_line(error: &LoomError) -> String {
         LoomError::BudgetExhausted { retry_in, .. } => format!(
             "error: {error} — retry in {}",
             loom_ia::budget::human_delay(*retry_in)
+        ),
+        LoomError::MissingKey { .. } => format!(
+            "error: {error}\nhint: the tenant's key must be the one that sealed its journal \
+             (storage.encryption.keys: the first seals, all open); a deleted key cannot be \
+             recovered, and 'loom sessions delete' or 'loom retention' still erase the session"
         ),
         LoomError::Journal(loom_ia::core::ports::StoreError::Corrupted { .. }) => format!(
             "error: {error}\nhint: 'loom sessions export --valid-only <session>' exports what reads \

@@ -29,6 +29,7 @@ mod output;
 #[cfg(unix)]
 mod reload;
 mod render;
+mod retention;
 mod sessions;
 
 use std::{

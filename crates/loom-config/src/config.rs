@@ -1,6 +1,7 @@
 //! Stage 2: from the file model to a validated [`Config`].
 
 mod agents;
+mod at_rest;
 mod delegation;
 mod env;
 mod pricing;
@@ -740,6 +741,7 @@ fn build(
     }
     check_models(&doc, &raw)?;
     check_sections(&doc, &raw)?;
+    at_rest::check(&doc, &raw)?;
     check_mcp_servers(&doc, &mut raw, &origin.base_dir)?;
     delegation::check_budgets(&doc, &KeyPath::root().key("budgets"), &raw.budgets)?;
 

@@ -36,6 +36,7 @@
 //! [`Config::effective_budgets`]) and [`TenantSpec`] ([`Config::check_tenant`]).
 
 mod access;
+mod at_rest;
 mod config;
 mod env_file;
 mod error;
@@ -51,6 +52,7 @@ mod yaml;
 use std::path::{Path, PathBuf};
 
 pub use access::{HostPattern, LOOPBACK_HOSTS, OriginPattern, PortPattern};
+pub use at_rest::{EncryptionStorage, RetentionStorage};
 pub use config::{
     APPROVAL_POLICY, BUILTIN_TOOLS, Config, DEFAULT_TENANT, MCP_CONTROL_TOOLS, UnknownTenant,
 };
@@ -75,8 +77,7 @@ pub use model::{
 pub use model::{DEFAULT_POSTGRES_ROLE, MigrateMode, PostgresPool};
 pub use security::{ApiKeySpec, RateLimit, Scope, SecurityConfig, is_key_hash, parse_expiry};
 pub use tenant::{
-    CaptureOverride, Quotas, RetentionStorage, SecretSource, TenantSpec, TenantStorage,
-    TenantTelemetry,
+    CaptureOverride, Quotas, SecretSource, TenantSpec, TenantStorage, TenantTelemetry,
 };
 pub use trigger::{
     DEFAULT_SIGNATURE_TOLERANCE, RenderedTrigger, TRIGGER_VARIABLES, TriggerSpec, is_trigger_name,

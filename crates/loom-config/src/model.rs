@@ -821,6 +821,11 @@ pub struct StorageConfig {
     /// The idempotency store shared by every run, needed by tools with a business key
     /// (default: none).
     pub idempotency: Option<IdempotencyStorage>,
+    /// Sealing at rest of event payloads and files with each tenant's key (default: none;
+    /// needs the `crypto` feature of `loom-ia`).
+    pub encryption: Option<crate::at_rest::EncryptionStorage>,
+    /// How long a dormant session is kept (default: forever).
+    pub retention: crate::at_rest::RetentionStorage,
     /// Whether Loom applies the missing PostgreSQL migrations when it starts (`auto`) or only
     /// checks that they are applied (`check`, the default: a DBA applies `loom storage sql`).
     /// A Loom extension of the reference format.

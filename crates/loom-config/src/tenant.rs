@@ -63,7 +63,7 @@ pub struct TenantSpec {
     pub storage: Option<TenantStorage>,
     /// Its own retention, over `storage.retention`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub retention: Option<RetentionStorage>,
+    pub retention: Option<crate::at_rest::RetentionStorage>,
     /// What of its runs is captured, over `telemetry.capture`.
     #[serde(default, skip_serializing_if = "TenantTelemetry::is_empty")]
     pub telemetry: TenantTelemetry,
@@ -161,17 +161,6 @@ pub struct TenantStorage {
     /// Its files; without `backend`, beside its journal as for the root journal.
     #[serde(default)]
     pub artifacts: ArtifactsStorage,
-}
-
-/// How long a tenant's sessions are kept (`tenants[].retention`; the reference's
-/// `RetentionStorage`, the shape of `storage.retention`).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields, default)]
-pub struct RetentionStorage {
-    /// Days after its last write a session is deleted by `loom retention`; `null`: the root
-    /// `storage.retention` (kept forever when unset there too).
-    #[schemars(range(min = 1))]
-    pub events_days: Option<u32>,
 }
 
 /// What a tenant overrides of the telemetry: its capture, nothing else (redaction and

@@ -1325,8 +1325,8 @@ fn a_negative_shutdown_timeout_is_refused() {
     );
 }
 
-/// The reference's backends and sections that Loom has no code for yet (Redis,
-/// RabbitMQ, OpenTelemetry export, encryption) are refused as "not yet", at the value or key.
+/// The reference's backends and sections that Loom has no code for yet (Redis, RabbitMQ,
+/// OpenTelemetry export) are refused as "not yet", at the value or key.
 #[test]
 fn reference_backends_without_code_are_refused_as_not_yet() {
     const NOT_YET: &str =
@@ -1342,15 +1342,11 @@ fn reference_backends_without_code_are_refused_as_not_yet() {
         ),
         (
             "storage:\n  queue: {backend: rabbitmq}\n",
-            "loom.yaml:7:3 storage.queue: unknown key 'queue' (expected one of: events, artifacts, idempotency, migrate)",
+            "loom.yaml:7:3 storage.queue: unknown key 'queue' (expected one of: events, artifacts, idempotency, encryption, retention, migrate)",
         ),
         (
             "storage:\n  bus: {backend: redis}\n",
-            "loom.yaml:7:3 storage.bus: unknown key 'bus' (expected one of: events, artifacts, idempotency, migrate)",
-        ),
-        (
-            "storage:\n  encryption: {keys: [k1]}\n",
-            "loom.yaml:7:3 storage.encryption: unknown key 'encryption' (expected one of: events, artifacts, idempotency, migrate)",
+            "loom.yaml:7:3 storage.bus: unknown key 'bus' (expected one of: events, artifacts, idempotency, encryption, retention, migrate)",
         ),
         (
             "storage:\n  idempotency: {backend: sqlite, url_env: R}\n",

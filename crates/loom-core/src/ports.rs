@@ -9,7 +9,7 @@ use chrono::{DateTime, Utc};
 
 use crate::{
     BoxFuture,
-    event::{Event, EventReadError, Payload},
+    event::{Event, EventReadError},
     tool::ToolOutput,
 };
 
@@ -43,6 +43,30 @@ pub enum StoreError {
         line: usize,
         /// Why.
         source: EventReadError,
+    },
+    /// Sealed content (`storage.encryption`) names a key the tenant does not have: none of its
+    /// keys has this id, or the variable of one of its keys is unset or deleted
+    /// (crypto-shredding). Nothing was read or written; what is recorded stays as it is.
+    #[error("sealed journal: tenant '{tenant_id}' has no key {key_id}: {reason}")]
+    MissingKey {
+        /// Tenant.
+        tenant_id: String,
+        /// The key asked for: the 12-hex id a sealed payload or file names, or the secret name
+        /// of the key that seals new writes.
+        key_id: String,
+        /// What the tenant has instead (its keys and their ids, the variable that is not set).
+        reason: String,
+    },
+    /// Sealed content that its key does not open (altered bytes, or an envelope that is not
+    /// the one it was sealed with), or a key value that is not a key: never read as clear.
+    #[error("sealed journal: cannot open {what} of tenant '{tenant_id}': {reason}")]
+    Unsealable {
+        /// Tenant.
+        tenant_id: String,
+        /// What could not be opened or sealed (an event, a file).
+        what: String,
+        /// Why.
+        reason: String,
     },
     /// The storage itself failed.
     #[error("journal IO error on {path}: {source}")]
@@ -172,7 +196,7 @@ pub trait EventStore: Send + Sync + fmt::Debug {
                 };
                 let started = events
                     .iter()
-                    .any(|e| e.run_id == run_id && matches!(e.payload, Payload::RunStarted(_)));
+                    .any(|e| e.run_id == run_id && e.event_type == "run.started");
                 if started {
                     return Ok(Some(session.session_id));
                 }
@@ -269,6 +293,27 @@ pub trait ArtifactStore: Send + Sync + fmt::Debug {
         bytes: Vec<u8>,
         extension: &'a str,
     ) -> BoxFuture<'a, Result<String, StoreError>>;
+
+    /// Stores `bytes` at the content address the caller computed (`sha256_hex`, the digest of
+    /// the clear bytes) and returns its URI: how the sealing store keeps a file's sealed bytes
+    /// where its clear bytes would be, so that the URI stays the clear bytes' address. The
+    /// default refuses ([`StoreError::Invalid`]): a store that cannot hold sealed files.
+    fn put_at<'a>(
+        &'a self,
+        tenant_id: &'a str,
+        session_id: &'a str,
+        sha256_hex: &'a str,
+        bytes: Vec<u8>,
+        extension: &'a str,
+    ) -> BoxFuture<'a, Result<String, StoreError>> {
+        let _ = (sha256_hex, bytes);
+        Box::pin(async move {
+            Err(StoreError::Invalid(format!(
+                "this artifact store cannot keep sealed files (artifact of {tenant_id}/{session_id}, \
+                 .{extension})"
+            )))
+        })
+    }
 
     /// The bytes behind `uri`, `None` when there are none.
     fn get<'a>(&'a self, uri: &'a str) -> BoxFuture<'a, Result<Option<Vec<u8>>, StoreError>>;

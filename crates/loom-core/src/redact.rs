@@ -78,6 +78,8 @@ impl Payload {
             | Payload::ApprovalExpired(_)
             | Payload::IdempotencyReused(_)
             | Payload::BudgetExceeded(_) => &[],
+            // Never handed to a reader (the sealing journal opens it); ciphertext all the same.
+            Payload::Sealed(_) => &["sealed"],
         }
     }
 }

@@ -431,6 +431,13 @@ impl RunState {
             Payload::ApprovalGranted(_)
             | Payload::ApprovalRejected(_)
             | Payload::ApprovalExpired(_) => self.apply_approval_decision(event)?,
+            Payload::Sealed(_) => {
+                return Err(error(
+                    event,
+                    "sealed payload that was not opened (a journal sealed with storage.encryption \
+                     is read through the sealing journal of the `crypto` feature)",
+                ));
+            }
             Payload::RunClaimed(_)
             | Payload::JudgeEvaluated(_)
             | Payload::ToolSourceUnavailable(_)

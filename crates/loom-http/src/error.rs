@@ -86,6 +86,9 @@ pub enum ErrorKind {
     QuotaExceeded,
     /// 429 + `Retry-After`: the key's `rate_limit` (requests per minute).
     RateLimited,
+    /// 424: [`LoomError::MissingKey`]: the journal or file is sealed (`storage.encryption`) with
+    /// a key the tenant does not have (deleted, or rotated out); nothing was read or written.
+    MissingEncryptionKey,
     /// 500: [`LoomError::Config`].
     Config,
     /// 500: [`LoomError::Registration`].
@@ -129,6 +132,7 @@ impl ErrorKind {
             ErrorKind::BudgetExhausted => "budget_exhausted",
             ErrorKind::QuotaExceeded => "quota_exceeded",
             ErrorKind::RateLimited => "rate_limited",
+            ErrorKind::MissingEncryptionKey => "missing_encryption_key",
             ErrorKind::Config => "config",
             ErrorKind::Registration => "registration",
             ErrorKind::Journal => "journal",
@@ -165,6 +169,7 @@ impl ErrorKind {
             ErrorKind::BudgetExhausted | ErrorKind::QuotaExceeded | ErrorKind::RateLimited => {
                 StatusCode::TOO_MANY_REQUESTS
             }
+            ErrorKind::MissingEncryptionKey => StatusCode::FAILED_DEPENDENCY,
             ErrorKind::Config
             | ErrorKind::Registration
             | ErrorKind::Journal
@@ -286,6 +291,7 @@ impl ApiError {
             LoomError::QuotaExceeded { retry_after, .. } => {
                 (ErrorKind::QuotaExceeded, Some(whole_seconds(*retry_after)))
             }
+            LoomError::MissingKey { .. } => (ErrorKind::MissingEncryptionKey, None),
             LoomError::Config(_) => (ErrorKind::Config, None),
             LoomError::Registration(_) => (ErrorKind::Registration, None),
             LoomError::Journal(_) => (ErrorKind::Journal, None),
@@ -404,6 +410,35 @@ mod tests {
         );
     }
 
+    /// A sealed journal whose key the tenant lacks is 424, says the tenant and the key id, and
+    /// is a refusal for the CLI (exit code 2), not a server error.
+    #[test]
+    fn a_missing_encryption_key_is_424_naming_the_tenant_and_key() {
+        let error = LoomError::from(loom_ia::core::ports::StoreError::MissingKey {
+            tenant_id: "acme".into(),
+            key_id: "4ed42d1a2576".into(),
+            reason: "'journal_key' is not set".into(),
+        });
+        assert!(error.is_refusal() && !error.is_internal());
+        let api = ApiError::from_loom(&error, 60);
+        assert_eq!(
+            (
+                api.kind.status(),
+                api.kind.as_str(),
+                api.error_id.as_deref()
+            ),
+            (
+                StatusCode::FAILED_DEPENDENCY,
+                "missing_encryption_key",
+                None
+            )
+        );
+        assert_eq!(
+            api.message,
+            "sealed journal: tenant 'acme' has no key 4ed42d1a2576: 'journal_key' is not set"
+        );
+    }
+
     /// Bad input is 422, a conflict 409; a quota says when to retry, rounded up.
     #[test]
     fn refusals_are_split_by_kind() {
@@ -518,7 +553,8 @@ mod tests {
             .iter()
             .map(|v| v.as_str().unwrap())
             .collect();
-        assert_eq!(documented.len(), 31, "{schema}");
+        assert_eq!(documented.len(), 32, "{schema}");
+        assert!(documented.contains(&"missing_encryption_key"), "{schema}");
         for name in &documented {
             let kind: ErrorKind = serde_json::from_value(serde_json::json!(name))
                 .unwrap_or_else(|_| panic!("{name} is not a kind"));

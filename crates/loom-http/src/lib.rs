@@ -116,6 +116,7 @@ fn api(loom: &Loom, settings: &HttpServerConfig) -> (Router<AppState>, utoipa::o
     openapi::delivery_headers(&mut api, &prefix, loom.config().triggers());
     openapi::signature_headers(&mut api, &prefix, loom.config().triggers());
     openapi::rate_limits(&mut api, &loom.config().raw().security.api_keys);
+    openapi::sealed(&mut api, loom.config().raw().storage.encryption.is_some());
     (router, api)
 }
 

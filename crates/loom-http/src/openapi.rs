@@ -355,6 +355,26 @@ pub(crate) fn rate_limits(api: &mut openapi::OpenApi, keys: &[loom_ia::config::A
     }
 }
 
+/// When `storage.encryption` is declared, every operation can answer `424`
+/// (`missing_encryption_key`): the tenant's journal or file is sealed with a key it no longer
+/// has.
+pub(crate) fn sealed(api: &mut openapi::OpenApi, encrypted: bool) {
+    if !encrypted {
+        return;
+    }
+    const SEALED: &str = "The tenant's journal or file is sealed (`storage.encryption`) with a key \
+it does not have: deleted (crypto-shredding) or rotated out (`missing_encryption_key`). Nothing \
+was read or written.";
+    for item in api.paths.paths.values_mut() {
+        for operation in operations(item) {
+            operation
+                .responses
+                .responses
+                .insert("424".to_owned(), RefOr::T(error_response(SEALED)));
+        }
+    }
+}
+
 fn operations(item: &mut openapi::PathItem) -> impl Iterator<Item = &mut openapi::path::Operation> {
     [
         item.get.as_mut(),

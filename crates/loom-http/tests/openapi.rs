@@ -402,3 +402,54 @@ fn a_rate_limited_key_puts_a_429_on_every_operation() {
         "{text}"
     );
 }
+
+/// With `storage.encryption`, every operation documents the `424` of a sealed journal whose key
+/// the tenant lacks, and the error kinds list `missing_encryption_key`; without it, none does.
+#[test]
+fn an_encrypted_journal_puts_a_424_on_every_operation() {
+    let dir = tempfile::tempdir().unwrap();
+    let settings = HttpServerConfig::default();
+    let plain = loom_http::openapi_document(
+        &Loom::new(config(dir.path(), None, true)).unwrap(),
+        &settings,
+    );
+    assert!(
+        plain["paths"]["/v1/agents"]["get"]["responses"]
+            .get("424")
+            .is_none()
+    );
+    let kinds = &plain["components"]["schemas"]["ErrorKind"]["enum"];
+    assert!(
+        kinds
+            .as_array()
+            .unwrap()
+            .contains(&json!("missing_encryption_key")),
+        "{kinds}"
+    );
+
+    let mut sealed = config(dir.path(), None, true).raw().clone();
+    sealed.storage.encryption = Some(loom_ia::config::EncryptionStorage {
+        keys: vec!["journal_key".into()],
+    });
+    let sealed = Config::new(sealed, dir.path().to_path_buf()).unwrap();
+    let document = loom_http::openapi_document(&Loom::new(sealed).unwrap(), &settings);
+    let mut operations = 0;
+    for item in document["paths"].as_object().unwrap().values() {
+        for operation in item.as_object().unwrap().values() {
+            let refused = &operation["responses"]["424"];
+            assert!(
+                refused["description"]
+                    .as_str()
+                    .unwrap()
+                    .contains("`missing_encryption_key`"),
+                "{operation}"
+            );
+            assert_eq!(
+                refused["content"]["application/json"]["schema"]["$ref"],
+                "#/components/schemas/Error"
+            );
+            operations += 1;
+        }
+    }
+    assert_eq!(operations, ROUTES.len());
+}

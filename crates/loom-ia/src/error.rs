@@ -125,6 +125,20 @@ pub enum LoomError {
         .0.run_id
     )]
     Interrupted(loom_engine::RunRef),
+    /// A sealed journal or file (`storage.encryption`) needs a key the tenant does not have:
+    /// none of its keys has the id the content names, or the key's secret is not set (deleted:
+    /// crypto-shredding). Nothing was read or written, and nothing recorded was changed. REST
+    /// answers 424, the CLI exits with code 2.
+    #[error("sealed journal: tenant '{tenant}' has no key {key_id}: {reason}")]
+    MissingKey {
+        /// The tenant.
+        tenant: String,
+        /// The key asked for: the 12-hex id sealed content names, or the secret name of the key
+        /// that seals new writes.
+        key_id: String,
+        /// What the tenant has instead.
+        reason: String,
+    },
     /// The journal could not be read or written.
     #[error(transparent)]
     Journal(StoreError),
@@ -169,6 +183,7 @@ impl LoomError {
                 | LoomError::Conflict(_)
                 | LoomError::BudgetExhausted { .. }
                 | LoomError::QuotaExceeded { .. }
+                | LoomError::MissingKey { .. }
         )
     }
 }
@@ -194,14 +209,25 @@ impl From<ConfigError> for LoomError {
 
 impl From<StoreError> for LoomError {
     fn from(error: StoreError) -> LoomError {
-        LoomError::Journal(error)
+        match error {
+            StoreError::MissingKey {
+                tenant_id,
+                key_id,
+                reason,
+            } => LoomError::MissingKey {
+                tenant: tenant_id,
+                key_id,
+                reason,
+            },
+            other => LoomError::Journal(other),
+        }
     }
 }
 
 impl From<EngineError> for LoomError {
     fn from(error: EngineError) -> LoomError {
         match error {
-            EngineError::Store(store) => LoomError::Journal(store),
+            EngineError::Store(store) => LoomError::from(store),
             EngineError::RunExists { .. } | EngineError::Invalid(_) => {
                 LoomError::Refused(error.to_string())
             }

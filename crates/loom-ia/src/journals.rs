@@ -9,7 +9,8 @@ use loom_core::{Event, Payload, RunState, ports::EventStore, ports::StoreError};
 use crate::LoomError;
 
 /// A session's events for a listing over its tenant: `None`, with a warning naming the file
-/// and the line, when its journal is corrupted. Other failures (the storage itself) are errors.
+/// and the line, when its journal is corrupted (or naming the key, when it is sealed with a key
+/// the tenant does not have). Other failures (the storage itself) are errors.
 pub(crate) async fn read_listed(
     store: &dyn EventStore,
     tenant: &str,
@@ -25,6 +26,17 @@ pub(crate) async fn read_listed(
                 line,
                 error = %source,
                 "session skipped: its journal is corrupted at {path}:{line} (loom sessions repair)"
+            );
+            Ok(None)
+        }
+        // Sealed with a key the tenant no longer has: unreadable for good, like a corrupted
+        // journal it costs that session only (reading it alone says so: 424, exit code 2).
+        Err(StoreError::MissingKey { key_id, .. }) => {
+            tracing::warn!(
+                tenant,
+                session,
+                key_id,
+                "session skipped: it is sealed with a key the tenant does not have"
             );
             Ok(None)
         }

@@ -53,7 +53,9 @@ pub mod redact;
 mod repair;
 mod resolve;
 mod result;
+mod retention;
 mod routing;
+mod sealing;
 mod secrets;
 mod sessions;
 mod sources;
@@ -89,6 +91,7 @@ pub use redact::Redact;
 pub use repair::{BadLine, SessionRepair, ValidExport};
 pub use report::{RunUsage, Span, SpanEvent, SpanKind, SpanStatus, Trace, UsageLine, UsageReport};
 pub use result::{CriterionVerdict, JudgeVerdict, RunArtifact, RunResult, SkippedJudge};
+pub use retention::{RetentionReport, RetentionSession, RetentionTenant};
 pub use sessions::{
     FILE_ORIGINS, SessionDeletion, SessionFile, SessionInfo, SessionListed, SessionRun,
 };

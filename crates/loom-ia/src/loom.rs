@@ -474,6 +474,8 @@ impl Loom {
             store = Arc::new(crate::routing::RoutedEvents::new(store, events));
             artifacts = Arc::new(crate::routing::RoutedArtifacts::new(artifacts, files));
         }
+        // Sealing wraps the routing: a tenant's own journal is sealed with its keys too.
+        let (store, artifacts) = crate::sealing::seal(&config, store, artifacts)?;
         let lease =
             std::time::Duration::try_from_secs_f64(config.raw().execution.lease).map_err(|_| {
                 LoomError::from(config.error_at_root("execution.lease", "not a usable duration"))

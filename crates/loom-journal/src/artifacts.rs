@@ -5,7 +5,8 @@
 //! - [`MemoryArtifacts`]: in-process, for the memory journal.
 //!
 //! The URI is `artifact://<tenant>/<session>/<sha256>.<ext>`: storing the same bytes twice gives
-//! the same URI and writes nothing new.
+//! the same URI and writes nothing new. `put_at` stores bytes at an address the caller computed
+//! (the sealing store of `loom-crypto` keeps sealed bytes at their clear bytes' address).
 
 use std::{
     collections::HashMap,
@@ -75,6 +76,21 @@ fn check(tenant_id: &str, session_id: &str, extension: &str) -> Result<(), Store
     Ok(())
 }
 
+/// Refuses a content address that is not a SHA-256 in lowercase hex.
+fn check_hash(sha256_hex: &str) -> Result<(), StoreError> {
+    let hex = sha256_hex.len() == 64
+        && sha256_hex
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+    if hex {
+        Ok(())
+    } else {
+        Err(StoreError::Invalid(format!(
+            "artifact address '{sha256_hex}' is not a SHA-256 in lowercase hex"
+        )))
+    }
+}
+
 /// `artifact://t/s/h.ext` → `(t, s, "h.ext")`, checked.
 fn parse(uri: &str) -> Option<(&str, &str, &str)> {
     let rest = uri.strip_prefix("artifact://")?;
@@ -132,11 +148,26 @@ impl ArtifactStore for LocalArtifacts {
         extension: &'a str,
     ) -> BoxFuture<'a, Result<String, StoreError>> {
         Box::pin(async move {
-            check(tenant_id, session_id, extension)?;
             let hash = hex_sha256(&bytes);
+            self.put_at(tenant_id, session_id, &hash, bytes, extension)
+                .await
+        })
+    }
+
+    fn put_at<'a>(
+        &'a self,
+        tenant_id: &'a str,
+        session_id: &'a str,
+        sha256_hex: &'a str,
+        bytes: Vec<u8>,
+        extension: &'a str,
+    ) -> BoxFuture<'a, Result<String, StoreError>> {
+        Box::pin(async move {
+            check(tenant_id, session_id, extension)?;
+            check_hash(sha256_hex)?;
             let dir = self.root.join(tenant_id).join(session_id);
-            let path = dir.join(format!("{hash}.{extension}"));
-            let uri = artifact_uri(tenant_id, session_id, &hash, extension);
+            let path = dir.join(format!("{sha256_hex}.{extension}"));
+            let uri = artifact_uri(tenant_id, session_id, sha256_hex, extension);
             tokio::task::spawn_blocking(move || write_atomically(&dir, &path, &bytes))
                 .await
                 .map_err(|e| StoreError::Io {
@@ -217,8 +248,24 @@ impl ArtifactStore for MemoryArtifacts {
         extension: &'a str,
     ) -> BoxFuture<'a, Result<String, StoreError>> {
         Box::pin(async move {
+            let hash = hex_sha256(&bytes);
+            self.put_at(tenant_id, session_id, &hash, bytes, extension)
+                .await
+        })
+    }
+
+    fn put_at<'a>(
+        &'a self,
+        tenant_id: &'a str,
+        session_id: &'a str,
+        sha256_hex: &'a str,
+        bytes: Vec<u8>,
+        extension: &'a str,
+    ) -> BoxFuture<'a, Result<String, StoreError>> {
+        Box::pin(async move {
             check(tenant_id, session_id, extension)?;
-            let uri = artifact_uri(tenant_id, session_id, &hex_sha256(&bytes), extension);
+            check_hash(sha256_hex)?;
+            let uri = artifact_uri(tenant_id, session_id, sha256_hex, extension);
             let mut files = self
                 .files
                 .lock()

@@ -8,7 +8,7 @@ use std::{
 };
 
 use loom_core::{
-    BoxFuture, Payload,
+    BoxFuture,
     event::{Event, EventReadError},
     ports::{EventStore, Salvage, SessionSummary, SetAside, StoreError},
 };
@@ -486,7 +486,8 @@ impl Journal {
                     event.event_id
                 )));
             }
-            if matches!(event.payload, Payload::RunStarted(_)) {
+            // By the envelope's type: a sealed payload (`loom-crypto`) keeps it clear.
+            if event.event_type == "run.started" {
                 started.push((event.run_id.clone(), tail.complete_len + lines.len() as u64));
             }
             lines.push_str(&json);

@@ -19,9 +19,9 @@ pub(super) fn not_yet(path: &KeyPath, field: &str) -> &'static str {
         "state",
         "idle_timeout",
     ];
-    // Keys of `storage` (the Redis and RabbitMQ backends, encryption, retention) and of
-    // `telemetry` (OpenTelemetry export, redaction) that Loom does not have yet.
-    const STORAGE_LATER: &[&str] = &["queue", "bus", "encryption", "retention", "url_env"];
+    // Keys of `storage` (the Redis and RabbitMQ backends) and of `telemetry` (OpenTelemetry
+    // export, redaction) that Loom does not have yet.
+    const STORAGE_LATER: &[&str] = &["queue", "bus", "url_env"];
     const TELEMETRY_LATER: &[&str] = &["exporters", "redaction"];
     let parent = &path.0[..path.0.len().saturating_sub(1)];
     let under = |section: &str| matches!(parent.first(), Some(yaml::Seg::Key(k)) if k == section);

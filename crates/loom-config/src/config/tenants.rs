@@ -567,6 +567,11 @@ impl Config {
                 ));
             }
         }
+        if let Some(encryption) = &self.raw.storage.encryption {
+            for (k, name) in encryption.keys.iter().enumerate() {
+                names.push((name.clone(), format!("storage.encryption.keys[{k}]")));
+            }
+        }
         names
     }
 

@@ -188,6 +188,15 @@ impl Loom {
             }
             backend => describe_journal(backend, config.events_path()),
         };
+        let storage = &config.raw().storage;
+        let sealed = storage.encryption.as_ref().map_or(String::new(), |e| {
+            format!(", sealed with {} (the first seals)", e.keys.join(", "))
+        });
+        let kept = storage
+            .retention
+            .events_days
+            .map_or(String::new(), |days| format!(", retention {days} days"));
+        let journal = format!("{journal}{sealed}{kept}");
         Ok(Validation {
             file: config.file().to_path_buf(),
             profile: config.profile(),
