@@ -1,6 +1,6 @@
 //! The sealing stores over real backends: the journal conformance suite through the sealing
-//! wrapper (JSONL, SQLite, memory), what reaches the disk, rotation, missing and wrong keys,
-//! altered lines, clear lines from before sealing, and sealed files.
+//! wrapper (JSONL, SQLite, PostgreSQL, memory), what reaches the disk, rotation, missing and
+//! wrong keys, altered lines, clear lines from before sealing, and sealed files.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -111,6 +111,85 @@ loom_testkit::store_conformance!(sealed_sqlite, {
     let store: Arc<dyn EventStore> = Arc::new(SealedJournal::new(inner, keys));
     (dir, move || store.clone())
 });
+
+/// A fresh PostgreSQL database with Loom's schema (`None`: skipped without `LOOM_TEST_POSTGRES`).
+async fn postgres(
+    test: &str,
+) -> Option<(loom_testkit::postgres::TestDb, loom_postgres::PgDatabase)> {
+    let db = loom_testkit::postgres::TestDb::create(test)?;
+    let handle = loom_postgres::PgDatabase::new(&loom_postgres::PgOptions {
+        dsn: db.url(),
+        role: db.role().to_owned(),
+        pool: loom_postgres::PoolSettings {
+            min_size: 1,
+            max_size: 4,
+            ..loom_postgres::PoolSettings::default()
+        },
+    })
+    .unwrap();
+    handle.migrate().await.unwrap();
+    Some((db, handle))
+}
+
+loom_testkit::store_conformance!(sealed_postgres, {
+    let Some((db, handle)) = postgres("sealed_postgres").await else {
+        return;
+    };
+    let inner: Arc<dyn EventStore> = Arc::new(loom_postgres::PgStore::new(handle));
+    let keys = TestKeys::with(&[("journal_key", Some(KEY_A))]);
+    let store: Arc<dyn EventStore> = Arc::new(SealedJournal::new(inner, keys));
+    (db, move || store.clone())
+});
+
+/// On PostgreSQL the row holds the sealed line, the search pushed down to SQL hands back the
+/// clear event through the wrapper.
+#[tokio::test]
+async fn a_postgres_row_holds_no_clear_payload() {
+    let Some((db, handle)) = postgres("a_postgres_row_holds_no_clear_payload").await else {
+        return;
+    };
+    let inner: Arc<dyn EventStore> = Arc::new(loom_postgres::PgStore::new(handle));
+    let store = SealedJournal::new(inner, TestKeys::with(&[("journal_key", Some(KEY_A))]));
+    let written = store
+        .append(
+            vec![started(
+                "acme",
+                "s-1",
+                "r-1",
+                secret_metadata("the secret answer is 42"),
+            )],
+            0,
+        )
+        .await
+        .unwrap();
+    let row = std::process::Command::new("psql")
+        .args([
+            db.url().as_str(),
+            "-At",
+            "-c",
+            "SELECT event FROM loom_events",
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&row.stdout).into_owned();
+    assert!(
+        row.status.success(),
+        "{}",
+        String::from_utf8_lossy(&row.stderr)
+    );
+    assert!(text.contains(r#""sealed":"#), "{text}");
+    assert!(!text.contains("the secret answer"), "{text}");
+    let filter = loom_core::search::EventFilter {
+        tenant_id: "acme".into(),
+        run_id: Some("r-1".into()),
+        limit: 10,
+        ..Default::default()
+    };
+    assert_eq!(
+        store.search(&filter).await.unwrap(),
+        Some(loom_core::search::Searched::Found(written))
+    );
+}
 
 /// The file holds the envelope in clear and no payload text; the store underneath sees sealed
 /// payloads naming the key, the wrapper hands back the clear events with their seqs.
