@@ -26,7 +26,9 @@
 //! ## Row-level security that holds
 //!
 //! Every table above has row-level security **enabled and forced** and one policy,
-//! `USING/WITH CHECK (tenant_id = current_setting('loom.tenant_id', true))`. Loom's pool runs
+//! `USING/WITH CHECK (tenant_id = NULLIF(current_setting('loom.tenant_id', true), ''))` (a
+//! setting once set on a connection reads `''` after its transaction: an empty tenant matches
+//! nothing). Loom's pool runs
 //! `SET ROLE <role>` (default `loom_app`, `NOLOGIN`, created by the schema and granted to the
 //! user applying it) on every connection it opens, so Loom's statements run as a role that
 //! neither owns the tables nor is a superuser, and the policy applies to them. Every

@@ -35,7 +35,9 @@ pub struct Migration {
     statements: &'static [&'static str],
 }
 
-/// Row-level security on `table`: enabled, forced, and one policy for every command.
+/// Row-level security on `table`: enabled, forced, and one policy for every command. The
+/// setting is read through `NULLIF(…, '')`: once a transaction of a connection has set it, it
+/// reads `''` (not NULL) after that transaction ends, and an empty tenant must match nothing.
 macro_rules! tenant_policy {
     ($table:literal) => {
         concat!(
@@ -51,8 +53,8 @@ macro_rules! tenant_policy {
             $table,
             "_tenant ON ",
             $table,
-            "\n    USING (tenant_id = current_setting('loom.tenant_id', true))\n    \
-             WITH CHECK (tenant_id = current_setting('loom.tenant_id', true))"
+            "\n    USING (tenant_id = NULLIF(current_setting('loom.tenant_id', true), ''))\n    \
+             WITH CHECK (tenant_id = NULLIF(current_setting('loom.tenant_id', true), ''))"
         )
     };
 }

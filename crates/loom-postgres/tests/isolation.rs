@@ -145,6 +145,16 @@ async fn tenant_a_can_neither_see_nor_change_tenant_b() {
     })
     .unwrap();
     let pool = app.pool();
+    reads_as_a_find_nothing_of_b(pool, &db.role, &a, &b).await;
+    writes_as_a_touch_nothing_of_b(pool).await;
+    nothing_without_a_tenant(pool, &login).await;
+    the_stores_keep_b_whole(&app, &mut owner, &a, &b).await;
+    owner.close().await.unwrap();
+}
+
+/// Reads as tenant A, by id, event id, run, session listing and search, in every table: none
+/// of B's rows; a query that forgets its tenant sees only A's.
+async fn reads_as_a_find_nothing_of_b(pool: &sqlx::PgPool, role: &str, a: &Secrets, b: &Secrets) {
     let mut tx = as_tenant(pool, "a").await;
     let who: (String, String, bool) = sqlx::query_as(
         "SELECT session_user::text, current_user::text, \
@@ -153,7 +163,7 @@ async fn tenant_a_can_neither_see_nor_change_tenant_b() {
     .fetch_one(&mut *tx)
     .await
     .unwrap();
-    assert_eq!(who.1, db.role);
+    assert_eq!(who.1, role);
     assert_ne!(who.0, "postgres");
     assert!(!who.2, "the application role bypasses row-level security");
 
@@ -238,7 +248,10 @@ async fn tenant_a_can_neither_see_nor_change_tenant_b() {
         1
     );
     tx.commit().await.unwrap();
+}
 
+/// Writes as tenant A aimed at B's rows, in every table: refused or touching nothing.
+async fn writes_as_a_touch_nothing_of_b(pool: &sqlx::PgPool) {
     // Writes for B are refused (row-level security), UPDATE on the journal is refused to
     // everyone (no grant), and the role cannot lift the policy.
     let insert_b = [
@@ -302,7 +315,11 @@ async fn tenant_a_can_neither_see_nor_change_tenant_b() {
         .await,
         "42501"
     );
+}
 
+/// Without a tenant set, through the pool or as the login role itself: nothing visible, nothing
+/// written.
+async fn nothing_without_a_tenant(pool: &sqlx::PgPool, login: &str) {
     // Without a tenant set, nothing is visible and nothing can be written.
     let mut bare = pool.acquire().await.unwrap();
     for table in [
@@ -322,7 +339,7 @@ async fn tenant_a_can_neither_see_nor_change_tenant_b() {
     drop(bare);
     // The login role itself, had the pool not switched role, is under the same policy (it
     // inherits the application role's rights, not the owner's): nothing without a tenant.
-    let mut raw = PgConnection::connect(&login).await.unwrap();
+    let mut raw = PgConnection::connect(login).await.unwrap();
     let seen: i64 = sqlx::query_scalar("SELECT count(*) FROM loom_events")
         .fetch_one(&mut raw)
         .await
@@ -330,6 +347,25 @@ async fn tenant_a_can_neither_see_nor_change_tenant_b() {
     assert_eq!(seen, 0);
     raw.close().await.unwrap();
 
+    // A pooled connection whose last transaction set a tenant reads the setting as '' (not
+    // NULL) afterwards: a row of the empty tenant is refused too.
+    let mut bare = pool.acquire().await.unwrap();
+    let refused_bare = sqlx::query(
+        "INSERT INTO loom_sessions (tenant_id, session_id, last_seq, updated_at, last_ingested) \
+         VALUES ('', 'x', 1, now(), 1)",
+    )
+    .execute(&mut *bare)
+    .await;
+    assert_eq!(refused(refused_bare), "42501");
+}
+
+/// Through Loom's stores B's data is whole, and A's requests for B's things find nothing.
+async fn the_stores_keep_b_whole(
+    app: &PgDatabase,
+    owner: &mut PgConnection,
+    a: &Secrets,
+    b: &Secrets,
+) {
     // B's data is whole, as B sees it through Loom's stores.
     let b_store = PgStore::new(app.clone());
     assert_eq!(b_store.read("b", &b.session, 0).await.unwrap().len(), 4);
@@ -364,7 +400,7 @@ async fn tenant_a_can_neither_see_nor_change_tenant_b() {
          + (SELECT count(*) FROM loom_set_aside WHERE tenant_id = 'b') \
          + (SELECT count(*) FROM loom_sessions WHERE tenant_id = 'b' AND last_seq = 4)",
     )
-    .fetch_one(&mut owner)
+    .fetch_one(&mut *owner)
     .await
     .unwrap();
     assert_eq!(b_rows, 8, "tenant B's rows changed");
@@ -373,9 +409,8 @@ async fn tenant_a_can_neither_see_nor_change_tenant_b() {
          + (SELECT count(*) FROM loom_idempotency WHERE key = 'b:tool:forged') \
          + (SELECT count(*) FROM loom_sessions WHERE session_id = 'forged')",
     )
-    .fetch_one(&mut owner)
+    .fetch_one(&mut *owner)
     .await
     .unwrap();
     assert_eq!(forged, 0);
-    let _ = owner.close().await;
 }
