@@ -237,7 +237,59 @@ async fn the_sql_reads_and_the_scan_agree() {
     assert_eq!(middle.len(), 6 * 17);
     let since = middle[40].ts;
 
-    let queries = [
+    let queries = event_queries(&runs, &middle);
+    for query in &queries {
+        both(&sql, &scan, query).await;
+    }
+    // Paging through everything, 13 at a time, gives the whole journal in order.
+    let mut paged = Vec::new();
+    let mut after = None;
+    loop {
+        let page = both(
+            &sql,
+            &scan,
+            &EventQuery {
+                after: after.clone(),
+                limit: 13,
+                ..EventQuery::default()
+            },
+        )
+        .await;
+        let Some(last) = page.last() else { break };
+        after = Some(last.event_id.clone());
+        paged.extend(page);
+    }
+    assert_eq!(paged, middle);
+    // The run list reads the same sessions, whoever names them.
+    let answered = pushed.answered.load(Ordering::SeqCst);
+    let run_queries = run_queries(since);
+    for query in &run_queries {
+        let pushed_page = sql.runs(query).await.unwrap();
+        let scanned_page = scan.runs(query).await.unwrap();
+        assert_eq!(pushed_page, scanned_page, "{query:?}");
+    }
+    assert_eq!(sql.runs(&RunQuery::default()).await.unwrap().runs.len(), 6);
+    let two = sql
+        .runs(&RunQuery {
+            sessions: 2,
+            ..RunQuery::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!((two.scanned, two.truncated), (2, true));
+    assert_eq!(
+        pushed.answered.load(Ordering::SeqCst),
+        answered + run_queries.len() + 2
+    );
+    // Every read of the pushed-down side was answered by the store, none of the other's.
+    assert!(answered >= queries.len());
+    assert_eq!(scanned.answered.load(Ordering::SeqCst), 0);
+}
+
+/// Event searches covering every filter, a page, a cursor, an unknown cursor, another tenant.
+fn event_queries(runs: &[loom_ia::RunResult], middle: &[Event]) -> Vec<EventQuery> {
+    let since = middle[40].ts;
+    vec![
         EventQuery::default(),
         EventQuery {
             limit: 5,
@@ -320,32 +372,12 @@ async fn the_sql_reads_and_the_scan_agree() {
             tenant_id: Some("other".into()),
             ..EventQuery::default()
         },
-    ];
-    for query in &queries {
-        both(&sql, &scan, query).await;
-    }
-    // Paging through everything, 13 at a time, gives the whole journal in order.
-    let mut paged = Vec::new();
-    let mut after = None;
-    loop {
-        let page = both(
-            &sql,
-            &scan,
-            &EventQuery {
-                after: after.clone(),
-                limit: 13,
-                ..EventQuery::default()
-            },
-        )
-        .await;
-        let Some(last) = page.last() else { break };
-        after = Some(last.event_id.clone());
-        paged.extend(page);
-    }
-    assert_eq!(paged, middle);
-    // The run list reads the same sessions, whoever names them.
-    let answered = pushed.answered.load(Ordering::SeqCst);
-    let run_queries = [
+    ]
+}
+
+/// Run lists covering every filter, fewer sessions than written, another tenant.
+fn run_queries(since: chrono::DateTime<chrono::Utc>) -> Vec<RunQuery> {
+    vec![
         RunQuery::default(),
         RunQuery {
             sessions: 2,
@@ -380,26 +412,5 @@ async fn the_sql_reads_and_the_scan_agree() {
             tenant_id: Some("other".into()),
             ..RunQuery::default()
         },
-    ];
-    for query in &run_queries {
-        let pushed_page = sql.runs(query).await.unwrap();
-        let scanned_page = scan.runs(query).await.unwrap();
-        assert_eq!(pushed_page, scanned_page, "{query:?}");
-    }
-    assert_eq!(sql.runs(&RunQuery::default()).await.unwrap().runs.len(), 6);
-    let two = sql
-        .runs(&RunQuery {
-            sessions: 2,
-            ..RunQuery::default()
-        })
-        .await
-        .unwrap();
-    assert_eq!((two.scanned, two.truncated), (2, true));
-    assert_eq!(
-        pushed.answered.load(Ordering::SeqCst),
-        answered + run_queries.len() + 2
-    );
-    // Every read of the pushed-down side was answered by the store, none of the other's.
-    assert!(answered >= queries.len());
-    assert_eq!(scanned.answered.load(Ordering::SeqCst), 0);
+    ]
 }
