@@ -45,6 +45,7 @@ pub const CRATES: &[(&str, Layer)] = &[
     ("loom-providers", Layer::Adapter),
     ("loom-mcp", Layer::Adapter),
     ("loom-sqlite", Layer::Adapter),
+    ("loom-postgres", Layer::Adapter),
     ("loom-crypto", Layer::Adapter),
     ("loom-macros", Layer::Macros),
     ("loom-testkit", Layer::Testkit),

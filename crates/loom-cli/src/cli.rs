@@ -248,6 +248,23 @@ enum Command {
         #[command(subcommand)]
         command: KeysCommand,
     },
+    /// The durable storage: print the PostgreSQL schema for a DBA.
+    Storage {
+        #[command(subcommand)]
+        command: StorageCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum StorageCommand {
+    /// Print the PostgreSQL schema (versioned migrations, the application role, row-level
+    /// security, grants) as one script to apply with `psql -v ON_ERROR_STOP=1` as the user
+    /// that will own the tables. Applying it twice changes nothing.
+    Sql {
+        /// The application role Loom's connections switch to (`storage.events.role`).
+        #[arg(long, default_value = loom_ia::config::DEFAULT_POSTGRES_ROLE)]
+        role: String,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -281,6 +298,21 @@ fn parse_scope(text: &str) -> Result<loom_ia::config::Scope, String> {
 pub(crate) async fn execute(cli: Cli, app: App, args: Vec<std::ffi::OsString>) -> u8 {
     if let Command::Schema = cli.command {
         return print_json(&loom_ia::config::json_schema());
+    }
+    if let Command::Storage {
+        command: StorageCommand::Sql { role },
+    } = &cli.command
+    {
+        return match loom_ia::storage_sql(role) {
+            Ok(text) => {
+                out!("{text}");
+                OK
+            }
+            Err(error) => {
+                eprintln!("error: {error}");
+                REFUSED
+            }
+        };
     }
     if let Command::Keys {
         command:
@@ -364,7 +396,7 @@ pub(crate) async fn execute(cli: Cli, app: App, args: Vec<std::ffi::OsString>) -
         return fail(&error);
     }
     let outcome = match cli.command {
-        Command::Schema | Command::Keys { .. } => Ok(OK),
+        Command::Schema | Command::Keys { .. } | Command::Storage { .. } => Ok(OK),
         Command::Validate => validate(&loom).await,
         Command::Run {
             agent,

@@ -9,6 +9,7 @@ mod profile;
 mod refusals;
 mod sections;
 mod server;
+mod storage;
 mod tenants;
 mod tools;
 mod triggers;
@@ -372,7 +373,20 @@ impl Config {
             EventsBackend::Jsonl | EventsBackend::Sqlite => {
                 events.path.as_ref().map(|p| self.base_dir.join(p))
             }
-            EventsBackend::Memory => None,
+            EventsBackend::Memory | EventsBackend::Postgres => None,
+        }
+    }
+
+    /// Whether artifacts are kept in the `postgres` journal's database (`storage.artifacts.backend:
+    /// postgres`, the default beside a `postgres` journal).
+    pub fn artifacts_in_postgres(&self) -> bool {
+        let storage = &self.raw.storage;
+        match storage.artifacts.backend {
+            Some(backend) => backend == ArtifactsBackend::Postgres,
+            None => {
+                storage.artifacts.path.is_none()
+                    && storage.events.backend == EventsBackend::Postgres
+            }
         }
     }
 
@@ -393,7 +407,7 @@ impl Config {
     pub fn artifacts_path(&self) -> Option<PathBuf> {
         let artifacts = &self.raw.storage.artifacts;
         match (artifacts.backend, &artifacts.path) {
-            (Some(ArtifactsBackend::Memory), _) => None,
+            (Some(ArtifactsBackend::Memory | ArtifactsBackend::Postgres), _) => None,
             (_, Some(path)) => Some(self.base_dir.join(path)),
             (Some(ArtifactsBackend::Local), None) | (None, None) => {
                 let events = self.events_path()?;

@@ -74,6 +74,7 @@ pub use model::{
     ModelSpec, Profile, Profiles, Sdk, ServerConfig, StorageConfig, TelemetryConfig, ToolOverrides,
     ToolRef, ToolsExecution,
 };
+pub use model::{DEFAULT_POSTGRES_ROLE, MigrateMode, PostgresPool};
 pub use security::{ApiKeySpec, RateLimit, Scope, SecurityConfig, is_key_hash, parse_expiry};
 pub use tenant::{
     CaptureOverride, Quotas, SecretSource, TenantSpec, TenantStorage, TenantTelemetry,

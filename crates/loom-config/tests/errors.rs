@@ -1325,36 +1325,32 @@ fn a_negative_shutdown_timeout_is_refused() {
     );
 }
 
-/// The reference's backends and sections that Loom has no code for yet (Postgres, Redis,
-/// RabbitMQ, OpenTelemetry export) are refused as "not yet", at the value or key.
+/// The reference's backends and sections that Loom has no code for yet (Redis, RabbitMQ,
+/// OpenTelemetry export) are refused as "not yet", at the value or key.
 #[test]
 fn reference_backends_without_code_are_refused_as_not_yet() {
     const NOT_YET: &str =
         " — this part of the Loom-IA format is not implemented in this version yet";
     let cases = [
         (
-            "storage:\n  events: {backend: postgres}\n",
-            "loom.yaml:7:21 storage.events.backend: unknown value 'postgres' (expected one of: memory, jsonl, sqlite)",
-        ),
-        (
             "storage:\n  idempotency: {backend: redis}\n",
-            "loom.yaml:7:26 storage.idempotency.backend: unknown value 'redis' (expected one of: sqlite)",
+            "loom.yaml:7:26 storage.idempotency.backend: unknown value 'redis' (expected one of: sqlite, postgres)",
         ),
         (
             "storage:\n  idempotency: {backend: journal}\n",
-            "loom.yaml:7:26 storage.idempotency.backend: unknown value 'journal' (expected one of: sqlite)",
+            "loom.yaml:7:26 storage.idempotency.backend: unknown value 'journal' (expected one of: sqlite, postgres)",
         ),
         (
             "storage:\n  queue: {backend: rabbitmq}\n",
-            "loom.yaml:7:3 storage.queue: unknown key 'queue' (expected one of: events, artifacts, idempotency, encryption, retention)",
+            "loom.yaml:7:3 storage.queue: unknown key 'queue' (expected one of: events, artifacts, idempotency, encryption, retention, migrate)",
         ),
         (
             "storage:\n  bus: {backend: redis}\n",
-            "loom.yaml:7:3 storage.bus: unknown key 'bus' (expected one of: events, artifacts, idempotency, encryption, retention)",
+            "loom.yaml:7:3 storage.bus: unknown key 'bus' (expected one of: events, artifacts, idempotency, encryption, retention, migrate)",
         ),
         (
-            "storage:\n  events: {backend: jsonl, path: data, dsn_env: PG}\n",
-            "loom.yaml:7:40 storage.events.dsn_env: unknown key 'dsn_env' (expected one of: backend, path)",
+            "storage:\n  idempotency: {backend: sqlite, url_env: R}\n",
+            "loom.yaml:7:34 storage.idempotency.url_env: unknown key 'url_env' (expected one of: backend, path, dsn_env, role, pool)",
         ),
         (
             "telemetry:\n  exporters: [{type: otel}]\n",
@@ -1373,7 +1369,7 @@ fn reference_backends_without_code_are_refused_as_not_yet() {
     let root = format!("{MODELS}storage:\n  events: {{backend: s3}}\n");
     assert_eq!(
         refused(&root, &[]),
-        "loom.yaml:7:21 storage.events.backend: unknown value 's3' (expected one of: memory, jsonl, sqlite)"
+        "loom.yaml:7:21 storage.events.backend: unknown value 's3' (expected one of: memory, jsonl, sqlite, postgres)"
     );
 }
 

@@ -22,6 +22,7 @@ pub mod model;
 pub mod policy;
 pub mod ports;
 pub mod redact;
+pub mod search;
 pub mod state;
 pub mod tool;
 pub mod usage;

@@ -245,6 +245,35 @@ pub trait EventStore: Send + Sync + fmt::Debug {
             }
         })
     }
+
+    /// Answers an event search from the store's own indexes, in the store's write order (each
+    /// session's journal order kept), with the work proportional to what it returns; `None`
+    /// when the store cannot (the default), and the caller then scans the sessions. A store
+    /// that answers returns the events that pass [`EventFilter::matches`] and read back.
+    ///
+    /// [`EventFilter::matches`]: crate::search::EventFilter::matches
+    fn search<'a>(
+        &'a self,
+        filter: &'a crate::search::EventFilter,
+    ) -> BoxFuture<'a, Result<Option<crate::search::Searched>, StoreError>> {
+        let _ = filter;
+        Box::pin(async { Ok(None) })
+    }
+
+    /// The `limit` most recently written sessions of `tenant_id` whose last event was written
+    /// at or after `since` (when given), most recent first, from the store's own index, and
+    /// whether there are more; `None` when the store cannot (the default): the caller then
+    /// filters [`EventStore::sessions`]. A store that answers lists what `sessions` would, in
+    /// the same order.
+    fn recent_sessions<'a>(
+        &'a self,
+        tenant_id: &'a str,
+        since: Option<DateTime<Utc>>,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Option<crate::search::RecentSessions>, StoreError>> {
+        let _ = (tenant_id, since, limit);
+        Box::pin(async { Ok(None) })
+    }
 }
 
 /// The clock port: the only source of wall-clock time for the engine.

@@ -5,8 +5,8 @@
 //! its last seq is `expected_last_seq`, `loom_core::journal::assign_seq`), and hands back the
 //! clear events; `read` and `salvage` open every sealed payload and check the opened event
 //! whole (its envelope must match its clear payload). Envelopes stay clear, so what a store does
-//! with them (the run index, listings, seq checks, deletion) needs no key: a session whose key
-//! is gone can still be listed and erased.
+//! with them (the run index, listings, seq checks, deletion, the pushed-down search and session
+//! index) needs no key: a session whose key is gone can still be listed and erased.
 
 use std::sync::Arc;
 
@@ -166,6 +166,35 @@ impl EventStore for SealedJournal {
         run_id: &'a str,
     ) -> BoxFuture<'a, Result<Option<String>, StoreError>> {
         self.inner.find_run(tenant_id, run_id)
+    }
+
+    /// The store's own search (its filters read the clear envelopes and facets), each event
+    /// found opened; when one cannot be opened the search is declined, so that the caller's
+    /// scan leaves out only that session, naming it.
+    fn search<'a>(
+        &'a self,
+        filter: &'a loom_core::search::EventFilter,
+    ) -> BoxFuture<'a, Result<Option<loom_core::search::Searched>, StoreError>> {
+        Box::pin(async move {
+            match self.inner.search(filter).await? {
+                Some(loom_core::search::Searched::Found(mut events)) => {
+                    match open_all(self.keys.as_ref(), &mut events) {
+                        Ok(()) => Ok(Some(loom_core::search::Searched::Found(events))),
+                        Err(_) => Ok(None),
+                    }
+                }
+                other => Ok(other),
+            }
+        })
+    }
+
+    fn recent_sessions<'a>(
+        &'a self,
+        tenant_id: &'a str,
+        since: Option<chrono::DateTime<chrono::Utc>>,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Option<loom_core::search::RecentSessions>, StoreError>> {
+        self.inner.recent_sessions(tenant_id, since, limit)
     }
 
     fn salvage<'a>(

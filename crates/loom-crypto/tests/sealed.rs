@@ -1,6 +1,6 @@
 //! The sealing stores over real backends: the journal conformance suite through the sealing
-//! wrapper (JSONL, SQLite, memory), what reaches the disk, rotation, missing and wrong keys,
-//! altered lines, clear lines from before sealing, and sealed files.
+//! wrapper (JSONL, SQLite, PostgreSQL, memory), what reaches the disk, rotation, missing and
+//! wrong keys, altered lines, clear lines from before sealing, and sealed files.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -111,6 +111,85 @@ loom_testkit::store_conformance!(sealed_sqlite, {
     let store: Arc<dyn EventStore> = Arc::new(SealedJournal::new(inner, keys));
     (dir, move || store.clone())
 });
+
+/// A fresh PostgreSQL database with Loom's schema (`None`: skipped without `LOOM_TEST_POSTGRES`).
+async fn postgres(
+    test: &str,
+) -> Option<(loom_testkit::postgres::TestDb, loom_postgres::PgDatabase)> {
+    let db = loom_testkit::postgres::TestDb::create(test)?;
+    let handle = loom_postgres::PgDatabase::new(&loom_postgres::PgOptions {
+        dsn: db.url(),
+        role: db.role().to_owned(),
+        pool: loom_postgres::PoolSettings {
+            min_size: 1,
+            max_size: 4,
+            ..loom_postgres::PoolSettings::default()
+        },
+    })
+    .unwrap();
+    handle.migrate().await.unwrap();
+    Some((db, handle))
+}
+
+loom_testkit::store_conformance!(sealed_postgres, {
+    let Some((db, handle)) = postgres("sealed_postgres").await else {
+        return;
+    };
+    let inner: Arc<dyn EventStore> = Arc::new(loom_postgres::PgStore::new(handle));
+    let keys = TestKeys::with(&[("journal_key", Some(KEY_A))]);
+    let store: Arc<dyn EventStore> = Arc::new(SealedJournal::new(inner, keys));
+    (db, move || store.clone())
+});
+
+/// On PostgreSQL the row holds the sealed line, the search pushed down to SQL hands back the
+/// clear event through the wrapper.
+#[tokio::test]
+async fn a_postgres_row_holds_no_clear_payload() {
+    let Some((db, handle)) = postgres("a_postgres_row_holds_no_clear_payload").await else {
+        return;
+    };
+    let inner: Arc<dyn EventStore> = Arc::new(loom_postgres::PgStore::new(handle));
+    let store = SealedJournal::new(inner, TestKeys::with(&[("journal_key", Some(KEY_A))]));
+    let written = store
+        .append(
+            vec![started(
+                "acme",
+                "s-1",
+                "r-1",
+                secret_metadata("the secret answer is 42"),
+            )],
+            0,
+        )
+        .await
+        .unwrap();
+    let row = std::process::Command::new("psql")
+        .args([
+            db.url().as_str(),
+            "-At",
+            "-c",
+            "SELECT event FROM loom_events",
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&row.stdout).into_owned();
+    assert!(
+        row.status.success(),
+        "{}",
+        String::from_utf8_lossy(&row.stderr)
+    );
+    assert!(text.contains(r#""sealed":"#), "{text}");
+    assert!(!text.contains("the secret answer"), "{text}");
+    let filter = loom_core::search::EventFilter {
+        tenant_id: "acme".into(),
+        run_id: Some("r-1".into()),
+        limit: 10,
+        ..Default::default()
+    };
+    assert_eq!(
+        store.search(&filter).await.unwrap(),
+        Some(loom_core::search::Searched::Found(written))
+    );
+}
 
 /// The file holds the envelope in clear and no payload text; the store underneath sees sealed
 /// payloads naming the key, the wrapper hands back the clear events with their seqs.
@@ -408,4 +487,125 @@ async fn files_are_sealed_on_disk_and_read_back() {
     let error = store.get(&uri).await.unwrap_err();
     assert!(matches!(error, StoreError::MissingKey { .. }), "{error}");
     assert_eq!(store.delete_session("acme", "s-1").await.unwrap(), 1);
+}
+
+// The reads a store answers from its indexes (PostgreSQL's), through the sealing wrapper.
+
+/// A memory journal that answers the pushed-down reads itself, as a database would.
+#[derive(Debug)]
+struct Indexed(MemoryStore);
+
+impl EventStore for Indexed {
+    fn append(
+        &self,
+        batch: Vec<loom_core::Event>,
+        expected: u64,
+    ) -> loom_core::BoxFuture<'_, Result<Vec<loom_core::Event>, StoreError>> {
+        self.0.append(batch, expected)
+    }
+    fn read<'a>(
+        &'a self,
+        t: &'a str,
+        s: &'a str,
+        after: u64,
+    ) -> loom_core::BoxFuture<'a, Result<Vec<loom_core::Event>, StoreError>> {
+        self.0.read(t, s, after)
+    }
+    fn last_seq<'a>(
+        &'a self,
+        t: &'a str,
+        s: &'a str,
+    ) -> loom_core::BoxFuture<'a, Result<u64, StoreError>> {
+        self.0.last_seq(t, s)
+    }
+    fn sessions<'a>(
+        &'a self,
+        t: &'a str,
+    ) -> loom_core::BoxFuture<'a, Result<Vec<loom_core::ports::SessionSummary>, StoreError>> {
+        self.0.sessions(t)
+    }
+    fn delete<'a>(
+        &'a self,
+        t: &'a str,
+        s: &'a str,
+    ) -> loom_core::BoxFuture<'a, Result<u64, StoreError>> {
+        self.0.delete(t, s)
+    }
+    fn search<'a>(
+        &'a self,
+        filter: &'a loom_core::search::EventFilter,
+    ) -> loom_core::BoxFuture<'a, Result<Option<loom_core::search::Searched>, StoreError>> {
+        Box::pin(async move {
+            let mut found = Vec::new();
+            for session in self.0.sessions(&filter.tenant_id).await? {
+                let events = self
+                    .0
+                    .read(&filter.tenant_id, &session.session_id, 0)
+                    .await?;
+                found.extend(events.into_iter().filter(|e| filter.matches(e)));
+            }
+            Ok(Some(loom_core::search::Searched::Found(found)))
+        })
+    }
+    fn recent_sessions<'a>(
+        &'a self,
+        t: &'a str,
+        _since: Option<chrono::DateTime<chrono::Utc>>,
+        limit: usize,
+    ) -> loom_core::BoxFuture<'a, Result<Option<loom_core::search::RecentSessions>, StoreError>>
+    {
+        Box::pin(async move {
+            let mut sessions = self.0.sessions(t).await?;
+            let more = sessions.len() > limit;
+            sessions.truncate(limit);
+            Ok(Some(loom_core::search::RecentSessions { sessions, more }))
+        })
+    }
+}
+
+#[tokio::test]
+async fn the_store_s_own_search_is_opened_and_declined_without_the_key() {
+    let keys = TestKeys::with(&[("journal_key", Some(KEY_A))]);
+    let inner: Arc<dyn EventStore> = Arc::new(Indexed(MemoryStore::new()));
+    let journal = SealedJournal::new(inner.clone(), keys.clone());
+    let written = journal
+        .append(
+            vec![started("t", "s", "r1", secret_metadata("secret-1"))],
+            0,
+        )
+        .await
+        .unwrap();
+    let filter = loom_core::search::EventFilter {
+        tenant_id: "t".into(),
+        types: vec!["run.started".into()],
+        limit: 10,
+        ..Default::default()
+    };
+    // Underneath the payload is sealed; through the wrapper it is the clear event.
+    match inner.search(&filter).await.unwrap() {
+        Some(loom_core::search::Searched::Found(events)) => {
+            assert!(matches!(events[0].payload, Payload::Sealed(_)));
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        journal.search(&filter).await.unwrap(),
+        Some(loom_core::search::Searched::Found(written))
+    );
+    let recent = journal
+        .recent_sessions("t", None, 5)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(recent.sessions[0].session_id, "s");
+    // Without the key the search is declined (the caller's scan names the session).
+    keys.set(Vec::new());
+    assert_eq!(journal.search(&filter).await.unwrap(), None);
+    assert!(
+        journal
+            .recent_sessions("t", None, 5)
+            .await
+            .unwrap()
+            .is_some()
+    );
 }

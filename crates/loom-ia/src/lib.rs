@@ -42,6 +42,7 @@ mod limits;
 mod loom;
 #[cfg(feature = "mcp")]
 mod mcp;
+mod postgres;
 mod progress;
 
 pub mod query;
@@ -81,6 +82,7 @@ pub use loom_engine::{
 pub use loom_macros::tool;
 pub mod report;
 pub use follow::FollowOptions;
+pub use postgres::storage_sql;
 pub use progress::progress_line;
 pub use query::{EventQuery, RunListed, RunPage, RunQuery};
 pub use query_string::QueryString;

@@ -140,6 +140,13 @@ fn plain_store(config: &Config) -> Result<Arc<dyn EventStore>, LoomError> {
         },
         EventsBackend::Sqlite => sqlite_store(config),
         EventsBackend::Memory => Ok(Arc::new(MemoryStore::new())),
+        // Opened by `crate::postgres` before this is asked; a configuration error otherwise.
+        EventsBackend::Postgres => Err(config
+            .error_at_root(
+                "storage.events.backend",
+                "the postgres journal is opened with its database (Loom::new, Loom::open)",
+            )
+            .into()),
     }
 }
 
@@ -361,23 +368,37 @@ impl Loom {
     /// the configuration declares. Opening a SQLite file blocks the calling thread until it is
     /// set up: inside a tokio runtime, use [`Loom::open`].
     pub fn new(config: Config) -> Result<Loom, LoomError> {
-        let store: Arc<dyn EventStore> = match config.raw().storage.events.backend {
-            EventsBackend::Sqlite => sqlite_store(&config)?,
-            _ => plain_store(&config)?,
+        let mut postgres = crate::postgres::open_blocking(&config)?;
+        let store: Arc<dyn EventStore> =
+            match (postgres.journal.take(), config.raw().storage.events.backend) {
+                (Some(store), _) => store,
+                (None, EventsBackend::Sqlite) => sqlite_store(&config)?,
+                (None, _) => plain_store(&config)?,
+            };
+        let idempotency = match postgres.idempotency.take() {
+            Some(idempotency) => Some(idempotency),
+            None => idempotency_store(&config)?,
         };
-        Loom::with_store(config, store)
+        let tenants = crate::routing::tenant_stores(&config)?;
+        Loom::assemble(config, store, idempotency, tenants, postgres.artifacts)
     }
 
     /// [`Loom::new`] for a caller inside a tokio runtime (a server, the CLI): SQLite files (the
     /// journal, the idempotency store) are set up without blocking a worker thread.
     pub async fn open(config: Config) -> Result<Loom, LoomError> {
-        let store: Arc<dyn EventStore> = match config.raw().storage.events.backend {
-            EventsBackend::Sqlite => sqlite_store_async(&config).await?,
-            _ => plain_store(&config)?,
+        let mut postgres = crate::postgres::open(&config).await?;
+        let store: Arc<dyn EventStore> =
+            match (postgres.journal.take(), config.raw().storage.events.backend) {
+                (Some(store), _) => store,
+                (None, EventsBackend::Sqlite) => sqlite_store_async(&config).await?,
+                (None, _) => plain_store(&config)?,
+            };
+        let idempotency = match postgres.idempotency.take() {
+            Some(idempotency) => Some(idempotency),
+            None => idempotency_store_async(&config).await?,
         };
-        let idempotency = idempotency_store_async(&config).await?;
         let tenants = crate::routing::tenant_stores_async(&config).await?;
-        Loom::assemble(config, store, idempotency, tenants)
+        Loom::assemble(config, store, idempotency, tenants, postgres.artifacts)
     }
 
     /// [`Loom::from_config_with`] for a caller inside a tokio runtime (see [`Loom::open`]).
@@ -418,9 +439,13 @@ impl Loom {
     /// refused now rather than at the first run; what depends on code registered later is
     /// checked by [`Loom::check_agents`], [`Loom::validate`] and each run.
     pub fn with_store(config: Config, store: Arc<dyn EventStore>) -> Result<Loom, LoomError> {
-        let idempotency = idempotency_store(&config)?;
+        let postgres = crate::postgres::open_blocking(&config)?;
+        let idempotency = match postgres.idempotency {
+            Some(idempotency) => Some(idempotency),
+            None => idempotency_store(&config)?,
+        };
         let tenants = crate::routing::tenant_stores(&config)?;
-        Loom::assemble(config, store, idempotency, tenants)
+        Loom::assemble(config, store, idempotency, tenants, postgres.artifacts)
     }
 
     fn assemble(
@@ -428,14 +453,16 @@ impl Loom {
         store: Arc<dyn EventStore>,
         idempotency: Option<Arc<dyn loom_core::ports::IdempotencyStore>>,
         tenants: crate::routing::TenantStores,
+        artifacts: Option<Arc<dyn ArtifactStore>>,
     ) -> Result<Loom, LoomError> {
         let models = crate::resolve::models(&config)?;
         let sources = mcp_servers(&config)?;
         crate::resolve::check_at_open(&config, &models, &sources)?;
         let trigger_secrets = crate::trigger::secrets(&config)?;
-        let mut artifacts: Arc<dyn ArtifactStore> = match config.artifacts_path() {
-            Some(path) => Arc::new(LocalArtifacts::new(path)),
-            None => Arc::new(MemoryArtifacts::new()),
+        let mut artifacts: Arc<dyn ArtifactStore> = match (artifacts, config.artifacts_path()) {
+            (Some(artifacts), _) => artifacts,
+            (None, Some(path)) => Arc::new(LocalArtifacts::new(path)),
+            (None, None) => Arc::new(MemoryArtifacts::new()),
         };
         let mut store = store;
         if !tenants.is_empty() {

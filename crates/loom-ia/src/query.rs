@@ -3,7 +3,10 @@
 //!
 //! Both scan the tenant's sessions through the `EventStore` port (`sessions`, then `read`), as
 //! the reference does for its file journals: a session last written before `since` is not
-//! read. A session whose journal is corrupted is left out with a `tracing` warning naming its
+//! read. Both first ask the store: a store with indexes (PostgreSQL) answers the event search
+//! (`EventStore::search`, in its write order) and names the most recent sessions
+//! (`EventStore::recent_sessions`) with work proportional to what it returns; the scan runs
+//! only when the store cannot. A session whose journal is corrupted is left out with a `tracing` warning naming its
 //! file and line (never silently, and never failing the whole query); a run that cannot be
 //! folded is left out of the run list the same way. A search restricted to one session
 //! (`session_id`) reports that session's corruption as an error.
@@ -11,7 +14,11 @@
 use std::{cmp::Reverse, collections::BinaryHeap};
 
 use chrono::{DateTime, Utc};
-use loom_core::{Category, Event, EventStatus, RunStatus, Usage, ids::is_safe_id};
+use loom_core::{
+    Category, Event, EventStatus, RunStatus, Usage,
+    ids::is_safe_id,
+    search::{EventFilter, Searched},
+};
 use serde::{Deserialize, Serialize};
 
 use crate::{DEFAULT_TENANT, Loom, LoomError};
@@ -238,36 +245,34 @@ impl EventQuery {
         check_window(self.since, self.until)
     }
 
-    /// Whether `event` passes every filter but `after` and `limit`.
-    fn matches(&self, event: &Event) -> bool {
-        let facet = |name: &str, wanted: &Option<String>| {
-            wanted
-                .as_ref()
-                .is_none_or(|w| event.facets.get(name).and_then(|v| v.as_str()) == Some(w))
-        };
-        self.run_id.as_ref().is_none_or(|r| event.run_id == *r)
-            && (self.types.is_empty() || self.types.contains(&event.event_type))
-            && (self.categories.is_empty() || self.categories.contains(&event.category))
-            && (self.statuses.is_empty() || self.statuses.contains(&event.status))
-            && self
-                .agent
-                .as_ref()
-                .is_none_or(|a| event.agent.as_deref() == Some(a))
-            && self.agents.as_ref().is_none_or(|allowed| {
-                event
-                    .agent
-                    .as_ref()
-                    .is_some_and(|agent| allowed.contains(agent))
-            })
-            && self
-                .role
-                .as_ref()
-                .is_none_or(|r| event.role.as_deref() == Some(r))
-            && facet("tool_name", &self.tool_name)
-            && facet("model_id", &self.model_id)
-            && facet("model", &self.model)
-            && self.since.is_none_or(|since| event.ts >= since)
-            && self.until.is_none_or(|until| event.ts < until)
+    /// The query as the store's search takes it (`loom_core::search::EventFilter`), for
+    /// `tenant`: the one definition of which events match, shared by the scan below and a
+    /// store answering from its indexes.
+    fn filter(&self, tenant: &str) -> EventFilter {
+        let facets = [
+            ("tool_name", &self.tool_name),
+            ("model_id", &self.model_id),
+            ("model", &self.model),
+        ]
+        .into_iter()
+        .filter_map(|(name, value)| value.clone().map(|value| (name.to_owned(), value)))
+        .collect();
+        EventFilter {
+            tenant_id: tenant.to_owned(),
+            session_id: self.session_id.clone(),
+            run_id: self.run_id.clone(),
+            types: self.types.clone(),
+            categories: self.categories.clone(),
+            statuses: self.statuses.clone(),
+            agent: self.agent.clone(),
+            agents: self.agents.clone(),
+            role: self.role.clone(),
+            facets,
+            since: self.since,
+            until: self.until,
+            after: self.after.clone(),
+            limit: self.limit,
+        }
     }
 }
 
@@ -378,13 +383,23 @@ impl Loom {
         check_window(query.since, query.until)?;
         let tenant = query.tenant_id.as_deref().unwrap_or(DEFAULT_TENANT);
         let store = self.event_store();
-        let mut sessions = store.sessions(tenant).await?;
-        if let Some(since) = query.since {
-            // A session last written before `since` holds no run started after it.
-            sessions.retain(|s| s.updated_at.is_none_or(|at| at >= since));
-        }
-        let unread = sessions.len() > query.sessions;
-        sessions.truncate(query.sessions);
+        // A session last written before `since` holds no run started after it. A store with an
+        // index of its sessions (PostgreSQL) gives the most recent ones itself.
+        let (sessions, unread) = match store
+            .recent_sessions(tenant, query.since, query.sessions)
+            .await?
+        {
+            Some(recent) => (recent.sessions, recent.more),
+            None => {
+                let mut sessions = store.sessions(tenant).await?;
+                if let Some(since) = query.since {
+                    sessions.retain(|s| s.updated_at.is_none_or(|at| at >= since));
+                }
+                let unread = sessions.len() > query.sessions;
+                sessions.truncate(query.sessions);
+                (sessions, unread)
+            }
+        };
         let mut runs = Vec::new();
         for session in &sessions {
             let Some(events) =
@@ -437,6 +452,13 @@ impl Loom {
         query.check()?;
         let tenant = query.tenant_id.as_deref().unwrap_or(DEFAULT_TENANT);
         let store = self.event_store();
+        let filter = query.filter(tenant);
+        // A store that answers from its indexes (PostgreSQL) is asked first.
+        match store.search(&filter).await? {
+            Some(Searched::Found(events)) => return Ok(events),
+            Some(Searched::UnknownAfter) => return Err(unknown_after(query)),
+            None => {}
+        }
         let session_ids: Vec<String> = match &query.session_id {
             Some(session) => vec![session.clone()],
             None => {
@@ -469,7 +491,7 @@ impl Loom {
                 passed = query.after.as_deref() == Some(event.event_id.as_str());
                 continue;
             }
-            if query.matches(&event) {
+            if filter.matches(&event) {
                 found.push(event);
                 if found.len() == query.limit {
                     break;
@@ -477,16 +499,21 @@ impl Loom {
             }
         }
         if !passed {
-            return Err(invalid(
-                "after",
-                format!(
-                    "no event '{}' in the journal searched",
-                    query.after.as_deref().unwrap_or_default()
-                ),
-            ));
+            return Err(unknown_after(query));
         }
         Ok(found)
     }
+}
+
+/// The refusal of an `after` that names no event of the journal searched.
+fn unknown_after(query: &EventQuery) -> LoomError {
+    invalid(
+        "after",
+        format!(
+            "no event '{}' in the journal searched",
+            query.after.as_deref().unwrap_or_default()
+        ),
+    )
 }
 
 /// The events of several journals in write order: each journal's order kept, journals

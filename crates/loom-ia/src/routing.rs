@@ -104,6 +104,22 @@ impl EventStore for RoutedEvents {
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         self.of(tenant_id).set_aside(tenant_id, session_id, lines)
     }
+
+    fn search<'a>(
+        &'a self,
+        filter: &'a loom_core::search::EventFilter,
+    ) -> BoxFuture<'a, Result<Option<loom_core::search::Searched>, StoreError>> {
+        self.of(&filter.tenant_id).search(filter)
+    }
+
+    fn recent_sessions<'a>(
+        &'a self,
+        tenant_id: &'a str,
+        since: Option<chrono::DateTime<chrono::Utc>>,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Option<loom_core::search::RecentSessions>, StoreError>> {
+        self.of(tenant_id).recent_sessions(tenant_id, since, limit)
+    }
 }
 
 /// An artifact store per tenant that declares one, the root store for the others.
@@ -309,5 +325,92 @@ mod tests {
         assert_eq!(routed.get("not a uri").await.unwrap(), None);
         assert_eq!(routed.delete_session("acme", "s1").await.unwrap(), 1);
         assert_eq!(routed.get(&other).await.unwrap(), Some(b"dupont".to_vec()));
+    }
+
+    /// A journal that answers the pushed-down reads with its own name.
+    #[derive(Debug)]
+    struct Answering(&'static str);
+
+    impl EventStore for Answering {
+        fn append(
+            &self,
+            batch: Vec<Event>,
+            _: u64,
+        ) -> BoxFuture<'_, Result<Vec<Event>, StoreError>> {
+            Box::pin(async move { Ok(batch) })
+        }
+        fn read<'a>(
+            &'a self,
+            _: &'a str,
+            _: &'a str,
+            _: u64,
+        ) -> BoxFuture<'a, Result<Vec<Event>, StoreError>> {
+            Box::pin(async { Ok(Vec::new()) })
+        }
+        fn last_seq<'a>(
+            &'a self,
+            _: &'a str,
+            _: &'a str,
+        ) -> BoxFuture<'a, Result<u64, StoreError>> {
+            Box::pin(async { Ok(0) })
+        }
+        fn sessions<'a>(
+            &'a self,
+            _: &'a str,
+        ) -> BoxFuture<'a, Result<Vec<SessionSummary>, StoreError>> {
+            Box::pin(async { Ok(Vec::new()) })
+        }
+        fn delete<'a>(&'a self, _: &'a str, _: &'a str) -> BoxFuture<'a, Result<u64, StoreError>> {
+            Box::pin(async { Ok(0) })
+        }
+        fn search<'a>(
+            &'a self,
+            _: &'a loom_core::search::EventFilter,
+        ) -> BoxFuture<'a, Result<Option<loom_core::search::Searched>, StoreError>> {
+            Box::pin(async { Ok(Some(loom_core::search::Searched::UnknownAfter)) })
+        }
+        fn recent_sessions<'a>(
+            &'a self,
+            _: &'a str,
+            _: Option<chrono::DateTime<chrono::Utc>>,
+            _: usize,
+        ) -> BoxFuture<'a, Result<Option<loom_core::search::RecentSessions>, StoreError>> {
+            let name = self.0;
+            Box::pin(async move {
+                Ok(Some(loom_core::search::RecentSessions {
+                    sessions: vec![SessionSummary {
+                        session_id: name.to_owned(),
+                        last_seq: 1,
+                        updated_at: None,
+                    }],
+                    more: false,
+                }))
+            })
+        }
+    }
+
+    /// The reads a store may answer from its indexes go to the tenant's store: a tenant with a
+    /// journal of its own (here one that cannot answer) is never answered by the root's.
+    #[tokio::test]
+    async fn pushed_down_reads_go_to_the_tenants_store() {
+        let own: Arc<dyn EventStore> = Arc::new(loom_journal::MemoryStore::new());
+        let routed = RoutedEvents::new(
+            Arc::new(Answering("root")),
+            [("acme".to_owned(), own)].into(),
+        );
+        let recent = routed
+            .recent_sessions("dupont", None, 5)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(recent.sessions[0].session_id, "root");
+        assert_eq!(routed.recent_sessions("acme", None, 5).await.unwrap(), None);
+        let filter = |tenant: &str| loom_core::search::EventFilter {
+            tenant_id: tenant.to_owned(),
+            limit: 10,
+            ..Default::default()
+        };
+        assert!(routed.search(&filter("dupont")).await.unwrap().is_some());
+        assert_eq!(routed.search(&filter("acme")).await.unwrap(), None);
     }
 }

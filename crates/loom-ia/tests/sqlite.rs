@@ -67,6 +67,9 @@ async fn open_sets_the_database_up_without_holding_the_runtime() {
     config.storage.idempotency = Some(loom_ia::config::IdempotencyStorage {
         backend: loom_ia::config::IdempotencyBackend::Sqlite,
         path: Some("data/keys.db".into()),
+        dsn_env: None,
+        role: None,
+        pool: None,
     });
     let config = Config::new(config, dir.path().to_path_buf()).unwrap();
     let ran = Arc::new(AtomicBool::new(false));

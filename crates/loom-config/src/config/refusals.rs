@@ -21,7 +21,7 @@ pub(super) fn not_yet(path: &KeyPath, field: &str) -> &'static str {
     ];
     // Keys of `storage` (the Redis and RabbitMQ backends) and of `telemetry` (OpenTelemetry
     // export, redaction) that Loom does not have yet.
-    const STORAGE_LATER: &[&str] = &["queue", "bus", "dsn_env", "url_env", "role", "pool"];
+    const STORAGE_LATER: &[&str] = &["queue", "bus", "url_env"];
     const TELEMETRY_LATER: &[&str] = &["exporters", "redaction"];
     let parent = &path.0[..path.0.len().saturating_sub(1)];
     let under = |section: &str| matches!(parent.first(), Some(yaml::Seg::Key(k)) if k == section);
@@ -64,15 +64,11 @@ not implemented in this version"
 const NOT_YET: &str = " — this part of the Loom-IA format is not implemented in this version yet";
 
 /// Why a value of the Loom-IA format is refused (`value` at `path`): the backends of the
-/// reference that Loom does not have yet (Postgres, Redis, the journal and memory idempotency
-/// stores).
+/// reference that Loom does not have yet (Redis, the journal and memory idempotency stores).
 pub(super) fn not_yet_value(path: &KeyPath, value: &str) -> &'static str {
     let path = path.to_string();
-    let in_tenant = path.starts_with("tenants[") && path.ends_with("].storage.events.backend");
     let later: &[&str] = match path.as_str() {
-        "storage.events.backend" => &["postgres"],
-        _ if in_tenant => &["postgres"],
-        "storage.idempotency.backend" => &["journal", "memory", "postgres", "redis"],
+        "storage.idempotency.backend" => &["journal", "memory", "redis"],
         _ => &[],
     };
     if later.contains(&value) { NOT_YET } else { "" }

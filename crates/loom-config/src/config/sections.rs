@@ -200,6 +200,7 @@ pub(super) fn check_sections(doc: &Doc, raw: &LoomConfig) -> Result<(), ConfigEr
             "backend 'sqlite' requires 'path' (the database file)".into(),
         ));
     }
+    super::storage::check_postgres(doc, raw)?;
     if !(raw.execution.lease.is_finite() && raw.execution.lease > 0.0) {
         return Err(invalid(
             &KeyPath::root().key("execution").key("lease"),

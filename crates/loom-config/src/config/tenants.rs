@@ -479,6 +479,42 @@ fn check_storage(config: &Config, tp: &KeyPath, tenant: &TenantSpec) -> Result<(
     let doc = &config.docs[0];
     if let Some(storage) = &tenant.storage {
         let events = &storage.events;
+        let ep = tp.key("storage").key("events");
+        if events.backend == EventsBackend::Postgres {
+            return Err(invalid(
+                doc,
+                &ep.key("backend"),
+                format!(
+                    "tenant '{}': a tenant's own journal cannot be postgres: tenants share the \
+                     deployment's postgres journal (storage.events), kept apart by row-level \
+                     security",
+                    tenant.id
+                ),
+            ));
+        }
+        let postgres_keys = [
+            ("dsn_env", events.dsn_env.is_some()),
+            ("role", events.role != crate::model::DEFAULT_POSTGRES_ROLE),
+            ("pool", events.pool != crate::model::PostgresPool::default()),
+        ];
+        if let Some((key, _)) = postgres_keys.iter().find(|(_, set)| *set) {
+            return Err(invalid(
+                doc,
+                &ep.key(key),
+                format!("'{key}' is only for the postgres backend"),
+            ));
+        }
+        if storage.artifacts.backend == Some(crate::model::ArtifactsBackend::Postgres) {
+            return Err(invalid(
+                doc,
+                &tp.key("storage").key("artifacts").key("backend"),
+                format!(
+                    "tenant '{}': artifacts in postgres follow the deployment's postgres journal \
+                     (storage.artifacts), not a tenant's own",
+                    tenant.id
+                ),
+            ));
+        }
         if matches!(events.backend, EventsBackend::Jsonl | EventsBackend::Sqlite)
             && events.path.is_none()
         {
@@ -584,7 +620,7 @@ impl Config {
             EventsBackend::Jsonl | EventsBackend::Sqlite => {
                 events.path.as_ref().map(|p| self.base_dir.join(p))
             }
-            EventsBackend::Memory => None,
+            EventsBackend::Memory | EventsBackend::Postgres => None,
         }
     }
 

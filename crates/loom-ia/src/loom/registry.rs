@@ -177,7 +177,17 @@ impl Loom {
                 guards: guards_of(&runtime),
             });
         }
-        let journal = describe_journal(config.raw().storage.events.backend, config.events_path());
+        let journal = match config.raw().storage.events.backend {
+            EventsBackend::Postgres => {
+                let events = &config.raw().storage.events;
+                format!(
+                    "postgres at ${} as role {}",
+                    events.dsn_env.as_deref().unwrap_or_default(),
+                    events.role
+                )
+            }
+            backend => describe_journal(backend, config.events_path()),
+        };
         let storage = &config.raw().storage;
         let sealed = storage.encryption.as_ref().map_or(String::new(), |e| {
             format!(", sealed with {} (the first seals)", e.keys.join(", "))
@@ -279,6 +289,7 @@ pub(super) fn describe_journal(backend: EventsBackend, path: Option<std::path::P
         EventsBackend::Memory => "memory (lost at exit)".to_owned(),
         EventsBackend::Jsonl => format!("jsonl in {path}"),
         EventsBackend::Sqlite => format!("sqlite in {path}"),
+        EventsBackend::Postgres => "postgres".to_owned(),
     }
 }
 

@@ -83,7 +83,7 @@ impl Resolver<'_> {
                     format!(
                         "policy '{}' can pause the run for a human decision, which needs a durable \
                          journal: with the memory journal a paused run is lost at exit; use \
-                         storage.events.backend: jsonl or sqlite (or the dev profile)",
+                         storage.events.backend: jsonl, sqlite or postgres (or the dev profile)",
                         hooked.name
                     ),
                 ));

@@ -280,7 +280,7 @@ impl Resolver<'_> {
                 format!(
                     "tool '{tool_name}' declares a business key, which needs a shared durable \
                      idempotency store so that two runs never perform the same action twice; \
-                     declare storage.idempotency: {{backend: sqlite, path: ...}}"
+                     declare storage.idempotency: {{backend: sqlite, path: ...}} or {{backend: postgres}}"
                 ),
             ));
         }
