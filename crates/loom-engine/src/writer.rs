@@ -17,7 +17,25 @@ use loom_core::{
 use crate::{error::EngineError, events::RunRef, observer::Observer};
 
 /// How many times a write is attempted when other runs of the session wrote in between.
-const MAX_CONFLICT_RETRIES: usize = 5;
+///
+/// The reference gives up after 5; several processes driving runs of one session at once
+/// (workers of one tenant's conversation) lose that many races in a row, so Loom tries longer,
+/// pausing between attempts ([`contention_pause`]). Every conflict means another writer made
+/// progress, so the session as a whole never stalls.
+const MAX_CONFLICT_RETRIES: usize = 16;
+
+/// The pause before attempt `attempt` (from 1) of a write that conflicted: doubling from 1 ms
+/// up to 64 ms, scaled by a factor in [0.5, 1.5) drawn from the run id and the attempt, so that
+/// writers that collided do not collide again in lockstep (and a run's pauses are the same
+/// from one execution to the next).
+fn contention_pause(run_id: &str, attempt: usize) -> std::time::Duration {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::hash::DefaultHasher::new();
+    (run_id, attempt).hash(&mut hasher);
+    let spread = 0.5 + (hasher.finish() % 1000) as f64 / 1000.0;
+    let base = (1u64 << attempt.saturating_sub(1).min(6)) as f64;
+    std::time::Duration::from_secs_f64(base * spread / 1000.0)
+}
 
 /// What one attempt of [`append_fresh`] decided from the session's events.
 pub(crate) enum Attempt<T> {
@@ -29,14 +47,18 @@ pub(crate) enum Attempt<T> {
 
 /// Reads the session of `run`, lets `decide` choose what to write from its events, and appends
 /// it after the last one read. When another writer appended in between, the session is read
-/// and `decide` asked again, up to five times ([`EngineError::Contention`] after that). Returns
-/// the outcome and the events written (none for [`Attempt::Done`]).
+/// and `decide` asked again after a short pause, up to [`MAX_CONFLICT_RETRIES`] times
+/// ([`EngineError::Contention`] after that). Returns the outcome and the events written (none
+/// for [`Attempt::Done`]).
 pub(crate) async fn append_fresh<T>(
     store: &dyn EventStore,
     run: &RunRef,
     mut decide: impl FnMut(&[Event]) -> Result<Attempt<T>, EngineError>,
 ) -> Result<(T, Vec<Event>), EngineError> {
-    for _ in 0..MAX_CONFLICT_RETRIES {
+    for attempt in 0..MAX_CONFLICT_RETRIES {
+        if attempt > 0 {
+            tokio::time::sleep(contention_pause(&run.run_id, attempt)).await;
+        }
         let events = store.read(&run.tenant_id, &run.session_id, 0).await?;
         let (batch, outcome) = match decide(&events)? {
             Attempt::Done(outcome) => return Ok((outcome, Vec::new())),
@@ -87,7 +109,10 @@ impl<'a> SessionWriter<'a> {
     /// Appends a batch. Conflicts caused by other runs of the session are retried; an event
     /// of this run written by someone else means another driver took over: nothing is written.
     pub(crate) async fn append(&mut self, batch: Vec<Event>) -> Result<Vec<Event>, EngineError> {
-        for _ in 0..MAX_CONFLICT_RETRIES {
+        for attempt in 0..MAX_CONFLICT_RETRIES {
+            if attempt > 0 {
+                tokio::time::sleep(contention_pause(&self.run.run_id, attempt)).await;
+            }
             match self.store.append(batch.clone(), self.last_seq).await {
                 Ok(written) => {
                     if let Some(last) = written.last() {
@@ -243,7 +268,24 @@ mod tests {
         }
     }
 
-    #[tokio::test]
+    #[test]
+    fn pauses_grow_to_a_bound_and_differ_between_runs() {
+        let pauses: Vec<_> = (1..=MAX_CONFLICT_RETRIES)
+            .map(|attempt| contention_pause("run-a", attempt))
+            .collect();
+        for pause in &pauses {
+            assert!(pause.as_secs_f64() < 0.096, "{pause:?}");
+        }
+        assert!(pauses[0].as_secs_f64() < 0.0015 && pauses[0].as_secs_f64() >= 0.0005);
+        assert!(pauses[8].as_secs_f64() >= 0.032, "{:?}", pauses[8]);
+        assert_eq!(contention_pause("run-a", 3), contention_pause("run-a", 3));
+        let others: Vec<_> = (1..=MAX_CONFLICT_RETRIES)
+            .map(|attempt| contention_pause("run-b", attempt))
+            .collect();
+        assert_ne!(pauses, others, "two runs do not retry in lockstep");
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn a_write_is_decided_again_on_what_each_conflict_brought() {
         let store = Arc::new(Interfering::new(2));
         let mut seen = Vec::new();
@@ -262,8 +304,8 @@ mod tests {
         assert_eq!(journal.len(), 3);
     }
 
-    #[tokio::test]
-    async fn five_conflicts_in_a_row_give_up_and_write_nothing() {
+    #[tokio::test(start_paused = true)]
+    async fn sixteen_conflicts_in_a_row_give_up_and_write_nothing() {
         let store = Interfering::new(usize::MAX);
         let mut attempts = 0;
         let result = append_fresh(&store, &run(), |_| {
@@ -275,7 +317,7 @@ mod tests {
             matches!(&result, Err(EngineError::Contention(session)) if session == "s"),
             "{result:?}"
         );
-        assert_eq!(attempts, 5);
+        assert_eq!(attempts, MAX_CONFLICT_RETRIES);
         let journal = store.read("t", "s", 0).await.unwrap();
         assert!(journal.iter().all(|e| !e.event_id.contains("mine")));
     }
