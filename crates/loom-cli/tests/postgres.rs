@@ -14,7 +14,7 @@ use common::*;
 use std::{
     fs,
     io::Write,
-    path::Path,
+    path::{Path, PathBuf},
     process::{Command, Output, Stdio},
 };
 
@@ -167,9 +167,9 @@ fn storage_sql_prints_the_schema() {
 }
 
 #[test]
-fn devis_on_the_schema_a_dba_applied_journals_what_jsonl_does() {
+fn devis_on_the_schema_a_dba_applied_journals_what_jsonl_and_sqlite_do() {
     let Some((_db, url, role)) =
-        database("devis_on_the_schema_a_dba_applied_journals_what_jsonl_does")
+        database("devis_on_the_schema_a_dba_applied_journals_what_jsonl_and_sqlite_do")
     else {
         return;
     };
@@ -219,14 +219,29 @@ fn devis_on_the_schema_a_dba_applied_journals_what_jsonl_does() {
     let json: Value = serde_json::from_slice(&inspect.stdout).unwrap();
     assert_eq!(json["status"], "completed");
 
-    // The same events as the same run on the JSONL journal.
+    // The same events as the same run on the JSONL and the SQLite journals.
     let jsonl = copy_example("devis");
     run_devis(jsonl.path(), "unused");
+    let sqlite = copy_example("devis");
+    let config = sqlite.path().join("loom.yaml");
+    let yaml = fs::read_to_string(&config).unwrap();
+    fs::write(
+        &config,
+        yaml.replace(
+            "    backend: jsonl\n    path: data ",
+            "    backend: sqlite\n    path: data/loom.db ",
+        ),
+    )
+    .unwrap();
+    run_devis(sqlite.path(), "unused");
+    assert!(sqlite.path().join("data/loom.db").is_file());
     let on_postgres = exported(dir.path(), Some(&url));
     let on_jsonl = exported(jsonl.path(), None);
+    let on_sqlite = exported(sqlite.path(), None);
     assert_eq!(on_postgres.len(), 17);
     let strip = |events: &[Value]| events.iter().map(stable).collect::<Vec<_>>();
     assert_eq!(strip(&on_postgres), strip(&on_jsonl));
+    assert_eq!(strip(&on_sqlite), strip(&on_jsonl));
 
     // The rows are in the database, for the default tenant only.
     let out = psql(
@@ -301,4 +316,243 @@ fn migrate_auto_applies_the_schema_at_start() {
         &["run", "devis", QUESTION, "--run-id", "devis-2"],
     );
     assert!(out.status.success(), "{}", text(&out.stderr));
+}
+
+/// Four `devis` processes run into one session at once: each run completes and the session
+/// holds every event of the four runs once, seqs without gap.
+#[test]
+fn four_processes_write_one_session_at_once() {
+    let Some((_db, url, role)) = database("four_processes_write_one_session_at_once") else {
+        return;
+    };
+    let dir = devis_on_postgres(&role, "auto");
+    // The schema applied before the race (each process would take the migration lock).
+    let listed = run_in(dir.path(), Some(&url), &["sessions", "list"]);
+    assert!(listed.status.success(), "{}", text(&listed.stderr));
+    let children: Vec<_> = (1..=4)
+        .map(|i| {
+            let run_id = format!("p{i}");
+            Command::new(devis_bin())
+                .current_dir(dir.path())
+                .env_remove("LOOM_PROFILE")
+                .env_remove("LOOM_LOG")
+                .env(DSN_ENV, &url)
+                .args(["--config", "loom.yaml", "run", "devis", QUESTION])
+                .args(["--session", "partagee", "--run-id", &run_id])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for child in children {
+        let out = child.wait_with_output().unwrap();
+        let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+        assert!(out.status.success(), "stdout: {stdout}\nstderr: {stderr}");
+        assert_eq!(stdout.trim(), ANSWER);
+    }
+    let events = exported(dir.path(), Some(&url));
+    assert_eq!(events.len(), 4 * 17, "every event of the four runs, once");
+    let seqs: Vec<u64> = events.iter().map(|e| e["seq"].as_u64().unwrap()).collect();
+    assert_eq!(seqs, (1..=68).collect::<Vec<u64>>(), "seqs without gap");
+    for i in 1..=4 {
+        let run_id = format!("p{i}");
+        let of_run: Vec<&Value> = events
+            .iter()
+            .filter(|e| e["run_id"] == run_id.as_str())
+            .collect();
+        assert_eq!(of_run.len(), 17, "{run_id}");
+        assert_eq!(of_run[16]["type"], "run.completed", "{run_id}");
+    }
+}
+
+// --- Two tenants on one server ----------------------------------------------------------------
+
+const ACME_KEY: &str = "lk_pg_acme_0123456789abcdef";
+const BETA_KEY: &str = "lk_pg_beta_0123456789abcdef";
+
+fn key_hash(key: &str) -> String {
+    use sha2::Digest;
+    format!(
+        "sha256:{}",
+        hex::encode(sha2::Sha256::digest(key.as_bytes()))
+    )
+}
+
+/// The devis project on the database with tenants `acme` and `beta`, a key with every scope
+/// for each, and the MCP server mounted at `/mcp`.
+fn two_tenants(role: &str) -> tempfile::TempDir {
+    let dir = devis_on_postgres(role, "auto");
+    let config = dir.path().join("loom.yaml");
+    let mut yaml = fs::read_to_string(&config).unwrap();
+    let scopes = "[run, read, read_content, approve, admin]";
+    yaml.push_str(&format!(
+        "\ntenants:\n  - id: acme\n  - id: beta\n\
+         security:\n  api_keys:\n\
+         \x20   - {{id: acme, hash: \"{}\", tenant: acme, scopes: {scopes}}}\n\
+         \x20   - {{id: beta, hash: \"{}\", tenant: beta, scopes: {scopes}}}\n\
+         server:\n  mcp: {{http: true}}\n",
+        key_hash(ACME_KEY),
+        key_hash(BETA_KEY)
+    ));
+    fs::write(&config, yaml).unwrap();
+    dir
+}
+
+/// One request with `key`: the status and the body (JSON when it is).
+fn call(address: &str, key: &str, method: &str, path: &str, body: &str) -> (u16, Value) {
+    let (status, body) = server::request_with(
+        address,
+        method,
+        path,
+        &format!("Authorization: Bearer {key}\r\n"),
+        body,
+    );
+    let json = serde_json::from_str(&body).unwrap_or(Value::String(body));
+    (status, json)
+}
+
+fn run_body(session: &str, run: &str) -> String {
+    serde_json::json!({"message": QUESTION, "session_id": session, "run_id": run}).to_string()
+}
+
+/// Two tenants served by one `loom serve` on one database: with one tenant's key, every REST
+/// route and every MCP tool and resource sees nothing of the other's run, session and trace,
+/// and can neither decide, cancel nor erase them; the same ids used by the other tenant land
+/// in its own rows.
+#[test]
+fn one_tenants_key_sees_and_changes_nothing_of_another_through_rest_and_mcp() {
+    let Some((_db, url, role)) = database("one_tenants_key_sees_and_changes_nothing") else {
+        return;
+    };
+    let dir = two_tenants(&role);
+    let served = server::Server::start_with(
+        &devis_bin(),
+        dir.path(),
+        &["--config", "loom.yaml", "serve", "--port", "0"],
+        &[(DSN_ENV, PathBuf::from(&url))],
+    );
+    let address = served.address.clone();
+    let (status, result) = call(
+        &address,
+        ACME_KEY,
+        "POST",
+        "/v1/agents/devis/runs",
+        &run_body("s-acme", "r-acme"),
+    );
+    assert_eq!(status, 201, "{result}");
+    assert_eq!(result["status"], "completed");
+
+    // Reads by id and by session: not found.
+    for path in [
+        "/v1/runs/r-acme?session_id=s-acme",
+        "/v1/runs/r-acme/events?session_id=s-acme",
+        "/v1/traces/r-acme?session_id=s-acme",
+        "/v1/sessions/s-acme",
+        "/v1/sessions/s-acme/events",
+        "/v1/sessions/s-acme/files",
+        "/v1/sessions/s-acme/report",
+    ] {
+        let (status, body) = call(&address, BETA_KEY, "GET", path, "");
+        assert_eq!(status, 404, "{path}: {body}");
+    }
+    // Lists and searches: nothing of acme's.
+    for path in [
+        "/v1/runs",
+        "/v1/sessions",
+        "/v1/events?run_id=r-acme",
+        "/v1/events?session_id=s-acme",
+        "/v1/events?type=run.completed",
+    ] {
+        let (status, body) = call(&address, BETA_KEY, "GET", path, "");
+        assert_eq!(status, 200, "{path}: {body}");
+        let seen = body.to_string();
+        assert!(
+            !seen.contains("r-acme") && !seen.contains("s-acme"),
+            "{path} shows acme's run: {body}"
+        );
+    }
+    // Decisions, cancellation and erasure: not found.
+    for path in [
+        "/v1/runs/r-acme/approve",
+        "/v1/runs/r-acme/reject",
+        "/v1/runs/r-acme/cancel",
+    ] {
+        let (status, body) = call(&address, BETA_KEY, "POST", path, "{}");
+        assert_eq!(status, 404, "{path}: {body}");
+    }
+    let (status, body) = call(&address, BETA_KEY, "DELETE", "/v1/sessions/s-acme", "");
+    assert_eq!(status, 404, "{body}");
+
+    // The MCP server, with beta's key: every tool and resource says not found.
+    if python_has("mcp.client, httpx2, mcp_types", "pip install 'mcp>=2,<3'") {
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mcp_client.py");
+        let arguments = serde_json::json!({
+            "url": format!("http://{address}/mcp"),
+            "key": BETA_KEY,
+            "foreign": {"run_id": "r-acme", "session_id": "s-acme"},
+        });
+        let out = Command::new("python3")
+            .arg(script)
+            .args(["http", &arguments.to_string()])
+            .output()
+            .unwrap();
+        let stdout = text(&out.stdout);
+        assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
+        let seen: Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+        let foreign = &seen["foreign"];
+        for tool in ["run_status", "run_status_search", "run_report", "cancel"] {
+            assert_eq!(foreign[tool]["is_error"], true, "{tool}: {}", foreign[tool]);
+        }
+        for resource in ["run", "run_events", "trace", "session", "session_events"] {
+            let error = foreign[resource]["error"].as_str().unwrap_or_default();
+            assert!(
+                error.contains("not found"),
+                "{resource}: {}",
+                foreign[resource]
+            );
+        }
+        let runs = foreign["runs"]["json"]["runs"].as_array().unwrap();
+        assert!(runs.is_empty(), "{}", foreign["runs"]);
+    }
+
+    // Beta may use the same ids: its run lands in its own rows.
+    let (status, result) = call(
+        &address,
+        BETA_KEY,
+        "POST",
+        "/v1/agents/devis/runs",
+        &run_body("s-acme", "r-acme"),
+    );
+    assert_eq!(status, 201, "{result}");
+    // Acme's run is untouched, and acme sees one session.
+    let (status, run) = call(
+        &address,
+        ACME_KEY,
+        "GET",
+        "/v1/runs/r-acme?session_id=s-acme",
+        "",
+    );
+    assert_eq!(status, 200, "{run}");
+    assert_eq!(run["status"], "completed");
+    let (_, events) = call(&address, ACME_KEY, "GET", "/v1/sessions/s-acme/events", "");
+    assert_eq!(
+        events.as_str().map_or(0, |ndjson| ndjson.lines().count()),
+        17,
+        "acme's session holds its run only: {events}"
+    );
+    let (_, log) = served.stop();
+    assert!(!log.contains("panicked"), "{log}");
+
+    // In the database: 17 rows each.
+    let out = psql(
+        &url,
+        &[
+            "-At",
+            "-c",
+            "SELECT tenant_id, count(*) FROM loom_events GROUP BY tenant_id ORDER BY 1",
+        ],
+        None,
+    );
+    assert_eq!(text(&out.stdout).trim(), "acme|17\nbeta|17");
 }
