@@ -556,3 +556,232 @@ fn one_tenants_key_sees_and_changes_nothing_of_another_through_rest_and_mcp() {
     );
     assert_eq!(text(&out.stdout).trim(), "acme|17\nbeta|17");
 }
+
+// --- Encryption at rest on PostgreSQL ---------------------------------------------------------
+
+/// Two keys (32 bytes, base64), as in `at_rest.rs`: bytes 0..31, and 32 times 9.
+const KEY_A: &str = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
+const KEY_B: &str = "CQkJCQkJCQkJCQkJCQkJCQkJCQkJCQkJCQkJCQkJCQk=";
+/// The id of `KEY_A`: the first 12 hex digits of sha256("loom.key.v1" + key).
+const ID_A: &str = "4ed42d1a2576";
+const PNG: &[u8] = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR plan de la cuisine";
+const AMOUNT: &str = "1\u{202f}375 € TTC";
+
+/// `devis` in `dir` on the database, with exactly the keys given.
+fn sealed_devis(dir: &Path, url: &str, keys: &[(&str, &str)], args: &[&str]) -> Output {
+    Command::new(devis_bin())
+        .current_dir(dir)
+        .env_remove("LOOM_PROFILE")
+        .env_remove("LOOM_LOG")
+        .env_remove("JOURNAL_KEY")
+        .env_remove("NEW_KEY")
+        .env(DSN_ENV, url)
+        .envs(keys.iter().copied())
+        .args(["--config", "loom.yaml"])
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn success(out: &Output) -> String {
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "stdout: {stdout}\nstderr: {stderr}");
+    stdout
+}
+
+/// Sets `storage.encryption.keys` of the project in `dir`.
+fn set_encryption(dir: &Path, keys: &str) {
+    let config = dir.join("loom.yaml");
+    let yaml = fs::read_to_string(&config).unwrap();
+    let yaml = match yaml.find("  encryption:") {
+        Some(start) => {
+            let end = start + yaml[start..].find('\n').unwrap() + 1;
+            format!("{}{}", &yaml[..start], &yaml[end..])
+        }
+        None => yaml,
+    };
+    let yaml = yaml.replacen(
+        "storage:\n",
+        &format!("storage:\n  encryption: {{keys: [{keys}]}}\n"),
+        1,
+    );
+    fs::write(config, yaml).unwrap();
+}
+
+/// One column of every row of `table`, as text (`bytea` escaped).
+fn rows(url: &str, select: &str) -> String {
+    let out = psql(url, &["-At", "-c", select], None);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    text(&out.stdout)
+}
+
+/// On PostgreSQL, a sealed run and its attached file hold nothing clear in any row and read
+/// back through every command; a new first key seals what follows while the old one still
+/// opens; without a tenant's key its sessions are refused (exit code 2, REST 424), never
+/// garbage; `loom retention` erases an old sealed session without its key.
+#[test]
+fn a_sealed_journal_on_postgres_round_trips_rotates_is_shredded_and_expires() {
+    let Some((_db, url, role)) = database("a_sealed_journal_on_postgres_round_trips") else {
+        return;
+    };
+    let dir = devis_on_postgres(&role, "auto");
+    set_encryption(dir.path(), "JOURNAL_KEY");
+    fs::write(dir.path().join("plan.png"), PNG).unwrap();
+    let key_a = [("JOURNAL_KEY", KEY_A)];
+    let answer = success(&sealed_devis(
+        dir.path(),
+        &url,
+        &key_a,
+        &[
+            "run",
+            "devis",
+            QUESTION,
+            "--session",
+            "s-1",
+            "--run-id",
+            "r-1",
+            "--attach",
+            "plan.png",
+        ],
+    ));
+    assert!(answer.contains(AMOUNT), "{answer}");
+    let stored = rows(&url, "SELECT event FROM loom_events")
+        + &rows(&url, "SELECT encode(bytes, 'escape') FROM loom_artifacts");
+    for clear in [AMOUNT, "rénovation", "montant_ht", "plan de la cuisine"] {
+        assert!(!stored.contains(clear), "'{clear}' is stored in clear");
+    }
+    assert!(stored.contains(ID_A), "sealed with the key's id");
+    let inspect = success(&sealed_devis(
+        dir.path(),
+        &url,
+        &key_a,
+        &["inspect", "r-1", "--full"],
+    ));
+    assert!(inspect.contains(AMOUNT), "{inspect}");
+    success(&sealed_devis(
+        dir.path(),
+        &url,
+        &key_a,
+        &["sessions", "files", "s-1", "--out", "out"],
+    ));
+    assert_eq!(fs::read(dir.path().join("out/plan.png")).unwrap(), PNG);
+
+    // Rotation: the new key first seals what follows, the old one still opens.
+    set_encryption(dir.path(), "NEW_KEY, JOURNAL_KEY");
+    let both = [("NEW_KEY", KEY_B), ("JOURNAL_KEY", KEY_A)];
+    success(&sealed_devis(
+        dir.path(),
+        &url,
+        &both,
+        &[
+            "run",
+            "devis",
+            QUESTION,
+            "--session",
+            "s-2",
+            "--run-id",
+            "r-2",
+        ],
+    ));
+    let ids = rows(
+        &url,
+        "SELECT DISTINCT session_id || ' ' || (event::jsonb -> 'payload' ->> 'key_id') \
+         FROM loom_events ORDER BY 1",
+    );
+    let ids: Vec<&str> = ids.lines().collect();
+    assert_eq!(ids.len(), 2, "{ids:?}");
+    assert_eq!(ids[0], format!("s-1 {ID_A}"));
+    assert!(
+        ids[1].starts_with("s-2 ") && !ids[1].ends_with(ID_A),
+        "{ids:?}"
+    );
+    let old = success(&sealed_devis(
+        dir.path(),
+        &url,
+        &both,
+        &["inspect", "r-1", "--full"],
+    ));
+    assert!(old.contains(AMOUNT), "{old}");
+
+    // The old key deleted: its sessions are refused, the new ones read on.
+    let new_only = [("NEW_KEY", KEY_B)];
+    let refused = sealed_devis(dir.path(), &url, &new_only, &["inspect", "r-1"]);
+    assert_eq!(refused.status.code(), Some(2), "{}", text(&refused.stderr));
+    assert!(
+        text(&refused.stderr).contains(&format!(
+            "sealed journal: tenant 'default' has no key {ID_A}"
+        )),
+        "{}",
+        text(&refused.stderr)
+    );
+    success(&sealed_devis(
+        dir.path(),
+        &url,
+        &new_only,
+        &["inspect", "r-2"],
+    ));
+    let served = server::Server::start_with(
+        &devis_bin(),
+        dir.path(),
+        &["--config", "loom.yaml", "serve", "--port", "0"],
+        &[
+            (DSN_ENV, PathBuf::from(&url)),
+            ("NEW_KEY", PathBuf::from(KEY_B)),
+        ],
+    );
+    let (status, body) = server::request(&served.address, "GET", "/v1/runs/r-1?session_id=s-1", "");
+    assert_eq!(status, 424, "{body}");
+    assert!(body.contains("missing_encryption_key"), "{body}");
+    let (status, body) = server::request(&served.address, "GET", "/v1/runs/r-2?session_id=s-2", "");
+    assert_eq!(status, 200, "{body}");
+    drop(served);
+
+    // Retention decides on the last write, never the content: the old sealed session goes
+    // without its key.
+    let config = dir.path().join("loom.yaml");
+    let yaml = fs::read_to_string(&config).unwrap();
+    fs::write(
+        &config,
+        yaml.replacen(
+            "storage:\n",
+            "storage:\n  retention: {events_days: 30}\n",
+            1,
+        ),
+    )
+    .unwrap();
+    // s-1 made old: its events written in 2020 (the database's superuser rewrites them; the
+    // application role has no UPDATE on the journal).
+    let aged = psql(
+        &url,
+        &[
+            "-c",
+            "UPDATE loom_events SET event = replace(event, '\"ts\":\"2026-', '\"ts\":\"2020-'), \
+             ts = ts - interval '6 years' WHERE session_id = 's-1'",
+            "-c",
+            "UPDATE loom_sessions SET updated_at = updated_at - interval '6 years' \
+             WHERE session_id = 's-1'",
+        ],
+        None,
+    );
+    assert!(aged.status.success(), "{}", text(&aged.stderr));
+    let swept = success(&sealed_devis(
+        dir.path(),
+        &url,
+        &new_only,
+        &["retention", "--yes"],
+    ));
+    assert!(swept.contains("1 session(s) erased, 1 kept."), "{swept}");
+    assert_eq!(
+        rows(
+            &url,
+            "SELECT DISTINCT session_id FROM loom_events ORDER BY 1"
+        )
+        .trim(),
+        "s-2"
+    );
+    assert_eq!(
+        rows(&url, "SELECT count(*) FROM loom_artifacts").trim(),
+        "0",
+        "the sealed file went with its session"
+    );
+}

@@ -62,16 +62,24 @@ impl PgArtifacts {
         PgArtifacts { db }
     }
 
+    /// Stores `bytes` at the address `hash` (the sha256 of the clear bytes: of `bytes` for
+    /// `put`, of what the sealing store sealed for `put_at`). A file already stored at that
+    /// address is kept as it is: the same clear bytes.
     async fn put_now(
         &self,
         tenant_id: &str,
         session_id: &str,
+        hash: &str,
         bytes: Vec<u8>,
         extension: &str,
     ) -> Result<String, StoreError> {
         check(tenant_id, session_id, extension)?;
-        let hash = hex::encode(Sha256::digest(&bytes));
-        let uri = artifact_uri(tenant_id, session_id, &hash, extension);
+        if hash.len() != 64 || !hash.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
+            return Err(StoreError::Invalid(format!(
+                "'{hash}' is not a sha256 digest in lowercase hex"
+            )));
+        }
+        let uri = artifact_uri(tenant_id, session_id, hash, extension);
         let mut tx = self.db.begin(tenant_id).await?;
         let done = sqlx::query(
             "INSERT INTO loom_artifacts (tenant_id, session_id, uri, bytes) \
@@ -132,7 +140,22 @@ impl ArtifactStore for PgArtifacts {
         bytes: Vec<u8>,
         extension: &'a str,
     ) -> BoxFuture<'a, Result<String, StoreError>> {
-        Box::pin(self.put_now(tenant_id, session_id, bytes, extension))
+        Box::pin(async move {
+            let hash = hex::encode(Sha256::digest(&bytes));
+            self.put_now(tenant_id, session_id, &hash, bytes, extension)
+                .await
+        })
+    }
+
+    fn put_at<'a>(
+        &'a self,
+        tenant_id: &'a str,
+        session_id: &'a str,
+        sha256_hex: &'a str,
+        bytes: Vec<u8>,
+        extension: &'a str,
+    ) -> BoxFuture<'a, Result<String, StoreError>> {
+        Box::pin(self.put_now(tenant_id, session_id, sha256_hex, bytes, extension))
     }
 
     fn get<'a>(&'a self, uri: &'a str) -> BoxFuture<'a, Result<Option<Vec<u8>>, StoreError>> {
