@@ -2,7 +2,11 @@
 //! events, and how seqs are assigned. Pure functions, so the memory, JSONL and SQLite journals
 //! (separate adapter crates) share one definition of the contract.
 
-use crate::{event::Event, ids::is_safe_id, ports::StoreError};
+use crate::{
+    event::{Event, EventReadError},
+    ids::is_safe_id,
+    ports::StoreError,
+};
 
 /// Refuses an id that cannot name a journal (`kind` is "tenant" or "session").
 pub fn safe_id(kind: &str, id: &str) -> Result<(), StoreError> {
@@ -103,6 +107,33 @@ pub fn assign_seq(batch: &mut [Event], last: u64) {
     for (seq, event) in (last + 1..).zip(batch.iter_mut()) {
         event.seq = seq;
     }
+}
+
+/// The event a database row of journal `tenant_id/session_id` at `seq` holds (its JSON text
+/// `text`), or why it does not read back: it does not parse, or it names another journal or
+/// another seq (a row copied or moved by hand).
+pub fn row_event(
+    tenant_id: &str,
+    session_id: &str,
+    seq: u64,
+    text: &str,
+) -> Result<Event, EventReadError> {
+    let event = Event::from_json(text)?;
+    let invalid = |reason: String| EventReadError::Invalid {
+        event_id: event.event_id.clone(),
+        seq: event.seq,
+        reason,
+    };
+    if event.tenant_id != tenant_id || event.session_id != session_id {
+        return Err(invalid(format!(
+            "belongs to journal {}/{}",
+            event.tenant_id, event.session_id
+        )));
+    }
+    if event.seq != seq {
+        return Err(invalid(format!("stored in the row of seq {seq}")));
+    }
+    Ok(event)
 }
 
 #[cfg(test)]

@@ -336,6 +336,48 @@ pub fn artifact_uri(
     format!("artifact://{tenant_id}/{session_id}/{sha256_hex}.{extension}")
 }
 
+/// Refuses what cannot name an artifact, whatever the store: a tenant or session id that is
+/// not safe (it names a folder, a row), an extension that is empty, longer than 16 characters
+/// or not ASCII alphanumeric.
+pub fn check_artifact_address(
+    tenant_id: &str,
+    session_id: &str,
+    extension: &str,
+) -> Result<(), StoreError> {
+    for (what, id) in [("tenant", tenant_id), ("session", session_id)] {
+        if !crate::ids::is_safe_id(id) {
+            return Err(StoreError::Invalid(format!(
+                "{what} id '{id}' is not usable for artifacts"
+            )));
+        }
+    }
+    if extension.is_empty()
+        || extension.len() > 16
+        || !extension.bytes().all(|b| b.is_ascii_alphanumeric())
+    {
+        return Err(StoreError::Invalid(format!(
+            "artifact extension '{extension}' is not usable"
+        )));
+    }
+    Ok(())
+}
+
+/// Refuses a content address that is not a SHA-256 in lowercase hex (what
+/// [`ArtifactStore::put_at`] is given).
+pub fn check_content_hash(sha256_hex: &str) -> Result<(), StoreError> {
+    let hex = sha256_hex.len() == 64
+        && sha256_hex
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+    if hex {
+        Ok(())
+    } else {
+        Err(StoreError::Invalid(format!(
+            "artifact address '{sha256_hex}' is not a SHA-256 in lowercase hex"
+        )))
+    }
+}
+
 /// Who a tool source opens its tools for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SourceContext {

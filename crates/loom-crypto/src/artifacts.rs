@@ -40,6 +40,37 @@ fn tenant_of(uri: &str) -> Option<&str> {
     uri.strip_prefix("artifact://")?.split('/').next()
 }
 
+impl SealedArtifacts {
+    /// Stores `bytes`, whose clear content address is `hash`, sealed with the tenant's first
+    /// key under their URI; stored as given when the tenant has no keys.
+    async fn put_sealed(
+        &self,
+        tenant_id: &str,
+        session_id: &str,
+        hash: &str,
+        bytes: Vec<u8>,
+        extension: &str,
+    ) -> Result<String, StoreError> {
+        let keyring = Keyring::of(self.keys.as_ref(), tenant_id);
+        if !keyring.seals() {
+            return self
+                .inner
+                .put_at(tenant_id, session_id, hash, bytes, extension)
+                .await;
+        }
+        let uri = artifact_uri(tenant_id, session_id, hash, extension);
+        let key = keyring.sealing(&format!("file {uri}"))?;
+        let sealed = seal_file(key, &uri, &bytes).map_err(|error| StoreError::Unsealable {
+            tenant_id: tenant_id.to_owned(),
+            what: format!("file {uri}"),
+            reason: error.to_string(),
+        })?;
+        self.inner
+            .put_at(tenant_id, session_id, hash, sealed, extension)
+            .await
+    }
+}
+
 impl ArtifactStore for SealedArtifacts {
     fn put<'a>(
         &'a self,
@@ -57,19 +88,13 @@ impl ArtifactStore for SealedArtifacts {
                     .await;
             }
             let hash = hex::encode(Sha256::digest(&bytes));
-            let uri = artifact_uri(tenant_id, session_id, &hash, extension);
-            let key = keyring.sealing(&format!("file {uri}"))?;
-            let sealed = seal_file(key, &uri, &bytes).map_err(|error| StoreError::Unsealable {
-                tenant_id: tenant_id.to_owned(),
-                what: format!("file {uri}"),
-                reason: error.to_string(),
-            })?;
-            self.inner
-                .put_at(tenant_id, session_id, &hash, sealed, extension)
+            self.put_sealed(tenant_id, session_id, &hash, bytes, extension)
                 .await
         })
     }
 
+    /// `bytes` are the clear bytes whose address the caller computed: sealed like `put`'s,
+    /// never stored clear when the tenant has keys.
     fn put_at<'a>(
         &'a self,
         tenant_id: &'a str,
@@ -78,9 +103,7 @@ impl ArtifactStore for SealedArtifacts {
         bytes: Vec<u8>,
         extension: &'a str,
     ) -> BoxFuture<'a, Result<String, StoreError>> {
-        // Already addressed by its caller: stored as given.
-        self.inner
-            .put_at(tenant_id, session_id, sha256_hex, bytes, extension)
+        Box::pin(self.put_sealed(tenant_id, session_id, sha256_hex, bytes, extension))
     }
 
     fn get<'a>(&'a self, uri: &'a str) -> BoxFuture<'a, Result<Option<Vec<u8>>, StoreError>> {

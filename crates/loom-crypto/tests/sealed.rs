@@ -489,6 +489,26 @@ async fn files_are_sealed_on_disk_and_read_back() {
     assert_eq!(store.delete_session("acme", "s-1").await.unwrap(), 1);
 }
 
+/// A file handed to the sealing store already addressed (`put_at`) is sealed like any other:
+/// nothing reaches the disk clear because a caller computed its address.
+#[tokio::test]
+async fn a_file_stored_at_its_address_is_sealed_too() {
+    let dir = tempfile::tempdir().unwrap();
+    let keys = TestKeys::with(&[("journal_key", Some(KEY_A))]);
+    let inner: Arc<dyn ArtifactStore> = Arc::new(LocalArtifacts::new(dir.path()));
+    let store = SealedArtifacts::new(inner, keys);
+    let clear = b"invoice: 1,250.00 EUR".to_vec();
+    use sha2::Digest as _;
+    let hash = hex::encode(sha2::Sha256::digest(&clear));
+    let uri = store
+        .put_at("acme", "s-1", &hash, clear.clone(), "txt")
+        .await
+        .unwrap();
+    let on_disk = std::fs::read(dir.path().join("acme/s-1").join(format!("{hash}.txt"))).unwrap();
+    assert!(on_disk.starts_with(b"LOOMSEAL1"), "stored clear");
+    assert_eq!(store.get(&uri).await.unwrap(), Some(clear));
+}
+
 // The reads a store answers from its indexes (PostgreSQL's), through the sealing wrapper.
 
 /// A memory journal that answers the pushed-down reads itself, as a database would.

@@ -18,7 +18,7 @@ use std::{
 use loom_core::{
     BoxFuture,
     ids::is_safe_id,
-    ports::{ArtifactStore, StoreError, artifact_uri},
+    ports::{ArtifactStore, StoreError, artifact_uri, check_artifact_address, check_content_hash},
 };
 use sha2::{Digest, Sha256};
 
@@ -57,40 +57,6 @@ fn hex_sha256(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))
 }
 
-fn check(tenant_id: &str, session_id: &str, extension: &str) -> Result<(), StoreError> {
-    for (what, id) in [("tenant", tenant_id), ("session", session_id)] {
-        if !is_safe_id(id) {
-            return Err(StoreError::Invalid(format!(
-                "{what} id '{id}' is not usable for artifacts"
-            )));
-        }
-    }
-    if extension.is_empty()
-        || extension.len() > 16
-        || !extension.bytes().all(|b| b.is_ascii_alphanumeric())
-    {
-        return Err(StoreError::Invalid(format!(
-            "artifact extension '{extension}' is not usable"
-        )));
-    }
-    Ok(())
-}
-
-/// Refuses a content address that is not a SHA-256 in lowercase hex.
-fn check_hash(sha256_hex: &str) -> Result<(), StoreError> {
-    let hex = sha256_hex.len() == 64
-        && sha256_hex
-            .bytes()
-            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
-    if hex {
-        Ok(())
-    } else {
-        Err(StoreError::Invalid(format!(
-            "artifact address '{sha256_hex}' is not a SHA-256 in lowercase hex"
-        )))
-    }
-}
-
 /// `artifact://t/s/h.ext` → `(t, s, "h.ext")`, checked.
 fn parse(uri: &str) -> Option<(&str, &str, &str)> {
     let rest = uri.strip_prefix("artifact://")?;
@@ -113,7 +79,7 @@ impl ArtifactStore for LocalArtifacts {
         session_id: &'a str,
     ) -> BoxFuture<'a, Result<u64, StoreError>> {
         Box::pin(async move {
-            check(tenant_id, session_id, "bin")?;
+            check_artifact_address(tenant_id, session_id, "bin")?;
             let dir = self.root.join(tenant_id).join(session_id);
             tokio::task::spawn_blocking(move || {
                 let count = match std::fs::read_dir(&dir) {
@@ -163,8 +129,8 @@ impl ArtifactStore for LocalArtifacts {
         extension: &'a str,
     ) -> BoxFuture<'a, Result<String, StoreError>> {
         Box::pin(async move {
-            check(tenant_id, session_id, extension)?;
-            check_hash(sha256_hex)?;
+            check_artifact_address(tenant_id, session_id, extension)?;
+            check_content_hash(sha256_hex)?;
             let dir = self.root.join(tenant_id).join(session_id);
             let path = dir.join(format!("{sha256_hex}.{extension}"));
             let uri = artifact_uri(tenant_id, session_id, sha256_hex, extension);
@@ -263,8 +229,8 @@ impl ArtifactStore for MemoryArtifacts {
         extension: &'a str,
     ) -> BoxFuture<'a, Result<String, StoreError>> {
         Box::pin(async move {
-            check(tenant_id, session_id, extension)?;
-            check_hash(sha256_hex)?;
+            check_artifact_address(tenant_id, session_id, extension)?;
+            check_content_hash(sha256_hex)?;
             let uri = artifact_uri(tenant_id, session_id, sha256_hex, extension);
             let mut files = self
                 .files

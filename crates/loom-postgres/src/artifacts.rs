@@ -8,7 +8,7 @@
 use loom_core::{
     BoxFuture,
     ids::is_safe_id,
-    ports::{ArtifactStore, StoreError, artifact_uri},
+    ports::{ArtifactStore, StoreError, artifact_uri, check_artifact_address, check_content_hash},
 };
 use sha2::{Digest, Sha256};
 use sqlx::Row;
@@ -19,26 +19,6 @@ use crate::PgDatabase;
 #[derive(Debug, Clone)]
 pub struct PgArtifacts {
     db: PgDatabase,
-}
-
-/// Refuses ids and extensions that cannot name an artifact (the rules of every artifact store).
-fn check(tenant_id: &str, session_id: &str, extension: &str) -> Result<(), StoreError> {
-    for (what, id) in [("tenant", tenant_id), ("session", session_id)] {
-        if !is_safe_id(id) {
-            return Err(StoreError::Invalid(format!(
-                "{what} id '{id}' is not usable for artifacts"
-            )));
-        }
-    }
-    if extension.is_empty()
-        || extension.len() > 16
-        || !extension.bytes().all(|b| b.is_ascii_alphanumeric())
-    {
-        return Err(StoreError::Invalid(format!(
-            "artifact extension '{extension}' is not usable"
-        )));
-    }
-    Ok(())
 }
 
 /// The tenant of `artifact://<tenant>/<session>/<sha256>.<ext>`, when the URI is well-formed.
@@ -73,12 +53,8 @@ impl PgArtifacts {
         bytes: Vec<u8>,
         extension: &str,
     ) -> Result<String, StoreError> {
-        check(tenant_id, session_id, extension)?;
-        if hash.len() != 64 || !hash.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
-            return Err(StoreError::Invalid(format!(
-                "'{hash}' is not a sha256 digest in lowercase hex"
-            )));
-        }
+        check_artifact_address(tenant_id, session_id, extension)?;
+        check_content_hash(hash)?;
         let uri = artifact_uri(tenant_id, session_id, hash, extension);
         let mut tx = self.db.begin(tenant_id).await?;
         let done = sqlx::query(
@@ -118,7 +94,7 @@ impl PgArtifacts {
         tenant_id: &str,
         session_id: &str,
     ) -> Result<u64, StoreError> {
-        check(tenant_id, session_id, "bin")?;
+        check_artifact_address(tenant_id, session_id, "bin")?;
         let mut tx = self.db.begin(tenant_id).await?;
         let done =
             sqlx::query("DELETE FROM loom_artifacts WHERE tenant_id = $1 AND session_id = $2")

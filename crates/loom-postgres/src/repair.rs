@@ -12,7 +12,8 @@ use loom_core::{
 use sqlx::Row;
 use tracing::warn;
 
-use crate::store::{Columns, PgStore, insert, row_event, to_sql};
+use crate::store::{Columns, PgStore, insert, to_sql};
+use loom_core::journal::row_event;
 
 /// What `set_aside.moved_to` says of this store.
 const ASIDE: &str = "the PostgreSQL table loom_set_aside";

@@ -18,7 +18,8 @@ use loom_core::{
 use sqlx::{Postgres, QueryBuilder, Row};
 use tracing::debug;
 
-use crate::store::{PgStore, row_event, to_sql};
+use crate::store::{PgStore, to_sql};
+use loom_core::journal::row_event;
 
 /// A serialized enum (`Category`, `EventStatus`) as the text column holds it.
 fn text<T: serde::Serialize>(value: &T) -> Option<String> {

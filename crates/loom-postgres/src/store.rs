@@ -5,6 +5,7 @@ use chrono::SecondsFormat;
 use loom_core::{
     BoxFuture,
     event::{Event, EventReadError},
+    journal::row_event,
     journal::{batch_journal, conflict, safe_id},
     ports::{EventStore, Salvage, SessionSummary, SetAside, StoreError},
     search::RecentSessions,
@@ -406,31 +407,6 @@ pub(crate) async fn insert(
         .fetch_one(&mut **tx)
         .await
         .and_then(|row| row.try_get(0))
-}
-
-/// The event of a row of `tenant/session` whose seq is `seq`, or why it does not read back.
-pub(crate) fn row_event(
-    tenant_id: &str,
-    session_id: &str,
-    seq: u64,
-    text: &str,
-) -> Result<Event, EventReadError> {
-    let event = Event::from_json(text)?;
-    let invalid = |reason: String| EventReadError::Invalid {
-        event_id: event.event_id.clone(),
-        seq: event.seq,
-        reason,
-    };
-    if event.tenant_id != tenant_id || event.session_id != session_id {
-        return Err(invalid(format!(
-            "belongs to journal {}/{}",
-            event.tenant_id, event.session_id
-        )));
-    }
-    if event.seq != seq {
-        return Err(invalid(format!("stored in the row of seq {seq}")));
-    }
-    Ok(event)
 }
 
 impl EventStore for PgStore {

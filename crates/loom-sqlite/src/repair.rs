@@ -5,8 +5,8 @@
 
 use chrono::{SecondsFormat, Utc};
 use loom_core::{
-    event::{Event, EventReadError},
-    journal::check_set_aside,
+    event::EventReadError,
+    journal::{check_set_aside, row_event},
     ports::{Salvage, SetAside, StoreError, UnreadableLine},
 };
 use sqlx::Row;
@@ -16,31 +16,6 @@ use crate::store::{Columns, SqliteStore, to_sql};
 
 /// What `set_aside.moved_to` says of this store.
 const ASIDE: &str = "the SQLite table set_aside";
-
-/// The event of a row of `tenant/session` whose seq is `seq`, or why it does not read back.
-fn row_event(
-    tenant_id: &str,
-    session_id: &str,
-    seq: u64,
-    text: &str,
-) -> Result<Event, EventReadError> {
-    let event = Event::from_json(text)?;
-    let invalid = |reason: String| EventReadError::Invalid {
-        event_id: event.event_id.clone(),
-        seq: event.seq,
-        reason,
-    };
-    if event.tenant_id != tenant_id || event.session_id != session_id {
-        return Err(invalid(format!(
-            "belongs to journal {}/{}",
-            event.tenant_id, event.session_id
-        )));
-    }
-    if event.seq != seq {
-        return Err(invalid(format!("stored in the row of seq {seq}")));
-    }
-    Ok(event)
-}
 
 impl SqliteStore {
     pub(crate) async fn salvage_now(
