@@ -720,6 +720,16 @@ fn a_sealed_journal_on_postgres_round_trips_rotates_is_shredded_and_expires() {
         &new_only,
         &["inspect", "r-2"],
     ));
+    // A wrong value under the old name opens nothing either: refused, never garbage.
+    let wrong = [("NEW_KEY", KEY_B), ("JOURNAL_KEY", KEY_B)];
+    let refused = sealed_devis(dir.path(), &url, &wrong, &["inspect", "r-1", "--full"]);
+    assert_eq!(refused.status.code(), Some(2), "{}", text(&refused.stderr));
+    assert!(
+        text(&refused.stderr).contains(&format!("has no key {ID_A}")),
+        "{}",
+        text(&refused.stderr)
+    );
+    assert!(refused.stdout.is_empty(), "nothing printed of the session");
     let served = server::Server::start_with(
         &devis_bin(),
         dir.path(),
