@@ -5,7 +5,7 @@
 use crate::{
     event::{Event, EventReadError},
     ids::is_safe_id,
-    ports::StoreError,
+    ports::{Salvage, StoreError, UnreadableLine},
 };
 
 /// Refuses an id that cannot name a journal (`kind` is "tenant" or "session").
@@ -134,6 +134,33 @@ pub fn row_event(
         return Err(invalid(format!("stored in the row of seq {seq}")));
     }
     Ok(event)
+}
+
+/// Adds the row at `seq` of journal `tenant_id/session_id` to `salvage` (what a database
+/// journal's `EventStore::salvage` reads): its event when its text reads back
+/// ([`row_event`]), else an unreadable line with the row's bytes, why, and the run its `run_id`
+/// column names when that is a safe id. `text` is `None` when the row's event is not text.
+pub fn salvage_row(
+    salvage: &mut Salvage,
+    tenant_id: &str,
+    session_id: &str,
+    seq: u64,
+    text: Option<String>,
+    run_id: Option<String>,
+) {
+    let read = match &text {
+        Some(text) => row_event(tenant_id, session_id, seq, text),
+        None => Err(EventReadError::Json("the row's event is not text".into())),
+    };
+    match read {
+        Ok(event) => salvage.events.push(event),
+        Err(error) => salvage.unreadable.push(UnreadableLine {
+            line: seq,
+            bytes: text.unwrap_or_default().into_bytes(),
+            error,
+            run_id: run_id.filter(|run| is_safe_id(run)),
+        }),
+    }
 }
 
 #[cfg(test)]

@@ -5,15 +5,14 @@
 //! journal).
 
 use loom_core::{
-    event::EventReadError,
     journal::{check_set_aside, safe_id},
-    ports::{Salvage, SetAside, StoreError, UnreadableLine},
+    ports::{Salvage, SetAside, StoreError},
 };
 use sqlx::Row;
 use tracing::warn;
 
 use crate::store::{Columns, PgStore, insert, to_sql};
-use loom_core::journal::row_event;
+use loom_core::journal::{row_event, salvage_row};
 
 /// What `set_aside.moved_to` says of this store.
 const ASIDE: &str = "the PostgreSQL table loom_set_aside";
@@ -48,23 +47,14 @@ impl PgStore {
                 .ok()
                 .and_then(|seq| u64::try_from(seq).ok())
                 .unwrap_or(0);
-            let text: Option<String> = row.try_get("event").ok();
-            let read = match &text {
-                Some(text) => row_event(tenant_id, session_id, seq, text),
-                None => Err(EventReadError::Json("the row's event is not text".into())),
-            };
-            match read {
-                Ok(event) => salvage.events.push(event),
-                Err(error) => salvage.unreadable.push(UnreadableLine {
-                    line: seq,
-                    bytes: text.unwrap_or_default().into_bytes(),
-                    error,
-                    run_id: row
-                        .try_get::<String, _>("run_id")
-                        .ok()
-                        .filter(|run| loom_core::ids::is_safe_id(run)),
-                }),
-            }
+            salvage_row(
+                &mut salvage,
+                tenant_id,
+                session_id,
+                seq,
+                row.try_get("event").ok(),
+                row.try_get("run_id").ok(),
+            );
         }
         Ok(salvage)
     }

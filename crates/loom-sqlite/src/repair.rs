@@ -5,9 +5,8 @@
 
 use chrono::{SecondsFormat, Utc};
 use loom_core::{
-    event::EventReadError,
-    journal::{check_set_aside, row_event},
-    ports::{Salvage, SetAside, StoreError, UnreadableLine},
+    journal::{check_set_aside, row_event, salvage_row},
+    ports::{Salvage, SetAside, StoreError},
 };
 use sqlx::Row;
 use tracing::warn;
@@ -45,23 +44,14 @@ impl SqliteStore {
                 .ok()
                 .and_then(|seq| u64::try_from(seq).ok())
                 .unwrap_or(0);
-            let text: Option<String> = row.try_get("event").ok();
-            let read = match &text {
-                Some(text) => row_event(tenant_id, session_id, seq, text),
-                None => Err(EventReadError::Json("the row's event is not text".into())),
-            };
-            match read {
-                Ok(event) => salvage.events.push(event),
-                Err(error) => salvage.unreadable.push(UnreadableLine {
-                    line: seq,
-                    bytes: text.unwrap_or_default().into_bytes(),
-                    error,
-                    run_id: row
-                        .try_get::<String, _>("run_id")
-                        .ok()
-                        .filter(|run| loom_core::ids::is_safe_id(run)),
-                }),
-            }
+            salvage_row(
+                &mut salvage,
+                tenant_id,
+                session_id,
+                seq,
+                row.try_get("event").ok(),
+                row.try_get("run_id").ok(),
+            );
         }
         Ok(salvage)
     }
