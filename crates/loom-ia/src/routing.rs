@@ -12,26 +12,30 @@ use loom_core::{
     ports::{ArtifactStore, EventStore, Salvage, SessionSummary, SetAside, StoreError},
 };
 
-/// A journal per tenant that declares one, the root journal for the others.
+/// A store per tenant that declares one, the root store for the others: the journals
+/// ([`RoutedEvents`]) and the artifact stores ([`RoutedArtifacts`]).
 #[derive(Debug)]
-pub(crate) struct RoutedEvents {
-    root: Arc<dyn EventStore>,
-    tenants: BTreeMap<String, Arc<dyn EventStore>>,
+pub(crate) struct Routed<S: ?Sized> {
+    root: Arc<S>,
+    tenants: BTreeMap<String, Arc<S>>,
 }
 
-impl RoutedEvents {
+impl<S: ?Sized> Routed<S> {
     /// Routes the tenants of `tenants` to their stores, the others to `root`.
-    pub(crate) fn new(
-        root: Arc<dyn EventStore>,
-        tenants: BTreeMap<String, Arc<dyn EventStore>>,
-    ) -> RoutedEvents {
-        RoutedEvents { root, tenants }
+    pub(crate) fn new(root: Arc<S>, tenants: BTreeMap<String, Arc<S>>) -> Routed<S> {
+        Routed { root, tenants }
     }
 
-    fn of(&self, tenant: &str) -> &Arc<dyn EventStore> {
+    fn of(&self, tenant: &str) -> &Arc<S> {
         self.tenants.get(tenant).unwrap_or(&self.root)
     }
 }
+
+/// A journal per tenant that declares one, the root journal for the others.
+pub(crate) type RoutedEvents = Routed<dyn EventStore>;
+
+/// An artifact store per tenant that declares one, the root store for the others.
+pub(crate) type RoutedArtifacts = Routed<dyn ArtifactStore>;
 
 impl EventStore for RoutedEvents {
     fn append(
@@ -119,27 +123,6 @@ impl EventStore for RoutedEvents {
         limit: usize,
     ) -> BoxFuture<'a, Result<Option<loom_core::search::RecentSessions>, StoreError>> {
         self.of(tenant_id).recent_sessions(tenant_id, since, limit)
-    }
-}
-
-/// An artifact store per tenant that declares one, the root store for the others.
-#[derive(Debug)]
-pub(crate) struct RoutedArtifacts {
-    root: Arc<dyn ArtifactStore>,
-    tenants: BTreeMap<String, Arc<dyn ArtifactStore>>,
-}
-
-impl RoutedArtifacts {
-    /// Routes the tenants of `tenants` to their stores, the others to `root`.
-    pub(crate) fn new(
-        root: Arc<dyn ArtifactStore>,
-        tenants: BTreeMap<String, Arc<dyn ArtifactStore>>,
-    ) -> RoutedArtifacts {
-        RoutedArtifacts { root, tenants }
-    }
-
-    fn of(&self, tenant: &str) -> &Arc<dyn ArtifactStore> {
-        self.tenants.get(tenant).unwrap_or(&self.root)
     }
 }
 
