@@ -1,0 +1,190 @@
+//! An agent (`AgentSpec`): its main role and call settings, where it is published (`expose`) and
+//! how long its approval requests wait.
+
+use std::path::PathBuf;
+
+use loom_core::approval::OnExpiry;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::guards::{Budgets, JudgeSpec, OutputContract, PolicyRef, RoleSpec, SubAgentRef};
+
+use super::{JsonObject, ToolRef};
+
+/// An agent: one file in `agents_dir`, or an entry of the root `agents` list.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AgentSpec {
+    /// Unique name (`^[A-Za-z0-9_-]{1,64}$`).
+    #[schemars(regex(pattern = r"^[A-Za-z0-9_-]{1,64}$"))]
+    pub name: String,
+    /// What the agent does.
+    #[serde(default)]
+    pub description: String,
+    /// The orchestrating role.
+    pub main: MainRole,
+    /// Maximum model turns in a run.
+    #[serde(default = "default_max_iterations")]
+    #[schemars(extend("exclusiveMinimum" = 0))]
+    pub max_iterations: u32,
+    /// Piloting time limit in seconds.
+    #[serde(default)]
+    #[schemars(extend("exclusiveMinimum" = 0))]
+    pub timeout: Option<f64>,
+    /// Tools the agent may call.
+    #[serde(default)]
+    pub tools: Vec<ToolRef>,
+    /// How long approval requests of its tools wait, and what their expiry does.
+    #[serde(default)]
+    pub approval: AgentApproval,
+    /// Deepest sub-agent nesting below a run of this agent (sub-agents are hidden from a run
+    /// at that depth).
+    #[serde(default = "default_max_depth")]
+    #[schemars(range(min = 1))]
+    pub max_depth: u32,
+    /// Delegated roles, called by the orchestrator like tools.
+    #[serde(default)]
+    pub roles: Vec<RoleSpec>,
+    /// Other agents of the configuration, called like tools.
+    #[serde(default)]
+    pub subagents: Vec<SubAgentRef>,
+    /// Policies, in the order they run at each point.
+    #[serde(default)]
+    pub policies: Vec<PolicyRef>,
+    /// Contract of the final answer.
+    #[serde(default)]
+    pub output: Option<OutputContract>,
+    /// Judge of the final answer.
+    #[serde(default)]
+    pub judge: Option<JudgeSpec>,
+    /// Budgets merged key by key over the root `budgets` (see `Config::effective_budgets`).
+    #[serde(default)]
+    pub budget: Option<Budgets>,
+    /// Through which access the agent is offered: the REST API (`loom serve`) and the MCP
+    /// server (`loom mcp`, `/mcp`). Both by default.
+    #[serde(default)]
+    pub expose: Expose,
+}
+
+/// An agent's `expose:` block: where it is published.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct Expose {
+    /// Listed by `GET /v1/agents` and runnable with `POST /v1/agents/{name}/runs`.
+    pub rest: bool,
+    /// A tool of the MCP server.
+    pub mcp: bool,
+}
+
+impl Default for Expose {
+    /// Published everywhere.
+    fn default() -> Self {
+        Expose {
+            rest: true,
+            mcp: true,
+        }
+    }
+}
+
+fn default_max_depth() -> u32 {
+    1
+}
+
+fn default_max_iterations() -> u32 {
+    10
+}
+
+/// An agent's `approval:` block.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AgentApproval {
+    /// Seconds a request waits for a decision (`null`: never expires; default 86400, 24 h).
+    #[serde(default = "default_expires_in")]
+    #[schemars(extend("exclusiveMinimum" = 0))]
+    pub expires_in: Option<f64>,
+    /// What an expired request does: `deny` (the model is told) or `fail` (the run fails).
+    #[serde(default)]
+    pub on_expiry: OnExpiry,
+}
+
+impl Default for AgentApproval {
+    fn default() -> Self {
+        AgentApproval {
+            expires_in: default_expires_in(),
+            on_expiry: OnExpiry::Deny,
+        }
+    }
+}
+
+fn default_expires_in() -> Option<f64> {
+    Some(86_400.0)
+}
+
+impl AgentSpec {
+    /// An agent on `model` with every optional field at its default.
+    pub fn new(name: impl Into<String>, model: impl Into<String>) -> AgentSpec {
+        AgentSpec {
+            name: name.into(),
+            description: String::new(),
+            main: MainRole::new(model),
+            max_iterations: default_max_iterations(),
+            timeout: None,
+            tools: Vec::new(),
+            approval: AgentApproval::default(),
+            max_depth: default_max_depth(),
+            roles: Vec::new(),
+            subagents: Vec::new(),
+            policies: Vec::new(),
+            output: None,
+            judge: None,
+            budget: None,
+            expose: Expose::default(),
+        }
+    }
+}
+
+/// The orchestrating role of an agent.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MainRole {
+    /// Id of a declared model.
+    #[schemars(length(min = 1))]
+    pub model: String,
+    /// Models tried in order when the main one fails for good (transient errors after their
+    /// retries, quota, context length); a run that switched stays on the fallback.
+    #[serde(default)]
+    pub fallbacks: Vec<String>,
+    /// Inline system prompt (a template over `agent` and `tenant`).
+    #[serde(default)]
+    pub system: String,
+    /// System prompt file, relative to `prompts_dir` (not with `system`).
+    #[serde(default)]
+    pub system_file: Option<PathBuf>,
+    /// Call settings for this role.
+    #[serde(default)]
+    pub llm: LlmSettings,
+}
+
+impl MainRole {
+    /// A role on `model` with no system prompt.
+    pub fn new(model: impl Into<String>) -> MainRole {
+        MainRole {
+            model: model.into(),
+            fallbacks: Vec::new(),
+            system: String::new(),
+            system_file: None,
+            llm: LlmSettings::default(),
+        }
+    }
+}
+
+/// Per-role call settings.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct LlmSettings {
+    /// Output-token limit for this role.
+    #[schemars(extend("exclusiveMinimum" = 0))]
+    pub max_tokens: Option<u32>,
+    /// Provider parameters for this role.
+    pub params: JsonObject,
+}

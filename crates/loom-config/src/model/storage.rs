@@ -1,0 +1,182 @@
+//! `storage`: the event journal, the artifact store, the idempotency store, the PostgreSQL
+//! settings (pool, role, `migrate`), and where encryption and retention sit.
+
+use std::path::PathBuf;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// Storage settings.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct StorageConfig {
+    /// The event journal.
+    pub events: EventsStorage,
+    /// Where files are kept (offloaded results); by default beside the journal.
+    pub artifacts: ArtifactsStorage,
+    /// The idempotency store shared by every run, needed by tools with a business key
+    /// (default: none).
+    pub idempotency: Option<IdempotencyStorage>,
+    /// Sealing at rest of event payloads and files with each tenant's key (default: none;
+    /// needs the `crypto` feature of `loom-ia`).
+    pub encryption: Option<crate::at_rest::EncryptionStorage>,
+    /// How long a dormant session is kept (default: forever).
+    pub retention: crate::at_rest::RetentionStorage,
+    /// Whether Loom applies the missing PostgreSQL migrations when it starts (`auto`) or only
+    /// checks that they are applied (`check`, the default: a DBA applies `loom storage sql`).
+    /// A Loom extension of the reference format.
+    pub migrate: MigrateMode,
+}
+
+/// What Loom does with the PostgreSQL schema when it starts (`storage.migrate`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum MigrateMode {
+    /// Apply the migrations the database lacks (as the DSN's user, under an advisory lock).
+    Auto,
+    /// Refuse to start when a migration is missing, naming it.
+    #[default]
+    Check,
+}
+
+/// The connection pool of a PostgreSQL store (`pool`): sizes, and timeouts in seconds.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct PostgresPool {
+    /// Connections kept open (at least 1).
+    pub min_size: u32,
+    /// Connections at most (at least `min_size`).
+    pub max_size: u32,
+    /// The longest a statement may run.
+    pub command_timeout: f64,
+    /// The longest a statement waits for a lock.
+    pub lock_timeout: f64,
+    /// The longest a caller waits for a free connection.
+    pub acquire_timeout: f64,
+}
+
+impl Default for PostgresPool {
+    fn default() -> PostgresPool {
+        PostgresPool {
+            min_size: 1,
+            max_size: 10,
+            command_timeout: 60.0,
+            lock_timeout: 10.0,
+            acquire_timeout: 30.0,
+        }
+    }
+}
+
+/// The application role of a PostgreSQL store when none is named.
+pub const DEFAULT_POSTGRES_ROLE: &str = "loom_app";
+
+fn default_postgres_role() -> String {
+    DEFAULT_POSTGRES_ROLE.to_owned()
+}
+
+/// The idempotency store (`storage.idempotency`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct IdempotencyStorage {
+    /// Backend.
+    pub backend: IdempotencyBackend,
+    /// Database file (`sqlite`), relative to the config file; by default the `sqlite` journal's.
+    #[serde(default)]
+    pub path: Option<PathBuf>,
+    /// The environment variable holding the DSN (`postgres`); by default the `postgres`
+    /// journal's.
+    #[serde(default)]
+    pub dsn_env: Option<String>,
+    /// The application role (`postgres`); by default the journal's.
+    #[serde(default)]
+    pub role: Option<String>,
+    /// The connection pool (`postgres`); by default the journal's (and its pool, when the DSN
+    /// and role are the journal's).
+    #[serde(default)]
+    pub pool: Option<PostgresPool>,
+}
+
+/// Idempotency store backends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum IdempotencyBackend {
+    /// A table of a SQLite file, shared by every process that opens it; needs the `sqlite`
+    /// feature of `loom-ia`.
+    Sqlite,
+    /// The table `loom_idempotency` of a PostgreSQL database; needs the `postgres` feature of
+    /// `loom-ia`.
+    Postgres,
+}
+
+/// Where artifacts are kept. Without `backend`, they follow the journal: `<events path>/.artifacts`
+/// for `jsonl`, `<directory of the database>/.artifacts` for `sqlite`, the table
+/// `loom_artifacts` of the database for `postgres`, in memory for `memory`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct ArtifactsStorage {
+    /// `local` (a directory), `memory`, or `postgres` (the journal's database).
+    pub backend: Option<ArtifactsBackend>,
+    /// Directory of the `local` backend, relative to the config file.
+    pub path: Option<PathBuf>,
+}
+
+/// Artifact stores.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ArtifactsBackend {
+    /// Files in a directory.
+    Local,
+    /// In process memory.
+    Memory,
+    /// The table `loom_artifacts` of the `postgres` journal's database: shared by every worker
+    /// on every host, under the same row-level security, retention and erasure as the journal.
+    Postgres,
+}
+
+/// The event journal.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct EventsStorage {
+    /// Backend.
+    pub backend: EventsBackend,
+    /// Journal directory (`jsonl`) or database file (`sqlite`), required for both, relative to
+    /// the config file.
+    pub path: Option<PathBuf>,
+    /// The environment variable holding the DSN (`postgres`, required), e.g.
+    /// `postgres://loom@db.internal:5432/loom`.
+    pub dsn_env: Option<String>,
+    /// The role Loom's connections switch to (`postgres`): neither the owner of the tables nor
+    /// a superuser, so row-level security applies to it.
+    #[serde(default = "default_postgres_role")]
+    pub role: String,
+    /// The connection pool (`postgres`).
+    pub pool: PostgresPool,
+}
+
+impl Default for EventsStorage {
+    fn default() -> EventsStorage {
+        EventsStorage {
+            backend: EventsBackend::default(),
+            path: None,
+            dsn_env: None,
+            role: default_postgres_role(),
+            pool: PostgresPool::default(),
+        }
+    }
+}
+
+/// Event journal backend.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum EventsBackend {
+    /// In memory (lost at exit).
+    #[default]
+    Memory,
+    /// JSON lines files in a directory.
+    Jsonl,
+    /// One SQLite database file (WAL); needs the `sqlite` feature of `loom-ia`.
+    Sqlite,
+    /// A PostgreSQL database, tenants kept apart by row-level security; needs the `postgres`
+    /// feature of `loom-ia`.
+    Postgres,
+}

@@ -1,0 +1,114 @@
+//! The payloads of tool calls and their sources: `tool.*`, `idempotency.*` (a call with a
+//! business key recorded or reused) and `circuit.opened` (the breaker of a model or an MCP
+//! server).
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::{
+    tool::{ToolKind, ToolOutput},
+    usage::Usage,
+};
+
+/// `tool.called`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolCalled {
+    /// Call id.
+    pub call_id: String,
+    /// Tool.
+    pub tool_name: String,
+    /// Tool family.
+    pub tool_kind: ToolKind,
+    /// Arguments as written by the model.
+    pub arguments: Value,
+    /// `$ref`s resolved.
+    #[serde(default)]
+    pub refs: Vec<Value>,
+    /// Relaunched on resume.
+    #[serde(default)]
+    pub resumed: bool,
+    /// Child run of a sub-agent call.
+    #[serde(default)]
+    pub child_run_id: Option<String>,
+}
+
+/// `tool.completed`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolCompleted {
+    /// Call id.
+    pub call_id: String,
+    /// Tool.
+    pub tool_name: String,
+    /// Result.
+    pub output: ToolOutput,
+    /// Latency.
+    pub latency_ms: f64,
+    /// Bytes of the output's JSON.
+    pub size: u64,
+    /// Usage of a sub-agent.
+    #[serde(default)]
+    pub usage: Option<Usage>,
+    /// Cost of a sub-agent or role.
+    #[serde(default)]
+    pub cost_usd: f64,
+}
+
+/// `tool.source_unavailable`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolSourceUnavailable {
+    /// The source (MCP server name or alias).
+    pub source: String,
+    /// Why.
+    pub error: String,
+    /// Whether the agent requires it (the run then fails).
+    #[serde(default)]
+    pub required: bool,
+}
+
+/// `circuit.opened`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CircuitOpened {
+    /// "model" or "mcp".
+    pub target_kind: String,
+    /// The model id or server name.
+    pub target: String,
+    /// Consecutive failures that opened it.
+    pub failures: u32,
+    /// How long it stays open.
+    pub cooldown_s: f64,
+    /// The last error.
+    #[serde(default)]
+    pub error: Option<String>,
+    /// Role call involved.
+    #[serde(default)]
+    pub call_id: Option<String>,
+    /// Judge involved.
+    #[serde(default)]
+    pub judge: Option<String>,
+}
+
+/// `idempotency.recorded`.
+///
+/// Content field: `result`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct IdempotencyRecorded {
+    /// The full business key (`<tenant>:<tool>:<business key>`).
+    pub key: String,
+    /// The call.
+    pub call_id: String,
+    /// Its tool.
+    pub tool_name: String,
+    /// The recorded result.
+    pub result: crate::tool::ToolOutput,
+}
+
+/// `idempotency.reused`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct IdempotencyReused {
+    /// The full business key (`<tenant>:<tool>:<business key>`).
+    pub key: String,
+    /// The call that was not run.
+    pub call_id: String,
+    /// Its tool.
+    pub tool_name: String,
+}
