@@ -1,0 +1,286 @@
+//! What the command line accepts: [`Cli`], its global options and the commands (clap).
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+use loom_ia::{Period, Profile};
+
+/// Loom: run AI agents whose every fact is journaled.
+#[derive(Debug, Parser)]
+#[command(name = "loom", version, about, propagate_version = true)]
+pub struct Cli {
+    /// Configuration file.
+    #[arg(long, global = true, value_name = "FILE")]
+    pub(super) config: Option<PathBuf>,
+    /// Profile (wins over LOOM_PROFILE and the file's `profile:`).
+    #[arg(long, global = true, value_parser = parse_profile)]
+    pub(super) profile: Option<Profile>,
+    /// Env file (`KEY=VALUE` lines) whose variables fill in the environment (a variable
+    /// already set wins). Default: the configuration's `env_file:`, else `.env` beside it.
+    #[arg(long = "env-file", global = true, value_name = "FILE")]
+    pub(super) env_file: Option<PathBuf>,
+    /// Read no env file (not even the configuration's `env_file:`).
+    #[arg(long = "no-env-file", global = true, conflicts_with = "env_file")]
+    pub(super) no_env_file: bool,
+    #[command(subcommand)]
+    pub(super) command: Command,
+}
+
+fn parse_profile(text: &str) -> Result<Profile, String> {
+    text.parse()
+}
+
+fn parse_period(text: &str) -> Result<Period, String> {
+    text.parse()
+}
+
+/// What `approve` and `reject` share.
+#[derive(Debug, clap::Args)]
+pub(super) struct DecisionArgs {
+    /// Run id.
+    pub(super) run_id: String,
+    /// The call to decide (default: every call waiting).
+    #[arg(long = "call", value_name = "CALL_ID")]
+    pub(super) call: Option<String>,
+    /// Who decides (journaled; default: the user name).
+    #[arg(long, value_name = "NAME")]
+    pub(super) by: Option<String>,
+    /// Why (journaled; a rejection's reason is given to the model).
+    #[arg(long)]
+    pub(super) reason: Option<String>,
+    /// Session of the run (found by search when absent).
+    #[arg(long)]
+    pub(super) session: Option<String>,
+    /// Tenant of the run (default `default`).
+    #[arg(long)]
+    pub(super) tenant: Option<String>,
+    /// Only journal the decision: the run stays paused until `loom resume`.
+    #[arg(long = "no-wait")]
+    pub(super) no_wait: bool,
+    /// Print the result as JSON.
+    #[arg(long)]
+    pub(super) json: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub(super) enum Command {
+    /// Load and check everything, and print what was understood.
+    Validate,
+    /// Run an agent on a message.
+    Run {
+        /// Agent name.
+        agent: String,
+        /// The user's message.
+        message: String,
+        /// Continue this session (its conversation is re-read).
+        #[arg(long)]
+        session: Option<String>,
+        /// Print the result as JSON.
+        #[arg(long)]
+        json: bool,
+        /// Stream the answer as it is written, with progress on stderr.
+        #[arg(long)]
+        stream: bool,
+        /// Choose the run id.
+        #[arg(long = "run-id")]
+        run_id: Option<String>,
+        /// Tenant the run is for (default `default`; must be declared when `tenants` is).
+        #[arg(long)]
+        tenant: Option<String>,
+        /// Judges: as configured (`auto`), always (`force`) or never (`skip`, refused in prod).
+        #[arg(long, value_parser = ["auto", "force", "skip"], default_value = "auto")]
+        judges: String,
+        /// Attach a file to the message (repeatable): an image the models that read images
+        /// see; its type comes from its content or its extension (`execution.attachments`).
+        #[arg(long = "attach", value_name = "FILE")]
+        attach: Vec<PathBuf>,
+    },
+    /// Grant the approval a paused run waits for, then drive it on.
+    Approve {
+        #[command(flatten)]
+        decision: DecisionArgs,
+        /// Corrected arguments (JSON) the tool receives instead of the model's (needs --call).
+        #[arg(long, value_name = "JSON")]
+        arguments: Option<String>,
+    },
+    /// Reject the approval a paused run waits for (the model is told why), then drive it on.
+    Reject {
+        #[command(flatten)]
+        decision: DecisionArgs,
+    },
+    /// Show a run as its trace: steps, model calls, tool calls, judges, approvals and sub-runs.
+    Inspect {
+        /// Run id.
+        run_id: String,
+        /// Session of the run (found by search when absent).
+        #[arg(long)]
+        session: Option<String>,
+        /// Tenant of the run (default `default`).
+        #[arg(long)]
+        tenant: Option<String>,
+        /// Show everything, uncut.
+        #[arg(long)]
+        full: bool,
+        /// Print the trace as JSON (the reference's `Trace`, with its spans).
+        #[arg(long)]
+        json: bool,
+    },
+    /// Tokens and cost of a run, a session, or a tenant over the current UTC day or month.
+    Report {
+        /// Run id (without it: the session's report with --session, else the tenant's over
+        /// --period, by default today).
+        run_id: Option<String>,
+        /// The session (of the run, found by search when absent; alone: the session's report).
+        #[arg(long)]
+        session: Option<String>,
+        /// Tenant (default: default).
+        #[arg(long)]
+        tenant: Option<String>,
+        /// The tenant's usage over the current UTC `day` or `month`.
+        #[arg(long, value_parser = parse_period, conflicts_with_all = ["run_id", "session"])]
+        period: Option<Period>,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Continue a run from where its journal stops (after a crash, a stop, an approval).
+    Resume {
+        /// Run id.
+        run_id: String,
+        /// Session of the run (found by search when absent).
+        #[arg(long)]
+        session: Option<String>,
+        /// Tenant of the run (default `default`).
+        #[arg(long)]
+        tenant: Option<String>,
+        /// Print the result as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Stop a run: it closes as cancelled in its journal.
+    Cancel {
+        /// Run id.
+        run_id: String,
+        /// Session of the run (found by search when absent).
+        #[arg(long)]
+        session: Option<String>,
+        /// Tenant of the run (default `default`).
+        #[arg(long)]
+        tenant: Option<String>,
+        /// Who cancels (journaled).
+        #[arg(long)]
+        by: Option<String>,
+    },
+    /// Send a message to a running run: it joins the conversation before its next model call.
+    Steer {
+        /// Run id.
+        run_id: String,
+        /// The message.
+        message: String,
+        /// Session of the run (found by search when absent).
+        #[arg(long)]
+        session: Option<String>,
+        /// Tenant of the run (default `default`).
+        #[arg(long)]
+        tenant: Option<String>,
+    },
+    /// List, show, list the files of, export, repair or delete sessions.
+    Sessions {
+        #[command(subcommand)]
+        command: crate::sessions::SessionsCommand,
+        /// Tenant of the sessions (default `default`; must be declared when `tenants` is).
+        #[arg(long, global = true)]
+        tenant: Option<String>,
+    },
+    /// Erase the sessions whose last write is older than `storage.retention.events_days`
+    /// (journal, files, idempotency keys), even with approvals pending. Without --yes, only
+    /// lists them.
+    Retention {
+        /// Only this tenant (default: every tenant of the configuration).
+        #[arg(long)]
+        tenant: Option<String>,
+        /// Erase (without it, the sessions that would go are only listed).
+        #[arg(long)]
+        yes: bool,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Serve the REST API with SSE (`server.http` of the configuration) until Ctrl-C or SIGTERM.
+    ///
+    /// On stop, the runs in flight stop at a safe point, open in their journal
+    /// (`execution.shutdown_timeout`), and the next `loom serve` resumes them.
+    Serve {
+        /// Address to listen on (default `server.http.host`).
+        #[arg(long)]
+        host: Option<String>,
+        /// Port to listen on (default `server.http.port`; `0`: a free port).
+        #[arg(long)]
+        port: Option<u16>,
+        /// Development: restart the server when loom.yaml, the agents or the prompts change (a
+        /// broken configuration is refused and the running one keeps serving). Refused under
+        /// the prod profile.
+        #[arg(long)]
+        reload: bool,
+    },
+    /// Serve the agents as MCP tools on stdin/stdout (for Claude Desktop, Claude Code or any MCP
+    /// client), until the client closes the connection. No key: everything is allowed in the
+    /// tenant; logs go to stderr.
+    Mcp {
+        /// Tenant every run is opened and looked up in (default `default`).
+        #[arg(long)]
+        tenant: Option<String>,
+    },
+    /// Print the JSON Schema of the configuration.
+    Schema,
+    /// Manage the API keys of `loom serve`.
+    Keys {
+        #[command(subcommand)]
+        command: KeysCommand,
+    },
+    /// The durable storage: print the PostgreSQL schema for a DBA.
+    Storage {
+        #[command(subcommand)]
+        command: StorageCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub(super) enum StorageCommand {
+    /// Print the PostgreSQL schema (versioned migrations, the application role, row-level
+    /// security, grants) as one script to apply with `psql -v ON_ERROR_STOP=1` as the user
+    /// that will own the tables. Applying it twice changes nothing.
+    Sql {
+        /// The application role Loom's connections switch to (`storage.events.role`).
+        #[arg(long, default_value = loom_ia::config::DEFAULT_POSTGRES_ROLE)]
+        role: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub(super) enum KeysCommand {
+    /// Create a key: print it once, and the `security.api_keys` entry holding only its hash.
+    Create {
+        /// Key id (named in logs and errors).
+        id: String,
+        /// Tenant every request made with the key acts for (default `default`).
+        #[arg(long)]
+        tenant: Option<String>,
+        /// A scope: run, read, read_content, approve, admin (repeatable; default run and read).
+        #[arg(long = "scope", value_name = "SCOPE", value_parser = parse_scope)]
+        scopes: Vec<loom_ia::config::Scope>,
+        /// An agent the key may use (repeatable; default every agent of its tenant).
+        #[arg(long = "agents", alias = "agent", value_name = "AGENT")]
+        agents: Vec<String>,
+        /// Expiry: a duration from now (`90d`, `12h`) or a date (`2027-01-01`).
+        #[arg(long)]
+        expires: Option<String>,
+        /// Requests per minute the key may make (`rate_limit.per_minute`; default no limit).
+        #[arg(long, value_name = "PER_MINUTE")]
+        rate_limit: Option<u32>,
+    },
+}
+
+fn parse_scope(text: &str) -> Result<loom_ia::config::Scope, String> {
+    text.parse()
+}
