@@ -47,6 +47,8 @@ pub const CRATES: &[(&str, Layer)] = &[
     ("loom-sqlite", Layer::Adapter),
     ("loom-postgres", Layer::Adapter),
     ("loom-crypto", Layer::Adapter),
+    ("loom-redis", Layer::Adapter),
+    ("loom-rabbitmq", Layer::Adapter),
     ("loom-macros", Layer::Macros),
     ("loom-testkit", Layer::Testkit),
     ("loom-ia", Layer::Facade),

@@ -9,6 +9,7 @@ mod profile;
 mod refusals;
 mod sections;
 mod server;
+mod services;
 mod storage;
 mod tenants;
 mod tools;

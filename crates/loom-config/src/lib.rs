@@ -74,7 +74,10 @@ pub use model::{
     ModelSpec, Profile, Profiles, Sdk, ServerConfig, StorageConfig, TelemetryConfig, ToolOverrides,
     ToolRef, ToolsExecution,
 };
-pub use model::{DEFAULT_POSTGRES_ROLE, MigrateMode, PostgresPool};
+pub use model::{
+    BusBackend, BusStorage, DEFAULT_POSTGRES_ROLE, LimitsBackend, LimitsStorage, MigrateMode,
+    PostgresPool, QueueBackend, QueueStorage,
+};
 pub use security::{ApiKeySpec, RateLimit, Scope, SecurityConfig, is_key_hash, parse_expiry};
 pub use tenant::{
     CaptureOverride, Quotas, SecretSource, TenantSpec, TenantStorage, TenantTelemetry,

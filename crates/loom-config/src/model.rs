@@ -21,8 +21,9 @@ pub use mcp::{CircuitBreaker, McpScope, McpServerSpec, McpTransport};
 pub use models::{ModelApi, ModelCapabilities, ModelSpec, Sdk};
 pub use server::{HttpServerConfig, McpAccessConfig, ServerConfig};
 pub use storage::{
-    ArtifactsBackend, ArtifactsStorage, DEFAULT_POSTGRES_ROLE, EventsBackend, EventsStorage,
-    IdempotencyBackend, IdempotencyStorage, MigrateMode, PostgresPool, StorageConfig,
+    ArtifactsBackend, ArtifactsStorage, BusBackend, BusStorage, DEFAULT_POSTGRES_ROLE,
+    EventsBackend, EventsStorage, IdempotencyBackend, IdempotencyStorage, LimitsBackend,
+    LimitsStorage, MigrateMode, PostgresPool, QueueBackend, QueueStorage, StorageConfig,
 };
 pub use telemetry::{CaptureConfig, LogFormat, LogLevel, LoggingConfig, TelemetryConfig};
 pub use tools::{FolderRight, FolderSpec, ToolOverrides, ToolRef};

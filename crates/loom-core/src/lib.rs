@@ -12,8 +12,10 @@
 //! [`state::RunState`] is a pure fold over a run's events.
 
 pub mod approval;
+pub mod bus;
 pub mod circuit;
 pub mod content;
+pub mod counters;
 pub mod event;
 pub mod ids;
 pub mod journal;
@@ -21,6 +23,7 @@ pub mod limits;
 pub mod model;
 pub mod policy;
 pub mod ports;
+pub mod queue;
 pub mod redact;
 pub mod search;
 pub mod state;

@@ -19,15 +19,11 @@ pub(super) fn not_yet(path: &KeyPath, field: &str) -> &'static str {
         "state",
         "idle_timeout",
     ];
-    // Keys of `storage` (the Redis and RabbitMQ backends) and of `telemetry` (OpenTelemetry
-    // export, redaction) that Loom does not have yet.
-    const STORAGE_LATER: &[&str] = &["queue", "bus", "url_env"];
+    // Keys of `telemetry` (OpenTelemetry export, redaction) that Loom does not have yet.
     const TELEMETRY_LATER: &[&str] = &["exporters", "redaction"];
     let parent = &path.0[..path.0.len().saturating_sub(1)];
     let under = |section: &str| matches!(parent.first(), Some(yaml::Seg::Key(k)) if k == section);
-    if (under("storage") && STORAGE_LATER.contains(&field))
-        || (under("telemetry") && TELEMETRY_LATER.contains(&field))
-    {
+    if under("telemetry") && TELEMETRY_LATER.contains(&field) {
         return NOT_YET;
     }
     let in_tenant = matches!(parent, [yaml::Seg::Key(k), yaml::Seg::Index(_)] if k == "tenants");
@@ -64,11 +60,11 @@ not implemented in this version"
 const NOT_YET: &str = " — this part of the Loom-IA format is not implemented in this version yet";
 
 /// Why a value of the Loom-IA format is refused (`value` at `path`): the backends of the
-/// reference that Loom does not have yet (Redis, the journal and memory idempotency stores).
+/// reference that Loom does not have yet (the journal and memory idempotency stores).
 pub(super) fn not_yet_value(path: &KeyPath, value: &str) -> &'static str {
     let path = path.to_string();
     let later: &[&str] = match path.as_str() {
-        "storage.idempotency.backend" => &["journal", "memory", "redis"],
+        "storage.idempotency.backend" => &["journal", "memory"],
         _ => &[],
     };
     if later.contains(&value) { NOT_YET } else { "" }

@@ -201,6 +201,7 @@ pub(super) fn check_sections(doc: &Doc, raw: &LoomConfig) -> Result<(), ConfigEr
         ));
     }
     super::storage::check_postgres(doc, raw)?;
+    super::services::check_services(doc, raw)?;
     if !(raw.execution.lease.is_finite() && raw.execution.lease > 0.0) {
         return Err(invalid(
             &KeyPath::root().key("execution").key("lease"),

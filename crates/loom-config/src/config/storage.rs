@@ -8,7 +8,7 @@ use crate::yaml::KeyPath;
 use super::Doc;
 
 /// Whether `name` can name an environment variable (`[A-Za-z_][A-Za-z0-9_]*`).
-fn env_name(name: &str) -> bool {
+pub(super) fn env_name(name: &str) -> bool {
     let mut bytes = name.bytes();
     matches!(bytes.next(), Some(b'A'..=b'Z' | b'a'..=b'z' | b'_'))
         && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_')

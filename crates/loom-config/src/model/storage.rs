@@ -26,6 +26,103 @@ pub struct StorageConfig {
     /// checks that they are applied (`check`, the default: a DBA applies `loom storage sql`).
     /// A Loom extension of the reference format.
     pub migrate: MigrateMode,
+    /// Where background work waits: in this process (`asyncio`, the default), or on RabbitMQ
+    /// for `loom worker` processes (`rabbitmq`; needs the `rabbitmq` feature of `loom-ia`).
+    pub queue: QueueStorage,
+    /// How the processes of a service hear of each other's writes and cancellations: `memory`
+    /// (one process, the default), `redis` (pub/sub) or `postgres` (`LISTEN/NOTIFY`).
+    pub bus: BusStorage,
+    /// Where API-key rate limits, tenant quotas and tenant budget windows are counted: in
+    /// each process (`memory`, the default) or once for every process (`redis`). A Loom
+    /// extension of the reference format.
+    pub limits: LimitsStorage,
+}
+
+/// The job queue (`storage.queue`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct QueueStorage {
+    /// Backend.
+    pub backend: QueueBackend,
+    /// The environment variable holding the AMQP URL (`rabbitmq`, required), e.g.
+    /// `amqp://loom:secret@mq.internal:5672/%2f`.
+    pub url_env: Option<String>,
+    /// How many background runs one process drives at once (`asyncio`), and the default of
+    /// `loom worker --jobs`.
+    pub max_running: u32,
+    /// How many deliveries a job gets before it goes to the dead-letter queue `loom.jobs.dead`
+    /// (`rabbitmq`). A Loom extension of the reference format.
+    pub max_attempts: u32,
+}
+
+impl Default for QueueStorage {
+    fn default() -> QueueStorage {
+        QueueStorage {
+            backend: QueueBackend::default(),
+            url_env: None,
+            max_running: 16,
+            max_attempts: 5,
+        }
+    }
+}
+
+/// Job queue backends.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum QueueBackend {
+    /// In the process that accepts the work (the library mode): the journal makes it durable.
+    #[default]
+    Asyncio,
+    /// RabbitMQ: the process that accepts work only publishes it, `loom worker` does it.
+    Rabbitmq,
+}
+
+/// The event bus (`storage.bus`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct BusStorage {
+    /// Backend.
+    pub backend: BusBackend,
+    /// The environment variable holding the DSN (`postgres`); by default the `postgres`
+    /// journal's.
+    pub dsn_env: Option<String>,
+    /// The environment variable holding the Redis URL (`redis`, required), e.g.
+    /// `redis://cache.internal:6379/0`.
+    pub url_env: Option<String>,
+}
+
+/// Event bus backends.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum BusBackend {
+    /// Within one process.
+    #[default]
+    Memory,
+    /// Redis pub/sub (channel `loom:events`); needs the `redis` feature of `loom-ia`.
+    Redis,
+    /// PostgreSQL `LISTEN/NOTIFY` (channel `loom_events`); needs the `postgres` feature.
+    Postgres,
+}
+
+/// Where limits are counted (`storage.limits`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct LimitsStorage {
+    /// Backend.
+    pub backend: LimitsBackend,
+    /// The environment variable holding the Redis URL (`redis`, required).
+    pub url_env: Option<String>,
+}
+
+/// Backends of the shared counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum LimitsBackend {
+    /// In each process: N processes allow N times the limit.
+    #[default]
+    Memory,
+    /// In Redis, atomic and expiring: N processes enforce one limit; needs the `redis` feature.
+    Redis,
 }
 
 /// What Loom does with the PostgreSQL schema when it starts (`storage.migrate`).
@@ -87,6 +184,9 @@ pub struct IdempotencyStorage {
     /// journal's.
     #[serde(default)]
     pub dsn_env: Option<String>,
+    /// The environment variable holding the Redis URL (`redis`, required).
+    #[serde(default)]
+    pub url_env: Option<String>,
     /// The application role (`postgres`); by default the journal's.
     #[serde(default)]
     pub role: Option<String>,
@@ -106,6 +206,8 @@ pub enum IdempotencyBackend {
     /// The table `loom_idempotency` of a PostgreSQL database; needs the `postgres` feature of
     /// `loom-ia`.
     Postgres,
+    /// Keys in Redis, expiring with their record; needs the `redis` feature of `loom-ia`.
+    Redis,
 }
 
 /// Where artifacts are kept. Without `backend`, they follow the journal: `<events path>/.artifacts`
