@@ -12,6 +12,7 @@
 
 pub mod conformance;
 pub mod postgres;
+pub mod services;
 pub mod shared;
 pub mod wait;
 
