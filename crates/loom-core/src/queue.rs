@@ -168,8 +168,6 @@ pub struct DeadJob {
 pub struct QueueDepth {
     /// Ready to be consumed.
     pub ready: u64,
-    /// Delivered to a consumer and not yet ended.
-    pub unacked: u64,
     /// Waiting for their time (delayed).
     pub delayed: u64,
     /// In the dead-letter queue.
