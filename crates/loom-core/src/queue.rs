@@ -28,18 +28,15 @@ pub enum JobKind {
     Resume,
     /// Expire the approvals of a paused run whose deadline passed, then drive it.
     ExpireApproval,
-    /// Compact a session's history (`params` says how).
-    Compaction,
 }
 
 impl JobKind {
-    /// The name jobs carry on the wire (`run`, `resume`, `expire_approval`, `compaction`).
+    /// The name jobs carry on the wire (`run`, `resume`, `expire_approval`).
     pub fn as_str(self) -> &'static str {
         match self {
             JobKind::Run => "run",
             JobKind::Resume => "resume",
             JobKind::ExpireApproval => "expire_approval",
-            JobKind::Compaction => "compaction",
         }
     }
 }
@@ -59,11 +56,10 @@ pub struct Job {
     pub tenant_id: String,
     /// The session.
     pub session_id: String,
-    /// The run (empty for a session's job, such as a compaction).
-    #[serde(default)]
+    /// The run.
     pub run_id: String,
-    /// The dedup key: `run:<run id>` for runs and resumes, `expire:<run id>` for expiries,
-    /// `compaction:<session id>` for compactions. Two jobs with one key ask the same thing.
+    /// The dedup key: `run:<run id>` for runs and resumes, `expire:<run id>` for expiries.
+    /// Two jobs with one key ask the same thing.
     pub key: String,
     /// What the kind needs beyond the ids (a JSON object; empty for most).
     #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
@@ -84,7 +80,6 @@ impl Job {
         let run_id = run_id.into();
         let key = match kind {
             JobKind::ExpireApproval => format!("expire:{run_id}"),
-            JobKind::Compaction => format!("compaction:{run_id}"),
             JobKind::Run | JobKind::Resume => format!("run:{run_id}"),
         };
         Job {
