@@ -76,9 +76,11 @@ mod idempotency;
 mod index;
 mod jsonl;
 mod memory;
+mod queue;
 mod repair;
 
 pub use artifacts::{LocalArtifacts, MemoryArtifacts};
 pub use idempotency::MemoryIdempotency;
 pub use jsonl::JsonlStore;
 pub use memory::MemoryStore;
+pub use queue::MemoryQueue;
