@@ -17,6 +17,7 @@ fn the_defaults_need_no_service() {
     assert_eq!(storage.queue.backend, QueueBackend::Asyncio);
     assert_eq!(storage.queue.max_running, 16);
     assert_eq!(storage.queue.max_attempts, 5);
+    assert_eq!(storage.queue.name, "loom");
     assert_eq!(storage.bus.backend, BusBackend::Memory);
     assert_eq!(storage.limits.backend, LimitsBackend::Memory);
 }
@@ -79,6 +80,10 @@ fn bad_service_settings_are_refused_where_they_are() {
         (
             "storage:\n  queue: {backend: kafka}\n",
             "loom.yaml:3:20 storage.queue.backend: unknown value 'kafka' (expected one of: asyncio, rabbitmq)",
+        ),
+        (
+            "storage:\n  queue: {name: 'a b'}\n",
+            "loom.yaml:3:17 storage.queue.name: queue name prefix 'a b' must be 1 to 64 characters among [A-Za-z0-9_.-]",
         ),
         (
             "storage:\n  bus: {backend: redis}\n",

@@ -25,6 +25,21 @@ pub(super) fn check_services(doc: &Doc, raw: &LoomConfig) -> Result<(), ConfigEr
     if queue.max_attempts == 0 {
         return Err(invalid(&qp.key("max_attempts"), "must be 1 or more".into()));
     }
+    let name_ok = !queue.name.is_empty()
+        && queue.name.len() <= 64
+        && queue
+            .name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'));
+    if !name_ok {
+        return Err(invalid(
+            &qp.key("name"),
+            format!(
+                "queue name prefix '{}' must be 1 to 64 characters among [A-Za-z0-9_.-]",
+                queue.name
+            ),
+        ));
+    }
     match queue.backend {
         QueueBackend::Rabbitmq => {
             required_env(

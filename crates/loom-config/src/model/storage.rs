@@ -53,6 +53,10 @@ pub struct QueueStorage {
     /// How many deliveries a job gets before it goes to the dead-letter queue `loom.jobs.dead`
     /// (`rabbitmq`). A Loom extension of the reference format.
     pub max_attempts: u32,
+    /// The prefix of the queues' names (`rabbitmq`): `<name>.jobs`, `<name>.jobs.dead`, the
+    /// delayed queues `<name>.jobs.delayed.<n>s`; `loom` by default. Two services sharing a
+    /// broker keep apart with two names. A Loom extension of the reference format.
+    pub name: String,
 }
 
 impl Default for QueueStorage {
@@ -62,6 +66,7 @@ impl Default for QueueStorage {
             url_env: None,
             max_running: 16,
             max_attempts: 5,
+            name: "loom".to_owned(),
         }
     }
 }
