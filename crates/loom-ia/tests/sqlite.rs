@@ -68,6 +68,7 @@ async fn open_sets_the_database_up_without_holding_the_runtime() {
         backend: loom_ia::config::IdempotencyBackend::Sqlite,
         path: Some("data/keys.db".into()),
         dsn_env: None,
+        url_env: None,
         role: None,
         pool: None,
     });
