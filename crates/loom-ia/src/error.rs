@@ -139,6 +139,10 @@ pub enum LoomError {
         /// What the tenant has instead.
         reason: String,
     },
+    /// The job queue (`storage.queue`) could not take or give a job: the broker is down or
+    /// refused. What was journaled before stays; REST answers 503 with `Retry-After`.
+    #[error("job queue: {0}")]
+    Queue(loom_core::queue::QueueError),
     /// The journal could not be read or written.
     #[error(transparent)]
     Journal(StoreError),
@@ -204,6 +208,12 @@ fn known_triggers(known: &[String]) -> String {
 impl From<ConfigError> for LoomError {
     fn from(error: ConfigError) -> LoomError {
         LoomError::Config(Box::new(error))
+    }
+}
+
+impl From<loom_core::queue::QueueError> for LoomError {
+    fn from(error: loom_core::queue::QueueError) -> LoomError {
+        LoomError::Queue(error)
     }
 }
 

@@ -16,7 +16,7 @@
 use std::{collections::HashMap, time::Duration};
 
 use chrono::{DateTime, Utc};
-use loom_core::{Event, Payload, RunState, RunStatus};
+use loom_core::{Event, Payload, RunState, RunStatus, queue::JobKind};
 use loom_engine::RunRef;
 
 use crate::{Loom, LoomError};
@@ -126,7 +126,23 @@ impl LeaseWatch {
                     session_id: summary.session_id.clone(),
                     run_id: abandoned.run_id,
                 };
-                self.loom.spawn_drive(run.clone(), runtime);
+                match self.loom.job_queue().await {
+                    // Through a queue, a run that was claimed has its job (redelivered when its
+                    // worker died, or in the dead-letter queue when it kept failing): only a
+                    // run never claimed, whose job was lost, is queued again.
+                    Ok(Some(_)) if abandoned.claimed => continue,
+                    Ok(Some(_)) => {
+                        if let Err(error) = self.loom.enqueue_run(JobKind::Run, &run).await {
+                            tracing::warn!(run_id = %run.run_id, %error, "abandoned run not queued");
+                            continue;
+                        }
+                    }
+                    Ok(None) => self.loom.spawn_drive(run.clone(), runtime),
+                    Err(error) => {
+                        tracing::warn!(run_id = %run.run_id, %error, "abandoned run not queued");
+                        continue;
+                    }
+                }
                 resumed.push(run);
                 // Driven now: its claim moves the session on; if the drive writes nothing
                 // (it failed before its claim), the next sweep looks again. A run whose
@@ -149,6 +165,8 @@ struct Abandoned {
     agent: String,
     /// Waiting for sub-runs (`waiting_child`): driving it writes nothing while they wait.
     waits_for_children: bool,
+    /// Whether a driver ever claimed it.
+    claimed: bool,
 }
 
 /// What a session's journal says at `now`.
@@ -214,6 +232,7 @@ fn examine(
             run_id: run_id.to_owned(),
             agent,
             waits_for_children: state.status == RunStatus::WaitingChild,
+            claimed: state.claim.is_some(),
         });
     }
     found
@@ -297,7 +316,8 @@ mod tests {
             vec![Abandoned {
                 run_id: "r1".into(),
                 agent: "agent".into(),
-                waits_for_children: false
+                waits_for_children: false,
+                claimed: true,
             }]
         );
         // Driven by this instance: never abandoned, looked at again next time.

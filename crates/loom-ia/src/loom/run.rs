@@ -181,7 +181,8 @@ impl Loom {
     }
 
     /// Starts a run in the background and returns as soon as it is journaled: the run can be
-    /// followed (`events`, `result`), steered and cancelled while it goes on.
+    /// followed (`events`, `result`), steered and cancelled while it goes on. With a job queue
+    /// (`storage.queue: rabbitmq`) it is handed to the queue, and a `loom worker` drives it.
     pub async fn submit(
         &self,
         agent: &str,
@@ -190,7 +191,7 @@ impl Loom {
     ) -> Result<RunRef, LoomError> {
         let (runtime, begin) = self.opening(agent, message.into(), options)?;
         let run = self.open_run(&runtime, begin, &()).await?;
-        self.spawn_drive(run.clone(), runtime);
+        self.start_background(run.clone(), runtime).await;
         Ok(run)
     }
 
