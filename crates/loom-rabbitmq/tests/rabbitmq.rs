@@ -71,8 +71,8 @@ async fn an_unreadable_message_is_dead_lettered_with_its_text() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_consumer_whose_connection_closes_gives_its_job_to_another() {
-    let test = "a_consumer_whose_connection_closes_gives_its_job_to_another";
+async fn a_consumer_whose_connection_closes_gives_its_job_to_another_and_reconnects() {
+    let test = "a_consumer_whose_connection_closes_gives_its_job_to_another_and_reconnects";
     let Some(first) = fresh(test).await else {
         return;
     };
@@ -97,6 +97,13 @@ async fn a_consumer_whose_connection_closes_gives_its_job_to_another() {
         while let Some(item) = deliveries.next().await {
             assert!(item.is_err(), "no job after the connection closed");
         }
+        // The next operation of the closed queue connects again.
+        first.ping().await.unwrap();
+        let b = job("b");
+        first.enqueue(&b).await.unwrap();
+        let delivery = next(&mut others).await;
+        assert_eq!((delivery.job(), delivery.attempt()), (&b, 0));
+        delivery.ack().await.unwrap();
     })
     .await;
     close(second).await;

@@ -42,6 +42,7 @@ macro_rules! queue_conformance {
             a_dropped_delivery_comes_back_as_a_new_attempt,
             failing_max_attempts_times_dead_letters,
             dropping_max_attempts_times_dead_letters,
+            failures_and_drops_count_together,
             deferring_is_not_an_attempt,
             delayed_jobs_come_in_the_order_of_their_time,
             dead_jobs_are_peeked_redriven_and_dropped,
@@ -211,6 +212,31 @@ pub async fn dropping_max_attempts_times_dead_letters(queue: &Arc<dyn JobQueue>)
     assert_eq!(dead.len(), 1, "{dead:?}");
     assert_eq!(dead[0].job.as_ref(), Some(&a));
     assert_eq!(dead[0].attempts, max);
+    assert!(dead[0].reason.contains("delivery limit"), "{dead:?}");
+}
+
+/// Failures and dropped deliveries add up to `max_attempts`: a job failed once, then dropped
+/// until its attempts are spent, is dead-lettered with the reason `delivery limit`.
+pub async fn failures_and_drops_count_together(queue: &Arc<dyn JobQueue>) {
+    let max = queue.max_attempts();
+    let a = job("a");
+    queue.enqueue(&a).await.unwrap();
+    let mut deliveries = queue.consume(1).await.unwrap();
+    let delivery = next(&mut deliveries).await;
+    delivery
+        .fail("first".to_owned(), Duration::ZERO)
+        .await
+        .unwrap();
+    for n in 1..max {
+        let delivery = next(&mut deliveries).await;
+        assert_eq!((delivery.job(), delivery.attempt()), (&a, n));
+        drop(delivery);
+    }
+    nothing_else_pending(queue, &mut deliveries).await;
+    depth_until(queue, "one dead job", |depth| depth.dead == 1).await;
+    let dead = queue.dead(10).await.unwrap();
+    assert_eq!(dead.len(), 1, "{dead:?}");
+    assert_eq!((dead[0].job.as_ref(), dead[0].attempts), (Some(&a), max));
     assert!(dead[0].reason.contains("delivery limit"), "{dead:?}");
 }
 
