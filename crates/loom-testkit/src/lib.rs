@@ -7,11 +7,12 @@
 //! [`conformance`] holds the scenarios every journal (`EventStore`) must pass, [`shared`] finds
 //! the reference files of `../shared` (and skips a test on a bare clone without them), and
 //! [`postgres`] makes a fresh PostgreSQL database per test (skipped without
-//! `LOOM_TEST_POSTGRES`, failed without it under `LOOM_REQUIRE_SERVICES=1`), and
-//! [`wait`] polls for what a test awaits with a deadline (the only wall-clock reads here).
+//! `LOOM_TEST_POSTGRES`, failed without it under `LOOM_REQUIRE_SERVICES=1`),
+//! [`queue_conformance`] holds the scenarios every job queue must pass, and [`wait`] polls for what a test awaits with a deadline (the only wall-clock reads here).
 
 pub mod conformance;
 pub mod postgres;
+pub mod queue_conformance;
 pub mod services;
 pub mod shared;
 pub mod wait;
