@@ -31,6 +31,7 @@ mod reload;
 mod render;
 mod retention;
 mod sessions;
+mod worker;
 
 use std::{
     ffi::OsString,

@@ -369,6 +369,9 @@ pub(crate) fn validation(validation: &Validation) -> String {
             ))
     );
     let _ = writeln!(out, "Journal    : {}", validation.journal);
+    for (name, what) in &validation.services {
+        let _ = writeln!(out, "{name:<11}: {what}");
+    }
     let models: Vec<String> = validation
         .models
         .iter()

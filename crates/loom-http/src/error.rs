@@ -100,6 +100,9 @@ pub enum ErrorKind {
     /// 503: [`LoomError::Interrupted`]: the server shut down before the run closed; the body
     /// also names `run_id` and `session_id` (the run resumes at the next start).
     Interrupted,
+    /// 503 + `Retry-After`: [`LoomError::Queue`]: the job queue could not take the job (what
+    /// was journaled before stays).
+    QueueUnavailable,
 }
 
 impl ErrorKind {
@@ -138,6 +141,7 @@ impl ErrorKind {
             ErrorKind::Journal => "journal",
             ErrorKind::Engine => "engine",
             ErrorKind::Interrupted => "interrupted",
+            ErrorKind::QueueUnavailable => "queue_unavailable",
         }
     }
 
@@ -174,7 +178,7 @@ impl ErrorKind {
             | ErrorKind::Registration
             | ErrorKind::Journal
             | ErrorKind::Engine => StatusCode::INTERNAL_SERVER_ERROR,
-            ErrorKind::Interrupted => StatusCode::SERVICE_UNAVAILABLE,
+            ErrorKind::Interrupted | ErrorKind::QueueUnavailable => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
 }
@@ -300,6 +304,7 @@ impl ApiError {
                 run = Some(Box::new(interrupted.clone()));
                 (ErrorKind::Interrupted, None)
             }
+            LoomError::Queue(_) => (ErrorKind::QueueUnavailable, Some(5)),
         };
         if kind.status() == StatusCode::INTERNAL_SERVER_ERROR {
             return ApiError::server(kind, error);

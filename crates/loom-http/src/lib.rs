@@ -40,6 +40,7 @@
 mod auth;
 mod error;
 mod guard;
+mod health;
 mod hooks;
 mod listen;
 mod mcp;

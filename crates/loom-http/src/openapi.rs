@@ -75,6 +75,8 @@ and a run's trace."),
 report, and GDPR erasure."),
         (name = "webhooks", description = "Deliveries to the configuration's `triggers`, \
 each opening a background run."),
+        (name = "operations", description = "Liveness and readiness, for load balancers and \
+orchestrators."),
     ),
     modifiers(&Security),
 )]

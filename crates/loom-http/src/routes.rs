@@ -58,6 +58,8 @@ pub(crate) fn v1() -> OpenApiRouter<AppState> {
         .merge(crate::search::routes())
         .merge(crate::sessions::routes())
         .routes(routes!(crate::hooks::deliver))
+        .routes(routes!(crate::health::healthz))
+        .routes(routes!(crate::health::readyz))
 }
 
 /// No route matched.

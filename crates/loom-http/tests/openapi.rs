@@ -33,6 +33,8 @@ const ROUTES: &[(&str, &str)] = &[
     ("get", "/api/v1/sessions/{session_id}/files/{file}"),
     ("get", "/api/v1/sessions/{session_id}/report"),
     ("post", "/api/v1/hooks/{name}"),
+    ("get", "/api/v1/healthz"),
+    ("get", "/api/v1/readyz"),
 ];
 
 fn config(dir: &std::path::Path, profile: Option<Profile>, keys: bool) -> Config {

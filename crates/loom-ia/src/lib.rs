@@ -44,6 +44,7 @@ mod loom;
 mod mcp;
 mod postgres;
 mod progress;
+mod queue;
 
 pub mod query;
 pub mod query_string;
@@ -82,6 +83,7 @@ pub use loom_engine::{
 pub use loom_macros::tool;
 pub mod report;
 pub use follow::FollowOptions;
+pub use loom::{Readiness, ReadinessCheck, WorkOptions};
 pub use postgres::storage_sql;
 pub use progress::progress_line;
 pub use query::{EventQuery, RunListed, RunPage, RunQuery};

@@ -28,10 +28,15 @@ mod attachments;
 mod control;
 mod lifecycle;
 mod reads;
+mod ready;
 mod registry;
 mod reports;
 mod run;
 mod tenant;
+mod work;
+
+pub use ready::{Readiness, ReadinessCheck};
+pub use work::WorkOptions;
 
 /// Opens the `sqlite` journal the configuration names (creating the file and its schema).
 #[cfg(feature = "sqlite")]
@@ -251,6 +256,9 @@ pub struct Validation {
     pub tools: Vec<String>,
     /// Where the journal lives.
     pub journal: String,
+    /// The shared services declared beyond the journal, `(name, what)`: the job queue, the
+    /// event bus, the shared limits (empty when everything is in process).
+    pub services: Vec<(String, String)>,
     /// What each declared tenant gets (empty without a `tenants` list).
     pub tenants: Vec<ValidatedTenant>,
 }
@@ -337,6 +345,9 @@ struct Inner {
     /// The signing secrets of the triggers with a `secret_env`, read when the instance is
     /// built.
     trigger_secrets: crate::trigger::Secrets,
+    /// The job queue, once connected (`storage.queue: rabbitmq`) or given
+    /// ([`Loom::with_queue`]); empty with `asyncio`.
+    queue: tokio::sync::OnceCell<Arc<dyn loom_core::queue::JobQueue>>,
 }
 
 impl std::fmt::Debug for Loom {
@@ -508,6 +519,7 @@ impl Loom {
                 tenant_budgets: RwLock::new(tenant_budgets),
                 quotas: crate::quota::SlidingMinute::default(),
                 trigger_secrets,
+                queue: tokio::sync::OnceCell::new(),
             }),
         })
     }

@@ -9,13 +9,14 @@ use loom_core::queue::JobQueue;
 
 use crate::LoomError;
 
-/// Connects the queue `storage.queue` declares (`None`: `asyncio`).
-pub(crate) async fn connect(config: &Config) -> Result<Option<Arc<dyn JobQueue>>, LoomError> {
-    let queue = &config.raw().storage.queue;
-    match queue.backend {
-        QueueBackend::Asyncio => Ok(None),
-        QueueBackend::Rabbitmq => rabbitmq(config).await.map(Some),
-    }
+/// Whether `storage.queue` declares a broker (`asyncio` does not).
+pub(crate) fn declared(config: &Config) -> bool {
+    config.raw().storage.queue.backend != QueueBackend::Asyncio
+}
+
+/// Connects the broker `storage.queue` declares (see [`declared`]).
+pub(crate) async fn connect(config: &Config) -> Result<Arc<dyn JobQueue>, LoomError> {
+    rabbitmq(config).await
 }
 
 /// The AMQP URL from the variable `storage.queue.url_env` names.

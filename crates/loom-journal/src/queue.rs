@@ -21,6 +21,9 @@ use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 struct Entry {
     job: Job,
     attempts: u32,
+    /// Not delivered before (the job's `not_before`, or a deferral's or retry's time): the job
+    /// itself is delivered as it was enqueued.
+    due: Option<DateTime<Utc>>,
 }
 
 #[derive(Debug, Default)]
@@ -57,7 +60,7 @@ impl Shared {
             });
         } else {
             if let Some(delay) = delay {
-                entry.job.not_before = Some(after(delay));
+                entry.due = Some(after(delay));
             }
             lists.waiting.push_back(entry);
         }
@@ -76,10 +79,10 @@ impl Shared {
         let due = lists
             .waiting
             .iter()
-            .position(|e| e.job.not_before.is_none_or(|at| at <= now));
+            .position(|e| e.due.is_none_or(|at| at <= now));
         match due {
             Some(index) => lists.waiting.remove(index).ok_or(None),
-            None => Err(lists.waiting.iter().filter_map(|e| e.job.not_before).min()),
+            None => Err(lists.waiting.iter().filter_map(|e| e.due).min()),
         }
     }
 }
@@ -114,6 +117,7 @@ impl JobQueue for MemoryQueue {
             self.shared.put(Entry {
                 job: job.clone(),
                 attempts: 0,
+                due: job.not_before,
             });
             Ok(())
         })
@@ -146,7 +150,7 @@ impl JobQueue for MemoryQueue {
             let delayed = lists
                 .waiting
                 .iter()
-                .filter(|e| e.job.not_before.is_some_and(|at| at > now))
+                .filter(|e| e.due.is_some_and(|at| at > now))
                 .count();
             Ok(QueueDepth {
                 ready: (lists.waiting.len() - delayed) as u64,
@@ -177,9 +181,12 @@ impl JobQueue for MemoryQueue {
             let moved: Vec<DeadJob> = lists.dead.drain(..count).collect();
             if !drop {
                 for dead in moved.into_iter() {
-                    if let Some(mut job) = dead.job {
-                        job.not_before = None;
-                        lists.waiting.push_back(Entry { job, attempts: 0 });
+                    if let Some(job) = dead.job {
+                        lists.waiting.push_back(Entry {
+                            job,
+                            attempts: 0,
+                            due: None,
+                        });
                     }
                 }
             }
@@ -260,8 +267,11 @@ impl Delivery for MemoryDelivery {
 
     fn defer(mut self: Box<Self>, delay: Duration) -> BoxFuture<'static, Result<(), QueueError>> {
         self.ended = true;
+        // A deferred job carries its new time, as a republished message would.
         let mut entry = self.entry.clone();
-        entry.job.not_before = Some(after(delay));
+        let due = after(delay);
+        entry.due = Some(due);
+        entry.job.not_before = Some(due);
         self.shared.put(entry);
         Box::pin(async { Ok(()) })
     }

@@ -223,6 +223,29 @@ pub(super) enum Command {
         #[arg(long)]
         reload: bool,
     },
+    /// Drive the background runs of the job queue (`storage.queue: rabbitmq`) until Ctrl-C or
+    /// SIGTERM.
+    ///
+    /// A job is acknowledged once its run closed or paused; on stop, the runs in flight stop at
+    /// a safe point and their jobs go back to the queue for another worker. A killed worker's
+    /// jobs are delivered again, and its runs resume once their lease expires.
+    Worker {
+        /// How many runs to drive at once (default `storage.queue.max_running`).
+        #[arg(long)]
+        jobs: Option<u16>,
+    },
+    /// The job queue: how many jobs wait, and the jobs of its dead-letter queue (given up after
+    /// `storage.queue.max_attempts` deliveries).
+    Queue {
+        #[command(subcommand)]
+        command: Option<QueueCommand>,
+        /// How many dead jobs to show (or redrive).
+        #[arg(long, default_value_t = 20, global = true)]
+        limit: usize,
+        /// Print as JSON.
+        #[arg(long, global = true)]
+        json: bool,
+    },
     /// Serve the agents as MCP tools on stdin/stdout (for Claude Desktop, Claude Code or any MCP
     /// client), until the client closes the connection. No key: everything is allowed in the
     /// tenant; logs go to stderr.
@@ -283,4 +306,15 @@ pub(super) enum KeysCommand {
 
 fn parse_scope(text: &str) -> Result<loom_ia::config::Scope, String> {
     text.parse()
+}
+
+/// `loom queue` subcommands.
+#[derive(Debug, clap::Subcommand)]
+pub(super) enum QueueCommand {
+    /// Move dead jobs back to the queue (their attempts counted from 0), or drop them.
+    Redrive {
+        /// Drop them instead.
+        #[arg(long)]
+        drop: bool,
+    },
 }

@@ -9,7 +9,7 @@ use loom_ia::{
 use crate::{App, FAILED, OK, REFUSED, output::out};
 
 use super::{
-    args::{Cli, Command, KeysCommand, StorageCommand},
+    args::{Cli, Command, KeysCommand, QueueCommand, StorageCommand},
     exit::{fail, print_json},
     runs::{At, ReportOf, cancel, decide, inspect, report, resume, run, steer, validate},
 };
@@ -213,6 +213,17 @@ pub(crate) async fn execute(cli: Cli, app: App, args: Vec<std::ffi::OsString>) -
         }
         Command::Serve { host, port, reload } => serve(&loom, host, port, reload, &args).await,
         Command::Mcp { tenant } => mcp(&loom, tenant.as_deref()).await,
+        Command::Worker { jobs } => crate::worker::worker(&loom, jobs, stop_signal()).await,
+        Command::Queue {
+            command,
+            limit,
+            json,
+        } => match command {
+            None => crate::worker::status(&loom, limit, json).await,
+            Some(QueueCommand::Redrive { drop }) => {
+                crate::worker::redrive(&loom, limit, drop, json).await
+            }
+        },
     };
     loom.shutdown().await;
     outcome.unwrap_or_else(|error| fail(&error))

@@ -219,6 +219,7 @@ impl Loom {
             agents,
             tools: self.tool_names(),
             journal,
+            services: services(config),
             tenants: self.validated_tenants(),
         })
     }
@@ -389,4 +390,53 @@ fn guards_of(agent: &AgentRuntime) -> Vec<String> {
         ));
     }
     lines
+}
+
+/// The shared services `storage` declares beyond the journal (queue, bus, limits), as
+/// `validate` shows them: where each is reached (the variable, never its value).
+fn services(config: &loom_config::Config) -> Vec<(String, String)> {
+    use loom_config::{BusBackend, LimitsBackend, QueueBackend};
+    let storage = &config.raw().storage;
+    let var = |name: &Option<String>| name.as_deref().unwrap_or("?").to_owned();
+    let mut services = Vec::new();
+    if storage.queue.backend == QueueBackend::Rabbitmq {
+        services.push((
+            "Queue".to_owned(),
+            format!(
+                "rabbitmq ({}), queues {}.jobs*, a job dead after {} attempt(s); `loom queue` shows them",
+                var(&storage.queue.url_env),
+                storage.queue.name,
+                storage.queue.max_attempts
+            ),
+        ));
+    }
+    match storage.bus.backend {
+        BusBackend::Memory => {}
+        BusBackend::Redis => services.push((
+            "Bus".to_owned(),
+            format!("redis pub/sub ({})", var(&storage.bus.url_env)),
+        )),
+        BusBackend::Postgres => services.push((
+            "Bus".to_owned(),
+            format!(
+                "postgres LISTEN/NOTIFY ({})",
+                storage
+                    .bus
+                    .dsn_env
+                    .clone()
+                    .or_else(|| storage.events.dsn_env.clone())
+                    .unwrap_or_else(|| "?".to_owned())
+            ),
+        )),
+    }
+    if storage.limits.backend == LimitsBackend::Redis {
+        services.push((
+            "Limits".to_owned(),
+            format!(
+                "redis ({}): rate limits, quotas and tenant budgets counted once for every process",
+                var(&storage.limits.url_env)
+            ),
+        ));
+    }
+    services
 }

@@ -20,7 +20,8 @@ use loom_core::{
 use loom_engine::RunRef;
 use tokio::task::JoinSet;
 
-use crate::{Loom, LoomError};
+use super::Loom;
+use crate::LoomError;
 
 /// How a worker runs ([`Loom::work`]).
 #[derive(Debug, Clone, Copy)]
@@ -54,10 +55,15 @@ impl Loom {
         if let Some(queue) = self.inner.queue.get() {
             return Ok(Some(queue.clone()));
         }
-        match crate::queue::connect(self.config()).await? {
-            None => Ok(None),
-            Some(queue) => Ok(Some(self.inner.queue.get_or_init(|| queue).clone())),
+        if !crate::queue::declared(self.config()) {
+            return Ok(None);
         }
+        let queue = self
+            .inner
+            .queue
+            .get_or_try_init(|| crate::queue::connect(self.config()))
+            .await?;
+        Ok(Some(queue.clone()))
     }
 
     /// The same instance, its background work going through `queue` whatever `storage.queue`
@@ -219,7 +225,7 @@ impl Loom {
         };
         match self.drive(&root, &runtime, &()).await {
             Ok(result) => {
-                if result.status.is_waiting() {
+                if matches!(result.status, RunStatus::Paused | RunStatus::WaitingChild) {
                     self.schedule_expiry(&root, &result).await;
                 }
                 Outcome::Done
