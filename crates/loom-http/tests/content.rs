@@ -173,6 +173,18 @@ async fn no_route_answers_content_to_a_key_without_read_content() {
     let mut routes: Vec<(&str, &str, Answer, Vec<Call>)> = vec![
         (
             "get",
+            "/v1/healthz",
+            Answer::Contentless,
+            vec![call(Method::GET, "/healthz", READER, None)],
+        ),
+        (
+            "get",
+            "/v1/readyz",
+            Answer::Contentless,
+            vec![call(Method::GET, "/readyz", READER, None)],
+        ),
+        (
+            "get",
             "/v1/agents",
             Answer::Contentless,
             vec![call(Method::GET, "/agents", READER, None)],

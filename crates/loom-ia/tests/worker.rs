@@ -250,3 +250,26 @@ async fn a_worker_without_a_queue_is_refused() {
         .to_string();
     assert!(error.contains("storage.queue"), "{error}");
 }
+
+#[tokio::test]
+async fn readiness_names_the_queue_that_does_not_answer() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut raw = LoomConfig::default();
+    raw.storage.events.backend = EventsBackend::Jsonl;
+    raw.storage.events.path = Some("journal".into());
+    raw.storage.queue.backend = loom_ia::config::QueueBackend::Rabbitmq;
+    raw.storage.queue.url_env = Some("LOOM_TEST_QUEUE_URL_NEVER_SET".into());
+    let loom = Loom::new(Config::new(raw, dir.path().to_path_buf()).unwrap()).unwrap();
+    let readiness = loom.readiness().await;
+    assert!(!readiness.ready);
+    let checks: Vec<(&str, bool)> = readiness
+        .checks
+        .iter()
+        .map(|c| (c.name.as_str(), c.ok))
+        .collect();
+    assert_eq!(checks, [("journal", true), ("queue", false)]);
+    // With the queue given, the same instance is ready.
+    let queue = Arc::new(MemoryQueue::new(3));
+    let ready = loom(dir.path(), &queue, 10).readiness().await;
+    assert!(ready.ready, "{ready:?}");
+}
