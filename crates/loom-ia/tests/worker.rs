@@ -259,8 +259,8 @@ async fn readiness_names_the_queue_that_does_not_answer() {
     raw.storage.events.path = Some("journal".into());
     raw.storage.queue.backend = loom_ia::config::QueueBackend::Rabbitmq;
     raw.storage.queue.url_env = Some("LOOM_TEST_QUEUE_URL_NEVER_SET".into());
-    let loom = Loom::new(Config::new(raw, dir.path().to_path_buf()).unwrap()).unwrap();
-    let readiness = loom.readiness().await;
+    let unready = Loom::new(Config::new(raw, dir.path().to_path_buf()).unwrap()).unwrap();
+    let readiness = unready.readiness().await;
     assert!(!readiness.ready);
     let checks: Vec<(&str, bool)> = readiness
         .checks
