@@ -26,10 +26,14 @@ use tokio::sync::watch;
 /// How long a publish may take before it is given up (with a warning).
 const PUBLISH_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// The followed sessions, by `(tenant, session)`: the sender of each one's watch, alive while
+/// someone follows it.
+type Followed = HashMap<(String, String), Weak<watch::Sender<u64>>>;
+
 /// The local fan-out of notices: who follows which session.
 #[derive(Debug)]
 pub(crate) struct Notices {
-    sessions: Mutex<HashMap<(String, String), Weak<watch::Sender<u64>>>>,
+    sessions: Mutex<Followed>,
     epoch: watch::Sender<u64>,
 }
 
