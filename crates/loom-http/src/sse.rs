@@ -157,6 +157,7 @@ pub(crate) async fn events(
     let options = FollowOptions {
         after_seq: after,
         subruns,
+        ..FollowOptions::default()
     };
     // The stream ends right after a refusal, without waiting for the run's next event.
     let followed = loom.follow_with(&run, options);

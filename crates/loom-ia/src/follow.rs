@@ -2,8 +2,13 @@
 //! new ones as they are written, until the run closes. The REST API's SSE route and Rust
 //! callers share [`Loom::follow`] and [`Loom::follow_with`].
 //!
-//! The journal ports have no change notification yet, so the live part polls the store
-//! every [`POLL_INTERVAL`]: one `read` of the session after the last seq seen.
+//! The live part waits for a notice of its session (an append in this instance, or a
+//! [`loom_core::bus::Signal::Appended`] from another process through `storage.bus`) or, at
+//! the latest, its fallback period ([`FALLBACK_PERIOD`] by default, so a lost notice costs at
+//! most that), then reads the session after the last seq it saw: one `read(.., after_seq)`
+//! per wake, never the whole session again. That read is an indexed range on PostgreSQL and
+//! SQLite and a slice of the memory store; the JSONL store parses the session's file to find
+//! it (acceptable for a one-host journal, and why a follower skips notices of seqs it has read).
 
 use std::{
     collections::{HashSet, VecDeque},
@@ -14,10 +19,11 @@ use std::{
 use loom_core::{BoxStream, Event, Payload, ports::EventStore};
 use loom_engine::RunRef;
 
-use crate::{Loom, LoomError};
+use crate::{Loom, LoomError, notify::SessionWatch};
 
-/// How often the live part of [`Loom::follow`] reads the journal for new events.
-pub const POLL_INTERVAL: Duration = Duration::from_millis(50);
+/// The longest the live part of [`Loom::follow`] waits without a notice before it reads the
+/// journal anyway.
+pub const FALLBACK_PERIOD: Duration = Duration::from_secs(1);
 
 /// Whether `event` closes its run.
 fn is_terminal(event: &Event) -> bool {
@@ -34,6 +40,9 @@ pub struct FollowOptions {
     pub after_seq: u64,
     /// Also the events of the runs it opened (sub-agents), down its tree (default `true`).
     pub subruns: bool,
+    /// The longest the live part waits for a notice before it reads the journal anyway
+    /// (default [`FALLBACK_PERIOD`]).
+    pub fallback: Duration,
 }
 
 impl Default for FollowOptions {
@@ -41,12 +50,17 @@ impl Default for FollowOptions {
         FollowOptions {
             after_seq: 0,
             subruns: true,
+            fallback: FALLBACK_PERIOD,
         }
     }
 }
 
 struct Follower {
     store: Arc<dyn EventStore>,
+    /// The notices of the session (and the bus's catch-ups).
+    watch: SessionWatch,
+    /// The longest wait for a notice.
+    fallback: Duration,
     run: RunRef,
     /// Whether the events of the run's sub-runs are yielded too.
     subruns: bool,
@@ -66,6 +80,7 @@ impl Follower {
     /// that the run exists and whether it already closed before `after_seq`.
     async fn fill(&mut self) -> Result<(), LoomError> {
         let from = if self.started { self.last_seq } else { 0 };
+        self.watch.mark_seen();
         let events = self
             .store
             .read(&self.run.tenant_id, &self.run.session_id, from)
@@ -119,7 +134,7 @@ impl Follower {
                 return None;
             }
             if self.started {
-                tokio::time::sleep(POLL_INTERVAL).await;
+                self.watch.wait(self.last_seq, self.fallback).await;
             }
             if let Err(error) = self.fill().await {
                 self.done = true;
@@ -141,7 +156,7 @@ impl Loom {
             run,
             FollowOptions {
                 after_seq,
-                subruns: true,
+                ..FollowOptions::default()
             },
         )
     }
@@ -154,15 +169,18 @@ impl Loom {
     ///
     /// With `options.subruns`, the events of the runs it opened (sub-agents, down its tree)
     /// come too, in their place in the shared session journal; their own terminal events do
-    /// not end the stream. New events are found by reading the journal every
-    /// [`POLL_INTERVAL`].
+    /// not end the stream. New events are read from the journal at each notice of the
+    /// session, and at the latest every `options.fallback`.
     pub fn follow_with(
         &self,
         run: &RunRef,
         options: FollowOptions,
     ) -> BoxStream<'static, Result<Event, LoomError>> {
+        self.listen();
         let follower = Follower {
             store: self.event_store(),
+            watch: self.notices().watch(&run.tenant_id, &run.session_id),
+            fallback: options.fallback,
             run: run.clone(),
             subruns: options.subruns,
             tree: HashSet::from([run.run_id.clone()]),

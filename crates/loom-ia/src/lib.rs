@@ -33,6 +33,7 @@
 //! depend on it and on nothing below it.
 
 pub mod budget;
+mod bus;
 mod clock;
 mod env;
 mod error;
@@ -42,6 +43,7 @@ mod limits;
 mod loom;
 #[cfg(feature = "mcp")]
 mod mcp;
+mod notify;
 mod postgres;
 mod progress;
 mod queue;

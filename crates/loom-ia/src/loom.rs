@@ -27,6 +27,7 @@ use crate::{LoomError, RunResult, SystemClock, budget::TenantBudget};
 mod attachments;
 mod control;
 mod lifecycle;
+mod listen;
 mod reads;
 mod ready;
 mod registry;
@@ -348,6 +349,68 @@ struct Inner {
     /// The job queue, once connected (`storage.queue: rabbitmq`) or given
     /// ([`Loom::with_queue`]); empty with `asyncio`.
     queue: tokio::sync::OnceCell<Arc<dyn loom_core::queue::JobQueue>>,
+    /// The event bus (`storage.bus`).
+    bus: Arc<dyn loom_core::bus::EventBus>,
+    /// Whether the bus reaches other processes.
+    bus_shared: bool,
+    /// The local fan-out of journal notices to followers.
+    notices: Arc<crate::notify::Notices>,
+    /// Whether the subscription task runs ([`Loom::listen`]).
+    listening: std::sync::atomic::AtomicBool,
+    /// Ends the subscription task when the instance goes.
+    stop_listening: tokio_util::sync::CancellationToken,
+}
+
+/// The stores [`Loom::open`] opened, before the instance is assembled around them.
+struct Stores {
+    store: Arc<dyn EventStore>,
+    idempotency: Option<Arc<dyn loom_core::ports::IdempotencyStore>>,
+    tenants: crate::routing::TenantStores,
+    artifacts: Option<Arc<dyn ArtifactStore>>,
+}
+
+impl Stores {
+    /// The stores of `config`, and the PostgreSQL bus when it declares one.
+    async fn open(
+        config: &Config,
+    ) -> Result<(Stores, Option<Arc<dyn loom_core::bus::EventBus>>), LoomError> {
+        let mut postgres = crate::postgres::open(config).await?;
+        let store: Arc<dyn EventStore> =
+            match (postgres.journal.take(), config.raw().storage.events.backend) {
+                (Some(store), _) => store,
+                (None, EventsBackend::Sqlite) => sqlite_store_async(config).await?,
+                (None, _) => plain_store(config)?,
+            };
+        let idempotency = match postgres.idempotency.take() {
+            Some(idempotency) => Some(idempotency),
+            None => idempotency_store_async(config).await?,
+        };
+        let tenants = crate::routing::tenant_stores_async(config).await?;
+        let stores = Stores {
+            store,
+            idempotency,
+            tenants,
+            artifacts: postgres.artifacts,
+        };
+        Ok((stores, postgres.bus))
+    }
+
+    fn assemble(self, config: Config, bus: crate::bus::Bus) -> Result<Loom, LoomError> {
+        Loom::assemble(
+            config,
+            self.store,
+            self.idempotency,
+            self.tenants,
+            self.artifacts,
+            bus,
+        )
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.stop_listening.cancel();
+    }
 }
 
 impl std::fmt::Debug for Loom {
@@ -391,25 +454,26 @@ impl Loom {
             None => idempotency_store(&config)?,
         };
         let tenants = crate::routing::tenant_stores(&config)?;
-        Loom::assemble(config, store, idempotency, tenants, postgres.artifacts)
+        let bus = crate::bus::event_bus(&config, postgres.bus)?;
+        Loom::assemble(config, store, idempotency, tenants, postgres.artifacts, bus)
     }
 
     /// [`Loom::new`] for a caller inside a tokio runtime (a server, the CLI): SQLite files (the
     /// journal, the idempotency store) are set up without blocking a worker thread.
     pub async fn open(config: Config) -> Result<Loom, LoomError> {
-        let mut postgres = crate::postgres::open(&config).await?;
-        let store: Arc<dyn EventStore> =
-            match (postgres.journal.take(), config.raw().storage.events.backend) {
-                (Some(store), _) => store,
-                (None, EventsBackend::Sqlite) => sqlite_store_async(&config).await?,
-                (None, _) => plain_store(&config)?,
-            };
-        let idempotency = match postgres.idempotency.take() {
-            Some(idempotency) => Some(idempotency),
-            None => idempotency_store_async(&config).await?,
-        };
-        let tenants = crate::routing::tenant_stores_async(&config).await?;
-        Loom::assemble(config, store, idempotency, tenants, postgres.artifacts)
+        let (stores, postgres_bus) = Stores::open(&config).await?;
+        let bus = crate::bus::event_bus(&config, postgres_bus)?;
+        stores.assemble(config, bus)
+    }
+
+    /// [`Loom::open`] with the event bus of the caller's choice instead of the one
+    /// `storage.bus` declares (a bus on a channel of its own, say).
+    pub async fn open_with_bus(
+        config: Config,
+        bus: Arc<dyn loom_core::bus::EventBus>,
+    ) -> Result<Loom, LoomError> {
+        let (stores, _) = Stores::open(&config).await?;
+        stores.assemble(config, crate::bus::Bus { bus, shared: true })
     }
 
     /// [`Loom::from_config_with`] for a caller inside a tokio runtime (see [`Loom::open`]).
@@ -456,7 +520,8 @@ impl Loom {
             None => idempotency_store(&config)?,
         };
         let tenants = crate::routing::tenant_stores(&config)?;
-        Loom::assemble(config, store, idempotency, tenants, postgres.artifacts)
+        let bus = crate::bus::event_bus(&config, postgres.bus)?;
+        Loom::assemble(config, store, idempotency, tenants, postgres.artifacts, bus)
     }
 
     fn assemble(
@@ -465,6 +530,7 @@ impl Loom {
         idempotency: Option<Arc<dyn loom_core::ports::IdempotencyStore>>,
         tenants: crate::routing::TenantStores,
         artifacts: Option<Arc<dyn ArtifactStore>>,
+        bus: crate::bus::Bus,
     ) -> Result<Loom, LoomError> {
         let models = crate::resolve::models(&config)?;
         let sources = mcp_servers(&config)?;
@@ -487,6 +553,13 @@ impl Loom {
         }
         // Sealing wraps the routing: a tenant's own journal is sealed with its keys too.
         let (store, artifacts) = crate::sealing::seal(&config, store, artifacts)?;
+        // Outermost, so that every append of every tenant is announced.
+        let notices = Arc::new(crate::notify::Notices::new());
+        let store: Arc<dyn EventStore> = Arc::new(crate::notify::NotifyingStore::new(
+            store,
+            bus.bus.clone(),
+            notices.clone(),
+        ));
         let lease =
             std::time::Duration::try_from_secs_f64(config.raw().execution.lease).map_err(|_| {
                 LoomError::from(config.error_at_root("execution.lease", "not a usable duration"))
@@ -520,6 +593,11 @@ impl Loom {
                 quotas: crate::quota::SlidingMinute::default(),
                 trigger_secrets,
                 queue: tokio::sync::OnceCell::new(),
+                bus: bus.bus,
+                bus_shared: bus.shared,
+                notices,
+                listening: std::sync::atomic::AtomicBool::new(false),
+                stop_listening: tokio_util::sync::CancellationToken::new(),
             }),
         })
     }

@@ -2,12 +2,18 @@
 //! `storage.artifacts` with the `postgres` backend), built when the instance is: the DSN is
 //! read from the variable `dsn_env` names (through [`crate::env`]), and the schema is migrated
 //! (`storage.migrate: auto`) or checked (`check`, the default) before anything else is done.
+//! The PostgreSQL event bus (`storage.bus.backend: postgres`) is built here too, on the
+//! journal's database (and pool) unless `storage.bus.dsn_env` names another: it needs no
+//! schema, only the application role, which any role may `LISTEN` and `NOTIFY` as.
 //! Without the `postgres` feature such a configuration is refused, naming the feature.
 
 use std::sync::Arc;
 
-use loom_config::{Config, EventsBackend, IdempotencyBackend};
-use loom_core::ports::{ArtifactStore, EventStore, IdempotencyStore};
+use loom_config::{BusBackend, Config, EventsBackend, IdempotencyBackend};
+use loom_core::{
+    bus::EventBus,
+    ports::{ArtifactStore, EventStore, IdempotencyStore},
+};
 
 #[cfg(not(feature = "postgres"))]
 use crate::LoomError;
@@ -22,6 +28,8 @@ pub(crate) struct Opened {
     pub(crate) idempotency: Option<Arc<dyn IdempotencyStore>>,
     /// The artifacts.
     pub(crate) artifacts: Option<Arc<dyn ArtifactStore>>,
+    /// The event bus.
+    pub(crate) bus: Option<Arc<dyn EventBus>>,
 }
 
 /// Whether any store of the configuration is on PostgreSQL.
@@ -33,6 +41,7 @@ pub(crate) fn wanted(config: &Config) -> bool {
             .as_ref()
             .is_some_and(|i| i.backend == IdempotencyBackend::Postgres)
         || config.artifacts_in_postgres()
+        || storage.bus.backend == BusBackend::Postgres
 }
 
 #[cfg(not(feature = "postgres"))]
@@ -45,6 +54,8 @@ fn refused(config: &Config) -> Result<Opened, LoomError> {
         "storage.events.backend"
     } else if config.artifacts_in_postgres() {
         "storage.artifacts.backend"
+    } else if storage.bus.backend == BusBackend::Postgres {
+        "storage.bus.backend"
     } else {
         "storage.idempotency.backend"
     };
@@ -95,10 +106,12 @@ pub fn storage_sql(_role: &str) -> Result<String, LoomError> {
 mod with_feature {
     use std::{sync::Arc, time::Duration};
 
-    use loom_config::{Config, EventsBackend, IdempotencyBackend, MigrateMode, PostgresPool};
+    use loom_config::{
+        BusBackend, Config, EventsBackend, IdempotencyBackend, MigrateMode, PostgresPool,
+    };
     use loom_core::ports::StoreError;
     use loom_postgres::{
-        PgArtifacts, PgDatabase, PgError, PgIdempotency, PgOptions, PgStore, PoolSettings,
+        PgArtifacts, PgBus, PgDatabase, PgError, PgIdempotency, PgOptions, PgStore, PoolSettings,
     };
 
     use super::{Opened, wanted};
@@ -233,7 +246,40 @@ mod with_feature {
             };
             opened.idempotency = Some(Arc::new(PgIdempotency::new(db)));
         }
+        if config.raw().storage.bus.backend == BusBackend::Postgres {
+            opened.bus = Some(bus(config, journal_db.as_ref())?);
+        }
         Ok(opened)
+    }
+
+    /// The PostgreSQL bus: on the journal's database when `storage.bus.dsn_env` names none or
+    /// the journal's, else on its own (no schema to check: `LISTEN/NOTIFY` need none).
+    fn bus(
+        config: &Config,
+        journal: Option<&(&Target, PgDatabase)>,
+    ) -> Result<Arc<dyn loom_core::bus::EventBus>, LoomError> {
+        let storage = &config.raw().storage;
+        let own = storage.bus.dsn_env.as_ref();
+        if let Some((target, db)) = journal
+            && own.is_none_or(|name| *name == target.dsn_env)
+        {
+            return Ok(Arc::new(PgBus::new(db.clone())));
+        }
+        let Some(dsn_env) = own.or(storage.events.dsn_env.as_ref()) else {
+            return Err(config
+                .error_at_root(
+                    "storage.bus.dsn_env",
+                    "the postgres bus needs dsn_env (or a postgres journal to share)",
+                )
+                .into());
+        };
+        let target = Target {
+            section: "storage.bus",
+            dsn_env: dsn_env.clone(),
+            role: storage.events.role.clone(),
+            pool: storage.events.pool,
+        };
+        Ok(Arc::new(PgBus::new(database(config, &target)?)))
     }
 
     /// [`open`] for a caller that may be outside a runtime (or inside one, and must not be

@@ -335,6 +335,7 @@ async fn a_waiting_tree_is_seen_whole_through_session_query_and_follow() {
             FollowOptions {
                 after_seq: 0,
                 subruns: false,
+                ..FollowOptions::default()
             },
         )
         .take(own_count)

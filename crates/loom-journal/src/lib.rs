@@ -6,7 +6,8 @@
 //! - [`JsonlStore`]: one file per session at `<root>/<tenant>/<session>.jsonl`, one event per
 //!   line (the compact JSON of [`Event::to_json`], newline-terminated).
 //!
-//! It also holds [`MemoryIdempotency`], an in-process idempotency store for tests.
+//! It also holds [`MemoryIdempotency`], an in-process idempotency store for tests, and
+//! [`MemoryBus`], the event bus of a service of one process.
 //!
 //! Both stores behave the same way: `append(batch, expected_last_seq)` checks that every event
 //! of the batch belongs to one `(tenant, session)` journal with safe ids
@@ -72,6 +73,7 @@
 //! [`StoreError::Corrupted`]: loom_core::ports::StoreError::Corrupted
 
 mod artifacts;
+mod bus;
 mod idempotency;
 mod index;
 mod jsonl;
@@ -80,6 +82,7 @@ mod queue;
 mod repair;
 
 pub use artifacts::{LocalArtifacts, MemoryArtifacts};
+pub use bus::{MEMORY_BUS_CAPACITY, MemoryBus};
 pub use idempotency::MemoryIdempotency;
 pub use jsonl::JsonlStore;
 pub use memory::MemoryStore;

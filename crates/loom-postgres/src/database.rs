@@ -238,29 +238,52 @@ impl PgDatabase {
     pub fn pool(&self) -> &PgPool {
         self.inner.pool.get_or_init(|| {
             let settings = self.inner.pool_settings;
-            let setup = format!(
-                "SET ROLE {}; SET statement_timeout = {}; SET lock_timeout = {}",
-                quote(&self.inner.role),
-                millis(settings.command_timeout),
-                millis(settings.lock_timeout)
-            );
-            let setup: Arc<str> = setup.into();
-            PgPoolOptions::new()
-                .min_connections(settings.min_size)
-                .max_connections(settings.max_size)
-                .acquire_timeout(settings.acquire_timeout)
-                .idle_timeout(Some(Duration::from_secs(300)))
-                .after_connect(move |conn, _meta| {
-                    let setup = setup.clone();
-                    Box::pin(async move {
-                        sqlx::raw_sql(sqlx::AssertSqlSafe(setup.to_string()))
-                            .execute(&mut *conn)
-                            .await
-                            .map(|_| ())
-                    })
-                })
-                .connect_lazy_with(self.inner.connect.clone())
+            self.new_pool(
+                PgPoolOptions::new()
+                    .min_connections(settings.min_size)
+                    .max_connections(settings.max_size)
+                    .acquire_timeout(settings.acquire_timeout)
+                    .idle_timeout(Some(Duration::from_secs(300))),
+            )
         })
+    }
+
+    /// A pool of one connection, apart from [`PgDatabase::pool`], set up like it (`SET ROLE`,
+    /// timeouts): what a `LISTEN` holds for as long as it listens, so that it never takes a
+    /// connection from the statements. Connects lazily.
+    pub(crate) fn single_pool(&self) -> PgPool {
+        self.new_pool(
+            PgPoolOptions::new()
+                .min_connections(0)
+                .max_connections(1)
+                .acquire_timeout(self.inner.pool_settings.acquire_timeout)
+                .idle_timeout(None)
+                .max_lifetime(None),
+        )
+    }
+
+    /// A lazy pool with `options` whose every connection runs as the application role, with
+    /// the statement and lock timeouts.
+    fn new_pool(&self, options: PgPoolOptions) -> PgPool {
+        let settings = self.inner.pool_settings;
+        let setup = format!(
+            "SET ROLE {}; SET statement_timeout = {}; SET lock_timeout = {}",
+            quote(&self.inner.role),
+            millis(settings.command_timeout),
+            millis(settings.lock_timeout)
+        );
+        let setup: Arc<str> = setup.into();
+        options
+            .after_connect(move |conn, _meta| {
+                let setup = setup.clone();
+                Box::pin(async move {
+                    sqlx::raw_sql(sqlx::AssertSqlSafe(setup.to_string()))
+                        .execute(&mut *conn)
+                        .await
+                        .map(|_| ())
+                })
+            })
+            .connect_lazy_with(self.inner.connect.clone())
     }
 
     /// A transaction for `tenant_id`: its first statement sets `loom.tenant_id` for this

@@ -3,7 +3,8 @@
 //! Loom's production storage on PostgreSQL: [`PgStore`] (the journal, an
 //! [`EventStore`](loom_core::ports::EventStore)), [`PgIdempotency`] (the idempotency keys of
 //! business actions) and [`PgArtifacts`] (the files of sessions), all in one database reached
-//! through one [`PgDatabase`], with the tenants kept apart by row-level security.
+//! through one [`PgDatabase`], with the tenants kept apart by row-level security; and
+//! [`PgBus`], the event bus on `LISTEN/NOTIFY` between the processes sharing the database.
 //!
 //! ## Schema
 //!
@@ -70,6 +71,7 @@
 //! private network or a socket). No compile-time query macros are used.
 
 mod artifacts;
+mod bus;
 mod database;
 mod idempotency;
 mod repair;
@@ -78,6 +80,7 @@ mod search;
 mod store;
 
 pub use artifacts::PgArtifacts;
+pub use bus::{CHANNEL, MAX_PAYLOAD, PgBus};
 pub use database::{PgDatabase, PgOptions, PoolSettings};
 pub use idempotency::PgIdempotency;
 pub use store::PgStore;

@@ -3,3 +3,9 @@
 //! Loom on Redis, for a service of several processes: the event bus (pub/sub on the channel
 //! `loom:events`), the shared counters of rate limits, quotas and tenant budget windows, and the
 //! idempotency keys of business actions.
+
+mod bus;
+mod error;
+
+pub use bus::{DEFAULT_CHANNEL, RedisBus};
+pub use error::RedisError;

@@ -5,6 +5,7 @@ use crate::LoomError;
 use loom_core::Message;
 use loom_core::approval::Decision;
 use loom_core::queue::JobKind;
+use loom_core::bus::Signal;
 use loom_engine::RunRef;
 use serde_json::Value;
 use std::collections::HashMap;
@@ -104,7 +105,9 @@ impl Loom {
     }
 
     /// Cancels a run: a run driven by this instance stops at once (between or during steps);
-    /// another open run is closed as cancelled in its journal. Either way its `run.cancelled`
+    /// so does a root run another process drives, asked through the event bus
+    /// (`storage.bus`: `redis` or `postgres`); another open run is closed as cancelled in its
+    /// journal. Either way its `run.cancelled`
     /// records `by`, and is journaled when this returns `true` (for a run driven here, unless
     /// its step in progress ignores the cancellation for longer than
     /// `execution.shutdown_timeout`: then it is journaled when that step ends). `false` if the
@@ -136,10 +139,74 @@ impl Loom {
             }
             // The drive let the run go without closing it (a stop at the same moment): it is
             // driven nowhere now, so it is closed here.
+        } else if let Some(cancelled) = self.cancel_elsewhere(run, &by).await? {
+            return Ok(cancelled);
         }
         let state = self.state(run).await?;
         let agent = state.agent.unwrap_or_default();
         Ok(self.inner.engine.cancel_idle(run, &agent, by).await?)
+    }
+
+    /// Cancels a root run that another process drives (its lease is live, and not this
+    /// instance's): asks its driver through the event bus ([`Signal::Cancel`]), which cancels
+    /// it at once and journals `run.cancelled` with `by`, and waits up to
+    /// `execution.shutdown_timeout` for the run to close in the journal. `None` when the run is
+    /// not driven elsewhere, the bus does not reach other processes (`memory`) or did not take
+    /// the signal, or the driver did not close it in time (a crashed process whose lease has
+    /// not run out): the caller then closes it in the journal, as a run driven nowhere. A
+    /// sub-run is always closed that way, since its root's drive notices it.
+    async fn cancel_elsewhere(
+        &self,
+        run: &RunRef,
+        by: &Option<String>,
+    ) -> Result<Option<bool>, LoomError> {
+        if !self.inner.bus_shared {
+            return Ok(None);
+        }
+        let mut watch = self.notices().watch(&run.tenant_id, &run.session_id);
+        watch.mark_seen();
+        let state = self.state(run).await?;
+        let now = loom_core::ports::Clock::now(&crate::SystemClock);
+        let elsewhere = state
+            .claim
+            .as_ref()
+            .is_some_and(|claim| claim.lease_until > now && claim.worker_id != self.worker_id());
+        if state.finished
+            || state.status.is_terminal()
+            || state.parent_run_id.is_some()
+            || !elsewhere
+        {
+            return Ok(None);
+        }
+        self.listen();
+        let signal = Signal::Cancel {
+            tenant_id: run.tenant_id.clone(),
+            session_id: run.session_id.clone(),
+            run_id: run.run_id.clone(),
+            by: by.clone(),
+        };
+        if let Err(error) = self.bus().publish(&signal).await {
+            tracing::warn!(run_id = %run.run_id, %error, "the cancellation could not reach the run's driver: closing it here");
+            return Ok(None);
+        }
+        let closed = tokio::time::timeout(self.shutdown_timeout(), async {
+            loop {
+                watch.mark_seen();
+                let state = self.state(run).await?;
+                if state.finished {
+                    return Ok::<_, LoomError>(state.status == loom_core::RunStatus::Cancelled);
+                }
+                watch.wait(0, crate::follow::FALLBACK_PERIOD).await;
+            }
+        })
+        .await;
+        match closed {
+            Ok(cancelled) => cancelled.map(Some),
+            Err(_) => {
+                tracing::warn!(run_id = %run.run_id, "the run's driver did not close it in time: closing it here");
+                Ok(None)
+            }
+        }
     }
 
     /// Resolves once the drive that `token` cancels has let `run` go (a later drive of the

@@ -123,6 +123,8 @@ impl Loom {
         observer: &dyn Observer,
         approver: Option<Arc<dyn Approver>>,
     ) -> Result<RunResult, LoomError> {
+        // A cancellation from another process reaches this drive through the bus.
+        self.listen();
         let token = loom_engine::Cancel::new();
         {
             let mut active =

@@ -1,0 +1,278 @@
+//! News of journal writes within an instance and between the processes of a service.
+//!
+//! [`NotifyingStore`] wraps the journal outermost (over the sealing and routing wrappers, so it
+//! sees every append of every tenant): after each successful append it tells the local
+//! followers at once ([`Notices`]) and publishes a [`Signal::Appended`] on the event bus for
+//! the other processes. A publish that fails is logged and never fails the append: the journal
+//! is the truth, and a follower that missed a notice reads the journal on its fallback period.
+//!
+//! [`Notices`] fans the notices out to local waiters: one `watch` per followed session (the
+//! greatest seq announced), plus an epoch bumped whenever the bus subscription is made again,
+//! which wakes every follower to catch up on what was sent while it was down.
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex, Weak},
+    time::Duration,
+};
+
+use loom_core::{
+    BoxFuture, Event,
+    bus::{EventBus, Notice, Signal},
+    ports::{EventStore, Salvage, SessionSummary, SetAside, StoreError},
+};
+use tokio::sync::watch;
+
+/// How long a publish may take before it is given up (with a warning).
+const PUBLISH_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The followed sessions, by `(tenant, session)`: the sender of each one's watch, alive while
+/// someone follows it.
+type Followed = HashMap<(String, String), Weak<watch::Sender<u64>>>;
+
+/// The local fan-out of notices: who follows which session.
+#[derive(Debug)]
+pub(crate) struct Notices {
+    sessions: Mutex<Followed>,
+    epoch: watch::Sender<u64>,
+}
+
+impl Notices {
+    /// No follower yet.
+    pub(crate) fn new() -> Notices {
+        Notices {
+            sessions: Mutex::new(HashMap::new()),
+            epoch: watch::channel(0).0,
+        }
+    }
+
+    /// Wakes the followers of the notice's session.
+    pub(crate) fn announce(&self, notice: &Notice) {
+        let sender = self.sessions.lock().ok().and_then(|sessions| {
+            sessions
+                .get(&(notice.tenant_id.clone(), notice.session_id.clone()))
+                .and_then(Weak::upgrade)
+        });
+        if let Some(sender) = sender {
+            sender.send_modify(|seq| *seq = (*seq).max(notice.last_seq));
+        }
+    }
+
+    /// Wakes every follower: notices may have been lost (the bus was down).
+    pub(crate) fn catch_up(&self) {
+        self.epoch
+            .send_modify(|epoch| *epoch = epoch.wrapping_add(1));
+    }
+
+    /// A watch on `(tenant, session)`, woken by its notices and by [`Notices::catch_up`].
+    pub(crate) fn watch(&self, tenant_id: &str, session_id: &str) -> SessionWatch {
+        let key = (tenant_id.to_owned(), session_id.to_owned());
+        let mut sessions = self
+            .sessions
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let sender = match sessions.get(&key).and_then(Weak::upgrade) {
+            Some(sender) => sender,
+            None => {
+                // The sessions nobody follows any more leave the table.
+                sessions.retain(|_, sender| sender.strong_count() > 0);
+                let sender = Arc::new(watch::channel(0).0);
+                sessions.insert(key, Arc::downgrade(&sender));
+                sender
+            }
+        };
+        SessionWatch {
+            session: sender.subscribe(),
+            epoch: self.epoch.subscribe(),
+            _sender: sender,
+        }
+    }
+}
+
+/// What one follower waits on: the notices of its session, and the epoch.
+#[derive(Debug)]
+pub(crate) struct SessionWatch {
+    session: watch::Receiver<u64>,
+    epoch: watch::Receiver<u64>,
+    /// Keeps the session's entry alive while someone follows it.
+    _sender: Arc<watch::Sender<u64>>,
+}
+
+impl SessionWatch {
+    /// Marks every notice so far as seen: call it just before reading the journal, so that a
+    /// notice sent during the read wakes the next [`SessionWatch::wait`].
+    pub(crate) fn mark_seen(&mut self) {
+        self.session.borrow_and_update();
+        self.epoch.borrow_and_update();
+    }
+
+    /// Resolves at a notice of a seq after `last_seq`, a catch-up, or after `fallback`,
+    /// whichever comes first.
+    pub(crate) async fn wait(&mut self, last_seq: u64, fallback: Duration) {
+        let deadline = tokio::time::Instant::now() + fallback;
+        loop {
+            tokio::select! {
+                () = tokio::time::sleep_until(deadline) => return,
+                changed = self.session.changed() => {
+                    if changed.is_err() {
+                        tokio::time::sleep_until(deadline).await;
+                        return;
+                    }
+                    if *self.session.borrow_and_update() > last_seq {
+                        return;
+                    }
+                }
+                changed = self.epoch.changed() => {
+                    if changed.is_err() {
+                        tokio::time::sleep_until(deadline).await;
+                    }
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// The journal wrapper that announces every successful append (see the module documentation).
+#[derive(Debug)]
+pub(crate) struct NotifyingStore {
+    inner: Arc<dyn EventStore>,
+    bus: Arc<dyn EventBus>,
+    notices: Arc<Notices>,
+}
+
+impl NotifyingStore {
+    /// `inner`, announcing its appends to `notices` and on `bus`.
+    pub(crate) fn new(
+        inner: Arc<dyn EventStore>,
+        bus: Arc<dyn EventBus>,
+        notices: Arc<Notices>,
+    ) -> NotifyingStore {
+        NotifyingStore {
+            inner,
+            bus,
+            notices,
+        }
+    }
+
+    /// Tells the local followers, then the other processes (in the background: the append
+    /// never waits for the bus).
+    fn announce(&self, written: &[Event]) {
+        let (Some(first), Some(last)) = (written.first(), written.last()) else {
+            return;
+        };
+        let notice = Notice {
+            tenant_id: first.tenant_id.clone(),
+            session_id: first.session_id.clone(),
+            first_seq: first.seq,
+            last_seq: last.seq,
+        };
+        self.notices.announce(&notice);
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let bus = self.bus.clone();
+        runtime.spawn(async move {
+            let signal = Signal::Appended(notice);
+            let published = tokio::time::timeout(PUBLISH_TIMEOUT, bus.publish(&signal)).await;
+            let failure = match published {
+                Ok(Ok(())) => return,
+                Ok(Err(error)) => error.to_string(),
+                Err(_) => format!("no answer within {} s", PUBLISH_TIMEOUT.as_secs()),
+            };
+            tracing::warn!(
+                tenant_id = %signal.tenant_id(),
+                session_id = %signal.session_id(),
+                error = %failure,
+                "the event bus did not take a notice (followers elsewhere read the journal later)"
+            );
+        });
+    }
+}
+
+impl EventStore for NotifyingStore {
+    fn append(
+        &self,
+        batch: Vec<Event>,
+        expected_last_seq: u64,
+    ) -> BoxFuture<'_, Result<Vec<Event>, StoreError>> {
+        Box::pin(async move {
+            let written = self.inner.append(batch, expected_last_seq).await?;
+            self.announce(&written);
+            Ok(written)
+        })
+    }
+
+    fn read<'a>(
+        &'a self,
+        tenant_id: &'a str,
+        session_id: &'a str,
+        after_seq: u64,
+    ) -> BoxFuture<'a, Result<Vec<Event>, StoreError>> {
+        self.inner.read(tenant_id, session_id, after_seq)
+    }
+
+    fn last_seq<'a>(
+        &'a self,
+        tenant_id: &'a str,
+        session_id: &'a str,
+    ) -> BoxFuture<'a, Result<u64, StoreError>> {
+        self.inner.last_seq(tenant_id, session_id)
+    }
+
+    fn sessions<'a>(
+        &'a self,
+        tenant_id: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<SessionSummary>, StoreError>> {
+        self.inner.sessions(tenant_id)
+    }
+
+    fn delete<'a>(
+        &'a self,
+        tenant_id: &'a str,
+        session_id: &'a str,
+    ) -> BoxFuture<'a, Result<u64, StoreError>> {
+        self.inner.delete(tenant_id, session_id)
+    }
+
+    fn find_run<'a>(
+        &'a self,
+        tenant_id: &'a str,
+        run_id: &'a str,
+    ) -> BoxFuture<'a, Result<Option<String>, StoreError>> {
+        self.inner.find_run(tenant_id, run_id)
+    }
+
+    fn salvage<'a>(
+        &'a self,
+        tenant_id: &'a str,
+        session_id: &'a str,
+    ) -> BoxFuture<'a, Result<Salvage, StoreError>> {
+        self.inner.salvage(tenant_id, session_id)
+    }
+
+    fn set_aside<'a>(
+        &'a self,
+        tenant_id: &'a str,
+        session_id: &'a str,
+        lines: Vec<SetAside>,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        self.inner.set_aside(tenant_id, session_id, lines)
+    }
+
+    fn search<'a>(
+        &'a self,
+        filter: &'a loom_core::search::EventFilter,
+    ) -> BoxFuture<'a, Result<Option<loom_core::search::Searched>, StoreError>> {
+        self.inner.search(filter)
+    }
+
+    fn recent_sessions<'a>(
+        &'a self,
+        tenant_id: &'a str,
+        since: Option<chrono::DateTime<chrono::Utc>>,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Option<loom_core::search::RecentSessions>, StoreError>> {
+        self.inner.recent_sessions(tenant_id, since, limit)
+    }
+}
