@@ -26,7 +26,8 @@ pub struct ReadinessCheck {
 
 impl Loom {
     /// Asks each service this instance needs whether it answers: the journal (a read of one
-    /// session's last seq), and the job queue when `storage.queue` declares a broker. A failure
+    /// session's last seq), the job queue when `storage.queue` declares a broker, and the event
+    /// bus when it reaches other processes (`storage.bus`: redis or postgres). A failure
     /// is logged with its cause; the answer names only the service.
     pub async fn readiness(&self) -> Readiness {
         let mut checks = Vec::new();
@@ -48,6 +49,13 @@ impl Loom {
                 tracing::warn!(%error, "readiness: the job queue does not answer");
             }
             checks.push(check("queue", queue.is_ok()));
+        }
+        if self.inner.bus_shared {
+            let bus = self.inner.bus.ping().await;
+            if let Err(error) = &bus {
+                tracing::warn!(%error, "readiness: the event bus does not answer");
+            }
+            checks.push(check("bus", bus.is_ok()));
         }
         Readiness {
             ready: checks.iter().all(|c| c.ok),
