@@ -11,6 +11,7 @@
 //! [`wait`] polls for what a test awaits with a deadline (the only wall-clock reads here).
 
 pub mod conformance;
+pub mod idempotency;
 pub mod postgres;
 pub mod services;
 pub mod shared;
