@@ -34,6 +34,8 @@
 
 pub mod budget;
 mod clock;
+mod counters;
+mod counting;
 mod env;
 mod error;
 pub mod follow;
@@ -63,7 +65,7 @@ mod trigger;
 
 pub use budget::{Period, TenantBudget};
 pub use clock::SystemClock;
-pub use error::LoomError;
+pub use error::{LIMITS_RETRY_AFTER, LoomError};
 pub use loom::{
     DEFAULT_TENANT, Decided, Loom, RunOptions, StreamItem, ValidatedAgent, ValidatedSource,
     ValidatedTenant, Validation,

@@ -333,7 +333,8 @@ struct Inner {
     /// Woken each time a run leaves `active` ([`Loom::stop`] waits on it).
     idle: tokio::sync::Notify,
     tenant_budgets: RwLock<BTreeMap<String, TenantBudget>>,
-    quotas: crate::quota::SlidingMinute,
+    /// The counters of `storage.limits`: tenant quotas, key rate limits, tenant budget sums.
+    counters: Arc<dyn loom_core::counters::Counters>,
     /// The signing secrets of the triggers with a `secret_env`, read when the instance is
     /// built.
     trigger_secrets: crate::trigger::Secrets,
@@ -377,7 +378,10 @@ impl Loom {
             };
         let idempotency = match postgres.idempotency.take() {
             Some(idempotency) => Some(idempotency),
-            None => idempotency_store(&config)?,
+            None => match crate::counters::idempotency(&config)? {
+                Some(idempotency) => Some(idempotency),
+                None => idempotency_store(&config)?,
+            },
         };
         let tenants = crate::routing::tenant_stores(&config)?;
         Loom::assemble(config, store, idempotency, tenants, postgres.artifacts)
@@ -395,7 +399,10 @@ impl Loom {
             };
         let idempotency = match postgres.idempotency.take() {
             Some(idempotency) => Some(idempotency),
-            None => idempotency_store_async(&config).await?,
+            None => match crate::counters::idempotency(&config)? {
+                Some(idempotency) => Some(idempotency),
+                None => idempotency_store_async(&config).await?,
+            },
         };
         let tenants = crate::routing::tenant_stores_async(&config).await?;
         Loom::assemble(config, store, idempotency, tenants, postgres.artifacts)
@@ -442,7 +449,10 @@ impl Loom {
         let postgres = crate::postgres::open_blocking(&config)?;
         let idempotency = match postgres.idempotency {
             Some(idempotency) => Some(idempotency),
-            None => idempotency_store(&config)?,
+            None => match crate::counters::idempotency(&config)? {
+                Some(idempotency) => Some(idempotency),
+                None => idempotency_store(&config)?,
+            },
         };
         let tenants = crate::routing::tenant_stores(&config)?;
         Loom::assemble(config, store, idempotency, tenants, postgres.artifacts)
@@ -476,6 +486,10 @@ impl Loom {
         }
         // Sealing wraps the routing: a tenant's own journal is sealed with its keys too.
         let (store, artifacts) = crate::sealing::seal(&config, store, artifacts)?;
+        let counters = crate::counters::counters(&config)?;
+        // Spending is added to the tenants' budget sums as it is journaled (outside the
+        // sealing: the counting journal reads payloads in clear).
+        let store = crate::counting::counting(&config, store, counters.clone());
         let lease =
             std::time::Duration::try_from_secs_f64(config.raw().execution.lease).map_err(|_| {
                 LoomError::from(config.error_at_root("execution.lease", "not a usable duration"))
@@ -506,7 +520,7 @@ impl Loom {
                 active: Mutex::new(HashMap::new()),
                 idle: tokio::sync::Notify::new(),
                 tenant_budgets: RwLock::new(tenant_budgets),
-                quotas: crate::quota::SlidingMinute::default(),
+                counters,
                 trigger_secrets,
             }),
         })
@@ -521,6 +535,12 @@ impl Loom {
     /// instance was built), when it declares one: its deliveries must then be signed with it.
     pub fn trigger_secret(&self, name: &str) -> Option<&[u8]> {
         self.inner.trigger_secrets.get(name)
+    }
+
+    /// The counters of `storage.limits` (in this process, or shared through Redis): the access
+    /// crates count their API keys' rate limits there.
+    pub fn counters(&self) -> &Arc<dyn loom_core::counters::Counters> {
+        &self.inner.counters
     }
 
     /// This instance's worker id.
