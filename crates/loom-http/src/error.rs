@@ -591,7 +591,8 @@ mod tests {
             .iter()
             .map(|v| v.as_str().unwrap())
             .collect();
-        assert_eq!(documented.len(), 32, "{schema}");
+        assert_eq!(documented.len(), 33, "{schema}");
+        assert!(documented.contains(&"limits_unavailable"), "{schema}");
         assert!(documented.contains(&"missing_encryption_key"), "{schema}");
         for name in &documented {
             let kind: ErrorKind = serde_json::from_value(serde_json::json!(name))
