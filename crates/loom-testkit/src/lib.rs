@@ -13,6 +13,7 @@
 
 pub mod bus_conformance;
 pub mod conformance;
+pub mod idempotency;
 pub mod postgres;
 pub mod queue_conformance;
 pub mod services;
