@@ -1,5 +1,6 @@
 //! `loom serve` on a RabbitMQ queue only accepts: a background run waits as a job (`loom queue
-//! --json`) until `loom worker` drives it, and the worker stops on SIGTERM with exit code 0;
+//! --json`) until `loom worker` drives it, a synchronous run is followed while a worker drives
+//! it, and the worker stops on SIGTERM with exit code 0;
 //! `loom validate` names the queue; `loom worker` without a queue is refused.
 
 // Helpers outside #[test] functions unwrap too: a panic there is a failed test.
@@ -139,6 +140,17 @@ fn a_background_run_waits_as_a_job_until_a_worker_drives_it() {
         let depth = depth(dir.path(), &url);
         depth["ready"] == 0 && depth["dead"] == 0
     });
+    // A synchronous run is a job too: the server follows it to its end and answers.
+    let (status, body) = request(
+        &server.address,
+        "POST",
+        "/v1/agents/hello/runs",
+        r#"{"message": "Encore", "session_id": "s2"}"#,
+    );
+    assert_eq!(status, 201, "{body}");
+    let result: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(result["status"], "completed", "{body}");
+    assert_eq!(result["text"], "Bonjour depuis un worker.");
     let killed = Command::new("kill")
         .args(["-TERM", &worker.id().to_string()])
         .status()
