@@ -4,8 +4,10 @@
 //! every scope. With keys, every `/v1` route needs one, in `Authorization: Bearer lk_…` or
 //! `X-API-Key`; the key alone decides the tenant (nothing in a body or a query can change it),
 //! its scopes decide what it may do and its `agents` which agents it may use. A key with a
-//! `rate_limit` may make that many requests per sliding minute (counted by this server, in
-//! memory); over it, requests are refused with 429 and `Retry-After`.
+//! `rate_limit` may make that many requests per sliding minute, counted in `storage.limits` (in
+//! this server's memory, or in Redis for every server of the service, one window per key id);
+//! over it, requests are refused with 429 and `Retry-After`, and when the shared counters cannot
+//! be reached with 503 `limits_unavailable` (never let through uncounted).
 
 use std::sync::Arc;
 
@@ -15,9 +17,10 @@ use axum::{
 };
 use chrono::Utc;
 use loom_ia::{
-    RunRef,
+    LoomError, RunRef,
     config::{ApiKeySpec, DEFAULT_TENANT, Scope},
-    quota::SlidingMinute,
+    core::counters::{Counters, Taken},
+    quota::WINDOW,
 };
 use sha2::{Digest, Sha256};
 
@@ -27,19 +30,19 @@ use crate::{
     routes::loom_error,
 };
 
-/// The declared keys, by the hash the configuration stores, and the requests of the last
-/// minute of those with a `rate_limit`.
-#[derive(Debug, Default)]
+/// The declared keys, by the hash the configuration stores, and the counters of the requests
+/// of the last minute of those with a `rate_limit` (window `rate:<key id>`).
+#[derive(Debug)]
 pub(crate) struct Keys {
     keys: Vec<ApiKeySpec>,
-    requests: SlidingMinute,
+    requests: Arc<dyn Counters>,
 }
 
 impl Keys {
-    pub(crate) fn new(keys: &[ApiKeySpec]) -> Keys {
+    pub(crate) fn new(keys: &[ApiKeySpec], requests: Arc<dyn Counters>) -> Keys {
         Keys {
             keys: keys.to_vec(),
-            requests: SlidingMinute::default(),
+            requests,
         }
     }
 
@@ -49,7 +52,7 @@ impl Keys {
     }
 
     /// Who makes a request with these headers.
-    pub(crate) fn caller(&self, headers: &HeaderMap) -> Result<Caller, ApiError> {
+    pub(crate) async fn caller(&self, headers: &HeaderMap) -> Result<Caller, ApiError> {
         if self.keys.is_empty() {
             return Ok(Caller {
                 tenant: DEFAULT_TENANT.to_owned(),
@@ -80,17 +83,27 @@ impl Keys {
                 ),
             ));
         }
-        if let Some(limit) = key.rate_limit
-            && let Err(retry_after) =
-                self.requests
-                    .take(&key.id, limit.per_minute, std::time::Instant::now())
-        {
-            tracing::warn!(key = %key.id, "request refused: rate limit of the API key reached");
-            return Err(ApiError::rate_limited(
-                &key.id,
-                limit.per_minute,
-                retry_after,
-            ));
+        if let Some(limit) = key.rate_limit {
+            let taken = self
+                .requests
+                .take(&format!("rate:{}", key.id), limit.per_minute, WINDOW)
+                .await
+                .map_err(|error| {
+                    tracing::error!(key = %key.id, %error, "request refused: the rate limit of the API key cannot be counted");
+                    let error = LoomError::limits_unavailable(
+                        format!("the rate limit of key '{}'", key.id),
+                        &error,
+                    );
+                    ApiError::from_loom(&error, 0)
+                })?;
+            if let Taken::Full { retry_after } = taken {
+                tracing::warn!(key = %key.id, "request refused: rate limit of the API key reached");
+                return Err(ApiError::rate_limited(
+                    &key.id,
+                    limit.per_minute,
+                    retry_after,
+                ));
+            }
         }
         Ok(Caller {
             tenant: key.tenant.clone(),
@@ -236,6 +249,6 @@ impl FromRequestParts<AppState> for Caller {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Caller, ApiError> {
-        state.keys.caller(&parts.headers)
+        state.keys.caller(&parts.headers).await
     }
 }

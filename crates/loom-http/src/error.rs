@@ -97,6 +97,10 @@ pub enum ErrorKind {
     Journal,
     /// 500: [`LoomError::Engine`], or an answer that could not be written.
     Engine,
+    /// 503 + `Retry-After`: [`LoomError::LimitsUnavailable`]: the shared counters
+    /// (`storage.limits` `backend: redis`) cannot be reached, so a limit (a key's rate limit, a
+    /// tenant's quota or budget) cannot be checked; nothing was done.
+    LimitsUnavailable,
     /// 503: [`LoomError::Interrupted`]: the server shut down before the run closed; the body
     /// also names `run_id` and `session_id` (the run resumes at the next start).
     Interrupted,
@@ -140,6 +144,7 @@ impl ErrorKind {
             ErrorKind::Registration => "registration",
             ErrorKind::Journal => "journal",
             ErrorKind::Engine => "engine",
+            ErrorKind::LimitsUnavailable => "limits_unavailable",
             ErrorKind::Interrupted => "interrupted",
             ErrorKind::QueueUnavailable => "queue_unavailable",
         }
@@ -178,7 +183,9 @@ impl ErrorKind {
             | ErrorKind::Registration
             | ErrorKind::Journal
             | ErrorKind::Engine => StatusCode::INTERNAL_SERVER_ERROR,
-            ErrorKind::Interrupted | ErrorKind::QueueUnavailable => StatusCode::SERVICE_UNAVAILABLE,
+            ErrorKind::Interrupted | ErrorKind::QueueUnavailable | ErrorKind::LimitsUnavailable => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
         }
     }
 }
@@ -296,6 +303,10 @@ impl ApiError {
                 (ErrorKind::QuotaExceeded, Some(whole_seconds(*retry_after)))
             }
             LoomError::MissingKey { .. } => (ErrorKind::MissingEncryptionKey, None),
+            LoomError::LimitsUnavailable { .. } => (
+                ErrorKind::LimitsUnavailable,
+                Some(whole_seconds(loom_ia::LIMITS_RETRY_AFTER)),
+            ),
             LoomError::Config(_) => (ErrorKind::Config, None),
             LoomError::Registration(_) => (ErrorKind::Registration, None),
             LoomError::Journal(_) => (ErrorKind::Journal, None),
@@ -393,6 +404,33 @@ mod tests {
             (unknown.kind.status(), unknown.kind.as_str()),
             (StatusCode::NOT_FOUND, "unknown_run")
         );
+    }
+
+    /// Shared limits that cannot be reached are 503 with `Retry-After`, saying which limit,
+    /// and neither a server error nor a refusal.
+    #[test]
+    fn unavailable_limits_are_503_with_retry_after() {
+        let error = LoomError::limits_unavailable(
+            "the quota of tenant 'acme'",
+            &loom_ia::core::counters::CounterError::Unavailable("connection refused".into()),
+        );
+        assert!(!error.is_internal() && !error.is_refusal());
+        let api = ApiError::from_loom(&error, 60);
+        assert_eq!(
+            (api.kind.status(), api.kind.as_str(), api.retry_after),
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "limits_unavailable",
+                Some(5)
+            )
+        );
+        assert!(
+            api.message.contains("the quota of tenant 'acme'"),
+            "{}",
+            api.message
+        );
+        let response = api.into_response();
+        assert_eq!(response.headers()[header::RETRY_AFTER], "5");
     }
 
     /// An agent outside the tenant's `tenants[].agents` is 403 like one outside the key's
@@ -558,7 +596,8 @@ mod tests {
             .iter()
             .map(|v| v.as_str().unwrap())
             .collect();
-        assert_eq!(documented.len(), 33, "{schema}");
+        assert_eq!(documented.len(), 34, "{schema}");
+        assert!(documented.contains(&"limits_unavailable"), "{schema}");
         assert!(documented.contains(&"missing_encryption_key"), "{schema}");
         for name in &documented {
             let kind: ErrorKind = serde_json::from_value(serde_json::json!(name))

@@ -118,6 +118,10 @@ fn api(loom: &Loom, settings: &HttpServerConfig) -> (Router<AppState>, utoipa::o
     openapi::signature_headers(&mut api, &prefix, loom.config().triggers());
     openapi::rate_limits(&mut api, &loom.config().raw().security.api_keys);
     openapi::sealed(&mut api, loom.config().raw().storage.encryption.is_some());
+    openapi::shared_limits(
+        &mut api,
+        loom.config().raw().storage.limits.backend == loom_ia::config::LimitsBackend::Redis,
+    );
     (router, api)
 }
 
@@ -132,7 +136,10 @@ fn docs_served(loom: &Loom, settings: &HttpServerConfig) -> bool {
 fn build(loom: Loom, settings: &HttpServerConfig, closing: watch::Receiver<bool>) -> Router {
     let limits = listen::Limits::of(settings);
     let limit = limits.max_body_bytes;
-    let keys = Arc::new(auth::Keys::new(&loom.config().raw().security.api_keys));
+    let keys = Arc::new(auth::Keys::new(
+        &loom.config().raw().security.api_keys,
+        loom.counters().clone(),
+    ));
     let browsers = guard::Browsers::of(settings, keys.is_open());
     let mcp = loom.config().raw().server.mcp.http;
     let (v1, api) = api(&loom, settings);

@@ -26,7 +26,7 @@ pub(crate) fn routes(state: &AppState, base_path: &str, max_body_bytes: usize) -
 /// can neither run nor read is refused (403). The key's tenant, scopes and agents travel to the
 /// MCP server as its [`Access`].
 async fn require_key(State(state): State<AppState>, mut request: Request, next: Next) -> Response {
-    let caller = match state.keys.caller(request.headers()) {
+    let caller = match state.keys.caller(request.headers()).await {
         Ok(caller) => caller,
         Err(refused) => return refused.into_response(),
     };

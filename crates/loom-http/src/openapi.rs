@@ -365,6 +365,48 @@ pub(crate) fn rate_limits(api: &mut openapi::OpenApi, keys: &[loom_ia::config::A
     }
 }
 
+/// When the limits are counted in Redis (`storage.limits` `backend: redis`), every operation
+/// can answer `503` (`limits_unavailable`, with `Retry-After`): a key's rate limit, a tenant's
+/// quota or budget could not be checked because Redis cannot be reached. Said in the
+/// description of the operations that already answer `503` (`interrupted`).
+pub(crate) fn shared_limits(api: &mut openapi::OpenApi, shared: bool) {
+    if !shared {
+        return;
+    }
+    const UNAVAILABLE: &str = "the shared limits (`storage.limits`, Redis) cannot be reached, \
+so a rate limit, quota or budget cannot be checked (`limits_unavailable`); nothing was done";
+    for item in api.paths.paths.values_mut() {
+        for operation in operations(item) {
+            match operation.responses.responses.get_mut("503") {
+                Some(RefOr::T(response)) => {
+                    response.description = format!("{} Or {UNAVAILABLE}.", response.description);
+                }
+                Some(RefOr::Ref(_)) => {}
+                None => {
+                    let retry_after = openapi::HeaderBuilder::new()
+                        .schema(Some(
+                            openapi::ObjectBuilder::new()
+                                .schema_type(openapi::schema::SchemaType::new(
+                                    openapi::Type::Integer,
+                                ))
+                                .minimum(Some(1)),
+                        ))
+                        .description(Some("Seconds before trying again."))
+                        .build();
+                    let mut response = error_response(&format!("Unavailable: {UNAVAILABLE}."));
+                    response
+                        .headers
+                        .insert("Retry-After".to_owned(), RefOr::T(retry_after));
+                    operation
+                        .responses
+                        .responses
+                        .insert("503".to_owned(), RefOr::T(response));
+                }
+            }
+        }
+    }
+}
+
 /// When `storage.encryption` is declared, every operation can answer `424`
 /// (`missing_encryption_key`): the tenant's journal or file is sealed with a key it no longer
 /// has.

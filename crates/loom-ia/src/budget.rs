@@ -146,10 +146,41 @@ pub(crate) fn scan_from(budget: &TenantBudget, now: DateTime<Utc>) -> DateTime<U
 /// The first ceiling `runs` (root runs of the tenant, at least those started since
 /// [`scan_from`]) reach at `now`: monthly ones first (waiting for the next day would not
 /// help), dollars before tokens.
+#[cfg(test)]
 pub(crate) fn exhausted(
     budget: &TenantBudget,
     runs: &[RunSpent],
     now: DateTime<Utc>,
+) -> Option<Exhausted> {
+    reached(budget, now, |period| spent_in(runs, period, now))
+}
+
+/// What `runs` spent in the `period` window holding `now`, counted by the runs' start.
+pub(crate) fn spent_in(runs: &[RunSpent], period: Period, now: DateTime<Utc>) -> Spent {
+    let (from, to) = period.window(now);
+    runs.iter()
+        .filter(|r| r.started_at >= from && r.started_at < to)
+        .fold(Spent::default(), |sum, r| sum.plus(r.spent))
+}
+
+/// The periods `budget` sets a ceiling over.
+pub(crate) fn periods(budget: &TenantBudget) -> Vec<Period> {
+    let mut periods = Vec::new();
+    if budget.limits_month() {
+        periods.push(Period::Month);
+    }
+    if budget.max_cost_per_day.is_some() || budget.max_tokens_per_day.is_some() {
+        periods.push(Period::Day);
+    }
+    periods
+}
+
+/// The first ceiling reached at `now`, given what was spent in the window of each period
+/// (`spent`): monthly ones first, dollars before tokens.
+pub(crate) fn reached(
+    budget: &TenantBudget,
+    now: DateTime<Utc>,
+    spent: impl Fn(Period) -> Spent,
 ) -> Option<Exhausted> {
     let checks = [
         (Period::Month, budget.max_cost_per_month, None),
@@ -158,11 +189,11 @@ pub(crate) fn exhausted(
         (Period::Day, None, budget.max_tokens_per_day),
     ];
     for (period, cost, tokens) in checks {
-        let (from, to) = period.window(now);
-        let spent = runs
-            .iter()
-            .filter(|r| r.started_at >= from && r.started_at < to)
-            .fold(Spent::default(), |sum, r| sum.plus(r.spent));
+        let (_, to) = period.window(now);
+        if cost.is_none() && tokens.is_none() {
+            continue;
+        }
+        let spent = spent(period);
         let reached = match (cost, tokens) {
             (Some(limit), _) if spent.cost_usd >= limit => {
                 Some((Amount::Cost(spent.cost_usd), Amount::Cost(limit)))

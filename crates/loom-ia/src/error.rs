@@ -143,6 +143,17 @@ pub enum LoomError {
     /// refused. What was journaled before stays; REST answers 503 with `Retry-After`.
     #[error("job queue: {0}")]
     Queue(loom_core::queue::QueueError),
+    /// The shared counters (`storage.limits`) cannot be reached, so a limit (a tenant quota
+    /// or budget, a key's rate limit) cannot be checked: the request is refused rather than let
+    /// through unchecked, and nothing is written. REST answers 503 with `Retry-After`
+    /// ([`LIMITS_RETRY_AFTER`]); the CLI exits with code 1.
+    #[error("shared limits unavailable while checking {what}: {reason}")]
+    LimitsUnavailable {
+        /// The limit that could not be checked (`the quota of tenant 'acme'`).
+        what: String,
+        /// Why.
+        reason: String,
+    },
     /// The journal could not be read or written.
     #[error(transparent)]
     Journal(StoreError),
@@ -151,7 +162,21 @@ pub enum LoomError {
     Engine(EngineError),
 }
 
+/// How long a caller refused with [`LoomError::LimitsUnavailable`] is told to wait.
+pub const LIMITS_RETRY_AFTER: std::time::Duration = std::time::Duration::from_secs(5);
+
 impl LoomError {
+    /// [`LoomError::LimitsUnavailable`] for a counter that failed while checking `what`.
+    pub fn limits_unavailable(
+        what: impl Into<String>,
+        error: &loom_core::counters::CounterError,
+    ) -> LoomError {
+        LoomError::LimitsUnavailable {
+            what: what.into(),
+            reason: error.to_string(),
+        }
+    }
+
     /// Whether the error is the server's own failure rather than an answer to the request (a
     /// journal that cannot be read or written, an engine failure, a configuration or a
     /// registration found wrong while serving). Its message may name files and internals:

@@ -35,6 +35,8 @@
 pub mod budget;
 mod bus;
 mod clock;
+mod counters;
+mod counting;
 mod env;
 mod error;
 pub mod follow;
@@ -66,7 +68,7 @@ mod trigger;
 
 pub use budget::{Period, TenantBudget};
 pub use clock::SystemClock;
-pub use error::LoomError;
+pub use error::{LIMITS_RETRY_AFTER, LoomError};
 pub use loom::{
     DEFAULT_TENANT, Decided, Loom, RunOptions, StreamItem, ValidatedAgent, ValidatedSource,
     ValidatedTenant, Validation,

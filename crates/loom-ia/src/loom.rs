@@ -342,7 +342,8 @@ struct Inner {
     /// Woken each time a run leaves `active` ([`Loom::stop`] waits on it).
     idle: tokio::sync::Notify,
     tenant_budgets: RwLock<BTreeMap<String, TenantBudget>>,
-    quotas: crate::quota::SlidingMinute,
+    /// The counters of `storage.limits`: tenant quotas, key rate limits, tenant budget sums.
+    counters: Arc<dyn loom_core::counters::Counters>,
     /// The signing secrets of the triggers with a `secret_env`, read when the instance is
     /// built.
     trigger_secrets: crate::trigger::Secrets,
@@ -383,7 +384,10 @@ impl Stores {
             };
         let idempotency = match postgres.idempotency.take() {
             Some(idempotency) => Some(idempotency),
-            None => idempotency_store_async(config).await?,
+            None => match crate::counters::idempotency(config)? {
+                Some(idempotency) => Some(idempotency),
+                None => idempotency_store_async(config).await?,
+            },
         };
         let tenants = crate::routing::tenant_stores_async(config).await?;
         let stores = Stores {
@@ -451,7 +455,10 @@ impl Loom {
             };
         let idempotency = match postgres.idempotency.take() {
             Some(idempotency) => Some(idempotency),
-            None => idempotency_store(&config)?,
+            None => match crate::counters::idempotency(&config)? {
+                Some(idempotency) => Some(idempotency),
+                None => idempotency_store(&config)?,
+            },
         };
         let tenants = crate::routing::tenant_stores(&config)?;
         let bus = crate::bus::event_bus(&config, postgres.bus)?;
@@ -517,7 +524,10 @@ impl Loom {
         let postgres = crate::postgres::open_blocking(&config)?;
         let idempotency = match postgres.idempotency {
             Some(idempotency) => Some(idempotency),
-            None => idempotency_store(&config)?,
+            None => match crate::counters::idempotency(&config)? {
+                Some(idempotency) => Some(idempotency),
+                None => idempotency_store(&config)?,
+            },
         };
         let tenants = crate::routing::tenant_stores(&config)?;
         let bus = crate::bus::event_bus(&config, postgres.bus)?;
@@ -553,6 +563,10 @@ impl Loom {
         }
         // Sealing wraps the routing: a tenant's own journal is sealed with its keys too.
         let (store, artifacts) = crate::sealing::seal(&config, store, artifacts)?;
+        let counters = crate::counters::counters(&config)?;
+        // Spending is added to the tenants' budget sums as it is journaled (outside the
+        // sealing: the counting journal reads payloads in clear).
+        let store = crate::counting::counting(&config, store, counters.clone());
         // Outermost, so that every append of every tenant is announced.
         let notices = Arc::new(crate::notify::Notices::new());
         let store: Arc<dyn EventStore> = Arc::new(crate::notify::NotifyingStore::new(
@@ -590,7 +604,7 @@ impl Loom {
                 active: Mutex::new(HashMap::new()),
                 idle: tokio::sync::Notify::new(),
                 tenant_budgets: RwLock::new(tenant_budgets),
-                quotas: crate::quota::SlidingMinute::default(),
+                counters,
                 trigger_secrets,
                 queue: tokio::sync::OnceCell::new(),
                 bus: bus.bus,
@@ -611,6 +625,12 @@ impl Loom {
     /// instance was built), when it declares one: its deliveries must then be signed with it.
     pub fn trigger_secret(&self, name: &str) -> Option<&[u8]> {
         self.inner.trigger_secrets.get(name)
+    }
+
+    /// The counters of `storage.limits` (in this process, or shared through Redis): the access
+    /// crates count their API keys' rate limits there.
+    pub fn counters(&self) -> &Arc<dyn loom_core::counters::Counters> {
+        &self.inner.counters
     }
 
     /// This instance's worker id.

@@ -203,14 +203,47 @@ async fn a_decision_queues_the_resume_of_a_paused_run() {
         .approve(&run, None, "denis", None, None, false)
         .await
         .unwrap();
-    // With a queue the decision answers at once; the worker drives the run on.
+    // With a queue the worker drives the run on, and the decision follows it to its end.
     assert_eq!(decided.calls.len(), 1);
-    loom_testkit::wait::until("the worker to complete the approved run", async || {
-        status(&accepting, &run.run_id).await == RunStatus::Completed
-    })
-    .await;
-    let result = accepting.result(&run).await.unwrap();
-    assert_eq!(result.text, "Résultat : devis envoyé à Martin");
+    assert_eq!(decided.result.status, RunStatus::Completed);
+    assert_eq!(decided.result.text, "Résultat : devis envoyé à Martin");
+    worker.stop(Duration::from_secs(5)).await;
+    working.await.unwrap();
+}
+
+#[tokio::test]
+async fn a_run_asked_and_awaited_is_driven_by_a_worker_and_followed_here() {
+    let dir = tempfile::tempdir().unwrap();
+    let queue = Arc::new(MemoryQueue::new(5));
+    let asking = loom(dir.path(), &queue, 10);
+    let worker = loom(dir.path(), &queue, 10);
+    let working = start_worker(&worker);
+    // `run` waits for the worker: completed, and the claim is the worker's.
+    let done = asking
+        .run("patient", "Attends.", RunOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(done.status, RunStatus::Completed);
+    let run = asking.locate(&done.run_id, None, None).await.unwrap();
+    let claims: Vec<String> = asking
+        .events(&run)
+        .await
+        .unwrap()
+        .iter()
+        .filter_map(|e| match &e.payload {
+            Payload::RunClaimed(claim) => Some(claim.worker_id.clone()),
+            _ => None,
+        })
+        .collect();
+    assert!(!claims.is_empty());
+    assert!(claims.iter().all(|w| w == worker.worker_id()), "{claims:?}");
+    // A run that pauses: `run` returns it paused, with what waits for a decision.
+    let paused = asking
+        .run("devis", "Envoie le devis.", RunOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(paused.status, RunStatus::Paused);
+    assert_eq!(paused.pending_approvals.len(), 1);
     worker.stop(Duration::from_secs(5)).await;
     working.await.unwrap();
 }

@@ -28,6 +28,13 @@ loom_testkit::store_conformance!(memory, {
     ((), move || store.clone())
 });
 
+// One in-process idempotency store, shared by every handle.
+loom_testkit::idempotency_conformance!(idempotency_memory, {
+    let store: Arc<dyn loom_core::ports::IdempotencyStore> =
+        Arc::new(loom_journal::MemoryIdempotency::new());
+    ((), move || store.clone())
+});
+
 // A fresh `JsonlStore` on the same root for every handle, as another process would have.
 loom_testkit::store_conformance!(jsonl, {
     let dir = tempfile::tempdir().unwrap();

@@ -36,6 +36,18 @@ loom_testkit::store_conformance!(conformance, {
     })
 });
 
+// A fresh `PgIdempotency` (its own pool) for every handle, as another process would have.
+loom_testkit::idempotency_conformance!(idempotency, {
+    let Some((db, _)) = TestDb::migrated().await else {
+        return;
+    };
+    let options = db.options();
+    (db, move || {
+        let handle = loom_postgres::PgDatabase::new(&options).unwrap();
+        Arc::new(PgIdempotency::new(handle)) as Arc<dyn IdempotencyStore>
+    })
+});
+
 /// Runs one statement as the owner of the tables, behind the store's back.
 async fn tamper(conn: &mut PgConnection, sql: &'static str) {
     conn.execute(sql).await.unwrap();

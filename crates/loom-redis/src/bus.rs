@@ -41,9 +41,8 @@ impl RedisBus {
     /// A bus on the server `url` names (`redis://host:port[/db]`), on [`DEFAULT_CHANNEL`].
     /// Refused when the URL does not parse; nothing is reached yet.
     pub fn new(url: &str) -> Result<RedisBus, RedisError> {
-        let client = Client::open(url).map_err(|error| RedisError::Url {
-            reason: format!("{:?}", error.kind()),
-        })?;
+        let client =
+            Client::open(url).map_err(|error| RedisError::Url(format!("{:?}", error.kind())))?;
         Ok(RedisBus {
             client,
             channel: DEFAULT_CHANNEL.to_owned(),

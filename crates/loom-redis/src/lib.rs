@@ -5,7 +5,12 @@
 //! idempotency keys of business actions.
 
 mod bus;
+mod counters;
 mod error;
+mod idempotency;
+mod link;
 
 pub use bus::{DEFAULT_CHANNEL, RedisBus};
+pub use counters::{DEFAULT_PREFIX, RedisCounters};
 pub use error::RedisError;
+pub use idempotency::RedisIdempotency;

@@ -28,6 +28,17 @@ loom_testkit::store_conformance!(conformance, {
     })
 });
 
+// A freshly opened `SqliteIdempotency` on the same file for every handle.
+loom_testkit::idempotency_conformance!(idempotency, {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("idempotency.db");
+    loom_sqlite::SqliteIdempotency::open(&file).unwrap();
+    (dir, move || {
+        Arc::new(loom_sqlite::SqliteIdempotency::open(&file).unwrap())
+            as Arc<dyn loom_core::ports::IdempotencyStore>
+    })
+});
+
 /// A raw connection to the file, to look at or tamper with the rows.
 async fn raw(path: &Path) -> SqliteConnection {
     SqliteConnection::connect(&format!("sqlite://{}", path.display()))

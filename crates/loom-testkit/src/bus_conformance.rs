@@ -6,7 +6,7 @@
 //! would have; an in-process bus hands out clones of one bus. A scenario panics when the bus
 //! misbehaves, and gives up on a signal that does not come after [`crate::wait::PATIENCE`].
 //!
-//! [`bus_conformance!`](crate::bus_conformance) turns the suite into `#[tokio::test]`
+//! [`bus_conformance!`](macro@crate::bus_conformance) turns the suite into `#[tokio::test]`
 //! functions for one backend:
 //!
 //! ```ignore

@@ -5,14 +5,15 @@
 //! the network.
 //!
 //! [`conformance`] holds the scenarios every journal (`EventStore`) must pass,
-//! [`bus_conformance`] those of every event bus (`EventBus`), [`shared`] finds
+//! [`bus_conformance`](mod@bus_conformance) those of every event bus (`EventBus`), [`shared`] finds
 //! the reference files of `../shared` (and skips a test on a bare clone without them), and
 //! [`postgres`] makes a fresh PostgreSQL database per test (skipped without
 //! `LOOM_TEST_POSTGRES`, failed without it under `LOOM_REQUIRE_SERVICES=1`),
-//! [`queue_conformance`] holds the scenarios every job queue must pass, and [`wait`] polls for what a test awaits with a deadline (the only wall-clock reads here).
+//! [`queue_conformance`](mod@queue_conformance) holds the scenarios every job queue must pass, and [`wait`] polls for what a test awaits with a deadline (the only wall-clock reads here).
 
 pub mod bus_conformance;
 pub mod conformance;
+pub mod idempotency;
 pub mod postgres;
 pub mod queue_conformance;
 pub mod services;

@@ -7,10 +7,10 @@
 //! order is asserted, never how long anything took; awaiting a delivery fails after
 //! [`wait::PATIENCE`].
 //!
-//! [`queue_conformance!`](crate::queue_conformance) turns the suite into `#[tokio::test]`
+//! [`queue_conformance!`](macro@crate::queue_conformance) turns the suite into `#[tokio::test]`
 //! functions:
 //!
-//! ```ignore
+//! ```text
 //! async fn open(test: &str) -> Option<(RabbitQueue, Arc<dyn JobQueue>)> { … }
 //! async fn close(queue: RabbitQueue) { queue.delete_queues().await.unwrap() }
 //! loom_testkit::queue_conformance!(rabbitmq, open, close);

@@ -4,8 +4,8 @@ use super::{Decided, Loom};
 use crate::LoomError;
 use loom_core::Message;
 use loom_core::approval::Decision;
-use loom_core::queue::JobKind;
 use loom_core::bus::Signal;
+use loom_core::queue::JobKind;
 use loom_engine::RunRef;
 use serde_json::Value;
 use std::collections::HashMap;
@@ -16,8 +16,7 @@ impl Loom {
     /// only; checked against the tool's schema) are what the tool receives, while the
     /// journal's `tool.called` keeps the model's. Works from any process. Unless `no_wait`,
     /// the run is then driven on (until it closes or pauses again): here, or, with a job
-    /// queue (`storage.queue: rabbitmq`), by a worker, the decision then answering at once
-    /// with the run as it stands.
+    /// queue (`storage.queue: rabbitmq`), by a worker while this process follows it.
     ///
     /// Refused ([`LoomError::Refused`]) when nothing waits for a decision, the call has no
     /// waiting request, its request expired, or the arguments are unusable; and
@@ -83,9 +82,9 @@ impl Loom {
             run_id: state.root_run_id.clone(),
             ..run.clone()
         };
-        // With a job queue, a worker drives the run on: the decision answers at once.
+        // With a job queue, a worker drives the run on, and this process follows it.
         if !no_wait && self.enqueue_run(JobKind::Resume, &root).await? {
-            let result = self.result(run).await?;
+            let result = self.settled(run, &()).await?;
             return Ok(Decided { calls, result });
         }
         let result = if no_wait {

@@ -27,7 +27,8 @@ pub struct ReadinessCheck {
 impl Loom {
     /// Asks each service this instance needs whether it answers: the journal (a read of one
     /// session's last seq), the job queue when `storage.queue` declares a broker, and the event
-    /// bus when it reaches other processes (`storage.bus`: redis or postgres). A failure
+    /// bus when it reaches other processes (`storage.bus`: redis or postgres), and the shared
+    /// limits (`storage.limits: redis`). A failure
     /// is logged with its cause; the answer names only the service.
     pub async fn readiness(&self) -> Readiness {
         let mut checks = Vec::new();
@@ -56,6 +57,13 @@ impl Loom {
                 tracing::warn!(%error, "readiness: the event bus does not answer");
             }
             checks.push(check("bus", bus.is_ok()));
+        }
+        if self.config().raw().storage.limits.backend != loom_config::LimitsBackend::Memory {
+            let limits = self.inner.counters.ping().await;
+            if let Err(error) = &limits {
+                tracing::warn!(%error, "readiness: the shared limits do not answer");
+            }
+            checks.push(check("limits", limits.is_ok()));
         }
         Readiness {
             ready: checks.iter().all(|c| c.ok),

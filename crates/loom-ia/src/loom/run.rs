@@ -3,8 +3,9 @@
 
 use super::{DEFAULT_TENANT, Loom, RunOptions, StreamItem};
 use crate::{LoomError, RunResult};
+use futures_util::StreamExt;
 use loom_core::approval::Approver;
-use loom_core::{BoxStream, Event, Message};
+use loom_core::{BoxStream, Event, Message, Payload, RunStatus, queue::JobKind};
 use loom_engine::{AgentRuntime, BeginRun, Observer, RunRef};
 use std::sync::Arc;
 
@@ -55,7 +56,10 @@ impl Loom {
     }
 
     /// Runs `agent` on `message` until the run closes, and returns its result. A run that
-    /// fails is a result with status `failed`, not an error.
+    /// fails is a result with status `failed`, not an error. With a job queue
+    /// (`storage.queue: rabbitmq`) a worker drives it and this process follows the journal
+    /// until it closes or waits for a decision (driven here when the queue cannot take it, or
+    /// when [`RunOptions::approver`] decides inline).
     pub async fn run(
         &self,
         agent: &str,
@@ -76,8 +80,45 @@ impl Loom {
         let approver = options.approver.clone();
         let (runtime, begin) = self.opening(agent, message.into(), options)?;
         let run = self.open_run(&runtime, begin, observer).await?;
+        // With a job queue a worker drives it (an inline approver lives here: driven here).
+        if approver.is_none() {
+            match self.enqueue_run(JobKind::Run, &run).await {
+                Ok(true) => return self.settled(&run, observer).await,
+                Ok(false) => {}
+                Err(error) => tracing::warn!(
+                    run_id = %run.run_id,
+                    %error,
+                    "the job queue did not take the run: driven in this process"
+                ),
+            }
+        }
         self.drive_approved(&run, &runtime, observer, approver)
             .await
+    }
+
+    /// Follows `run`, driven by another process (a worker), until it closes or waits (paused,
+    /// or waiting for sub-runs that are), telling `observer` about each event; its result.
+    pub(super) async fn settled(
+        &self,
+        run: &RunRef,
+        observer: &dyn Observer,
+    ) -> Result<RunResult, LoomError> {
+        let after = self.events(run).await?.last().map_or(0, |e| e.seq);
+        let mut events = self.follow(run, after);
+        while let Some(event) = events.next().await {
+            let event = event?;
+            observer.event(&event);
+            let waits = event.run_id == run.run_id
+                && matches!(
+                    &event.payload,
+                    Payload::RunTransitioned(t)
+                        if matches!(t.to_state, RunStatus::Paused | RunStatus::WaitingChild)
+                );
+            if waits {
+                break;
+            }
+        }
+        self.result(run).await
     }
 
     /// Drives a run again from its journal (after a crash, or a stop): it continues exactly
