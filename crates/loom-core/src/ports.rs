@@ -274,6 +274,20 @@ pub trait EventStore: Send + Sync + fmt::Debug {
         let _ = (tenant_id, since, limit);
         Box::pin(async { Ok(None) })
     }
+
+    /// The seq of the `run.started` of `run_id` in a session, from the store's run index, so
+    /// that a reader of one run (a follower) need not read the session before it; `None` when
+    /// the store cannot tell without reading the session (the default) or the run is not there.
+    /// A hint, never the truth: the reader still checks what it reads from there.
+    fn run_start<'a>(
+        &'a self,
+        tenant_id: &'a str,
+        session_id: &'a str,
+        run_id: &'a str,
+    ) -> BoxFuture<'a, Result<Option<u64>, StoreError>> {
+        let _ = (tenant_id, session_id, run_id);
+        Box::pin(async { Ok(None) })
+    }
 }
 
 /// The clock port: the only source of wall-clock time for the engine.

@@ -192,4 +192,13 @@ impl EventStore for CountingStore {
     ) -> BoxFuture<'a, Result<Option<loom_core::search::RecentSessions>, StoreError>> {
         self.inner.recent_sessions(tenant_id, since, limit)
     }
+
+    fn run_start<'a>(
+        &'a self,
+        tenant_id: &'a str,
+        session_id: &'a str,
+        run_id: &'a str,
+    ) -> BoxFuture<'a, Result<Option<u64>, StoreError>> {
+        self.inner.run_start(tenant_id, session_id, run_id)
+    }
 }

@@ -76,10 +76,19 @@ struct Follower {
 }
 
 impl Follower {
-    /// Reads the session after the last seq seen; on the first read, from the start, to check
-    /// that the run exists and whether it already closed before `after_seq`.
+    /// Reads the session after the last seq seen; on the first read, from the run's start (the
+    /// store's run index tells where it is; else the session's start), to check that the run
+    /// exists and whether it already closed before `after_seq`: what a follower reads does not
+    /// grow with the runs before its own in the session.
     async fn fill(&mut self) -> Result<(), LoomError> {
-        let from = if self.started { self.last_seq } else { 0 };
+        let from = if self.started {
+            self.last_seq
+        } else {
+            self.store
+                .run_start(&self.run.tenant_id, &self.run.session_id, &self.run.run_id)
+                .await?
+                .map_or(0, |seq| seq.saturating_sub(1))
+        };
         self.watch.mark_seen();
         let events = self
             .store

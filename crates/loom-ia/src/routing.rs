@@ -124,6 +124,15 @@ impl EventStore for RoutedEvents {
     ) -> BoxFuture<'a, Result<Option<loom_core::search::RecentSessions>, StoreError>> {
         self.of(tenant_id).recent_sessions(tenant_id, since, limit)
     }
+
+    fn run_start<'a>(
+        &'a self,
+        tenant_id: &'a str,
+        session_id: &'a str,
+        run_id: &'a str,
+    ) -> BoxFuture<'a, Result<Option<u64>, StoreError>> {
+        self.of(tenant_id).run_start(tenant_id, session_id, run_id)
+    }
 }
 
 impl ArtifactStore for RoutedArtifacts {

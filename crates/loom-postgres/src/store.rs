@@ -383,6 +383,31 @@ impl PgStore {
     }
 }
 
+impl PgStore {
+    async fn run_start_now(
+        &self,
+        tenant_id: &str,
+        session_id: &str,
+        run_id: &str,
+    ) -> Result<Option<u64>, StoreError> {
+        safe_id("tenant", tenant_id)?;
+        let mut tx = self.db.begin(tenant_id).await?;
+        let row = sqlx::query(
+            "SELECT min(seq) FROM loom_events \
+             WHERE tenant_id = $1 AND run_id = $2 AND session_id = $3",
+        )
+        .bind(tenant_id)
+        .bind(run_id)
+        .bind(session_id)
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(|err| self.db.error(err));
+        let row = self.finish(tx, row).await?;
+        let seq: Option<i64> = row.try_get(0).map_err(|err| self.db.error(err))?;
+        Ok(seq.and_then(|seq| u64::try_from(seq).ok()))
+    }
+}
+
 /// Inserts `event` (its seq assigned) with its query columns; returns its `ingested`.
 pub(crate) async fn insert(
     tx: &mut Transaction<'static, Postgres>,
@@ -489,6 +514,15 @@ impl EventStore for PgStore {
         limit: usize,
     ) -> BoxFuture<'a, Result<Option<RecentSessions>, StoreError>> {
         Box::pin(self.recent_sessions_now(tenant_id, since, limit))
+    }
+
+    fn run_start<'a>(
+        &'a self,
+        tenant_id: &'a str,
+        session_id: &'a str,
+        run_id: &'a str,
+    ) -> BoxFuture<'a, Result<Option<u64>, StoreError>> {
+        Box::pin(self.run_start_now(tenant_id, session_id, run_id))
     }
 }
 

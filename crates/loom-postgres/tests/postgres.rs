@@ -36,6 +36,19 @@ loom_testkit::store_conformance!(conformance, {
     })
 });
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_run_start_is_answered_from_the_run_index() {
+    let Some((db, _)) = TestDb::migrated().await else {
+        return;
+    };
+    let options = db.options();
+    let open = move || {
+        let handle = loom_postgres::PgDatabase::new(&options).unwrap();
+        Arc::new(PgStore::new(handle)) as Arc<dyn EventStore>
+    };
+    loom_testkit::conformance::run_start_is_indexed(&open).await;
+}
+
 // A fresh `PgIdempotency` (its own pool) for every handle, as another process would have.
 loom_testkit::idempotency_conformance!(idempotency, {
     let Some((db, _)) = TestDb::migrated().await else {

@@ -507,6 +507,26 @@ impl SqliteStore {
             .map_err(|err| self.db_error(err))
     }
 
+    async fn run_start_now(
+        &self,
+        tenant_id: &str,
+        session_id: &str,
+        run_id: &str,
+    ) -> Result<Option<u64>, StoreError> {
+        safe_id("tenant", tenant_id)?;
+        let row = sqlx::query(
+            "SELECT min(seq) FROM events WHERE tenant_id = ?1 AND run_id = ?2 AND session_id = ?3",
+        )
+        .bind(tenant_id)
+        .bind(run_id)
+        .bind(session_id)
+        .fetch_one(self.pool())
+        .await
+        .map_err(|err| self.db_error(err))?;
+        let seq: Option<i64> = row.try_get(0).map_err(|err| self.db_error(err))?;
+        Ok(seq.and_then(|seq| u64::try_from(seq).ok()))
+    }
+
     /// Copies the WAL into the file and truncates it, so that erased rows do not linger in it.
     /// Best effort: a reader holding an older snapshot keeps the WAL until it finishes.
     async fn checkpoint(&self) {
@@ -576,6 +596,15 @@ impl EventStore for SqliteStore {
         run_id: &'a str,
     ) -> BoxFuture<'a, Result<Option<String>, StoreError>> {
         Box::pin(self.find_run_now(tenant_id, run_id))
+    }
+
+    fn run_start<'a>(
+        &'a self,
+        tenant_id: &'a str,
+        session_id: &'a str,
+        run_id: &'a str,
+    ) -> BoxFuture<'a, Result<Option<u64>, StoreError>> {
+        Box::pin(self.run_start_now(tenant_id, session_id, run_id))
     }
 
     fn salvage<'a>(

@@ -28,6 +28,15 @@ loom_testkit::store_conformance!(conformance, {
     })
 });
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_run_start_is_answered_from_the_run_index() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("journal.db");
+    SqliteStore::open(&file).unwrap();
+    let open = move || Arc::new(SqliteStore::open(&file).unwrap()) as Arc<dyn EventStore>;
+    loom_testkit::conformance::run_start_is_indexed(&open).await;
+}
+
 // A freshly opened `SqliteIdempotency` on the same file for every handle.
 loom_testkit::idempotency_conformance!(idempotency, {
     let dir = tempfile::tempdir().unwrap();

@@ -65,6 +65,7 @@ macro_rules! store_conformance {
             delete_erases_one_session,
             unreadable_events_are_refused,
             runs_are_found_by_id,
+            a_run_start_is_unknown_or_its_first_seq,
         );
     };
     (@tests $name:ident, $setup:expr; $($scenario:ident),* $(,)?) => {
@@ -533,4 +534,53 @@ pub async fn runs_are_found_by_id(open: Open<'_>) {
         open().find_run("t", "r4").await.unwrap().as_deref(),
         Some("s2")
     );
+}
+
+/// [`EventStore::run_start`] is a hint: `None`, or the seq of the run's first event in that
+/// session (its `run.started`), never another run's or another session's.
+pub async fn a_run_start_is_unknown_or_its_first_seq(open: Open<'_>) {
+    let store = open();
+    store
+        .append(
+            vec![
+                event("t", "s1", "a"),
+                event("t", "s1", "b"),
+                started("t", "s1", "r1", Map::new()),
+            ],
+            0,
+        )
+        .await
+        .unwrap();
+    store
+        .append(vec![started("t", "s2", "r2", Map::new())], 0)
+        .await
+        .unwrap();
+    let known = |seq: Option<u64>, expected: u64| seq.is_none() || seq == Some(expected);
+    let r1 = open().run_start("t", "s1", "r1").await.unwrap();
+    assert!(known(r1, 3), "{r1:?}");
+    let r2 = open().run_start("t", "s2", "r2").await.unwrap();
+    assert!(known(r2, 1), "{r2:?}");
+    for (session, run) in [("s1", "r2"), ("s2", "r1"), ("s1", "nobody")] {
+        assert_eq!(
+            open().run_start("t", session, run).await.unwrap(),
+            None,
+            "{session}/{run}"
+        );
+    }
+    assert_eq!(open().run_start("u", "s1", "r1").await.unwrap(), None);
+}
+
+/// For a store with a run index (SQLite, PostgreSQL): [`EventStore::run_start`] answers the
+/// seq of the run's `run.started`, not `None`.
+pub async fn run_start_is_indexed(open: Open<'_>) {
+    let store = open();
+    store
+        .append(
+            vec![event("t", "s1", "a"), started("t", "s1", "r1", Map::new())],
+            0,
+        )
+        .await
+        .unwrap();
+    assert_eq!(open().run_start("t", "s1", "r1").await.unwrap(), Some(2));
+    assert_eq!(open().run_start("t", "s1", "r0").await.unwrap(), None);
 }
