@@ -41,6 +41,9 @@ struct Seen {
     /// When a run of the session may become abandoned without a new event (a lease running
     /// out); `None` when nothing in it can.
     recheck: Option<DateTime<Utc>>,
+    /// Where the next read starts (after this seq): before the earliest root run still open,
+    /// so that a long session is not read again from its start at each of its writes.
+    read_after: u64,
 }
 
 /// Sweeps the journal for abandoned runs and resumes them (see the module documentation).
@@ -98,7 +101,14 @@ impl LeaseWatch {
             {
                 continue;
             }
-            let events = match store.read(tenant, &summary.session_id, 0).await {
+            // From before the earliest run still open when last read (a journal that shrank was
+            // erased and begun again: from its start).
+            let after = self
+                .seen
+                .get(&key)
+                .filter(|seen| seen.last_seq <= summary.last_seq)
+                .map_or(0, |seen| seen.read_after);
+            let events = match store.read(tenant, &summary.session_id, after).await {
                 Ok(events) => events,
                 Err(error) => {
                     tracing::warn!(tenant, session = %summary.session_id, %error, "unreadable session skipped");
@@ -152,7 +162,17 @@ impl LeaseWatch {
                 }
             }
             let last_seq = events.last().map_or(summary.last_seq, |e| e.seq);
-            self.seen.insert(key, Seen { last_seq, recheck });
+            let read_after = found
+                .open_since
+                .map_or(last_seq, |seq| seq.saturating_sub(1));
+            self.seen.insert(
+                key,
+                Seen {
+                    last_seq,
+                    recheck,
+                    read_after,
+                },
+            );
         }
         Ok(())
     }
@@ -176,6 +196,8 @@ struct Examined {
     abandoned: Vec<Abandoned>,
     /// The earliest instant a run of the session, open and held now, may become abandoned.
     recheck: Option<DateTime<Utc>>,
+    /// The seq of the `run.started` of the earliest root run still open (`None`: all closed).
+    open_since: Option<u64>,
 }
 
 /// Finds the abandoned root runs of one session's journal (see the module documentation).
@@ -191,16 +213,22 @@ fn examine(
     let later = |at: DateTime<Utc>, found: &mut Examined| {
         found.recheck = Some(found.recheck.map_or(at, |r| r.min(at)));
     };
-    let mut roots: Vec<&str> = Vec::new();
+    let mut roots: Vec<(&str, u64)> = Vec::new();
     for event in events {
         if matches!(&event.payload, Payload::RunStarted(p) if p.parent_run_id.is_none())
-            && !roots.contains(&event.run_id.as_str())
+            && !roots.iter().any(|(run, _)| *run == event.run_id)
         {
-            roots.push(&event.run_id);
+            roots.push((&event.run_id, event.seq));
         }
     }
-    for run_id in roots {
-        let Ok(state) = RunState::fold(run_id, events) else {
+    for (run_id, started) in roots {
+        let state = RunState::fold(run_id, events);
+        // Read again next time from the earliest run that is not closed (one that cannot be
+        // folded included: it is looked at again).
+        if state.as_ref().map_or(true, |state| !state.finished) {
+            found.open_since = Some(found.open_since.map_or(started, |seq| seq.min(started)));
+        }
+        let Ok(state) = state else {
             continue;
         };
         if state.finished || state.status == RunStatus::Paused {
@@ -324,6 +352,15 @@ mod tests {
         let mine = run(&events, 62, &["r1"]);
         assert!(mine.abandoned.is_empty());
         assert_eq!(mine.recheck, Some(at(62)));
+    }
+
+    #[test]
+    fn the_next_read_starts_at_the_earliest_open_run() {
+        let mut events = started(4, "r1", at(0));
+        events.extend(started(9, "r2", at(1)));
+        assert_eq!(run(&events, 2, &[]).open_since, Some(4));
+        assert_eq!(run(&events[2..], 2, &[]).open_since, Some(9));
+        assert_eq!(run(&[], 2, &[]).open_since, None);
     }
 
     #[test]
