@@ -172,7 +172,14 @@ fn killed_workers_lose_no_run_and_repeat_no_effect() {
     let Some(db) = TestDb::create(test) else {
         return;
     };
-    let dir = fleet_project(db.role(), &services::unique("loom_dist"));
+    let queue = services::unique("loom_dist");
+    let dir = fleet_project(db.role(), &queue);
+    // The queues of this test go with it, passed or failed (quorum queues left on a shared
+    // broker weigh on every later test).
+    let _queues = QueuesGone {
+        url: amqp.clone(),
+        prefix: queue.clone(),
+    };
     let file = dir.path().join("effects.txt");
     let env = vec![
         ("LOOM_FLEET_PG", PathBuf::from(db.url())),
@@ -269,4 +276,30 @@ fn killed_workers_lose_no_run_and_repeat_no_effect() {
     drop(workers);
     let (code, log) = server.stop();
     assert_eq!(code, Some(0), "{log}");
+}
+
+/// Deletes the queues of a prefix when dropped.
+struct QueuesGone {
+    url: String,
+    prefix: String,
+}
+
+impl Drop for QueuesGone {
+    fn drop(&mut self) {
+        let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        else {
+            return;
+        };
+        runtime.block_on(async {
+            let options = loom_rabbitmq::QueueOptions {
+                prefix: self.prefix.clone(),
+                max_attempts: 50,
+            };
+            if let Ok(queues) = loom_rabbitmq::RabbitQueue::connect(&self.url, options).await {
+                let _ = queues.delete_queues().await;
+            }
+        });
+    }
 }

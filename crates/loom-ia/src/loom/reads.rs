@@ -29,7 +29,8 @@ impl Loom {
 
     /// Finds a run: in `session` when given, else through the journal's run index
     /// ([`EventStore::find_run`]: an unknown run costs no read of the tenant's sessions). The
-    /// session found is read: when its journal is corrupted, the error says where
+    /// session found is read (from the run's start, when the store's run index tells where it
+    /// is): when its journal is corrupted, the error says where
     /// ([`LoomError::Journal`], "corrupted at `<file>:<line>`"), not that the run is unknown.
     ///
     /// [`EventStore::find_run`]: loom_core::ports::EventStore::find_run
@@ -56,7 +57,13 @@ impl Loom {
                 None => return Err(LoomError::UnknownRun(run_id.to_owned())),
             },
         };
-        let events = store.read(&tenant, &session_id, 0).await?;
+        // From the run's start when the run index knows it (a long session is not read whole
+        // to find one run), else from the session's start.
+        let from = store
+            .run_start(&tenant, &session_id, run_id)
+            .await?
+            .map_or(0, |seq| seq.saturating_sub(1));
+        let events = store.read(&tenant, &session_id, from).await?;
         if events.iter().any(|e| e.run_id == run_id) {
             return Ok(RunRef {
                 tenant_id: tenant,
@@ -69,12 +76,12 @@ impl Loom {
 
     /// The events of one run, in journal order.
     pub async fn events(&self, run: &RunRef) -> Result<Vec<Event>, LoomError> {
-        let mut events = self
-            .inner
-            .engine
-            .store()
-            .read(&run.tenant_id, &run.session_id, 0)
-            .await?;
+        let store = self.inner.engine.store();
+        let from = store
+            .run_start(&run.tenant_id, &run.session_id, &run.run_id)
+            .await?
+            .map_or(0, |seq| seq.saturating_sub(1));
+        let mut events = store.read(&run.tenant_id, &run.session_id, from).await?;
         events.retain(|e| e.run_id == run.run_id);
         if events.is_empty() {
             return Err(LoomError::UnknownRun(run.run_id.clone()));
