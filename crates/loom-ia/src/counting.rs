@@ -21,9 +21,10 @@ use loom_core::{
     BoxFuture, Event,
     counters::{Counters, Sum},
     event::Payload,
-    ports::{EventStore, Salvage, SessionSummary, SetAside, StoreError},
+    ports::EventStore,
 };
 
+use crate::appended::{AfterAppend, Appended};
 use crate::budget::Period;
 
 /// The key of `tenant`'s budget sum over the `period` window holding `at`.
@@ -40,17 +41,14 @@ pub(crate) fn counting(
 ) -> Arc<dyn EventStore> {
     match config.raw().storage.limits.backend {
         LimitsBackend::Memory => store,
-        LimitsBackend::Redis => Arc::new(CountingStore {
-            inner: store,
-            counters,
-        }),
+        LimitsBackend::Redis => Arc::new(Appended::new(store, CountingStore { counters })),
     }
 }
 
-/// A journal adding each billed model call to its tenant's budget sums once it is written.
+/// Adds each billed model call to its tenant's budget sums once it is written (the hook of an
+/// [`Appended`] journal).
 #[derive(Debug)]
 pub(crate) struct CountingStore {
-    inner: Arc<dyn EventStore>,
     counters: Arc<dyn Counters>,
 }
 
@@ -92,6 +90,12 @@ fn spending(events: &[Event]) -> Vec<(String, Sum)> {
     sums
 }
 
+impl AfterAppend for CountingStore {
+    fn after<'a>(&'a self, written: &'a [Event]) -> BoxFuture<'a, ()> {
+        Box::pin(self.count(written))
+    }
+}
+
 impl CountingStore {
     async fn count(&self, written: &[Event]) {
         for (key, amount) in spending(written) {
@@ -104,101 +108,5 @@ impl CountingStore {
                 );
             }
         }
-    }
-}
-
-impl EventStore for CountingStore {
-    fn append(
-        &self,
-        batch: Vec<Event>,
-        expected_last_seq: u64,
-    ) -> BoxFuture<'_, Result<Vec<Event>, StoreError>> {
-        Box::pin(async move {
-            let written = self.inner.append(batch, expected_last_seq).await?;
-            self.count(&written).await;
-            Ok(written)
-        })
-    }
-
-    fn read<'a>(
-        &'a self,
-        tenant_id: &'a str,
-        session_id: &'a str,
-        after_seq: u64,
-    ) -> BoxFuture<'a, Result<Vec<Event>, StoreError>> {
-        self.inner.read(tenant_id, session_id, after_seq)
-    }
-
-    fn last_seq<'a>(
-        &'a self,
-        tenant_id: &'a str,
-        session_id: &'a str,
-    ) -> BoxFuture<'a, Result<u64, StoreError>> {
-        self.inner.last_seq(tenant_id, session_id)
-    }
-
-    fn sessions<'a>(
-        &'a self,
-        tenant_id: &'a str,
-    ) -> BoxFuture<'a, Result<Vec<SessionSummary>, StoreError>> {
-        self.inner.sessions(tenant_id)
-    }
-
-    fn delete<'a>(
-        &'a self,
-        tenant_id: &'a str,
-        session_id: &'a str,
-    ) -> BoxFuture<'a, Result<u64, StoreError>> {
-        self.inner.delete(tenant_id, session_id)
-    }
-
-    fn find_run<'a>(
-        &'a self,
-        tenant_id: &'a str,
-        run_id: &'a str,
-    ) -> BoxFuture<'a, Result<Option<String>, StoreError>> {
-        self.inner.find_run(tenant_id, run_id)
-    }
-
-    fn salvage<'a>(
-        &'a self,
-        tenant_id: &'a str,
-        session_id: &'a str,
-    ) -> BoxFuture<'a, Result<Salvage, StoreError>> {
-        self.inner.salvage(tenant_id, session_id)
-    }
-
-    fn set_aside<'a>(
-        &'a self,
-        tenant_id: &'a str,
-        session_id: &'a str,
-        lines: Vec<SetAside>,
-    ) -> BoxFuture<'a, Result<(), StoreError>> {
-        self.inner.set_aside(tenant_id, session_id, lines)
-    }
-
-    fn search<'a>(
-        &'a self,
-        filter: &'a loom_core::search::EventFilter,
-    ) -> BoxFuture<'a, Result<Option<loom_core::search::Searched>, StoreError>> {
-        self.inner.search(filter)
-    }
-
-    fn recent_sessions<'a>(
-        &'a self,
-        tenant_id: &'a str,
-        since: Option<DateTime<Utc>>,
-        limit: usize,
-    ) -> BoxFuture<'a, Result<Option<loom_core::search::RecentSessions>, StoreError>> {
-        self.inner.recent_sessions(tenant_id, since, limit)
-    }
-
-    fn run_start<'a>(
-        &'a self,
-        tenant_id: &'a str,
-        session_id: &'a str,
-        run_id: &'a str,
-    ) -> BoxFuture<'a, Result<Option<u64>, StoreError>> {
-        self.inner.run_start(tenant_id, session_id, run_id)
     }
 }

@@ -32,6 +32,7 @@
 //! adapter; it picks them from the configuration and Cargo features. Access crates (the CLI)
 //! depend on it and on nothing below it.
 
+mod appended;
 pub mod budget;
 mod bus;
 mod clock;

@@ -569,7 +569,7 @@ impl Loom {
         let store = crate::counting::counting(&config, store, counters.clone());
         // Outermost, so that every append of every tenant is announced.
         let notices = Arc::new(crate::notify::Notices::new());
-        let store: Arc<dyn EventStore> = Arc::new(crate::notify::NotifyingStore::new(
+        let store: Arc<dyn EventStore> = Arc::new(crate::notify::NotifyingStore::wrap(
             store,
             bus.bus.clone(),
             notices.clone(),

@@ -19,9 +19,11 @@ use std::{
 use loom_core::{
     BoxFuture, Event,
     bus::{EventBus, Notice, Signal},
-    ports::{EventStore, Salvage, SessionSummary, SetAside, StoreError},
+    ports::EventStore,
 };
 use tokio::sync::watch;
+
+use crate::appended::{AfterAppend, Appended};
 
 /// How long a publish may take before it is given up (with a warning).
 const PUBLISH_TIMEOUT: Duration = Duration::from_secs(5);
@@ -136,23 +138,18 @@ impl SessionWatch {
 /// The journal wrapper that announces every successful append (see the module documentation).
 #[derive(Debug)]
 pub(crate) struct NotifyingStore {
-    inner: Arc<dyn EventStore>,
     bus: Arc<dyn EventBus>,
     notices: Arc<Notices>,
 }
 
 impl NotifyingStore {
     /// `inner`, announcing its appends to `notices` and on `bus`.
-    pub(crate) fn new(
+    pub(crate) fn wrap(
         inner: Arc<dyn EventStore>,
         bus: Arc<dyn EventBus>,
         notices: Arc<Notices>,
-    ) -> NotifyingStore {
-        NotifyingStore {
-            inner,
-            bus,
-            notices,
-        }
+    ) -> Appended<NotifyingStore> {
+        Appended::new(inner, NotifyingStore { bus, notices })
     }
 
     /// Tells the local followers, then the other processes (in the background: the append
@@ -190,98 +187,9 @@ impl NotifyingStore {
     }
 }
 
-impl EventStore for NotifyingStore {
-    fn append(
-        &self,
-        batch: Vec<Event>,
-        expected_last_seq: u64,
-    ) -> BoxFuture<'_, Result<Vec<Event>, StoreError>> {
-        Box::pin(async move {
-            let written = self.inner.append(batch, expected_last_seq).await?;
-            self.announce(&written);
-            Ok(written)
-        })
-    }
-
-    fn read<'a>(
-        &'a self,
-        tenant_id: &'a str,
-        session_id: &'a str,
-        after_seq: u64,
-    ) -> BoxFuture<'a, Result<Vec<Event>, StoreError>> {
-        self.inner.read(tenant_id, session_id, after_seq)
-    }
-
-    fn last_seq<'a>(
-        &'a self,
-        tenant_id: &'a str,
-        session_id: &'a str,
-    ) -> BoxFuture<'a, Result<u64, StoreError>> {
-        self.inner.last_seq(tenant_id, session_id)
-    }
-
-    fn sessions<'a>(
-        &'a self,
-        tenant_id: &'a str,
-    ) -> BoxFuture<'a, Result<Vec<SessionSummary>, StoreError>> {
-        self.inner.sessions(tenant_id)
-    }
-
-    fn delete<'a>(
-        &'a self,
-        tenant_id: &'a str,
-        session_id: &'a str,
-    ) -> BoxFuture<'a, Result<u64, StoreError>> {
-        self.inner.delete(tenant_id, session_id)
-    }
-
-    fn find_run<'a>(
-        &'a self,
-        tenant_id: &'a str,
-        run_id: &'a str,
-    ) -> BoxFuture<'a, Result<Option<String>, StoreError>> {
-        self.inner.find_run(tenant_id, run_id)
-    }
-
-    fn salvage<'a>(
-        &'a self,
-        tenant_id: &'a str,
-        session_id: &'a str,
-    ) -> BoxFuture<'a, Result<Salvage, StoreError>> {
-        self.inner.salvage(tenant_id, session_id)
-    }
-
-    fn set_aside<'a>(
-        &'a self,
-        tenant_id: &'a str,
-        session_id: &'a str,
-        lines: Vec<SetAside>,
-    ) -> BoxFuture<'a, Result<(), StoreError>> {
-        self.inner.set_aside(tenant_id, session_id, lines)
-    }
-
-    fn search<'a>(
-        &'a self,
-        filter: &'a loom_core::search::EventFilter,
-    ) -> BoxFuture<'a, Result<Option<loom_core::search::Searched>, StoreError>> {
-        self.inner.search(filter)
-    }
-
-    fn recent_sessions<'a>(
-        &'a self,
-        tenant_id: &'a str,
-        since: Option<chrono::DateTime<chrono::Utc>>,
-        limit: usize,
-    ) -> BoxFuture<'a, Result<Option<loom_core::search::RecentSessions>, StoreError>> {
-        self.inner.recent_sessions(tenant_id, since, limit)
-    }
-
-    fn run_start<'a>(
-        &'a self,
-        tenant_id: &'a str,
-        session_id: &'a str,
-        run_id: &'a str,
-    ) -> BoxFuture<'a, Result<Option<u64>, StoreError>> {
-        self.inner.run_start(tenant_id, session_id, run_id)
+impl AfterAppend for NotifyingStore {
+    fn after<'a>(&'a self, written: &'a [Event]) -> BoxFuture<'a, ()> {
+        self.announce(written);
+        Box::pin(async {})
     }
 }
