@@ -30,7 +30,10 @@ pub use run::{
     RunFailed, RunStarted, RunTransitioned, StepCompleted, StepStarted,
 };
 pub use sealed::SealedPayload;
-pub use session::{ArtifactStored, SessionRepaired};
+pub use session::{
+    ArtifactStored, SessionCompacted, SessionRepaired, SessionSnapshot, SessionSpent,
+    SessionTrimmed,
+};
 pub use tool::{
     CircuitOpened, IdempotencyRecorded, IdempotencyReused, ToolCalled, ToolCompleted,
     ToolSourceUnavailable,

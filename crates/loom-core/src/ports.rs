@@ -288,6 +288,27 @@ pub trait EventStore: Send + Sync + fmt::Debug {
         let _ = (tenant_id, session_id, run_id);
         Box::pin(async { Ok(None) })
     }
+
+    /// The last event of a session whose `type` is `event_type` and whose seq is below
+    /// `before_seq` (`u64::MAX`: anywhere), so that a reader can start from a marker (a
+    /// `session.snapshot`) instead of the session's first event. Stores answer from an index
+    /// (a type index, the offsets beside a JSONL file) with the work proportional to what they
+    /// return; the default reads the session.
+    fn last_of_type<'a>(
+        &'a self,
+        tenant_id: &'a str,
+        session_id: &'a str,
+        event_type: &'a str,
+        before_seq: u64,
+    ) -> BoxFuture<'a, Result<Option<Event>, StoreError>> {
+        Box::pin(async move {
+            let events = self.read(tenant_id, session_id, 0).await?;
+            Ok(events
+                .into_iter()
+                .rev()
+                .find(|e| e.seq < before_seq && e.event_type == event_type))
+        })
+    }
 }
 
 /// The clock port: the only source of wall-clock time for the engine.

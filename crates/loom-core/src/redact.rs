@@ -64,6 +64,8 @@ impl Payload {
             Payload::ToolCalled(_) => &["arguments"],
             Payload::ToolCompleted(_) => &["output"],
             Payload::ArtifactStored(_) => &["name"],
+            Payload::SessionSnapshot(_) => &["messages"],
+            Payload::SessionCompacted(_) => &["summary"],
             Payload::ApprovalRequested(_) | Payload::ApprovalGranted(_) => &["arguments", "reason"],
             Payload::ApprovalRejected(_) => &["reason"],
             Payload::IdempotencyRecorded(_) => &["result"],
@@ -77,7 +79,8 @@ impl Payload {
             | Payload::RunClaimed(_)
             | Payload::ApprovalExpired(_)
             | Payload::IdempotencyReused(_)
-            | Payload::BudgetExceeded(_) => &[],
+            | Payload::BudgetExceeded(_)
+            | Payload::SessionTrimmed(_) => &[],
             // Never handed to a reader (the sealing journal opens it); ciphertext all the same.
             Payload::Sealed(_) => &["sealed"],
         }

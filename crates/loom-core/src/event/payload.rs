@@ -9,7 +9,8 @@ use super::{
     BudgetExceeded, Category, CircuitOpened, CriterionScore, EventStatus, GuardChecked,
     IdempotencyRecorded, IdempotencyReused, JudgeEvaluated, MessageUser, ModelExchanged,
     ModelFellBack, ModelResponded, ModelRetried, Outcome, PolicyDecided, RunCancelled, RunClaimed,
-    RunCompleted, RunFailed, RunStarted, RunTransitioned, SealedPayload, SessionRepaired,
+    RunCompleted, RunFailed, RunStarted, RunTransitioned, SealedPayload, SessionCompacted,
+    SessionRepaired, SessionSnapshot, SessionTrimmed,
     StepCompleted, StepStarted, ToolCalled, ToolCompleted, ToolSourceUnavailable,
 };
 
@@ -105,6 +106,15 @@ pub enum Payload {
     /// An unreadable line of the journal was set aside, and this event took its place.
     #[serde(rename = "session.repaired")]
     SessionRepaired(SessionRepaired),
+    /// The session history, projected up to a seq (a read shortcut for long sessions).
+    #[serde(rename = "session.snapshot")]
+    SessionSnapshot(SessionSnapshot),
+    /// Older turns of the session were summarized.
+    #[serde(rename = "session.compacted")]
+    SessionCompacted(SessionCompacted),
+    /// The history sent to a run was cut to its cap.
+    #[serde(rename = "session.trimmed")]
+    SessionTrimmed(SessionTrimmed),
     /// A payload sealed at rest, as a journal holds it (`{"sealed", "key_id"}`, no `type`):
     /// opened by the sealing journal before the event reaches anyone else (see
     /// [`SealedPayload`]). Its `type_name` is `sealed`; the event's envelope keeps the clear
@@ -146,6 +156,9 @@ impl Payload {
             Payload::JudgeEvaluated(_) => "judge.evaluated",
             Payload::BudgetExceeded(_) => "budget.exceeded",
             Payload::SessionRepaired(_) => "session.repaired",
+            Payload::SessionSnapshot(_) => "session.snapshot",
+            Payload::SessionCompacted(_) => "session.compacted",
+            Payload::SessionTrimmed(_) => "session.trimmed",
             Payload::Sealed(_) => "sealed",
         }
     }
@@ -172,7 +185,10 @@ impl Payload {
             }
             Payload::PolicyDecided(_) | Payload::BudgetExceeded(_) => Category::Policy,
             Payload::GuardChecked(_) | Payload::JudgeEvaluated(_) => Category::Guard,
-            Payload::SessionRepaired(_) => Category::Session,
+            Payload::SessionRepaired(_)
+            | Payload::SessionSnapshot(_)
+            | Payload::SessionCompacted(_)
+            | Payload::SessionTrimmed(_) => Category::Session,
             _ => Category::Run,
         }
     }
@@ -198,7 +214,10 @@ impl Payload {
                 }
             }
             Payload::JudgeEvaluated(p) if !p.passed => EventStatus::Warning,
-            Payload::BudgetExceeded(_) | Payload::SessionRepaired(_) => EventStatus::Warning,
+            Payload::SessionCompacted(p) if p.fidelity == "warning" => EventStatus::Warning,
+            Payload::BudgetExceeded(_)
+            | Payload::SessionRepaired(_)
+            | Payload::SessionTrimmed(_) => EventStatus::Warning,
             Payload::ModelExchanged(p)
                 if p.error.is_some() || p.status_code.is_some_and(|s| s >= 400) =>
             {
@@ -391,6 +410,22 @@ impl Payload {
             }
             Payload::SessionRepaired(p) => {
                 f.insert("bytes".into(), json!(p.bytes));
+            }
+            Payload::SessionSnapshot(p) => {
+                f.insert("up_to_seq".into(), json!(p.up_to_seq));
+                f.insert("messages".into(), json!(p.messages.len()));
+                f.insert("tokens".into(), json!(p.tokens));
+            }
+            Payload::SessionCompacted(p) => {
+                f.insert("up_to_seq".into(), json!(p.up_to_seq));
+                f.insert("kept".into(), json!(p.kept));
+                f.insert("tokens_before".into(), json!(p.tokens_before));
+                f.insert("tokens_after".into(), json!(p.tokens_after));
+                f.insert("fidelity".into(), json!(p.fidelity));
+            }
+            Payload::SessionTrimmed(p) => {
+                f.insert("up_to_seq".into(), json!(p.up_to_seq));
+                f.insert("dropped".into(), json!(p.dropped));
             }
             // The envelope of a sealed event keeps the facets of its clear payload.
             Payload::Sealed(_) => {}

@@ -38,3 +38,72 @@ pub struct SessionRepaired {
     #[serde(default)]
     pub by: Option<String>,
 }
+
+/// `session.snapshot`: the conversation of the session's earlier root runs as the next run
+/// would be sent it, up to and including `up_to_seq`, so that a run in a long session reads
+/// this event and what follows it, not the whole journal. A projection written into the
+/// journal: never the truth, always derivable from the events before it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SessionSnapshot {
+    /// The last seq the snapshot accounts for.
+    pub up_to_seq: u64,
+    /// The session history at `up_to_seq` (compaction summary first, when there is one).
+    pub messages: Vec<crate::content::Message>,
+    /// Estimated tokens of `messages` (`Σ len(message JSON) / 4`, as the reference counts).
+    pub tokens: u64,
+    /// What the session's root runs spent up to `up_to_seq`, for session budgets. Not in the
+    /// reference catalogue (its snapshots leave budgets to a full read).
+    #[serde(default)]
+    pub spent: SessionSpent,
+}
+
+/// Spending of a session's runs, as a snapshot carries it forward.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct SessionSpent {
+    /// Cost in USD.
+    #[serde(default)]
+    pub cost_usd: f64,
+    /// Tokens (`Usage::total_tokens`).
+    #[serde(default)]
+    pub tokens: u64,
+}
+
+/// `session.compacted`: the turns up to `up_to_seq` are replaced in the session history by
+/// `summary`, written by a `kind: compaction` run; the last `kept` turns stay as they were.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SessionCompacted {
+    /// The last seq the summary accounts for.
+    pub up_to_seq: u64,
+    /// The summary (never empty).
+    pub summary: String,
+    /// Turns kept verbatim after the summary.
+    pub kept: u64,
+    /// Estimated history tokens before.
+    pub tokens_before: u64,
+    /// Estimated history tokens after.
+    pub tokens_after: u64,
+    /// What the compaction run cost.
+    #[serde(default)]
+    pub cost_usd: f64,
+    /// "ok", "warning" (markers missing after the retry; the summary is used anyway in the
+    /// reference, see the engine's docs for Loom's choice) or "skipped".
+    pub fidelity: String,
+    /// The compaction run (not in the reference catalogue).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<String>,
+    /// Markers of the originals missing from the summary (not in the reference catalogue).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub missing: Vec<String>,
+}
+
+/// `session.trimmed`: the history sent to a run was cut to its cap; `dropped` messages up to
+/// `up_to_seq` were left out (tool calls and their results always together).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SessionTrimmed {
+    /// The last seq of what was left out.
+    pub up_to_seq: u64,
+    /// Messages left out.
+    pub dropped: u64,
+    /// Why ("max_turns", "max_tokens", "hard_tokens").
+    pub reason: String,
+}

@@ -105,6 +105,14 @@ impl RunState {
             });
             return Ok(());
         }
+        // Session events (snapshots, compaction) say nothing of the run that wrote them, and
+        // may come after it closed.
+        if matches!(
+            &event.payload,
+            Payload::SessionSnapshot(_) | Payload::SessionCompacted(_) | Payload::SessionTrimmed(_)
+        ) {
+            return Ok(());
+        }
         // A decision that arrives after the run closed (cancelled meanwhile) changes nothing.
         if (self.finished || self.status.is_terminal())
             && matches!(
@@ -189,7 +197,10 @@ impl RunState {
             | Payload::ModelExchanged(_)
             | Payload::IdempotencyRecorded(_)
             | Payload::IdempotencyReused(_)
-            | Payload::SessionRepaired(_) => {}
+            | Payload::SessionRepaired(_)
+            | Payload::SessionSnapshot(_)
+            | Payload::SessionCompacted(_)
+            | Payload::SessionTrimmed(_) => {}
         }
         Ok(())
     }

@@ -150,7 +150,10 @@ impl Builder {
             Payload::RunCompleted(_) | Payload::RunFailed(_) | Payload::RunCancelled(_) => {
                 self.run_closed(event);
             }
-            Payload::RunClaimed(_) | Payload::ModelExchanged(_) | Payload::SessionRepaired(_) => {}
+            Payload::RunClaimed(_)
+            | Payload::ModelExchanged(_)
+            | Payload::SessionRepaired(_)
+            | Payload::SessionSnapshot(_) => {}
             _ => {
                 let at = self.open(event, kind_of(event));
                 self.note_approval(at, event);
