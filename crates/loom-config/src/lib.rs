@@ -45,6 +45,7 @@ mod guards;
 mod model;
 mod prompt;
 mod security;
+mod sessions;
 mod tenant;
 mod trigger;
 mod yaml;
@@ -53,6 +54,7 @@ use std::path::{Path, PathBuf};
 
 pub use access::{HostPattern, LOOPBACK_HOSTS, OriginPattern, PortPattern};
 pub use at_rest::{EncryptionStorage, RetentionStorage};
+pub use sessions::{CompactionConfig, HistoryCaps, SessionsConfig, StateLimits};
 pub use config::{
     APPROVAL_POLICY, BUILTIN_TOOLS, Config, DEFAULT_TENANT, MCP_CONTROL_TOOLS, UnknownTenant,
 };

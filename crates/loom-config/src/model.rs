@@ -85,6 +85,9 @@ pub struct LoomConfig {
     /// merged over them key by key).
     #[serde(default)]
     pub budgets: Budgets,
+    /// Long sessions: snapshots, compaction, history caps, session state limits.
+    #[serde(default)]
+    pub sessions: crate::sessions::SessionsConfig,
     /// Logs.
     #[serde(default)]
     pub telemetry: TelemetryConfig,
@@ -117,6 +120,7 @@ impl Default for LoomConfig {
             storage: StorageConfig::default(),
             execution: ExecutionConfig::default(),
             budgets: Budgets::default(),
+            sessions: crate::sessions::SessionsConfig::default(),
             telemetry: TelemetryConfig::default(),
             tenants: Vec::new(),
             server: ServerConfig::default(),

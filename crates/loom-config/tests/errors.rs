@@ -23,12 +23,12 @@ main:
 
 #[test]
 fn unknown_root_key() {
-    let root = "version: 1\nsessions: {}\n";
+    let root = "version: 1\ntool_sources: []\n";
     assert_eq!(
         refused(root, &[]),
-        "loom.yaml:2:1 sessions: unknown key 'sessions' (expected one of: version, \
+        "loom.yaml:2:1 tool_sources: unknown key 'tool_sources' (expected one of: version, \
          profile, profiles, env_file, agents_dir, prompts_dir, models, mcp_servers, agents, storage, execution, \
-         budgets, telemetry, tenants, server, security, triggers) — this part of the Loom-IA format is not implemented in this version yet"
+         budgets, sessions, telemetry, tenants, server, security, triggers) — this part of the Loom-IA format is not implemented in this version yet"
     );
 }
 

@@ -14,7 +14,6 @@ always (a human decides every call) or never";
 pub(super) fn not_yet(path: &KeyPath, field: &str) -> &'static str {
     const LATER: &[&str] = &[
         "tool_sources",
-        "sessions",
         "stream_output",
         "state",
         "idle_timeout",
