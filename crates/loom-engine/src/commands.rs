@@ -24,7 +24,8 @@ use crate::{
     judges::JudgeMode,
     observer::Observer,
     ownership, tree,
-    writer::{Attempt, append_fresh},
+    window::Window,
+    writer::{Attempt, Reading, append_fresh},
 };
 
 /// A request to open a run.
@@ -134,7 +135,11 @@ impl Engine {
             && !begin.attachments.is_empty()
         {
             // Stored once the run is known to be new, not before.
-            is_new(&self.store.read(&run.tenant_id, &run.session_id, 0).await?)?;
+            is_new(
+                &Window::latest(self.store.as_ref(), &run.tenant_id, &run.session_id)
+                    .await?
+                    .events,
+            )?;
             let stored = crate::attachments::store(
                 store.as_ref(),
                 &run.tenant_id,
@@ -153,7 +158,7 @@ impl Engine {
             policy: None,
             tools: true,
         })));
-        let ((), written) = append_fresh(self.store.as_ref(), &run, |events| {
+        let ((), written) = append_fresh(self.store.as_ref(), &run, Reading::Latest, |events| {
             is_new(events)?;
             Ok(Attempt::Write(opening.clone(), ()))
         })
@@ -165,11 +170,12 @@ impl Engine {
         Ok(run)
     }
 
-    /// Refuses a chosen run id that another session of the tenant already holds (the run
-    /// index of the journal); the same session is checked with its journal when appending.
+    /// Refuses a chosen run id that a session of the tenant already holds (the run index of
+    /// the journal); what the session received since its last snapshot is checked again with
+    /// its journal when appending.
     async fn unused_in_tenant(&self, run: &RunRef) -> Result<(), EngineError> {
         match self.store.find_run(&run.tenant_id, &run.run_id).await? {
-            Some(session_id) if session_id != run.session_id => Err(EngineError::RunExists {
+            Some(session_id) => Err(EngineError::RunExists {
                 run_id: run.run_id.clone(),
                 session_id,
             }),
@@ -215,7 +221,7 @@ impl Engine {
         run: &RunRef,
         agent_name: &str,
     ) -> Result<(), EngineError> {
-        append_fresh(self.store.as_ref(), run, |events| {
+        append_fresh(self.store.as_ref(), run, Reading::Run(run), |events| {
             let state = RunState::fold(&run.run_id, events)?;
             let now = self.clock.now();
             let ours = state
@@ -246,7 +252,7 @@ impl Engine {
         message: Message,
     ) -> Result<(), EngineError> {
         message.check().map_err(EngineError::Unusable)?;
-        append_fresh(self.store.as_ref(), run, |events| {
+        append_fresh(self.store.as_ref(), run, Reading::Run(run), |events| {
             let state = RunState::fold(&run.run_id, events)?;
             if state.finished || state.status.is_terminal() {
                 return Err(EngineError::Invalid(format!(
@@ -276,7 +282,7 @@ impl Engine {
         agent_name: &str,
         by: Option<String>,
     ) -> Result<bool, EngineError> {
-        append_fresh(self.store.as_ref(), run, |events| {
+        append_fresh(self.store.as_ref(), run, Reading::Run(run), |events| {
             let state = RunState::fold(&run.run_id, events)?;
             if state.finished || state.status.is_terminal() {
                 return Ok(Attempt::Done(false));
@@ -319,7 +325,7 @@ impl Engine {
                 "corrected arguments apply to one named call: give its call id".into(),
             ));
         }
-        append_fresh(self.store.as_ref(), run, |events| {
+        append_fresh(self.store.as_ref(), run, Reading::Run(run), |events| {
             let state = RunState::fold(&run.run_id, events)?;
             // Requests of the open sub-runs surface on their ancestors.
             let descendants = if state.finished || state.status.is_terminal() {

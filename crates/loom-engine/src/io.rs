@@ -7,7 +7,7 @@
 //! own narrow context, and acts through this one.
 
 use std::{
-    collections::{BTreeSet, HashMap},
+    collections::{BTreeMap, BTreeSet},
     future::Future,
     time::{Duration, Instant},
 };
@@ -26,6 +26,7 @@ use crate::{
     events::Events,
     tree,
     units::{fmt_secs, millis},
+    window::Window,
     writer::SessionWriter,
 };
 
@@ -76,7 +77,8 @@ pub(crate) const MIN_RENEWAL_PERIOD: Duration = Duration::from_secs(1);
 
 impl<'a> Io<'a> {
     /// The effects of a pilot writing `events` with `writer`, holding `lease`, cancelled by
-    /// `cancel`, bounded by `timeout`. `journal` is the session as the pilot read it.
+    /// `cancel`, bounded by `timeout`. `journal` is the session as the pilot read it (its
+    /// window), `names` the provider model names seen in the session.
     pub(crate) fn new(
         events: Events<'a>,
         store: &'a dyn EventStore,
@@ -85,11 +87,8 @@ impl<'a> Io<'a> {
         cancel: &'a Cancel,
         timeout: Option<Duration>,
         journal: &[Event],
+        names: ModelNames,
     ) -> Io<'a> {
-        let mut names = ModelNames::default();
-        for event in journal {
-            names.note(event);
-        }
         let mut last_ids = LastIds::default();
         for event in journal.iter().filter(|e| e.run_id == events.run().run_id) {
             last_ids.note(event);
@@ -137,8 +136,8 @@ impl<'a> Io<'a> {
                 .iter()
                 .any(|e| e.run_id == run.run_id && e.payload.is_closing())
         {
-            let journal = self.store.read(&run.tenant_id, &run.session_id, 0).await?;
-            let mut closing = tree::closing(&self.events, &journal, &run.run_id)?;
+            let window = Window::of_run(self.store, run).await?;
+            let mut closing = tree::closing(&self.events, &window.events, &run.run_id)?;
             closing.extend(batch);
             closing
         } else {
@@ -429,9 +428,19 @@ impl StepSpan {
 /// Which model configs produced each provider model name (from `model.responded`), so that
 /// reasoning blocks of other models are not sent to a fallback.
 #[derive(Debug, Default, Clone)]
-pub(crate) struct ModelNames(HashMap<String, BTreeSet<String>>);
+pub(crate) struct ModelNames(BTreeMap<String, BTreeSet<String>>);
 
 impl ModelNames {
+    /// The names a snapshot carried forward.
+    pub(crate) fn from_map(map: BTreeMap<String, BTreeSet<String>>) -> ModelNames {
+        ModelNames(map)
+    }
+
+    /// The names seen, for a snapshot.
+    pub(crate) fn into_map(self) -> BTreeMap<String, BTreeSet<String>> {
+        self.0
+    }
+
     pub(crate) fn note(&mut self, event: &Event) {
         if let Payload::ModelResponded(p) = &event.payload
             && let Some(config) = &p.model

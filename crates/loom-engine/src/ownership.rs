@@ -7,12 +7,18 @@ use loom_core::{Event, Payload};
 
 use crate::error::EngineError;
 
-/// Refuses a new root run of `agent` in a session whose journal (`events`) was opened by
-/// another agent ([`EngineError::SessionOfAnotherAgent`], before anything is written). A new
-/// session (no event) belongs to whoever opens it.
+/// Refuses a new root run of `agent` in a session whose journal (`events`: all of it, or what
+/// follows a snapshot, which its owner wrote) was opened by another agent
+/// ([`EngineError::SessionOfAnotherAgent`], before anything is written). A new session (no
+/// event) belongs to whoever opens it. Compaction runs, the engine's own, own nothing.
 pub(crate) fn check(events: &[Event], session_id: &str, agent: &str) -> Result<(), EngineError> {
     let owner = events.iter().find_map(|event| match &event.payload {
-        Payload::RunStarted(started) if started.parent_run_id.is_none() => event.agent.as_deref(),
+        Payload::RunStarted(started)
+            if started.parent_run_id.is_none() && started.kind == "normal" =>
+        {
+            event.agent.as_deref()
+        }
+        Payload::SessionSnapshot(_) => event.agent.as_deref(),
         _ => None,
     });
     match owner {

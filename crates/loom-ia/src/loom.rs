@@ -582,6 +582,7 @@ impl Loom {
         let mut engine = Engine::new(store, Arc::new(SystemClock))
             .with_artifacts(artifacts)
             .with_lease(lease)
+            .with_snapshots(Some(config.raw().sessions.snapshot_every))
             .with_attachment_limits(AttachmentLimits {
                 max_bytes: attachments.max_bytes,
                 types: attachments.types.clone(),

@@ -55,6 +55,11 @@ pub struct SessionSnapshot {
     /// reference catalogue (its snapshots leave budgets to a full read).
     #[serde(default)]
     pub spent: SessionSpent,
+    /// Provider model names seen answering up to `up_to_seq`, each with the model configs that
+    /// produced it, so that reasoning blocks of the history are told apart by model (not in the
+    /// reference catalogue).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub models: std::collections::BTreeMap<String, std::collections::BTreeSet<String>>,
 }
 
 /// Spending of a session's runs, as a snapshot carries it forward.
@@ -66,6 +71,9 @@ pub struct SessionSpent {
     /// Tokens (`Usage::total_tokens`).
     #[serde(default)]
     pub tokens: u64,
+    /// Model calls.
+    #[serde(default)]
+    pub calls: u64,
 }
 
 /// `session.compacted`: the turns up to `up_to_seq` are replaced in the session history by
