@@ -141,3 +141,26 @@ fn first_open_root(events: &[Event]) -> Result<Option<u64>, EngineError> {
         .find(|(_, state)| !state.finished)
         .map(|(seq, _)| seq))
 }
+
+impl Engine {
+    /// Events of `run`'s session from which the run and its sub-runs fold: from the run's
+    /// start when the store's run index knows it, else from the last snapshot before the run
+    /// (see [`crate::window`]), else the whole session. Never fewer than the run's own events.
+    pub async fn read_run(&self, run: &RunRef) -> Result<Vec<Event>, EngineError> {
+        let store = self.store.as_ref();
+        if let Some(start) = store
+            .run_start(&run.tenant_id, &run.session_id, &run.run_id)
+            .await?
+        {
+            let events = store
+                .read(&run.tenant_id, &run.session_id, start.saturating_sub(1))
+                .await?;
+            if events.first().is_some_and(|e| {
+                e.run_id == run.run_id && matches!(e.payload, Payload::RunStarted(_))
+            }) {
+                return Ok(events);
+            }
+        }
+        Ok(Window::of_run(store, run).await?.events)
+    }
+}

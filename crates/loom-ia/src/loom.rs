@@ -658,6 +658,11 @@ impl Loom {
         self.inner.engine.lease()
     }
 
+    /// The events `run` and its sub-runs fold from (see [`Engine::read_run`]).
+    pub(crate) async fn read_run(&self, run: &RunRef) -> Result<Vec<loom_core::Event>, LoomError> {
+        Ok(self.inner.engine.read_run(run).await?)
+    }
+
     /// The journal this instance writes to.
     pub(crate) fn event_store(&self) -> Arc<dyn EventStore> {
         self.inner.engine.store().clone()

@@ -300,10 +300,7 @@ impl Loom {
     /// some agents must all be allowed to read its trace). [`LoomError::UnknownRun`] when the
     /// session holds no such run.
     pub async fn tree_agents(&self, run: &RunRef) -> Result<BTreeSet<String>, LoomError> {
-        let events = self
-            .event_store()
-            .read(&run.tenant_id, &run.session_id, 0)
-            .await?;
+        let events = self.read_run(run).await?;
         let mut tree: BTreeSet<&str> = BTreeSet::new();
         let mut agents = BTreeSet::new();
         for event in &events {

@@ -76,12 +76,7 @@ impl Loom {
 
     /// The events of one run, in journal order.
     pub async fn events(&self, run: &RunRef) -> Result<Vec<Event>, LoomError> {
-        let store = self.inner.engine.store();
-        let from = store
-            .run_start(&run.tenant_id, &run.session_id, &run.run_id)
-            .await?
-            .map_or(0, |seq| seq.saturating_sub(1));
-        let mut events = store.read(&run.tenant_id, &run.session_id, from).await?;
+        let mut events = self.inner.engine.read_run(run).await?;
         events.retain(|e| e.run_id == run.run_id);
         if events.is_empty() {
             return Err(LoomError::UnknownRun(run.run_id.clone()));
@@ -100,12 +95,7 @@ impl Loom {
     /// what every door returns ([`RunResult::from_events`]). A run waiting for its sub-runs
     /// lists their pending approvals.
     pub async fn result(&self, run: &RunRef) -> Result<RunResult, LoomError> {
-        let events = self
-            .inner
-            .engine
-            .store()
-            .read(&run.tenant_id, &run.session_id, 0)
-            .await?;
+        let events = self.inner.engine.read_run(run).await?;
         RunResult::from_events(&run.run_id, &events)
             .map_err(|e| LoomError::from(loom_engine::EngineError::Fold(e)))
     }
