@@ -78,8 +78,10 @@ mod idempotency;
 mod index;
 mod jsonl;
 mod memory;
+mod offsets;
 mod queue;
 mod repair;
+mod seek;
 
 pub use artifacts::{LocalArtifacts, MemoryArtifacts};
 pub use bus::{MEMORY_BUS_CAPACITY, MemoryBus};

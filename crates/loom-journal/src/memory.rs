@@ -100,6 +100,34 @@ impl MemoryStore {
             .map_or(0, |journal| journal.events.len() as u64))
     }
 
+    /// The last event of `kind` before `before`, looked for backwards from there.
+    fn last_of_type_now(
+        &self,
+        tenant_id: &str,
+        session_id: &str,
+        kind: &str,
+        before: u64,
+    ) -> Result<Option<Event>, StoreError> {
+        safe_id("tenant", tenant_id)?;
+        safe_id("session", session_id)?;
+        let inner = self.lock();
+        let Some(journal) = inner
+            .journals
+            .get(&(tenant_id.to_owned(), session_id.to_owned()))
+        else {
+            return Ok(None);
+        };
+        // Seqs are 1, 2, …: the events before seq `before` are the first `before - 1`.
+        let end = usize::try_from(before.saturating_sub(1))
+            .unwrap_or(usize::MAX)
+            .min(journal.events.len());
+        Ok(journal.events[..end]
+            .iter()
+            .rev()
+            .find(|event| event.event_type == kind)
+            .cloned())
+    }
+
     fn sessions_now(&self, tenant_id: &str) -> Result<Vec<SessionSummary>, StoreError> {
         safe_id("tenant", tenant_id)?;
         let inner = self.lock();
@@ -153,6 +181,18 @@ impl EventStore for MemoryStore {
         tenant_id: &'a str,
     ) -> BoxFuture<'a, Result<Vec<SessionSummary>, StoreError>> {
         Box::pin(async move { self.sessions_now(tenant_id) })
+    }
+
+    fn last_of_type<'a>(
+        &'a self,
+        tenant_id: &'a str,
+        session_id: &'a str,
+        event_type: &'a str,
+        before_seq: u64,
+    ) -> BoxFuture<'a, Result<Option<Event>, StoreError>> {
+        Box::pin(
+            async move { self.last_of_type_now(tenant_id, session_id, event_type, before_seq) },
+        )
     }
 
     fn delete<'a>(
