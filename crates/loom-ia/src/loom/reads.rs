@@ -98,14 +98,16 @@ impl Loom {
 
     /// The run's result, read from its session's journal (also for a run still going on):
     /// what every door returns ([`RunResult::from_events`]). A run waiting for its sub-runs
-    /// lists their pending approvals.
+    /// lists their pending approvals. The journal is read from the run's start when the
+    /// store's run index knows it (its sub-runs start after it), so a client polling a run
+    /// (MCP's `run_status`, REST's `GET /runs/{id}`) does not read the runs before it.
     pub async fn result(&self, run: &RunRef) -> Result<RunResult, LoomError> {
-        let events = self
-            .inner
-            .engine
-            .store()
-            .read(&run.tenant_id, &run.session_id, 0)
-            .await?;
+        let store = self.inner.engine.store();
+        let from = store
+            .run_start(&run.tenant_id, &run.session_id, &run.run_id)
+            .await?
+            .map_or(0, |seq| seq.saturating_sub(1));
+        let events = store.read(&run.tenant_id, &run.session_id, from).await?;
         RunResult::from_events(&run.run_id, &events)
             .map_err(|e| LoomError::from(loom_engine::EngineError::Fold(e)))
     }
