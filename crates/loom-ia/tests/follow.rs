@@ -1,6 +1,7 @@
 //! A follower reads from its position, never from the start of its session: following a run at
 //! the end of a 10,000-event JSONL session, every read of the journal (the first one, each
-//! wake, the result) returns only events of that run, counted by a journal wrapper.
+//! wake, the run's events and result, a search of its events) returns only events of that run,
+//! counted by a journal wrapper.
 
 // Helpers outside #[test] functions unwrap too: a panic there is a failed test.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -15,7 +16,7 @@ use std::{
 
 use futures_util::StreamExt;
 use loom_ia::{
-    FollowOptions, Loom, RunRef,
+    EventQuery, FollowOptions, Loom, RunRef,
     config::{AgentSpec, Config, EventsBackend, LoomConfig, ModelSpec, Sdk},
     core::{
         BoxFuture, Event,
@@ -190,4 +191,18 @@ async fn a_follower_at_the_end_of_a_long_session_reads_only_what_follows() {
     assert_eq!(result.run_id, "live");
     assert_eq!(store.returned.load(Ordering::SeqCst), 42);
     assert_eq!(store.lowest_after.load(Ordering::SeqCst), EARLIER);
+
+    // A search of its events, its session named or not.
+    for session in [None, Some("s")] {
+        store.reset();
+        let query = EventQuery {
+            run_id: Some("live".into()),
+            session_id: session.map(str::to_owned),
+            ..EventQuery::default()
+        };
+        let found = loom.query(&query).await.unwrap();
+        assert_eq!(found.len(), 21, "{session:?}");
+        assert!(found.iter().all(|e| e.run_id == "live"));
+        assert_eq!(store.returned.load(Ordering::SeqCst), 21, "{session:?}");
+    }
 }
