@@ -128,6 +128,30 @@ impl MemoryStore {
             .cloned())
     }
 
+    /// The seq of `run_id`'s `run.started`, looked for backwards (a followed run is usually
+    /// one of the last), so that a follower's first read copies its run only.
+    fn run_start_now(
+        &self,
+        tenant_id: &str,
+        session_id: &str,
+        run_id: &str,
+    ) -> Result<Option<u64>, StoreError> {
+        safe_id("tenant", tenant_id)?;
+        safe_id("session", session_id)?;
+        let inner = self.lock();
+        Ok(inner
+            .journals
+            .get(&(tenant_id.to_owned(), session_id.to_owned()))
+            .and_then(|journal| {
+                journal
+                    .events
+                    .iter()
+                    .rev()
+                    .find(|e| e.run_id == run_id && e.event_type == "run.started")
+            })
+            .map(|event| event.seq))
+    }
+
     fn sessions_now(&self, tenant_id: &str) -> Result<Vec<SessionSummary>, StoreError> {
         safe_id("tenant", tenant_id)?;
         let inner = self.lock();
@@ -193,6 +217,15 @@ impl EventStore for MemoryStore {
         Box::pin(
             async move { self.last_of_type_now(tenant_id, session_id, event_type, before_seq) },
         )
+    }
+
+    fn run_start<'a>(
+        &'a self,
+        tenant_id: &'a str,
+        session_id: &'a str,
+        run_id: &'a str,
+    ) -> BoxFuture<'a, Result<Option<u64>, StoreError>> {
+        Box::pin(async move { self.run_start_now(tenant_id, session_id, run_id) })
     }
 
     fn delete<'a>(

@@ -615,8 +615,8 @@ pub async fn a_run_start_is_unknown_or_its_first_seq(open: Open<'_>) {
     assert_eq!(open().run_start("u", "s1", "r1").await.unwrap(), None);
 }
 
-/// For a store with a run index (SQLite, PostgreSQL): [`EventStore::run_start`] answers the
-/// seq of the run's `run.started`, not `None`.
+/// For a store with a run index (SQLite, PostgreSQL, JSONL, memory):
+/// [`EventStore::run_start`] answers the seq of the run's `run.started`, not `None`.
 pub async fn run_start_is_indexed(open: Open<'_>) {
     let store = open();
     store
