@@ -307,7 +307,7 @@ fn migrate_auto_applies_the_schema_at_start() {
     );
     assert_eq!(
         text(&out.stdout).trim(),
-        "artifacts v1, events v1, events v2, idempotency v1"
+        "artifacts v1, events v1, events v2, events v3, idempotency v1"
     );
     // A second start finds it applied.
     let out = run_in(

@@ -67,6 +67,17 @@
 //! fingerprint of its start and of the end of what was read — from its start); a missing or
 //! unreadable index is rebuilt.
 //!
+//! ## The offset index
+//!
+//! `<root>/<tenant>/<session>.jsonl.idx` says where the lines of one session file start (every
+//! 64th line, each `run.started`, `session.snapshot` and `session.compacted`, and the last line
+//! indexed), so that `read(after_seq)`, `last_of_type` and `run_start` go to the lines they
+//! return and decode only those. It is a cache too: appended after each durable batch, without
+//! fsync; every offset is checked before use (the line there must carry the expected seq); a
+//! file replaced, shortened or rewritten is indexed again and a file grown by another writer is
+//! indexed from where the index stopped, by counting newlines (a line's seq is its number: no
+//! JSON is parsed); a missing, torn or garbled index is rebuilt. Erasing a session erases it.
+//!
 //! [`Event::to_json`]: loom_core::event::Event::to_json
 //! [`EventStore`]: loom_core::ports::EventStore
 //! [`StoreError::Conflict`]: loom_core::ports::StoreError::Conflict
@@ -78,8 +89,10 @@ mod idempotency;
 mod index;
 mod jsonl;
 mod memory;
+mod offsets;
 mod queue;
 mod repair;
+mod seek;
 
 pub use artifacts::{LocalArtifacts, MemoryArtifacts};
 pub use bus::{MEMORY_BUS_CAPACITY, MemoryBus};

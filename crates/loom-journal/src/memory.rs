@@ -100,6 +100,58 @@ impl MemoryStore {
             .map_or(0, |journal| journal.events.len() as u64))
     }
 
+    /// The last event of `kind` before `before`, looked for backwards from there.
+    fn last_of_type_now(
+        &self,
+        tenant_id: &str,
+        session_id: &str,
+        kind: &str,
+        before: u64,
+    ) -> Result<Option<Event>, StoreError> {
+        safe_id("tenant", tenant_id)?;
+        safe_id("session", session_id)?;
+        let inner = self.lock();
+        let Some(journal) = inner
+            .journals
+            .get(&(tenant_id.to_owned(), session_id.to_owned()))
+        else {
+            return Ok(None);
+        };
+        // Seqs are 1, 2, …: the events before seq `before` are the first `before - 1`.
+        let end = usize::try_from(before.saturating_sub(1))
+            .unwrap_or(usize::MAX)
+            .min(journal.events.len());
+        Ok(journal.events[..end]
+            .iter()
+            .rev()
+            .find(|event| event.event_type == kind)
+            .cloned())
+    }
+
+    /// The seq of `run_id`'s `run.started`, looked for backwards (a followed run is usually
+    /// one of the last), so that a follower's first read copies its run only.
+    fn run_start_now(
+        &self,
+        tenant_id: &str,
+        session_id: &str,
+        run_id: &str,
+    ) -> Result<Option<u64>, StoreError> {
+        safe_id("tenant", tenant_id)?;
+        safe_id("session", session_id)?;
+        let inner = self.lock();
+        Ok(inner
+            .journals
+            .get(&(tenant_id.to_owned(), session_id.to_owned()))
+            .and_then(|journal| {
+                journal
+                    .events
+                    .iter()
+                    .rev()
+                    .find(|e| e.run_id == run_id && e.event_type == "run.started")
+            })
+            .map(|event| event.seq))
+    }
+
     fn sessions_now(&self, tenant_id: &str) -> Result<Vec<SessionSummary>, StoreError> {
         safe_id("tenant", tenant_id)?;
         let inner = self.lock();
@@ -153,6 +205,27 @@ impl EventStore for MemoryStore {
         tenant_id: &'a str,
     ) -> BoxFuture<'a, Result<Vec<SessionSummary>, StoreError>> {
         Box::pin(async move { self.sessions_now(tenant_id) })
+    }
+
+    fn last_of_type<'a>(
+        &'a self,
+        tenant_id: &'a str,
+        session_id: &'a str,
+        event_type: &'a str,
+        before_seq: u64,
+    ) -> BoxFuture<'a, Result<Option<Event>, StoreError>> {
+        Box::pin(
+            async move { self.last_of_type_now(tenant_id, session_id, event_type, before_seq) },
+        )
+    }
+
+    fn run_start<'a>(
+        &'a self,
+        tenant_id: &'a str,
+        session_id: &'a str,
+        run_id: &'a str,
+    ) -> BoxFuture<'a, Result<Option<u64>, StoreError>> {
+        Box::pin(async move { self.run_start_now(tenant_id, session_id, run_id) })
     }
 
     fn delete<'a>(

@@ -85,7 +85,13 @@ async fn migrate_is_idempotent_and_check_names_what_is_missing() {
     let applied = handle.migrate().await.unwrap();
     assert_eq!(
         applied,
-        ["events v1", "idempotency v1", "artifacts v1", "events v2"]
+        [
+            "events v1",
+            "idempotency v1",
+            "artifacts v1",
+            "events v2",
+            "events v3"
+        ]
     );
     assert!(handle.migrate().await.unwrap().is_empty(), "applied twice");
     handle.check().await.unwrap();

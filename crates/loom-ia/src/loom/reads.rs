@@ -93,7 +93,9 @@ impl Loom {
 
     /// The run's result, read from its session's journal (also for a run still going on):
     /// what every door returns ([`RunResult::from_events`]). A run waiting for its sub-runs
-    /// lists their pending approvals.
+    /// lists their pending approvals. The journal is read from the run's start when the
+    /// store's run index knows it (its sub-runs start after it), so a client polling a run
+    /// (MCP's `run_status`, REST's `GET /runs/{id}`) does not read the runs before it.
     pub async fn result(&self, run: &RunRef) -> Result<RunResult, LoomError> {
         let events = self.inner.engine.read_run(run).await?;
         RunResult::from_events(&run.run_id, &events)
