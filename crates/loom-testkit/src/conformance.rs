@@ -165,6 +165,7 @@ pub fn marker(tenant: &str, session: &str, kind: &str, up_to_seq: u64) -> Event 
             messages: Vec::new(),
             tokens: 0,
             spent: Default::default(),
+            models: Default::default(),
         })
     } else {
         Payload::SessionCompacted(SessionCompacted {
