@@ -192,6 +192,11 @@ pub struct RunOptions {
     /// The trigger (webhook) opening the run, journaled in `run.started.trigger` (set by
     /// [`Loom::trigger`]).
     pub trigger: Option<String>,
+    /// Session-state values set by the caller, journaled in `run.started.state`: each key must
+    /// be one the agent declares (`state:`), its value follow the key's schema and the limits
+    /// of `sessions.state`, and the agent's required keys have a value once it is applied;
+    /// otherwise the run is refused ([`LoomError::Invalid`]) and nothing is written.
+    pub state: Map<String, Value>,
 }
 
 impl std::fmt::Debug for RunOptions {
@@ -207,6 +212,7 @@ impl std::fmt::Debug for RunOptions {
             .field("budget", &self.budget)
             .field("attachments", &self.attachments)
             .field("trigger", &self.trigger)
+            .field("state", &self.state)
             .finish()
     }
 }
