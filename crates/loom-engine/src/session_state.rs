@@ -148,7 +148,12 @@ impl StateSpec {
     }
 
     /// The session state of `events` (a session's, in seq order) over the declared defaults.
+    /// An agent that declares no key reads nothing of the session: its state stays empty (no
+    /// value can be written to it, nothing shows it).
     pub fn fold<'e>(&self, events: impl IntoIterator<Item = &'e loom_core::Event>) -> SessionState {
+        if self.keys.is_empty() {
+            return SessionState::default();
+        }
         SessionState::fold(events, self.defaults())
     }
 
