@@ -210,3 +210,48 @@ async fn a_refused_state_writes_nothing() {
     );
     assert!(store.read("default", "s2", 0).await.unwrap().is_empty());
 }
+
+/// A sub-agent's tool fills the session's state in its child run; the parent's next call is
+/// shown it (the parent's pilot reads the child's events when its next write meets them).
+#[tokio::test]
+async fn a_sub_agents_write_reaches_the_parents_next_call() {
+    let store = Arc::new(MemoryStore::new());
+    let engine = Engine::new(store.clone(), Arc::new(ManualClock::new()));
+    let mut helper = agent(scripted(
+        "fake-2",
+        json!([
+            {"text": "Je cherche.", "tool_calls": [{"name": "lookup", "arguments": {}}]},
+            {"text": "Trouvé."}
+        ]),
+    ));
+    helper.name = "helper".into();
+    helper.state.view = StateView::Hidden;
+    let model = Arc::new(RecordingModel::new(scripted(
+        "fake-1",
+        json!([
+            {"text": "Je délègue.", "tool_calls": [{"name": "helper", "arguments": {"message": "Cherche le client."}}]},
+            {"text": "C'est fait."}
+        ]),
+    )));
+    let mut boss = agent(model.clone());
+    boss.tools.clear();
+    boss.subagents = vec![loom_engine::SubAgentRuntime::new(
+        "helper",
+        "Finds the customer.",
+        Arc::new(helper),
+    )];
+    let run = engine
+        .begin(&boss, begin("s3", Map::new()), &())
+        .await
+        .unwrap();
+    drive(&engine, &boss, &run).await;
+    let requests = model.requests();
+    assert_eq!(
+        requests[0].messages.last().unwrap().text(),
+        "<session_state>{\"lang\":\"fr\"}</session_state>"
+    );
+    assert_eq!(
+        requests[1].messages.last().unwrap().text(),
+        "<session_state>{\"client\":\"C-42\",\"lang\":\"fr\"}</session_state>"
+    );
+}
