@@ -346,3 +346,36 @@ pub(super) enum QueueCommand {
         drop: bool,
     },
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::parse_state_pair;
+
+    #[test]
+    fn a_state_value_is_json_when_it_reads_as_json_else_a_string() {
+        let cases = [
+            ("visits=3", json!(3)),
+            ("vip=true", json!(true)),
+            ("client=C-42", json!("C-42")),
+            ("code=\"007\"", json!("007")),
+            ("cart={\"items\":[1,2]}", json!({"items": [1, 2]})),
+            ("note=", json!("")),
+            ("eq=a=b", json!("a=b")),
+        ];
+        for (text, expected) in cases {
+            let (key, value) = parse_state_pair(text).unwrap();
+            assert_eq!(value, expected, "{text}");
+            assert!(!key.is_empty());
+        }
+        assert_eq!(
+            parse_state_pair("client").unwrap_err(),
+            "expected KEY=VALUE, got 'client'"
+        );
+        assert_eq!(
+            parse_state_pair("=3").unwrap_err(),
+            "expected KEY=VALUE, got '=3' (the key is empty)"
+        );
+    }
+}
