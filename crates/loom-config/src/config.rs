@@ -10,6 +10,7 @@ mod refusals;
 mod sections;
 mod server;
 mod services;
+mod state;
 mod storage;
 mod tenants;
 mod tools;

@@ -46,6 +46,7 @@ mod model;
 mod prompt;
 mod security;
 mod sessions;
+mod state;
 mod tenant;
 mod trigger;
 mod yaml;
@@ -63,8 +64,8 @@ pub use files::MAX_FILE_BYTES;
 pub use guards::{
     Budgets, ContextItem, ContextName, ContextScope, Criterion, HookPoint, JudgeSpec, JudgeWhen,
     LastTurnsContext, OnError, OnExceed, OnFailure, OutputContract, PolicyRef, REQUIRE_TOOL_POLICY,
-    RepairSettings, RepairTools, RoleSpec, RunBudgetSpec, SessionBudgetSpec, SubAgentRef,
-    TenantBudgetSpec, ToolResultsContext, default_input_schema,
+    RepairSettings, RepairTools, RoleSpec, RunBudgetSpec, SessionBudgetSpec, SessionStateContext,
+    SubAgentRef, TenantBudgetSpec, ToolResultsContext, default_input_schema,
 };
 pub use model::{
     AgentApproval, AgentSpec, ArtifactsBackend, ArtifactsStorage, AttachmentsExecution,
@@ -81,6 +82,7 @@ pub use model::{
 };
 pub use security::{ApiKeySpec, RateLimit, Scope, SecurityConfig, is_key_hash, parse_expiry};
 pub use sessions::{CompactionConfig, HistoryCaps, SessionsConfig, StateLimits};
+pub use state::{OnMissing, StateKey, StateSource};
 pub use tenant::{
     CaptureOverride, Quotas, SecretSource, TenantSpec, TenantStorage, TenantTelemetry,
 };

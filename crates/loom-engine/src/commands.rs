@@ -53,6 +53,10 @@ pub struct BeginRun {
     pub attachments: Vec<Attachment>,
     /// The trigger (webhook) that opened the run, journaled in `run.started.trigger`.
     pub trigger: Option<String>,
+    /// Session-state values set by the caller, journaled in `run.started.state` once checked
+    /// against the agent's keys (declared, schema, limits, required keys; see
+    /// [`crate::StateSpec::check_given`]).
+    pub state: Map<String, Value>,
 }
 
 impl Engine {
@@ -60,7 +64,8 @@ impl Engine {
     /// `message.user` (the message, then an `artifact` block per attachment) in one batch.
     ///
     /// Nothing is written when the ids are unusable, an attachment is refused (count, size,
-    /// type; see [`crate::AttachmentLimits::check`]), the chosen run id exists in the tenant
+    /// type; see [`crate::AttachmentLimits::check`]), the caller's state is refused
+    /// ([`EngineError::StateRefused`]), the chosen run id exists in the tenant
     /// (in any session: [`EngineError::RunExists`] names the session that holds it), or the
     /// session's journal cannot be folded. Attachments are stored in the artifact store once
     /// the run is known to be new, just before the batch is appended.
@@ -101,8 +106,18 @@ impl Engine {
             }
             session_history(events)?;
             ownership::check(events, &run.session_id, &agent.name)?;
+            agent
+                .state
+                .check_given(&agent.state.fold_window(events), &begin.state)?;
             Ok(())
         };
+        // The values themselves first: a refused state reads no journal.
+        for (key, value) in &begin.state {
+            agent
+                .state
+                .check_value(key, value)
+                .map_err(EngineError::StateRefused)?;
+        }
         // A chosen id names one run of the tenant: held from the index lookup to the append.
         let _opening = match &begin.run_id {
             Some(_) => Some(self.openings.lock().await),
@@ -128,7 +143,7 @@ impl Engine {
             trigger: begin.trigger,
             judges: begin.judges.as_str().into(),
             budget: begin.budget,
-            state: Default::default(),
+            state: begin.state.clone(),
         }))];
         let mut message = begin.message;
         if let Some(store) = &self.artifacts

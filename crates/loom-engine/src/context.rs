@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use loom_core::{
     Block, BlockKind, Event, Message, Role, RunState, event::Payload, event::RunContext,
-    ports::EventStore,
+    ports::EventStore, state::SessionState,
 };
 use serde_json::{Value, json};
 
@@ -43,6 +43,8 @@ pub enum RoleContext {
     /// The last N turns of the session before this run (one turn = one run: its request and
     /// its final answer).
     LastTurns(u32),
+    /// The session state: every key (`None`) or these keys, as compact JSON sorted by key.
+    SessionState(Option<Vec<String>>),
 }
 
 impl RoleContext {
@@ -54,6 +56,7 @@ impl RoleContext {
             RoleContext::Attachments => "attachments",
             RoleContext::ToolResults { .. } => "tool_results",
             RoleContext::LastTurns(_) => "last_turns",
+            RoleContext::SessionState(_) => "session_state",
         }
     }
 }
@@ -130,12 +133,14 @@ pub(crate) struct Gathered {
 }
 
 /// What the declared `context` items give a role or a judge: tagged blocks, template values
-/// and images. The session journal is read only when an item needs earlier runs.
+/// and images. The session journal is read only when an item needs earlier runs;
+/// `session_state` is the session's state as the pilot holds it (a judge reads none).
 pub(crate) async fn gather(
     store: &dyn EventStore,
     run: &RunRef,
     state: &RunState,
     context: &[RoleContext],
+    session_state: Option<&SessionState>,
 ) -> Result<Gathered, EngineError> {
     let mut gathered = Gathered {
         values: BTreeMap::new(),
@@ -234,6 +239,18 @@ pub(crate) async fn gather(
                     by_tool.insert(tool.clone(), Value::String(texts.join("\n\n")));
                 }
                 gathered.values.insert(key.into(), Value::Object(by_tool));
+            }
+            RoleContext::SessionState(keys) => {
+                let values: serde_json::Map<String, Value> = session_state
+                    .map(SessionState::values)
+                    .unwrap_or_default()
+                    .into_iter()
+                    .filter(|(k, _)| keys.as_ref().is_none_or(|keys| keys.contains(k)))
+                    .collect();
+                let sorted: BTreeMap<&String, &Value> = values.iter().collect();
+                let json = serde_json::to_string(&sorted).unwrap_or_else(|_| "{}".into());
+                gathered.blocks.push(tagged(key, &json));
+                gathered.values.insert(key.into(), Value::Object(values));
             }
             RoleContext::LastTurns(n) => {
                 let earlier = session.as_ref().map_or(&[][..], |s| &s.earlier[..]);

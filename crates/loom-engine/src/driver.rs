@@ -117,7 +117,7 @@ impl Engine {
             sub,
         };
         let events = self.events(run, &agent.name, &root_run_id);
-        let io = Io::new(
+        let mut io = Io::new(
             events,
             self.store.as_ref(),
             writer,
@@ -127,6 +127,7 @@ impl Engine {
             journal,
             window.names(),
         );
+        io.session_state = agent.state.fold_window(journal);
         let mut driver = Driver {
             reads: Reads {
                 engine: self,
@@ -381,8 +382,12 @@ impl Driver<'_> {
             .offer
             .now(&agent.roles, engine.artifacts.as_ref(), state)
             .into_owned();
+        // With `main.context`, every call ends with the session state and the system prompt
+        // says what it is.
+        let system = agent.state.system(&agent.system);
         let orchestrator = Orchestrator {
-            system: &agent.system,
+            system: &system,
+            state: agent.state.message(&self.io.session_state),
             chain: agent.chain().collect(),
             policies: &agent.policies,
             budget: agent.budget.as_ref(),

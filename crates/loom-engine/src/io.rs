@@ -17,6 +17,7 @@ use loom_core::{
     Event, RunState,
     event::{Effect, Outcome, Payload, RunClaimed, StepCompleted, StepStarted},
     ports::EventStore,
+    state::SessionState,
 };
 
 use crate::{
@@ -69,6 +70,9 @@ pub(crate) struct Io<'a> {
     pub(crate) names: ModelNames,
     /// When this pilot last wrote its claim, and the lease that claim gave it.
     claimed: Option<(DateTime<Utc>, Duration)>,
+    /// The session's state, folded from the journal the pilot read, then from every event
+    /// written or read since (this run's, and other runs' met on a conflict).
+    pub(crate) session_state: SessionState,
 }
 
 /// The shortest time between two renewals of a lease (the reference renews every third of the
@@ -104,6 +108,7 @@ impl<'a> Io<'a> {
             last_ids,
             names,
             claimed: None,
+            session_state: SessionState::default(),
         }
     }
 
@@ -144,6 +149,9 @@ impl<'a> Io<'a> {
             batch
         };
         let written = self.writer.append(batch).await?;
+        for event in self.writer.take_seen().iter().chain(&written) {
+            self.session_state.apply(event);
+        }
         for event in self.writer.take_foreign() {
             state.apply(&event)?;
         }

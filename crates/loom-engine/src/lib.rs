@@ -61,6 +61,7 @@ mod resilience;
 mod review;
 mod role_guards;
 pub mod roles;
+mod session_state;
 mod snapshot;
 mod stop;
 mod subagents;
@@ -97,6 +98,9 @@ pub use offload::artifact_read as artifact_reader;
 pub use request::request_hash;
 pub use resilience::{Breakers, CircuitSettings, ModelTimeouts, RetryPolicy};
 pub use roles::{REFS_HINT, RoleRuntime};
+pub use session_state::{
+    STATE_HINT, STATE_TAG, StateFrom, StateKeySpec, StateSpec, StateValue, StateView,
+};
 pub use snapshot::estimate_tokens;
 pub use stop::StopSignal;
 pub use subagents::AGENT_HINT;

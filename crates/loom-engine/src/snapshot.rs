@@ -106,6 +106,11 @@ pub(crate) fn plan(window: &Window, every: u32) -> Result<Option<SessionSnapshot
     for event in covered {
         names.note(event);
     }
+    let mut state = base.and_then(|s| s.state.clone()).unwrap_or_default();
+    for event in covered {
+        state.apply(event);
+    }
+    let state = (!state.values().is_empty()).then_some(state);
     if let Some(base) = base {
         spent.cost_usd += base.spent.cost_usd;
         spent.tokens += base.spent.tokens;
@@ -117,6 +122,7 @@ pub(crate) fn plan(window: &Window, every: u32) -> Result<Option<SessionSnapshot
         tokens: base_tokens + fresh_tokens,
         spent: session_spent(&spent),
         models: names.into_map(),
+        state,
     }))
 }
 
@@ -162,5 +168,22 @@ impl Engine {
             }
         }
         Ok(Window::of_run(store, run).await?.events)
+    }
+}
+
+impl Engine {
+    /// The events of a session from its last `session.snapshot` on (the snapshot event among
+    /// them, [`SessionSnapshot::base_of`]), or the whole session without one: what the
+    /// session's history, spending and state fold from.
+    ///
+    /// [`SessionSnapshot::base_of`]: loom_core::event::SessionSnapshot::base_of
+    pub async fn read_latest(
+        &self,
+        tenant_id: &str,
+        session_id: &str,
+    ) -> Result<Vec<Event>, EngineError> {
+        Ok(Window::latest(self.store.as_ref(), tenant_id, session_id)
+            .await?
+            .events)
     }
 }

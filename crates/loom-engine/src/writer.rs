@@ -98,6 +98,9 @@ pub(crate) struct SessionWriter<'a> {
     /// Events of this run written by someone else that do not take it over (steering
     /// messages), to apply before the next batch.
     foreign: Vec<Event>,
+    /// Every event other writers appended that this writer read on a conflict, in seq order
+    /// (for the session's state, which other runs of the session write too).
+    seen: Vec<Event>,
 }
 
 impl<'a> SessionWriter<'a> {
@@ -115,6 +118,7 @@ impl<'a> SessionWriter<'a> {
             observer,
             last_seq,
             foreign: Vec::new(),
+            seen: Vec::new(),
         }
     }
 
@@ -148,12 +152,18 @@ impl<'a> SessionWriter<'a> {
                         self.observer.event(event);
                         self.foreign.push(event.clone());
                     }
+                    self.seen.extend(newer.iter().cloned());
                     self.last_seq = newer.last().map_or(found, |e| e.seq);
                 }
                 Err(other) => return Err(other.into()),
             }
         }
         Err(EngineError::Contention(self.run.session_id.clone()))
+    }
+
+    /// The events other writers appended, read since the last call, in journal order.
+    pub(crate) fn take_seen(&mut self) -> Vec<Event> {
+        std::mem::take(&mut self.seen)
     }
 
     /// Steering messages that arrived since the last write, in journal order.

@@ -1,5 +1,5 @@
 //! The session routes: list, one session's runs and waiting approvals, its journal as NDJSON,
-//! its files, one file's bytes, its usage report, and its GDPR erasure.
+//! its files, one file's bytes, its state, its usage report, and its GDPR erasure.
 //!
 //! Every route reads the caller's tenant only (another tenant's session is a 404). A key
 //! limited to some agents cannot list sessions (403), and reaches a session only when every
@@ -43,6 +43,7 @@ pub(crate) fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(events))
         .routes(routes!(files))
         .routes(routes!(file))
+        .routes(routes!(session_state))
         .routes(routes!(report))
 }
 
@@ -270,6 +271,43 @@ async fn files(
     Ok(Json(Value::Array(
         files.iter().map(|f| f.view(content)).collect(),
     )))
+}
+
+/// `GET /sessions/{session_id}/state` (scope `read_content`): the session's state.
+#[utoipa::path(
+    get,
+    path = "/sessions/{session_id}/state",
+    tag = "sessions",
+    operation_id = "get_session_state",
+    summary = "A session's state",
+    description = "The session's state as an object sorted by key: the values its runs wrote (the \
+callers' `state`, the accepted writes of tool results) over the defaults its agent declares \
+(`{}` when the agent declares no state). State values are content: scope `read_content`. A key \
+limited to some agents must be allowed on every agent that ran in the session.",
+    params(("session_id" = String, Path, description = "The session.")),
+    responses(
+        (status = 200, description = "The state: one value per key.", body = Object),
+        (status = 403, description = "The key lacks the scope `read_content`, or may not use an agent that ran in the session.", body = ErrorBody),
+        (status = 404, description = "No such session in the caller's tenant.", body = ErrorBody),
+        (status = 422, description = "The query string holds a parameter (none is accepted).", body = ErrorBody),
+    ),
+    security(("bearer" = []), ("api_key" = [])),
+)]
+async fn session_state(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(session_id): Path<String>,
+    params: Params,
+) -> Result<Json<serde_json::Map<String, Value>>, ApiError> {
+    caller.require(Scope::ReadContent)?;
+    params.none()?;
+    let loom = &state.loom;
+    session(loom, &caller, &session_id).await?;
+    let values = loom
+        .session_state(&session_id, Some(&caller.tenant))
+        .await
+        .map_err(|e| loom_error(loom, &e))?;
+    Ok(Json(values))
 }
 
 /// `GET /sessions/{session_id}/files/{file}` (scope `read_content`): the file's bytes, with

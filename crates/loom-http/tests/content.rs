@@ -293,6 +293,12 @@ async fn no_route_answers_content_to_a_key_without_read_content() {
         ),
         (
             "get",
+            "/v1/sessions/{session_id}/state",
+            Answer::Refused(StatusCode::FORBIDDEN),
+            vec![call(Method::GET, "/sessions/s-echo/state", READER, None)],
+        ),
+        (
+            "get",
             "/v1/sessions/{session_id}/report",
             Answer::Contentless,
             vec![call(Method::GET, "/sessions/s-echo/report", READER, None)],

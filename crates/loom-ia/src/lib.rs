@@ -63,6 +63,7 @@ mod retention;
 mod routing;
 mod sealing;
 mod secrets;
+mod session_state;
 mod sessions;
 mod sources;
 mod trigger;

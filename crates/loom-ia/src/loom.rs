@@ -192,6 +192,11 @@ pub struct RunOptions {
     /// The trigger (webhook) opening the run, journaled in `run.started.trigger` (set by
     /// [`Loom::trigger`]).
     pub trigger: Option<String>,
+    /// Session-state values set by the caller, journaled in `run.started.state`: each key must
+    /// be one the agent declares (`state:`), its value follow the key's schema and the limits
+    /// of `sessions.state`, and the agent's required keys have a value once it is applied;
+    /// otherwise the run is refused ([`LoomError::Invalid`]) and nothing is written.
+    pub state: Map<String, Value>,
 }
 
 impl std::fmt::Debug for RunOptions {
@@ -207,6 +212,7 @@ impl std::fmt::Debug for RunOptions {
             .field("budget", &self.budget)
             .field("attachments", &self.attachments)
             .field("trigger", &self.trigger)
+            .field("state", &self.state)
             .finish()
     }
 }
@@ -661,6 +667,15 @@ impl Loom {
     /// The events `run` and its sub-runs fold from (see [`Engine::read_run`]).
     pub(crate) async fn read_run(&self, run: &RunRef) -> Result<Vec<loom_core::Event>, LoomError> {
         Ok(self.inner.engine.read_run(run).await?)
+    }
+
+    /// The events of a session from its last snapshot on (see [`Engine::read_latest`]).
+    pub(crate) async fn read_latest(
+        &self,
+        tenant: &str,
+        session: &str,
+    ) -> Result<Vec<loom_core::Event>, LoomError> {
+        Ok(self.inner.engine.read_latest(tenant, session).await?)
     }
 
     /// The journal this instance writes to.

@@ -20,6 +20,7 @@
 
 mod guards;
 mod models;
+mod state;
 mod tools;
 
 use std::{collections::BTreeMap, sync::Arc, time::Duration};
@@ -177,6 +178,7 @@ impl Resolver<'_> {
             subagents: self.subagents(spec, depth)?,
             max_depth: spec.max_depth,
             roles: self.roles(spec)?,
+            state: state::state_spec(config, spec)?,
         })
     }
 

@@ -166,6 +166,7 @@ pub fn marker(tenant: &str, session: &str, kind: &str, up_to_seq: u64) -> Event 
             tokens: 0,
             spent: Default::default(),
             models: Default::default(),
+            state: None,
         })
     } else {
         Payload::SessionCompacted(SessionCompacted {

@@ -60,6 +60,24 @@ pub struct SessionSnapshot {
     /// reference catalogue).
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub models: std::collections::BTreeMap<String, std::collections::BTreeSet<String>>,
+    /// The session state up to `up_to_seq` (without the agent's defaults; none while nothing
+    /// was written), so that a run folds only the events after it (not in the reference
+    /// catalogue).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<crate::state::SessionState>,
+}
+
+impl SessionSnapshot {
+    /// The snapshot a window of a session's events (in seq order) starts from: the snapshot
+    /// among them that accounts for everything before the first (none when the events start
+    /// at the session's beginning).
+    pub fn base_of(events: &[crate::event::Event]) -> Option<&SessionSnapshot> {
+        let first = events.first()?.seq;
+        events.iter().find_map(|e| match &e.payload {
+            crate::event::Payload::SessionSnapshot(s) if s.up_to_seq + 1 == first => Some(s),
+            _ => None,
+        })
+    }
 }
 
 /// Spending of a session's runs, as a snapshot carries it forward.

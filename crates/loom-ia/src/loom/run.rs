@@ -51,6 +51,7 @@ impl Loom {
             budget: options.budget,
             attachments: options.attachments,
             trigger: options.trigger,
+            state: options.state,
         };
         Ok((runtime, begin))
     }

@@ -292,6 +292,12 @@ fn context_item(item: &loom_config::ContextItem) -> RoleContext {
             },
         },
         loom_config::ContextItem::LastTurns(turns) => RoleContext::LastTurns(turns.last_turns),
+        loom_config::ContextItem::Name(loom_config::ContextName::SessionState) => {
+            RoleContext::SessionState(None)
+        }
+        loom_config::ContextItem::SessionStateKeys(keys) => {
+            RoleContext::SessionState(Some(keys.session_state.clone()))
+        }
     }
 }
 
