@@ -255,3 +255,28 @@ async fn a_sub_agents_write_reaches_the_parents_next_call() {
         "<session_state>{\"client\":\"C-42\",\"lang\":\"fr\"}</session_state>"
     );
 }
+
+#[tokio::test]
+async fn the_state_is_carried_by_session_snapshots() {
+    let store = Arc::new(MemoryStore::new());
+    let engine = Engine::new(store.clone(), Arc::new(ManualClock::new())).with_snapshots(Some(1));
+    let model = Arc::new(RecordingModel::new(scripted("fake-1", script())));
+    let agent = agent(model.clone());
+    for _ in 0..3 {
+        let run = engine
+            .begin(&agent, begin("s1", Map::new()), &())
+            .await
+            .unwrap();
+        drive(&engine, &agent, &run).await;
+    }
+    let whole = store.read("default", "s1", 0).await.unwrap();
+    let latest = engine.read_latest("default", "s1").await.unwrap();
+    // The window starts after a snapshot that holds the state written before it...
+    assert!(latest.len() < whole.len());
+    let base = loom_core::event::SessionSnapshot::base_of(&latest).unwrap();
+    assert!(base.state.as_ref().unwrap().get("client").is_some());
+    // ...and folds to the state of the whole journal.
+    let from_window = agent.state.fold_window(&latest);
+    assert_eq!(from_window.values(), agent.state.fold(&whole).values());
+    assert!(from_window.get("client").is_some());
+}
