@@ -1,0 +1,254 @@
+//! One session's journal in the [`MemoryStore`](super::MemoryStore), kept compact.
+//!
+//! An event is kept as its journal line (the compact JSON of [`Event::to_json`], the same bytes
+//! the JSONL store writes) and decoded on read, never as a decoded [`Event`]: a decoded event
+//! holds one allocation per string, facet and JSON value, several times its line. The lines of
+//! a session that went quiet, and the lines of a tail grown to [`TAIL_LINES`], are deflated
+//! together into a [`Block`]; a read inflates only the blocks after the seq it starts from.
+//! Nothing is dropped: every line written is read back, in seq order.
+
+use std::{
+    borrow::Cow,
+    io::{Read, Write},
+};
+
+use chrono::{DateTime, SubsecRound, Utc};
+use flate2::{Compression, read::DeflateDecoder, write::DeflateEncoder};
+use loom_core::{
+    event::{Event, EventReadError},
+    ports::StoreError,
+};
+
+/// The most lines a tail holds before it is packed, even in a session still written to; also
+/// the most lines a block grows to when a small last block is packed again with a new tail.
+pub(super) const TAIL_LINES: usize = 256;
+
+/// One session's events: packed blocks, then the tail of lines written since.
+#[derive(Debug, Default)]
+pub(super) struct Journal {
+    /// Deflated lines, in seq order, from seq 1.
+    blocks: Vec<Block>,
+    /// The lines after the last block, one event each.
+    tail: Vec<Box<str>>,
+    /// The seq of the last event (0: none).
+    last_seq: u64,
+    /// When the last event was built, as its line says (microseconds).
+    updated_at: Option<DateTime<Utc>>,
+    /// The store's clock at the last append.
+    pub(super) touched: u64,
+}
+
+/// Consecutive lines deflated together.
+#[derive(Debug)]
+struct Block {
+    /// The seq of its first line.
+    first_seq: u64,
+    /// How many lines it holds (at least one).
+    lines: u64,
+    /// The lines joined by `\n` (a compact JSON line holds none), deflated.
+    deflated: Box<[u8]>,
+}
+
+impl Block {
+    fn last_seq(&self) -> u64 {
+        self.first_seq + self.lines - 1
+    }
+
+    /// The block's lines, with their seqs.
+    fn inflate(&self, name: &str) -> Result<String, StoreError> {
+        let mut text = String::new();
+        DeflateDecoder::new(&self.deflated[..])
+            .read_to_string(&mut text)
+            .map_err(|error| StoreError::Corrupted {
+                path: name.to_owned(),
+                line: usize::try_from(self.first_seq).unwrap_or(usize::MAX),
+                source: EventReadError::Json(format!(
+                    "the packed lines {}..={} do not inflate: {error}",
+                    self.first_seq,
+                    self.last_seq()
+                )),
+            })?;
+        Ok(text)
+    }
+}
+
+/// What [`Journal::bytes`] counts: the lines not packed, and the packed blocks.
+#[derive(Debug, Default, Clone, Copy)]
+pub(super) struct Bytes {
+    pub(super) lines: usize,
+    pub(super) packed: usize,
+}
+
+impl Journal {
+    /// The seq of the last event (0 when empty).
+    pub(super) fn last_seq(&self) -> u64 {
+        self.last_seq
+    }
+
+    /// When the last event was built, as a read of it says.
+    pub(super) fn updated_at(&self) -> Option<DateTime<Utc>> {
+        self.updated_at
+    }
+
+    /// The bytes the journal's events take, lines and blocks (not counting the containers).
+    pub(super) fn bytes(&self) -> Bytes {
+        Bytes {
+            lines: self.tail.iter().map(|line| line.len()).sum(),
+            packed: self.blocks.iter().map(|block| block.deflated.len()).sum(),
+        }
+    }
+
+    /// Appends events already given their seqs (following [`Journal::last_seq`]).
+    pub(super) fn push(&mut self, events: &[Event]) {
+        for event in events {
+            self.tail.push(event.to_json().into_boxed_str());
+        }
+        if let Some(last) = events.last() {
+            self.last_seq = last.seq;
+            // The line keeps microseconds (`ser_ts`): the summary says what a read says.
+            self.updated_at = Some(last.ts.trunc_subsecs(6));
+        }
+        if self.tail.len() >= TAIL_LINES {
+            self.pack();
+        }
+    }
+
+    /// Deflates the tail into a block; a last block smaller than [`TAIL_LINES`] is packed again
+    /// with it, so that a session packed a little at a time still compresses as a whole. When
+    /// deflating fails (it cannot, into memory) the lines stay as they are.
+    pub(super) fn pack(&mut self) {
+        if self.tail.is_empty() {
+            return;
+        }
+        let merged = self
+            .blocks
+            .last()
+            .filter(|block| block.lines < TAIL_LINES as u64)
+            .map(|block| block.inflate("memory"));
+        let (first_seq, mut text) = match merged {
+            Some(Ok(text)) => {
+                let Some(block) = self.blocks.pop() else {
+                    return;
+                };
+                (block.first_seq, text)
+            }
+            // A block that does not inflate is left alone (its read says so).
+            Some(Err(_)) | None => (self.tail_first_seq(), String::new()),
+        };
+        for line in &self.tail {
+            if !text.is_empty() {
+                text.push('\n');
+            }
+            text.push_str(line);
+        }
+        let mut encoder = DeflateEncoder::new(Vec::new(), Compression::fast());
+        let deflated = encoder
+            .write_all(text.as_bytes())
+            .and_then(|()| encoder.finish());
+        match deflated {
+            Ok(deflated) => {
+                self.blocks.push(Block {
+                    first_seq,
+                    lines: self.last_seq + 1 - first_seq,
+                    deflated: deflated.into_boxed_slice(),
+                });
+                // Its capacity goes too.
+                self.tail = Vec::new();
+            }
+            Err(error) => {
+                tracing::warn!(%error, "memory journal: lines not packed");
+            }
+        }
+    }
+
+    /// The seq of the tail's first line.
+    fn tail_first_seq(&self) -> u64 {
+        self.last_seq + 1 - self.tail.len() as u64
+    }
+
+    /// The events with a seq above `after`, decoded and checked (`name` names the journal in
+    /// errors).
+    pub(super) fn read(&self, after: u64, name: &str) -> Result<Vec<Event>, StoreError> {
+        let mut events = Vec::new();
+        let start = self
+            .blocks
+            .partition_point(|block| block.last_seq() <= after);
+        for block in &self.blocks[start..] {
+            let text = block.inflate(name)?;
+            for (seq, line) in (block.first_seq..).zip(text.split('\n')) {
+                if seq > after {
+                    events.push(decode(line, seq, name)?);
+                }
+            }
+        }
+        for (seq, line) in (self.tail_first_seq()..).zip(&self.tail) {
+            if seq > after {
+                events.push(decode(line, seq, name)?);
+            }
+        }
+        Ok(events)
+    }
+
+    /// The last event whose type is `event_type` and whose seq is below `before_seq`, reading
+    /// back from the end and decoding only that event.
+    pub(super) fn last_of_type(
+        &self,
+        event_type: &str,
+        before_seq: u64,
+        name: &str,
+    ) -> Result<Option<Event>, StoreError> {
+        let first = self.tail_first_seq();
+        for (index, line) in self.tail.iter().enumerate().rev() {
+            let seq = first + index as u64;
+            if seq < before_seq && type_of(line, seq, name)? == event_type {
+                return decode(line, seq, name).map(Some);
+            }
+        }
+        for block in self.blocks.iter().rev() {
+            if block.first_seq >= before_seq {
+                continue;
+            }
+            let text = block.inflate(name)?;
+            let lines: Vec<(u64, &str)> = (block.first_seq..).zip(text.split('\n')).collect();
+            for &(seq, line) in lines.iter().rev() {
+                if seq < before_seq && type_of(line, seq, name)? == event_type {
+                    return decode(line, seq, name).map(Some);
+                }
+            }
+        }
+        Ok(None)
+    }
+}
+
+/// The envelope's `type` of a line, without decoding the rest of it.
+fn type_of<'a>(line: &'a str, seq: u64, name: &str) -> Result<Cow<'a, str>, StoreError> {
+    #[derive(serde::Deserialize)]
+    struct Head<'a> {
+        #[serde(rename = "type", borrow)]
+        event_type: Cow<'a, str>,
+    }
+    serde_json::from_str::<Head<'_>>(line)
+        .map(|head| head.event_type)
+        .map_err(|error| corrupted(name, seq, EventReadError::Json(error.to_string())))
+}
+
+/// One line read back as the event of seq `seq`.
+fn decode(line: &str, seq: u64, name: &str) -> Result<Event, StoreError> {
+    let event = Event::from_json(line).map_err(|source| corrupted(name, seq, source))?;
+    if event.seq != seq {
+        return Err(corrupted(
+            name,
+            seq,
+            EventReadError::Json(format!("the line carries seq {}", event.seq)),
+        ));
+    }
+    Ok(event)
+}
+
+fn corrupted(name: &str, seq: u64, source: EventReadError) -> StoreError {
+    StoreError::Corrupted {
+        path: name.to_owned(),
+        line: usize::try_from(seq).unwrap_or(usize::MAX),
+        source,
+    }
+}
