@@ -49,7 +49,7 @@ struct Seen {
 /// Sweeps the journal for abandoned runs and resumes them (see the module documentation).
 /// Built by [`Loom::lease_watch`]; [`Loom::watch_leases`] runs one periodically.
 ///
-/// It remembers one small record per session of the journal (a [`Seen`]: two seqs and an
+/// It remembers one small record per session of the journal (two seqs and an
 /// instant, under the session id), so that a later sweep skips a session that did not change;
 /// a session erased from the journal is forgotten at the next sweep.
 #[derive(Debug)]
