@@ -141,14 +141,16 @@ impl MemoryStore {
     ) -> Result<Vec<Event>, StoreError> {
         safe_id("tenant", tenant_id)?;
         safe_id("session", session_id)?;
-        let inner = self.lock();
-        match inner
+        let lines = match self
+            .lock()
             .journals
             .get(&(tenant_id.to_owned(), session_id.to_owned()))
         {
-            Some(journal) => journal.read(after, &name(tenant_id, session_id)),
-            None => Ok(Vec::new()),
-        }
+            Some(journal) => journal.lines(after, u64::MAX),
+            None => return Ok(Vec::new()),
+        };
+        // Decoded once the lock is released.
+        lines.read(&name(tenant_id, session_id))
     }
 
     fn last_seq_now(&self, tenant_id: &str, session_id: &str) -> Result<u64, StoreError> {
@@ -191,16 +193,15 @@ impl MemoryStore {
     ) -> Result<Option<Event>, StoreError> {
         safe_id("tenant", tenant_id)?;
         safe_id("session", session_id)?;
-        let inner = self.lock();
-        match inner
+        let lines = match self
+            .lock()
             .journals
             .get(&(tenant_id.to_owned(), session_id.to_owned()))
         {
-            Some(journal) => {
-                journal.last_of_type(event_type, before_seq, &name(tenant_id, session_id))
-            }
-            None => Ok(None),
-        }
+            Some(journal) => journal.lines(0, before_seq),
+            None => return Ok(None),
+        };
+        lines.last_of_type(event_type, before_seq, &name(tenant_id, session_id))
     }
 }
 

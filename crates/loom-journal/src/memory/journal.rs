@@ -6,10 +6,15 @@
 //! a session that went quiet, and the lines of a tail grown to [`TAIL_LINES`], are deflated
 //! together into a [`Block`]; a read inflates only the blocks after the seq it starts from.
 //! Nothing is dropped: every line written is read back, in seq order.
+//!
+//! Lines and blocks are shared (`Arc`): a read takes them out of the store under its lock
+//! ([`Journal::lines`], a few reference counts) and decodes them once the lock is released
+//! ([`Lines`]), so that decoding a long session never holds up the other sessions' appends.
 
 use std::{
     borrow::Cow,
     io::{Read, Write},
+    sync::Arc,
 };
 
 use chrono::{DateTime, SubsecRound, Utc};
@@ -19,8 +24,8 @@ use loom_core::{
     ports::StoreError,
 };
 
-/// The most lines a tail holds before it is packed, even in a session still written to; also
-/// the most lines a block grows to when a small last block is packed again with a new tail.
+/// The most lines a tail holds before it is packed, even in a session still written to; a last
+/// block of fewer lines is packed again with the next tail.
 pub(super) const TAIL_LINES: usize = 256;
 
 /// One session's events: packed blocks, then the tail of lines written since.
@@ -29,7 +34,7 @@ pub(super) struct Journal {
     /// Deflated lines, in seq order, from seq 1.
     blocks: Vec<Block>,
     /// The lines after the last block, one event each.
-    tail: Vec<Box<str>>,
+    tail: Vec<Arc<str>>,
     /// The seq of the last event (0: none).
     last_seq: u64,
     /// When the last event was built, as its line says (microseconds).
@@ -39,14 +44,14 @@ pub(super) struct Journal {
 }
 
 /// Consecutive lines deflated together.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct Block {
     /// The seq of its first line.
     first_seq: u64,
     /// How many lines it holds (at least one).
     lines: u64,
     /// The lines joined by `\n` (a compact JSON line holds none), deflated.
-    deflated: Box<[u8]>,
+    deflated: Arc<[u8]>,
 }
 
 impl Block {
@@ -101,7 +106,7 @@ impl Journal {
     /// Appends events already given their seqs (following [`Journal::last_seq`]).
     pub(super) fn push(&mut self, events: &[Event]) {
         for event in events {
-            self.tail.push(event.to_json().into_boxed_str());
+            self.tail.push(Arc::from(event.to_json()));
         }
         if let Some(last) = events.last() {
             self.last_seq = last.seq;
@@ -150,7 +155,7 @@ impl Journal {
                 self.blocks.push(Block {
                     first_seq,
                     lines: self.last_seq + 1 - first_seq,
-                    deflated: deflated.into_boxed_slice(),
+                    deflated: Arc::from(deflated),
                 });
                 // Its capacity goes too.
                 self.tail = Vec::new();
@@ -166,25 +171,63 @@ impl Journal {
         self.last_seq + 1 - self.tail.len() as u64
     }
 
-    /// The events with a seq above `after`, decoded and checked (`name` names the journal in
-    /// errors).
-    pub(super) fn read(&self, after: u64, name: &str) -> Result<Vec<Event>, StoreError> {
-        let mut events = Vec::new();
+    /// The lines with a seq above `after`, and below `before` when a block can be left out
+    /// whole, shared with the journal: decode them with [`Lines`] once the store's lock is
+    /// released.
+    pub(super) fn lines(&self, after: u64, before: u64) -> Lines {
         let start = self
             .blocks
             .partition_point(|block| block.last_seq() <= after);
-        for block in &self.blocks[start..] {
+        let end = self
+            .blocks
+            .partition_point(|block| block.first_seq < before);
+        let tail_first = self.tail_first_seq();
+        let skipped = after.saturating_sub(tail_first - 1);
+        Lines {
+            after,
+            blocks: self
+                .blocks
+                .get(start..end.max(start))
+                .unwrap_or_default()
+                .to_vec(),
+            tail_first: tail_first + skipped.min(self.tail.len() as u64),
+            tail: self
+                .tail
+                .iter()
+                .skip(usize::try_from(skipped).unwrap_or(usize::MAX))
+                .cloned()
+                .collect(),
+        }
+    }
+}
+
+/// Lines taken out of a [`Journal`], decoded away from the store's lock.
+#[derive(Debug)]
+pub(super) struct Lines {
+    /// Only the events with a greater seq.
+    after: u64,
+    /// The blocks that may hold some.
+    blocks: Vec<Block>,
+    /// The seq of `tail`'s first line.
+    tail_first: u64,
+    /// The tail's lines after `after`.
+    tail: Vec<Arc<str>>,
+}
+
+impl Lines {
+    /// The events, decoded and checked (`name` names the journal in errors).
+    pub(super) fn read(&self, name: &str) -> Result<Vec<Event>, StoreError> {
+        let mut events = Vec::new();
+        for block in &self.blocks {
             let text = block.inflate(name)?;
             for (seq, line) in (block.first_seq..).zip(text.split('\n')) {
-                if seq > after {
+                if seq > self.after {
                     events.push(decode(line, seq, name)?);
                 }
             }
         }
-        for (seq, line) in (self.tail_first_seq()..).zip(&self.tail) {
-            if seq > after {
-                events.push(decode(line, seq, name)?);
-            }
+        for (seq, line) in (self.tail_first..).zip(&self.tail) {
+            events.push(decode(line, seq, name)?);
         }
         Ok(events)
     }
@@ -197,21 +240,17 @@ impl Journal {
         before_seq: u64,
         name: &str,
     ) -> Result<Option<Event>, StoreError> {
-        let first = self.tail_first_seq();
         for (index, line) in self.tail.iter().enumerate().rev() {
-            let seq = first + index as u64;
+            let seq = self.tail_first + index as u64;
             if seq < before_seq && type_of(line, seq, name)? == event_type {
                 return decode(line, seq, name).map(Some);
             }
         }
         for block in self.blocks.iter().rev() {
-            if block.first_seq >= before_seq {
-                continue;
-            }
             let text = block.inflate(name)?;
             let lines: Vec<(u64, &str)> = (block.first_seq..).zip(text.split('\n')).collect();
             for &(seq, line) in lines.iter().rev() {
-                if seq < before_seq && type_of(line, seq, name)? == event_type {
+                if seq > self.after && seq < before_seq && type_of(line, seq, name)? == event_type {
                     return decode(line, seq, name).map(Some);
                 }
             }
