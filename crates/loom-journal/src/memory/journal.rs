@@ -130,15 +130,10 @@ impl Journal {
             .last()
             .filter(|block| block.lines < TAIL_LINES as u64)
             .map(|block| block.inflate("memory"));
-        let (first_seq, mut text) = match merged {
-            Some(Ok(text)) => {
-                let Some(block) = self.blocks.pop() else {
-                    return;
-                };
-                (block.first_seq, text)
-            }
+        let (replaced, first_seq, mut text) = match (merged, self.blocks.last()) {
+            (Some(Ok(text)), Some(block)) => (true, block.first_seq, text),
             // A block that does not inflate is left alone (its read says so).
-            Some(Err(_)) | None => (self.tail_first_seq(), String::new()),
+            _ => (false, self.tail_first_seq(), String::new()),
         };
         for line in &self.tail {
             if !text.is_empty() {
@@ -152,6 +147,9 @@ impl Journal {
             .and_then(|()| encoder.finish());
         match deflated {
             Ok(deflated) => {
+                if replaced {
+                    self.blocks.pop();
+                }
                 self.blocks.push(Block {
                     first_seq,
                     lines: self.last_seq + 1 - first_seq,
@@ -289,5 +287,67 @@ fn corrupted(name: &str, seq: u64, source: EventReadError) -> StoreError {
         path: name.to_owned(),
         line: usize::try_from(seq).unwrap_or(usize::MAX),
         source,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+    use loom_core::journal::assign_seq;
+    use loom_testkit::conformance::events;
+
+    fn written(journal: &mut Journal, n: usize) -> Vec<Event> {
+        let mut batch = events("t", "s", n);
+        assign_seq(&mut batch, journal.last_seq());
+        journal.push(&batch);
+        batch
+    }
+
+    #[test]
+    fn a_session_packed_a_little_at_a_time_keeps_one_block_until_it_is_full() {
+        let mut journal = Journal::default();
+        let mut all = written(&mut journal, 10);
+        journal.pack();
+        all.extend(written(&mut journal, 10));
+        journal.pack();
+        assert_eq!(journal.blocks.len(), 1);
+        assert_eq!(journal.blocks[0].lines, 20);
+        assert!(journal.tail.is_empty());
+        // Packing nothing changes nothing.
+        journal.pack();
+        assert_eq!(journal.blocks.len(), 1);
+        // A full block is not packed again: the next lines start a block of their own.
+        all.extend(written(&mut journal, TAIL_LINES));
+        assert_eq!(journal.blocks.len(), 1);
+        assert_eq!(journal.blocks[0].lines, 20 + TAIL_LINES as u64);
+        all.extend(written(&mut journal, 3));
+        journal.pack();
+        assert_eq!(journal.blocks.len(), 2);
+        assert_eq!(journal.lines(0, u64::MAX).read("s").unwrap(), all);
+        assert_eq!(journal.lines(270, u64::MAX).read("s").unwrap(), all[270..]);
+        // A read before a seq leaves out the blocks after it.
+        assert_eq!(journal.lines(0, 5).blocks.len(), 1);
+    }
+
+    #[test]
+    fn damaged_lines_are_reported_with_their_seq() {
+        let mut journal = Journal::default();
+        written(&mut journal, 3);
+        journal.tail[1] = Arc::from("{\"not\": \"an event\"}");
+        match journal.lines(0, u64::MAX).read("memory:t/s") {
+            Err(StoreError::Corrupted { path, line, .. }) => {
+                assert_eq!((path.as_str(), line), ("memory:t/s", 2));
+            }
+            other => panic!("expected a corrupted line, got {other:?}"),
+        }
+        journal.pack();
+        let block = &mut journal.blocks[0];
+        block.deflated = Arc::from(&b"not deflated"[..]);
+        assert!(matches!(
+            journal.lines(0, u64::MAX).read("memory:t/s"),
+            Err(StoreError::Corrupted { line: 1, .. })
+        ));
     }
 }
