@@ -89,7 +89,7 @@ pub use loom_engine::{
 pub use loom_macros::tool;
 pub mod report;
 pub use follow::FollowOptions;
-pub use loom::{Readiness, ReadinessCheck, WorkOptions};
+pub use loom::{Readiness, ReadinessCheck, Residents, WorkOptions};
 pub use postgres::storage_sql;
 pub use progress::progress_line;
 pub use query::{EventQuery, RunListed, RunPage, RunQuery};

@@ -36,6 +36,7 @@ mod run;
 mod tenant;
 mod work;
 
+pub use lifecycle::Residents;
 pub use ready::{Readiness, ReadinessCheck};
 pub use work::WorkOptions;
 

@@ -2,7 +2,8 @@
 //!
 //! The journals of Loom: two implementations of the [`EventStore`] port.
 //!
-//! - [`MemoryStore`]: in-process, lost at exit; for tests and ephemeral runs.
+//! - [`MemoryStore`]: in-process, lost at exit; for tests and ephemeral runs. It keeps each event
+//!   as its journal line, deflated once its session goes quiet ([`Footprint`] says how much).
 //! - [`JsonlStore`]: one file per session at `<root>/<tenant>/<session>.jsonl`, one event per
 //!   line (the compact JSON of [`Event::to_json`], newline-terminated).
 //!
@@ -98,5 +99,5 @@ pub use artifacts::{LocalArtifacts, MemoryArtifacts};
 pub use bus::{MEMORY_BUS_CAPACITY, MemoryBus};
 pub use idempotency::MemoryIdempotency;
 pub use jsonl::JsonlStore;
-pub use memory::MemoryStore;
+pub use memory::{Footprint, MemoryStore};
 pub use queue::MemoryQueue;
