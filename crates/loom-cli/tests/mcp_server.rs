@@ -247,6 +247,7 @@ fn agents_are_tools_over_stdio_with_progress_control_tools_resources_and_attachm
             "loom://traces/{run_id}{?session_id}",
             "loom://sessions/{session_id}",
             "loom://sessions/{session_id}/events",
+            "loom://sessions/{session_id}/state",
             "loom://artifacts/{tenant}/{session_id}/{file}",
         ])
     );
