@@ -54,7 +54,6 @@ use std::path::{Path, PathBuf};
 
 pub use access::{HostPattern, LOOPBACK_HOSTS, OriginPattern, PortPattern};
 pub use at_rest::{EncryptionStorage, RetentionStorage};
-pub use sessions::{CompactionConfig, HistoryCaps, SessionsConfig, StateLimits};
 pub use config::{
     APPROVAL_POLICY, BUILTIN_TOOLS, Config, DEFAULT_TENANT, MCP_CONTROL_TOOLS, UnknownTenant,
 };
@@ -81,6 +80,7 @@ pub use model::{
     PostgresPool, QueueBackend, QueueStorage,
 };
 pub use security::{ApiKeySpec, RateLimit, Scope, SecurityConfig, is_key_hash, parse_expiry};
+pub use sessions::{CompactionConfig, HistoryCaps, SessionsConfig, StateLimits};
 pub use tenant::{
     CaptureOverride, Quotas, SecretSource, TenantSpec, TenantStorage, TenantTelemetry,
 };

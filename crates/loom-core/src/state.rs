@@ -9,9 +9,11 @@
 //! `projection` the fold and the life cycle of a run (start, order, transitions, closing
 //! events), `turns` the conversation's turns (user messages, model answers, tool calls and
 //! results, the final output), `approvals` approval requests and policy decisions, `history`
-//! the conversation a model is sent and a session's history.
+//! the conversation a model is sent and a session's history, `compaction` the compaction
+//! summary and history caps over a session's turns.
 
 mod approvals;
+pub mod compaction;
 mod history;
 mod projection;
 mod run;
@@ -19,7 +21,7 @@ mod run;
 mod tests;
 mod turns;
 
-pub use history::session_history;
+pub use history::{session_groups, session_history};
 pub use run::{
     Amendment, Claim, FoldError, PendingCall, ProjectionError, REPAIR, Repair, RunState, RunStatus,
     STEER,

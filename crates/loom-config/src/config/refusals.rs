@@ -12,12 +12,7 @@ always (a human decides every call) or never";
 /// sections of the reference are not implemented yet (refused rather than silently ignored).
 /// `path` is the key path of the unknown key, `field` its name.
 pub(super) fn not_yet(path: &KeyPath, field: &str) -> &'static str {
-    const LATER: &[&str] = &[
-        "tool_sources",
-        "stream_output",
-        "state",
-        "idle_timeout",
-    ];
+    const LATER: &[&str] = &["tool_sources", "stream_output", "state", "idle_timeout"];
     // Keys of `telemetry` (OpenTelemetry export, redaction) that Loom does not have yet.
     const TELEMETRY_LATER: &[&str] = &["exporters", "redaction"];
     let parent = &path.0[..path.0.len().saturating_sub(1)];

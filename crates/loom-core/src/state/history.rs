@@ -7,7 +7,10 @@ use crate::{
     event::{Event, Payload},
 };
 
-use super::{Amendment, FoldError, RunState};
+use super::{
+    Amendment, FoldError, RunState,
+    compaction::{self, TurnGroup},
+};
 
 impl RunState {
     /// The conversation to send to the model: the run's messages, with each turn's tool results
@@ -92,22 +95,45 @@ fn order_results(messages: &[Message]) -> Vec<Message> {
 ///
 /// Tool calls and results stay in pairs: a call without result (a run that failed mid-batch)
 /// and a result without call are dropped, so the history is always acceptable to a provider.
+/// The latest `session.compacted` replaces the turns it summarized by its summary.
 pub fn session_history(events: &[Event]) -> Result<Vec<Message>, FoldError> {
-    let mut run_ids: Vec<&str> = Vec::new();
+    Ok(compaction::flatten(session_groups(events)?))
+}
+
+/// [`session_history`] as one group per earlier root run (the latest compaction applied), for
+/// the history caps and the compaction plan ([`compaction`]).
+pub fn session_groups(events: &[Event]) -> Result<Vec<TurnGroup>, FoldError> {
+    let mut run_ids: Vec<(&str, u64)> = Vec::new();
     for event in events {
         if matches!(&event.payload, Payload::RunStarted(p) if p.parent_run_id.is_none() && p.kind == "normal")
-            && !run_ids.contains(&event.run_id.as_str())
+            && !run_ids.iter().any(|(id, _)| *id == event.run_id)
         {
-            run_ids.push(&event.run_id);
+            run_ids.push((&event.run_id, event.seq));
         }
     }
-    let mut messages = Vec::new();
-    for run_id in run_ids {
+    let mut groups = Vec::with_capacity(run_ids.len());
+    for (run_id, start_seq) in run_ids {
         let state = RunState::fold(run_id, events)?;
-        // Paired per run: call ids are only unique within a run.
-        messages.extend(pair_calls(state.conversation()));
+        let last_seq = events
+            .iter()
+            .rev()
+            .find(|e| e.run_id == run_id)
+            .map_or(start_seq, |e| e.seq);
+        groups.push(TurnGroup {
+            run_id: run_id.to_owned(),
+            start_seq,
+            last_seq,
+            // Paired per run: call ids are only unique within a run.
+            messages: pair_calls(state.conversation()),
+            summary: false,
+            finished: state.finished,
+            succeeded: state.finished && state.status == super::RunStatus::Completed,
+        });
     }
-    Ok(messages)
+    Ok(match compaction::latest_compaction(events) {
+        Some(compacted) => compaction::apply_compaction(groups, compacted),
+        None => groups,
+    })
 }
 
 fn pair_calls(messages: Vec<Message>) -> Vec<Message> {
