@@ -358,9 +358,8 @@ impl RoleSpec {
 
 /// A context item of a role or a judge: a name, `{tool_results: [...]}` or `{last_turns: N}`.
 ///
-/// `session_state` (and `{session_state: [...]}`) and `session_summary` belong to the reference
-/// format but are not implemented in this version (no session state, no compaction to write a
-/// summary): they are refused with that reason.
+/// `session_state` (and `{session_state: [...]}`) belongs to the reference format but is not
+/// implemented in this version (no session state): it is refused with that reason.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
 #[serde(untagged)]
 pub enum ContextItem {
@@ -385,13 +384,10 @@ impl ContextItem {
 }
 
 const CONTEXT_EXPECTED: &str = "expected one of: user_input, caller_context, attachments, \
-{tool_results: [tools]}, {last_turns: N}";
+session_summary, {tool_results: [tools]}, {last_turns: N}";
 
 const SESSION_STATE_LATER: &str = "context 'session_state' is not supported — this part of the \
 Loom-IA format is not implemented in this version yet";
-
-const SESSION_SUMMARY_LATER: &str = "context 'session_summary' is not supported: no compaction \
-writes a session summary — this part of the Loom-IA format is not implemented in this version yet";
 
 impl<'de> Deserialize<'de> for ContextItem {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
@@ -401,7 +397,7 @@ impl<'de> Deserialize<'de> for ContextItem {
                 "user_input" => Ok(ContextItem::Name(ContextName::UserInput)),
                 "caller_context" => Ok(ContextItem::Name(ContextName::CallerContext)),
                 "attachments" => Ok(ContextItem::Name(ContextName::Attachments)),
-                "session_summary" => Err(D::Error::custom(SESSION_SUMMARY_LATER)),
+                "session_summary" => Ok(ContextItem::Name(ContextName::SessionSummary)),
                 "session_state" => Err(D::Error::custom(SESSION_STATE_LATER)),
                 other => Err(D::Error::custom(format!(
                     "unknown context item '{other}' ({CONTEXT_EXPECTED})"
@@ -444,6 +440,8 @@ pub enum ContextName {
     CallerContext,
     /// The images attached to the run (the model needs `capabilities.vision`).
     Attachments,
+    /// The session's latest applied compaction summary (empty when there is none).
+    SessionSummary,
 }
 
 impl ContextName {
@@ -453,6 +451,7 @@ impl ContextName {
             ContextName::UserInput => "user_input",
             ContextName::CallerContext => "caller_context",
             ContextName::Attachments => "attachments",
+            ContextName::SessionSummary => "session_summary",
         }
     }
 }
