@@ -64,6 +64,9 @@ pub struct AgentRuntime {
     pub max_depth: u32,
     /// Roles, offered to the orchestrator as tools after `tools` (see [`crate::roles`]).
     pub roles: Vec<RoleRuntime>,
+    /// The markers the final output must keep (the `_compaction` agent's fidelity check, see
+    /// [`crate::fidelity`]); `None` for every other agent.
+    pub fidelity: Option<crate::fidelity::Fidelity>,
 }
 
 /// The agent's `approval:` settings.
@@ -112,6 +115,7 @@ impl AgentRuntime {
             subagents: Vec::new(),
             max_depth: 1,
             roles: Vec::new(),
+            fidelity: None,
         }
     }
 

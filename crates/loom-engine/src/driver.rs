@@ -19,10 +19,7 @@
 
 use std::{sync::Arc, time::Instant};
 
-use loom_core::{
-    BoxFuture, Message, Role, RunState, RunStatus, approval::Approver, event::Effect,
-    state::session_history,
-};
+use loom_core::{BoxFuture, Message, Role, RunState, RunStatus, approval::Approver, event::Effect};
 
 use crate::{
     agent::AgentRuntime,
@@ -87,11 +84,16 @@ impl Engine {
             .iter()
             .position(|e| e.run_id == run.run_id)
             .unwrap_or(0);
-        let history = if sub {
-            Vec::new()
+        // A compaction run reads the turns it summarizes in its request, not as history.
+        let (history, trim) = if sub || state.kind != "normal" {
+            (Vec::new(), None)
         } else {
-            session_history(&journal[..start])?
+            crate::compaction::history(&journal[..start], self.history_caps)?
         };
+        // What the caps left out is journaled once per run.
+        let trimmed = trim
+            .filter(|_| !crate::compaction::already_trimmed(&journal, &run.run_id))
+            .map(|t| crate::compaction::trimmed(&t));
         let session_spent = match &agent.budget {
             Some(limits) if !limits.session.is_empty() && !sub => {
                 Some(budget::session_spent(&journal, &run.run_id)?)
@@ -135,6 +137,7 @@ impl Engine {
             io,
             offer,
             history,
+            trimmed,
             session_spent,
             children_blocked,
         };
@@ -209,6 +212,7 @@ impl<'a> Reads<'a> {
                 models: self.models(),
                 store: self.engine.store.as_ref(),
             },
+            fidelity: self.agent.fidelity.as_ref(),
         }
     }
 
@@ -233,6 +237,8 @@ struct Driver<'a> {
     offer: Offer,
     /// The conversation of the session's earlier runs.
     history: Vec<Message>,
+    /// The `session.trimmed` to journal once the run is claimed (the caps cut its history).
+    trimmed: Option<loom_core::event::Payload>,
     /// What the session's earlier runs spent, folded when this pilot began; `None` when no
     /// session limit applies (none set, or a sub-agent run).
     session_spent: Option<Spent>,
@@ -256,6 +262,10 @@ impl Driver<'_> {
         }
         if !state.status.is_terminal() {
             self.io.claim(state).await?;
+            if let Some(trimmed) = self.trimmed.take() {
+                let event = self.io.events().decision(state, trimmed);
+                self.io.write(state, vec![event]).await?;
+            }
             self.offer.open(&mut self.io, &agent.sources, state).await?;
         }
         tracing::debug!(run_id = %run.run_id, worker_id = %engine.worker_id, "driving run");

@@ -34,6 +34,8 @@ pub struct Engine {
     /// Held while a run with a chosen id is opened, from the check that the id is unused in the
     /// tenant to the append of its `run.started` (see [`Engine::begin`]).
     pub(crate) openings: Arc<tokio::sync::Mutex<()>>,
+    /// Caps on the history a run is sent (see [`Engine::with_history_caps`]).
+    pub(crate) history_caps: loom_core::state::compaction::Caps,
 }
 
 impl Engine {
@@ -54,6 +56,7 @@ impl Engine {
             attachment_limits: Arc::new(AttachmentLimits::default()),
             stop: StopSignal::new(),
             openings: Arc::new(tokio::sync::Mutex::new(())),
+            history_caps: loom_core::state::compaction::Caps::default(),
         }
     }
 
