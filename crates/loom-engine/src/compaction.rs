@@ -131,9 +131,23 @@ impl Engine {
         triggered_by: Option<&str>,
         observer: &dyn Observer,
     ) -> Result<Compaction, EngineError> {
-        let events = self.store.read(tenant_id, session_id, 0).await?;
-        if compacting(&events)? {
+        let mut events = self.store.read(tenant_id, session_id, 0).await?;
+        let (live, stale) = self.open_compactions(&events)?;
+        if live {
             return Ok(Compaction::Nothing);
+        }
+        if !stale.is_empty() {
+            // An interrupted compaction (its process died) is closed before another begins.
+            for run_id in stale {
+                let run = RunRef {
+                    tenant_id: tenant_id.to_owned(),
+                    session_id: session_id.to_owned(),
+                    run_id,
+                };
+                self.cancel_idle(&run, COMPACTION_AGENT, Some(COMPACTION_AGENT.into()))
+                    .await?;
+            }
+            events = self.store.read(tenant_id, session_id, 0).await?;
         }
         let groups = session_groups(&events)?;
         let Some(plan) = compaction::plan(&groups, compactor.keep_last) else {
@@ -291,18 +305,38 @@ impl Engine {
     }
 }
 
-/// Whether a compaction run of the session is still open (another compaction is running, or
-/// was interrupted).
-fn compacting(events: &[Event]) -> Result<bool, EngineError> {
-    for event in events {
-        if let Payload::RunStarted(started) = &event.payload
-            && started.kind == "compaction"
-            && !loom_core::RunState::fold(&event.run_id, events)?.finished
-        {
-            return Ok(true);
+impl Engine {
+    /// Whether a compaction run of the session is being driven (its lease is live, or it was
+    /// opened less than a lease ago), and the open ones that are not (interrupted).
+    fn open_compactions(&self, events: &[Event]) -> Result<(bool, Vec<String>), EngineError> {
+        let now = self.clock.now();
+        let lease = chrono::Duration::from_std(self.lease).unwrap_or(chrono::Duration::MAX);
+        let mut live = false;
+        let mut stale = Vec::new();
+        for event in events {
+            if let Payload::RunStarted(started) = &event.payload
+                && started.kind == "compaction"
+            {
+                let state = loom_core::RunState::fold(&event.run_id, events)?;
+                if state.finished {
+                    continue;
+                }
+                let driven = match &state.claim {
+                    Some(claim) => claim.lease_until > now,
+                    None => state
+                        .updated_at
+                        .checked_add_signed(lease)
+                        .is_none_or(|until| until > now),
+                };
+                if driven {
+                    live = true;
+                } else {
+                    stale.push(event.run_id.clone());
+                }
+            }
         }
+        Ok((live, stale))
     }
-    Ok(false)
 }
 
 /// The turns to summarize as the summarizer reads them, and the text their markers are taken

@@ -36,6 +36,7 @@ mod appended;
 pub mod budget;
 mod bus;
 mod clock;
+pub mod compaction;
 mod counters;
 mod counting;
 mod env;
@@ -87,6 +88,7 @@ pub use loom_engine::{
 };
 pub use loom_macros::tool;
 pub mod report;
+pub use compaction::CompactionNote;
 pub use follow::FollowOptions;
 pub use loom::{Readiness, ReadinessCheck, WorkOptions};
 pub use postgres::storage_sql;

@@ -1013,6 +1013,7 @@ mod tests {
                 tenant_id: "acme".into(),
             }],
             redacted: Vec::new(),
+            compaction: None,
         }
     }
 
