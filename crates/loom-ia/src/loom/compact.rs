@@ -119,17 +119,19 @@ impl Loom {
     }
 
     /// Waits until the compactions this process started in the background are done (`loom
-    /// run` waits before it reports and exits).
-    pub async fn compactions_idle(&self) {
+    /// run` waits before it reports and exits); whether there was any.
+    pub async fn compactions_idle(&self) -> bool {
         let tasks: Vec<tokio::task::JoinHandle<()>> = match self.inner.compactions.lock() {
             Ok(mut tasks) => tasks.drain(..).collect(),
-            Err(_) => return,
+            Err(_) => return false,
         };
+        let any = !tasks.is_empty();
         for task in tasks {
             if let Err(error) = task.await {
                 tracing::error!(%error, "a compaction task panicked");
             }
         }
+        any
     }
 
     /// A background compaction triggered by `run` (a task, or a worker's job); its outcome is
