@@ -44,7 +44,15 @@ fn project(summaries: Value, sessions: &str) -> tempfile::TempDir {
 fn run(dir: &Path, message: &str, run_id: &str) -> std::process::Output {
     let out = loom(
         dir,
-        &["run", "suivi", message, "--session", "client", "--run-id", run_id],
+        &[
+            "run",
+            "suivi",
+            message,
+            "--session",
+            "client",
+            "--run-id",
+            run_id,
+        ],
     );
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     out
@@ -147,7 +155,11 @@ fn loom_compact_keeps_the_originals_when_the_summary_misses_markers() {
     // Without sessions.compaction, compacting is refused; an unknown session is named.
     let out = loom(dir.path(), &["compact", "nobody"]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
-    assert!(text(&out.stderr).contains("nobody"), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("nobody"),
+        "{}",
+        text(&out.stderr)
+    );
 }
 
 #[test]
