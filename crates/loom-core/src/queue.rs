@@ -230,4 +230,13 @@ mod tests {
         );
         assert_eq!(serde_json::from_str::<Job>(&text).unwrap(), job);
     }
+
+    #[test]
+    fn a_compaction_job_is_keyed_by_its_session() {
+        let job = Job::for_run(JobKind::Compaction, "acme", "s1", "r1");
+        assert_eq!(job.key, "compact:s1");
+        let text = serde_json::to_string(&job).unwrap();
+        assert!(text.starts_with(r#"{"kind":"compaction","#), "{text}");
+        assert_eq!(serde_json::from_str::<Job>(&text).unwrap(), job);
+    }
 }

@@ -55,7 +55,12 @@ async fn session(loom: &Loom, caller: &Caller, session_id: &str) -> Result<Sessi
         .await
         .map_err(|e| loom_error(loom, &e))?;
     if caller.agent_limit().is_some() {
-        for run in &info.runs {
+        // A compaction run summarizes the session's own runs, checked here.
+        for run in info
+            .runs
+            .iter()
+            .filter(|r| r.agent != loom_ia::COMPACTION_AGENT)
+        {
             caller.agent(&run.agent)?;
         }
     }

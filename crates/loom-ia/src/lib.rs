@@ -83,8 +83,8 @@ pub use loom_core::{
     tool::{FnTool, IntoToolOutput, Json, Tool, ToolContext, ToolError, ToolOutput, Views},
 };
 pub use loom_engine::{
-    Attachment, AttachmentLimits, Image, JudgeCondition, JudgeInput, JudgeMode, Observer, RunRef,
-    ToolFile,
+    Attachment, AttachmentLimits, COMPACTION_AGENT, Image, JudgeCondition, JudgeInput, JudgeMode,
+    Observer, RunRef, ToolFile,
 };
 pub use loom_macros::tool;
 pub mod report;
