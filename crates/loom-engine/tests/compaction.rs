@@ -420,6 +420,15 @@ async fn a_role_reads_the_session_summary() {
         "fake-role",
         json!([{"text": "ok"}]),
     )));
+    // The same summary as a template variable.
+    let mut templated = RoleRuntime::new(
+        "recap_t",
+        "Recaps from a template.",
+        "You recap.",
+        ModelBinding::new("ROLE", "fake-role", role_model.clone()),
+    );
+    templated.context = vec![RoleContext::SessionSummary];
+    templated.input_template = Some("Earlier: {{ context.session_summary }}".into());
     let mut recap = RoleRuntime::new(
         "recap",
         "Recaps.",
@@ -429,14 +438,18 @@ async fn a_role_reads_the_session_summary() {
     recap.context = vec![RoleContext::SessionSummary];
     let main = scripted(
         "fake-main",
-        json!([{"tool_calls": [{"name": "recap"}]}, {"text": "done"}]),
+        json!([
+            {"tool_calls": [{"name": "recap"}]},
+            {"tool_calls": [{"name": "recap_t"}]},
+            {"text": "done"}
+        ]),
     );
     let mut agent = AgentRuntime::new(
         "demo",
         "Tu es un assistant.",
         ModelBinding::new("FAKE", "fake-1", main),
     );
-    agent.roles = vec![recap];
+    agent.roles = vec![recap, templated];
     let run = s.engine.begin(&agent, begin("Recap."), &()).await.unwrap();
     let state = s
         .engine
@@ -449,5 +462,9 @@ async fn a_role_reads_the_session_summary() {
         format!(
             "<session_summary>\n{summary}\n</session_summary>\n\n<arguments>\n{{}}\n</arguments>"
         )
+    );
+    assert_eq!(
+        role_model.requests()[1].messages[0].text(),
+        format!("Earlier: {summary}")
     );
 }
