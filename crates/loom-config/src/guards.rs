@@ -359,9 +359,8 @@ impl RoleSpec {
 /// A context item of a role or a judge: a name, `{tool_results: [...]}`, `{last_turns: N}` or
 /// `{session_state: [keys]}`.
 ///
-/// `session_summary` belongs to the reference format but is not implemented in this version (no
-/// compaction writes a summary): it is refused with that reason. `session_state` is refused in
-/// a judge's context (checked when the configuration is loaded), as the reference does.
+/// `session_state` is refused in a judge's context (checked when the configuration is loaded),
+/// as the reference does.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
 #[serde(untagged)]
 pub enum ContextItem {
@@ -400,10 +399,7 @@ impl ContextItem {
 }
 
 const CONTEXT_EXPECTED: &str = "expected one of: user_input, caller_context, attachments, \
-session_state, {tool_results: [tools]}, {last_turns: N}, {session_state: [keys]}";
-
-const SESSION_SUMMARY_LATER: &str = "context 'session_summary' is not supported: no compaction \
-writes a session summary — this part of the Loom-IA format is not implemented in this version yet";
+session_summary, session_state, {tool_results: [tools]}, {last_turns: N}, {session_state: [keys]}";
 
 impl<'de> Deserialize<'de> for ContextItem {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
@@ -413,7 +409,7 @@ impl<'de> Deserialize<'de> for ContextItem {
                 "user_input" => Ok(ContextItem::Name(ContextName::UserInput)),
                 "caller_context" => Ok(ContextItem::Name(ContextName::CallerContext)),
                 "attachments" => Ok(ContextItem::Name(ContextName::Attachments)),
-                "session_summary" => Err(D::Error::custom(SESSION_SUMMARY_LATER)),
+                "session_summary" => Ok(ContextItem::Name(ContextName::SessionSummary)),
                 "session_state" => Ok(ContextItem::Name(ContextName::SessionState)),
                 other => Err(D::Error::custom(format!(
                     "unknown context item '{other}' ({CONTEXT_EXPECTED})"
@@ -458,6 +454,8 @@ pub enum ContextName {
     CallerContext,
     /// The images attached to the run (the model needs `capabilities.vision`).
     Attachments,
+    /// The session's latest applied compaction summary (empty when there is none).
+    SessionSummary,
     /// The session state, every key the agent declares (not in a judge's context).
     SessionState,
 }
@@ -469,6 +467,7 @@ impl ContextName {
             ContextName::UserInput => "user_input",
             ContextName::CallerContext => "caller_context",
             ContextName::Attachments => "attachments",
+            ContextName::SessionSummary => "session_summary",
             ContextName::SessionState => "session_state",
         }
     }

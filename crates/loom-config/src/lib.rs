@@ -56,7 +56,8 @@ use std::path::{Path, PathBuf};
 pub use access::{HostPattern, LOOPBACK_HOSTS, OriginPattern, PortPattern};
 pub use at_rest::{EncryptionStorage, RetentionStorage};
 pub use config::{
-    APPROVAL_POLICY, BUILTIN_TOOLS, Config, DEFAULT_TENANT, MCP_CONTROL_TOOLS, UnknownTenant,
+    APPROVAL_POLICY, BUILTIN_TOOLS, COMPACTION_AGENT, Config, DEFAULT_TENANT, MCP_CONTROL_TOOLS,
+    UnknownTenant,
 };
 pub use env_file::{EnvFile, EnvVars, LoadOptions};
 pub use error::{ConfigError, ConfigErrorKind};

@@ -791,7 +791,6 @@ fn guard_refusals_snapshot() {
             "",
             role("    context: [user_input, caller_context]\n    input_template: \"{{ args.topic }} {{ context.user_input }}\"\n"),
         ),
-        ("session_summary context", "", ROLE.to_owned() + "    context: [session_summary]\n"),
         (
             "template session_summary",
             "",
@@ -878,11 +877,6 @@ fn guard_refusals_snapshot() {
             "judge: {model: judge-1, criteria: [{name: c, rule: r}]}\n".to_owned()
                 + &role("    judge: {model: judge-1, name: output, criteria: [{name: c, rule: r}]}\n"),
         ),
-        (
-            "judge session_summary context",
-            "",
-            "judge: {model: judge-1, criteria: [{name: c, rule: r}], context: [session_summary]}\n".into(),
-        ),
         ("judge sample", "", "judge: {model: judge-1, criteria: [{name: c, rule: r}], when: {sample: 2}}\n".into()),
         ("judge unknown tenant", "tenants: [{id: acme}]\n", "judge: {model: judge-1, criteria: [{name: c, rule: r}], when: {tenants: [acme, dupont]}}\n".into()),
         ("judge tenant without tenants", "", "judge: {model: judge-1, criteria: [{name: c, rule: r}], when: {tenants: [acme]}}\n".into()),
@@ -900,6 +894,21 @@ fn guard_refusals_snapshot() {
         ("judge timeout", "", "judge: {model: judge-1, criteria: [{name: c, rule: r}], timeout: -1}\n".into()),
         ("unknown key in judge", "", "judge: {model: judge-1, criteria: [{name: c, rule: r}], sample: 1}\n".into()),
         ("unknown key in role", "", role("    tools: [lookup]\n")),
+        // Sessions: compaction and history caps.
+        ("compaction model unknown", "sessions: {compaction: {model: summarizer}}\n", String::new()),
+        (
+            "compaction hard_tokens not above over_tokens",
+            "sessions: {compaction: {model: judge-1, over_tokens: 5000, hard_tokens: 5000}}\n",
+            String::new(),
+        ),
+        (
+            "compaction system_file missing",
+            "sessions: {compaction: {model: judge-1, system_file: summary.md}}\n",
+            String::new(),
+        ),
+        ("compaction without model", "sessions: {compaction: {over_tokens: 10}}\n", String::new()),
+        ("history max_turns zero", "sessions: {history: {max_turns: 0}}\n", String::new()),
+        ("reserved agent name", "", "name: _compaction\nmain: {model: fake-1}\n".into()),
     ];
     let mut transcript = String::new();
     let mut accepted = Vec::new();
@@ -1032,6 +1041,19 @@ fn session_state_is_accepted_where_the_reference_allows_it() {
         Some("/client")
     );
     assert_eq!(spec.main.context[0].key(), "session_state");
+}
+
+#[test]
+fn session_summary_and_compaction_are_accepted() {
+    // A role's and a judge's context, and a template, may read the session summary.
+    let agent = role(
+        "    context: [session_summary]\n    input_template: \"{{ args.topic }} {{ context.session_summary }}\"\n",
+    ) + "judge: {model: judge-1, criteria: [{name: c, rule: r}], context: [session_summary]}\n";
+    let root = "sessions:\n  compaction: {model: judge-1, over_tokens: 100, hard_tokens: 101, system_file: role.md}\n  history: {max_turns: 4}\n";
+    let config = guard_load(root, &agent, None).unwrap();
+    assert_eq!(config.compaction_system(), Some("Role of {{ agent }}"));
+    let compaction = config.raw().sessions.compaction.clone().unwrap();
+    assert_eq!((compaction.keep_last, compaction.blocking), (6, false));
 }
 
 #[test]

@@ -10,9 +10,11 @@
 //! events), `turns` the conversation's turns (user messages, model answers, tool calls and
 //! results, the final output), `approvals` approval requests and policy decisions, `history`
 //! the conversation a model is sent and a session's history, `session_state` the session-state
-//! projection ([`SessionState`], folded over a whole session rather than one run).
+//! projection ([`SessionState`], folded over a whole session rather than one run),
+//! `compaction` the compaction summary and history caps over a session's turns.
 
 mod approvals;
+pub mod compaction;
 mod history;
 mod projection;
 mod run;
@@ -21,7 +23,7 @@ mod session_state;
 mod tests;
 mod turns;
 
-pub use history::session_history;
+pub use history::{session_groups, session_groups_raw, session_history};
 pub use run::{
     Amendment, Claim, FoldError, PendingCall, ProjectionError, REPAIR, Repair, RunState, RunStatus,
     STEER,

@@ -67,6 +67,9 @@ pub struct AgentRuntime {
     pub roles: Vec<RoleRuntime>,
     /// Session state: the declared keys, their limits, what the orchestrator is shown.
     pub state: StateSpec,
+    /// The markers the final output must keep (the `_compaction` agent's fidelity check, see
+    /// [`crate::fidelity`]); `None` for every other agent.
+    pub fidelity: Option<crate::fidelity::Fidelity>,
 }
 
 /// The agent's `approval:` settings.
@@ -116,6 +119,7 @@ impl AgentRuntime {
             max_depth: 1,
             roles: Vec::new(),
             state: StateSpec::default(),
+            fidelity: None,
         }
     }
 

@@ -45,6 +45,9 @@ pub enum RoleContext {
     LastTurns(u32),
     /// The session state: every key (`None`) or these keys, as compact JSON sorted by key.
     SessionState(Option<Vec<String>>),
+    /// The summary of the session's latest compaction applied to this run's history (written
+    /// before the run began), empty when there is none.
+    SessionSummary,
 }
 
 impl RoleContext {
@@ -57,6 +60,7 @@ impl RoleContext {
             RoleContext::ToolResults { .. } => "tool_results",
             RoleContext::LastTurns(_) => "last_turns",
             RoleContext::SessionState(_) => "session_state",
+            RoleContext::SessionSummary => "session_summary",
         }
     }
 }
@@ -152,6 +156,7 @@ pub(crate) async fn gather(
         matches!(
             c,
             RoleContext::LastTurns(_)
+                | RoleContext::SessionSummary
                 | RoleContext::CallerContext
                 | RoleContext::ToolResults {
                     scope: ContextScope::Session,
@@ -252,6 +257,14 @@ pub(crate) async fn gather(
                 gathered.blocks.push(tagged(key, &json));
                 gathered.values.insert(key.into(), Value::Object(values));
             }
+            RoleContext::SessionSummary => {
+                let summary = session
+                    .as_ref()
+                    .and_then(|s| s.summary.clone())
+                    .unwrap_or_default();
+                gathered.blocks.push(tagged(key, &or_none(summary.clone())));
+                gathered.values.insert(key.into(), Value::String(summary));
+            }
             RoleContext::LastTurns(n) => {
                 let earlier = session.as_ref().map_or(&[][..], |s| &s.earlier[..]);
                 let turns = last_turns(earlier, *n);
@@ -290,7 +303,13 @@ pub(crate) fn session_of(events: &[Event], run_id: &str) -> Result<Session, Engi
             earlier.push(RunState::fold(&event.run_id, before)?);
         }
     }
-    Ok(Session { context, earlier })
+    let summary =
+        loom_core::state::compaction::latest_compaction(before).map(|c| c.summary.clone());
+    Ok(Session {
+        context,
+        earlier,
+        summary,
+    })
 }
 
 /// What the session gives a judge's (or a role's) context.
@@ -299,6 +318,8 @@ pub(crate) struct Session {
     pub(crate) context: Option<RunContext>,
     /// Earlier root runs of the session, in order.
     pub(crate) earlier: Vec<RunState>,
+    /// The summary of the latest compaction written before the run began.
+    pub(crate) summary: Option<String>,
 }
 
 /// The last `n` turns of `earlier` runs (one turn = one run): `user: <request>`, then

@@ -81,13 +81,19 @@ impl Engine {
             return Ok(state);
         }
         let sub = state.parent_run_id.is_some();
-        // The conversation of the session's earlier runs: the snapshot's, then every root run
-        // that began after it and before this one. A sub-run starts from its message alone.
-        let history = if sub {
-            Vec::new()
+        // The conversation of the session's earlier runs: the snapshot's turns, then every
+        // root run that began after it and before this one, the latest compaction applied,
+        // within the caps. A sub-run starts from its message alone; a compaction run reads
+        // the turns it summarizes in its request, not as history.
+        let (history, trim) = if sub || state.kind != "normal" {
+            (Vec::new(), None)
         } else {
-            window.history_before(&run.run_id)?
+            crate::compaction::history(window.groups_before(&run.run_id)?, self.history_caps)
         };
+        // What the caps left out is journaled once per run.
+        let trimmed = trim
+            .filter(|_| !crate::compaction::already_trimmed(journal, &run.run_id))
+            .map(|t| crate::compaction::trimmed(&t));
         let session_spent = match &agent.budget {
             Some(limits) if !limits.session.is_empty() && !sub => {
                 Some(window.spent_before(&run.run_id)?)
@@ -139,6 +145,7 @@ impl Engine {
             io,
             offer,
             history,
+            trimmed,
             session_spent,
             children_blocked,
         };
@@ -161,7 +168,7 @@ impl Engine {
         }
         if !sub && state.finished {
             // A snapshot only saves reading: failing to write one loses nothing.
-            if let Err(error) = self.snapshot_if_due(run, &agent.name).await {
+            if let Err(error) = self.snapshot_if_due(run).await {
                 tracing::warn!(run_id = %run.run_id, %error, "session snapshot not written");
             }
         }
@@ -219,6 +226,7 @@ impl<'a> Reads<'a> {
                 models: self.models(),
                 store: self.engine.store.as_ref(),
             },
+            fidelity: self.agent.fidelity.as_ref(),
         }
     }
 
@@ -243,6 +251,8 @@ struct Driver<'a> {
     offer: Offer,
     /// The conversation of the session's earlier runs.
     history: Vec<Message>,
+    /// The `session.trimmed` to journal once the run is claimed (the caps cut its history).
+    trimmed: Option<loom_core::event::Payload>,
     /// What the session's earlier runs spent, folded when this pilot began; `None` when no
     /// session limit applies (none set, or a sub-agent run).
     session_spent: Option<Spent>,
@@ -266,6 +276,10 @@ impl Driver<'_> {
         }
         if !state.status.is_terminal() {
             self.io.claim(state).await?;
+            if let Some(trimmed) = self.trimmed.take() {
+                let event = self.io.events().decision(state, trimmed);
+                self.io.write(state, vec![event]).await?;
+            }
             self.offer.open(&mut self.io, &agent.sources, state).await?;
         }
         tracing::debug!(run_id = %run.run_id, worker_id = %engine.worker_id, "driving run");

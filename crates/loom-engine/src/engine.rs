@@ -39,6 +39,8 @@ pub struct Engine {
     pub(crate) openings: Arc<tokio::sync::Mutex<()>>,
     /// Events between two `session.snapshot`s at least (`None`: no snapshot is written).
     pub(crate) snapshot_every: Option<u32>,
+    /// Caps on the history a run is sent (see [`Engine::with_history_caps`]).
+    pub(crate) history_caps: loom_core::state::compaction::Caps,
 }
 
 impl Engine {
@@ -60,6 +62,7 @@ impl Engine {
             stop: StopSignal::new(),
             openings: Arc::new(tokio::sync::Mutex::new(())),
             snapshot_every: Some(DEFAULT_SNAPSHOT_EVERY),
+            history_caps: loom_core::state::compaction::Caps::default(),
         }
     }
 

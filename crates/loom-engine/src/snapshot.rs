@@ -16,10 +16,10 @@
 //! conflict with another writer) only means it is written after a later run.
 
 use loom_core::{
-    Event, Message, RunState,
+    Event, RunState,
     event::{Payload, SessionSnapshot},
     ports::StoreError,
-    state::session_history,
+    state::compaction,
 };
 
 use crate::{
@@ -29,9 +29,9 @@ use crate::{
 
 impl Engine {
     /// Writes a `session.snapshot` for the session of `run` when one is due (see the module
-    /// documentation), as an event of `run` (a root run that just closed, of `agent`).
-    /// Returns whether one was written.
-    pub async fn snapshot_if_due(&self, run: &RunRef, agent: &str) -> Result<bool, EngineError> {
+    /// documentation), as an event of `run` (a root run that just closed) in the name of the
+    /// session's agent. Returns whether one was written.
+    pub async fn snapshot_if_due(&self, run: &RunRef) -> Result<bool, EngineError> {
         let Some(every) = self.snapshot_every else {
             return Ok(false);
         };
@@ -47,8 +47,11 @@ impl Engine {
         else {
             return Ok(false);
         };
+        let Some(agent) = crate::ownership::owner(&window.events).map(str::to_owned) else {
+            return Ok(false);
+        };
         let span = self.ids.uuid();
-        let event = self.events(run, agent, &root).event(
+        let event = self.events(run, &agent, &root).event(
             &span,
             None,
             None,
@@ -61,14 +64,6 @@ impl Engine {
             Err(other) => Err(other.into()),
         }
     }
-}
-
-/// Estimated tokens of `messages`, as the reference counts them (`len(JSON) / 4` each).
-pub fn estimate_tokens(messages: &[Message]) -> u64 {
-    messages
-        .iter()
-        .map(|m| serde_json::to_string(m).map_or(0, |json| json.len() as u64 / 4))
-        .sum()
 }
 
 /// The snapshot due after `window`, if one is (see the module documentation).
@@ -85,27 +80,26 @@ pub(crate) fn plan(window: &Window, every: u32) -> Result<Option<SessionSnapshot
     if covered.len() < every as usize {
         return Ok(None);
     }
-    let fresh = session_history(covered)?;
-    let fresh_tokens = estimate_tokens(&fresh);
     let base = window.snapshot.as_ref();
     let base_tokens = base.map_or(0, |s| s.tokens);
-    if fresh_tokens.saturating_mul(4) < base_tokens {
+    let covering = Window {
+        events: covered.to_vec(),
+        after: window.after,
+        snapshot: base.cloned(),
+    };
+    // Every earlier turn, the latest compaction applied (a compaction since the last snapshot
+    // is always worth a snapshot: it changed what the history holds).
+    let groups = covering.groups_before("")?;
+    let tokens = compaction::groups_tokens(&groups);
+    let compacted = compaction::latest_compaction(covered).is_some();
+    if !compacted && tokens.saturating_sub(base_tokens).saturating_mul(4) < base_tokens {
         return Ok(None);
     }
-    let mut messages = base.map(|s| s.messages.clone()).unwrap_or_default();
-    messages.extend(fresh);
+    let (messages, turns) = SessionSnapshot::describe(&groups);
     let mut spent = budget::root_runs_spent(covered)?
         .into_iter()
         .fold(budget::Spent::default(), |sum, run| sum.plus(run.spent));
-    let mut names = Window {
-        events: Vec::new(),
-        after: window.after,
-        snapshot: base.cloned(),
-    }
-    .names();
-    for event in covered {
-        names.note(event);
-    }
+    let names = covering.names();
     let mut state = base.and_then(|s| s.state.clone()).unwrap_or_default();
     for event in covered {
         state.apply(event);
@@ -119,10 +113,11 @@ pub(crate) fn plan(window: &Window, every: u32) -> Result<Option<SessionSnapshot
     Ok(Some(SessionSnapshot {
         up_to_seq: up_to,
         messages,
-        tokens: base_tokens + fresh_tokens,
+        tokens,
         spent: session_spent(&spent),
         models: names.into_map(),
         state,
+        turns,
     }))
 }
 

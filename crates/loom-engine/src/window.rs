@@ -10,10 +10,13 @@
 //! snapshot says of them stays true, and the runs after it are folded from the window.
 
 use loom_core::{
-    Event, Message,
+    Event,
     event::{Payload, SessionSnapshot, SessionSpent},
     ports::EventStore,
-    state::session_history,
+    state::{
+        compaction::{self, TurnGroup},
+        session_groups_raw,
+    },
 };
 
 use crate::{budget, error::EngineError, events::RunRef, io::ModelNames};
@@ -117,15 +120,21 @@ impl Window {
         &self.events[..start]
     }
 
-    /// The conversation of the session's root runs that began before `run_id`.
-    pub(crate) fn history_before(&self, run_id: &str) -> Result<Vec<Message>, EngineError> {
-        let mut history = self
+    /// The session's earlier turns before `run_id` (all of them when the run is not in the
+    /// window): the snapshot's, then one per root run that began after it, the latest
+    /// compaction among the events applied over both.
+    pub(crate) fn groups_before(&self, run_id: &str) -> Result<Vec<TurnGroup>, EngineError> {
+        let before = self.before(run_id);
+        let mut groups = self
             .snapshot
             .as_ref()
-            .map(|s| s.messages.clone())
+            .map(SessionSnapshot::groups)
             .unwrap_or_default();
-        history.extend(session_history(self.before(run_id))?);
-        Ok(history)
+        groups.extend(session_groups_raw(before)?);
+        Ok(match compaction::latest_compaction(before) {
+            Some(compacted) => compaction::apply_compaction(groups, compacted),
+            None => groups,
+        })
     }
 
     /// What the session's root runs that began before `run_id` spent.

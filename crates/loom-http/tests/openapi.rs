@@ -33,6 +33,7 @@ const ROUTES: &[(&str, &str)] = &[
     ("get", "/api/v1/sessions/{session_id}/files/{file}"),
     ("get", "/api/v1/sessions/{session_id}/state"),
     ("get", "/api/v1/sessions/{session_id}/report"),
+    ("post", "/api/v1/sessions/{session_id}/compact"),
     ("post", "/api/v1/hooks/{name}"),
     ("get", "/api/v1/healthz"),
     ("get", "/api/v1/readyz"),

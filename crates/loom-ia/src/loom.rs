@@ -25,6 +25,7 @@ use serde_json::{Map, Value};
 use crate::{LoomError, RunResult, SystemClock, budget::TenantBudget};
 
 mod attachments;
+mod compact;
 mod control;
 mod lifecycle;
 mod listen;
@@ -367,6 +368,8 @@ struct Inner {
     listening: std::sync::atomic::AtomicBool,
     /// Ends the subscription task when the instance goes.
     stop_listening: tokio_util::sync::CancellationToken,
+    /// The compactions this process runs in the background ([`Loom::compactions_idle`]).
+    compactions: compact::Tasks,
 }
 
 /// The stores [`Loom::open`] opened, before the instance is assembled around them.
@@ -598,6 +601,7 @@ impl Loom {
         if let Some(idempotency) = idempotency {
             engine = engine.with_idempotency(idempotency);
         }
+        engine = engine.with_history_caps(crate::resolve::history_caps(&config));
         let tenant_budgets = crate::resolve::tenant_budgets(&config);
         Ok(Loom {
             inner: Arc::new(Inner {
@@ -620,6 +624,7 @@ impl Loom {
                 notices,
                 listening: std::sync::atomic::AtomicBool::new(false),
                 stop_listening: tokio_util::sync::CancellationToken::new(),
+                compactions: compact::Tasks::default(),
             }),
         })
     }

@@ -1025,6 +1025,7 @@ mod tests {
                 tenant_id: "acme".into(),
             }],
             redacted: Vec::new(),
+            compaction: None,
         }
     }
 

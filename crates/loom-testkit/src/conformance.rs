@@ -167,6 +167,7 @@ pub fn marker(tenant: &str, session: &str, kind: &str, up_to_seq: u64) -> Event 
             spent: Default::default(),
             models: Default::default(),
             state: None,
+            turns: Vec::new(),
         })
     } else {
         Payload::SessionCompacted(SessionCompacted {

@@ -212,6 +212,18 @@ pub(super) enum Command {
         #[arg(long)]
         tenant: Option<String>,
     },
+    /// Compact a session now (`sessions.compaction`): the turns before the last `keep_last`
+    /// are summarized, checked for fidelity, and replaced by the summary.
+    Compact {
+        /// Session id.
+        session: String,
+        /// Tenant of the session (default `default`).
+        #[arg(long)]
+        tenant: Option<String>,
+        /// Print the outcome as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// List, show, list the files of, export, repair or delete sessions.
     Sessions {
         #[command(subcommand)]

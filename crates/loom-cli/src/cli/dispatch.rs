@@ -11,7 +11,7 @@ use crate::{App, FAILED, OK, REFUSED, output::out};
 use super::{
     args::{Cli, Command, KeysCommand, QueueCommand, StorageCommand},
     exit::{fail, print_json},
-    runs::{At, ReportOf, cancel, decide, inspect, report, resume, run, steer, validate},
+    runs::{At, ReportOf, cancel, compact, decide, inspect, report, resume, run, steer, validate},
 };
 
 pub(crate) async fn execute(cli: Cli, app: App, args: Vec<std::ffi::OsString>) -> u8 {
@@ -219,6 +219,11 @@ pub(crate) async fn execute(cli: Cli, app: App, args: Vec<std::ffi::OsString>) -
             session,
             tenant,
         } => steer(&loom, &run_id, &message, &At::new(session, tenant)).await,
+        Command::Compact {
+            session,
+            tenant,
+            json,
+        } => compact(&loom, &session, tenant.as_deref(), json).await,
         Command::Sessions { command, tenant } => {
             crate::sessions::run(&loom, command, tenant.as_deref()).await
         }

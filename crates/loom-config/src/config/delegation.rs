@@ -1014,7 +1014,13 @@ fn check_context(
 }
 
 /// Context names a template can read under `context.`.
-const CONTEXT_VARIABLES: &[&str] = &["user_input", "caller_context", "attachments", "last_turns"];
+const CONTEXT_VARIABLES: &[&str] = &[
+    "user_input",
+    "caller_context",
+    "attachments",
+    "session_summary",
+    "last_turns",
+];
 
 /// Every variable of `input_template` is declared (an argument, a context item, a tool of
 /// `tool_results`), and every declared context item is used.
@@ -1074,11 +1080,6 @@ fn check_input_template(
                     },
                 }
             }
-            ["context", "session_summary", ..] => Some(
-                "input_template uses 'context.session_summary': session summaries (compaction) \
-                 are not implemented in this version yet"
-                    .to_owned(),
-            ),
             ["context", "tool_results"] if declared_tools.is_empty() => Some(format!(
                 "input_template uses 'context.tool_results', but the context of role '{name}' \
                  declares no tool_results"
@@ -1100,8 +1101,8 @@ fn check_input_template(
                 }),
             ["context", item, ..] => Some(format!(
                 "unknown template variable 'context.{item}' (known: context.user_input, \
-                 context.caller_context, context.attachments, context.last_turns, \
-                 context.tool_results.<tool>, context.session_state.<key>)"
+                 context.caller_context, context.attachments, context.session_summary, \
+                 context.last_turns, context.tool_results.<tool>, context.session_state.<key>)"
             )),
             [head, ..] => Some(format!(
                 "unknown template variable '{head}' (known variables: args, context)"

@@ -284,6 +284,9 @@ fn context_item(item: &loom_config::ContextItem) -> RoleContext {
         loom_config::ContextItem::Name(loom_config::ContextName::Attachments) => {
             RoleContext::Attachments
         }
+        loom_config::ContextItem::Name(loom_config::ContextName::SessionSummary) => {
+            RoleContext::SessionSummary
+        }
         loom_config::ContextItem::ToolResults(results) => RoleContext::ToolResults {
             tools: results.tool_results.clone(),
             scope: match results.scope {
