@@ -2,9 +2,12 @@
 # long-session.sh: the cost of one more `loom run --session` in a long session, against a run
 # in a fresh session, through the CLI (the devis example, release build), on JSONL and SQLite.
 #
-# For each journal, a session is grown to at least EVENTS events (default 10,000) by running
-# the devis agent in it again and again (17 events per run, plus the session's snapshots),
-# each run a new process as a user's would be. Then hyperfine times, in new processes:
+# For each journal (JSONL, SQLite) and each configuration (`plain`: the example as it is, whose
+# history grows with every run; `compaction`: with `sessions.compaction` on a scripted fake
+# summarizer, `over_tokens: 4000`, `keep_last: 6`), a session is grown to at least EVENTS events
+# (default 10,000) by running the devis agent in it again and again (17 events per run, plus
+# the session's snapshots and compactions), each run a new process as a user's would be. Then
+# hyperfine times, in new processes:
 #   fresh   `run devis <message>`                 (a new session each time)
 #   long    `run devis <message> --session long`  (one more run in the long session)
 # and the script prints the journal's size. What a run reads of a long session is the last
@@ -43,11 +46,29 @@ echo "machine: $(nproc) CPU(s), $(uname -sr)"
 echo
 
 for backend in jsonl sqlite; do
-    dir="$work/$backend"
+for mode in plain compaction; do
+    dir="$work/$backend-$mode"
     mkdir -p "$dir"
     cp -R examples/devis/loom.yaml examples/devis/agents examples/devis/prompts "$dir/"
     if [ "$backend" = sqlite ]; then
         sed -i 's|backend: jsonl|backend: sqlite|; s|path: data .*|path: data/loom.db|' "$dir/loom.yaml"
+    fi
+    if [ "$mode" = compaction ]; then
+        # The summary keeps the amounts of the turns it replaces (the fidelity check wants them).
+        python3 - "$dir/loom.yaml" <<'PY'
+import sys
+path = sys.argv[1]
+summarizer = """  - id: resumeur
+    sdk: fake
+    model: SUM
+    params:
+      script:
+        - text: "Le client a demandé plusieurs fois le prix TTC d'un devis de rénovation de 1 250 € HT (TVA à 10 %) : 1 375 € TTC, soit 125 € de TVA."
+"""
+text = open(path).read().replace("models:\n", "models:\n" + summarizer, 1)
+text += "\nsessions:\n  compaction: {model: resumeur, over_tokens: 4000, keep_last: 6}\n"
+open(path, "w").write(text)
+PY
     fi
     cfg=(--config "$dir/loom.yaml")
     count() {
@@ -63,15 +84,17 @@ for backend in jsonl sqlite; do
         "$bin" "${cfg[@]}" run devis "$message" --session long >/dev/null
     done
     grown=$(count)
-    echo "== $backend: session 'long' grown to $grown events in $(echo "$EPOCHREALTIME - $start" | bc) s"
+    echo "== $backend, $mode: session 'long' grown to $grown events in $(echo "$EPOCHREALTIME - $start" | bc) s"
     if [ "$backend" = jsonl ]; then
         echo "   file: $(du -h "$dir/data/default/long.jsonl" | cut -f1)," \
-            "$(grep -c '"session.snapshot"' "$dir/data/default/long.jsonl") snapshots"
+            "$(grep -c '"type":"session.snapshot"' "$dir/data/default/long.jsonl") snapshots," \
+            "$(grep -c '"type":"session.compacted"' "$dir/data/default/long.jsonl") compactions"
     else
         echo "   database: $(du -h "$dir/data/loom.db" | cut -f1)"
     fi
     hyperfine -N --runs "$runs" --warmup 2 --time-unit millisecond \
-        --command-name "$backend fresh" "$bin --config $dir/loom.yaml run devis 'Un devis ?'" \
-        --command-name "$backend long" "$bin --config $dir/loom.yaml run devis 'Un devis ?' --session long"
+        --command-name "$backend $mode fresh" "$bin --config $dir/loom.yaml run devis 'Un devis ?'" \
+        --command-name "$backend $mode long" "$bin --config $dir/loom.yaml run devis 'Un devis ?' --session long"
     echo
+done
 done
