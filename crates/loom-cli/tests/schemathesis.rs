@@ -253,7 +253,7 @@ fn pass(address: &str, dir: &std::path::Path, key: &str, select: &[&str]) -> (bo
 }
 
 /// The operations of the document (each is tested by every pass).
-const OPERATIONS: usize = 21;
+const OPERATIONS: usize = 22;
 
 #[test]
 fn schemathesis_finds_no_server_error_and_no_answer_outside_the_document() {
