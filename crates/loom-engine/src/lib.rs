@@ -54,6 +54,7 @@ mod judges;
 mod judging;
 pub mod media;
 mod model_step;
+mod names;
 mod observer;
 mod offer;
 mod offload;

@@ -19,7 +19,7 @@ use loom_core::{
     },
 };
 
-use crate::{budget, error::EngineError, events::RunRef, io::ModelNames};
+use crate::{budget, error::EngineError, events::RunRef, names::ModelNames};
 
 /// The `type` of a snapshot event.
 pub(crate) const SNAPSHOT: &str = "session.snapshot";

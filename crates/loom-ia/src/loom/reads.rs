@@ -97,7 +97,29 @@ impl Loom {
     /// store's run index knows it (its sub-runs start after it), so a client polling a run
     /// (MCP's `run_status`, REST's `GET /runs/{id}`) does not read the runs before it.
     pub async fn result(&self, run: &RunRef) -> Result<RunResult, LoomError> {
-        let events = self.inner.engine.read_run(run).await?;
+        let mut events = self.inner.engine.read_run(run).await?;
+        // A compaction run just before the run (at its opening) is part of its result: read
+        // from its start when the events read begin with the run.
+        if let Some(first) = events
+            .first()
+            .filter(|e| e.run_id == run.run_id)
+            .map(|e| e.seq)
+        {
+            let store = self.inner.engine.store();
+            let previous = store
+                .last_of_type(&run.tenant_id, &run.session_id, "run.started", first)
+                .await?;
+            if let Some(previous) = previous.filter(|e| {
+                matches!(&e.payload, loom_core::Payload::RunStarted(p) if p.kind == "compaction")
+            }) {
+                let mut before = store
+                    .read(&run.tenant_id, &run.session_id, previous.seq - 1)
+                    .await?;
+                before.retain(|e| e.seq < first);
+                before.append(&mut events);
+                events = before;
+            }
+        }
         RunResult::from_events(&run.run_id, &events)
             .map_err(|e| LoomError::from(loom_engine::EngineError::Fold(e)))
     }
