@@ -130,8 +130,7 @@ impl Engine {
             lease,
             &cancel,
             agent.timeout,
-            journal,
-            window.names(),
+            &window,
         );
         io.session_state = agent.state.fold_window(journal);
         let mut driver = Driver {

@@ -80,8 +80,8 @@ pub(crate) const MIN_RENEWAL_PERIOD: Duration = Duration::from_secs(1);
 
 impl<'a> Io<'a> {
     /// The effects of a pilot writing `events` with `writer`, holding `lease`, cancelled by
-    /// `cancel`, bounded by `timeout`. `journal` is the session as the pilot read it (its
-    /// window), `names` the provider model names seen in the session.
+    /// `cancel`, bounded by `timeout`. `window` is the session as the pilot read it (the
+    /// provider model names seen come with it).
     pub(crate) fn new(
         events: Events<'a>,
         store: &'a dyn EventStore,
@@ -89,9 +89,10 @@ impl<'a> Io<'a> {
         lease: Lease<'a>,
         cancel: &'a Cancel,
         timeout: Option<Duration>,
-        journal: &[Event],
-        names: ModelNames,
+        window: &Window,
     ) -> Io<'a> {
+        let names = window.names();
+        let journal = &window.events;
         let mut last_ids = LastIds::default();
         for event in journal.iter().filter(|e| e.run_id == events.run().run_id) {
             last_ids.note(event);
