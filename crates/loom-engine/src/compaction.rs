@@ -107,6 +107,18 @@ impl Engine {
         self
     }
 
+    /// The turns of the history the next run of the session would be sent, before caps (the
+    /// latest compaction applied), read from the session's last snapshot on.
+    pub async fn history_groups(
+        &self,
+        tenant_id: &str,
+        session_id: &str,
+    ) -> Result<Vec<TurnGroup>, EngineError> {
+        Window::latest(self.store.as_ref(), tenant_id, session_id)
+            .await?
+            .groups_before("")
+    }
+
     /// Estimated tokens of the history the next run of the session would be sent, before caps.
     pub async fn history_tokens(
         &self,

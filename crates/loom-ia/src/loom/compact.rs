@@ -54,7 +54,7 @@ impl Loom {
             )
         })?;
         let store = self.inner.engine.store();
-        if store.read(tenant, session, 0).await?.is_empty() {
+        if store.last_seq(tenant, session).await? == 0 {
             return Err(LoomError::UnknownSession(session.to_owned()));
         }
         let done = self
@@ -178,10 +178,8 @@ impl Loom {
             return;
         };
         let engine = &self.inner.engine;
-        let Ok(events) = engine.store().read(tenant, session, 0).await else {
-            return;
-        };
-        let Ok(groups) = loom_core::state::session_groups(&events) else {
+        // From the session's last snapshot: never the whole journal.
+        let Ok(groups) = engine.history_groups(tenant, session).await else {
             return;
         };
         let tokens = loom_core::state::compaction::groups_tokens(&groups);
