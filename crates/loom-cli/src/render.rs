@@ -129,6 +129,9 @@ pub(crate) fn run_summary(result: &RunResult, tenant: &str) -> String {
     if result.session_id != result.run_id {
         let _ = writeln!(out, "Session    : {}", result.session_id);
     }
+    if let Some(note) = &result.compaction {
+        let _ = writeln!(out, "{}", compaction_line(note));
+    }
     for artifact in &result.artifacts {
         let _ = writeln!(
             out,
@@ -516,6 +519,37 @@ fn enum_name(value: &impl serde::Serialize) -> String {
         .ok()
         .and_then(|v| v.as_str().map(str::to_owned))
         .unwrap_or_default()
+}
+
+/// The report line of a compaction (`loom run`, `loom compact`).
+pub(crate) fn compaction_line(note: &loom_ia::CompactionNote) -> String {
+    let when = match note.when.as_deref() {
+        Some("after") => "after this run, ",
+        Some("before") => "before this run, ",
+        _ => "",
+    };
+    let run = note
+        .run_id
+        .as_deref()
+        .map(|id| format!(" (run {id})"))
+        .unwrap_or_default();
+    let what = match note.outcome.as_str() {
+        "applied" => format!(
+            "earlier turns summarized, {} kept · history {} → {} tokens · cost: {:.4} $",
+            note.kept.unwrap_or(0),
+            note.tokens_before.unwrap_or(0),
+            note.tokens_after.unwrap_or(0),
+            note.cost_usd
+        ),
+        "kept" => "the summary left out details of the originals: the original turns are kept \
+                   (see its guard.checked fidelity)"
+            .to_owned(),
+        "failed" => "the summarizer failed: the original turns are kept".to_owned(),
+        "running" => "in progress".to_owned(),
+        "queued" => "queued for a worker".to_owned(),
+        _ => "nothing to summarize".to_owned(),
+    };
+    format!("Compaction : {when}{what}{run}")
 }
 
 #[cfg(test)]

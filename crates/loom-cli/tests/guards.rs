@@ -1717,7 +1717,7 @@ fn a_judge_reads_its_criteria_its_context_and_the_output_as_the_reference_builds
 }
 
 #[test]
-fn a_session_summary_in_a_judges_context_is_refused_until_compaction_exists() {
+fn a_judge_reads_the_session_summary_empty_before_any_compaction() {
     let dir = copy_example("garde");
     edit(
         dir.path(),
@@ -1725,23 +1725,24 @@ fn a_session_summary_in_a_judges_context_is_refused_until_compaction_exists() {
         "  repair: {max_attempts: 1}\n",
         "  context: [user_input, session_summary]\n  repair: {max_attempts: 1}\n",
     );
-    for args in [&["validate"][..], &["run", "courrier", QUESTION]] {
-        let out = garde(dir.path(), args);
-        exits(&out, 2);
-        let stderr = text(&out.stderr);
-        assert!(
-            stderr.starts_with("config error: agents/courrier.yaml:"),
-            "{stderr}"
-        );
-        assert!(
-            stderr.contains(
-                "judge.context[1]: context 'session_summary' is not supported: no compaction \
-                 writes a session summary — this part of the Loom-IA format is not implemented \
-                 in this version yet"
-            ),
-            "{stderr}"
-        );
-    }
+    // The judge accepts only when its message holds the (empty) summary section.
+    script(
+        dir.path(),
+        "fake-juge",
+        json!([
+            {"with_text": "<session_summary>\n(none)\n</session_summary>", "tool_calls": [
+                {"name": "verdict", "arguments": {"criteria": [{"name": "poli", "score": 0.9, "reason": "ok"}]}}
+            ]},
+            {"without_text": "<session_summary>", "tool_calls": [
+                {"name": "verdict", "arguments": {"criteria": [{"name": "poli", "score": 0.1, "reason": "no summary"}]}}
+            ]}
+        ]),
+    );
+    exits(&garde(dir.path(), &["validate"]), 0);
+    let out = run(dir.path(), "courrier", QUESTION, "resume", &[]);
+    exits(&out, 0);
+    let events = journal(dir.path(), "resume");
+    assert_eq!(only(&events, "judge.evaluated")["passed"], true);
 }
 
 /// The courrier agent's judge with `when: <when>`.

@@ -1,6 +1,7 @@
 //! The journal through the `loom` binary: a corrupted session named "corrupted at
 //! `<file>:<line>`" by every command that meets it, its valid events exported, its unreadable
-//! line set aside (and journaled); a run refused in a session of another agent (exit code 2).
+//! line set aside (and journaled); a run refused in a session of another agent (exit code 2);
+//! the offset index beside a session, kept by the runs and rebuilt when a crash damaged it.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -152,4 +153,58 @@ fn a_run_in_a_session_of_another_agent_is_refused() {
         dir.path(),
         &["run", "devis", "Encore", "--session", "quotes"],
     ));
+}
+
+/// The offset index beside a session file (`<session>.jsonl.idx`) is written by the runs; lost,
+/// truncated or garbled (a crash while it was written), it changes nothing the commands show,
+/// is written again by the next read, and the next run continues the session.
+#[test]
+fn the_offset_index_is_kept_beside_the_session_and_rebuilt_when_damaged() {
+    let dir = project();
+    let mut runs = Vec::new();
+    for message in ["Bonjour", "Encore", "Et encore"] {
+        let (_, stderr) = ok(&loom(
+            dir.path(),
+            &["run", "chef", message, "--session", "long"],
+        ));
+        runs.push(run_id_of(&stderr));
+    }
+    let index = dir.path().join("data/default/long.jsonl.idx");
+    let kept = fs::read_to_string(&index).unwrap();
+    assert!(kept.starts_with("loom-jsonl-index 1 "), "{kept}");
+    for run in &runs {
+        assert!(
+            kept.lines()
+                .any(|l| l.starts_with("mark run.started ") && l.ends_with(run.as_str())),
+            "{run} not marked: {kept}"
+        );
+    }
+    let inspect = |run: &str| ok(&loom(dir.path(), &["inspect", run, "--session", "long"])).0;
+    let shown: Vec<String> = runs.iter().map(|run| inspect(run)).collect();
+    let damages: [(&str, &dyn Fn()); 3] = [
+        ("truncated", &|| {
+            fs::write(&index, &kept[..kept.len() / 2]).unwrap()
+        }),
+        ("garbled", &|| fs::write(&index, "not an index\n").unwrap()),
+        ("lost", &|| fs::remove_file(&index).unwrap()),
+    ];
+    for (damage, apply) in damages {
+        apply();
+        for (run, shown) in runs.iter().zip(&shown) {
+            assert_eq!(&inspect(run), shown, "{damage}: {run}");
+        }
+        let rebuilt = fs::read_to_string(&index).unwrap();
+        assert!(
+            rebuilt.starts_with("loom-jsonl-index 1 "),
+            "{damage}: {rebuilt}"
+        );
+    }
+    ok(&loom(
+        dir.path(),
+        &["run", "chef", "Enfin", "--session", "long"],
+    ));
+    let events = journal(dir.path(), "long");
+    let seqs: Vec<u64> = events.iter().map(|e| e["seq"].as_u64().unwrap()).collect();
+    assert_eq!(seqs, (1..=events.len() as u64).collect::<Vec<_>>());
+    assert_eq!(events.len(), 32);
 }

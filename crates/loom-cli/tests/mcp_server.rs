@@ -247,6 +247,7 @@ fn agents_are_tools_over_stdio_with_progress_control_tools_resources_and_attachm
             "loom://traces/{run_id}{?session_id}",
             "loom://sessions/{session_id}",
             "loom://sessions/{session_id}/events",
+            "loom://sessions/{session_id}/state",
             "loom://artifacts/{tenant}/{session_id}/{file}",
         ])
     );
@@ -366,7 +367,7 @@ fn agents_are_tools_over_stdio_with_progress_control_tools_resources_and_attachm
     assert!(first_text(&seen["bad_base64"]).starts_with("attachments[0].data is not base64"));
     assert_eq!(
         first_text(&seen["bad_arguments"]),
-        "unknown argument 'text' (expected message, session_id, attachments)"
+        "unknown argument 'text' (expected message, session_id, attachments, state)"
     );
     // An agent kept off MCP is not a tool.
     assert!(

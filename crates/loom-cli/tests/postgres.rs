@@ -307,7 +307,7 @@ fn migrate_auto_applies_the_schema_at_start() {
     );
     assert_eq!(
         text(&out.stdout).trim(),
-        "artifacts v1, events v1, events v2, idempotency v1"
+        "artifacts v1, events v1, events v2, events v3, idempotency v1"
     );
     // A second start finds it applied.
     let out = run_in(
@@ -352,9 +352,18 @@ fn four_processes_write_one_session_at_once() {
         assert_eq!(stdout.trim(), ANSWER);
     }
     let events = exported(dir.path(), Some(&url));
-    assert_eq!(events.len(), 4 * 17, "every event of the four runs, once");
     let seqs: Vec<u64> = events.iter().map(|e| e["seq"].as_u64().unwrap()).collect();
-    assert_eq!(seqs, (1..=68).collect::<Vec<u64>>(), "seqs without gap");
+    assert_eq!(
+        seqs,
+        (1..=events.len() as u64).collect::<Vec<u64>>(),
+        "seqs without gap"
+    );
+    // Past 50 events, the run that closes last may add a session snapshot.
+    let events: Vec<Value> = events
+        .into_iter()
+        .filter(|e| e["type"] != "session.snapshot")
+        .collect();
+    assert_eq!(events.len(), 4 * 17, "every event of the four runs, once");
     for i in 1..=4 {
         let run_id = format!("p{i}");
         let of_run: Vec<&Value> = events

@@ -195,3 +195,101 @@ fn a_worker_without_a_queue_is_refused() {
     let error = String::from_utf8_lossy(&out.stderr);
     assert!(error.contains("storage.queue"), "{error}");
 }
+
+/// A session past `over_tokens` after a run a worker drove is compacted by a `compaction` job
+/// (`compact:<session>`) that a worker runs: the journal gets the `_compaction` run, triggered
+/// by that run, and `session.compacted`.
+#[test]
+fn a_compaction_job_is_run_by_a_worker() {
+    let Some(url) = services::rabbitmq("a_compaction_job_is_run_by_a_worker") else {
+        return;
+    };
+    let queue = services::unique("loomcompact");
+    let dir = tempfile::tempdir().unwrap();
+    let yaml = config(&queue)
+        .replace(
+            "agents:\n",
+            "  - id: summarizer\n    sdk: fake\n    model: SUM\n    params:\n      script:\n        - text: Two greetings, DEV-2041.\nagents:\n",
+        )
+        + "sessions:\n  compaction: {model: summarizer, over_tokens: 30, keep_last: 1}\n";
+    std::fs::write(dir.path().join("loom.yaml"), yaml).unwrap();
+    let worker = Command::new(loom_bin())
+        .current_dir(dir.path())
+        .env_remove("LOOM_PROFILE")
+        .env_remove("LOOM_LOG")
+        .env("LOOM_AMQP", &url)
+        .args(["--config", "loom.yaml", "worker", "--jobs", "2"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    for (message, run_id) in [("Devis DEV-2041, bonjour.", "w1"), ("Encore.", "w2")] {
+        let out = loom(
+            dir.path(),
+            &url,
+            &[
+                "run",
+                "hello",
+                message,
+                "--session",
+                "c",
+                "--run-id",
+                run_id,
+            ],
+        );
+        assert_eq!(out.status.code(), Some(0), "{out:?}");
+    }
+    let path = dir.path().join("data/default/c.jsonl");
+    let events = || -> Vec<Value> {
+        std::fs::read_to_string(&path)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    };
+    wait::blocking_until("the worker to compact the session", || {
+        events().iter().any(|e| e["type"] == "session.compacted")
+    });
+    let events = events();
+    let started = events
+        .iter()
+        .find(|e| e["type"] == "run.started" && e["payload"]["kind"] == "compaction")
+        .unwrap();
+    assert_eq!(started["payload"]["triggered_by"], "w2");
+    assert_eq!(started["agent"], "_compaction");
+    wait::blocking_until("the jobs to be acknowledged", || {
+        let depth = depth(dir.path(), &url);
+        depth["ready"] == 0 && depth["dead"] == 0
+    });
+    let killed = Command::new("kill")
+        .args(["-TERM", &worker.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let out = worker.wait_with_output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // The queues of this test go with it.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let queues = loom_rabbitmq::RabbitQueue::connect(
+            &url,
+            loom_rabbitmq::QueueOptions {
+                prefix: queue.clone(),
+                max_attempts: 5,
+            },
+        )
+        .await
+        .unwrap();
+        queues.delete_queues().await.unwrap();
+    });
+}

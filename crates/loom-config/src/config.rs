@@ -2,6 +2,7 @@
 
 mod agents;
 mod at_rest;
+mod compaction;
 mod delegation;
 mod env;
 mod pricing;
@@ -10,12 +11,14 @@ mod refusals;
 mod sections;
 mod server;
 mod services;
+mod state;
 mod storage;
 mod tenants;
 mod tools;
 mod triggers;
 
 pub use agents::MCP_CONTROL_TOOLS;
+pub use compaction::COMPACTION_AGENT;
 pub use refusals::APPROVAL_POLICY;
 pub use tools::BUILTIN_TOOLS;
 
@@ -258,6 +261,8 @@ pub struct Config {
     meta: Vec<AgentMeta>,
     warnings: Vec<String>,
     env_file: EnvVars,
+    /// The summarizer's system prompt read from `sessions.compaction.system_file`.
+    compaction_system: Option<String>,
 }
 
 /// A tenant that the configuration does not declare (see [`Config::check_tenant`]).
@@ -466,6 +471,12 @@ impl Config {
                 issue,
             )
         })
+    }
+
+    /// The summarizer's system prompt of `sessions.compaction.system_file` (`None`: the
+    /// built-in one, or no compaction).
+    pub fn compaction_system(&self) -> Option<&str> {
+        self.compaction_system.as_deref()
     }
 
     /// Warnings found at load: located messages (`file:line:col key.path: message`) about
@@ -807,6 +818,7 @@ fn build(
         meta,
         warnings: Vec::new(),
         env_file: env_vars,
+        compaction_system: None,
     };
     delegation::check_tenants(&config)?;
     for i in 0..config.agents.len() {
@@ -816,6 +828,7 @@ fn build(
     pricing::check_money_budgets(&mut config)?;
     delegation::check_security(&config)?;
     triggers::check_triggers(&config)?;
+    config.compaction_system = compaction::check(&config)?;
     Ok(config)
 }
 

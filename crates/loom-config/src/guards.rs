@@ -356,11 +356,11 @@ impl RoleSpec {
     }
 }
 
-/// A context item of a role or a judge: a name, `{tool_results: [...]}` or `{last_turns: N}`.
+/// A context item of a role or a judge: a name, `{tool_results: [...]}`, `{last_turns: N}` or
+/// `{session_state: [keys]}`.
 ///
-/// `session_state` (and `{session_state: [...]}`) and `session_summary` belong to the reference
-/// format but are not implemented in this version (no session state, no compaction to write a
-/// summary): they are refused with that reason.
+/// `session_state` is refused in a judge's context (checked when the configuration is loaded),
+/// as the reference does.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
 #[serde(untagged)]
 pub enum ContextItem {
@@ -370,6 +370,8 @@ pub enum ContextItem {
     ToolResults(ToolResultsContext),
     /// The last turns of the session (one turn = one run).
     LastTurns(LastTurnsContext),
+    /// Some keys of the session state (`session_state` alone: every key).
+    SessionStateKeys(SessionStateContext),
 }
 
 impl ContextItem {
@@ -380,18 +382,24 @@ impl ContextItem {
             ContextItem::Name(name) => name.as_str(),
             ContextItem::ToolResults(_) => "tool_results",
             ContextItem::LastTurns(_) => "last_turns",
+            ContextItem::SessionStateKeys(_) => "session_state",
+        }
+    }
+
+    /// The state keys the item reads: `None` for an item that is not session state, all of
+    /// them (`Some(None)`) for `session_state`, some (`Some(Some(keys))`) for
+    /// `{session_state: [keys]}`.
+    pub fn state_keys(&self) -> Option<Option<&[String]>> {
+        match self {
+            ContextItem::Name(ContextName::SessionState) => Some(None),
+            ContextItem::SessionStateKeys(keys) => Some(Some(&keys.session_state)),
+            _ => None,
         }
     }
 }
 
 const CONTEXT_EXPECTED: &str = "expected one of: user_input, caller_context, attachments, \
-{tool_results: [tools]}, {last_turns: N}";
-
-const SESSION_STATE_LATER: &str = "context 'session_state' is not supported — this part of the \
-Loom-IA format is not implemented in this version yet";
-
-const SESSION_SUMMARY_LATER: &str = "context 'session_summary' is not supported: no compaction \
-writes a session summary — this part of the Loom-IA format is not implemented in this version yet";
+session_summary, session_state, {tool_results: [tools]}, {last_turns: N}, {session_state: [keys]}";
 
 impl<'de> Deserialize<'de> for ContextItem {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
@@ -401,8 +409,8 @@ impl<'de> Deserialize<'de> for ContextItem {
                 "user_input" => Ok(ContextItem::Name(ContextName::UserInput)),
                 "caller_context" => Ok(ContextItem::Name(ContextName::CallerContext)),
                 "attachments" => Ok(ContextItem::Name(ContextName::Attachments)),
-                "session_summary" => Err(D::Error::custom(SESSION_SUMMARY_LATER)),
-                "session_state" => Err(D::Error::custom(SESSION_STATE_LATER)),
+                "session_summary" => Ok(ContextItem::Name(ContextName::SessionSummary)),
+                "session_state" => Ok(ContextItem::Name(ContextName::SessionState)),
                 other => Err(D::Error::custom(format!(
                     "unknown context item '{other}' ({CONTEXT_EXPECTED})"
                 ))),
@@ -418,7 +426,9 @@ impl<'de> Deserialize<'de> for ContextItem {
                     .map_err(D::Error::custom)
             }
             Value::Object(map) if map.contains_key("session_state") => {
-                Err(D::Error::custom(SESSION_STATE_LATER))
+                SessionStateContext::deserialize(&value)
+                    .map(ContextItem::SessionStateKeys)
+                    .map_err(D::Error::custom)
             }
             Value::Object(map) => {
                 let keys: Vec<&str> = map.keys().map(String::as_str).collect();
@@ -444,6 +454,10 @@ pub enum ContextName {
     CallerContext,
     /// The images attached to the run (the model needs `capabilities.vision`).
     Attachments,
+    /// The session's latest applied compaction summary (empty when there is none).
+    SessionSummary,
+    /// The session state, every key the agent declares (not in a judge's context).
+    SessionState,
 }
 
 impl ContextName {
@@ -453,6 +467,8 @@ impl ContextName {
             ContextName::UserInput => "user_input",
             ContextName::CallerContext => "caller_context",
             ContextName::Attachments => "attachments",
+            ContextName::SessionSummary => "session_summary",
+            ContextName::SessionState => "session_state",
         }
     }
 }
@@ -484,6 +500,15 @@ pub enum ContextScope {
     Run,
     /// Every run of the session.
     Session,
+}
+
+/// Context `{session_state: [keys]}`: some keys of the session state.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SessionStateContext {
+    /// State keys the agent declares (at least one).
+    #[schemars(length(min = 1))]
+    pub session_state: Vec<String>,
 }
 
 /// Context `last_turns`: the last turns of the session.

@@ -46,6 +46,7 @@ mod model;
 mod prompt;
 mod security;
 mod sessions;
+mod state;
 mod tenant;
 mod trigger;
 mod yaml;
@@ -54,9 +55,9 @@ use std::path::{Path, PathBuf};
 
 pub use access::{HostPattern, LOOPBACK_HOSTS, OriginPattern, PortPattern};
 pub use at_rest::{EncryptionStorage, RetentionStorage};
-pub use sessions::{CompactionConfig, HistoryCaps, SessionsConfig, StateLimits};
 pub use config::{
-    APPROVAL_POLICY, BUILTIN_TOOLS, Config, DEFAULT_TENANT, MCP_CONTROL_TOOLS, UnknownTenant,
+    APPROVAL_POLICY, BUILTIN_TOOLS, COMPACTION_AGENT, Config, DEFAULT_TENANT, MCP_CONTROL_TOOLS,
+    UnknownTenant,
 };
 pub use env_file::{EnvFile, EnvVars, LoadOptions};
 pub use error::{ConfigError, ConfigErrorKind};
@@ -64,8 +65,8 @@ pub use files::MAX_FILE_BYTES;
 pub use guards::{
     Budgets, ContextItem, ContextName, ContextScope, Criterion, HookPoint, JudgeSpec, JudgeWhen,
     LastTurnsContext, OnError, OnExceed, OnFailure, OutputContract, PolicyRef, REQUIRE_TOOL_POLICY,
-    RepairSettings, RepairTools, RoleSpec, RunBudgetSpec, SessionBudgetSpec, SubAgentRef,
-    TenantBudgetSpec, ToolResultsContext, default_input_schema,
+    RepairSettings, RepairTools, RoleSpec, RunBudgetSpec, SessionBudgetSpec, SessionStateContext,
+    SubAgentRef, TenantBudgetSpec, ToolResultsContext, default_input_schema,
 };
 pub use model::{
     AgentApproval, AgentSpec, ArtifactsBackend, ArtifactsStorage, AttachmentsExecution,
@@ -81,6 +82,8 @@ pub use model::{
     PostgresPool, QueueBackend, QueueStorage,
 };
 pub use security::{ApiKeySpec, RateLimit, Scope, SecurityConfig, is_key_hash, parse_expiry};
+pub use sessions::{CompactionConfig, HistoryCaps, SessionsConfig, StateLimits};
+pub use state::{OnMissing, StateKey, StateSource};
 pub use tenant::{
     CaptureOverride, Quotas, SecretSource, TenantSpec, TenantStorage, TenantTelemetry,
 };

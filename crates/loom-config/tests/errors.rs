@@ -51,7 +51,7 @@ main:
     assert_eq!(
         refused(MODELS, &[("agents/devis.yaml", agent)]),
         "agents/devis.yaml:4:3 main.temperature: unknown key 'temperature' \
-         (expected one of: model, fallbacks, system, system_file, llm)"
+         (expected one of: model, fallbacks, system, system_file, llm, context)"
     );
 }
 
@@ -682,7 +682,7 @@ fn guard_refusals_snapshot() {
             GUARD_AGENT.replace("model: fake-1", "model: blind") + ROLE + "    context: [user_input]\n",
         ),
         (
-            "main context not yet",
+            "main context without state keys",
             "",
             GUARD_AGENT.replace("  model: fake-1\n", "  model: fake-1\n  context: [session_state]\n"),
         ),
@@ -737,7 +737,7 @@ fn guard_refusals_snapshot() {
             ROLE.to_owned() + "    input_schema: {type: object, properties: {a: {type: 12}}}\n",
         ),
         ("role receives nothing", "", ROLE.into()),
-        ("session_state context", "", ROLE.to_owned() + "    context: [session_state]\n"),
+        ("session_state context without state keys", "", ROLE.to_owned() + "    context: [session_state]\n"),
         (
             "session_state mapping",
             "",
@@ -782,7 +782,7 @@ fn guard_refusals_snapshot() {
             role("    input_template: \"{{ args.topic }} {{ context.history }}\"\n"),
         ),
         (
-            "template session_state",
+            "template session_state not declared",
             "",
             role("    input_template: \"{{ args.topic }} {{ context.session_state.cart }}\"\n"),
         ),
@@ -791,7 +791,6 @@ fn guard_refusals_snapshot() {
             "",
             role("    context: [user_input, caller_context]\n    input_template: \"{{ args.topic }} {{ context.user_input }}\"\n"),
         ),
-        ("session_summary context", "", ROLE.to_owned() + "    context: [session_summary]\n"),
         (
             "template session_summary",
             "",
@@ -878,11 +877,6 @@ fn guard_refusals_snapshot() {
             "judge: {model: judge-1, criteria: [{name: c, rule: r}]}\n".to_owned()
                 + &role("    judge: {model: judge-1, name: output, criteria: [{name: c, rule: r}]}\n"),
         ),
-        (
-            "judge session_summary context",
-            "",
-            "judge: {model: judge-1, criteria: [{name: c, rule: r}], context: [session_summary]}\n".into(),
-        ),
         ("judge sample", "", "judge: {model: judge-1, criteria: [{name: c, rule: r}], when: {sample: 2}}\n".into()),
         ("judge unknown tenant", "tenants: [{id: acme}]\n", "judge: {model: judge-1, criteria: [{name: c, rule: r}], when: {tenants: [acme, dupont]}}\n".into()),
         ("judge tenant without tenants", "", "judge: {model: judge-1, criteria: [{name: c, rule: r}], when: {tenants: [acme]}}\n".into()),
@@ -900,6 +894,21 @@ fn guard_refusals_snapshot() {
         ("judge timeout", "", "judge: {model: judge-1, criteria: [{name: c, rule: r}], timeout: -1}\n".into()),
         ("unknown key in judge", "", "judge: {model: judge-1, criteria: [{name: c, rule: r}], sample: 1}\n".into()),
         ("unknown key in role", "", role("    tools: [lookup]\n")),
+        // Sessions: compaction and history caps.
+        ("compaction model unknown", "sessions: {compaction: {model: summarizer}}\n", String::new()),
+        (
+            "compaction hard_tokens not above over_tokens",
+            "sessions: {compaction: {model: judge-1, over_tokens: 5000, hard_tokens: 5000}}\n",
+            String::new(),
+        ),
+        (
+            "compaction system_file missing",
+            "sessions: {compaction: {model: judge-1, system_file: summary.md}}\n",
+            String::new(),
+        ),
+        ("compaction without model", "sessions: {compaction: {over_tokens: 10}}\n", String::new()),
+        ("history max_turns zero", "sessions: {history: {max_turns: 0}}\n", String::new()),
+        ("reserved agent name", "", "name: _compaction\nmain: {model: fake-1}\n".into()),
     ];
     let mut transcript = String::new();
     let mut accepted = Vec::new();
@@ -914,6 +923,137 @@ fn guard_refusals_snapshot() {
         "accepted, expected refusals: {accepted:?}"
     );
     insta::assert_snapshot!("guard_refusals", transcript);
+}
+
+/// Agent `a`'s state: one key filled from `lookup`, one with a default.
+const STATE: &str = "\
+state:
+  client: {schema: {type: string}, from: [{tool: lookup, path: /client}]}
+  lang: {schema: {type: string}, default: fr}
+";
+
+/// The refusals of session state: its keys (schemas, required and default, limits, sources)
+/// and the contexts that read it.
+#[test]
+fn state_refusals_snapshot() {
+    let key = |extra: &str| format!("state:\n  client: {{schema: {{type: string}}{extra}}}\n");
+    let cases: Vec<(&str, &str, String)> = vec![
+        ("schema missing", "", "state:\n  client: {description: who}\n".into()),
+        ("schema invalid", "", "state:\n  client: {schema: {type: objekt}}\n".into()),
+        ("invalid key name", "", "state:\n  \"the client\": {schema: {type: string}}\n".into()),
+        ("required with default", "", key(", required: true, default: C-1")),
+        ("default off schema", "", key(", default: 12")),
+        (
+            "default over max_value_bytes",
+            "sessions: {state: {max_value_bytes: 8}}\n",
+            key(", default: a rather long client name"),
+        ),
+        (
+            "defaults over max_total_bytes",
+            "sessions: {state: {max_value_bytes: 100, max_total_bytes: 30}}\n",
+            "state:\n  a: {schema: {type: string}, default: abcdefghij}\n  b: {schema: {type: string}, default: abcdefghij}\n".into(),
+        ),
+        ("from unknown tool", "", key(", from: [{tool: nope, path: /client}]")),
+        ("from excluded MCP tool", "", GUARD_AGENT.replace("  - mcp: notes\n", "") + "  - {mcp: notes, exclude: [secret]}\n" + &key(", from: [{tool: notes__secret, path: /x}]")),
+        ("from path and value", "", key(", from: [{tool: lookup, path: /client, value: x}]")),
+        ("from neither path nor value", "", key(", from: [{tool: lookup}]")),
+        ("from path not a pointer", "", key(", from: [{tool: lookup, path: client}]")),
+        ("from value off schema", "", key(", from: [{tool: lookup, value: 3}]")),
+        ("from unknown on_missing", "", key(", from: [{tool: lookup, path: /c, on_missing: skip}]")),
+        ("unknown key in a state key", "", key(", kind: text")),
+        (
+            "main context other than state",
+            "",
+            GUARD_AGENT.replace("  model: fake-1\n", "  model: fake-1\n  context: [user_input]\n") + STATE,
+        ),
+        (
+            "main context unknown key",
+            "",
+            GUARD_AGENT.replace("  model: fake-1\n", "  model: fake-1\n  context: [{session_state: [cart]}]\n") + STATE,
+        ),
+        (
+            "main context twice",
+            "",
+            GUARD_AGENT.replace("  model: fake-1\n", "  model: fake-1\n  context: [session_state, {session_state: [lang]}]\n") + STATE,
+        ),
+        (
+            "role session_state unknown key",
+            "",
+            STATE.to_owned() + ROLE + "    context: [{session_state: [client, cart]}]\n",
+        ),
+        (
+            "role session_state key twice",
+            "",
+            STATE.to_owned() + ROLE + "    context: [{session_state: [client, client]}]\n",
+        ),
+        (
+            "role session_state empty list",
+            "",
+            STATE.to_owned() + ROLE + "    context: [{session_state: []}]\n",
+        ),
+        (
+            "template state key not read",
+            "",
+            STATE.to_owned() + &role("    context: [{session_state: [client]}]\n    input_template: \"{{ args.topic }} {{ context.session_state.lang }}\"\n"),
+        ),
+        (
+            "declared session_state unused",
+            "",
+            STATE.to_owned() + &role("    context: [session_state]\n    input_template: \"{{ args.topic }}\"\n"),
+        ),
+        (
+            "judge session_state",
+            "",
+            STATE.to_owned() + "judge: {model: judge-1, criteria: [{name: c, rule: r}], context: [session_state]}\n",
+        ),
+    ];
+    let mut transcript = String::new();
+    let mut accepted = Vec::new();
+    for (name, root_extra, agent_extra) in &cases {
+        match guard_load(root_extra, agent_extra, None) {
+            Ok(_) => accepted.push(*name),
+            Err(err) => transcript.push_str(&format!("{name}\n  {err}\n")),
+        }
+    }
+    assert!(
+        accepted.is_empty(),
+        "accepted, expected refusals: {accepted:?}"
+    );
+    insta::assert_snapshot!("state_refusals", transcript);
+}
+
+/// Declared state, read by the orchestrator, a role's context and its template, loads.
+#[test]
+fn session_state_is_accepted_where_the_reference_allows_it() {
+    let agent = GUARD_AGENT.replace(
+        "  model: fake-1\n",
+        "  model: fake-1\n  context: [{session_state: [client]}]\n",
+    ) + STATE
+        + &role(
+            "    context: [session_state]\n    input_template: \"{{ args.topic }} {{ context.session_state.client }} {{ context.session_state.lang }}\"\n",
+        );
+    let config = guard_load("", &agent, None).expect("accepted");
+    let spec = config.agent("a").expect("agent a");
+    assert_eq!(spec.state.len(), 2);
+    assert_eq!(spec.state["lang"].default, Some(serde_json::json!("fr")));
+    assert_eq!(
+        spec.state["client"].from[0].path.as_deref(),
+        Some("/client")
+    );
+    assert_eq!(spec.main.context[0].key(), "session_state");
+}
+
+#[test]
+fn session_summary_and_compaction_are_accepted() {
+    // A role's and a judge's context, and a template, may read the session summary.
+    let agent = role(
+        "    context: [session_summary]\n    input_template: \"{{ args.topic }} {{ context.session_summary }}\"\n",
+    ) + "judge: {model: judge-1, criteria: [{name: c, rule: r}], context: [session_summary]}\n";
+    let root = "sessions:\n  compaction: {model: judge-1, over_tokens: 100, hard_tokens: 101, system_file: role.md}\n  history: {max_turns: 4}\n";
+    let config = guard_load(root, &agent, None).unwrap();
+    assert_eq!(config.compaction_system(), Some("Role of {{ agent }}"));
+    let compaction = config.raw().sessions.compaction.clone().unwrap();
+    assert_eq!((compaction.keep_last, compaction.blocking), (6, false));
 }
 
 #[test]

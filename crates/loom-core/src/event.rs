@@ -32,7 +32,7 @@ pub use run::{
 pub use sealed::SealedPayload;
 pub use session::{
     ArtifactStored, SessionCompacted, SessionRepaired, SessionSnapshot, SessionSpent,
-    SessionTrimmed,
+    SessionTrimmed, SnapshotTurn,
 };
 pub use tool::{
     CircuitOpened, IdempotencyRecorded, IdempotencyReused, ToolCalled, ToolCompleted,

@@ -429,11 +429,21 @@ pub fn repair_message(policy: &str, feedback: &str) -> String {
     format!("{REPAIR_PREFIX}{policy}): {feedback}")
 }
 
+/// The last user message of an orchestrator shown the session state: `state_json` (compact,
+/// sorted by key) between `<session_state>` tags. Never journaled.
+pub fn session_state_message(state_json: &str) -> String {
+    format!("<session_state>{state_json}</session_state>")
+}
+
 /// Whether a user message's text is a note of the engine rather than something the user said:
-/// the [`FINALIZE_HINT`], a system note, a repair request ([`repair_message`]). A scripted model
-/// counts its turns from the last message that is not one, as the reference's fake model does.
+/// the [`FINALIZE_HINT`], a system note, a repair request ([`repair_message`]), the session
+/// state ([`session_state_message`]). A scripted model counts its turns from the last message
+/// that is not one, as the reference's fake model does.
 pub fn is_engine_note(text: &str) -> bool {
-    text == FINALIZE_HINT || text.starts_with(SYSTEM_NOTE_PREFIX) || text.starts_with(REPAIR_PREFIX)
+    text == FINALIZE_HINT
+        || text.starts_with(SYSTEM_NOTE_PREFIX)
+        || text.starts_with(REPAIR_PREFIX)
+        || (text.starts_with("<session_state>") && text.ends_with("</session_state>"))
 }
 
 #[cfg(test)]
@@ -447,6 +457,9 @@ mod tests {
         assert!(is_engine_note(
             "[System note: the call c1 ran with other arguments.]"
         ));
+        assert!(is_engine_note(&session_state_message(
+            "{\"client\":\"C-1\"}"
+        )));
         assert!(!is_engine_note("Que vaut le devis D-2026-042 ?"));
         assert_eq!(
             repair_message("cite_le_devis", "cite it"),

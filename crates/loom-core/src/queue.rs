@@ -28,15 +28,19 @@ pub enum JobKind {
     Resume,
     /// Expire the approvals of a paused run whose deadline passed, then drive it.
     ExpireApproval,
+    /// Compact the session's history (`sessions.compaction`); the job's run is the one that
+    /// triggered it.
+    Compaction,
 }
 
 impl JobKind {
-    /// The name jobs carry on the wire (`run`, `resume`, `expire_approval`).
+    /// The name jobs carry on the wire (`run`, `resume`, `expire_approval`, `compaction`).
     pub fn as_str(self) -> &'static str {
         match self {
             JobKind::Run => "run",
             JobKind::Resume => "resume",
             JobKind::ExpireApproval => "expire_approval",
+            JobKind::Compaction => "compaction",
         }
     }
 }
@@ -58,7 +62,8 @@ pub struct Job {
     pub session_id: String,
     /// The run.
     pub run_id: String,
-    /// The dedup key: `run:<run id>` for runs and resumes, `expire:<run id>` for expiries.
+    /// The dedup key: `run:<run id>` for runs and resumes, `expire:<run id>` for expiries,
+    /// `compact:<session id>` for compactions.
     /// Two jobs with one key ask the same thing.
     pub key: String,
     /// What the kind needs beyond the ids (a JSON object; empty for most).
@@ -70,7 +75,8 @@ pub struct Job {
 }
 
 impl Job {
-    /// A job of `kind` on a run, keyed by the run (`run:<id>`, or `expire:<id>` for expiries).
+    /// A job of `kind` on a run, keyed by the run (`run:<id>`, or `expire:<id>` for expiries),
+    /// or by its session for a compaction (`compact:<session>`).
     pub fn for_run(
         kind: JobKind,
         tenant_id: impl Into<String>,
@@ -78,14 +84,16 @@ impl Job {
         run_id: impl Into<String>,
     ) -> Job {
         let run_id = run_id.into();
+        let session_id = session_id.into();
         let key = match kind {
             JobKind::ExpireApproval => format!("expire:{run_id}"),
             JobKind::Run | JobKind::Resume => format!("run:{run_id}"),
+            JobKind::Compaction => format!("compact:{session_id}"),
         };
         Job {
             kind,
             tenant_id: tenant_id.into(),
-            session_id: session_id.into(),
+            session_id,
             run_id,
             key,
             params: serde_json::Map::new(),
@@ -220,6 +228,15 @@ mod tests {
             text,
             r#"{"kind":"run","tenant_id":"acme","session_id":"s1","run_id":"r1","key":"run:r1"}"#
         );
+        assert_eq!(serde_json::from_str::<Job>(&text).unwrap(), job);
+    }
+
+    #[test]
+    fn a_compaction_job_is_keyed_by_its_session() {
+        let job = Job::for_run(JobKind::Compaction, "acme", "s1", "r1");
+        assert_eq!(job.key, "compact:s1");
+        let text = serde_json::to_string(&job).unwrap();
+        assert!(text.starts_with(r#"{"kind":"compaction","#), "{text}");
         assert_eq!(serde_json::from_str::<Job>(&text).unwrap(), job);
     }
 }

@@ -64,7 +64,7 @@ impl Payload {
             Payload::ToolCalled(_) => &["arguments"],
             Payload::ToolCompleted(_) => &["output"],
             Payload::ArtifactStored(_) => &["name"],
-            Payload::SessionSnapshot(_) => &["messages"],
+            Payload::SessionSnapshot(_) => &["messages", "state"],
             Payload::SessionCompacted(_) => &["summary"],
             Payload::ApprovalRequested(_) | Payload::ApprovalGranted(_) => &["arguments", "reason"],
             Payload::ApprovalRejected(_) => &["reason"],

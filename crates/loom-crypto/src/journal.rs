@@ -3,10 +3,11 @@
 //! `append` seals each event's payload with the tenant's first key, the AAD binding it to the
 //! seq the store will give it (`expected_last_seq + 1 + i`: the store writes the batch only if
 //! its last seq is `expected_last_seq`, `loom_core::journal::assign_seq`), and hands back the
-//! clear events; `read` and `salvage` open every sealed payload and check the opened event
-//! whole (its envelope must match its clear payload). Envelopes stay clear, so what a store does
-//! with them (the run index, listings, seq checks, deletion, the pushed-down search and session
-//! index) needs no key: a session whose key is gone can still be listed and erased.
+//! clear events; `read`, `salvage` and `last_of_type` open every sealed payload and check the
+//! opened event whole (its envelope must match its clear payload). Envelopes stay clear, so
+//! what a store does with them (the run index, listings, seq checks, deletion, the pushed-down
+//! search and session index, the offsets and types behind `last_of_type`) needs no key: a
+//! session whose key is gone can still be listed and erased.
 
 use std::sync::Arc;
 
@@ -204,6 +205,25 @@ impl EventStore for SealedJournal {
         run_id: &'a str,
     ) -> BoxFuture<'a, Result<Option<u64>, StoreError>> {
         self.inner.run_start(tenant_id, session_id, run_id)
+    }
+
+    /// The store's own answer (it finds the type by the clear envelope), opened.
+    fn last_of_type<'a>(
+        &'a self,
+        tenant_id: &'a str,
+        session_id: &'a str,
+        event_type: &'a str,
+        before_seq: u64,
+    ) -> BoxFuture<'a, Result<Option<Event>, StoreError>> {
+        Box::pin(async move {
+            let found = self
+                .inner
+                .last_of_type(tenant_id, session_id, event_type, before_seq)
+                .await?;
+            let mut events: Vec<Event> = found.into_iter().collect();
+            open_all(self.keys.as_ref(), &mut events)?;
+            Ok(events.pop())
+        })
     }
 
     fn salvage<'a>(

@@ -11,6 +11,7 @@ use crate::{
     contract,
     judges::JudgeRuntime,
     roles::RoleRuntime,
+    session_state::StateSpec,
 };
 
 /// The default per-call tool timeout (`execution.tools.timeout`).
@@ -64,6 +65,11 @@ pub struct AgentRuntime {
     pub max_depth: u32,
     /// Roles, offered to the orchestrator as tools after `tools` (see [`crate::roles`]).
     pub roles: Vec<RoleRuntime>,
+    /// Session state: the declared keys, their limits, what the orchestrator is shown.
+    pub state: StateSpec,
+    /// The markers the final output must keep (the `_compaction` agent's fidelity check, see
+    /// [`crate::fidelity`]); `None` for every other agent.
+    pub fidelity: Option<crate::fidelity::Fidelity>,
 }
 
 /// The agent's `approval:` settings.
@@ -112,6 +118,8 @@ impl AgentRuntime {
             subagents: Vec::new(),
             max_depth: 1,
             roles: Vec::new(),
+            state: StateSpec::default(),
+            fidelity: None,
         }
     }
 

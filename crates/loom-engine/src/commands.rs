@@ -24,7 +24,8 @@ use crate::{
     judges::JudgeMode,
     observer::Observer,
     ownership, tree,
-    writer::{Attempt, append_fresh},
+    window::Window,
+    writer::{Attempt, Reading, append_fresh},
 };
 
 /// A request to open a run.
@@ -52,6 +53,10 @@ pub struct BeginRun {
     pub attachments: Vec<Attachment>,
     /// The trigger (webhook) that opened the run, journaled in `run.started.trigger`.
     pub trigger: Option<String>,
+    /// Session-state values set by the caller, journaled in `run.started.state` once checked
+    /// against the agent's keys (declared, schema, limits, required keys; see
+    /// [`crate::StateSpec::check_given`]).
+    pub state: Map<String, Value>,
 }
 
 impl Engine {
@@ -59,7 +64,8 @@ impl Engine {
     /// `message.user` (the message, then an `artifact` block per attachment) in one batch.
     ///
     /// Nothing is written when the ids are unusable, an attachment is refused (count, size,
-    /// type; see [`crate::AttachmentLimits::check`]), the chosen run id exists in the tenant
+    /// type; see [`crate::AttachmentLimits::check`]), the caller's state is refused
+    /// ([`EngineError::StateRefused`]), the chosen run id exists in the tenant
     /// (in any session: [`EngineError::RunExists`] names the session that holds it), or the
     /// session's journal cannot be folded. Attachments are stored in the artifact store once
     /// the run is known to be new, just before the batch is appended.
@@ -100,8 +106,18 @@ impl Engine {
             }
             session_history(events)?;
             ownership::check(events, &run.session_id, &agent.name)?;
+            agent
+                .state
+                .check_given(&agent.state.fold_window(events), &begin.state)?;
             Ok(())
         };
+        // The values themselves first: a refused state reads no journal.
+        for (key, value) in &begin.state {
+            agent
+                .state
+                .check_value(key, value)
+                .map_err(EngineError::StateRefused)?;
+        }
         // A chosen id names one run of the tenant: held from the index lookup to the append.
         let _opening = match &begin.run_id {
             Some(_) => Some(self.openings.lock().await),
@@ -127,14 +143,18 @@ impl Engine {
             trigger: begin.trigger,
             judges: begin.judges.as_str().into(),
             budget: begin.budget,
-            state: Default::default(),
+            state: begin.state.clone(),
         }))];
         let mut message = begin.message;
         if let Some(store) = &self.artifacts
             && !begin.attachments.is_empty()
         {
             // Stored once the run is known to be new, not before.
-            is_new(&self.store.read(&run.tenant_id, &run.session_id, 0).await?)?;
+            is_new(
+                &Window::latest(self.store.as_ref(), &run.tenant_id, &run.session_id)
+                    .await?
+                    .events,
+            )?;
             let stored = crate::attachments::store(
                 store.as_ref(),
                 &run.tenant_id,
@@ -153,7 +173,7 @@ impl Engine {
             policy: None,
             tools: true,
         })));
-        let ((), written) = append_fresh(self.store.as_ref(), &run, |events| {
+        let ((), written) = append_fresh(self.store.as_ref(), &run, Reading::Latest, |events| {
             is_new(events)?;
             Ok(Attempt::Write(opening.clone(), ()))
         })
@@ -165,11 +185,12 @@ impl Engine {
         Ok(run)
     }
 
-    /// Refuses a chosen run id that another session of the tenant already holds (the run
-    /// index of the journal); the same session is checked with its journal when appending.
+    /// Refuses a chosen run id that a session of the tenant already holds (the run index of
+    /// the journal); what the session received since its last snapshot is checked again with
+    /// its journal when appending.
     async fn unused_in_tenant(&self, run: &RunRef) -> Result<(), EngineError> {
         match self.store.find_run(&run.tenant_id, &run.run_id).await? {
-            Some(session_id) if session_id != run.session_id => Err(EngineError::RunExists {
+            Some(session_id) => Err(EngineError::RunExists {
                 run_id: run.run_id.clone(),
                 session_id,
             }),
@@ -215,7 +236,7 @@ impl Engine {
         run: &RunRef,
         agent_name: &str,
     ) -> Result<(), EngineError> {
-        append_fresh(self.store.as_ref(), run, |events| {
+        append_fresh(self.store.as_ref(), run, Reading::Run(run), |events| {
             let state = RunState::fold(&run.run_id, events)?;
             let now = self.clock.now();
             let ours = state
@@ -246,7 +267,7 @@ impl Engine {
         message: Message,
     ) -> Result<(), EngineError> {
         message.check().map_err(EngineError::Unusable)?;
-        append_fresh(self.store.as_ref(), run, |events| {
+        append_fresh(self.store.as_ref(), run, Reading::Run(run), |events| {
             let state = RunState::fold(&run.run_id, events)?;
             if state.finished || state.status.is_terminal() {
                 return Err(EngineError::Invalid(format!(
@@ -276,7 +297,7 @@ impl Engine {
         agent_name: &str,
         by: Option<String>,
     ) -> Result<bool, EngineError> {
-        append_fresh(self.store.as_ref(), run, |events| {
+        append_fresh(self.store.as_ref(), run, Reading::Run(run), |events| {
             let state = RunState::fold(&run.run_id, events)?;
             if state.finished || state.status.is_terminal() {
                 return Ok(Attempt::Done(false));
@@ -319,7 +340,7 @@ impl Engine {
                 "corrected arguments apply to one named call: give its call id".into(),
             ));
         }
-        append_fresh(self.store.as_ref(), run, |events| {
+        append_fresh(self.store.as_ref(), run, Reading::Run(run), |events| {
             let state = RunState::fold(&run.run_id, events)?;
             // Requests of the open sub-runs surface on their ancestors.
             let descendants = if state.finished || state.status.is_terminal() {

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use loom_core::{
     Block, BlockKind, Event, Message, Role, RunState, event::Payload, event::RunContext,
-    ports::EventStore,
+    ports::EventStore, state::SessionState,
 };
 use serde_json::{Value, json};
 
@@ -43,6 +43,11 @@ pub enum RoleContext {
     /// The last N turns of the session before this run (one turn = one run: its request and
     /// its final answer).
     LastTurns(u32),
+    /// The session state: every key (`None`) or these keys, as compact JSON sorted by key.
+    SessionState(Option<Vec<String>>),
+    /// The summary of the session's latest compaction applied to this run's history (written
+    /// before the run began), empty when there is none.
+    SessionSummary,
 }
 
 impl RoleContext {
@@ -54,6 +59,8 @@ impl RoleContext {
             RoleContext::Attachments => "attachments",
             RoleContext::ToolResults { .. } => "tool_results",
             RoleContext::LastTurns(_) => "last_turns",
+            RoleContext::SessionState(_) => "session_state",
+            RoleContext::SessionSummary => "session_summary",
         }
     }
 }
@@ -130,12 +137,14 @@ pub(crate) struct Gathered {
 }
 
 /// What the declared `context` items give a role or a judge: tagged blocks, template values
-/// and images. The session journal is read only when an item needs earlier runs.
+/// and images. The session journal is read only when an item needs earlier runs;
+/// `session_state` is the session's state as the pilot holds it (a judge reads none).
 pub(crate) async fn gather(
     store: &dyn EventStore,
     run: &RunRef,
     state: &RunState,
     context: &[RoleContext],
+    session_state: Option<&SessionState>,
 ) -> Result<Gathered, EngineError> {
     let mut gathered = Gathered {
         values: BTreeMap::new(),
@@ -147,6 +156,7 @@ pub(crate) async fn gather(
         matches!(
             c,
             RoleContext::LastTurns(_)
+                | RoleContext::SessionSummary
                 | RoleContext::CallerContext
                 | RoleContext::ToolResults {
                     scope: ContextScope::Session,
@@ -235,6 +245,26 @@ pub(crate) async fn gather(
                 }
                 gathered.values.insert(key.into(), Value::Object(by_tool));
             }
+            RoleContext::SessionState(keys) => {
+                let values: serde_json::Map<String, Value> = session_state
+                    .map(SessionState::values)
+                    .unwrap_or_default()
+                    .into_iter()
+                    .filter(|(k, _)| keys.as_ref().is_none_or(|keys| keys.contains(k)))
+                    .collect();
+                let sorted: BTreeMap<&String, &Value> = values.iter().collect();
+                let json = serde_json::to_string(&sorted).unwrap_or_else(|_| "{}".into());
+                gathered.blocks.push(tagged(key, &json));
+                gathered.values.insert(key.into(), Value::Object(values));
+            }
+            RoleContext::SessionSummary => {
+                let summary = session
+                    .as_ref()
+                    .and_then(|s| s.summary.clone())
+                    .unwrap_or_default();
+                gathered.blocks.push(tagged(key, &or_none(summary.clone())));
+                gathered.values.insert(key.into(), Value::String(summary));
+            }
             RoleContext::LastTurns(n) => {
                 let earlier = session.as_ref().map_or(&[][..], |s| &s.earlier[..]);
                 let turns = last_turns(earlier, *n);
@@ -273,7 +303,13 @@ pub(crate) fn session_of(events: &[Event], run_id: &str) -> Result<Session, Engi
             earlier.push(RunState::fold(&event.run_id, before)?);
         }
     }
-    Ok(Session { context, earlier })
+    let summary =
+        loom_core::state::compaction::latest_compaction(before).map(|c| c.summary.clone());
+    Ok(Session {
+        context,
+        earlier,
+        summary,
+    })
 }
 
 /// What the session gives a judge's (or a role's) context.
@@ -282,6 +318,8 @@ pub(crate) struct Session {
     pub(crate) context: Option<RunContext>,
     /// Earlier root runs of the session, in order.
     pub(crate) earlier: Vec<RunState>,
+    /// The summary of the latest compaction written before the run began.
+    pub(crate) summary: Option<String>,
 }
 
 /// The last `n` turns of `earlier` runs (one turn = one run): `user: <request>`, then

@@ -19,14 +19,11 @@
 
 use std::{sync::Arc, time::Instant};
 
-use loom_core::{
-    BoxFuture, Message, Role, RunState, RunStatus, approval::Approver, event::Effect,
-    state::session_history,
-};
+use loom_core::{BoxFuture, Message, Role, RunState, RunStatus, approval::Approver, event::Effect};
 
 use crate::{
     agent::AgentRuntime,
-    budget::{self, Spent},
+    budget::Spent,
     cancel::Cancel,
     chain::Models,
     decide::{self, Rules},
@@ -43,6 +40,7 @@ use crate::{
     subagents::{Pilot, Spawn},
     tools::{self, Batch, BatchEnd},
     tree,
+    window::Window,
     writer::SessionWriter,
 };
 
@@ -75,39 +73,49 @@ impl Engine {
         approver: Option<Arc<dyn Approver>>,
     ) -> Result<RunState, EngineError> {
         let cancel: Cancel = cancel.into();
-        let journal = self.store.read(&run.tenant_id, &run.session_id, 0).await?;
-        let mut state = RunState::fold(&run.run_id, &journal)?;
+        // What of the session this run reads: from the last snapshot before it began.
+        let window = Window::of_run(self.store.as_ref(), run).await?;
+        let journal = &window.events;
+        let mut state = RunState::fold(&run.run_id, journal)?;
         if state.finished {
             return Ok(state);
         }
         let sub = state.parent_run_id.is_some();
-        // The conversation of the session's earlier runs: every event before this run began
-        // (a store returns events in seq order). A sub-run starts from its message alone.
-        let start = journal
-            .iter()
-            .position(|e| e.run_id == run.run_id)
-            .unwrap_or(0);
-        let history = if sub {
-            Vec::new()
+        // The conversation of the session's earlier runs: the snapshot's turns, then every
+        // root run that began after it and before this one, the latest compaction applied,
+        // within the caps. A sub-run starts from its message alone; a compaction run reads
+        // the turns it summarizes in its request, not as history.
+        let (history, trim) = if sub || state.kind != "normal" {
+            (Vec::new(), None)
         } else {
-            session_history(&journal[..start])?
+            crate::compaction::history(window.groups_before(&run.run_id)?, self.history_caps)
         };
+        // What the caps left out is journaled once per run.
+        let trimmed = trim
+            .filter(|_| !crate::compaction::already_trimmed(journal, &run.run_id))
+            .map(|t| crate::compaction::trimmed(&t));
         let session_spent = match &agent.budget {
             Some(limits) if !limits.session.is_empty() && !sub => {
-                Some(budget::session_spent(&journal, &run.run_id)?)
+                Some(window.spent_before(&run.run_id)?)
             }
             _ => None,
         };
-        let offer = Offer::new(agent, state.depth, &journal, &run.run_id)?;
+        // Roles that read the tool results of the whole session read all of it.
+        let offer = if roles::read_earlier_results(&agent.roles) && window.after > 0 {
+            let whole = Window::whole(self.store.as_ref(), &run.tenant_id, &run.session_id).await?;
+            Offer::new(agent, state.depth, &whole.events, &run.run_id)?
+        } else {
+            Offer::new(agent, state.depth, journal, &run.run_id)?
+        };
         let children_blocked = state.status == RunStatus::WaitingChild
-            && tree::blocked(&journal, &state, self.clock.now());
+            && tree::blocked(journal, &state, self.clock.now());
         let root_run_id = state.root_run_id.clone();
         let writer = SessionWriter::new(
             self.store.as_ref(),
             run,
             &self.worker_id,
             observer,
-            journal.last().map_or(0, |e| e.seq),
+            window.last_seq(),
         );
         let lease = Lease {
             worker_id: &self.worker_id,
@@ -115,15 +123,16 @@ impl Engine {
             sub,
         };
         let events = self.events(run, &agent.name, &root_run_id);
-        let io = Io::new(
+        let mut io = Io::new(
             events,
             self.store.as_ref(),
             writer,
             lease,
             &cancel,
             agent.timeout,
-            &journal,
+            &window,
         );
+        io.session_state = agent.state.fold_window(journal);
         let mut driver = Driver {
             reads: Reads {
                 engine: self,
@@ -135,6 +144,7 @@ impl Engine {
             io,
             offer,
             history,
+            trimmed,
             session_spent,
             children_blocked,
         };
@@ -144,16 +154,22 @@ impl Engine {
         match outcome {
             // A step abandoned mid-way: what is durable is what the journal says.
             Ok(()) if self.stop.is_interrupted() && !state.finished => {
-                let journal = self.store.read(&run.tenant_id, &run.session_id, 0).await?;
-                return Ok(RunState::fold(&run.run_id, &journal)?);
+                let window = Window::of_run(self.store.as_ref(), run).await?;
+                return Ok(RunState::fold(&run.run_id, &window.events)?);
             }
             Ok(()) => {}
             // Closed by someone else (a cancel from another process): that is the outcome.
             Err(EngineError::RunMoved(_)) => {
-                let journal = self.store.read(&run.tenant_id, &run.session_id, 0).await?;
-                return Ok(RunState::fold(&run.run_id, &journal)?);
+                let window = Window::of_run(self.store.as_ref(), run).await?;
+                return Ok(RunState::fold(&run.run_id, &window.events)?);
             }
             Err(other) => return Err(other),
+        }
+        if !sub && state.finished {
+            // A snapshot only saves reading: failing to write one loses nothing.
+            if let Err(error) = self.snapshot_if_due(run).await {
+                tracing::warn!(run_id = %run.run_id, %error, "session snapshot not written");
+            }
         }
         tracing::debug!(
             run_id = %run.run_id,
@@ -209,6 +225,7 @@ impl<'a> Reads<'a> {
                 models: self.models(),
                 store: self.engine.store.as_ref(),
             },
+            fidelity: self.agent.fidelity.as_ref(),
         }
     }
 
@@ -233,6 +250,8 @@ struct Driver<'a> {
     offer: Offer,
     /// The conversation of the session's earlier runs.
     history: Vec<Message>,
+    /// The `session.trimmed` to journal once the run is claimed (the caps cut its history).
+    trimmed: Option<loom_core::event::Payload>,
     /// What the session's earlier runs spent, folded when this pilot began; `None` when no
     /// session limit applies (none set, or a sub-agent run).
     session_spent: Option<Spent>,
@@ -256,6 +275,10 @@ impl Driver<'_> {
         }
         if !state.status.is_terminal() {
             self.io.claim(state).await?;
+            if let Some(trimmed) = self.trimmed.take() {
+                let event = self.io.events().decision(state, trimmed);
+                self.io.write(state, vec![event]).await?;
+            }
             self.offer.open(&mut self.io, &agent.sources, state).await?;
         }
         tracing::debug!(run_id = %run.run_id, worker_id = %engine.worker_id, "driving run");
@@ -372,8 +395,12 @@ impl Driver<'_> {
             .offer
             .now(&agent.roles, engine.artifacts.as_ref(), state)
             .into_owned();
+        // With `main.context`, every call ends with the session state and the system prompt
+        // says what it is.
+        let system = agent.state.system(&agent.system);
         let orchestrator = Orchestrator {
-            system: &agent.system,
+            system: &system,
+            state: agent.state.message(&self.io.session_state),
             chain: agent.chain().collect(),
             policies: &agent.policies,
             budget: agent.budget.as_ref(),

@@ -18,6 +18,9 @@ use crate::{
 /// The lease a driver takes on a run (`execution.lease`).
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(60);
 
+/// Events between two `session.snapshot`s at least, by default (`sessions.snapshot_every`).
+pub const DEFAULT_SNAPSHOT_EVERY: u32 = 50;
+
 /// The engine: drives runs against a journal.
 #[derive(Debug, Clone)]
 pub struct Engine {
@@ -34,6 +37,10 @@ pub struct Engine {
     /// Held while a run with a chosen id is opened, from the check that the id is unused in the
     /// tenant to the append of its `run.started` (see [`Engine::begin`]).
     pub(crate) openings: Arc<tokio::sync::Mutex<()>>,
+    /// Events between two `session.snapshot`s at least (`None`: no snapshot is written).
+    pub(crate) snapshot_every: Option<u32>,
+    /// Caps on the history a run is sent (see [`Engine::with_history_caps`]).
+    pub(crate) history_caps: loom_core::state::compaction::Caps,
 }
 
 impl Engine {
@@ -54,7 +61,17 @@ impl Engine {
             attachment_limits: Arc::new(AttachmentLimits::default()),
             stop: StopSignal::new(),
             openings: Arc::new(tokio::sync::Mutex::new(())),
+            snapshot_every: Some(DEFAULT_SNAPSHOT_EVERY),
+            history_caps: loom_core::state::compaction::Caps::default(),
         }
+    }
+
+    /// Writes a `session.snapshot` after a root run once at least `every` events were written
+    /// since the last one (and the history grew by a quarter; see [`Engine::snapshot_if_due`]);
+    /// `None` writes none. The default is 50, as `sessions.snapshot_every`.
+    pub fn with_snapshots(mut self, every: Option<u32>) -> Engine {
+        self.snapshot_every = every.filter(|every| *every > 0);
+        self
     }
 
     /// The engine's stop signal, shared by its clones: once raised, every run it drives lets

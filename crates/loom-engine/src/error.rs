@@ -51,6 +51,10 @@ pub enum EngineError {
     /// and sending it again unchanged cannot succeed.
     #[error("{0}")]
     Unusable(String),
+    /// The caller's session state was refused (an undeclared key, a value off its schema or
+    /// too large, a required key without value). Nothing was written.
+    #[error("state refused: {0}")]
+    StateRefused(String),
     /// A run was asked in a session another agent opened: a session is continued by the agent
     /// that opened it (its sub-agents run in it as child runs). Nothing was written.
     #[error(

@@ -7,7 +7,6 @@
 //! own narrow context, and acts through this one.
 
 use std::{
-    collections::{BTreeSet, HashMap},
     future::Future,
     time::{Duration, Instant},
 };
@@ -17,15 +16,17 @@ use loom_core::{
     Event, RunState,
     event::{Effect, Outcome, Payload, RunClaimed, StepCompleted, StepStarted},
     ports::EventStore,
+    state::SessionState,
 };
 
 use crate::{
-    binding::ModelBinding,
     cancel::Cancel,
     error::EngineError,
     events::Events,
+    names::ModelNames,
     tree,
     units::{fmt_secs, millis},
+    window::Window,
     writer::SessionWriter,
 };
 
@@ -68,6 +69,9 @@ pub(crate) struct Io<'a> {
     pub(crate) names: ModelNames,
     /// When this pilot last wrote its claim, and the lease that claim gave it.
     claimed: Option<(DateTime<Utc>, Duration)>,
+    /// The session's state, folded from the journal the pilot read, then from every event
+    /// written or read since (this run's, and other runs' met on a conflict).
+    pub(crate) session_state: SessionState,
 }
 
 /// The shortest time between two renewals of a lease (the reference renews every third of the
@@ -76,7 +80,8 @@ pub(crate) const MIN_RENEWAL_PERIOD: Duration = Duration::from_secs(1);
 
 impl<'a> Io<'a> {
     /// The effects of a pilot writing `events` with `writer`, holding `lease`, cancelled by
-    /// `cancel`, bounded by `timeout`. `journal` is the session as the pilot read it.
+    /// `cancel`, bounded by `timeout`. `window` is the session as the pilot read it (the
+    /// provider model names seen come with it).
     pub(crate) fn new(
         events: Events<'a>,
         store: &'a dyn EventStore,
@@ -84,12 +89,10 @@ impl<'a> Io<'a> {
         lease: Lease<'a>,
         cancel: &'a Cancel,
         timeout: Option<Duration>,
-        journal: &[Event],
+        window: &Window,
     ) -> Io<'a> {
-        let mut names = ModelNames::default();
-        for event in journal {
-            names.note(event);
-        }
+        let names = window.names();
+        let journal = &window.events;
         let mut last_ids = LastIds::default();
         for event in journal.iter().filter(|e| e.run_id == events.run().run_id) {
             last_ids.note(event);
@@ -105,6 +108,7 @@ impl<'a> Io<'a> {
             last_ids,
             names,
             claimed: None,
+            session_state: SessionState::default(),
         }
     }
 
@@ -137,14 +141,17 @@ impl<'a> Io<'a> {
                 .iter()
                 .any(|e| e.run_id == run.run_id && e.payload.is_closing())
         {
-            let journal = self.store.read(&run.tenant_id, &run.session_id, 0).await?;
-            let mut closing = tree::closing(&self.events, &journal, &run.run_id)?;
+            let window = Window::of_run(self.store, run).await?;
+            let mut closing = tree::closing(&self.events, &window.events, &run.run_id)?;
             closing.extend(batch);
             closing
         } else {
             batch
         };
         let written = self.writer.append(batch).await?;
+        for event in self.writer.take_seen().iter().chain(&written) {
+            self.session_state.apply(event);
+        }
         for event in self.writer.take_foreign() {
             state.apply(&event)?;
         }
@@ -423,34 +430,6 @@ impl StepSpan {
                 outcome,
             }),
         )
-    }
-}
-
-/// Which model configs produced each provider model name (from `model.responded`), so that
-/// reasoning blocks of other models are not sent to a fallback.
-#[derive(Debug, Default, Clone)]
-pub(crate) struct ModelNames(HashMap<String, BTreeSet<String>>);
-
-impl ModelNames {
-    pub(crate) fn note(&mut self, event: &Event) {
-        if let Payload::ModelResponded(p) = &event.payload
-            && let Some(config) = &p.model
-        {
-            self.0
-                .entry(p.model_id.clone())
-                .or_default()
-                .insert(config.clone());
-        }
-    }
-
-    /// Whether a reasoning block produced by the provider model `model_id` belongs to `model`
-    /// (a name never seen answering is given the benefit of the doubt).
-    pub(crate) fn is_own(&self, model_id: &str, model: &ModelBinding) -> bool {
-        model_id == model.model_id
-            || self
-                .0
-                .get(model_id)
-                .is_none_or(|configs| configs.contains(&model.config_id))
     }
 }
 

@@ -581,7 +581,7 @@ async fn prompt(
         prompt.push_str(&format!("{}: {}\n", criterion.name, criterion.rule));
     }
     prompt.push_str("</criteria>\n");
-    let gathered = context::gather(store, run, state, &judge.context).await?;
+    let gathered = context::gather(store, run, state, &judge.context, None).await?;
     for block in gathered.blocks {
         prompt.push_str(&block);
         prompt.push('\n');

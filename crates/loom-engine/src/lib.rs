@@ -21,7 +21,8 @@
 //! **Layout.** The loop is a dispatcher (`driver.rs`) over its points, each a module given only
 //! what it reads: the decisions (`decide.rs`), the model step (`model_step.rs`), the review of
 //! an answer and the final output's guards (`review.rs`, `judging.rs`), the tool batch
-//! (`tools/`). They act on the run through `io.rs` (events written and applied, lease,
+//! (`tools/`), and the fidelity guard of compaction summaries (`fidelity.rs`, used by
+//! `compaction.rs`). They act on the run through `io.rs` (events written and applied, lease,
 //! cancellation, timeout). No module names the driver and the modules import each other in no
 //! circle (checked by `xtask/tests/tidy.rs`); this file only declares modules and re-exports.
 //!
@@ -37,6 +38,7 @@ pub mod budget;
 mod cancel;
 mod chain;
 mod commands;
+pub mod compaction;
 mod context;
 pub mod contract;
 mod decide;
@@ -44,6 +46,7 @@ mod driver;
 mod engine;
 mod error;
 mod events;
+pub mod fidelity;
 mod hooks;
 mod ids;
 mod io;
@@ -51,6 +54,7 @@ mod judges;
 mod judging;
 pub mod media;
 mod model_step;
+mod names;
 mod observer;
 mod offer;
 mod offload;
@@ -61,11 +65,14 @@ mod resilience;
 mod review;
 mod role_guards;
 pub mod roles;
+mod session_state;
+mod snapshot;
 mod stop;
 mod subagents;
 mod tools;
 mod tree;
 mod units;
+mod window;
 mod writer;
 
 pub use agent::{
@@ -80,8 +87,9 @@ pub use binding::{
 pub use budget::{BudgetLimits, OnExceed, RunLimits, SessionLimits};
 pub use cancel::Cancel;
 pub use commands::BeginRun;
+pub use compaction::{COMPACTION_AGENT, COMPACTION_SYSTEM, Compaction, Compactor};
 pub use context::{ContextScope, RoleContext};
-pub use engine::{DEFAULT_LEASE, Engine};
+pub use engine::{DEFAULT_LEASE, DEFAULT_SNAPSHOT_EVERY, Engine};
 pub use error::EngineError;
 pub use events::RunRef;
 pub use ids::Ids;
@@ -95,6 +103,9 @@ pub use offload::artifact_read as artifact_reader;
 pub use request::request_hash;
 pub use resilience::{Breakers, CircuitSettings, ModelTimeouts, RetryPolicy};
 pub use roles::{REFS_HINT, RoleRuntime};
+pub use session_state::{
+    STATE_HINT, STATE_TAG, StateFrom, StateKeySpec, StateSpec, StateValue, StateView,
+};
 pub use stop::StopSignal;
 pub use subagents::AGENT_HINT;
 pub use tools::{UNKNOWN_REASON, UNKNOWN_STATE, idempotency_key};

@@ -29,8 +29,10 @@ use crate::{
 
 /// What the model step reads of the agent and the session.
 pub(crate) struct Orchestrator<'a> {
-    /// The agent's rendered system prompt.
+    /// The agent's rendered system prompt (with the state hint when it is shown the state).
     pub(crate) system: &'a str,
+    /// The session state's message (`main.context`), sent last and never journaled.
+    pub(crate) state: Option<Message>,
     /// The `main` slot's chain: `main`, then the fallbacks.
     pub(crate) chain: Vec<&'a ModelBinding>,
     /// The agent's policies (those hooked on `before_model` run here).
@@ -212,6 +214,7 @@ fn requests(
         .cloned();
     let tools = tools.to_vec();
     let history = orchestrator.history.to_vec();
+    let state_message = orchestrator.state.clone();
     let names = io.names.clone();
     move |model: &ModelBinding| {
         let mut request = request::build(
@@ -223,6 +226,11 @@ fn requests(
             finalizing,
             choice,
         );
+        if let Some(message) = &state_message {
+            // Before the finalize hint, which stays the last word.
+            let at = request.messages.len() - usize::from(finalizing);
+            request.messages.insert(at, message.clone());
+        }
         request::strip_foreign_reasoning(&mut request.messages, |id| names.is_own(id, model));
         if refs {
             request.system = roles::with_refs_hint(&request.system);

@@ -7,15 +7,12 @@ use loom_core::{Event, Payload};
 
 use crate::error::EngineError;
 
-/// Refuses a new root run of `agent` in a session whose journal (`events`) was opened by
-/// another agent ([`EngineError::SessionOfAnotherAgent`], before anything is written). A new
-/// session (no event) belongs to whoever opens it.
+/// Refuses a new root run of `agent` in a session whose journal (`events`: all of it, or what
+/// follows a snapshot, which its owner wrote) was opened by another agent
+/// ([`EngineError::SessionOfAnotherAgent`], before anything is written). A new session (no
+/// event) belongs to whoever opens it. Compaction runs, the engine's own, own nothing.
 pub(crate) fn check(events: &[Event], session_id: &str, agent: &str) -> Result<(), EngineError> {
-    let owner = events.iter().find_map(|event| match &event.payload {
-        Payload::RunStarted(started) if started.parent_run_id.is_none() => event.agent.as_deref(),
-        _ => None,
-    });
-    match owner {
+    match owner(events) {
         Some(owner) if owner != agent => Err(EngineError::SessionOfAnotherAgent {
             session_id: session_id.to_owned(),
             owner: owner.to_owned(),
@@ -23,4 +20,18 @@ pub(crate) fn check(events: &[Event], session_id: &str, agent: &str) -> Result<(
         }),
         _ => Ok(()),
     }
+}
+
+/// The agent that owns the session of `events` (all of it, or what follows a snapshot): the
+/// agent of its first root run, or of the snapshot the events start from.
+pub(crate) fn owner(events: &[Event]) -> Option<&str> {
+    events.iter().find_map(|event| match &event.payload {
+        Payload::RunStarted(started)
+            if started.parent_run_id.is_none() && started.kind == "normal" =>
+        {
+            event.agent.as_deref()
+        }
+        Payload::SessionSnapshot(_) => event.agent.as_deref(),
+        _ => None,
+    })
 }

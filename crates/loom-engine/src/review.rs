@@ -34,6 +34,8 @@ pub(crate) struct Guards<'a> {
     pub(crate) output: Option<&'a Contract>,
     /// The judges of the final output.
     pub(crate) judges: Judging<'a>,
+    /// The markers a compaction summary must keep (the `_compaction` agent only).
+    pub(crate) fidelity: Option<&'a crate::fidelity::Fidelity>,
 }
 
 /// The orchestrator answered: `after_model` policies, then either the tool batch or the
@@ -134,6 +136,9 @@ pub(crate) async fn finish(
     cause_event_id: Option<String>,
 ) -> Result<(), EngineError> {
     if let Guarded::Done = output_contract(io, guards.output, state, &mut output).await? {
+        return Ok(());
+    }
+    if let Guarded::Done = crate::fidelity::guard(io, guards.fidelity, state, &output).await? {
         return Ok(());
     }
     if let Guarded::Done = judging::run(io, &guards.judges, state, &mut output).await? {

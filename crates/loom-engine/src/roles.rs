@@ -74,7 +74,7 @@ use loom_core::{
     model::{ModelRequest, ToolChoice},
     policy::{DecisionKind, Point},
     ports::{ArtifactStore, EventStore},
-    state::PendingCall,
+    state::{PendingCall, SessionState},
     tool::{Tool, ToolContext, ToolDeclarations, ToolError, ToolKind, ToolOutput, ToolSpec},
 };
 use serde_json::{Value, json};
@@ -498,11 +498,11 @@ fn template_value(value: &Value) -> minijinja::Value {
 async fn input(
     store: &dyn EventStore,
     run: &RunRef,
-    state: &RunState,
+    (state, session_state): (&RunState, &SessionState),
     role: &RoleRuntime,
     arguments: &Value,
 ) -> Result<Result<Message, String>, EngineError> {
-    let gathered = gather(store, run, state, &role.context).await?;
+    let gathered = gather(store, run, state, &role.context, Some(session_state)).await?;
     let text = match &role.input_template {
         Some(template) => {
             let context: serde_json::Map<String, Value> = gathered.values.into_iter().collect();
@@ -598,7 +598,15 @@ pub(crate) async fn call(
             emitted: 0,
         });
     };
-    let first = match input(roles.store, io.events().run(), state, role, arguments).await? {
+    let first = match input(
+        roles.store,
+        io.events().run(),
+        (state, &io.session_state),
+        role,
+        arguments,
+    )
+    .await?
+    {
         Ok(message) => message,
         Err(problem) => {
             return Ok(RoleEnd::Done {

@@ -41,7 +41,7 @@ use crate::{
     error::EngineError,
     events::{Events, RunRef},
     observer::Observer,
-    writer::{Attempt, append_fresh},
+    writer::{Attempt, Reading, append_fresh},
 };
 
 /// Drives a run until it closes or can no longer advance: the engine's loop, handed to the
@@ -428,7 +428,12 @@ impl Engine {
         observer: &dyn Observer,
     ) -> Result<bool, EngineError> {
         let run = &opening.run;
-        let (opened, written) = append_fresh(self.store.as_ref(), run, |events| {
+        let parent = RunRef {
+            run_id: opening.parent_run_id.clone(),
+            ..run.clone()
+        };
+        let reading = Reading::Run(&parent);
+        let (opened, written) = append_fresh(self.store.as_ref(), run, reading, |events| {
             if events.iter().any(|e| e.run_id == run.run_id) {
                 return Ok(Attempt::Done(true));
             }

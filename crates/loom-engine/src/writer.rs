@@ -14,7 +14,7 @@ use loom_core::{
     ports::{EventStore, StoreError},
 };
 
-use crate::{error::EngineError, events::RunRef, observer::Observer};
+use crate::{error::EngineError, events::RunRef, observer::Observer, window::Window};
 
 /// How many times a write is attempted when other runs of the session wrote in between.
 ///
@@ -37,6 +37,17 @@ fn contention_pause(run_id: &str, attempt: usize) -> std::time::Duration {
     std::time::Duration::from_secs_f64(base * spread / 1000.0)
 }
 
+/// What of the session [`append_fresh`] reads to decide (see [`Window`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Reading<'a> {
+    /// The window of this run: every event of it and of its sub-runs, and of the session since
+    /// the last snapshot before it began.
+    Run(&'a RunRef),
+    /// The session since its last snapshot: enough to open a run whose id is generated (a
+    /// chosen id is also looked up in the run index first).
+    Latest,
+}
+
 /// What one attempt of [`append_fresh`] decided from the session's events.
 pub(crate) enum Attempt<T> {
     /// Nothing to write: this is the outcome.
@@ -53,21 +64,22 @@ pub(crate) enum Attempt<T> {
 pub(crate) async fn append_fresh<T>(
     store: &dyn EventStore,
     run: &RunRef,
+    reading: Reading<'_>,
     mut decide: impl FnMut(&[Event]) -> Result<Attempt<T>, EngineError>,
 ) -> Result<(T, Vec<Event>), EngineError> {
     for attempt in 0..MAX_CONFLICT_RETRIES {
         if attempt > 0 {
             tokio::time::sleep(contention_pause(&run.run_id, attempt)).await;
         }
-        let events = store.read(&run.tenant_id, &run.session_id, 0).await?;
-        let (batch, outcome) = match decide(&events)? {
+        let window = match reading {
+            Reading::Run(of) => Window::of_run(store, of).await?,
+            Reading::Latest => Window::latest(store, &run.tenant_id, &run.session_id).await?,
+        };
+        let (batch, outcome) = match decide(&window.events)? {
             Attempt::Done(outcome) => return Ok((outcome, Vec::new())),
             Attempt::Write(batch, outcome) => (batch, outcome),
         };
-        match store
-            .append(batch, events.last().map_or(0, |e| e.seq))
-            .await
-        {
+        match store.append(batch, window.last_seq()).await {
             Ok(written) => return Ok((outcome, written)),
             Err(StoreError::Conflict { .. }) => continue,
             Err(other) => return Err(other.into()),
@@ -86,6 +98,9 @@ pub(crate) struct SessionWriter<'a> {
     /// Events of this run written by someone else that do not take it over (steering
     /// messages), to apply before the next batch.
     foreign: Vec<Event>,
+    /// Every event other writers appended that this writer read on a conflict, in seq order
+    /// (for the session's state, which other runs of the session write too).
+    seen: Vec<Event>,
 }
 
 impl<'a> SessionWriter<'a> {
@@ -103,6 +118,7 @@ impl<'a> SessionWriter<'a> {
             observer,
             last_seq,
             foreign: Vec::new(),
+            seen: Vec::new(),
         }
     }
 
@@ -136,12 +152,18 @@ impl<'a> SessionWriter<'a> {
                         self.observer.event(event);
                         self.foreign.push(event.clone());
                     }
+                    self.seen.extend(newer.iter().cloned());
                     self.last_seq = newer.last().map_or(found, |e| e.seq);
                 }
                 Err(other) => return Err(other.into()),
             }
         }
         Err(EngineError::Contention(self.run.session_id.clone()))
+    }
+
+    /// The events other writers appended, read since the last call, in journal order.
+    pub(crate) fn take_seen(&mut self) -> Vec<Event> {
+        std::mem::take(&mut self.seen)
     }
 
     /// Steering messages that arrived since the last write, in journal order.
@@ -289,7 +311,7 @@ mod tests {
     async fn a_write_is_decided_again_on_what_each_conflict_brought() {
         let store = Arc::new(Interfering::new(2));
         let mut seen = Vec::new();
-        let (outcome, written) = append_fresh(store.as_ref(), &run(), |events| {
+        let (outcome, written) = append_fresh(store.as_ref(), &run(), Reading::Latest, |events| {
             seen.push(events.len());
             Ok(Attempt::Write(vec![event("t", "s", "mine")], "written"))
         })
@@ -308,7 +330,7 @@ mod tests {
     async fn sixteen_conflicts_in_a_row_give_up_and_write_nothing() {
         let store = Interfering::new(usize::MAX);
         let mut attempts = 0;
-        let result = append_fresh(&store, &run(), |_| {
+        let result = append_fresh(&store, &run(), Reading::Latest, |_| {
             attempts += 1;
             Ok(Attempt::Write(vec![event("t", "s", "mine")], ()))
         })
@@ -325,12 +347,17 @@ mod tests {
     #[tokio::test]
     async fn a_decision_to_write_nothing_or_a_refusal_writes_nothing() {
         let store = Interfering::new(0);
-        let (outcome, written) = append_fresh(&store, &run(), |_| Ok(Attempt::<u8>::Done(7)))
-            .await
-            .unwrap();
+        let (outcome, written) = append_fresh(&store, &run(), Reading::Latest, |_| {
+            Ok(Attempt::<u8>::Done(7))
+        })
+        .await
+        .unwrap();
         assert_eq!((outcome, written.len()), (7, 0));
         let refused: Result<((), Vec<Event>), EngineError> =
-            append_fresh(&store, &run(), |_| Err(EngineError::Invalid("no".into()))).await;
+            append_fresh(&store, &run(), Reading::Latest, |_| {
+                Err(EngineError::Invalid("no".into()))
+            })
+            .await;
         assert!(matches!(refused, Err(EngineError::Invalid(_))));
         assert!(store.read("t", "s", 0).await.unwrap().is_empty());
     }

@@ -120,6 +120,7 @@ fn begin() -> BeginRun {
         budget: None,
         attachments: Vec::new(),
         trigger: None,
+        state: Default::default(),
     }
 }
 

@@ -84,6 +84,7 @@ fn begin(session: &str, text: &str, attachments: Vec<Attachment>) -> BeginRun {
         budget: None,
         attachments,
         trigger: None,
+        state: Default::default(),
     }
 }
 

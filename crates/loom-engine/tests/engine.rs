@@ -67,6 +67,7 @@ fn begin(message: &str) -> BeginRun {
         budget: None,
         attachments: Vec::new(),
         trigger: None,
+        state: Default::default(),
     }
 }
 

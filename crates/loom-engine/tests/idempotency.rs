@@ -63,6 +63,7 @@ fn begin() -> BeginRun {
         budget: None,
         attachments: Vec::new(),
         trigger: None,
+        state: Default::default(),
     }
 }
 

@@ -108,6 +108,7 @@ fn begin(message: &str, judges: JudgeMode) -> BeginRun {
         attachments: Vec::new(),
         judges,
         trigger: None,
+        state: Default::default(),
     }
 }
 
@@ -999,6 +1000,7 @@ async fn the_judge_sees_the_declared_context() {
             attachments: Vec::new(),
             judges: JudgeMode::Auto,
             trigger: None,
+            state: Default::default(),
         };
         let (_, state) = run(&engine, &agent, request).await;
         assert_eq!(state.status, RunStatus::Completed, "{message}");

@@ -68,6 +68,7 @@ async fn run(agent: &AgentRuntime, message: &str) -> (RunState, Vec<Event>, RunR
                 attachments: Vec::new(),
                 judges: Default::default(),
                 trigger: None,
+                state: Default::default(),
             },
             &(),
         )

@@ -104,6 +104,7 @@ fn begin(message: Message) -> BeginRun {
         budget: None,
         attachments: Vec::new(),
         trigger: None,
+        state: Default::default(),
     }
 }
 

@@ -564,6 +564,10 @@ schemars_schema!(
     SessionDeletionSchema => loom_ia::SessionDeletion
 );
 schemars_schema!(
+    /// `CompactionNote` (`loom_ia::CompactionNote`): what a compaction did.
+    CompactionNoteSchema => loom_ia::CompactionNote
+);
+schemars_schema!(
     /// `Triggered` (`loom_ia::Triggered`): what a webhook delivery did.
     TriggeredSchema => loom_ia::Triggered
 );
@@ -585,6 +589,7 @@ fn schemars_components() -> Vec<(String, Value)> {
         schemars_definitions::<loom_ia::SessionFile>(),
         schemars_definitions::<loom_ia::UsageReport>(),
         schemars_definitions::<loom_ia::SessionDeletion>(),
+        schemars_definitions::<loom_ia::CompactionNote>(),
         schemars_definitions::<loom_ia::Triggered>(),
     ] {
         for (name, schema) in definitions {

@@ -158,6 +158,12 @@ struct RunRequest {
     #[serde(default)]
     #[schema(value_type = Option<JudgesMode>)]
     judges: Option<String>,
+    /// Session-state values (keys the agent declares in `state:`), journaled with the run: a
+    /// key the agent does not declare, a value off its schema or over `sessions.state`, or a
+    /// required key left without value is refused (422 `invalid_request`, nothing written).
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    state: Option<Map<String, Value>>,
     /// Answer at once with `202` and drive the run in the background.
     #[serde(default)]
     background: bool,
@@ -188,6 +194,9 @@ struct RunForm {
     /// Judges: as configured (`auto`), always (`force`) or never (`skip`: needs the scope
     /// `admin`).
     judges: Option<JudgesMode>,
+    /// Session-state values: the JSON text of an object (keys the agent declares).
+    #[schema(content_media_type = "application/json")]
+    state: Option<String>,
     /// Answer at once with `202` and drive the run in the background (`true` or `false`).
     background: Option<bool>,
     /// Files attached to the run, one part each, with its file name and `Content-Type`;
@@ -303,6 +312,7 @@ async fn create_run(
         run_id: request.run_id,
         user_id: request.user_id,
         metadata: request.metadata.unwrap_or_default(),
+        state: request.state.unwrap_or_default(),
         judges,
         tenant_id: Some(caller.tenant.clone()),
         attachments,

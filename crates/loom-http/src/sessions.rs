@@ -1,5 +1,5 @@
 //! The session routes: list, one session's runs and waiting approvals, its journal as NDJSON,
-//! its files, one file's bytes, its usage report, and its GDPR erasure.
+//! its files, one file's bytes, its state, its usage report, and its GDPR erasure.
 //!
 //! Every route reads the caller's tenant only (another tenant's session is a 404). A key
 //! limited to some agents cannot list sessions (403), and reaches a session only when every
@@ -28,8 +28,8 @@ use crate::{
     auth::Caller,
     error::{ApiError, ErrorKind},
     openapi::{
-        ErrorBody, EventSchema, SessionDeletionSchema, SessionFileSchema, SessionInfoSchema,
-        SessionListedSchema, UsageReportSchema,
+        CompactionNoteSchema, ErrorBody, EventSchema, SessionDeletionSchema, SessionFileSchema,
+        SessionInfoSchema, SessionListedSchema, UsageReportSchema,
     },
     params::{Params, invalid},
     routes::loom_error,
@@ -43,7 +43,9 @@ pub(crate) fn routes() -> OpenApiRouter<AppState> {
         .routes(routes!(events))
         .routes(routes!(files))
         .routes(routes!(file))
+        .routes(routes!(session_state))
         .routes(routes!(report))
+        .routes(routes!(compact))
 }
 
 /// The session, after checking that a key limited to some agents may see every agent that ran
@@ -54,7 +56,12 @@ async fn session(loom: &Loom, caller: &Caller, session_id: &str) -> Result<Sessi
         .await
         .map_err(|e| loom_error(loom, &e))?;
     if caller.agent_limit().is_some() {
-        for run in &info.runs {
+        // A compaction run summarizes the session's own runs, checked here.
+        for run in info
+            .runs
+            .iter()
+            .filter(|r| r.agent != loom_ia::COMPACTION_AGENT)
+        {
             caller.agent(&run.agent)?;
         }
     }
@@ -272,6 +279,43 @@ async fn files(
     )))
 }
 
+/// `GET /sessions/{session_id}/state` (scope `read_content`): the session's state.
+#[utoipa::path(
+    get,
+    path = "/sessions/{session_id}/state",
+    tag = "sessions",
+    operation_id = "get_session_state",
+    summary = "A session's state",
+    description = "The session's state as an object sorted by key: the values its runs wrote (the \
+callers' `state`, the accepted writes of tool results) over the defaults its agent declares \
+(`{}` when the agent declares no state). State values are content: scope `read_content`. A key \
+limited to some agents must be allowed on every agent that ran in the session.",
+    params(("session_id" = String, Path, description = "The session.")),
+    responses(
+        (status = 200, description = "The state: one value per key.", body = Object),
+        (status = 403, description = "The key lacks the scope `read_content`, or may not use an agent that ran in the session.", body = ErrorBody),
+        (status = 404, description = "No such session in the caller's tenant.", body = ErrorBody),
+        (status = 422, description = "The query string holds a parameter (none is accepted).", body = ErrorBody),
+    ),
+    security(("bearer" = []), ("api_key" = [])),
+)]
+async fn session_state(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(session_id): Path<String>,
+    params: Params,
+) -> Result<Json<serde_json::Map<String, Value>>, ApiError> {
+    caller.require(Scope::ReadContent)?;
+    params.none()?;
+    let loom = &state.loom;
+    session(loom, &caller, &session_id).await?;
+    let values = loom
+        .session_state(&session_id, Some(&caller.tenant))
+        .await
+        .map_err(|e| loom_error(loom, &e))?;
+    Ok(Json(values))
+}
+
 /// `GET /sessions/{session_id}/files/{file}` (scope `read_content`): the file's bytes, with
 /// its media type as `Content-Type` and `Content-Disposition: attachment` naming it.
 #[utoipa::path(
@@ -455,6 +499,48 @@ async fn delete(
         "session erased"
     );
     Ok(Json(deletion))
+}
+
+/// `POST /sessions/{session_id}/compact` (scope `run`): compacts the session now
+/// (`sessions.compaction`) and answers a [`loom_ia::CompactionNote`]: `applied`, `kept` (the
+/// summary left out markers of the originals, which stay), `failed` or `nothing`.
+#[utoipa::path(
+    post,
+    path = "/sessions/{session_id}/compact",
+    tag = "sessions",
+    operation_id = "compact_session",
+    summary = "Compact a session's history",
+    description = "Summarizes the turns before the last `keep_last` successful ones with the \
+compaction model, checks that the summary keeps their amounts, dates, references and e-mail \
+addresses, and replaces them by the summary in the history of the session's next runs; when the \
+summary leaves some out after one retry, the original turns are kept (`kept`). The compaction is \
+journaled as a run of kind `compaction`. 409 when compaction is not configured. Scope `run`.",
+    params(("session_id" = String, Path, description = "The session.")),
+    responses(
+        (status = 200, description = "What the compaction did.", body = CompactionNoteSchema),
+        (status = 403, description = "The key lacks the scope `run`, or may not use an agent that ran in the session.", body = ErrorBody),
+        (status = 404, description = "No such session in the caller's tenant.", body = ErrorBody),
+        (status = 409, description = "Compaction is not configured (`sessions.compaction`).", body = ErrorBody),
+        (status = 422, description = "The query string holds a parameter (none is accepted).", body = ErrorBody),
+    ),
+    security(("bearer" = []), ("api_key" = [])),
+)]
+async fn compact(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(session_id): Path<String>,
+    params: Params,
+) -> Result<Json<loom_ia::CompactionNote>, ApiError> {
+    caller.require(Scope::Run)?;
+    params.none()?;
+    let loom = &state.loom;
+    // A limited key compacts only a session whose every agent it may use.
+    session(loom, &caller, &session_id).await?;
+    let note = loom
+        .compact(Some(&caller.tenant), &session_id)
+        .await
+        .map_err(|e| loom_error(loom, &e))?;
+    Ok(Json(note))
 }
 
 #[cfg(test)]

@@ -98,8 +98,8 @@ async fn read_form<T: DeserializeOwned>(mut form: Multipart) -> Result<RunBody<T
         }
         let text = field.text().await.map_err(multipart_error)?;
         let value = match name.as_str() {
-            "metadata" => serde_json::from_str(&text).map_err(|e| {
-                ApiError::invalid_body(format!("the form field 'metadata' is not JSON: {e}"))
+            "metadata" | "state" => serde_json::from_str(&text).map_err(|e| {
+                ApiError::invalid_body(format!("the form field '{name}' is not JSON: {e}"))
             })?,
             "background" => match text.trim() {
                 "true" => Value::Bool(true),

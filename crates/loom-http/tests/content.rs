@@ -86,6 +86,15 @@ fn config(dir: &std::path::Path) -> Config {
     ];
     raw.storage.events.backend = EventsBackend::Jsonl;
     raw.storage.events.path = Some("journal".into());
+    raw.sessions.compaction = Some(loom_ia::config::CompactionConfig {
+        model: "fake-echo".into(),
+        over_tokens: 100_000,
+        hard_tokens: 200_000,
+        keep_last: 6,
+        fidelity_check: true,
+        blocking: false,
+        system_file: None,
+    });
     Config::new(raw, dir.to_path_buf()).unwrap()
 }
 
@@ -293,6 +302,12 @@ async fn no_route_answers_content_to_a_key_without_read_content() {
         ),
         (
             "get",
+            "/v1/sessions/{session_id}/state",
+            Answer::Refused(StatusCode::FORBIDDEN),
+            vec![call(Method::GET, "/sessions/s-echo/state", READER, None)],
+        ),
+        (
+            "get",
             "/v1/sessions/{session_id}/report",
             Answer::Contentless,
             vec![call(Method::GET, "/sessions/s-echo/report", READER, None)],
@@ -335,6 +350,14 @@ async fn no_route_answers_content_to_a_key_without_read_content() {
             "/v1/runs/{run_id}/cancel",
             Answer::Contentless,
             vec![call(Method::POST, "/runs/r-echo/cancel", WRITER, None)],
+        ),
+        // What a compaction did, never the summary (a session this short has nothing to
+        // summarize; the outcome says so).
+        (
+            "post",
+            "/v1/sessions/{session_id}/compact",
+            Answer::Contentless,
+            vec![call(Method::POST, "/sessions/s-echo/compact", WRITER, None)],
         ),
         // Erasure needs `admin`, which reads content anyway.
         (

@@ -267,6 +267,9 @@ impl From<EngineError> for LoomError {
                 LoomError::Refused(error.to_string())
             }
             EngineError::Unusable(message) => LoomError::Invalid(message),
+            EngineError::StateRefused(reason) => {
+                LoomError::Invalid(format!("session state: {reason}"))
+            }
             EngineError::UnknownApproval(message) => LoomError::UnknownApproval(message),
             EngineError::SessionOfAnotherAgent {
                 session_id,

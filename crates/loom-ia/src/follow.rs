@@ -6,9 +6,13 @@
 //! [`loom_core::bus::Signal::Appended`] from another process through `storage.bus`) or, at
 //! the latest, its fallback period ([`FALLBACK_PERIOD`] by default, so a lost notice costs at
 //! most that), then reads the session after the last seq it saw: one `read(.., after_seq)`
-//! per wake, never the whole session again. That read is an indexed range on PostgreSQL and
-//! SQLite and a slice of the memory store; the JSONL store parses the session's file to find
-//! it (acceptable for a one-host journal, and why a follower skips notices of seqs it has read).
+//! per wake, never the whole session again. Its first read starts at the run's `run.started`
+//! ([`EventStore::run_start`], from every store's run index). Each read is an indexed range on
+//! PostgreSQL and SQLite, a slice of the memory store, and on JSONL a seek through the
+//! session's offset index followed by the decoding of the lines returned only: what a wake
+//! costs is what it returns, not the length of the session (`tests/follow.rs` counts it).
+//!
+//! [`EventStore::run_start`]: loom_core::ports::EventStore::run_start
 
 use std::{
     collections::{HashSet, VecDeque},

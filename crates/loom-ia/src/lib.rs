@@ -36,6 +36,7 @@ mod appended;
 pub mod budget;
 mod bus;
 mod clock;
+pub mod compaction;
 mod counters;
 mod counting;
 mod env;
@@ -63,6 +64,7 @@ mod retention;
 mod routing;
 mod sealing;
 mod secrets;
+mod session_state;
 mod sessions;
 mod sources;
 mod trigger;
@@ -82,13 +84,14 @@ pub use loom_core::{
     tool::{FnTool, IntoToolOutput, Json, Tool, ToolContext, ToolError, ToolOutput, Views},
 };
 pub use loom_engine::{
-    Attachment, AttachmentLimits, Image, JudgeCondition, JudgeInput, JudgeMode, Observer, RunRef,
-    ToolFile,
+    Attachment, AttachmentLimits, COMPACTION_AGENT, Image, JudgeCondition, JudgeInput, JudgeMode,
+    Observer, RunRef, ToolFile,
 };
 pub use loom_macros::tool;
 pub mod report;
+pub use compaction::CompactionNote;
 pub use follow::FollowOptions;
-pub use loom::{Readiness, ReadinessCheck, WorkOptions};
+pub use loom::{Readiness, ReadinessCheck, Residents, WorkOptions};
 pub use postgres::storage_sql;
 pub use progress::progress_line;
 pub use query::{EventQuery, RunListed, RunPage, RunQuery};

@@ -20,6 +20,7 @@ fn refused(error: LimitError) -> LoomError {
 pub(crate) fn check_run(message: &str, options: &RunOptions) -> Result<(), LoomError> {
     limits::check_text("message", message, MAX_MESSAGE_BYTES).map_err(refused)?;
     limits::check_object("metadata", &options.metadata, MAX_METADATA_BYTES).map_err(refused)?;
+    limits::check_object("state", &options.state, MAX_METADATA_BYTES).map_err(refused)?;
     if let Some(user) = &options.user_id {
         limits::check_text("user_id", user, MAX_LABEL_BYTES).map_err(refused)?;
     }

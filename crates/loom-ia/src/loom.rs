@@ -25,6 +25,7 @@ use serde_json::{Map, Value};
 use crate::{LoomError, RunResult, SystemClock, budget::TenantBudget};
 
 mod attachments;
+mod compact;
 mod control;
 mod lifecycle;
 mod listen;
@@ -36,6 +37,7 @@ mod run;
 mod tenant;
 mod work;
 
+pub use lifecycle::Residents;
 pub use ready::{Readiness, ReadinessCheck};
 pub use work::WorkOptions;
 
@@ -192,6 +194,11 @@ pub struct RunOptions {
     /// The trigger (webhook) opening the run, journaled in `run.started.trigger` (set by
     /// [`Loom::trigger`]).
     pub trigger: Option<String>,
+    /// Session-state values set by the caller, journaled in `run.started.state`: each key must
+    /// be one the agent declares (`state:`), its value follow the key's schema and the limits
+    /// of `sessions.state`, and the agent's required keys have a value once it is applied;
+    /// otherwise the run is refused ([`LoomError::Invalid`]) and nothing is written.
+    pub state: Map<String, Value>,
 }
 
 impl std::fmt::Debug for RunOptions {
@@ -207,6 +214,7 @@ impl std::fmt::Debug for RunOptions {
             .field("budget", &self.budget)
             .field("attachments", &self.attachments)
             .field("trigger", &self.trigger)
+            .field("state", &self.state)
             .finish()
     }
 }
@@ -360,6 +368,8 @@ struct Inner {
     listening: std::sync::atomic::AtomicBool,
     /// Ends the subscription task when the instance goes.
     stop_listening: tokio_util::sync::CancellationToken,
+    /// The compactions this process runs in the background ([`Loom::compactions_idle`]).
+    compactions: compact::Tasks,
 }
 
 /// The stores [`Loom::open`] opened, before the instance is assembled around them.
@@ -582,6 +592,7 @@ impl Loom {
         let mut engine = Engine::new(store, Arc::new(SystemClock))
             .with_artifacts(artifacts)
             .with_lease(lease)
+            .with_snapshots(Some(config.raw().sessions.snapshot_every))
             .with_attachment_limits(AttachmentLimits {
                 max_bytes: attachments.max_bytes,
                 types: attachments.types.clone(),
@@ -590,6 +601,7 @@ impl Loom {
         if let Some(idempotency) = idempotency {
             engine = engine.with_idempotency(idempotency);
         }
+        engine = engine.with_history_caps(crate::resolve::history_caps(&config));
         let tenant_budgets = crate::resolve::tenant_budgets(&config);
         Ok(Loom {
             inner: Arc::new(Inner {
@@ -612,6 +624,7 @@ impl Loom {
                 notices,
                 listening: std::sync::atomic::AtomicBool::new(false),
                 stop_listening: tokio_util::sync::CancellationToken::new(),
+                compactions: compact::Tasks::default(),
             }),
         })
     }
@@ -655,6 +668,20 @@ impl Loom {
     /// `execution.lease`.
     pub(crate) fn lease(&self) -> std::time::Duration {
         self.inner.engine.lease()
+    }
+
+    /// The events `run` and its sub-runs fold from (see [`Engine::read_run`]).
+    pub(crate) async fn read_run(&self, run: &RunRef) -> Result<Vec<loom_core::Event>, LoomError> {
+        Ok(self.inner.engine.read_run(run).await?)
+    }
+
+    /// The events of a session from its last snapshot on (see [`Engine::read_latest`]).
+    pub(crate) async fn read_latest(
+        &self,
+        tenant: &str,
+        session: &str,
+    ) -> Result<Vec<loom_core::Event>, LoomError> {
+        Ok(self.inner.engine.read_latest(tenant, session).await?)
     }
 
     /// The journal this instance writes to.

@@ -66,28 +66,41 @@ impl Notices {
             .send_modify(|epoch| *epoch = epoch.wrapping_add(1));
     }
 
-    /// A watch on `(tenant, session)`, woken by its notices and by [`Notices::catch_up`].
-    pub(crate) fn watch(&self, tenant_id: &str, session_id: &str) -> SessionWatch {
+    /// A watch on `(tenant, session)`, woken by its notices and by [`Notices::catch_up`]. The
+    /// session's entry lives as long as one of its watches: the last one dropped takes it away.
+    pub(crate) fn watch(self: &Arc<Self>, tenant_id: &str, session_id: &str) -> SessionWatch {
         let key = (tenant_id.to_owned(), session_id.to_owned());
-        let mut sessions = self
-            .sessions
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut sessions = self.table();
         let sender = match sessions.get(&key).and_then(Weak::upgrade) {
             Some(sender) => sender,
             None => {
-                // The sessions nobody follows any more leave the table.
+                // An entry whose last watch went while a notice held its sender (a drop that
+                // could not take it away) goes now.
                 sessions.retain(|_, sender| sender.strong_count() > 0);
                 let sender = Arc::new(watch::channel(0).0);
-                sessions.insert(key, Arc::downgrade(&sender));
+                sessions.insert(key.clone(), Arc::downgrade(&sender));
                 sender
             }
         };
         SessionWatch {
             session: sender.subscribe(),
             epoch: self.epoch.subscribe(),
-            _sender: sender,
+            sender,
+            key,
+            notices: Arc::downgrade(self),
         }
+    }
+
+    /// How many sessions are followed now (an entry per session with a live watch).
+    pub(crate) fn followed(&self) -> usize {
+        self.table().len()
+    }
+
+    /// The table, also after a panic while it was held (each step leaves it valid).
+    fn table(&self) -> std::sync::MutexGuard<'_, Followed> {
+        self.sessions
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 
@@ -97,7 +110,29 @@ pub(crate) struct SessionWatch {
     session: watch::Receiver<u64>,
     epoch: watch::Receiver<u64>,
     /// Keeps the session's entry alive while someone follows it.
-    _sender: Arc<watch::Sender<u64>>,
+    sender: Arc<watch::Sender<u64>>,
+    /// The session's entry.
+    key: (String, String),
+    /// Where the entry is, to take it away with the last watch.
+    notices: Weak<Notices>,
+}
+
+impl Drop for SessionWatch {
+    fn drop(&mut self) {
+        let Some(notices) = self.notices.upgrade() else {
+            return;
+        };
+        // Under the table's lock, where a new watch of the session would take another sender:
+        // this one is the last when it holds the only strong reference.
+        let mut sessions = notices.table();
+        if Arc::strong_count(&self.sender) == 1
+            && sessions
+                .get(&self.key)
+                .is_some_and(|entry| std::ptr::eq(entry.as_ptr(), Arc::as_ptr(&self.sender)))
+        {
+            sessions.remove(&self.key);
+        }
+    }
 }
 
 impl SessionWatch {
@@ -191,5 +226,66 @@ impl AfterAppend for NotifyingStore {
     fn after<'a>(&'a self, written: &'a [Event]) -> BoxFuture<'a, ()> {
         self.announce(written);
         Box::pin(async {})
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+
+    fn notice(session: &str, seq: u64) -> Notice {
+        Notice {
+            tenant_id: "t".into(),
+            session_id: session.into(),
+            first_seq: seq,
+            last_seq: seq,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_session_is_in_the_table_while_one_of_its_watches_lives() {
+        let notices = Arc::new(Notices::new());
+        let mut first = notices.watch("t", "s1");
+        let second = notices.watch("t", "s1");
+        let other = notices.watch("t", "s2");
+        assert_eq!(notices.followed(), 2);
+        drop(second);
+        assert_eq!(notices.followed(), 2);
+        // The remaining watch still hears its session.
+        first.mark_seen();
+        notices.announce(&notice("s1", 4));
+        tokio::time::timeout(
+            Duration::from_secs(5),
+            first.wait(3, Duration::from_secs(60)),
+        )
+        .await
+        .expect("the notice wakes the watch");
+        drop(first);
+        assert_eq!(notices.followed(), 1);
+        drop(other);
+        assert_eq!(notices.followed(), 0);
+        // Followed again: a new entry, taken away again.
+        let again = notices.watch("t", "s1");
+        assert_eq!(notices.followed(), 1);
+        drop(again);
+        assert_eq!(notices.followed(), 0);
+    }
+
+    #[test]
+    fn an_entry_left_by_a_drop_during_a_notice_goes_with_the_next_new_session() {
+        let notices = Arc::new(Notices::new());
+        let watch = notices.watch("t", "s1");
+        // A notice being sent holds the sender while the last watch goes.
+        let held = notices
+            .table()
+            .get(&("t".into(), "s1".into()))
+            .and_then(Weak::upgrade);
+        drop(watch);
+        assert_eq!(notices.followed(), 1);
+        drop(held);
+        let _next = notices.watch("t", "s2");
+        assert_eq!(notices.followed(), 1);
     }
 }

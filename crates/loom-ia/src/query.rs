@@ -6,10 +6,13 @@
 //! read. Both first ask the store: a store with indexes (PostgreSQL) answers the event search
 //! (`EventStore::search`, in its write order) and names the most recent sessions
 //! (`EventStore::recent_sessions`) with work proportional to what it returns; the scan runs
-//! only when the store cannot. A session whose journal is corrupted is left out with a `tracing` warning naming its
-//! file and line (never silently, and never failing the whole query); a run that cannot be
-//! folded is left out of the run list the same way. A search restricted to one session
-//! (`session_id`) reports that session's corruption as an error.
+//! only when the store cannot. A search of one run (`run_id`, without `after`) on the other
+//! stores reads only that run's session, from the run's start (the run index: `find_run`,
+//! `run_start`), and falls back to the scan when the index does not know it. A session whose
+//! journal is corrupted is left out with a `tracing` warning naming its file and line (never
+//! silently, and never failing the whole query); a run that cannot be folded is left out of
+//! the run list the same way. A search restricted to one session (`session_id`) reports that
+//! session's corruption as an error.
 
 use std::{cmp::Reverse, collections::BinaryHeap};
 
@@ -459,6 +462,19 @@ impl Loom {
             Some(Searched::UnknownAfter) => return Err(unknown_after(query)),
             None => {}
         }
+        // One run's events, with no cursor to find before it: its session only (the run index
+        // names it), from the run's start.
+        if let (Some(run), None) = (&query.run_id, &query.after)
+            && let Some(journal) = self
+                .run_journal(tenant, query.session_id.as_deref(), run)
+                .await?
+        {
+            return Ok(journal
+                .into_iter()
+                .filter(|event| filter.matches(event))
+                .take(query.limit)
+                .collect());
+        }
         let session_ids: Vec<String> = match &query.session_id {
             Some(session) => vec![session.clone()],
             None => {
@@ -502,6 +518,46 @@ impl Loom {
             return Err(unknown_after(query));
         }
         Ok(found)
+    }
+}
+
+impl Loom {
+    /// The journal of `run`'s session from the run's start, when the run index knows its
+    /// session (`session` when given) and where it starts: `None` otherwise (the caller then
+    /// scans). The session given must read (its corruption is an error, as before); one found
+    /// through the index that does not is left out with a warning, as a scan would.
+    async fn run_journal(
+        &self,
+        tenant: &str,
+        session: Option<&str>,
+        run: &str,
+    ) -> Result<Option<Vec<Event>>, LoomError> {
+        let store = self.event_store();
+        let given = session.is_some();
+        let session = match session {
+            Some(session) => session.to_owned(),
+            None => match store.find_run(tenant, run).await? {
+                Some(session) => session,
+                None => return Ok(None),
+            },
+        };
+        let Some(start) = store.run_start(tenant, &session, run).await? else {
+            return Ok(None);
+        };
+        let from = start.saturating_sub(1);
+        match store.read(tenant, &session, from).await {
+            Ok(events) => Ok(Some(events)),
+            Err(error @ loom_core::ports::StoreError::Corrupted { .. }) if !given => {
+                tracing::warn!(
+                    tenant,
+                    session,
+                    %error,
+                    "session skipped: its journal is corrupted (loom sessions repair)"
+                );
+                Ok(Some(Vec::new()))
+            }
+            Err(error) => Err(error.into()),
+        }
     }
 }
 

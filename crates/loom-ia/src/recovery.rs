@@ -48,11 +48,16 @@ struct Seen {
 
 /// Sweeps the journal for abandoned runs and resumes them (see the module documentation).
 /// Built by [`Loom::lease_watch`]; [`Loom::watch_leases`] runs one periodically.
+///
+/// It remembers one small record per session of the journal (two seqs and an
+/// instant, under the session id), so that a later sweep skips a session that did not change;
+/// a session erased from the journal is forgotten at the next sweep.
 #[derive(Debug)]
 pub struct LeaseWatch {
     loom: Loom,
     tenants: Vec<String>,
-    seen: HashMap<(String, String), Seen>,
+    /// By tenant, then session.
+    seen: HashMap<String, HashMap<Box<str>, Seen>>,
 }
 
 impl LeaseWatch {
@@ -69,19 +74,28 @@ impl LeaseWatch {
         sweep_period(self.loom.lease())
     }
 
+    /// How many sessions it remembers (each the journal's: see [`LeaseWatch`]).
+    pub fn remembered(&self) -> usize {
+        self.seen.values().map(HashMap::len).sum()
+    }
+
     /// One sweep: every abandoned run found is driven in the background; returns them.
     /// A session that cannot be read is skipped with a warning (and read again next time).
     pub async fn sweep(&mut self) -> Result<Vec<RunRef>, LoomError> {
         let mut resumed = Vec::new();
         for tenant in self.tenants.clone() {
-            self.sweep_tenant(&tenant, &mut resumed).await?;
+            let mut seen = self.seen.remove(&tenant).unwrap_or_default();
+            let swept = self.sweep_tenant(&tenant, &mut seen, &mut resumed).await;
+            self.seen.insert(tenant, seen);
+            swept?;
         }
         Ok(resumed)
     }
 
     async fn sweep_tenant(
-        &mut self,
+        &self,
         tenant: &str,
+        seen: &mut HashMap<Box<str>, Seen>,
         resumed: &mut Vec<RunRef>,
     ) -> Result<(), LoomError> {
         let store = self.loom.store().clone();
@@ -91,23 +105,20 @@ impl LeaseWatch {
         let now = Utc::now();
         let listed: std::collections::HashSet<&str> =
             sessions.iter().map(|s| s.session_id.as_str()).collect();
-        self.seen
-            .retain(|(t, session), _| t != tenant || listed.contains(session.as_str()));
+        seen.retain(|session, _| listed.contains(&**session));
         for summary in &sessions {
-            let key = (tenant.to_owned(), summary.session_id.clone());
-            if let Some(seen) = self.seen.get(&key)
-                && seen.last_seq == summary.last_seq
-                && seen.recheck.is_none_or(|at| at > now)
+            let before = seen.get(summary.session_id.as_str());
+            if let Some(before) = before
+                && before.last_seq == summary.last_seq
+                && before.recheck.is_none_or(|at| at > now)
             {
                 continue;
             }
             // From before the earliest run still open when last read (a journal that shrank was
             // erased and begun again: from its start).
-            let after = self
-                .seen
-                .get(&key)
-                .filter(|seen| seen.last_seq <= summary.last_seq)
-                .map_or(0, |seen| seen.read_after);
+            let after = before
+                .filter(|before| before.last_seq <= summary.last_seq)
+                .map_or(0, |before| before.read_after);
             let events = match store.read(tenant, &summary.session_id, after).await {
                 Ok(events) => events,
                 Err(error) => {
@@ -165,8 +176,8 @@ impl LeaseWatch {
             let read_after = found
                 .open_since
                 .map_or(last_seq, |seq| seq.saturating_sub(1));
-            self.seen.insert(
-                key,
+            seen.insert(
+                summary.session_id.as_str().into(),
                 Seen {
                     last_seq,
                     recheck,

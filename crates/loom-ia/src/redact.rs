@@ -201,6 +201,7 @@ mod tests {
                 tenant_id: "default".into(),
             }],
             redacted: Vec::new(),
+            compaction: None,
         };
         let masked = result.view(false);
         assert!(!masked.to_string().contains("secret"), "{masked}");

@@ -20,6 +20,7 @@
 
 mod guards;
 mod models;
+mod state;
 mod tools;
 
 use std::{collections::BTreeMap, sync::Arc, time::Duration};
@@ -87,6 +88,53 @@ pub(crate) fn agent(
         stage: Stage::Run,
     }
     .agent(name, 0)
+}
+
+/// The summarizer's model of `sessions.compaction` (`id`) for `tenant`: its model mapping
+/// applied, with the model's own settings.
+pub(crate) fn compaction_model(
+    config: &Config,
+    models: &Models,
+    sources: &BTreeMap<String, Arc<dyn ToolSource>>,
+    tenant: &str,
+    id: &str,
+) -> Result<loom_engine::ModelBinding, LoomError> {
+    let registry = Registry::default();
+    let resolver = Resolver {
+        config,
+        models,
+        registry: &registry,
+        sources,
+        tenant,
+        stage: Stage::Run,
+    };
+    let model = resolver.model(id).ok_or_else(|| {
+        LoomError::from(
+            config.error_at_root("sessions.compaction.model", format!("unknown model '{id}'")),
+        )
+    })?;
+    resolver.binding(model, &loom_config::LlmSettings::default())
+}
+
+/// The caps on the history a run is sent: `sessions.history`, and with compaction its
+/// `hard_tokens` as the last resort (a history still past it once compaction was tried is cut
+/// to it, `session.trimmed` with reason `hard_tokens`).
+pub(crate) fn history_caps(config: &Config) -> loom_core::state::compaction::Caps {
+    let sessions = &config.raw().sessions;
+    let mut caps = loom_core::state::compaction::Caps {
+        max_turns: sessions.history.max_turns,
+        max_tokens: sessions.history.max_tokens,
+        tokens_reason: "max_tokens",
+    };
+    if let Some(compaction) = &sessions.compaction
+        && caps
+            .max_tokens
+            .is_none_or(|max| max > compaction.hard_tokens)
+    {
+        caps.max_tokens = Some(compaction.hard_tokens);
+        caps.tokens_reason = "hard_tokens";
+    }
+    caps
 }
 
 /// Resolves every agent of the configuration as it is opened ([`Stage::Open`]), as every
@@ -177,6 +225,8 @@ impl Resolver<'_> {
             subagents: self.subagents(spec, depth)?,
             max_depth: spec.max_depth,
             roles: self.roles(spec)?,
+            state: state::state_spec(config, spec)?,
+            fidelity: None,
         })
     }
 

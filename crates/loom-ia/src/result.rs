@@ -80,6 +80,10 @@ pub struct RunResult {
     /// gives (REST, MCP) lists the paths here.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub redacted: Vec<String>,
+    /// The compaction this run triggered, or that ran at its opening (not in the reference's
+    /// `RunResult`; absent when there was none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compaction: Option<crate::compaction::CompactionNote>,
 }
 
 /// A file of a run (one `artifact.stored`): where it is and what it is.
@@ -267,6 +271,7 @@ impl RunResult {
             skipped_judges,
             pending_approvals,
             redacted: Vec::new(),
+            compaction: crate::compaction::CompactionNote::of_run(events, run_id),
         })
     }
 

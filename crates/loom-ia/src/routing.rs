@@ -133,6 +133,17 @@ impl EventStore for RoutedEvents {
     ) -> BoxFuture<'a, Result<Option<u64>, StoreError>> {
         self.of(tenant_id).run_start(tenant_id, session_id, run_id)
     }
+
+    fn last_of_type<'a>(
+        &'a self,
+        tenant_id: &'a str,
+        session_id: &'a str,
+        event_type: &'a str,
+        before_seq: u64,
+    ) -> BoxFuture<'a, Result<Option<Event>, StoreError>> {
+        self.of(tenant_id)
+            .last_of_type(tenant_id, session_id, event_type, before_seq)
+    }
 }
 
 impl ArtifactStore for RoutedArtifacts {

@@ -297,13 +297,11 @@ impl Loom {
     }
 
     /// The agents of `run` and of every run it opened, down its tree (what a key limited to
-    /// some agents must all be allowed to read its trace). [`LoomError::UnknownRun`] when the
-    /// session holds no such run.
+    /// some agents must all be allowed to read its trace); for a run of the internal agent
+    /// `_compaction`, the agents of the session's runs it summarizes. [`LoomError::UnknownRun`]
+    /// when the session holds no such run.
     pub async fn tree_agents(&self, run: &RunRef) -> Result<BTreeSet<String>, LoomError> {
-        let events = self
-            .event_store()
-            .read(&run.tenant_id, &run.session_id, 0)
-            .await?;
+        let events = self.read_run(run).await?;
         let mut tree: BTreeSet<&str> = BTreeSet::new();
         let mut agents = BTreeSet::new();
         for event in &events {
@@ -322,6 +320,17 @@ impl Loom {
         }
         if !tree.contains(run.run_id.as_str()) {
             return Err(LoomError::UnknownRun(run.run_id.clone()));
+        }
+        if agents.remove(loom_engine::COMPACTION_AGENT) {
+            // A compaction run reads the session's conversation: it is the session's agents'.
+            for event in &events {
+                if let Payload::RunStarted(started) = &event.payload
+                    && started.kind == "normal"
+                    && let Some(agent) = &event.agent
+                {
+                    agents.insert(agent.clone());
+                }
+            }
         }
         Ok(agents)
     }

@@ -111,6 +111,7 @@ async fn waiting_tree(store: Arc<MemoryStore>) -> (RunRef, String) {
                 budget: None,
                 attachments: Vec::new(),
                 trigger: None,
+                state: Default::default(),
             },
             &(),
         )

@@ -33,7 +33,7 @@ impl MemoryIdempotency {
         MemoryIdempotency::default()
     }
 
-    /// How many records it holds (expired ones included).
+    /// How many records it holds (expired ones included, until the table next doubles).
     pub fn len(&self) -> usize {
         self.records
             .lock()
@@ -64,6 +64,12 @@ impl IdempotencyStore for MemoryIdempotency {
             }) => Reservation::Completed(Box::new(output.clone())),
             Some(record) if record.holder != holder => Reservation::Held,
             _ => {
+                // Expired records answer nothing: they go once the table has doubled since
+                // the last time, so that keys used once do not pile up (amortized O(1)).
+                let len = records.len();
+                if len >= PURGE_FROM && len.is_power_of_two() {
+                    records.retain(|_, record| record.expires_at > now);
+                }
                 records.insert(
                     key.to_owned(),
                     Record {
@@ -121,6 +127,9 @@ impl IdempotencyStore for MemoryIdempotency {
     }
 }
 
+/// The size from which expired records are purged (each time the table reaches a power of two).
+const PURGE_FROM: usize = 64;
+
 /// Expiry used when `now + ttl` overflows.
 const DEFAULT_FAR: Duration = Duration::from_secs(100 * 365 * 86_400);
 
@@ -169,6 +178,30 @@ mod tests {
             Reservation::Held
         );
         assert_eq!(store.delete_session("t", "s1").await.unwrap(), 0);
+    }
+
+    #[tokio::test]
+    async fn expired_records_do_not_pile_up() {
+        let store = MemoryIdempotency::new();
+        let output = ToolOutput::text("sent");
+        for i in 0..1000 {
+            let key = format!("once-{i}");
+            store.reserve(&key, "a", S1, Duration::ZERO).await.unwrap();
+            store.complete(&key, "a", &output).await.unwrap();
+        }
+        assert!(store.len() <= PURGE_FROM, "{} records", store.len());
+        // A live record stays through the purges.
+        let ttl = Duration::from_secs(600);
+        store.reserve("live", "a", S1, ttl).await.unwrap();
+        store.complete("live", "a", &output).await.unwrap();
+        for i in 0..1000 {
+            let key = format!("again-{i}");
+            store.reserve(&key, "a", S1, Duration::ZERO).await.unwrap();
+        }
+        assert_eq!(
+            store.reserve("live", "b", S1, ttl).await.unwrap(),
+            Reservation::Completed(Box::new(output))
+        );
     }
 
     #[tokio::test]

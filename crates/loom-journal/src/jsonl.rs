@@ -14,13 +14,16 @@ use loom_core::{
 };
 use tracing::warn;
 
-use crate::index::{file_id, tenant_index};
+use crate::{
+    index::{file_id, tenant_index},
+    offsets::{End, index_path},
+};
 
 use loom_core::journal::{assign_seq, batch_journal, conflict, safe_id};
 
 /// Bytes read by the first backward step when looking for the last line of a journal (the
 /// step doubles until the line is found).
-const TAIL_CHUNK: usize = 16 * 1024;
+pub(crate) const TAIL_CHUNK: usize = 16 * 1024;
 
 /// Extension of a journal file.
 pub(crate) const EXTENSION: &str = "jsonl";
@@ -36,8 +39,15 @@ const REOPEN_ATTEMPTS: usize = 16;
 /// one process or several, may share a root. See the crate documentation for what is flushed
 /// to disk and how torn or corrupted lines are handled.
 ///
-/// - `read` parses and checks every complete line (cost linear in the file); `append` and
-///   `last_seq` only read the file backwards to its last complete line.
+/// - `read(after_seq)` seeks to the first line after `after_seq` through the session's offset
+///   index (`<session>.jsonl.idx`, see `offsets.rs`: a cache checked at every use and rebuilt
+///   from the file by counting newlines when stale or missing) and parses and checks only the
+///   lines it returns; `read(0)` reads the whole file. `append` and `last_seq` only read the
+///   file backwards to its last complete line.
+/// - `last_of_type` answers `run.started`, `session.snapshot` and `session.compacted` from the
+///   index's marks, decoding the one line returned; another type is looked for backwards from
+///   `before_seq`, one stretch of 64 lines at a time, by the envelope's type (no parse).
+/// - `run_start` answers from the same marks.
 /// - `sessions` orders journals by file mtime, most recent first; a journal whose last line is
 ///   corrupted is left out of the list with a warning rather than failing the whole listing.
 /// - `find_run` answers from the tenant's run index (`<root>/<tenant>/.runs`, see below), a
@@ -157,6 +167,7 @@ impl EventStore for JsonlStore {
                     source: e,
                 })?;
                 let _ = std::fs::remove_file(&corrupt);
+                let _ = std::fs::remove_file(index_path(&path));
                 if let Some(dir) = path.parent()
                     && let Ok(directory) = std::fs::File::open(dir)
                 {
@@ -192,6 +203,35 @@ impl EventStore for JsonlStore {
                     .map_err(io_error(&dir.join(crate::index::INDEX_FILE)))
             })
             .await
+        })
+    }
+
+    fn run_start<'a>(
+        &'a self,
+        tenant_id: &'a str,
+        session_id: &'a str,
+        run_id: &'a str,
+    ) -> BoxFuture<'a, Result<Option<u64>, StoreError>> {
+        Box::pin(async move {
+            let journal = Journal::new(&self.root, tenant_id, session_id)?;
+            let path = journal.path.clone();
+            let run = run_id.to_owned();
+            blocking(&path, move || journal.run_start(&run)).await
+        })
+    }
+
+    fn last_of_type<'a>(
+        &'a self,
+        tenant_id: &'a str,
+        session_id: &'a str,
+        event_type: &'a str,
+        before_seq: u64,
+    ) -> BoxFuture<'a, Result<Option<Event>, StoreError>> {
+        Box::pin(async move {
+            let journal = Journal::new(&self.root, tenant_id, session_id)?;
+            let path = journal.path.clone();
+            let kind = event_type.to_owned();
+            blocking(&path, move || journal.last_of_type(&kind, before_seq)).await
         })
     }
 
@@ -261,11 +301,11 @@ pub(crate) struct Journal {
 
 /// The end of a journal, found by reading it backwards.
 #[derive(Debug, PartialEq)]
-struct Tail {
+pub(crate) struct Tail {
     /// Length of the complete lines: up to and including the last `'\n'`.
-    complete_len: u64,
+    pub(crate) complete_len: u64,
     /// Offset and bytes (without the `'\n'`) of the last complete line.
-    last_line: Option<(u64, Vec<u8>)>,
+    pub(crate) last_line: Option<(u64, Vec<u8>)>,
 }
 
 impl Journal {
@@ -325,51 +365,6 @@ impl Journal {
         };
         file.lock_shared().map_err(self.io())?;
         Ok(Some(file))
-    }
-
-    /// Events with `seq > after`, checking every complete line; a torn last line is ignored.
-    fn read(&self, after: u64) -> Result<Vec<Event>, StoreError> {
-        let Some(file) = self.open_shared()? else {
-            return Ok(Vec::new());
-        };
-        let mut reader = BufReader::with_capacity(64 * 1024, &file);
-        let mut events = Vec::new();
-        let mut line = Vec::new();
-        let mut line_no = 0usize;
-        loop {
-            line.clear();
-            let read = reader.read_until(b'\n', &mut line).map_err(self.io())?;
-            if read == 0 {
-                break;
-            }
-            if line.pop() != Some(b'\n') {
-                warn!(
-                    path = %self.path.display(),
-                    bytes = read,
-                    "journal ends with a torn line (interrupted write); ignoring it"
-                );
-                break;
-            }
-            line_no += 1;
-            let event = self
-                .decode(&line)
-                .and_then(|event| {
-                    if event.seq == line_no as u64 {
-                        Ok(event)
-                    } else {
-                        Err(EventReadError::Invalid {
-                            reason: format!("seq {} where {line_no} was expected", event.seq),
-                            event_id: event.event_id,
-                            seq: event.seq,
-                        })
-                    }
-                })
-                .map_err(|source| self.corrupted(line_no, source))?;
-            if event.seq > after {
-                events.push(event);
-            }
-        }
-        Ok(events)
     }
 
     /// The file's mtime and summary (`None` when the file does not exist).
@@ -476,6 +471,8 @@ impl Journal {
         }
         assign_seq(&mut batch, last);
         let mut lines = String::new();
+        // Where each line ends in `lines`, for the offset index.
+        let mut ends = Vec::with_capacity(batch.len());
         // Runs started by the batch, with the offset of their line, for the run index.
         let mut started = Vec::new();
         for event in &batch {
@@ -492,8 +489,25 @@ impl Journal {
             }
             lines.push_str(&json);
             lines.push('\n');
+            ends.push(lines.len());
         }
         self.write_at_end(&mut file, tail.complete_len, lines.as_bytes())?;
+        // The batch is durable: the offset index follows (a cache, not synced).
+        let before = End {
+            seq: last,
+            offset: tail.last_line.as_ref().map_or(0, |(offset, _)| *offset),
+            len: tail.complete_len,
+        };
+        let mut start = 0;
+        let written: Vec<&[u8]> = ends
+            .iter()
+            .map(|&end| {
+                let line = &lines.as_bytes()[start..end];
+                start = end;
+                line
+            })
+            .collect();
+        self.index_append(&mut file, before, &written);
         // First content of a new file: make its name durable in the tenant directory.
         if tail.complete_len == 0
             && let Some(dir) = self.path.parent()
@@ -624,7 +638,7 @@ pub(crate) fn sync_dir(dir: &Path) -> Result<(), StoreError> {
 /// Finds the last complete line of the first `len` bytes of `file` by reading backwards from
 /// the end, `chunk` bytes first, doubling at each step: the cost is that of the last line (plus
 /// a torn tail), not of the file.
-fn scan_tail<R: Read + Seek>(file: &mut R, len: u64, chunk: usize) -> io::Result<Tail> {
+pub(crate) fn scan_tail<R: Read + Seek>(file: &mut R, len: u64, chunk: usize) -> io::Result<Tail> {
     // `buf` holds the bytes `[start, len)`.
     let mut start = len;
     let mut buf: Vec<u8> = Vec::new();

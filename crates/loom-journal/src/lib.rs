@@ -2,7 +2,8 @@
 //!
 //! The journals of Loom: two implementations of the [`EventStore`] port.
 //!
-//! - [`MemoryStore`]: in-process, lost at exit; for tests and ephemeral runs.
+//! - [`MemoryStore`]: in-process, lost at exit; for tests and ephemeral runs. It keeps each event
+//!   as its journal line, deflated once its session goes quiet ([`Footprint`] says how much).
 //! - [`JsonlStore`]: one file per session at `<root>/<tenant>/<session>.jsonl`, one event per
 //!   line (the compact JSON of [`Event::to_json`], newline-terminated).
 //!
@@ -67,6 +68,17 @@
 //! fingerprint of its start and of the end of what was read — from its start); a missing or
 //! unreadable index is rebuilt.
 //!
+//! ## The offset index
+//!
+//! `<root>/<tenant>/<session>.jsonl.idx` says where the lines of one session file start (every
+//! 64th line, each `run.started`, `session.snapshot` and `session.compacted`, and the last line
+//! indexed), so that `read(after_seq)`, `last_of_type` and `run_start` go to the lines they
+//! return and decode only those. It is a cache too: appended after each durable batch, without
+//! fsync; every offset is checked before use (the line there must carry the expected seq); a
+//! file replaced, shortened or rewritten is indexed again and a file grown by another writer is
+//! indexed from where the index stopped, by counting newlines (a line's seq is its number: no
+//! JSON is parsed); a missing, torn or garbled index is rebuilt. Erasing a session erases it.
+//!
 //! [`Event::to_json`]: loom_core::event::Event::to_json
 //! [`EventStore`]: loom_core::ports::EventStore
 //! [`StoreError::Conflict`]: loom_core::ports::StoreError::Conflict
@@ -78,12 +90,14 @@ mod idempotency;
 mod index;
 mod jsonl;
 mod memory;
+mod offsets;
 mod queue;
 mod repair;
+mod seek;
 
 pub use artifacts::{LocalArtifacts, MemoryArtifacts};
 pub use bus::{MEMORY_BUS_CAPACITY, MemoryBus};
 pub use idempotency::MemoryIdempotency;
 pub use jsonl::JsonlStore;
-pub use memory::MemoryStore;
+pub use memory::{Footprint, MemoryStore};
 pub use queue::MemoryQueue;

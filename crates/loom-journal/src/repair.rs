@@ -67,7 +67,11 @@ impl Journal {
     }
 
     /// The event of line `line_no` (which must carry that seq).
-    fn line_event(&self, bytes: &[u8], line_no: u64) -> Result<loom_core::Event, EventReadError> {
+    pub(crate) fn line_event(
+        &self,
+        bytes: &[u8],
+        line_no: u64,
+    ) -> Result<loom_core::Event, EventReadError> {
         let event = self.decode(bytes)?;
         if event.seq == line_no {
             Ok(event)

@@ -28,6 +28,14 @@ loom_testkit::store_conformance!(memory, {
     ((), move || store.clone())
 });
 
+// The memory store answers `run_start` (a follower's first read copies its run only).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn memory_run_start_is_answered() {
+    let store: Arc<dyn EventStore> = Arc::new(MemoryStore::new());
+    let open = move || store.clone();
+    loom_testkit::conformance::run_start_is_indexed(&open).await;
+}
+
 // One in-process idempotency store, shared by every handle.
 loom_testkit::idempotency_conformance!(idempotency_memory, {
     let store: Arc<dyn loom_core::ports::IdempotencyStore> =

@@ -12,7 +12,8 @@
 //!   journaled in the run's `run.cancelled`, whether this process drives the run or not).
 //! - **Resources**: `loom://runs`, `loom://sessions` and the templates
 //!   `loom://runs{?agent,status,since,until,limit,sessions}`, `loom://runs/{run_id}`,
-//!   `…/events`, `loom://traces/{run_id}`, `loom://sessions/{session_id}`, `…/events`,
+//!   `…/events`, `loom://traces/{run_id}`, `loom://sessions/{session_id}`, `…/events`, `…/state`
+//!   (scope `read_content`),
 //!   `loom://artifacts/…` (blobs), all in the caller's tenant. The run list is the page of
 //!   `GET /v1/runs` (`loom_ia::Loom::runs`: `{runs, scanned, truncated}`, the key's agents
 //!   only), with its filters and their values (`status` repeated or comma-separated); an

@@ -100,6 +100,16 @@ pub(crate) fn templates(access: &Access) -> Vec<ResourceTemplate> {
                 .with_description("A session's journal, one event per line.")
                 .with_mime_type(JSONL),
         );
+        if access.allows(Scope::ReadContent) {
+            templates.push(
+                ResourceTemplate::new("loom://sessions/{session_id}/state", "session state")
+                    .with_description(
+                        "A session's state, sorted by key: what its runs wrote over the \
+                         defaults its agent declares.",
+                    )
+                    .with_mime_type(JSON),
+            );
+        }
     }
     if access.allows(Scope::ReadContent) {
         templates.push(
@@ -214,6 +224,18 @@ pub(crate) async fn read(
                 ResourceContents::text(text, uri).with_mime_type(JSONL),
             ]))
         }
+        ["sessions", session_id, "state"] => {
+            whole_sessions(access)?;
+            // State values are content.
+            access
+                .require(Scope::ReadContent)
+                .map_err(|refused| ErrorData::invalid_request(refused, None))?;
+            let values = loom
+                .session_state(session_id, Some(tenant))
+                .await
+                .map_err(failed)?;
+            Ok(json_text(uri, &Value::Object(values)))
+        }
         ["artifacts", artifact @ ..] if !artifact.is_empty() => {
             let target = format!("artifact://{}", artifact.join("/"));
             read_artifact(server, access, uri, &target).await
@@ -222,7 +244,7 @@ pub(crate) async fn read(
             "unknown resource {uri} (loom://runs{{?…}}, loom://sessions, loom://runs/{{run_id}}, \
              loom://runs/{{run_id}}/events, loom://traces/{{run_id}}, \
              loom://sessions/{{session_id}}, loom://sessions/{{session_id}}/events, \
-             loom://artifacts/…)"
+             loom://sessions/{{session_id}}/state, loom://artifacts/…)"
         ))),
     }
 }
@@ -512,6 +534,96 @@ mod tests {
                 rmcp::model::ErrorCode::INVALID_PARAMS,
                 "agent: '%+1' holds a broken %-escape".to_owned()
             )
+        );
+    }
+
+    /// The `state` argument of an agent tool is journaled with the run and read back from
+    /// `loom://sessions/{id}/state` (scope `read_content`); a refused state runs nothing.
+    #[tokio::test]
+    async fn an_agent_tools_state_is_read_back_from_its_session_resource() {
+        use loom_ia::config::{AgentSpec, Config, LoomConfig, ModelSpec, Sdk, StateKey};
+        use serde_json::json;
+
+        let mut carnet = AgentSpec::new("carnet", "fake-1");
+        carnet.state.insert(
+            "client".into(),
+            StateKey {
+                schema: json!({"type": "string"}).as_object().unwrap().clone(),
+                description: String::new(),
+                from: Vec::new(),
+                required: false,
+                default: None,
+            },
+        );
+        let mut model = ModelSpec::new("fake-1", Sdk::Fake, "FAKE");
+        model
+            .params
+            .insert("script".into(), json!([{"text": "Noté."}]));
+        let raw = LoomConfig {
+            models: vec![model],
+            agents: vec![carnet],
+            ..LoomConfig::default()
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let loom = loom_ia::Loom::new(Config::new(raw, dir.path().to_path_buf()).unwrap()).unwrap();
+        let access = Access::local("default");
+        let server = LoomMcp::stdio(loom, access.clone());
+        let (progress, _lines) = crate::progress::Progress::new(false, true);
+        let arguments = |state: Value| {
+            json!({"message": "Bonjour", "session_id": "c1", "state": state})
+                .as_object()
+                .unwrap()
+                .clone()
+        };
+        let result = server
+            .start(
+                &access,
+                "carnet",
+                arguments(json!({"client": "C-42"})),
+                &progress,
+            )
+            .await
+            .unwrap();
+        assert_eq!(result.status, RunStatus::Completed);
+        let answer = read(&server, &access, "loom://sessions/c1/state")
+            .await
+            .unwrap();
+        let shown = serde_json::to_value(&answer.contents[0]).unwrap();
+        let state: Value = serde_json::from_str(shown["text"].as_str().unwrap()).unwrap();
+        assert_eq!(state, json!({"client": "C-42"}));
+
+        let refused = server
+            .start(
+                &access,
+                "carnet",
+                arguments(json!({"client": 7})),
+                &progress,
+            )
+            .await
+            .unwrap_err();
+        assert!(
+            refused.contains("session state: client: does not follow its schema"),
+            "{refused}"
+        );
+        let refused = server
+            .start(&access, "carnet", arguments(json!("C-1")), &progress)
+            .await
+            .unwrap_err();
+        assert_eq!(refused, "state must be an object of the agent's state keys");
+        // Without `read_content`, state values stay unread.
+        let reader = Access::key(Arc::new(ApiKeySpec {
+            id: "lecteur".into(),
+            hash: format!("sha256:{}", "0".repeat(64)),
+            tenant: "default".into(),
+            expires: None,
+            scopes: vec![Scope::Read],
+            agents: Vec::new(),
+            rate_limit: None,
+        }));
+        assert!(
+            read(&server, &reader, "loom://sessions/c1/state")
+                .await
+                .is_err()
         );
     }
 }

@@ -558,7 +558,7 @@ impl LoomMcp {
     }
 
     /// Opens and drives a run of `agent` from the call's arguments.
-    async fn start(
+    pub(crate) async fn start(
         &self,
         access: &Access,
         agent: &str,
@@ -567,10 +567,10 @@ impl LoomMcp {
     ) -> Result<RunResult, String> {
         if let Some(key) = arguments
             .keys()
-            .find(|k| !["message", "session_id", "attachments"].contains(&k.as_str()))
+            .find(|k| !["message", "session_id", "attachments", "state"].contains(&k.as_str()))
         {
             return Err(format!(
-                "unknown argument '{key}' (expected message, session_id, attachments)"
+                "unknown argument '{key}' (expected message, session_id, attachments, state)"
             ));
         }
         let message = match arguments.get("message") {
@@ -584,6 +584,13 @@ impl LoomMcp {
             Some(Value::String(session)) if !session.is_empty() => Some(session.clone()),
             Some(_) => return Err("session_id must be a non-empty string".to_owned()),
         };
+        let state = match arguments.get("state") {
+            None | Some(Value::Null) => Map::new(),
+            Some(Value::Object(state)) => state.clone(),
+            Some(_) => {
+                return Err("state must be an object of the agent's state keys".to_owned());
+            }
+        };
         let attachments =
             attachments::read(&self.loom, access.tenant(), arguments.get("attachments")).await?;
         let mut metadata = Map::new();
@@ -593,6 +600,7 @@ impl LoomMcp {
             tenant_id: Some(access.tenant().to_owned()),
             metadata,
             attachments,
+            state,
             ..RunOptions::default()
         };
         self.loom
@@ -887,6 +895,10 @@ fn agent_input_schema() -> Value {
                 "type": "string",
                 "description": "Continue this session: the agent re-reads its conversation. A new session when absent.",
             },
+            "state": {
+                "type": "object",
+                "description": "Session-state values: keys the agent declares, each following its schema (a refused value runs nothing).",
+            },
             "attachments": {
                 "type": "array",
                 "description": "Files for the agent: a base64 image, an artifact:// link, or a file:// path under the server's file roots.",
@@ -1013,6 +1025,7 @@ mod tests {
                 tenant_id: "acme".into(),
             }],
             redacted: Vec::new(),
+            compaction: None,
         }
     }
 

@@ -18,7 +18,7 @@
 //!
 //! | table | holds | the application role may |
 //! |---|---|---|
-//! | `loom_events` | one row per event: `tenant_id, session_id, seq` (primary key), `event_id` (unique per tenant), the envelope columns, `facets jsonb`, the event line verbatim (`event text`), `ingested` (an identity: the order of writes) | `SELECT, INSERT, DELETE` — no `UPDATE`: the journal is immutable |
+//! | `loom_events` | one row per event: `tenant_id, session_id, seq` (primary key), `event_id` (unique per tenant), the envelope columns, `facets jsonb`, the event line verbatim (`event text`), `ingested` (an identity: the order of writes); indexed by run, type, ingestion, facets and (events v3) by session and type, behind `last_of_type` | `SELECT, INSERT, DELETE` — no `UPDATE`: the journal is immutable |
 //! | `loom_sessions` | the index of sessions: `tenant_id, session_id` (primary key), `last_seq, updated_at, last_ingested`, written with each append (events v2) | `SELECT, INSERT, UPDATE, DELETE` |
 //! | `loom_set_aside` | rows set aside from the journal ([`EventStore::set_aside`](loom_core::ports::EventStore::set_aside)) | `SELECT, INSERT, DELETE` |
 //! | `loom_idempotency` | `tenant_id, key` (primary key), `session_id, status, result, expires_at, holder` | `SELECT, INSERT, UPDATE, DELETE` |

@@ -174,6 +174,13 @@ pub const MIGRATIONS: &[Migration] = &[
             "GRANT SELECT, INSERT, UPDATE, DELETE ON loom_sessions TO {role}",
         ],
     },
+    Migration {
+        component: "events",
+        version: 3,
+        summary: "a session's events by type (loom_events_session_type), behind last_of_type",
+        statements: &["CREATE INDEX IF NOT EXISTS loom_events_session_type \
+             ON loom_events (tenant_id, session_id, type, seq)"],
+    },
 ];
 
 /// The migrations table, the role, and its right to read the table: run before any migration.

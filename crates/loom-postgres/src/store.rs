@@ -408,6 +408,37 @@ impl PgStore {
     }
 }
 
+impl PgStore {
+    /// The last event of `kind` before `before`, by the index `loom_events_session_type`: one
+    /// row read, and checked.
+    async fn last_of_type_now(
+        &self,
+        tenant_id: &str,
+        session_id: &str,
+        kind: &str,
+        before: u64,
+    ) -> Result<Option<Event>, StoreError> {
+        safe_id("tenant", tenant_id)?;
+        safe_id("session", session_id)?;
+        let mut tx = self.db.begin(tenant_id).await?;
+        let row = sqlx::query(
+            "SELECT seq, event FROM loom_events \
+             WHERE tenant_id = $1 AND session_id = $2 AND type = $3 AND seq < $4 \
+             ORDER BY seq DESC LIMIT 1",
+        )
+        .bind(tenant_id)
+        .bind(session_id)
+        .bind(kind)
+        .bind(to_sql(before))
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(|err| self.db.error(err));
+        let row = self.finish(tx, row).await?;
+        row.map(|row| self.decode(tenant_id, session_id, &row, None))
+            .transpose()
+    }
+}
+
 /// Inserts `event` (its seq assigned) with its query columns; returns its `ingested`.
 pub(crate) async fn insert(
     tx: &mut Transaction<'static, Postgres>,
@@ -514,6 +545,16 @@ impl EventStore for PgStore {
         limit: usize,
     ) -> BoxFuture<'a, Result<Option<RecentSessions>, StoreError>> {
         Box::pin(self.recent_sessions_now(tenant_id, since, limit))
+    }
+
+    fn last_of_type<'a>(
+        &'a self,
+        tenant_id: &'a str,
+        session_id: &'a str,
+        event_type: &'a str,
+        before_seq: u64,
+    ) -> BoxFuture<'a, Result<Option<Event>, StoreError>> {
+        Box::pin(self.last_of_type_now(tenant_id, session_id, event_type, before_seq))
     }
 
     fn run_start<'a>(

@@ -85,7 +85,13 @@ async fn migrate_is_idempotent_and_check_names_what_is_missing() {
     let applied = handle.migrate().await.unwrap();
     assert_eq!(
         applied,
-        ["events v1", "idempotency v1", "artifacts v1", "events v2"]
+        [
+            "events v1",
+            "idempotency v1",
+            "artifacts v1",
+            "events v2",
+            "events v3"
+        ]
     );
     assert!(handle.migrate().await.unwrap().is_empty(), "applied twice");
     handle.check().await.unwrap();
@@ -126,6 +132,45 @@ async fn migrate_is_idempotent_and_check_names_what_is_missing() {
         handle.migrate().await,
         Err(PgError::NewerSchema { .. })
     ));
+}
+
+/// `last_of_type` is one row of the index by session and type (events v3), whatever the
+/// session's length: the planner reaches it through `loom_events_session_type`.
+#[tokio::test]
+async fn the_last_event_of_a_type_is_read_through_its_index() {
+    let Some((db, handle)) = TestDb::migrated().await else {
+        return;
+    };
+    let store = PgStore::new(handle);
+    store
+        .append(vec![started("t", "s", "r1", serde_json::Map::new())], 0)
+        .await
+        .unwrap();
+    store.append(events("t", "s", 50), 1).await.unwrap();
+    let found = store
+        .last_of_type("t", "s", "run.started", u64::MAX)
+        .await
+        .unwrap();
+    assert_eq!(found.map(|e| e.seq), Some(1));
+    let mut owner = db.owner().await;
+    // Without it, so few rows would be read by a sequential scan.
+    tamper(&mut owner, "SET enable_seqscan = off").await;
+    let plan: Vec<String> = sqlx::query(
+        "EXPLAIN SELECT seq, event FROM loom_events \
+         WHERE tenant_id = 't' AND session_id = 's' AND type = 'run.started' AND seq < 99 \
+         ORDER BY seq DESC LIMIT 1",
+    )
+    .fetch_all(&mut owner)
+    .await
+    .unwrap()
+    .iter()
+    .map(|row| row.try_get::<String, _>(0).unwrap())
+    .collect();
+    assert!(
+        plan.iter()
+            .any(|line| line.contains("loom_events_session_type")),
+        "{plan:?}"
+    );
 }
 
 /// A database at events v1 (before the index of sessions) holding journals is migrated to v2:

@@ -16,7 +16,9 @@
 //! | `ingested` | a write counter: orders sessions by their last append |
 //!
 //! Indexes: by run (`tenant_id, run_id, seq`), by event id (`tenant_id, event_id`), by
-//! ingestion (`ingested`) and by type (`tenant_id, type`). The schema version is kept in
+//! ingestion (`ingested`), by type (`tenant_id, type`) and by session and type
+//! (`tenant_id, session_id, type, seq`, behind [`EventStore::last_of_type`]: one row read;
+//! created in every file when it opens, older ones included). The schema version is kept in
 //! `PRAGMA user_version` (1); a file written by a newer schema is refused.
 //!
 //! Reads only trust the `event` column: every row is parsed back with [`Event::from_json`] and
@@ -67,6 +69,7 @@
 //! [`EventStore::salvage`]: loom_core::ports::EventStore::salvage
 //! [`EventStore::set_aside`]: loom_core::ports::EventStore::set_aside
 //! [`EventStore::find_run`]: loom_core::ports::EventStore::find_run
+//! [`EventStore::last_of_type`]: loom_core::ports::EventStore::last_of_type
 //! [`Event::to_json`]: loom_core::event::Event::to_json
 //! [`Event::from_json`]: loom_core::event::Event::from_json
 //! [`StoreError::Conflict`]: loom_core::ports::StoreError::Conflict

@@ -96,6 +96,12 @@ const SET_ASIDE_SCHEMA: &str = "CREATE TABLE IF NOT EXISTS set_aside (
         set_aside_at TEXT   NOT NULL
     )";
 
+/// The index behind [`EventStore::last_of_type`]: a session's events of one type by seq.
+/// Created in every file, old ones included (adding an index changes nothing an older build
+/// reads, so the schema version stays).
+const SESSION_TYPE_INDEX: &str =
+    "CREATE INDEX IF NOT EXISTS events_session_type ON events (tenant_id, session_id, type, seq)";
+
 /// The index behind erasing a session's keys.
 const IDEMPOTENCY_INDEX: &str =
     "CREATE INDEX IF NOT EXISTS idempotency_session ON idempotency (tenant_id, session_id)";
@@ -527,6 +533,33 @@ impl SqliteStore {
         Ok(seq.and_then(|seq| u64::try_from(seq).ok()))
     }
 
+    /// The last event of `kind` before `before`, by the index `events_session_type`: one row
+    /// read, and checked.
+    async fn last_of_type_now(
+        &self,
+        tenant_id: &str,
+        session_id: &str,
+        kind: &str,
+        before: u64,
+    ) -> Result<Option<Event>, StoreError> {
+        safe_id("tenant", tenant_id)?;
+        safe_id("session", session_id)?;
+        let row = sqlx::query(
+            "SELECT seq, event FROM events INDEXED BY events_session_type \
+             WHERE tenant_id = ?1 AND session_id = ?2 AND type = ?3 AND seq < ?4 \
+             ORDER BY seq DESC LIMIT 1",
+        )
+        .bind(tenant_id)
+        .bind(session_id)
+        .bind(kind)
+        .bind(to_sql(before))
+        .fetch_optional(self.pool())
+        .await
+        .map_err(|err| self.db_error(err))?;
+        row.map(|row| self.decode(tenant_id, session_id, &row, None))
+            .transpose()
+    }
+
     /// Copies the WAL into the file and truncates it, so that erased rows do not linger in it.
     /// Best effort: a reader holding an older snapshot keeps the WAL until it finishes.
     async fn checkpoint(&self) {
@@ -605,6 +638,16 @@ impl EventStore for SqliteStore {
         run_id: &'a str,
     ) -> BoxFuture<'a, Result<Option<u64>, StoreError>> {
         Box::pin(self.run_start_now(tenant_id, session_id, run_id))
+    }
+
+    fn last_of_type<'a>(
+        &'a self,
+        tenant_id: &'a str,
+        session_id: &'a str,
+        event_type: &'a str,
+        before_seq: u64,
+    ) -> BoxFuture<'a, Result<Option<Event>, StoreError>> {
+        Box::pin(self.last_of_type_now(tenant_id, session_id, event_type, before_seq))
     }
 
     fn salvage<'a>(
@@ -757,6 +800,10 @@ async fn set_up(options: SqliteConnectOptions, path: &Path) -> Result<(), StoreE
             .await
             .map_err(|err| db_error(path, err))?;
         sqlx::query(SET_ASIDE_SCHEMA)
+            .execute(&mut *tx)
+            .await
+            .map_err(|err| db_error(path, err))?;
+        sqlx::query(SESSION_TYPE_INDEX)
             .execute(&mut *tx)
             .await
             .map_err(|err| db_error(path, err))?;

@@ -92,6 +92,7 @@ async fn open_creates_the_file_in_wal_mode_with_the_schema() {
         "events_event_id",
         "events_ingested",
         "events_run",
+        "events_session_type",
         "events_type",
     ] {
         assert!(names.iter().any(|n| n == name), "{name} missing: {names:?}");
@@ -251,6 +252,54 @@ async fn a_bad_row_is_reported_naming_it_and_never_skipped() {
     assert_eq!(
         seqs(&store.append(events("t", "good", 1), 2).await.unwrap()),
         [3]
+    );
+}
+
+/// A file from before the index of a session's events by type gets it when opened, and
+/// `last_of_type` is answered through it.
+#[tokio::test]
+async fn an_older_file_gets_the_index_by_session_and_type() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("loom.db");
+    let store = SqliteStore::open(&file).unwrap();
+    store
+        .append(
+            vec![
+                started("t", "s", "r1", serde_json::Map::new()),
+                event("t", "s", "x"),
+            ],
+            0,
+        )
+        .await
+        .unwrap();
+    store.close().await;
+    let mut conn = raw(&file).await;
+    sqlx::query("DROP INDEX events_session_type")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    drop(conn);
+    let store = SqliteStore::open(&file).unwrap();
+    let found = store
+        .last_of_type("t", "s", "run.started", u64::MAX)
+        .await
+        .unwrap();
+    assert_eq!(found.map(|e| e.seq), Some(1));
+    let mut conn = raw(&file).await;
+    let plan: Vec<String> = sqlx::query(
+        "EXPLAIN QUERY PLAN SELECT seq, event FROM events \
+         WHERE tenant_id = 't' AND session_id = 's' AND type = 'run.started' AND seq < 9 \
+         ORDER BY seq DESC LIMIT 1",
+    )
+    .fetch_all(&mut conn)
+    .await
+    .unwrap()
+    .iter()
+    .map(|row| row.try_get::<String, _>("detail").unwrap())
+    .collect();
+    assert!(
+        plan.iter().any(|step| step.contains("events_session_type")),
+        "{plan:?}"
     );
 }
 

@@ -34,7 +34,10 @@ use std::{
 use chrono::{DateTime, TimeZone, Utc};
 use loom_core::{
     EventStatus,
-    event::{Envelope, Event, Payload, RunClaimed, RunContext, RunStarted},
+    event::{
+        Envelope, Event, Payload, RunClaimed, RunContext, RunStarted, SessionCompacted,
+        SessionSnapshot,
+    },
     ports::{EventStore, StoreError},
 };
 use serde_json::{Map, Value, json};
@@ -66,6 +69,7 @@ macro_rules! store_conformance {
             unreadable_events_are_refused,
             runs_are_found_by_id,
             a_run_start_is_unknown_or_its_first_seq,
+            the_last_event_of_a_type_before_a_seq,
         );
     };
     (@tests $name:ident, $setup:expr; $($scenario:ident),* $(,)?) => {
@@ -149,6 +153,50 @@ pub fn started(tenant: &str, session: &str, run: &str, metadata: Map<String, Val
         state: Map::new(),
     });
     Event::new(envelope, payload)
+}
+
+/// A `session.snapshot` (`kind` "snapshot") or `session.compacted` (any other `kind`) of
+/// `tenant/session` accounting for the events up to `up_to_seq`.
+pub fn marker(tenant: &str, session: &str, kind: &str, up_to_seq: u64) -> Event {
+    let mut event = event(tenant, session, &format!("{kind}-{up_to_seq}"));
+    event.payload = if kind == "snapshot" {
+        Payload::SessionSnapshot(SessionSnapshot {
+            up_to_seq,
+            messages: Vec::new(),
+            tokens: 0,
+            spent: Default::default(),
+            models: Default::default(),
+            state: None,
+            turns: Vec::new(),
+        })
+    } else {
+        Payload::SessionCompacted(SessionCompacted {
+            up_to_seq,
+            summary: format!("up to {up_to_seq}"),
+            kept: 1,
+            tokens_before: 100,
+            tokens_after: 10,
+            cost_usd: 0.0,
+            fidelity: "ok".into(),
+            run_id: None,
+            missing: Vec::new(),
+        })
+    };
+    Event::new(
+        Envelope {
+            event_id: event.event_id.clone(),
+            ts: event.ts,
+            tenant_id: event.tenant_id.clone(),
+            session_id: event.session_id.clone(),
+            run_id: event.run_id.clone(),
+            root_run_id: event.root_run_id.clone(),
+            span_id: event.span_id.clone(),
+            parent_span_id: None,
+            agent: event.agent.clone(),
+            role: None,
+        },
+        event.payload,
+    )
 }
 
 /// An object nested `levels` deep (itself the first level).
@@ -570,8 +618,8 @@ pub async fn a_run_start_is_unknown_or_its_first_seq(open: Open<'_>) {
     assert_eq!(open().run_start("u", "s1", "r1").await.unwrap(), None);
 }
 
-/// For a store with a run index (SQLite, PostgreSQL): [`EventStore::run_start`] answers the
-/// seq of the run's `run.started`, not `None`.
+/// For a store with a run index (SQLite, PostgreSQL, JSONL, memory):
+/// [`EventStore::run_start`] answers the seq of the run's `run.started`, not `None`.
 pub async fn run_start_is_indexed(open: Open<'_>) {
     let store = open();
     store
@@ -583,4 +631,93 @@ pub async fn run_start_is_indexed(open: Open<'_>) {
         .unwrap();
     assert_eq!(open().run_start("t", "s1", "r1").await.unwrap(), Some(2));
     assert_eq!(open().run_start("t", "s1", "r0").await.unwrap(), None);
+}
+
+/// [`EventStore::last_of_type`]: the last event of the type before the seq given (`u64::MAX`:
+/// anywhere), whole and read back, from any handle; `None` when there is none, in another
+/// session or tenant, or the session does not exist.
+pub async fn the_last_event_of_a_type_before_a_seq(open: Open<'_>) {
+    let store = open();
+    assert_eq!(
+        store
+            .last_of_type("t", "s", "session.snapshot", u64::MAX)
+            .await
+            .unwrap(),
+        None
+    );
+    // 1 run.started, 2-3 events, 4 snapshot, 5 event, 6 compacted, 7-8 events, 9 snapshot,
+    // then enough events that a store reading backwards crosses a checkpoint or two.
+    let mut batch = vec![started("t", "s", "r1", Map::new())];
+    batch.extend(events("t", "s", 2));
+    batch.push(marker("t", "s", "snapshot", 3));
+    store.append(batch, 0).await.unwrap();
+    let mut batch = events("t", "s", 1);
+    batch.push(marker("t", "s", "compacted", 5));
+    batch.extend(events("t", "s", 2));
+    store.append(batch, 4).await.unwrap();
+    store
+        .append(vec![marker("t", "s", "snapshot", 8)], 8)
+        .await
+        .unwrap();
+    store.append(events("t", "s", 150), 9).await.unwrap();
+    store
+        .append(vec![started("t", "other", "r2", Map::new())], 0)
+        .await
+        .unwrap();
+    let written = store.read("t", "s", 0).await.unwrap();
+
+    let last = |kind: &'static str, before: u64| {
+        let store = open();
+        async move { store.last_of_type("t", "s", kind, before).await.unwrap() }
+    };
+    let snapshot = last("session.snapshot", u64::MAX).await.unwrap();
+    assert_eq!(snapshot, written[8]);
+    assert!(matches!(&snapshot.payload, Payload::SessionSnapshot(s) if s.up_to_seq == 8));
+    assert_eq!(
+        last("session.snapshot", 10).await.as_ref(),
+        Some(&written[8])
+    );
+    assert_eq!(
+        last("session.snapshot", 9).await.as_ref(),
+        Some(&written[3])
+    );
+    assert_eq!(last("session.snapshot", 4).await, None);
+    assert_eq!(last("session.snapshot", 0).await, None);
+    assert_eq!(
+        last("session.compacted", u64::MAX).await.as_ref(),
+        Some(&written[5])
+    );
+    assert_eq!(last("session.compacted", 6).await, None);
+    assert_eq!(
+        last("run.started", u64::MAX).await.as_ref(),
+        Some(&written[0])
+    );
+    // A type no index marks: found backwards, across checkpoints.
+    assert_eq!(last("run.claimed", u64::MAX).await.as_ref(), written.last());
+    assert_eq!(last("run.claimed", 4).await.as_ref(), Some(&written[2]));
+    assert_eq!(last("run.claimed", 2).await, None);
+    assert_eq!(last("session.trimmed", u64::MAX).await, None);
+    // Other sessions and tenants see none of them.
+    for (tenant, session) in [("t", "other"), ("t", "absent"), ("u", "s")] {
+        assert_eq!(
+            open()
+                .last_of_type(tenant, session, "session.snapshot", u64::MAX)
+                .await
+                .unwrap(),
+            None,
+            "{tenant}/{session}"
+        );
+    }
+    assert_invalid(
+        open()
+            .last_of_type("../t", "s", "session.snapshot", u64::MAX)
+            .await,
+        "../t",
+    );
+    // After more appends, the newest marker is found.
+    store
+        .append(vec![marker("t", "s", "snapshot", 159)], 159)
+        .await
+        .unwrap();
+    assert_eq!(last("session.snapshot", u64::MAX).await.unwrap().seq, 160);
 }

@@ -34,6 +34,21 @@ fn parse_period(text: &str) -> Result<Period, String> {
     text.parse()
 }
 
+/// One `--state KEY=VALUE`: the value as JSON when it reads as JSON, else as a string.
+pub(super) fn parse_state_pair(text: &str) -> Result<(String, serde_json::Value), String> {
+    let Some((key, value)) = text.split_once('=') else {
+        return Err(format!("expected KEY=VALUE, got '{text}'"));
+    };
+    if key.is_empty() {
+        return Err(format!(
+            "expected KEY=VALUE, got '{text}' (the key is empty)"
+        ));
+    }
+    let value =
+        serde_json::from_str(value).unwrap_or_else(|_| serde_json::Value::String(value.to_owned()));
+    Ok((key.to_owned(), value))
+}
+
 /// What `approve` and `reject` share.
 #[derive(Debug, clap::Args)]
 pub(super) struct DecisionArgs {
@@ -94,6 +109,19 @@ pub(super) enum Command {
         /// see; its type comes from its content or its extension (`execution.attachments`).
         #[arg(long = "attach", value_name = "FILE")]
         attach: Vec<PathBuf>,
+        /// Set a key of the session state (repeatable; the agent declares its keys in
+        /// `state:`). VALUE is read as JSON when it is JSON (`42`, `true`, `{"a":1}`), else
+        /// as a string; a key given twice is refused.
+        #[arg(long = "state", value_name = "KEY=VALUE", value_parser = parse_state_pair)]
+        state: Vec<(String, serde_json::Value)>,
+    },
+    /// Print a session's state as indented JSON (`{}` when its agent declares none).
+    State {
+        /// Session id.
+        session: String,
+        /// Tenant of the session (default `default`).
+        #[arg(long)]
+        tenant: Option<String>,
     },
     /// Grant the approval a paused run waits for, then drive it on.
     Approve {
@@ -183,6 +211,18 @@ pub(super) enum Command {
         /// Tenant of the run (default `default`).
         #[arg(long)]
         tenant: Option<String>,
+    },
+    /// Compact a session now (`sessions.compaction`): the turns before the last `keep_last`
+    /// are summarized, checked for fidelity, and replaced by the summary.
+    Compact {
+        /// Session id.
+        session: String,
+        /// Tenant of the session (default `default`).
+        #[arg(long)]
+        tenant: Option<String>,
+        /// Print the outcome as JSON.
+        #[arg(long)]
+        json: bool,
     },
     /// List, show, list the files of, export, repair or delete sessions.
     Sessions {
@@ -317,4 +357,37 @@ pub(super) enum QueueCommand {
         #[arg(long)]
         drop: bool,
     },
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::parse_state_pair;
+
+    #[test]
+    fn a_state_value_is_json_when_it_reads_as_json_else_a_string() {
+        let cases = [
+            ("visits=3", json!(3)),
+            ("vip=true", json!(true)),
+            ("client=C-42", json!("C-42")),
+            ("code=\"007\"", json!("007")),
+            ("cart={\"items\":[1,2]}", json!({"items": [1, 2]})),
+            ("note=", json!("")),
+            ("eq=a=b", json!("a=b")),
+        ];
+        for (text, expected) in cases {
+            let (key, value) = parse_state_pair(text).unwrap();
+            assert_eq!(value, expected, "{text}");
+            assert!(!key.is_empty());
+        }
+        assert_eq!(
+            parse_state_pair("client").unwrap_err(),
+            "expected KEY=VALUE, got 'client'"
+        );
+        assert_eq!(
+            parse_state_pair("=3").unwrap_err(),
+            "expected KEY=VALUE, got '=3' (the key is empty)"
+        );
+    }
 }

@@ -11,7 +11,7 @@ use crate::{App, FAILED, OK, REFUSED, output::out};
 use super::{
     args::{Cli, Command, KeysCommand, QueueCommand, StorageCommand},
     exit::{fail, print_json},
-    runs::{At, ReportOf, cancel, decide, inspect, report, resume, run, steer, validate},
+    runs::{At, ReportOf, cancel, compact, decide, inspect, report, resume, run, steer, validate},
 };
 
 pub(crate) async fn execute(cli: Cli, app: App, args: Vec<std::ffi::OsString>) -> u8 {
@@ -127,11 +127,20 @@ pub(crate) async fn execute(cli: Cli, app: App, args: Vec<std::ffi::OsString>) -
             tenant,
             judges,
             attach,
+            state,
         } => {
             let Ok(judges) = judges.parse::<loom_ia::JudgeMode>() else {
                 eprintln!("error: --judges must be auto, force or skip");
                 return REFUSED;
             };
+            let mut given = serde_json::Map::new();
+            for (key, value) in state {
+                if given.contains_key(&key) {
+                    eprintln!("error: --state: the key '{key}' is given twice");
+                    return REFUSED;
+                }
+                given.insert(key, value);
+            }
             let attachments: Result<Vec<_>, _> = attach
                 .iter()
                 .map(|path| loom.read_attachment(path))
@@ -148,6 +157,7 @@ pub(crate) async fn execute(cli: Cli, app: App, args: Vec<std::ffi::OsString>) -
                             tenant_id: tenant,
                             judges,
                             attachments,
+                            state: given,
                             ..RunOptions::default()
                         },
                         json,
@@ -163,6 +173,10 @@ pub(crate) async fn execute(cli: Cli, app: App, args: Vec<std::ffi::OsString>) -
             arguments,
         } => decide(&loom, decision, Some(arguments)).await,
         Command::Reject { decision } => decide(&loom, decision, None).await,
+        Command::State { session, tenant } => loom
+            .session_state(&session, tenant.as_deref())
+            .await
+            .map(|state| print_json(&state)),
         Command::Inspect {
             run_id,
             session,
@@ -205,6 +219,11 @@ pub(crate) async fn execute(cli: Cli, app: App, args: Vec<std::ffi::OsString>) -
             session,
             tenant,
         } => steer(&loom, &run_id, &message, &At::new(session, tenant)).await,
+        Command::Compact {
+            session,
+            tenant,
+            json,
+        } => compact(&loom, &session, tenant.as_deref(), json).await,
         Command::Sessions { command, tenant } => {
             crate::sessions::run(&loom, command, tenant.as_deref()).await
         }

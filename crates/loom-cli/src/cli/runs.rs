@@ -57,7 +57,33 @@ pub(super) async fn run(
         loom.run(agent, message, options).await?
     };
     interrupt.abort();
+    // A compaction this run triggered runs in this process: the report says what it did, and
+    // the process does not exit under it.
+    let result = if loom.compactions_idle().await {
+        loom.result(&result.run_ref(&tenant)).await?
+    } else {
+        result
+    };
     Ok(report_result(&result, &tenant, json, stream))
+}
+
+/// `loom compact`: compacts a session now and says what became of it.
+pub(super) async fn compact(
+    loom: &Loom,
+    session: &str,
+    tenant: Option<&str>,
+    json: bool,
+) -> Result<u8, LoomError> {
+    let note = loom.compact(tenant, session).await?;
+    if json {
+        print_json(&note);
+    }
+    eprintln!("{}", render::compaction_line(&note));
+    Ok(if matches!(note.outcome.as_str(), "applied" | "nothing") {
+        OK
+    } else {
+        FAILED
+    })
 }
 
 /// Prints a run's result as `loom run` does: the answer on stdout (nothing for a paused run),

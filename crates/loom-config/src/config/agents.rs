@@ -128,6 +128,16 @@ fn check_agent_spec(
             ),
         ));
     }
+    if spec.name == super::compaction::COMPACTION_AGENT {
+        return Err(invalid(
+            &p.key("name"),
+            format!(
+                "the agent name '{}' is reserved for the agent that writes session summaries \
+                 (sessions.compaction): rename the agent",
+                spec.name
+            ),
+        ));
+    }
     if spec.expose.mcp && MCP_CONTROL_TOOLS.contains(&spec.name.as_str()) {
         return Err(invalid(
             &p.key("name"),

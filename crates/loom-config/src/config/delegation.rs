@@ -349,7 +349,7 @@ fn check_regex(doc: &Doc, at: &KeyPath, pattern: &str) -> Result<(), ConfigError
 }
 
 /// The names an agent's tools have for the model (checked by `tool_results` and name clashes).
-struct ToolNames {
+pub(super) struct ToolNames {
     /// Tools, built-ins (without `loom.`), roles and sub-agents.
     names: Vec<String>,
     /// MCP references: prefix, `include`, `exclude`.
@@ -375,7 +375,7 @@ impl ToolNames {
         ToolNames { names, mcp }
     }
 
-    fn has(&self, name: &str) -> bool {
+    pub(super) fn has(&self, name: &str) -> bool {
         self.names.iter().any(|n| n == name)
             || self.mcp.iter().any(|(prefix, include, exclude)| {
                 name.strip_prefix(prefix.as_str())
@@ -398,7 +398,7 @@ impl ToolNames {
             })
     }
 
-    fn describe(&self) -> String {
+    pub(super) fn describe(&self) -> String {
         let mut all: Vec<String> = self.names.clone();
         for (prefix, include, _) in &self.mcp {
             match include {
@@ -505,12 +505,17 @@ pub(super) fn check_guards(
         )?;
     }
     names.names = owners.into_iter().map(|(n, _)| n).collect();
+    super::state::check_keys(doc, p, spec, &names, &config.raw.sessions.state)?;
+    super::state::check_main_context(doc, p, spec)?;
+    let declared: Vec<String> = spec.state.keys().cloned().collect();
+    let agent_state = (spec.name.clone(), declared);
 
     let mut judges: Vec<(String, KeyPath)> = Vec::new();
     let mut prompts = Vec::new();
     for (r, role) in spec.roles.iter_mut().enumerate() {
         let rp = p.key("roles").index(r);
-        prompts.push(check_role(config, doc, &rp, role, &names)?);
+        let state = (agent_state.0.as_str(), &agent_state.1[..]);
+        prompts.push(check_role(config, doc, &rp, role, &names, state)?);
         if let Some(judge) = &mut role.judge {
             let default = role.name.clone();
             let judged = role.model.clone();
@@ -824,6 +829,7 @@ fn check_role(
     rp: &KeyPath,
     role: &mut RoleSpec,
     names: &ToolNames,
+    state: (&str, &[String]),
 ) -> Result<RolePrompt, ConfigError> {
     if role.description.trim().is_empty() {
         return Err(invalid(
@@ -875,7 +881,7 @@ fn check_role(
         &role.context,
         names,
         &models,
-        &owner,
+        (&owner, Some(state)),
     )?;
     if role.argument_names().is_empty() && role.context.is_empty() {
         return Err(invalid(
@@ -888,7 +894,7 @@ fn check_role(
             ),
         ));
     }
-    check_input_template(doc, rp, role)?;
+    check_input_template(doc, rp, role, state.1)?;
     if let Some(output) = &mut role.output {
         check_output(doc, &rp.key("output"), &config.base_dir, output)?;
     }
@@ -898,8 +904,9 @@ fn check_role(
     })
 }
 
-/// Context items of a role or judge: no repeats, known tools, `last_turns` ≥ 1, and models
-/// that can see images when `attachments` is declared.
+/// Context items of a role or judge: no repeats, known tools, `last_turns` ≥ 1, models that
+/// can see images when `attachments` is declared, and `session_state` naming declared keys (a
+/// role's: `state` is the agent's name and state keys; a judge's: `None`, refused).
 fn check_context(
     config: &Config,
     doc: &Doc,
@@ -907,11 +914,32 @@ fn check_context(
     items: &[ContextItem],
     names: &ToolNames,
     models: &[&str],
-    owner: &str,
+    (owner, state): (&str, Option<(&str, &[String])>),
 ) -> Result<(), ConfigError> {
     let mut tools_seen: Vec<&str> = Vec::new();
     for (j, item) in items.iter().enumerate() {
         let ip = path.index(j);
+        if let Some(keys) = item.state_keys() {
+            let Some(state) = state else {
+                return Err(invalid(
+                    doc,
+                    &ip,
+                    format!(
+                        "{owner} cannot read session_state: a judge scores the output against \
+                         its criteria, the session's state is for the orchestrator and roles"
+                    ),
+                ));
+            };
+            if items[..j].iter().any(|x| x.state_keys().is_some()) {
+                return Err(invalid(
+                    doc,
+                    &ip,
+                    "context item 'session_state' listed twice",
+                ));
+            }
+            super::state::check_state_item(doc, &ip, state, keys, owner)?;
+            continue;
+        }
         match item {
             ContextItem::Name(name) => {
                 if items[..j].contains(item) {
@@ -947,6 +975,8 @@ fn check_context(
                     return Err(invalid(doc, &ip.key("last_turns"), NOT_POSITIVE));
                 }
             }
+            // Checked above.
+            ContextItem::SessionStateKeys(_) => {}
             ContextItem::ToolResults(results) => {
                 if results.tool_results.is_empty() {
                     return Err(invalid(
@@ -984,11 +1014,22 @@ fn check_context(
 }
 
 /// Context names a template can read under `context.`.
-const CONTEXT_VARIABLES: &[&str] = &["user_input", "caller_context", "attachments", "last_turns"];
+const CONTEXT_VARIABLES: &[&str] = &[
+    "user_input",
+    "caller_context",
+    "attachments",
+    "session_summary",
+    "last_turns",
+];
 
 /// Every variable of `input_template` is declared (an argument, a context item, a tool of
 /// `tool_results`), and every declared context item is used.
-fn check_input_template(doc: &Doc, rp: &KeyPath, role: &RoleSpec) -> Result<(), ConfigError> {
+fn check_input_template(
+    doc: &Doc,
+    rp: &KeyPath,
+    role: &RoleSpec,
+    state_keys: &[String],
+) -> Result<(), ConfigError> {
     let Some(text) = &role.input_template else {
         return Ok(());
     };
@@ -1023,16 +1064,22 @@ fn check_input_template(doc: &Doc, rp: &KeyPath, role: &RoleSpec) -> Result<(), 
                 )
             }),
             ["args", ..] => None,
-            ["context", "session_state", ..] => Some(
-                "input_template uses 'context.session_state': session state is not implemented \
-                 in this version yet"
-                    .to_owned(),
-            ),
-            ["context", "session_summary", ..] => Some(
-                "input_template uses 'context.session_summary': session summaries (compaction) \
-                 are not implemented in this version yet"
-                    .to_owned(),
-            ),
+            ["context", "session_state", rest @ ..] => {
+                match super::state::template_keys(state_keys, &role.context) {
+                    None => Some(format!(
+                        "input_template uses 'context.session_state', but the context of role \
+                         '{name}' does not declare session_state"
+                    )),
+                    Some(keys) => match rest.first() {
+                        Some(key) if !keys.contains(key) => Some(format!(
+                            "input_template uses 'context.session_state.{key}', but '{key}' is \
+                             not among the state keys role '{name}' reads (declared: {})",
+                            listing(&keys)
+                        )),
+                        _ => None,
+                    },
+                }
+            }
             ["context", "tool_results"] if declared_tools.is_empty() => Some(format!(
                 "input_template uses 'context.tool_results', but the context of role '{name}' \
                  declares no tool_results"
@@ -1054,7 +1101,8 @@ fn check_input_template(doc: &Doc, rp: &KeyPath, role: &RoleSpec) -> Result<(), 
                 }),
             ["context", item, ..] => Some(format!(
                 "unknown template variable 'context.{item}' (known: context.user_input, \
-                 context.caller_context, context.attachments, context.last_turns, context.tool_results.<tool>)"
+                 context.caller_context, context.attachments, context.session_summary, \
+                 context.last_turns, context.tool_results.<tool>, context.session_state.<key>)"
             )),
             [head, ..] => Some(format!(
                 "unknown template variable '{head}' (known variables: args, context)"
@@ -1228,7 +1276,7 @@ fn check_judge(
         &judge.context,
         tools,
         &models,
-        &format!("judge '{name}'"),
+        (&format!("judge '{name}'"), None),
     )?;
 
     let wp = jp.key("when");

@@ -12,12 +12,7 @@ always (a human decides every call) or never";
 /// sections of the reference are not implemented yet (refused rather than silently ignored).
 /// `path` is the key path of the unknown key, `field` its name.
 pub(super) fn not_yet(path: &KeyPath, field: &str) -> &'static str {
-    const LATER: &[&str] = &[
-        "tool_sources",
-        "stream_output",
-        "state",
-        "idle_timeout",
-    ];
+    const LATER: &[&str] = &["tool_sources", "stream_output", "idle_timeout"];
     // Keys of `telemetry` (OpenTelemetry export, redaction) that Loom does not have yet.
     const TELEMETRY_LATER: &[&str] = &["exporters", "redaction"];
     let parent = &path.0[..path.0.len().saturating_sub(1)];
@@ -27,7 +22,6 @@ pub(super) fn not_yet(path: &KeyPath, field: &str) -> &'static str {
     }
     let in_tenant = matches!(parent, [yaml::Seg::Key(k), yaml::Seg::Index(_)] if k == "tenants");
     let in_tenant_key = |key: &str| matches!(parent, [yaml::Seg::Key(k), yaml::Seg::Index(_), yaml::Seg::Key(s), ..] if k == "tenants" && s == key);
-    let in_main = matches!(parent.last(), Some(yaml::Seg::Key(k)) if k == "main");
     let in_tool = matches!(
         parent,
         [.., yaml::Seg::Key(k), yaml::Seg::Index(_)] if k == "tools"
@@ -48,7 +42,7 @@ deployment's (a tenant chooses whether its content is captured, not where it goe
 not implemented in this version"
     } else if in_tenant {
         ""
-    } else if (in_main && field == "context") || LATER.contains(&field) {
+    } else if LATER.contains(&field) {
         NOT_YET
     } else {
         ""

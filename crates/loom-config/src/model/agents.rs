@@ -1,13 +1,16 @@
 //! An agent (`AgentSpec`): its main role and call settings, where it is published (`expose`) and
 //! how long its approval requests wait.
 
-use std::path::PathBuf;
+use std::{collections::BTreeMap, path::PathBuf};
 
 use loom_core::approval::OnExpiry;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::guards::{Budgets, JudgeSpec, OutputContract, PolicyRef, RoleSpec, SubAgentRef};
+use crate::guards::{
+    Budgets, ContextItem, JudgeSpec, OutputContract, PolicyRef, RoleSpec, SubAgentRef,
+};
+use crate::state::StateKey;
 
 use super::{JsonObject, ToolRef};
 
@@ -64,6 +67,10 @@ pub struct AgentSpec {
     /// server (`loom mcp`, `/mcp`). Both by default.
     #[serde(default)]
     pub expose: Expose,
+    /// Session state: keys set by the caller or filled from tool results, kept across the
+    /// runs of a session (limits in `sessions.state`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub state: BTreeMap<String, StateKey>,
 }
 
 /// An agent's `expose:` block: where it is published.
@@ -139,6 +146,7 @@ impl AgentSpec {
             judge: None,
             budget: None,
             expose: Expose::default(),
+            state: BTreeMap::new(),
         }
     }
 }
@@ -163,6 +171,10 @@ pub struct MainRole {
     /// Call settings for this role.
     #[serde(default)]
     pub llm: LlmSettings,
+    /// What every orchestrator call receives besides the conversation: `session_state` (every
+    /// key) or `{session_state: [keys]}`, sent as a last user message that is never journaled.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub context: Vec<ContextItem>,
 }
 
 impl MainRole {
@@ -174,6 +186,7 @@ impl MainRole {
             system: String::new(),
             system_file: None,
             llm: LlmSettings::default(),
+            context: Vec::new(),
         }
     }
 }

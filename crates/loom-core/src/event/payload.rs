@@ -10,8 +10,8 @@ use super::{
     IdempotencyRecorded, IdempotencyReused, JudgeEvaluated, MessageUser, ModelExchanged,
     ModelFellBack, ModelResponded, ModelRetried, Outcome, PolicyDecided, RunCancelled, RunClaimed,
     RunCompleted, RunFailed, RunStarted, RunTransitioned, SealedPayload, SessionCompacted,
-    SessionRepaired, SessionSnapshot, SessionTrimmed,
-    StepCompleted, StepStarted, ToolCalled, ToolCompleted, ToolSourceUnavailable,
+    SessionRepaired, SessionSnapshot, SessionTrimmed, StepCompleted, StepStarted, ToolCalled,
+    ToolCompleted, ToolSourceUnavailable,
 };
 
 /// The payloads, discriminated by `type`.

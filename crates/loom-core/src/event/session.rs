@@ -55,6 +55,112 @@ pub struct SessionSnapshot {
     /// reference catalogue (its snapshots leave budgets to a full read).
     #[serde(default)]
     pub spent: SessionSpent,
+    /// Provider model names seen answering up to `up_to_seq`, each with the model configs that
+    /// produced it, so that reasoning blocks of the history are told apart by model (not in the
+    /// reference catalogue).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub models: std::collections::BTreeMap<String, std::collections::BTreeSet<String>>,
+    /// The session state up to `up_to_seq` (without the agent's defaults; none while nothing
+    /// was written), so that a run folds only the events after it (not in the reference
+    /// catalogue).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<crate::state::SessionState>,
+    /// Which messages belong to which turn, in order (not in the reference catalogue), so that
+    /// history caps and compaction can cut the snapshot's history by turns.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub turns: Vec<SnapshotTurn>,
+}
+
+/// One turn of a [`SessionSnapshot`]'s history: an earlier root run, or a compaction summary.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SnapshotTurn {
+    /// The run (empty for a summary).
+    #[serde(default)]
+    pub run_id: String,
+    /// The seq of its `run.started` (a summary: the `up_to_seq` it accounts for).
+    pub start_seq: u64,
+    /// The seq of its last event.
+    pub last_seq: u64,
+    /// How many of the snapshot's messages, after the previous turns', are its.
+    pub messages: u32,
+    /// A compaction summary, not a run.
+    #[serde(default)]
+    pub summary: bool,
+    /// The run completed.
+    #[serde(default)]
+    pub succeeded: bool,
+}
+
+impl SessionSnapshot {
+    /// The snapshot's history as turns. A snapshot without turns (the reference's) is one
+    /// turn holding all its messages.
+    pub fn groups(&self) -> Vec<crate::state::compaction::TurnGroup> {
+        if self.turns.is_empty() {
+            if self.messages.is_empty() {
+                return Vec::new();
+            }
+            return vec![crate::state::compaction::TurnGroup {
+                run_id: String::new(),
+                start_seq: self.up_to_seq,
+                last_seq: self.up_to_seq,
+                messages: self.messages.clone(),
+                summary: false,
+                finished: true,
+                succeeded: true,
+            }];
+        }
+        let mut rest = self.messages.iter();
+        self.turns
+            .iter()
+            .map(|turn| crate::state::compaction::TurnGroup {
+                run_id: turn.run_id.clone(),
+                start_seq: turn.start_seq,
+                last_seq: turn.last_seq,
+                messages: rest
+                    .by_ref()
+                    .take(turn.messages as usize)
+                    .cloned()
+                    .collect(),
+                summary: turn.summary,
+                // A snapshot holds closed runs only.
+                finished: true,
+                succeeded: turn.succeeded,
+            })
+            .collect()
+    }
+
+    /// The messages and turns of a snapshot holding `groups`.
+    pub fn describe(
+        groups: &[crate::state::compaction::TurnGroup],
+    ) -> (Vec<crate::content::Message>, Vec<SnapshotTurn>) {
+        let messages = groups
+            .iter()
+            .flat_map(|g| g.messages.iter().cloned())
+            .collect();
+        let turns = groups
+            .iter()
+            .map(|g| SnapshotTurn {
+                run_id: g.run_id.clone(),
+                start_seq: g.start_seq,
+                last_seq: g.last_seq,
+                messages: u32::try_from(g.messages.len()).unwrap_or(u32::MAX),
+                summary: g.summary,
+                succeeded: g.succeeded,
+            })
+            .collect();
+        (messages, turns)
+    }
+
+    /// The snapshot a window of a session's events (in seq order) starts from: the snapshot
+    /// among them that accounts for everything before the first (none when the events start
+    /// at the session's beginning).
+    pub fn base_of(events: &[crate::event::Event]) -> Option<&SessionSnapshot> {
+        let first = events.first()?.seq;
+        events.iter().find_map(|e| match &e.payload {
+            crate::event::Payload::SessionSnapshot(s) if s.up_to_seq + 1 == first => Some(s),
+            _ => None,
+        })
+    }
 }
 
 /// Spending of a session's runs, as a snapshot carries it forward.
@@ -66,6 +172,9 @@ pub struct SessionSpent {
     /// Tokens (`Usage::total_tokens`).
     #[serde(default)]
     pub tokens: u64,
+    /// Model calls.
+    #[serde(default)]
+    pub calls: u64,
 }
 
 /// `session.compacted`: the turns up to `up_to_seq` are replaced in the session history by

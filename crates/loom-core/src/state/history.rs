@@ -7,7 +7,10 @@ use crate::{
     event::{Event, Payload},
 };
 
-use super::{Amendment, FoldError, RunState};
+use super::{
+    Amendment, FoldError, RunState,
+    compaction::{self, TurnGroup},
+};
 
 impl RunState {
     /// The conversation to send to the model: the run's messages, with each turn's tool results
@@ -92,22 +95,53 @@ fn order_results(messages: &[Message]) -> Vec<Message> {
 ///
 /// Tool calls and results stay in pairs: a call without result (a run that failed mid-batch)
 /// and a result without call are dropped, so the history is always acceptable to a provider.
+/// The latest `session.compacted` replaces the turns it summarized by its summary.
 pub fn session_history(events: &[Event]) -> Result<Vec<Message>, FoldError> {
-    let mut run_ids: Vec<&str> = Vec::new();
+    Ok(compaction::flatten(session_groups(events)?))
+}
+
+/// [`session_history`] as one group per earlier root run (the latest compaction applied), for
+/// the history caps and the compaction plan ([`compaction`]).
+pub fn session_groups(events: &[Event]) -> Result<Vec<TurnGroup>, FoldError> {
+    let groups = session_groups_raw(events)?;
+    Ok(match compaction::latest_compaction(events) {
+        Some(compacted) => compaction::apply_compaction(groups, compacted),
+        None => groups,
+    })
+}
+
+/// One group per root run of `events` (a session's, in seq order) that begins among them, no
+/// compaction applied: what a window of the session adds to the groups of the snapshot it
+/// starts from. One pass over the events, whatever the number of runs.
+pub fn session_groups_raw(events: &[Event]) -> Result<Vec<TurnGroup>, FoldError> {
+    let mut runs: Vec<(RunState, u64, u64)> = Vec::new();
+    let mut index: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
     for event in events {
+        if let Some(&at) = index.get(event.run_id.as_str()) {
+            let (state, _, last_seq) = &mut runs[at];
+            state.apply(event)?;
+            *last_seq = event.seq;
+            continue;
+        }
         if matches!(&event.payload, Payload::RunStarted(p) if p.parent_run_id.is_none() && p.kind == "normal")
-            && !run_ids.contains(&event.run_id.as_str())
         {
-            run_ids.push(&event.run_id);
+            index.insert(&event.run_id, runs.len());
+            runs.push((RunState::start(event)?, event.seq, event.seq));
         }
     }
-    let mut messages = Vec::new();
-    for run_id in run_ids {
-        let state = RunState::fold(run_id, events)?;
-        // Paired per run: call ids are only unique within a run.
-        messages.extend(pair_calls(state.conversation()));
-    }
-    Ok(messages)
+    Ok(runs
+        .into_iter()
+        .map(|(state, start_seq, last_seq)| TurnGroup {
+            start_seq,
+            last_seq,
+            // Paired per run: call ids are only unique within a run.
+            messages: pair_calls(state.conversation()),
+            summary: false,
+            finished: state.finished,
+            succeeded: state.finished && state.status == super::RunStatus::Completed,
+            run_id: state.run_id,
+        })
+        .collect())
 }
 
 fn pair_calls(messages: Vec<Message>) -> Vec<Message> {

@@ -20,6 +20,7 @@ use crate::{
 
 mod history;
 mod lifecycle;
+mod session_state;
 mod turns;
 
 const SESSION: &str = "sess-1";

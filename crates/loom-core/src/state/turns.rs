@@ -156,7 +156,10 @@ fn last_result(messages: &[Message]) -> Option<&ToolOutput> {
     })
 }
 
-fn tool_message(call_id: &str, output: ToolOutput) -> Message {
+/// The conversation's message of a result, its session-state writes stripped (they are the
+/// session's, read through [`crate::state::SessionState`]; the reference strips them too).
+fn tool_message(call_id: &str, mut output: ToolOutput) -> Message {
+    output.state = serde_json::Map::new();
     Message {
         role: Role::Tool,
         blocks: vec![Block::new(BlockKind::ToolResult {

@@ -1,7 +1,8 @@
 //! What every result of a batch goes through on its way to the journal: the `after_tool` point
 //! (the tool's output contract, then the agent's policies), the `loom.terminal` note of a
-//! terminal role that was not alone in its turn, the offload of a large result, then
-//! `tool.completed` with what the call consumed.
+//! terminal role that was not alone in its turn, the session-state writes of the result
+//! (accepted in `output.state`, refused in `output.state_refused`), the offload of a large
+//! result, then `tool.completed` with what the call consumed.
 
 use loom_core::{
     Event, RunState, Usage,
@@ -89,11 +90,15 @@ impl Call<'_> {
         let (output, mut events) = match self.after_tool(io, batch, state, frame, output).await {
             AfterTool::Result { output, events } => (output, events),
             AfterTool::Failed {
-                output,
+                mut output,
                 mut events,
                 error_type,
                 reason,
             } => {
+                batch
+                    .agent
+                    .state
+                    .fill(&self.call.name, &mut output, &io.session_state);
                 events.push(completed(output));
                 return Ok(Finished::Failed {
                     events,
@@ -105,6 +110,12 @@ impl Call<'_> {
         if let Some(payload) = roles::not_alone(&batch.agent.roles, state, self.call) {
             events.push(self.event(io, frame, payload));
         }
+        // The session-state writes of the result, checked before it is journaled.
+        let mut output = output;
+        batch
+            .agent
+            .state
+            .fill(&self.call.name, &mut output, &io.session_state);
         let output = match (offload_limit(batch, self.tool), batch.artifacts) {
             (Some(limit), Some(store)) => {
                 let run = io.events().run();

@@ -6,7 +6,26 @@ use crate::LoomError;
 use loom_engine::RunRef;
 use std::collections::HashMap;
 
+/// What an instance keeps in memory about runs besides its journal ([`Loom::residents`]): a
+/// run leaves both once it is no longer driven here and nobody follows its session, so a
+/// long-running server keeps nothing per finished run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Residents {
+    /// Runs this instance drives now (each with its cancellation token).
+    pub driving: usize,
+    /// Sessions followed now (each with the watch that wakes its followers at a notice).
+    pub followed_sessions: usize,
+}
+
 impl Loom {
+    /// What this instance keeps in memory about runs now (see [`Residents`]).
+    pub fn residents(&self) -> Residents {
+        Residents {
+            driving: self.inner.active.lock().map(|a| a.len()).unwrap_or(0),
+            followed_sessions: self.notices().followed(),
+        }
+    }
+
     /// Stops what the instance started: MCP server connections and their child processes.
     /// Call it before the process exits.
     pub async fn shutdown(&self) {

@@ -76,12 +76,7 @@ impl Loom {
 
     /// The events of one run, in journal order.
     pub async fn events(&self, run: &RunRef) -> Result<Vec<Event>, LoomError> {
-        let store = self.inner.engine.store();
-        let from = store
-            .run_start(&run.tenant_id, &run.session_id, &run.run_id)
-            .await?
-            .map_or(0, |seq| seq.saturating_sub(1));
-        let mut events = store.read(&run.tenant_id, &run.session_id, from).await?;
+        let mut events = self.inner.engine.read_run(run).await?;
         events.retain(|e| e.run_id == run.run_id);
         if events.is_empty() {
             return Err(LoomError::UnknownRun(run.run_id.clone()));
@@ -98,14 +93,33 @@ impl Loom {
 
     /// The run's result, read from its session's journal (also for a run still going on):
     /// what every door returns ([`RunResult::from_events`]). A run waiting for its sub-runs
-    /// lists their pending approvals.
+    /// lists their pending approvals. The journal is read from the run's start when the
+    /// store's run index knows it (its sub-runs start after it), so a client polling a run
+    /// (MCP's `run_status`, REST's `GET /runs/{id}`) does not read the runs before it.
     pub async fn result(&self, run: &RunRef) -> Result<RunResult, LoomError> {
-        let events = self
-            .inner
-            .engine
-            .store()
-            .read(&run.tenant_id, &run.session_id, 0)
-            .await?;
+        let mut events = self.inner.engine.read_run(run).await?;
+        // A compaction run just before the run (at its opening) is part of its result: read
+        // from its start when the events read begin with the run.
+        if let Some(first) = events
+            .first()
+            .filter(|e| e.run_id == run.run_id)
+            .map(|e| e.seq)
+        {
+            let store = self.inner.engine.store();
+            let previous = store
+                .last_of_type(&run.tenant_id, &run.session_id, "run.started", first)
+                .await?;
+            if let Some(previous) = previous.filter(|e| {
+                matches!(&e.payload, loom_core::Payload::RunStarted(p) if p.kind == "compaction")
+            }) {
+                let mut before = store
+                    .read(&run.tenant_id, &run.session_id, previous.seq - 1)
+                    .await?;
+                before.retain(|e| e.seq < first);
+                before.append(&mut events);
+                events = before;
+            }
+        }
         RunResult::from_events(&run.run_id, &events)
             .map_err(|e| LoomError::from(loom_engine::EngineError::Fold(e)))
     }

@@ -24,14 +24,9 @@ impl Loom {
         Ok(report::UsageReport::from_events(&run.run_id, &events))
     }
 
-    /// The events of `run`'s session, refused ([`LoomError::UnknownRun`]) when the run has none.
+    /// The events of `run`'s session from its start (see [`loom_engine::Engine::read_run`]), refused ([`LoomError::UnknownRun`]) when the run has none.
     pub(super) async fn session_events_of(&self, run: &RunRef) -> Result<Vec<Event>, LoomError> {
-        let events = self
-            .inner
-            .engine
-            .store()
-            .read(&run.tenant_id, &run.session_id, 0)
-            .await?;
+        let events = self.inner.engine.read_run(run).await?;
         if !events.iter().any(|e| e.run_id == run.run_id) {
             return Err(LoomError::UnknownRun(run.run_id.clone()));
         }

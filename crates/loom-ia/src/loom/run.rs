@@ -51,6 +51,7 @@ impl Loom {
             budget: options.budget,
             attachments: options.attachments,
             trigger: options.trigger,
+            state: options.state,
         };
         Ok((runtime, begin))
     }
@@ -190,6 +191,9 @@ impl Loom {
             .await;
         drop(driving);
         let state = outcome?;
+        if state.finished && state.parent_run_id.is_none() && state.kind == "normal" {
+            self.after_run(run, state.status).await;
+        }
         let waits = matches!(
             state.status,
             loom_core::RunStatus::Paused | loom_core::RunStatus::WaitingChild

@@ -106,6 +106,8 @@ impl Loom {
         let tenant = begin.tenant_id.clone();
         self.check_tenant_budget(&tenant).await?;
         let slot = self.take_quota(&tenant).await?;
+        self.compact_at_opening(&tenant, begin.session_id.as_deref())
+            .await;
         match self.inner.engine.begin(runtime, begin, observer).await {
             Ok(run) => Ok(run),
             Err(error) => {

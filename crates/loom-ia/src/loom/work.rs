@@ -187,6 +187,12 @@ impl Loom {
             session_id: job.session_id.clone(),
             run_id: job.run_id.clone(),
         };
+        if job.kind == JobKind::Compaction {
+            // The outcome is journaled (or logged); a failed compaction is tried again after
+            // the session's next run.
+            self.compact_in_background(&run).await;
+            return Outcome::Done;
+        }
         let state = match self.state(&run).await {
             Ok(state) => state,
             Err(error) => return Outcome::Failed(error.to_string()),

@@ -284,6 +284,9 @@ fn context_item(item: &loom_config::ContextItem) -> RoleContext {
         loom_config::ContextItem::Name(loom_config::ContextName::Attachments) => {
             RoleContext::Attachments
         }
+        loom_config::ContextItem::Name(loom_config::ContextName::SessionSummary) => {
+            RoleContext::SessionSummary
+        }
         loom_config::ContextItem::ToolResults(results) => RoleContext::ToolResults {
             tools: results.tool_results.clone(),
             scope: match results.scope {
@@ -292,6 +295,12 @@ fn context_item(item: &loom_config::ContextItem) -> RoleContext {
             },
         },
         loom_config::ContextItem::LastTurns(turns) => RoleContext::LastTurns(turns.last_turns),
+        loom_config::ContextItem::Name(loom_config::ContextName::SessionState) => {
+            RoleContext::SessionState(None)
+        }
+        loom_config::ContextItem::SessionStateKeys(keys) => {
+            RoleContext::SessionState(Some(keys.session_state.clone()))
+        }
     }
 }
 

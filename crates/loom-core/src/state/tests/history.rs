@@ -359,3 +359,55 @@ fn reference_session_history_puts_the_first_run_before_the_second() {
     assert_eq!(call_ids(&whole[5]), ["fake_0_0"]);
     assert_eq!(result_ids(&whole[6]), ["fake_0_0"]);
 }
+
+#[test]
+fn session_history_replaces_compacted_runs_by_their_summary() {
+    let mut journal = Journal::new();
+    journal.plain_run("first question", "c1", "first answer");
+    journal.switch_to("run-2");
+    journal.plain_run("second question", "c2", "second answer");
+    let up_to_seq = journal.events.last().unwrap().seq;
+    journal.switch_to("run-3");
+    journal.plain_run("third question", "c3", "third answer");
+    // The compaction run is not a turn of the history, and its summary replaces runs 1-2.
+    journal.switch_to("compact-1");
+    journal.push(run_started("compaction", None, 0));
+    journal.push(user("Summarize"));
+    journal.push(Payload::SessionCompacted(crate::event::SessionCompacted {
+        up_to_seq,
+        summary: "Two questions answered: DEV-2041 for 1 842,50 €.".into(),
+        kept: 1,
+        tokens_before: 400,
+        tokens_after: 120,
+        cost_usd: 0.0,
+        fidelity: "ok".into(),
+        run_id: Some("compact-1".into()),
+        missing: Vec::new(),
+    }));
+
+    let history = session_history(&journal.events).unwrap();
+
+    assert_eq!(
+        roles(&history),
+        [
+            Role::User,
+            Role::User,
+            Role::Assistant,
+            Role::Tool,
+            Role::Assistant
+        ]
+    );
+    assert_eq!(
+        history[0].text(),
+        "[Summary of the earlier exchanges of this conversation.]\nTwo questions answered: \
+         DEV-2041 for 1 842,50 €."
+    );
+    assert_eq!(history[1].text(), "third question");
+    let groups = session_groups(&journal.events).unwrap();
+    assert!(groups[0].summary);
+    assert_eq!(groups[1].run_id, "run-3");
+    assert!(groups[1].succeeded);
+    // Before the compaction was written, the history is whole.
+    let before = &journal.events[..journal.events.len() - 1];
+    assert_eq!(session_history(before).unwrap().len(), 12);
+}

@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# long-session.sh: the cost of one more `loom run --session` in a long session, against a run
+# in a fresh session, through the CLI (the devis example, release build), on JSONL and SQLite.
+#
+# For each journal (JSONL, SQLite) and each configuration (`plain`: the example as it is, whose
+# history grows with every run; `compaction`: with `sessions.compaction` on a scripted fake
+# summarizer, `over_tokens: 4000`, `keep_last: 6`), a session is grown to at least EVENTS events
+# (default 10,000) by running the devis agent in it again and again (17 events per run, plus
+# the session's snapshots and compactions), each run a new process as a user's would be. Then
+# hyperfine times, in new processes:
+#   fresh   `run devis <message>`                 (a new session each time)
+#   long    `run devis <message> --session long`  (one more run in the long session)
+# and the script prints the journal's size. What a run reads of a long session is the last
+# `session.snapshot` and the events after it (README, "Long sessions").
+#
+# Usage (from anywhere):
+#   bench/long-session.sh [EVENTS] [RUNS]     RUNS timed invocations per command (default 20)
+# Needs hyperfine. Respects CARGO_TARGET_DIR.
+set -euo pipefail
+
+events=${1:-10000}
+runs=${2:-20}
+case "$events$runs" in
+    *[!0-9]*)
+        echo "long-session.sh: usage: long-session.sh [EVENTS] [RUNS]" >&2
+        exit 2
+        ;;
+esac
+command -v hyperfine >/dev/null || {
+    echo "long-session.sh: hyperfine is needed (apt-get install hyperfine)" >&2
+    exit 2
+}
+
+message="Quel prix TTC pour un devis de 1 250 € HT en rénovation (TVA à 10 %) ?"
+repo=$(cd "$(dirname "$0")/.." && pwd)
+cd "$repo"
+echo "building the devis example (release)..." >&2
+cargo build --release --example devis --quiet
+target_dir=$(cargo metadata --format-version 1 --no-deps |
+    sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')
+bin="$target_dir/release/examples/devis"
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/loom-long-session.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+echo "machine: $(nproc) CPU(s), $(uname -sr)"
+echo
+
+for backend in jsonl sqlite; do
+for mode in plain compaction; do
+    dir="$work/$backend-$mode"
+    mkdir -p "$dir"
+    cp -R examples/devis/loom.yaml examples/devis/agents examples/devis/prompts "$dir/"
+    if [ "$backend" = sqlite ]; then
+        sed -i 's|backend: jsonl|backend: sqlite|; s|path: data .*|path: data/loom.db|' "$dir/loom.yaml"
+    fi
+    if [ "$mode" = compaction ]; then
+        # The summary keeps the amounts of the turns it replaces (the fidelity check wants them).
+        python3 - "$dir/loom.yaml" <<'PY'
+import sys
+path = sys.argv[1]
+summarizer = """  - id: resumeur
+    sdk: fake
+    model: SUM
+    params:
+      script:
+        - text: "Le client a demandé plusieurs fois le prix TTC d'un devis de rénovation de 1 250 € HT (TVA à 10 %) : 1 375 € TTC, soit 125 € de TVA."
+"""
+text = open(path).read().replace("models:\n", "models:\n" + summarizer, 1)
+text += "\nsessions:\n  compaction: {model: resumeur, over_tokens: 4000, keep_last: 6}\n"
+open(path, "w").write(text)
+PY
+    fi
+    cfg=(--config "$dir/loom.yaml")
+    count() {
+        if [ "$backend" = jsonl ]; then
+            wc -l <"$dir/data/default/long.jsonl"
+        else
+            sqlite3 "$dir/data/loom.db" "select count(*) from events where session_id = 'long'"
+        fi
+    }
+    start=$EPOCHREALTIME
+    "$bin" "${cfg[@]}" run devis "$message" --session long >/dev/null
+    while [ "$(count)" -lt "$events" ]; do
+        "$bin" "${cfg[@]}" run devis "$message" --session long >/dev/null
+    done
+    grown=$(count)
+    echo "== $backend, $mode: session 'long' grown to $grown events in $(echo "$EPOCHREALTIME - $start" | bc) s"
+    if [ "$backend" = jsonl ]; then
+        echo "   file: $(du -h "$dir/data/default/long.jsonl" | cut -f1)," \
+            "$(grep -c '"type":"session.snapshot"' "$dir/data/default/long.jsonl") snapshots," \
+            "$(grep -c '"type":"session.compacted"' "$dir/data/default/long.jsonl") compactions"
+    else
+        echo "   database: $(du -h "$dir/data/loom.db" | cut -f1)"
+    fi
+    hyperfine -N --runs "$runs" --warmup 2 --time-unit millisecond \
+        --command-name "$backend $mode fresh" "$bin --config $dir/loom.yaml run devis 'Un devis ?'" \
+        --command-name "$backend $mode long" "$bin --config $dir/loom.yaml run devis 'Un devis ?' --session long"
+    echo
+done
+done

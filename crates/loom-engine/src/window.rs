@@ -1,0 +1,189 @@
+//! What of a session a run reads ([`Window`]): the events after the last `session.snapshot`
+//! that precedes the run, and the snapshot, which sums up everything before them (the history
+//! the next run is sent, what the session's runs spent, which model configs answered under
+//! which provider names). A run in a long session reads that, never the whole journal; without
+//! a snapshot (a young session, or a store that cannot find one cheaply) it reads everything,
+//! and both give the same history, spending and names.
+//!
+//! A snapshot accounts for every root run that began at or before its `up_to_seq`, and all of
+//! them had closed by then (see [`crate::snapshot`]): a closed run changes no more, so what the
+//! snapshot says of them stays true, and the runs after it are folded from the window.
+
+use loom_core::{
+    Event,
+    event::{Payload, SessionSnapshot, SessionSpent},
+    ports::EventStore,
+    state::{
+        compaction::{self, TurnGroup},
+        session_groups_raw,
+    },
+};
+
+use crate::{budget, error::EngineError, events::RunRef, names::ModelNames};
+
+/// The `type` of a snapshot event.
+pub(crate) const SNAPSHOT: &str = "session.snapshot";
+
+/// The part of a session a run reads (see the module documentation).
+#[derive(Debug, Default)]
+pub(crate) struct Window {
+    /// The events with a seq above `after`, in seq order.
+    pub(crate) events: Vec<Event>,
+    /// The seq the window starts after (0: the whole session).
+    pub(crate) after: u64,
+    /// The snapshot that accounts for everything up to `after` (none when `after` is 0).
+    pub(crate) snapshot: Option<SessionSnapshot>,
+}
+
+impl Window {
+    /// The whole session.
+    pub(crate) async fn whole(
+        store: &dyn EventStore,
+        tenant_id: &str,
+        session_id: &str,
+    ) -> Result<Window, EngineError> {
+        Ok(Window {
+            events: store.read(tenant_id, session_id, 0).await?,
+            after: 0,
+            snapshot: None,
+        })
+    }
+
+    /// From the session's last snapshot (the whole session without one): what a new run, or a
+    /// new snapshot, needs.
+    pub(crate) async fn latest(
+        store: &dyn EventStore,
+        tenant_id: &str,
+        session_id: &str,
+    ) -> Result<Window, EngineError> {
+        match snapshot(store, tenant_id, session_id, u64::MAX).await? {
+            Some(snapshot) => Ok(Window {
+                events: store
+                    .read(tenant_id, session_id, snapshot.up_to_seq)
+                    .await?,
+                after: snapshot.up_to_seq,
+                snapshot: Some(snapshot),
+            }),
+            None => Window::whole(store, tenant_id, session_id).await,
+        }
+    }
+
+    /// From the last snapshot before `run` began: every event of the run and of its sub-runs
+    /// is in the window. A run that began before the session's last snapshot (one that waited
+    /// for an approval meanwhile) reads from the snapshot before it, found from the store's run
+    /// index; the whole session when the store cannot say where the run began.
+    pub(crate) async fn of_run(
+        store: &dyn EventStore,
+        run: &RunRef,
+    ) -> Result<Window, EngineError> {
+        let (tenant, session) = (run.tenant_id.as_str(), run.session_id.as_str());
+        let latest = Window::latest(store, tenant, session).await?;
+        if latest.after == 0 || latest.holds_start(&run.run_id) {
+            return Ok(latest);
+        }
+        let Some(start) = store.run_start(tenant, session, &run.run_id).await? else {
+            return Window::whole(store, tenant, session).await;
+        };
+        if let Some(snapshot) = snapshot(store, tenant, session, start).await? {
+            let window = Window {
+                events: store.read(tenant, session, snapshot.up_to_seq).await?,
+                after: snapshot.up_to_seq,
+                snapshot: Some(snapshot),
+            };
+            if window.holds_start(&run.run_id) {
+                return Ok(window);
+            }
+        }
+        Window::whole(store, tenant, session).await
+    }
+
+    /// Whether the window holds the `run.started` of `run_id`.
+    pub(crate) fn holds_start(&self, run_id: &str) -> bool {
+        self.events
+            .iter()
+            .any(|e| e.run_id == run_id && matches!(e.payload, Payload::RunStarted(_)))
+    }
+
+    /// The seq of the last event read (`after` when the window is empty).
+    pub(crate) fn last_seq(&self) -> u64 {
+        self.events.last().map_or(self.after, |e| e.seq)
+    }
+
+    /// The events of the window before the first event of `run_id` (all of them when the run
+    /// is not there).
+    pub(crate) fn before(&self, run_id: &str) -> &[Event] {
+        let start = self
+            .events
+            .iter()
+            .position(|e| e.run_id == run_id)
+            .unwrap_or(self.events.len());
+        &self.events[..start]
+    }
+
+    /// The session's earlier turns before `run_id` (all of them when the run is not in the
+    /// window): the snapshot's, then one per root run that began after it, the latest
+    /// compaction among the events applied over both.
+    pub(crate) fn groups_before(&self, run_id: &str) -> Result<Vec<TurnGroup>, EngineError> {
+        let before = self.before(run_id);
+        let mut groups = self
+            .snapshot
+            .as_ref()
+            .map(SessionSnapshot::groups)
+            .unwrap_or_default();
+        groups.extend(session_groups_raw(before)?);
+        Ok(match compaction::latest_compaction(before) {
+            Some(compacted) => compaction::apply_compaction(groups, compacted),
+            None => groups,
+        })
+    }
+
+    /// What the session's root runs that began before `run_id` spent.
+    pub(crate) fn spent_before(&self, run_id: &str) -> Result<budget::Spent, EngineError> {
+        let mut spent = budget::session_spent(&self.events, run_id)?;
+        if let Some(base) = &self.snapshot {
+            spent.cost_usd += base.spent.cost_usd;
+            spent.tokens += base.spent.tokens;
+            spent.calls += base.spent.calls;
+        }
+        Ok(spent)
+    }
+
+    /// The provider model names seen answering in the session, with their configs.
+    pub(crate) fn names(&self) -> ModelNames {
+        let mut names = ModelNames::from_map(
+            self.snapshot
+                .as_ref()
+                .map(|s| s.models.clone())
+                .unwrap_or_default(),
+        );
+        for event in &self.events {
+            names.note(event);
+        }
+        names
+    }
+}
+
+/// The last snapshot of a session with a seq below `before`, if any.
+async fn snapshot(
+    store: &dyn EventStore,
+    tenant_id: &str,
+    session_id: &str,
+    before: u64,
+) -> Result<Option<SessionSnapshot>, EngineError> {
+    let found = store
+        .last_of_type(tenant_id, session_id, SNAPSHOT, before)
+        .await?;
+    Ok(found.and_then(|event| match event.payload {
+        Payload::SessionSnapshot(snapshot) => Some(snapshot),
+        _ => None,
+    }))
+}
+
+/// A snapshot's spending, from a [`budget::Spent`].
+pub(crate) fn session_spent(spent: &budget::Spent) -> SessionSpent {
+    SessionSpent {
+        cost_usd: spent.cost_usd,
+        tokens: spent.tokens,
+        calls: spent.calls,
+    }
+}

@@ -1,0 +1,382 @@
+//! One session's journal in the [`MemoryStore`](super::MemoryStore), kept compact.
+//!
+//! An event is kept as its journal line (the compact JSON of [`Event::to_json`], the same bytes
+//! the JSONL store writes) and decoded on read, never as a decoded [`Event`]: a decoded event
+//! holds one allocation per string, facet and JSON value, several times its line. The lines of
+//! a session that went quiet, and the lines of a tail grown to [`TAIL_LINES`], are deflated
+//! together into a [`Block`]; a read inflates only the blocks after the seq it starts from.
+//! Nothing is dropped: every line written is read back, in seq order.
+//!
+//! Lines and blocks are shared (`Arc`): a read takes them out of the store under its lock
+//! ([`Journal::lines`], a few reference counts) and decodes them once the lock is released
+//! ([`Lines`]), so that decoding a long session never holds up the other sessions' appends.
+
+use std::{
+    borrow::Cow,
+    io::{Read, Write},
+    sync::Arc,
+};
+
+use chrono::{DateTime, SubsecRound, Utc};
+use flate2::{Compression, read::DeflateDecoder, write::DeflateEncoder};
+use loom_core::{
+    event::{Event, EventReadError},
+    ports::StoreError,
+};
+
+/// The most lines a tail holds before it is packed, even in a session still written to; a last
+/// block of fewer lines is packed again with the next tail.
+pub(super) const TAIL_LINES: usize = 256;
+
+/// One session's events: packed blocks, then the tail of lines written since.
+#[derive(Debug, Default)]
+pub(super) struct Journal {
+    /// Deflated lines, in seq order, from seq 1.
+    blocks: Vec<Block>,
+    /// The lines after the last block, one event each.
+    tail: Vec<Arc<str>>,
+    /// The seq of the last event (0: none).
+    last_seq: u64,
+    /// When the last event was built, as its line says (microseconds).
+    updated_at: Option<DateTime<Utc>>,
+    /// The store's clock at the last append.
+    pub(super) touched: u64,
+}
+
+/// Consecutive lines deflated together.
+#[derive(Debug, Clone)]
+struct Block {
+    /// The seq of its first line.
+    first_seq: u64,
+    /// How many lines it holds (at least one).
+    lines: u64,
+    /// The lines joined by `\n` (a compact JSON line holds none), deflated.
+    deflated: Arc<[u8]>,
+}
+
+impl Block {
+    fn last_seq(&self) -> u64 {
+        self.first_seq + self.lines - 1
+    }
+
+    /// The block's lines, with their seqs.
+    fn inflate(&self, name: &str) -> Result<String, StoreError> {
+        let mut text = String::new();
+        DeflateDecoder::new(&self.deflated[..])
+            .read_to_string(&mut text)
+            .map_err(|error| StoreError::Corrupted {
+                path: name.to_owned(),
+                line: usize::try_from(self.first_seq).unwrap_or(usize::MAX),
+                source: EventReadError::Json(format!(
+                    "the packed lines {}..={} do not inflate: {error}",
+                    self.first_seq,
+                    self.last_seq()
+                )),
+            })?;
+        Ok(text)
+    }
+}
+
+/// What [`Journal::bytes`] counts: the lines not packed, and the packed blocks.
+#[derive(Debug, Default, Clone, Copy)]
+pub(super) struct Bytes {
+    pub(super) lines: usize,
+    pub(super) packed: usize,
+}
+
+impl Journal {
+    /// The seq of the last event (0 when empty).
+    pub(super) fn last_seq(&self) -> u64 {
+        self.last_seq
+    }
+
+    /// When the last event was built, as a read of it says.
+    pub(super) fn updated_at(&self) -> Option<DateTime<Utc>> {
+        self.updated_at
+    }
+
+    /// The bytes the journal's events take, lines and blocks (not counting the containers).
+    pub(super) fn bytes(&self) -> Bytes {
+        Bytes {
+            lines: self.tail.iter().map(|line| line.len()).sum(),
+            packed: self.blocks.iter().map(|block| block.deflated.len()).sum(),
+        }
+    }
+
+    /// Appends events already given their seqs (following [`Journal::last_seq`]).
+    pub(super) fn push(&mut self, events: &[Event]) {
+        for event in events {
+            self.tail.push(Arc::from(event.to_json()));
+        }
+        if let Some(last) = events.last() {
+            self.last_seq = last.seq;
+            // The line keeps microseconds (`ser_ts`): the summary says what a read says.
+            self.updated_at = Some(last.ts.trunc_subsecs(6));
+        }
+        if self.tail.len() >= TAIL_LINES {
+            self.pack();
+        }
+    }
+
+    /// Deflates the tail into a block; a last block smaller than [`TAIL_LINES`] is packed again
+    /// with it, so that a session packed a little at a time still compresses as a whole. When
+    /// deflating fails (it cannot, into memory) the lines stay as they are.
+    pub(super) fn pack(&mut self) {
+        if self.tail.is_empty() {
+            return;
+        }
+        let merged = self
+            .blocks
+            .last()
+            .filter(|block| block.lines < TAIL_LINES as u64)
+            .map(|block| block.inflate("memory"));
+        let (replaced, first_seq, mut text) = match (merged, self.blocks.last()) {
+            (Some(Ok(text)), Some(block)) => (true, block.first_seq, text),
+            // A block that does not inflate is left alone (its read says so).
+            _ => (false, self.tail_first_seq(), String::new()),
+        };
+        for line in &self.tail {
+            if !text.is_empty() {
+                text.push('\n');
+            }
+            text.push_str(line);
+        }
+        let mut encoder = DeflateEncoder::new(Vec::new(), Compression::fast());
+        let deflated = encoder
+            .write_all(text.as_bytes())
+            .and_then(|()| encoder.finish());
+        match deflated {
+            Ok(deflated) => {
+                if replaced {
+                    self.blocks.pop();
+                }
+                self.blocks.push(Block {
+                    first_seq,
+                    lines: self.last_seq + 1 - first_seq,
+                    deflated: Arc::from(deflated),
+                });
+                // Its capacity goes too.
+                self.tail = Vec::new();
+            }
+            Err(error) => {
+                tracing::warn!(%error, "memory journal: lines not packed");
+            }
+        }
+    }
+
+    /// The seq of the tail's first line.
+    fn tail_first_seq(&self) -> u64 {
+        self.last_seq + 1 - self.tail.len() as u64
+    }
+
+    /// The lines with a seq above `after`, and below `before` when a block can be left out
+    /// whole, shared with the journal: decode them with [`Lines`] once the store's lock is
+    /// released.
+    pub(super) fn lines(&self, after: u64, before: u64) -> Lines {
+        let start = self
+            .blocks
+            .partition_point(|block| block.last_seq() <= after);
+        let end = self
+            .blocks
+            .partition_point(|block| block.first_seq < before);
+        let tail_first = self.tail_first_seq();
+        let skipped = after.saturating_sub(tail_first - 1);
+        Lines {
+            after,
+            blocks: self
+                .blocks
+                .get(start..end.max(start))
+                .unwrap_or_default()
+                .to_vec(),
+            tail_first: tail_first + skipped.min(self.tail.len() as u64),
+            tail: self
+                .tail
+                .iter()
+                .skip(usize::try_from(skipped).unwrap_or(usize::MAX))
+                .cloned()
+                .collect(),
+        }
+    }
+}
+
+/// Lines taken out of a [`Journal`], decoded away from the store's lock.
+#[derive(Debug)]
+pub(super) struct Lines {
+    /// Only the events with a greater seq.
+    after: u64,
+    /// The blocks that may hold some.
+    blocks: Vec<Block>,
+    /// The seq of `tail`'s first line.
+    tail_first: u64,
+    /// The tail's lines after `after`.
+    tail: Vec<Arc<str>>,
+}
+
+impl Lines {
+    /// The events, decoded and checked (`name` names the journal in errors).
+    pub(super) fn read(&self, name: &str) -> Result<Vec<Event>, StoreError> {
+        let mut events = Vec::new();
+        for block in &self.blocks {
+            let text = block.inflate(name)?;
+            for (seq, line) in (block.first_seq..).zip(text.split('\n')) {
+                if seq > self.after {
+                    events.push(decode(line, seq, name)?);
+                }
+            }
+        }
+        for (seq, line) in (self.tail_first..).zip(&self.tail) {
+            events.push(decode(line, seq, name)?);
+        }
+        Ok(events)
+    }
+
+    /// The last event whose type is `event_type` and whose seq is below `before_seq`, reading
+    /// back from the end and decoding only that event.
+    pub(super) fn last_of_type(
+        &self,
+        event_type: &str,
+        before_seq: u64,
+        name: &str,
+    ) -> Result<Option<Event>, StoreError> {
+        self.last_where(before_seq, name, |kind, _| kind == event_type)
+    }
+
+    /// The seq of the `run.started` of `run_id`, reading back from the end (a run looked up is
+    /// usually one of the last) and decoding only that event.
+    pub(super) fn run_start(&self, run_id: &str, name: &str) -> Result<Option<u64>, StoreError> {
+        Ok(self
+            .last_where(u64::MAX, name, |kind, run| {
+                kind == "run.started" && run == run_id
+            })?
+            .map(|event| event.seq))
+    }
+
+    /// The last event below `before_seq` whose envelope's type and run id pass `wanted`.
+    fn last_where(
+        &self,
+        before_seq: u64,
+        name: &str,
+        wanted: impl Fn(&str, &str) -> bool,
+    ) -> Result<Option<Event>, StoreError> {
+        for (index, line) in self.tail.iter().enumerate().rev() {
+            let seq = self.tail_first + index as u64;
+            if seq < before_seq {
+                let head = head_of(line, seq, name)?;
+                if wanted(&head.event_type, &head.run_id) {
+                    return decode(line, seq, name).map(Some);
+                }
+            }
+        }
+        for block in self.blocks.iter().rev() {
+            let text = block.inflate(name)?;
+            let lines: Vec<(u64, &str)> = (block.first_seq..).zip(text.split('\n')).collect();
+            for &(seq, line) in lines.iter().rev() {
+                if seq > self.after && seq < before_seq {
+                    let head = head_of(line, seq, name)?;
+                    if wanted(&head.event_type, &head.run_id) {
+                        return decode(line, seq, name).map(Some);
+                    }
+                }
+            }
+        }
+        Ok(None)
+    }
+}
+
+/// What is read of a line's envelope without decoding the rest of it.
+#[derive(serde::Deserialize)]
+struct Head<'a> {
+    #[serde(rename = "type", borrow)]
+    event_type: Cow<'a, str>,
+    #[serde(borrow)]
+    run_id: Cow<'a, str>,
+}
+
+/// A line's envelope `type` and `run_id`, without decoding the rest of it.
+fn head_of<'a>(line: &'a str, seq: u64, name: &str) -> Result<Head<'a>, StoreError> {
+    serde_json::from_str::<Head<'_>>(line)
+        .map_err(|error| corrupted(name, seq, EventReadError::Json(error.to_string())))
+}
+
+/// One line read back as the event of seq `seq`.
+fn decode(line: &str, seq: u64, name: &str) -> Result<Event, StoreError> {
+    let event = Event::from_json(line).map_err(|source| corrupted(name, seq, source))?;
+    if event.seq != seq {
+        return Err(corrupted(
+            name,
+            seq,
+            EventReadError::Json(format!("the line carries seq {}", event.seq)),
+        ));
+    }
+    Ok(event)
+}
+
+fn corrupted(name: &str, seq: u64, source: EventReadError) -> StoreError {
+    StoreError::Corrupted {
+        path: name.to_owned(),
+        line: usize::try_from(seq).unwrap_or(usize::MAX),
+        source,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+    use loom_core::journal::assign_seq;
+    use loom_testkit::conformance::events;
+
+    fn written(journal: &mut Journal, n: usize) -> Vec<Event> {
+        let mut batch = events("t", "s", n);
+        assign_seq(&mut batch, journal.last_seq());
+        journal.push(&batch);
+        batch
+    }
+
+    #[test]
+    fn a_session_packed_a_little_at_a_time_keeps_one_block_until_it_is_full() {
+        let mut journal = Journal::default();
+        let mut all = written(&mut journal, 10);
+        journal.pack();
+        all.extend(written(&mut journal, 10));
+        journal.pack();
+        assert_eq!(journal.blocks.len(), 1);
+        assert_eq!(journal.blocks[0].lines, 20);
+        assert!(journal.tail.is_empty());
+        // Packing nothing changes nothing.
+        journal.pack();
+        assert_eq!(journal.blocks.len(), 1);
+        // A full block is not packed again: the next lines start a block of their own.
+        all.extend(written(&mut journal, TAIL_LINES));
+        assert_eq!(journal.blocks.len(), 1);
+        assert_eq!(journal.blocks[0].lines, 20 + TAIL_LINES as u64);
+        all.extend(written(&mut journal, 3));
+        journal.pack();
+        assert_eq!(journal.blocks.len(), 2);
+        assert_eq!(journal.lines(0, u64::MAX).read("s").unwrap(), all);
+        assert_eq!(journal.lines(270, u64::MAX).read("s").unwrap(), all[270..]);
+        // A read before a seq leaves out the blocks after it.
+        assert_eq!(journal.lines(0, 5).blocks.len(), 1);
+    }
+
+    #[test]
+    fn damaged_lines_are_reported_with_their_seq() {
+        let mut journal = Journal::default();
+        written(&mut journal, 3);
+        journal.tail[1] = Arc::from("{\"not\": \"an event\"}");
+        match journal.lines(0, u64::MAX).read("memory:t/s") {
+            Err(StoreError::Corrupted { path, line, .. }) => {
+                assert_eq!((path.as_str(), line), ("memory:t/s", 2));
+            }
+            other => panic!("expected a corrupted line, got {other:?}"),
+        }
+        journal.pack();
+        let block = &mut journal.blocks[0];
+        block.deflated = Arc::from(&b"not deflated"[..]);
+        assert!(matches!(
+            journal.lines(0, u64::MAX).read("memory:t/s"),
+            Err(StoreError::Corrupted { line: 1, .. })
+        ));
+    }
+}
