@@ -120,6 +120,18 @@ impl EventStore for Counting {
     ) -> BoxFuture<'a, Result<Option<u64>, StoreError>> {
         self.inner.run_start(tenant_id, session_id, run_id)
     }
+
+    // The journal's own index, uncounted: what is counted is what the reads return.
+    fn last_of_type<'a>(
+        &'a self,
+        tenant_id: &'a str,
+        session_id: &'a str,
+        event_type: &'a str,
+        before_seq: u64,
+    ) -> BoxFuture<'a, Result<Option<Event>, StoreError>> {
+        self.inner
+            .last_of_type(tenant_id, session_id, event_type, before_seq)
+    }
 }
 
 /// An event of the followed run.
