@@ -1,5 +1,5 @@
 //! Compaction of a session's history ([`Engine::compact`]) and the history a run is sent
-//! within its caps ([`history`]).
+//! within its caps (`history`).
 //!
 //! A compaction summarizes the turns before the last `keep_last` successful ones
 //! ([`loom_core::state::compaction::plan`]) with the internal agent `_compaction` (no tools,

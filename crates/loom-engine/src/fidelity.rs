@@ -8,7 +8,7 @@
 //! words of a sentence without a dictionary, and a check that cries wolf would keep every
 //! original.
 //!
-//! As a guard of the `_compaction` agent's final output ([`guard`]), a summary that misses
+//! As a guard of the `_compaction` agent's final output (`guard`), a summary that misses
 //! markers is sent back once to its model, naming them; missing again, the run fails
 //! (`guard.fidelity`) and the compaction keeps the original turns.
 

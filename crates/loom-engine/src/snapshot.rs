@@ -146,7 +146,7 @@ fn first_open_root(events: &[Event]) -> Result<Option<u64>, EngineError> {
 impl Engine {
     /// Events of `run`'s session from which the run and its sub-runs fold: from the run's
     /// start when the store's run index knows it, else from the last snapshot before the run
-    /// (see [`crate::window`]), else the whole session. Never fewer than the run's own events.
+    /// (see the `window` module), else the whole session. Never fewer than the run's own events.
     pub async fn read_run(&self, run: &RunRef) -> Result<Vec<Event>, EngineError> {
         let store = self.store.as_ref();
         if let Some(start) = store
