@@ -5,88 +5,14 @@
 // Helpers outside #[test] functions unwrap too: a panic there is a failed test.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::sync::{
-    Arc,
-    atomic::{AtomicU64, Ordering},
-};
+use std::sync::Arc;
 
-use loom_core::{
-    BoxFuture, Event, Message, RunStatus,
-    event::Payload,
-    model::ModelClient,
-    ports::{EventStore, SessionSummary, StoreError},
-};
+use loom_core::{Event, Message, RunStatus, event::Payload, model::ModelClient, ports::EventStore};
 use loom_engine::{AgentRuntime, BeginRun, BoundTool, Engine, ModelBinding, RunRef};
 use loom_journal::MemoryStore;
-use loom_testkit::{ManualClock, RecordingModel, add_tool, scripted};
+use loom_testkit::{CountingStore, ManualClock, RecordingModel, add_tool, scripted};
 use serde_json::{Map, json};
 use tokio_util::sync::CancellationToken;
-
-/// A journal that counts the events its reads return.
-#[derive(Debug, Default)]
-struct Counting {
-    inner: MemoryStore,
-    returned: AtomicU64,
-}
-
-impl EventStore for Counting {
-    fn append(
-        &self,
-        batch: Vec<Event>,
-        expected_last_seq: u64,
-    ) -> BoxFuture<'_, Result<Vec<Event>, StoreError>> {
-        self.inner.append(batch, expected_last_seq)
-    }
-
-    fn read<'a>(
-        &'a self,
-        tenant_id: &'a str,
-        session_id: &'a str,
-        after_seq: u64,
-    ) -> BoxFuture<'a, Result<Vec<Event>, StoreError>> {
-        Box::pin(async move {
-            let events = self.inner.read(tenant_id, session_id, after_seq).await?;
-            self.returned
-                .fetch_add(events.len() as u64, Ordering::Relaxed);
-            Ok(events)
-        })
-    }
-
-    fn last_seq<'a>(
-        &'a self,
-        tenant_id: &'a str,
-        session_id: &'a str,
-    ) -> BoxFuture<'a, Result<u64, StoreError>> {
-        self.inner.last_seq(tenant_id, session_id)
-    }
-
-    fn sessions<'a>(
-        &'a self,
-        tenant_id: &'a str,
-    ) -> BoxFuture<'a, Result<Vec<SessionSummary>, StoreError>> {
-        self.inner.sessions(tenant_id)
-    }
-
-    fn delete<'a>(
-        &'a self,
-        tenant_id: &'a str,
-        session_id: &'a str,
-    ) -> BoxFuture<'a, Result<u64, StoreError>> {
-        self.inner.delete(tenant_id, session_id)
-    }
-
-    fn last_of_type<'a>(
-        &'a self,
-        tenant_id: &'a str,
-        session_id: &'a str,
-        event_type: &'a str,
-        before_seq: u64,
-    ) -> BoxFuture<'a, Result<Option<Event>, StoreError>> {
-        // The memory journal's own answer, not counted: what is measured is what runs read.
-        self.inner
-            .last_of_type(tenant_id, session_id, event_type, before_seq)
-    }
-}
 
 fn agent(model: Arc<dyn ModelClient>) -> AgentRuntime {
     let main = ModelBinding::new("FAKE", "fake-1", model);
@@ -130,7 +56,7 @@ async fn run(engine: &Engine, agent: &AgentRuntime, message: &str) -> (RunRef, R
 /// `runs` runs in one session, with snapshots every `every` events (none with `None`); returns
 /// the journal, the requests the model received and what the reads of the last run returned.
 async fn session(runs: usize, every: Option<u32>) -> (Vec<Event>, Arc<RecordingModel>, u64) {
-    let store = Arc::new(Counting::default());
+    let store = Arc::new(CountingStore::new(MemoryStore::new()));
     let engine = Engine::new(store.clone(), Arc::new(ManualClock::new())).with_snapshots(every);
     let model = RecordingModel::new(scripted("fake-1", calc_script()));
     let recording = Arc::new(model);
@@ -139,10 +65,10 @@ async fn session(runs: usize, every: Option<u32>) -> (Vec<Event>, Arc<RecordingM
         let (_, status) = run(&engine, &agent, &format!("Question {turn}")).await;
         assert_eq!(status, RunStatus::Completed);
     }
-    store.returned.store(0, Ordering::Relaxed);
+    store.reset();
     let (_, status) = run(&engine, &agent, "La dernière").await;
     assert_eq!(status, RunStatus::Completed);
-    let read = store.returned.load(Ordering::Relaxed);
+    let read = store.returned();
     let journal = store.inner.read("default", "s1", 0).await.unwrap();
     (journal, recording, read)
 }

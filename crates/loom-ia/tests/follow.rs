@@ -6,25 +6,19 @@
 // Helpers outside #[test] functions unwrap too: a panic there is a failed test.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::{
-    sync::{
-        Arc,
-        atomic::{AtomicU64, Ordering},
-    },
-    time::Duration,
-};
+use std::{sync::Arc, time::Duration};
 
 use futures_util::StreamExt;
 use loom_ia::{
     EventQuery, FollowOptions, Loom, RunRef,
     config::{AgentSpec, Config, EventsBackend, LoomConfig, ModelSpec, Sdk},
-    core::{
-        BoxFuture, Event,
-        ports::{EventStore, SessionSummary, StoreError},
-    },
+    core::{Event, ports::EventStore},
 };
 use loom_journal::JsonlStore;
-use loom_testkit::conformance::{event, started};
+use loom_testkit::{
+    CountingStore,
+    conformance::{event, started},
+};
 use serde_json::Map;
 
 /// Events of earlier runs before the followed one.
@@ -41,99 +35,6 @@ fn config(dir: &std::path::Path) -> Config {
     Config::new(raw, dir.to_path_buf()).unwrap()
 }
 
-/// A JSONL journal that counts the events its reads return (and so decode: the JSONL store
-/// decodes only the lines it returns) and remembers the lowest `after_seq` asked for.
-#[derive(Debug)]
-struct Counting {
-    inner: JsonlStore,
-    returned: AtomicU64,
-    lowest_after: AtomicU64,
-}
-
-impl Counting {
-    fn reset(&self) {
-        self.returned.store(0, Ordering::SeqCst);
-        self.lowest_after.store(u64::MAX, Ordering::SeqCst);
-    }
-}
-
-impl EventStore for Counting {
-    fn append(
-        &self,
-        batch: Vec<Event>,
-        expected_last_seq: u64,
-    ) -> BoxFuture<'_, Result<Vec<Event>, StoreError>> {
-        self.inner.append(batch, expected_last_seq)
-    }
-
-    fn read<'a>(
-        &'a self,
-        tenant_id: &'a str,
-        session_id: &'a str,
-        after_seq: u64,
-    ) -> BoxFuture<'a, Result<Vec<Event>, StoreError>> {
-        Box::pin(async move {
-            self.lowest_after.fetch_min(after_seq, Ordering::SeqCst);
-            let events = self.inner.read(tenant_id, session_id, after_seq).await?;
-            self.returned
-                .fetch_add(events.len() as u64, Ordering::SeqCst);
-            Ok(events)
-        })
-    }
-
-    fn last_seq<'a>(
-        &'a self,
-        tenant_id: &'a str,
-        session_id: &'a str,
-    ) -> BoxFuture<'a, Result<u64, StoreError>> {
-        self.inner.last_seq(tenant_id, session_id)
-    }
-
-    fn sessions<'a>(
-        &'a self,
-        tenant_id: &'a str,
-    ) -> BoxFuture<'a, Result<Vec<SessionSummary>, StoreError>> {
-        self.inner.sessions(tenant_id)
-    }
-
-    fn delete<'a>(
-        &'a self,
-        tenant_id: &'a str,
-        session_id: &'a str,
-    ) -> BoxFuture<'a, Result<u64, StoreError>> {
-        self.inner.delete(tenant_id, session_id)
-    }
-
-    fn find_run<'a>(
-        &'a self,
-        tenant_id: &'a str,
-        run_id: &'a str,
-    ) -> BoxFuture<'a, Result<Option<String>, StoreError>> {
-        self.inner.find_run(tenant_id, run_id)
-    }
-
-    fn run_start<'a>(
-        &'a self,
-        tenant_id: &'a str,
-        session_id: &'a str,
-        run_id: &'a str,
-    ) -> BoxFuture<'a, Result<Option<u64>, StoreError>> {
-        self.inner.run_start(tenant_id, session_id, run_id)
-    }
-
-    // The journal's own index, uncounted: what is counted is what the reads return.
-    fn last_of_type<'a>(
-        &'a self,
-        tenant_id: &'a str,
-        session_id: &'a str,
-        event_type: &'a str,
-        before_seq: u64,
-    ) -> BoxFuture<'a, Result<Option<Event>, StoreError>> {
-        self.inner
-            .last_of_type(tenant_id, session_id, event_type, before_seq)
-    }
-}
-
 /// An event of the followed run.
 fn of_live(label: &str) -> Event {
     let mut event = event("default", "s", label);
@@ -145,11 +46,8 @@ fn of_live(label: &str) -> Event {
 #[tokio::test]
 async fn a_follower_at_the_end_of_a_long_session_reads_only_what_follows() {
     let dir = tempfile::tempdir().unwrap();
-    let store = Arc::new(Counting {
-        inner: JsonlStore::new(dir.path().join("data")),
-        returned: AtomicU64::new(0),
-        lowest_after: AtomicU64::new(u64::MAX),
-    });
+    // The JSONL store decodes only the lines it returns: what the reads return is counted.
+    let store = Arc::new(CountingStore::new(JsonlStore::new(dir.path().join("data"))));
     // 10,000 events of 100 earlier runs, then the followed run's start.
     for run in 0..100u64 {
         let mut batch = vec![started("default", "s", &format!("old-{run}"), Map::new())];
@@ -193,16 +91,16 @@ async fn a_follower_at_the_end_of_a_long_session_reads_only_what_follows() {
     }
     drop(followed);
     // Every read returned (and decoded) events of the followed run only, each once.
-    assert_eq!(store.returned.load(Ordering::SeqCst), 21);
-    assert!(store.lowest_after.load(Ordering::SeqCst) >= EARLIER);
+    assert_eq!(store.returned(), 21);
+    assert!(store.lowest_after() >= EARLIER);
 
     // Its events and its result are read from its start too.
     store.reset();
     assert_eq!(loom.events(&run).await.unwrap().len(), 21);
     let result = loom.result(&run).await.unwrap();
     assert_eq!(result.run_id, "live");
-    assert_eq!(store.returned.load(Ordering::SeqCst), 42);
-    assert_eq!(store.lowest_after.load(Ordering::SeqCst), EARLIER);
+    assert_eq!(store.returned(), 42);
+    assert_eq!(store.lowest_after(), EARLIER);
 
     // A search of its events, its session named or not.
     for session in [None, Some("s")] {
@@ -215,6 +113,6 @@ async fn a_follower_at_the_end_of_a_long_session_reads_only_what_follows() {
         let found = loom.query(&query).await.unwrap();
         assert_eq!(found.len(), 21, "{session:?}");
         assert!(found.iter().all(|e| e.run_id == "live"));
-        assert_eq!(store.returned.load(Ordering::SeqCst), 21, "{session:?}");
+        assert_eq!(store.returned(), 21, "{session:?}");
     }
 }

@@ -13,6 +13,7 @@
 
 pub mod bus_conformance;
 pub mod conformance;
+pub mod counting;
 pub mod idempotency;
 pub mod postgres;
 pub mod queue_conformance;
@@ -30,6 +31,7 @@ use std::{
 };
 
 use chrono::{DateTime, TimeZone, Utc};
+pub use counting::CountingStore;
 use futures_util::stream;
 use loom_core::{
     BoxFuture, BoxStream,
