@@ -125,8 +125,8 @@ impl Engine {
         tenant_id: &str,
         session_id: &str,
     ) -> Result<u64, EngineError> {
-        let window = Window::latest(self.store.as_ref(), tenant_id, session_id).await?;
-        Ok(compaction::groups_tokens(&window.groups_before("")?))
+        let groups = self.history_groups(tenant_id, session_id).await?;
+        Ok(compaction::groups_tokens(&groups))
     }
 
     /// Compacts the session's history: the turns before the last `keep_last` successful ones

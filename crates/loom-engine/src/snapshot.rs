@@ -82,14 +82,9 @@ pub(crate) fn plan(window: &Window, every: u32) -> Result<Option<SessionSnapshot
     }
     let base = window.snapshot.as_ref();
     let base_tokens = base.map_or(0, |s| s.tokens);
-    let covering = Window {
-        events: covered.to_vec(),
-        after: window.after,
-        snapshot: base.cloned(),
-    };
     // Every earlier turn, the latest compaction applied (a compaction since the last snapshot
     // is always worth a snapshot: it changed what the history holds).
-    let groups = covering.groups_before("")?;
+    let groups = crate::window::groups(base, covered)?;
     let tokens = compaction::groups_tokens(&groups);
     let compacted = compaction::latest_compaction(covered).is_some();
     if !compacted && tokens.saturating_sub(base_tokens).saturating_mul(4) < base_tokens {
@@ -99,7 +94,7 @@ pub(crate) fn plan(window: &Window, every: u32) -> Result<Option<SessionSnapshot
     let mut spent = budget::root_runs_spent(covered)?
         .into_iter()
         .fold(budget::Spent::default(), |sum, run| sum.plus(run.spent));
-    let names = covering.names();
+    let names = crate::window::names(base, covered);
     let mut state = base.and_then(|s| s.state.clone()).unwrap_or_default();
     for event in covered {
         state.apply(event);

@@ -124,17 +124,7 @@ impl Window {
     /// window): the snapshot's, then one per root run that began after it, the latest
     /// compaction among the events applied over both.
     pub(crate) fn groups_before(&self, run_id: &str) -> Result<Vec<TurnGroup>, EngineError> {
-        let before = self.before(run_id);
-        let mut groups = self
-            .snapshot
-            .as_ref()
-            .map(SessionSnapshot::groups)
-            .unwrap_or_default();
-        groups.extend(session_groups_raw(before)?);
-        Ok(match compaction::latest_compaction(before) {
-            Some(compacted) => compaction::apply_compaction(groups, compacted),
-            None => groups,
-        })
+        groups(self.snapshot.as_ref(), self.before(run_id))
     }
 
     /// What the session's root runs that began before `run_id` spent.
@@ -150,17 +140,32 @@ impl Window {
 
     /// The provider model names seen answering in the session, with their configs.
     pub(crate) fn names(&self) -> ModelNames {
-        let mut names = ModelNames::from_map(
-            self.snapshot
-                .as_ref()
-                .map(|s| s.models.clone())
-                .unwrap_or_default(),
-        );
-        for event in &self.events {
-            names.note(event);
-        }
-        names
+        names(self.snapshot.as_ref(), &self.events)
     }
+}
+
+/// The turns of `snapshot` (none: the session's start), then one per root run that begins in
+/// `events` (the events that follow it, in seq order), the latest compaction among them
+/// applied over both.
+pub(crate) fn groups(
+    snapshot: Option<&SessionSnapshot>,
+    events: &[Event],
+) -> Result<Vec<TurnGroup>, EngineError> {
+    let mut groups = snapshot.map(SessionSnapshot::groups).unwrap_or_default();
+    groups.extend(session_groups_raw(events)?);
+    Ok(match compaction::latest_compaction(events) {
+        Some(compacted) => compaction::apply_compaction(groups, compacted),
+        None => groups,
+    })
+}
+
+/// The provider model names of `snapshot`, then those seen answering in `events`.
+pub(crate) fn names(snapshot: Option<&SessionSnapshot>, events: &[Event]) -> ModelNames {
+    let mut names = ModelNames::from_map(snapshot.map(|s| s.models.clone()).unwrap_or_default());
+    for event in events {
+        names.note(event);
+    }
+    names
 }
 
 /// The last snapshot of a session with a seq below `before`, if any.
