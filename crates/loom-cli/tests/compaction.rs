@@ -8,7 +8,7 @@
 
 mod common;
 
-use std::{fs, path::Path};
+use std::{fs, path::Path, process::Command};
 
 use common::*;
 use serde_json::{Value, json};
@@ -180,5 +180,126 @@ fn a_history_cap_is_journaled_as_session_trimmed() {
         text(&out.stderr).contains("compaction is not configured"),
         "{}",
         text(&out.stderr)
+    );
+}
+
+#[test]
+fn a_judge_reads_the_summary_of_a_compacted_session() {
+    let dir = project(
+        json!(["Quote DEV-2041 of 12/03/2026: 1 842,50 € for marie@exemple.fr."]),
+        "  compaction: {model: summarizer, over_tokens: 40, keep_last: 1}\n",
+    );
+    run(dir.path(), FIRST, "r1");
+    run(dir.path(), "Second message.", "r2");
+    let events = journal(dir.path(), "client");
+    assert_eq!(of_type(&events, "session.compacted").len(), 1);
+
+    // The agent gets a judge that reads the session summary: it passes only when the summary
+    // written by the compaction is in its message.
+    let summary = "<session_summary>\nQuote DEV-2041 of 12/03/2026";
+    let config = fs::read_to_string(dir.path().join("loom.yaml")).unwrap();
+    let config = config.replace(
+        "models:\n",
+        &format!(
+            "models:\n  - {{id: juge, sdk: fake, model: JUGE, params: {{script: {}}}}}\n",
+            json!([
+                {"with_text": summary, "tool_calls": [
+                    {"name": "verdict", "arguments": {"criteria": [{"name": "c", "score": 0.9, "reason": "ok"}]}}
+                ]},
+                {"without_text": summary, "tool_calls": [
+                    {"name": "verdict", "arguments": {"criteria": [{"name": "c", "score": 0.1, "reason": "no summary"}]}}
+                ]}
+            ])
+        ),
+    ) + "    judge: {model: juge, criteria: [{name: c, rule: r, min_score: 0.8}], \
+         context: [user_input, session_summary], on_failure: fail}\n";
+    fs::write(dir.path().join("loom.yaml"), config).unwrap();
+
+    run(dir.path(), "Third message.", "r3");
+    let events = journal(dir.path(), "client");
+    let judged: Vec<&Value> = of_type(&events, "judge.evaluated")
+        .into_iter()
+        .filter(|e| e["run_id"] == "r3")
+        .collect();
+    assert_eq!(judged.len(), 1);
+    assert_eq!(judged[0]["payload"]["passed"], true, "{}", judged[0]);
+}
+
+/// Runs a scenario of `mcp_client.py` (the official Python MCP client) and returns what it
+/// observed.
+fn mcp_client(scenario: &str, arguments: Value) -> Value {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mcp_client.py");
+    let output = Command::new("python3")
+        .arg(script)
+        .arg(scenario)
+        .arg(arguments.to_string())
+        .output()
+        .unwrap();
+    let stdout = text(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{}\n{stdout}",
+        text(&output.stderr)
+    );
+    serde_json::from_str(stdout.lines().last().unwrap_or_default()).unwrap()
+}
+
+#[test]
+fn compact_session_is_an_mcp_tool_when_compaction_is_configured() {
+    if !python_has("mcp.client, httpx2, mcp_types", "pip install 'mcp>=2,<3'") {
+        return;
+    }
+    let dir = project(
+        json!(["Quote DEV-2041 of 12/03/2026: 1 842,50 € for marie@exemple.fr."]),
+        "  compaction: {model: summarizer, over_tokens: 100000, hard_tokens: 200000, keep_last: 1}\n",
+    );
+    run(dir.path(), FIRST, "r1");
+    run(dir.path(), "Second message.", "r2");
+    let server = json!({
+        "command": loom_bin(),
+        "args": ["--config", dir.path().join("loom.yaml"), "mcp"],
+        "cwd": dir.path(),
+    });
+    let mut arguments = server.clone();
+    arguments["calls"] = json!([
+        ["compact_session", {"session_id": "client"}],
+        ["compact_session", {"session_id": "nobody"}],
+        ["compact_session", {"session": "client"}],
+    ]);
+    let seen = mcp_client("calls", arguments);
+    let calls = seen["calls"].as_array().unwrap();
+    assert_eq!(calls[0]["is_error"], false, "{}", calls[0]);
+    let note = &calls[0]["structured"];
+    assert_eq!(note["outcome"], "applied", "{note}");
+    assert_eq!(note["kept"], 1);
+    assert!(note["tokens_after"].as_u64() < note["tokens_before"].as_u64());
+    assert_eq!(calls[1]["is_error"], true);
+    assert!(calls[1]["texts"][0].as_str().unwrap().contains("nobody"));
+    assert_eq!(calls[2]["is_error"], true);
+    assert_eq!(
+        calls[2]["texts"][0],
+        "unknown argument 'session' (expected session_id)"
+    );
+    let events = journal(dir.path(), "client");
+    let compacted = of_type(&events, "session.compacted");
+    assert_eq!(compacted.len(), 1);
+    assert_eq!(compacted[0]["run_id"], note["run_id"]);
+
+    // Without sessions.compaction, the tool is not offered.
+    let config = fs::read_to_string(dir.path().join("loom.yaml")).unwrap();
+    let config = config.replace(
+        "  compaction: {model: summarizer, over_tokens: 100000, hard_tokens: 200000, keep_last: 1}\n",
+        "  history: {max_turns: 5}\n",
+    );
+    fs::write(dir.path().join("loom.yaml"), config).unwrap();
+    let mut arguments = server;
+    arguments["calls"] = json!([["compact_session", {"session_id": "client"}]]);
+    let seen = mcp_client("calls", arguments);
+    assert!(
+        seen["calls"][0]["protocol_error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("unknown tool 'compact_session'"),
+        "{seen}"
     );
 }

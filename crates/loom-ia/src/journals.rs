@@ -16,7 +16,17 @@ pub(crate) async fn read_listed(
     tenant: &str,
     session: &str,
 ) -> Result<Option<Vec<Event>>, LoomError> {
-    match store.read(tenant, session, 0).await {
+    read_listed_after(store, tenant, session, 0).await
+}
+
+/// [`read_listed`] of the events after `after_seq` only.
+pub(crate) async fn read_listed_after(
+    store: &dyn EventStore,
+    tenant: &str,
+    session: &str,
+    after_seq: u64,
+) -> Result<Option<Vec<Event>>, LoomError> {
+    match store.read(tenant, session, after_seq).await {
         Ok(events) => Ok(Some(events)),
         Err(StoreError::Corrupted { path, line, source }) => {
             tracing::warn!(

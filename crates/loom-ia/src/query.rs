@@ -1,9 +1,11 @@
 //! Reading a tenant's journal across its sessions: its runs, most recent first
 //! ([`Loom::runs`]), and the event search ([`Loom::query`]).
 //!
-//! Both scan the tenant's sessions through the `EventStore` port (`sessions`, then `read`), as
+//! Both read the tenant's sessions through the `EventStore` port (`sessions`, then `read`), as
 //! the reference does for its file journals: a session last written before `since` is not
-//! read. Both first ask the store: a store with indexes (PostgreSQL) answers the event search
+//! read, and the run listing reads each session from its end only as far back as the runs it
+//! lists (`read(after_seq)`, in stretches that grow fourfold), so listing the recent runs of a
+//! long session does not read its history. Both first ask the store: a store with indexes (PostgreSQL) answers the event search
 //! (`EventStore::search`, in its write order) and names the most recent sessions
 //! (`EventStore::recent_sessions`) with work proportional to what it returns; the scan runs
 //! only when the store cannot. A search of one run (`run_id`, without `after`) on the other
@@ -20,6 +22,7 @@ use chrono::{DateTime, Utc};
 use loom_core::{
     Category, Event, EventStatus, RunStatus, Usage,
     ids::is_safe_id,
+    ports::{EventStore, StoreError},
     search::{EventFilter, Searched},
 };
 use serde::{Deserialize, Serialize};
@@ -375,6 +378,82 @@ fn listed(session: &str, events: &[Event]) -> Vec<RunListed> {
         .collect()
 }
 
+impl RunQuery {
+    /// Whether `run` passes the filters.
+    fn keeps(&self, run: &RunListed) -> bool {
+        self.agent.as_ref().is_none_or(|a| run.agent == *a)
+            && self
+                .agents
+                .as_ref()
+                .is_none_or(|allowed| allowed.contains(&run.agent))
+            && (self.statuses.is_empty() || self.statuses.contains(&run.status))
+            && self.since.is_none_or(|since| run.started_at >= since)
+            && self.until.is_none_or(|until| run.started_at < until)
+    }
+}
+
+/// Events read back from a session's end at first, for each run the listing wants.
+const EVENTS_PER_RUN: u64 = 64;
+
+/// What [`recent_runs`] found in one session.
+struct RecentRuns {
+    /// The matching runs of the stretch read.
+    runs: Vec<RunListed>,
+    /// Whether runs started before that stretch were left unread.
+    earlier: bool,
+}
+
+/// The runs of `session` that pass `query`'s filters, read from the session's end in stretches
+/// that grow fourfold until they hold `query.limit` matching runs, reach a run started before
+/// `query.since`, or reach the session's start: a listing of a long session reads the end it
+/// lists (each backend seeks to `after_seq`: JSONL through its offset index, the databases by
+/// seq), not the whole history. A run is listed when its `run.started` is in the stretch, so
+/// every run listed is folded from all its events. `None` when the session cannot be read (see
+/// [`crate::journals::read_listed`]).
+async fn recent_runs(
+    store: &dyn EventStore,
+    tenant: &str,
+    session: &str,
+    query: &RunQuery,
+) -> Result<Option<RecentRuns>, LoomError> {
+    let last = store.last_seq(tenant, session).await?;
+    let mut span = (query.limit as u64).saturating_mul(EVENTS_PER_RUN);
+    loop {
+        let after = last.saturating_sub(span);
+        let Some(events) =
+            crate::journals::read_listed_after(store, tenant, session, after).await?
+        else {
+            return Ok(None);
+        };
+        let runs: Vec<RunListed> = listed(session, &events)
+            .into_iter()
+            .filter(|run| query.keeps(run))
+            .collect();
+        // Runs start in time order: one started before `since` means none earlier can match.
+        let past_since = query.since.is_some_and(|since| {
+            events
+                .iter()
+                .find(|e| e.event_type == "run.started")
+                .is_some_and(|first| first.ts < since)
+        });
+        if after == 0 || past_since || runs.len() >= query.limit {
+            let earlier = after > 0
+                && !past_since
+                && match store
+                    .last_of_type(tenant, session, "run.started", after + 1)
+                    .await
+                {
+                    Ok(found) => found.is_some(),
+                    // The unread start cannot be read: what it holds is left out all the same.
+                    Err(StoreError::Corrupted { .. } | StoreError::MissingKey { .. }) => true,
+                    Err(other) => return Err(other.into()),
+                };
+            return Ok(Some(RecentRuns { runs, earlier }));
+        }
+        span = span.saturating_mul(4);
+    }
+}
+
 impl Loom {
     /// The runs of a tenant, most recent first: the runs (sub-runs included) of its
     /// `query.sessions` most recently written sessions that pass the filters, at most
@@ -404,33 +483,22 @@ impl Loom {
             }
         };
         let mut runs = Vec::new();
+        let mut earlier = false;
         for session in &sessions {
-            let Some(events) =
-                crate::journals::read_listed(store.as_ref(), tenant, &session.session_id).await?
+            let Some(recent) =
+                recent_runs(store.as_ref(), tenant, &session.session_id, query).await?
             else {
                 continue;
             };
-            runs.extend(
-                listed(&session.session_id, &events)
-                    .into_iter()
-                    .filter(|run| {
-                        query.agent.as_ref().is_none_or(|a| run.agent == *a)
-                            && query
-                                .agents
-                                .as_ref()
-                                .is_none_or(|allowed| allowed.contains(&run.agent))
-                            && (query.statuses.is_empty() || query.statuses.contains(&run.status))
-                            && query.since.is_none_or(|since| run.started_at >= since)
-                            && query.until.is_none_or(|until| run.started_at < until)
-                    }),
-            );
+            runs.extend(recent.runs);
+            earlier |= recent.earlier;
         }
         runs.sort_by(|a, b| {
             b.started_at
                 .cmp(&a.started_at)
                 .then_with(|| b.run_id.cmp(&a.run_id))
         });
-        let truncated = unread || runs.len() > query.limit;
+        let truncated = unread || earlier || runs.len() > query.limit;
         runs.truncate(query.limit);
         Ok(RunPage {
             runs,

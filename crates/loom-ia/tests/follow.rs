@@ -1,7 +1,7 @@
 //! A follower reads from its position, never from the start of its session: following a run at
 //! the end of a 10,000-event JSONL session, every read of the journal (the first one, each
 //! wake, the run's events and result, a search of its events) returns only events of that run,
-//! counted by a journal wrapper.
+//! counted by a journal wrapper. Listing the recent runs of such a session reads its end only.
 
 // Helpers outside #[test] functions unwrap too: a panic there is a failed test.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -10,7 +10,7 @@ use std::{sync::Arc, time::Duration};
 
 use futures_util::StreamExt;
 use loom_ia::{
-    EventQuery, FollowOptions, Loom, RunRef,
+    EventQuery, FollowOptions, Loom, RunQuery, RunRef,
     config::{AgentSpec, Config, EventsBackend, LoomConfig, ModelSpec, Sdk},
     core::{Event, ports::EventStore},
 };
@@ -115,4 +115,77 @@ async fn a_follower_at_the_end_of_a_long_session_reads_only_what_follows() {
         assert!(found.iter().all(|e| e.run_id == "live"));
         assert_eq!(store.returned(), 21, "{session:?}");
     }
+}
+
+#[tokio::test]
+async fn listing_the_recent_runs_of_a_long_session_reads_its_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(CountingStore::new(JsonlStore::new(dir.path().join("data"))));
+    // 100 runs of 100 events each; every tenth run is of the agent `rare`.
+    for run in 0..100u64 {
+        let run_id = format!("old-{run}");
+        let mut start = started("default", "s", &run_id, Map::new());
+        if run % 10 == 9 {
+            start.agent = Some("rare".into());
+        }
+        let mut batch = vec![start];
+        batch.extend((1..100).map(|i| {
+            let mut event = event("default", "s", &format!("{run}-{i}"));
+            event.run_id = run_id.clone();
+            event.root_run_id = run_id.clone();
+            event
+        }));
+        store.inner.append(batch, run * 100).await.unwrap();
+    }
+    let loom = Loom::with_store(config(dir.path()), store.clone()).unwrap();
+    let ids = |page: &loom_ia::RunPage| -> Vec<String> {
+        page.runs.iter().map(|r| r.run_id.clone()).collect()
+    };
+
+    store.reset();
+    let page = loom
+        .runs(&RunQuery {
+            limit: 5,
+            ..RunQuery::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        ids(&page),
+        ["old-99", "old-98", "old-97", "old-96", "old-95"]
+    );
+    assert!(page.truncated);
+    assert!(
+        page.runs
+            .iter()
+            .all(|r| r.iterations == 0 && !r.agent.is_empty())
+    );
+    // Two stretches from the end (320 events, then 1,280), not the 10,000 of the session.
+    assert!(store.returned() <= 1_600, "{}", store.returned());
+
+    // A filter that few runs pass reads further back, only as far as it must.
+    store.reset();
+    let page = loom
+        .runs(&RunQuery {
+            agent: Some("rare".into()),
+            limit: 3,
+            ..RunQuery::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(ids(&page), ["old-99", "old-89", "old-79"]);
+    assert!(page.truncated);
+    assert!(store.returned() < 10_000, "{}", store.returned());
+
+    // Everything: the whole session, and nothing left out.
+    let page = loom
+        .runs(&RunQuery {
+            limit: 200,
+            ..RunQuery::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(page.runs.len(), 100);
+    assert!(!page.truncated);
+    assert_eq!(page.runs[99].run_id, "old-0");
 }

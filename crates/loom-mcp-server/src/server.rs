@@ -29,9 +29,12 @@ use crate::{
 const RUN_STATUS: &str = "run_status";
 const RUN_REPORT: &str = "run_report";
 const CANCEL: &str = "cancel";
+/// Offered when the configuration declares `sessions.compaction`.
+const COMPACT: &str = "compact_session";
 
 /// Loom as an MCP server: one tool per agent offered over MCP (`expose.mcp`) that the caller
-/// may use, the control tools `run_status`, `run_report` and `cancel`, and the journal as
+/// may use, the control tools `run_status`, `run_report`, `cancel` and (with
+/// `sessions.compaction`) `compact_session`, and the journal as
 /// `loom://` resources — everything in the caller's tenant.
 #[derive(Debug, Clone)]
 pub struct LoomMcp {
@@ -248,6 +251,10 @@ impl LoomMcp {
                 })))
                 .with_annotations(ToolAnnotations::new().destructive(true)),
             );
+            // A key limited to some agents may not act on a whole session.
+            if self.loom.config().raw().sessions.compaction.is_some() && !access.agent_limited() {
+                tools.push(compact_tool());
+            }
         }
         tools
     }
@@ -346,6 +353,7 @@ impl LoomMcp {
         };
         let allowed: &[&str] = match name {
             CANCEL => &["run_id", "session_id", "by"],
+            COMPACT => &["session_id"],
             _ => &["run_id", "session_id"],
         };
         if let Some(key) = arguments.keys().find(|k| !allowed.contains(&k.as_str())) {
@@ -394,6 +402,24 @@ impl LoomMcp {
                     }
                     (None, None) => return Err("give run_id or session_id".to_owned()),
                 };
+                Ok(structured(value))
+            }
+            COMPACT => {
+                access.require(Scope::Run)?;
+                let session = session.ok_or("session_id is required")?;
+                if access.agent_limited() {
+                    // As REST's `POST /sessions/{id}/compact` would have to check every agent
+                    // of the session, and a whole-session read is refused to such a key.
+                    return Err(
+                        "a key limited to some agents cannot compact a whole session".to_owned(),
+                    );
+                }
+                let note = self
+                    .loom
+                    .compact(Some(access.tenant()), &session)
+                    .await
+                    .map_err(|e| told(&e))?;
+                let value = serde_json::to_value(&note).map_err(|e| e.to_string())?;
                 Ok(structured(value))
             }
             _ => {
@@ -709,7 +735,10 @@ impl ServerHandler for LoomMcp {
     ) -> Result<CallToolResponse, ErrorData> {
         let access = self.access(&context)?;
         let name = request.name.to_string();
-        if [RUN_STATUS, RUN_REPORT, CANCEL].contains(&name.as_str()) {
+        let compaction = self.loom.config().raw().sessions.compaction.is_some();
+        if [RUN_STATUS, RUN_REPORT, CANCEL].contains(&name.as_str())
+            || (compaction && name == COMPACT)
+        {
             let client = context.client_info().map(|info| info.name);
             let arguments = request.arguments.unwrap_or_default();
             let result = self
@@ -935,6 +964,41 @@ fn agent_input_schema() -> Value {
 /// What an agent tool (and `run_status`) returns as structured content: the run result
 /// (`loom_ia::RunResult`, the same object as `loom run --json` and the REST API), whose content
 /// fields are absent when the key lacks `read_content` (then `redacted` lists them).
+/// `compact_session`: compacts a session now, as `loom compact` and REST's
+/// `POST /v1/sessions/{id}/compact` do.
+fn compact_tool() -> Tool {
+    Tool::new(
+        COMPACT,
+        "Compacts a Loom session now: the turns before the last keep_last ones are summarized \
+         by the compaction model, checked for fidelity (amounts, dates, references and e-mail \
+         addresses must survive), and replace the originals in the history of the session's \
+         next runs. Outcome: applied, kept (the summary missed details: the originals stay), \
+         failed or nothing.",
+        object(json!({
+            "type": "object",
+            "properties": {
+                "session_id": {"type": "string", "description": "The session."},
+            },
+            "required": ["session_id"],
+            "additionalProperties": false,
+        })),
+    )
+    .with_raw_output_schema(object(json!({
+        "type": "object",
+        "properties": {
+            "outcome": {"type": "string", "enum": ["applied", "kept", "failed", "running", "queued", "nothing"]},
+            "run_id": {"type": "string"},
+            "up_to_seq": {"type": "integer"},
+            "kept": {"type": "integer"},
+            "tokens_before": {"type": "integer"},
+            "tokens_after": {"type": "integer"},
+            "cost_usd": {"type": "number"},
+        },
+        "required": ["outcome"],
+    })))
+    .with_annotations(ToolAnnotations::new().destructive(false).idempotent(false))
+}
+
 fn run_result_schema() -> Value {
     json!({
         "type": "object",
