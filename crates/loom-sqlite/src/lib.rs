@@ -77,6 +77,7 @@
 
 mod idempotency;
 mod repair;
+mod search;
 mod store;
 
 pub use idempotency::SqliteIdempotency;
