@@ -1,5 +1,6 @@
 //! The reads of a tenant's journal answered from the file's own indexes, as the PostgreSQL
-//! journal answers them: the event search ([`EventStore::search`]).
+//! journal answers them: the event search ([`EventStore::search`]) and the most recently
+//! written sessions ([`EventStore::recent_sessions`]).
 //!
 //! **The search** is one SQL query on `events`, in write order — `ingested`, the counter each
 //! append gives its batch, then `session_id` and `seq` (a batch is one session's, so this keeps
@@ -25,19 +26,41 @@
 //! makes the store decline (`None`): the caller's scan then applies its rules for corrupted
 //! sessions.
 //!
+//! **The recent sessions** are the list and the order of [`EventStore::sessions`] (the same
+//! query answers both: each session's last row, most recently appended first, then the newest
+//! last event, then the session id), filtered on the `ts` of each session's last event and cut
+//! at `limit`, one row more telling whether there are more. The file keeps no table of its
+//! sessions (PostgreSQL's `loom_sessions`): each session's last seq comes from one pass over
+//! the tenant's entries of an index (`tenant_id, session_id, …, seq`), no event read; then only
+//! the last events returned are read. A last event that does not read back makes the store
+//! decline.
+//!
 //! [`EventStore::search`]: loom_core::ports::EventStore::search
+//! [`EventStore::recent_sessions`]: loom_core::ports::EventStore::recent_sessions
+//! [`EventStore::sessions`]: loom_core::ports::EventStore::sessions
 
 use chrono::{DateTime, Datelike, SecondsFormat, TimeDelta, Utc};
 use loom_core::{
     event::Event,
     journal::safe_id,
-    ports::StoreError,
-    search::{EventFilter, Searched},
+    ports::{SessionSummary, StoreError},
+    search::{EventFilter, RecentSessions, Searched},
 };
 use sqlx::{QueryBuilder, Row, Sqlite, SqliteConnection, sqlite::SqliteRow};
 use tracing::{debug, warn};
 
 use crate::store::{SqliteStore, text, to_sql};
+
+/// Each session's last row (its highest seq), most recently appended first, then newest, then
+/// by session id: the order of [`SqliteStore::sessions`](loom_core::ports::EventStore::sessions).
+/// `?1` the tenant, `?2` the `ts` a last event must reach (`NULL`: any), `?3` the most rows
+/// (`-1`: all).
+const RECENT: &str = "SELECT e.session_id, e.seq, e.event FROM \
+     (SELECT session_id, MAX(seq) AS seq FROM events WHERE tenant_id = ?1 GROUP BY session_id) \
+     AS last \
+     JOIN events AS e ON e.tenant_id = ?1 AND e.session_id = last.session_id AND e.seq = last.seq \
+     WHERE ?2 IS NULL OR e.ts >= ?2 \
+     ORDER BY e.ingested DESC, e.ts DESC, e.session_id LIMIT ?3";
 
 /// Where an instant falls against the `ts` column, which holds years 0 to 9999 only (an event
 /// whose `ts` is outside cannot be written: its RFC 3339 text would not read back).
@@ -333,6 +356,98 @@ impl SqliteStore {
                 None
             }
         }
+    }
+
+    /// The rows of [`RECENT`]: each session's last row whose `ts` reaches `since` (any when
+    /// `None`), in the order of the session list, at most `limit` (`-1`: all).
+    pub(crate) async fn recent_rows(
+        &self,
+        tenant_id: &str,
+        since: Option<String>,
+        limit: i64,
+    ) -> Result<Vec<SqliteRow>, StoreError> {
+        sqlx::query(RECENT)
+            .bind(tenant_id)
+            .bind(since)
+            .bind(limit)
+            .fetch_all(self.pool())
+            .await
+            .map_err(|e| self.db_error(e))
+    }
+
+    /// [`EventStore::sessions`](loom_core::ports::EventStore::sessions): every session of
+    /// `tenant_id`, a journal whose last event does not read back left out with a warning.
+    pub(crate) async fn sessions_now(
+        &self,
+        tenant_id: &str,
+    ) -> Result<Vec<SessionSummary>, StoreError> {
+        safe_id("tenant", tenant_id)?;
+        let rows = self.recent_rows(tenant_id, None, -1).await?;
+        let mut found = Vec::with_capacity(rows.len());
+        for row in &rows {
+            match self.summary(tenant_id, row) {
+                Ok(summary) => found.push(summary),
+                // One unreadable journal must not hide the others.
+                Err(err) => {
+                    warn!(error = %err, "skipping an unreadable journal in the session list")
+                }
+            }
+        }
+        Ok(found)
+    }
+
+    /// [`EventStore::recent_sessions`](loom_core::ports::EventStore::recent_sessions): one
+    /// row more than `limit` tells whether there are more. A last event that does not read
+    /// back makes the store decline, so that the caller's scan applies its rules.
+    pub(crate) async fn recent_sessions_now(
+        &self,
+        tenant_id: &str,
+        since: Option<DateTime<Utc>>,
+        limit: usize,
+    ) -> Result<Option<RecentSessions>, StoreError> {
+        safe_id("tenant", tenant_id)?;
+        let since = match since.as_ref().map(bound) {
+            None | Some(Bound::BeforeAll) => None,
+            Some(Bound::At(at)) => Some(at),
+            Some(Bound::AfterAll) => {
+                return Ok(Some(RecentSessions {
+                    sessions: Vec::new(),
+                    more: false,
+                }));
+            }
+        };
+        let rows = self
+            .recent_rows(tenant_id, since, to_sql(limit as u64).saturating_add(1))
+            .await?;
+        let mut sessions = Vec::with_capacity(rows.len().min(limit));
+        for row in rows.iter().take(limit) {
+            match self.summary(tenant_id, row) {
+                Ok(summary) => sessions.push(summary),
+                Err(error) => {
+                    debug!(
+                        error = %error,
+                        "a session's last event does not read back: the session list falls \
+                         back to the scan"
+                    );
+                    return Ok(None);
+                }
+            }
+        }
+        Ok(Some(RecentSessions {
+            sessions,
+            more: rows.len() > limit,
+        }))
+    }
+
+    /// The summary of a session from its last row (`session_id`, `seq`, `event`), read back.
+    fn summary(&self, tenant_id: &str, row: &SqliteRow) -> Result<SessionSummary, StoreError> {
+        let session_id: String = row.try_get("session_id").map_err(|e| self.db_error(e))?;
+        let last = self.decode(tenant_id, &session_id, row, None)?;
+        Ok(SessionSummary {
+            session_id,
+            last_seq: last.seq,
+            updated_at: Some(last.ts),
+        })
     }
 }
 

@@ -7,12 +7,12 @@ use std::{
     time::Duration,
 };
 
-use chrono::SecondsFormat;
+use chrono::{DateTime, SecondsFormat, Utc};
 use loom_core::{
     BoxFuture,
     event::{Event, EventReadError},
     ports::{EventStore, Salvage, SessionSummary, SetAside, StoreError},
-    search::{EventFilter, Searched},
+    search::{EventFilter, RecentSessions, Searched},
 };
 use sqlx::{
     Connection, Row,
@@ -420,45 +420,6 @@ impl SqliteStore {
         }
     }
 
-    async fn sessions_now(&self, tenant_id: &str) -> Result<Vec<SessionSummary>, StoreError> {
-        safe_id("tenant", tenant_id)?;
-        // SQLite takes the bare columns `event` and `ingested` from the row holding MAX(seq).
-        let rows = sqlx::query(
-            "SELECT session_id, MAX(seq) AS seq, event, ingested FROM events \
-             WHERE tenant_id = ?1 GROUP BY session_id",
-        )
-        .bind(tenant_id)
-        .fetch_all(self.pool())
-        .await
-        .map_err(|err| self.db_error(err))?;
-        let mut found = Vec::with_capacity(rows.len());
-        for row in &rows {
-            let session_id: String = row.try_get("session_id").unwrap_or_default();
-            let ingested: i64 = row.try_get("ingested").unwrap_or(0);
-            match self.decode(tenant_id, &session_id, row, None) {
-                Ok(last) => found.push((
-                    ingested,
-                    SessionSummary {
-                        session_id,
-                        last_seq: last.seq,
-                        updated_at: Some(last.ts),
-                    },
-                )),
-                // One unreadable journal must not hide the others.
-                Err(err) => {
-                    warn!(error = %err, "skipping an unreadable journal in the session list")
-                }
-            }
-        }
-        found.sort_by(|(a_ingested, a), (b_ingested, b)| {
-            b_ingested
-                .cmp(a_ingested)
-                .then_with(|| b.updated_at.cmp(&a.updated_at))
-                .then_with(|| a.session_id.cmp(&b.session_id))
-        });
-        Ok(found.into_iter().map(|(_, summary)| summary).collect())
-    }
-
     async fn delete_now(&self, tenant_id: &str, session_id: &str) -> Result<u64, StoreError> {
         safe_id("tenant", tenant_id)?;
         safe_id("session", session_id)?;
@@ -684,6 +645,16 @@ impl EventStore for SqliteStore {
         filter: &'a EventFilter,
     ) -> BoxFuture<'a, Result<Option<Searched>, StoreError>> {
         Box::pin(self.search_now(filter))
+    }
+
+    /// The session list's query, filtered and cut (see the `search` module).
+    fn recent_sessions<'a>(
+        &'a self,
+        tenant_id: &'a str,
+        since: Option<DateTime<Utc>>,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Option<RecentSessions>, StoreError>> {
+        Box::pin(self.recent_sessions_now(tenant_id, since, limit))
     }
 }
 

@@ -1,6 +1,8 @@
 //! The reads the SQLite journal answers from its indexes: `EventStore::search` returns, filter
 //! by filter, page by page, what a scan of every session with `EventFilter::matches` returns in
-//! write order (the order of the appends, as PostgreSQL's `ingested`). The journal and the filters are generated (a fixed seed): the expected answers are computed by
+//! write order (the order of the appends, as PostgreSQL's `ingested`), and
+//! `EventStore::recent_sessions` what `EventStore::sessions` lists, filtered and cut. The
+//! journal and the filters are generated (a fixed seed): the expected answers are computed by
 //! the scan below, never written down. Rows that do not read back, or whose columns disagree
 //! with their event, make the store decline.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -10,8 +12,8 @@ use std::{collections::HashMap, path::Path};
 use chrono::{DateTime, TimeDelta, TimeZone, Utc};
 use loom_core::{
     event::{Category, Envelope, Event, EventStatus, Payload},
-    ports::EventStore,
-    search::{EventFilter, Searched},
+    ports::{EventStore, SessionSummary},
+    search::{EventFilter, RecentSessions, Searched},
 };
 use loom_sqlite::SqliteStore;
 use serde_json::json;
@@ -654,6 +656,61 @@ async fn the_order_is_the_order_of_the_writes() {
     assert_eq!(ids(search(&store, &after_b1).await), ["a2", "a3", "b2"]);
 }
 
+/// `recent_sessions` lists what `sessions` lists, filtered on the last write and cut, whatever
+/// the bound and the limit; `more` says whether sessions were cut.
+#[tokio::test]
+async fn recent_sessions_are_the_session_list_filtered_and_cut() {
+    let written = written(true).await;
+    let store = &written.store;
+    for tenant in ["t", "other", "nobody"] {
+        let listed = store.sessions(tenant).await.unwrap();
+        let mut bounds: Vec<Option<DateTime<Utc>>> = vec![
+            None,
+            Some(DateTime::<Utc>::MIN_UTC),
+            Some(DateTime::<Utc>::MAX_UTC),
+        ];
+        for session in &listed {
+            let ts = session.updated_at.unwrap();
+            bounds.extend([
+                Some(ts),
+                Some(ts - TimeDelta::nanoseconds(1)),
+                Some(ts + TimeDelta::nanoseconds(1)),
+                Some(ts + TimeDelta::microseconds(1)),
+            ]);
+        }
+        for since in bounds {
+            for limit in 0..=listed.len() + 1 {
+                let mut expected: Vec<SessionSummary> = listed
+                    .iter()
+                    .filter(|s| since.is_none_or(|since| s.updated_at.unwrap() >= since))
+                    .cloned()
+                    .collect();
+                let more = expected.len() > limit;
+                expected.truncate(limit);
+                assert_eq!(
+                    store.recent_sessions(tenant, since, limit).await.unwrap(),
+                    Some(RecentSessions {
+                        sessions: expected,
+                        more
+                    }),
+                    "{tenant} since {since:?}, {limit}"
+                );
+            }
+        }
+    }
+    // The list is not vacuous, and ordered by the last write: the session appended last first.
+    let listed = store.sessions("t").await.unwrap();
+    assert_eq!(listed.len(), SESSIONS.len());
+    let last = written
+        .events
+        .iter()
+        .rev()
+        .find(|e| e.tenant_id == "t")
+        .unwrap();
+    assert_eq!(listed[0].session_id, last.session_id);
+    assert_eq!(listed[0].last_seq, last.seq);
+}
+
 /// A raw connection to the file, to tamper with the rows.
 async fn raw(path: &Path) -> SqliteConnection {
     SqliteConnection::connect(&format!("sqlite://{}", path.display()))
@@ -702,6 +759,26 @@ async fn rows_that_do_not_read_back_make_the_store_decline() {
         Some(Searched::Found(events)) => assert_eq!(events.len(), 4),
         other => panic!("{other:?}"),
     }
+    // Its last event reads back: the session list holds all three.
+    let recent = store.recent_sessions("t", None, 10).await.unwrap().unwrap();
+    assert_eq!(recent.sessions.len(), 3);
+
+    // A last event that does not read back: the list is declined while it is within the
+    // limit, and `sessions` leaves that session out.
+    sqlx::query("UPDATE events SET event = '{not json' WHERE session_id = 'c' AND seq = 3")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(store.recent_sessions("t", None, 10).await.unwrap(), None);
+    let listed: Vec<String> = store
+        .sessions("t")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|s| s.session_id)
+        .collect();
+    assert_eq!(listed, ["b", "a"]);
+
     // Columns that disagree with their event: the event would not pass the filter.
     sqlx::query("UPDATE events SET agent = 'mallory' WHERE session_id = 'a' AND seq = 1")
         .execute(&mut conn)
