@@ -5,12 +5,15 @@
 //! the reference does for its file journals: a session last written before `since` is not
 //! read, and the run listing reads each session from its end only as far back as the runs it
 //! lists (`read(after_seq)`, in stretches that grow fourfold), so listing the recent runs of a
-//! long session does not read its history. Both first ask the store: a store with indexes (PostgreSQL) answers the event search
-//! (`EventStore::search`, in its write order) and names the most recent sessions
-//! (`EventStore::recent_sessions`) with work proportional to what it returns; the scan runs
-//! only when the store cannot. A search of one run (`run_id`, without `after`) on the other
-//! stores reads only that run's session, from the run's start (the run index: `find_run`,
-//! `run_start`), and falls back to the scan when the index does not know it. A session whose
+//! long session does not read its history. Both first ask the store: a store with indexes
+//! (PostgreSQL, SQLite) answers the event search (`EventStore::search`, in its write order: the
+//! order of its appends) and names the most recent sessions (`EventStore::recent_sessions`)
+//! from its indexes; the scan runs only when the store cannot (memory, JSONL) or declines (a
+//! row that does not read back). The scan's write order interleaves sessions by the timestamp
+//! of their next event, which is the order of the appends when timestamps follow the writes. A
+//! search of one run (`run_id`, without `after`) on the other stores reads only that run's
+//! session, from the run's start (the run index: `find_run`, `run_start`), and falls back to
+//! the scan when the index does not know it. A session whose
 //! journal is corrupted is left out with a `tracing` warning naming its file and line (never
 //! silently, and never failing the whole query); a run that cannot be folded is left out of
 //! the run list the same way. A search restricted to one session (`session_id`) reports that
@@ -466,7 +469,7 @@ impl Loom {
         let tenant = query.tenant_id.as_deref().unwrap_or(DEFAULT_TENANT);
         let store = self.event_store();
         // A session last written before `since` holds no run started after it. A store with an
-        // index of its sessions (PostgreSQL) gives the most recent ones itself.
+        // index of its sessions (PostgreSQL, SQLite) gives the most recent ones itself.
         let (sessions, unread) = match store
             .recent_sessions(tenant, query.since, query.sessions)
             .await?
@@ -524,7 +527,7 @@ impl Loom {
         let tenant = query.tenant_id.as_deref().unwrap_or(DEFAULT_TENANT);
         let store = self.event_store();
         let filter = query.filter(tenant);
-        // A store that answers from its indexes (PostgreSQL) is asked first.
+        // A store that answers from its indexes (PostgreSQL, SQLite) is asked first.
         match store.search(&filter).await? {
             Some(Searched::Found(events)) => return Ok(events),
             Some(Searched::UnknownAfter) => return Err(unknown_after(query)),

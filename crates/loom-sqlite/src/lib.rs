@@ -16,10 +16,14 @@
 //! | `ingested` | a write counter: orders sessions by their last append |
 //!
 //! Indexes: by run (`tenant_id, run_id, seq`), by event id (`tenant_id, event_id`), by
-//! ingestion (`ingested`), by type (`tenant_id, type`) and by session and type
-//! (`tenant_id, session_id, type, seq`, behind [`EventStore::last_of_type`]: one row read;
-//! created in every file when it opens, older ones included). The schema version is kept in
-//! `PRAGMA user_version` (1); a file written by a newer schema is refused.
+//! ingestion (`ingested`), by type (`tenant_id, type`), by session and type
+//! (`tenant_id, session_id, type, seq`, behind [`EventStore::last_of_type`]: one row read), and
+//! in write order per tenant (`events_tenant_ingested`: `tenant_id, ingested, session_id, seq`)
+//! and per tenant and type (`events_tenant_type`: `tenant_id, type, ingested, session_id, seq`),
+//! behind [`EventStore::search`]. The last three are created in every file when it opens, older
+//! ones included: an index changes nothing an older build reads, and SQLite keeps it up to date
+//! whoever writes. The schema version is kept in `PRAGMA user_version` (1); a file written by a
+//! newer schema is refused.
 //!
 //! Reads only trust the `event` column: every row is parsed back with [`Event::from_json`] and
 //! must belong to its journal, carry its row's seq and follow the previous row without a gap.
@@ -39,6 +43,22 @@
 //! holds the lock at a time (for the whole file, so a fortiori per session); others wait up to
 //! the busy timeout (30 s). Readers never wait for writers (WAL), and several processes may
 //! open the same file.
+//!
+//! ## Reads pushed down
+//!
+//! As on PostgreSQL, [`EventStore::search`] (behind `Loom::query`) is one SQL query in write
+//! order — `ingested`, then `session_id` and `seq`, which keeps each session's journal order —
+//! with every filter of [`EventFilter`] a test on bound values, `after` the position of the
+//! event it names and `LIMIT`, through the index its most selective filter picks (a session's,
+//! a run's, the types', else the tenant's in write order, from the cursor). An event's `ts`
+//! filter compares the `ts` column with the bound written the same way (rounded up to the
+//! microsecond). [`EventStore::recent_sessions`] (behind `Loom::runs`) is the session list's
+//! query — each session's last row, most recently appended first — filtered on the last
+//! event's `ts` and cut at the limit: one pass over the tenant's index entries, and only the
+//! events returned are read. A row
+//! that does not read back, or whose columns disagree with its event, makes either decline
+//! (`None`), and the caller scans the sessions with its rules for corrupted journals. The
+//! queries are in `search.rs`.
 //!
 //! ## Durability and erasure
 //!
@@ -70,6 +90,9 @@
 //! [`EventStore::set_aside`]: loom_core::ports::EventStore::set_aside
 //! [`EventStore::find_run`]: loom_core::ports::EventStore::find_run
 //! [`EventStore::last_of_type`]: loom_core::ports::EventStore::last_of_type
+//! [`EventStore::search`]: loom_core::ports::EventStore::search
+//! [`EventStore::recent_sessions`]: loom_core::ports::EventStore::recent_sessions
+//! [`EventFilter`]: loom_core::search::EventFilter
 //! [`Event::to_json`]: loom_core::event::Event::to_json
 //! [`Event::from_json`]: loom_core::event::Event::from_json
 //! [`StoreError::Conflict`]: loom_core::ports::StoreError::Conflict
@@ -77,6 +100,7 @@
 
 mod idempotency;
 mod repair;
+mod search;
 mod store;
 
 pub use idempotency::SqliteIdempotency;

@@ -7,11 +7,12 @@ use std::{
     time::Duration,
 };
 
-use chrono::SecondsFormat;
+use chrono::{DateTime, SecondsFormat, Utc};
 use loom_core::{
     BoxFuture,
     event::{Event, EventReadError},
     ports::{EventStore, Salvage, SessionSummary, SetAside, StoreError},
+    search::{EventFilter, RecentSessions, Searched},
 };
 use sqlx::{
     Connection, Row,
@@ -101,6 +102,16 @@ const SET_ASIDE_SCHEMA: &str = "CREATE TABLE IF NOT EXISTS set_aside (
 /// reads, so the schema version stays).
 const SESSION_TYPE_INDEX: &str =
     "CREATE INDEX IF NOT EXISTS events_session_type ON events (tenant_id, session_id, type, seq)";
+
+/// The indexes behind [`EventStore::search`]: a tenant's events in write order, and a tenant's
+/// events of one type in write order, so that a search walks them from its cursor and stops at
+/// its limit. Created in every file, old ones included, like [`SESSION_TYPE_INDEX`].
+const SEARCH_INDEXES: &[&str] = &[
+    "CREATE INDEX IF NOT EXISTS events_tenant_ingested \
+     ON events (tenant_id, ingested, session_id, seq)",
+    "CREATE INDEX IF NOT EXISTS events_tenant_type \
+     ON events (tenant_id, type, ingested, session_id, seq)",
+];
 
 /// The index behind erasing a session's keys.
 const IDEMPOTENCY_INDEX: &str =
@@ -230,7 +241,7 @@ impl SqliteStore {
 
     /// Reads the event of a row (`event` column) and checks that it belongs to the journal and
     /// carries the row's seq, which must be `expected` when given (reads check contiguity).
-    fn decode(
+    pub(crate) fn decode(
         &self,
         tenant_id: &str,
         session_id: &str,
@@ -407,45 +418,6 @@ impl SqliteStore {
             Some(row) => Ok(self.decode(tenant_id, session_id, &row, None)?.seq),
             None => Ok(0),
         }
-    }
-
-    async fn sessions_now(&self, tenant_id: &str) -> Result<Vec<SessionSummary>, StoreError> {
-        safe_id("tenant", tenant_id)?;
-        // SQLite takes the bare columns `event` and `ingested` from the row holding MAX(seq).
-        let rows = sqlx::query(
-            "SELECT session_id, MAX(seq) AS seq, event, ingested FROM events \
-             WHERE tenant_id = ?1 GROUP BY session_id",
-        )
-        .bind(tenant_id)
-        .fetch_all(self.pool())
-        .await
-        .map_err(|err| self.db_error(err))?;
-        let mut found = Vec::with_capacity(rows.len());
-        for row in &rows {
-            let session_id: String = row.try_get("session_id").unwrap_or_default();
-            let ingested: i64 = row.try_get("ingested").unwrap_or(0);
-            match self.decode(tenant_id, &session_id, row, None) {
-                Ok(last) => found.push((
-                    ingested,
-                    SessionSummary {
-                        session_id,
-                        last_seq: last.seq,
-                        updated_at: Some(last.ts),
-                    },
-                )),
-                // One unreadable journal must not hide the others.
-                Err(err) => {
-                    warn!(error = %err, "skipping an unreadable journal in the session list")
-                }
-            }
-        }
-        found.sort_by(|(a_ingested, a), (b_ingested, b)| {
-            b_ingested
-                .cmp(a_ingested)
-                .then_with(|| b.updated_at.cmp(&a.updated_at))
-                .then_with(|| a.session_id.cmp(&b.session_id))
-        });
-        Ok(found.into_iter().map(|(_, summary)| summary).collect())
     }
 
     async fn delete_now(&self, tenant_id: &str, session_id: &str) -> Result<u64, StoreError> {
@@ -666,6 +638,24 @@ impl EventStore for SqliteStore {
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(self.set_aside_now(tenant_id, session_id, lines))
     }
+
+    /// One query in write order on the file's indexes (see the `search` module).
+    fn search<'a>(
+        &'a self,
+        filter: &'a EventFilter,
+    ) -> BoxFuture<'a, Result<Option<Searched>, StoreError>> {
+        Box::pin(self.search_now(filter))
+    }
+
+    /// The session list's query, filtered and cut (see the `search` module).
+    fn recent_sessions<'a>(
+        &'a self,
+        tenant_id: &'a str,
+        since: Option<DateTime<Utc>>,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Option<RecentSessions>, StoreError>> {
+        Box::pin(self.recent_sessions_now(tenant_id, since, limit))
+    }
 }
 
 /// The query columns of an event that are not plain strings of it.
@@ -685,16 +675,20 @@ impl Columns {
                 event.event_id
             ))
         };
-        let text = |value: serde_json::Value| match value {
-            serde_json::Value::String(text) => text,
-            other => other.to_string(),
-        };
         Ok(Columns {
             ts: event.ts.to_rfc3339_opts(SecondsFormat::Micros, true),
             category: text(serde_json::to_value(event.category).map_err(unserializable)?),
             status: text(serde_json::to_value(event.status).map_err(unserializable)?),
             facets: serde_json::to_string(&event.facets).map_err(unserializable)?,
         })
+    }
+}
+
+/// A serialized value as a text column holds it: a string as itself, anything else as JSON.
+pub(crate) fn text(value: serde_json::Value) -> String {
+    match value {
+        serde_json::Value::String(text) => text,
+        other => other.to_string(),
     }
 }
 
@@ -803,10 +797,12 @@ async fn set_up(options: SqliteConnectOptions, path: &Path) -> Result<(), StoreE
             .execute(&mut *tx)
             .await
             .map_err(|err| db_error(path, err))?;
-        sqlx::query(SESSION_TYPE_INDEX)
-            .execute(&mut *tx)
-            .await
-            .map_err(|err| db_error(path, err))?;
+        for index in std::iter::once(&SESSION_TYPE_INDEX).chain(SEARCH_INDEXES) {
+            sqlx::query(*index)
+                .execute(&mut *tx)
+                .await
+                .map_err(|err| db_error(path, err))?;
+        }
         tx.commit().await.map_err(|err| db_error(path, err))
     }
     .await;
