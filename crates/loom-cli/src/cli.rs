@@ -1,12 +1,13 @@
 //! Arguments and commands.
 //!
 //! Split by what each part decides: `args` what the command line accepts (clap), `dispatch`
-//! how a parsed command line is run (loading, signals, logging), `runs` the commands on runs,
+//! how a parsed command line is run (loading, signals, logging), `runs` the commands on runs, `replay` exact replay,
 //! `exit` the exit code and error line of a command and JSON output.
 
 mod args;
 mod dispatch;
 mod exit;
+mod replay;
 mod runs;
 
 pub use args::Cli;

@@ -107,6 +107,11 @@ impl Engine {
         self
     }
 
+    /// The caps on the history a run is sent.
+    pub fn history_caps(&self) -> Caps {
+        self.history_caps
+    }
+
     /// The turns of the history the next run of the session would be sent, before caps (the
     /// latest compaction applied), read from the session's last snapshot on.
     pub async fn history_groups(

@@ -60,6 +60,7 @@ mod offer;
 mod offload;
 mod output;
 mod ownership;
+pub mod replay;
 mod request;
 mod resilience;
 mod review;

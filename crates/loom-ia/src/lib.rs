@@ -86,12 +86,13 @@ pub use loom_core::{
 pub use loom_engine::{
     Attachment, AttachmentLimits, COMPACTION_AGENT, Image, JudgeCondition, JudgeInput, JudgeMode,
     Observer, RunRef, ToolFile,
+    replay::{Divergence, Miss, ReplayCounts},
 };
 pub use loom_macros::tool;
 pub mod report;
 pub use compaction::CompactionNote;
 pub use follow::FollowOptions;
-pub use loom::{Readiness, ReadinessCheck, Residents, WorkOptions};
+pub use loom::{Readiness, ReadinessCheck, ReplayReport, Residents, WorkOptions};
 pub use postgres::storage_sql;
 pub use progress::progress_line;
 pub use query::{EventQuery, RunListed, RunPage, RunQuery};

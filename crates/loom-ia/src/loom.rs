@@ -32,6 +32,7 @@ mod listen;
 mod reads;
 mod ready;
 mod registry;
+mod replay;
 mod reports;
 mod run;
 mod tenant;
@@ -39,6 +40,7 @@ mod work;
 
 pub use lifecycle::Residents;
 pub use ready::{Readiness, ReadinessCheck};
+pub use replay::ReplayReport;
 pub use work::WorkOptions;
 
 /// Opens the `sqlite` journal the configuration names (creating the file and its schema).

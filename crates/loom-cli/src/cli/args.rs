@@ -171,6 +171,31 @@ pub(super) enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Replay a closed run exactly: re-driven with today's configuration, its model calls and
+    /// tool calls answered from its journal (nothing external is called), compared event by
+    /// event. Exit code 0 identical, 1 divergent, 2 impossible.
+    Replay {
+        /// Run id (with --journal: the run of the file; without it, every closed run of the
+        /// file).
+        run_id: Option<String>,
+        /// Session of the run (found by search when absent).
+        #[arg(long)]
+        session: Option<String>,
+        /// Tenant of the run (default `default`).
+        #[arg(long)]
+        tenant: Option<String>,
+        /// Replay from this JSONL journal file (an export, or a session's journal) instead of
+        /// the configured journal.
+        #[arg(long, value_name = "FILE")]
+        journal: Option<std::path::PathBuf>,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+        /// Also write the run's events (its history before it, the run and its sub-runs) to this
+        /// JSONL file, which `--journal` replays.
+        #[arg(long, value_name = "FILE")]
+        export: Option<std::path::PathBuf>,
+    },
     /// Continue a run from where its journal stops (after a crash, a stop, an approval).
     Resume {
         /// Run id.

@@ -201,6 +201,23 @@ pub(crate) async fn execute(cli: Cli, app: App, args: Vec<std::ffi::OsString>) -
             };
             report(&loom, target, tenant.as_deref(), json).await
         }
+        Command::Replay {
+            run_id,
+            session,
+            tenant,
+            journal,
+            json,
+            export,
+        } => {
+            let args = super::replay::ReplayArgs {
+                run_id,
+                at: At::new(session, tenant),
+                journal,
+                json,
+                export,
+            };
+            super::replay::replay(&loom, args).await
+        }
         Command::Resume {
             run_id,
             session,

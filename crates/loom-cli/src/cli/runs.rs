@@ -248,7 +248,11 @@ impl At {
         At { session, tenant }
     }
 
-    async fn locate(&self, loom: &Loom, run_id: &str) -> Result<loom_ia::RunRef, LoomError> {
+    pub(super) async fn locate(
+        &self,
+        loom: &Loom,
+        run_id: &str,
+    ) -> Result<loom_ia::RunRef, LoomError> {
         loom.locate(run_id, self.session.as_deref(), self.tenant.as_deref())
             .await
     }

@@ -1,0 +1,284 @@
+//! Exact replay through the binaries (`loom replay`): a run replayed identical (exit 0), the
+//! divergence a prompt change causes (exit 1, the event and the request part named), an
+//! exported file replayed in a fresh directory without the original journal, a replay that
+//! never runs a tool with a side effect (the `relance` example's file stays untouched), and the
+//! errors (exit 2).
+
+// Helpers outside #[test] functions unwrap too: a panic there is a failed test.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use common::*;
+use std::{
+    fs,
+    path::Path,
+    process::{Command, Output},
+};
+
+use serde_json::Value;
+
+const QUESTION: &str = "Quel prix TTC pour un devis de 1 250 € HT en rénovation (TVA à 10 %) ?";
+
+fn run_in(bin: &Path, dir: &Path, args: &[&str]) -> Output {
+    Command::new(bin)
+        .current_dir(dir)
+        .env_remove("LOOM_PROFILE")
+        .env_remove("LOOM_LOG")
+        .env("RELANCE_FILE", dir.join("relances.txt"))
+        .args(["--config", "loom.yaml"])
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+/// A devis run in `dir`: its run id.
+fn devis_run(dir: &Path) -> String {
+    let out = run_in(&devis_bin(), dir, &["run", "devis", QUESTION]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    run_id_of(&text(&out.stderr))
+}
+
+/// The report's lines with the run and session ids masked.
+fn masked(report: &str, run_id: &str) -> String {
+    report.replace(run_id, "<run>")
+}
+
+#[test]
+fn a_run_replays_identical_and_the_journal_is_left_untouched() {
+    let dir = devis_project();
+    let run_id = devis_run(dir.path());
+    let journal = dir
+        .path()
+        .join("data/default")
+        .join(format!("{run_id}.jsonl"));
+    let before = fs::read_to_string(&journal).unwrap();
+
+    let out = run_in(&devis_bin(), dir.path(), &["replay", &run_id]);
+    let stdout = text(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}\n{}",
+        text(&out.stderr)
+    );
+    insta::assert_snapshot!("replay_identical", masked(&stdout, &run_id));
+    assert_eq!(
+        fs::read_to_string(&journal).unwrap(),
+        before,
+        "a replay writes nothing to the journal"
+    );
+
+    let out = run_in(&devis_bin(), dir.path(), &["replay", &run_id, "--json"]);
+    assert_eq!(out.status.code(), Some(0));
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["outcome"], "identical");
+    assert_eq!(report["divergence"], Value::Null);
+    assert_eq!(report["counts"]["models_served"], 2);
+    assert_eq!(report["counts"]["tools_served"], 1);
+}
+
+#[test]
+fn a_prompt_change_is_a_divergence_named_with_its_event_and_part() {
+    let dir = devis_project();
+    let run_id = devis_run(dir.path());
+    let agent = dir.path().join("agents/devis.yaml");
+    let yaml = fs::read_to_string(&agent).unwrap();
+    assert!(yaml.contains("system_file: devis.md"));
+    fs::write(
+        &agent,
+        yaml.replace(
+            "system_file: devis.md",
+            "system: Tu prépares des devis, arrondis à l'euro.",
+        ),
+    )
+    .unwrap();
+
+    let out = run_in(&devis_bin(), dir.path(), &["replay", &run_id]);
+    let stdout = text(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{stdout}\n{}",
+        text(&out.stderr)
+    );
+    assert!(
+        stdout.contains("Divergence : event #5 (model.responded) of run"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("  field    : payload.request_parts.system\n"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("  changed  : the model request's system prompt\n"),
+        "{stdout}"
+    );
+
+    let out = run_in(&devis_bin(), dir.path(), &["replay", &run_id, "--json"]);
+    assert_eq!(out.status.code(), Some(1));
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["outcome"], "divergent");
+    assert_eq!(report["divergence"]["seq"], 5);
+    assert_eq!(report["divergence"]["event_type"], "model.responded");
+    assert_eq!(
+        report["divergence"]["field"],
+        "payload.request_parts.system"
+    );
+    assert_ne!(
+        report["divergence"]["expected"],
+        report["divergence"]["got"]
+    );
+}
+
+#[test]
+fn an_exported_run_replays_in_a_fresh_directory_without_the_journal() {
+    let dir = devis_project();
+    let first = devis_run(dir.path());
+    // A second run of the same session: its history (the first run) travels with the export.
+    let out = run_in(
+        &devis_bin(),
+        dir.path(),
+        &["run", "devis", QUESTION, "--session", &first],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let second = run_id_of(&text(&out.stderr));
+    let file = dir.path().join("devis-run.jsonl");
+    let out = run_in(
+        &devis_bin(),
+        dir.path(),
+        &[
+            "replay",
+            &second,
+            "--session",
+            &first,
+            "--export",
+            file.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let exported = fs::read_to_string(&file).unwrap();
+    assert!(
+        exported.lines().count() > 17,
+        "the history before the run is exported too"
+    );
+
+    let fresh = devis_project();
+    fs::copy(&file, fresh.path().join("devis-run.jsonl")).unwrap();
+    assert!(!fresh.path().join("data").exists());
+    let out = run_in(
+        &devis_bin(),
+        fresh.path(),
+        &["replay", "--journal", "devis-run.jsonl"],
+    );
+    let stdout = text(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}\n{}",
+        text(&out.stderr)
+    );
+    assert_eq!(
+        stdout
+            .matches("Identical  : the run replays as it was")
+            .count(),
+        2,
+        "both closed runs of the file are replayed: {stdout}"
+    );
+    let out = run_in(
+        &devis_bin(),
+        fresh.path(),
+        &["replay", &second, "--journal", "devis-run.jsonl"],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stdout));
+    assert!(
+        !fresh.path().join("data").exists(),
+        "nothing written in the fresh directory"
+    );
+
+    // The prompt changed in the fresh checkout: the regression shows.
+    let prompt = fresh.path().join("prompts/devis.md");
+    let mut system = fs::read_to_string(&prompt).unwrap();
+    system.push_str("\nRéponds en une phrase.\n");
+    fs::write(&prompt, system).unwrap();
+    let out = run_in(
+        &devis_bin(),
+        fresh.path(),
+        &["replay", &second, "--journal", "devis-run.jsonl"],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stdout));
+}
+
+#[test]
+fn a_replay_never_runs_a_tool_with_a_side_effect() {
+    let dir = copy_example("relance");
+    let out = run_in(
+        &example_bin("relance"),
+        dir.path(),
+        &["run", "relance", "Relance le devis D-2024-017"],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let run_id = run_id_of(&text(&out.stderr));
+    let sent = dir.path().join("relances.txt");
+    assert_eq!(fs::read_to_string(&sent).unwrap(), "relance D-2024-017\n");
+
+    for _ in 0..2 {
+        let out = run_in(&example_bin("relance"), dir.path(), &["replay", &run_id]);
+        let stdout = text(&out.stdout);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{stdout}\n{}",
+            text(&out.stderr)
+        );
+        assert!(
+            stdout.contains("Tools      : 1 result(s) in the journal, 1 served to the replay"),
+            "{stdout}"
+        );
+    }
+    assert_eq!(
+        fs::read_to_string(&sent).unwrap(),
+        "relance D-2024-017\n",
+        "the reminder was sent once, by the run, never by its replays"
+    );
+}
+
+#[test]
+fn what_cannot_be_replayed_exits_2_with_a_message_naming_it() {
+    let dir = devis_project();
+    let out = run_in(&devis_bin(), dir.path(), &["replay", "no-such-run"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("no-such-run"),
+        "{}",
+        text(&out.stderr)
+    );
+
+    let out = run_in(
+        &devis_bin(),
+        dir.path(),
+        &["replay", "--journal", "missing.jsonl"],
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("missing.jsonl"),
+        "{}",
+        text(&out.stderr)
+    );
+
+    fs::write(dir.path().join("bad.jsonl"), "{\"not\": \"an event\"}\n").unwrap();
+    let out = run_in(
+        &devis_bin(),
+        dir.path(),
+        &["replay", "--journal", "bad.jsonl"],
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("bad.jsonl:1"),
+        "{}",
+        text(&out.stderr)
+    );
+
+    let out = run_in(&devis_bin(), dir.path(), &["replay"]);
+    assert_eq!(out.status.code(), Some(2));
+}

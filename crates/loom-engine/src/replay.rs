@@ -1,0 +1,555 @@
+//! Exact replay: a run re-driven from its journal, with nothing external called.
+//!
+//! [`Recording`] is the book of what the journal recorded for a run and its sub-runs: every
+//! `model.responded` (its message, usage, stop reason and request hash) in journal order, and
+//! every `tool.completed` of a plain tool (Rust, MCP or built-in: not a role nor a sub-agent, which
+//! the engine re-drives itself) by call id. [`replaying`] turns an agent into its replay double:
+//! every model client of every slot (main chain, roles, judges, sub-agents at any depth) becomes
+//! a [`Recording`]-backed client and every plain tool a [`Recording`]-backed tool, so the engine
+//! that drives it reaches no provider and runs no tool code. An agent that reads tools from MCP
+//! servers is refused: its tool list comes from live servers. A call the journal has no answer
+//! for is an error the run sees (a model error that is not retried, an error result), recorded as
+//! a [`Miss`], never a real call.
+//!
+//! [`compare`] then finds the first divergence between the recorded events and the replay's
+//! (see its documentation for what is compared).
+
+mod compare;
+
+use std::{
+    collections::{BTreeMap, HashMap, VecDeque},
+    sync::{Arc, Mutex, MutexGuard},
+};
+
+use loom_core::{
+    BoxFuture, BoxStream, Event, Payload,
+    content::BlockKind,
+    event::ModelResponded,
+    model::{ModelChunk, ModelClient, ModelError, ModelErrorKind, ModelRequest},
+    tool::{Tool, ToolContext, ToolError, ToolKind, ToolOutput, ToolSpec},
+};
+
+use crate::{AgentRuntime, JudgeRuntime, ModelBinding, SubAgentRuntime, request::request_hash};
+
+pub use compare::{Divergence, VOLATILE_FIELDS, compare};
+
+/// Why a run cannot be replayed exactly.
+#[derive(Debug, thiserror::Error)]
+pub enum ReplayError {
+    /// The events hold no `run.started` of this run.
+    #[error("run {0} is not in the journal")]
+    UnknownRun(String),
+    /// The run is a sub-run: its root re-drives it.
+    #[error("run {run_id} is a sub-run of {root_run_id}: replay its root run {root_run_id}")]
+    SubRun {
+        /// The run asked for.
+        run_id: String,
+        /// Its root.
+        root_run_id: String,
+    },
+    /// The run has not closed.
+    #[error("run {0} has not closed: only a closed run can be replayed")]
+    Open(String),
+    /// Something the run depended on came from outside it, or is not recorded.
+    #[error("run {run_id} cannot be replayed exactly: {reason}")]
+    Unsupported {
+        /// The run.
+        run_id: String,
+        /// Why.
+        reason: String,
+    },
+    /// The replay's journal already holds events of the session: a replay writes into a fresh
+    /// scratch journal only.
+    #[error("the replay journal must be empty (it holds {0} events of the session)")]
+    NotScratch(u64),
+    /// The engine failed while replaying.
+    #[error(transparent)]
+    Engine(#[from] crate::EngineError),
+    /// The agent (or one of its sub-agents) reads tools from MCP servers.
+    #[error(
+        "agent '{agent}' reads tools from MCP servers: their tool lists come from the live \
+         servers, so its runs cannot be replayed without calling them"
+    )]
+    ToolSources {
+        /// The agent.
+        agent: String,
+    },
+}
+
+/// A call the replay asked for and the journal had no answer to.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Miss {
+    /// `model` or `tool`.
+    pub kind: &'static str,
+    /// What was asked (the request hash's first 12 hex, or the call id and tool).
+    pub detail: String,
+}
+
+/// How many answers the journal held and how many the replay used.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+pub struct ReplayCounts {
+    /// `model.responded` events recorded.
+    pub models_recorded: usize,
+    /// Of them, served to the replay.
+    pub models_served: usize,
+    /// Plain-tool results recorded.
+    pub tools_recorded: usize,
+    /// Of them, served to the replay.
+    pub tools_served: usize,
+}
+
+/// One recorded model answer.
+#[derive(Debug)]
+struct Answer {
+    request_hash: Option<String>,
+    response: ModelResponded,
+    served: bool,
+}
+
+/// What the replay's doubles read and record.
+#[derive(Debug, Default)]
+struct Book {
+    answers: Vec<Answer>,
+    results: HashMap<String, VecDeque<(String, ToolOutput)>>,
+    counts: ReplayCounts,
+    misses: Vec<Miss>,
+}
+
+/// The recorded answers of a run and its sub-runs, served to the replay's doubles.
+#[derive(Debug, Default)]
+pub struct Recording {
+    book: Mutex<Book>,
+}
+
+impl Recording {
+    /// The book of `events` (a run and its sub-runs, in journal order).
+    pub fn from_events(events: &[Event]) -> Recording {
+        let mut book = Book::default();
+        // Plain tool calls, by (run, call id): only their results are served by the book.
+        let mut plain: BTreeMap<(&str, &str), ()> = BTreeMap::new();
+        for event in events {
+            match &event.payload {
+                Payload::ModelResponded(answer) => book.answers.push(Answer {
+                    request_hash: answer.request_hash.clone(),
+                    response: answer.clone(),
+                    served: false,
+                }),
+                Payload::ToolCalled(call)
+                    if !matches!(call.tool_kind, ToolKind::Role | ToolKind::Agent) =>
+                {
+                    plain.insert((event.run_id.as_str(), call.call_id.as_str()), ());
+                }
+                Payload::ToolCompleted(done)
+                    if plain.contains_key(&(event.run_id.as_str(), done.call_id.as_str())) =>
+                {
+                    book.results
+                        .entry(done.call_id.clone())
+                        .or_default()
+                        .push_back((done.tool_name.clone(), done.output.clone()));
+                    book.counts.tools_recorded += 1;
+                }
+                _ => {}
+            }
+        }
+        book.counts.models_recorded = book.answers.len();
+        Recording {
+            book: Mutex::new(book),
+        }
+    }
+
+    fn book(&self) -> MutexGuard<'_, Book> {
+        // A poisoned book is still the book: the doubles only push and pop.
+        self.book
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// How many answers were recorded and served so far.
+    pub fn counts(&self) -> ReplayCounts {
+        self.book().counts
+    }
+
+    /// The calls the journal had no answer for, in the order they were asked.
+    pub fn misses(&self) -> Vec<Miss> {
+        self.book().misses.clone()
+    }
+
+    /// The answer to a request hashed `hash`: the first unserved answer recorded for the same
+    /// hash, else the first unserved answer (a request that changed gets the answer recorded at
+    /// its place, so the replay goes on and the comparison names what changed).
+    fn answer(&self, hash: &str) -> Option<ModelResponded> {
+        let mut book = self.book();
+        let index = book
+            .answers
+            .iter()
+            .position(|a| !a.served && a.request_hash.as_deref() == Some(hash))
+            .or_else(|| book.answers.iter().position(|a| !a.served))?;
+        let answer = book.answers.get_mut(index)?;
+        answer.served = true;
+        let response = answer.response.clone();
+        book.counts.models_served += 1;
+        Some(response)
+    }
+
+    /// The recorded result of call `call_id` of `tool`, once.
+    fn result(&self, call_id: &str, tool: &str) -> Option<ToolOutput> {
+        let mut book = self.book();
+        let queue = book.results.get_mut(call_id)?;
+        let index = queue.iter().position(|(name, _)| name == tool)?;
+        let (_, output) = queue.remove(index)?;
+        book.counts.tools_served += 1;
+        Some(output)
+    }
+
+    fn miss(&self, kind: &'static str, detail: String) {
+        self.book().misses.push(Miss { kind, detail });
+    }
+}
+
+/// The replay double of `agent`: the same agent (prompt, tools offered, policies, contracts,
+/// judges, roles, sub-agents, limits) whose model clients and plain tools are served by `book`.
+pub fn replaying(agent: &AgentRuntime, book: &Arc<Recording>) -> Result<AgentRuntime, ReplayError> {
+    if !agent.sources.is_empty() {
+        return Err(ReplayError::ToolSources {
+            agent: agent.name.clone(),
+        });
+    }
+    let mut double = agent.clone();
+    double.main = binding(&agent.main, book);
+    double.fallbacks = agent.fallbacks.iter().map(|b| binding(b, book)).collect();
+    for bound in &mut double.tools {
+        bound.tool = Arc::new(RecordedTool {
+            spec: bound.tool.spec().clone(),
+            book: book.clone(),
+        });
+    }
+    double.judges = agent.judges.iter().map(|j| judge(j, book)).collect();
+    for role in &mut double.roles {
+        role.main = binding(&role.main, book);
+        role.fallbacks = role.fallbacks.iter().map(|b| binding(b, book)).collect();
+        role.judges = role.judges.iter().map(|j| judge(j, book)).collect();
+    }
+    double.subagents = agent
+        .subagents
+        .iter()
+        .map(|sub| {
+            Ok(SubAgentRuntime {
+                agent: Arc::new(replaying(&sub.agent, book)?),
+                ..sub.clone()
+            })
+        })
+        .collect::<Result<_, ReplayError>>()?;
+    Ok(double)
+}
+
+fn binding(model: &ModelBinding, book: &Arc<Recording>) -> ModelBinding {
+    ModelBinding {
+        client: Arc::new(RecordedModel {
+            provider: model.client.provider().to_owned(),
+            book: book.clone(),
+        }),
+        ..model.clone()
+    }
+}
+
+fn judge(judge: &JudgeRuntime, book: &Arc<Recording>) -> JudgeRuntime {
+    JudgeRuntime {
+        main: binding(&judge.main, book),
+        fallbacks: judge.fallbacks.iter().map(|b| binding(b, book)).collect(),
+        ..judge.clone()
+    }
+}
+
+/// A model client answering from the journal.
+#[derive(Debug)]
+struct RecordedModel {
+    provider: String,
+    book: Arc<Recording>,
+}
+
+impl ModelClient for RecordedModel {
+    fn provider(&self) -> &str {
+        &self.provider
+    }
+
+    fn stream(&self, request: ModelRequest) -> BoxStream<'static, Result<ModelChunk, ModelError>> {
+        let (hash, _) = request_hash(&request);
+        let chunks = match self.book.answer(&hash) {
+            Some(answer) => chunks(&answer),
+            None => {
+                let short = hash.get(..12).unwrap_or(&hash).to_owned();
+                self.book.miss("model", format!("request {short}"));
+                vec![Err(ModelError::new(
+                    ModelErrorKind::InvalidRequest,
+                    format!(
+                        "replay: the journal has no answer left for this model call (request {short})"
+                    ),
+                ))]
+            }
+        };
+        Box::pin(futures_util::stream::iter(chunks))
+    }
+}
+
+/// The chunks that accumulate into the recorded answer.
+fn chunks(answer: &ModelResponded) -> Vec<Result<ModelChunk, ModelError>> {
+    let mut chunks = Vec::with_capacity(answer.message.blocks.len() + 2);
+    let mut index = 0;
+    for block in &answer.message.blocks {
+        match &block.kind {
+            BlockKind::Text { text } => chunks.push(Ok(ModelChunk::TextDelta(text.clone()))),
+            BlockKind::Reasoning { text, .. } => chunks.push(Ok(ModelChunk::ReasoningDelta {
+                text: text.clone(),
+                start: true,
+                provider_meta: block.provider_meta.clone(),
+            })),
+            BlockKind::ToolCall {
+                call_id,
+                name,
+                arguments,
+            } => {
+                chunks.push(Ok(ModelChunk::ToolCallStarted {
+                    index,
+                    call_id: call_id.clone(),
+                    name: name.clone(),
+                }));
+                chunks.push(Ok(ModelChunk::ToolArgsDelta {
+                    index,
+                    json_fragment: arguments.to_string(),
+                }));
+                chunks.push(Ok(ModelChunk::ToolCallEnded { index }));
+                index += 1;
+            }
+            // A model's answer holds only the blocks above; anything else cannot be streamed
+            // again and is left out (the comparison then shows the message that differs).
+            _ => {}
+        }
+    }
+    chunks.push(Ok(ModelChunk::Usage(answer.usage)));
+    chunks.push(Ok(ModelChunk::Stopped {
+        reason: answer.stop_reason,
+        model_id: answer.model_id.clone(),
+    }));
+    chunks
+}
+
+/// A tool answering from the journal: its declaration is the real tool's, its code never runs.
+#[derive(Debug)]
+struct RecordedTool {
+    spec: ToolSpec,
+    book: Arc<Recording>,
+}
+
+impl Tool for RecordedTool {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    fn call(
+        &self,
+        ctx: ToolContext,
+        _arguments: serde_json::Value,
+    ) -> BoxFuture<'_, Result<ToolOutput, ToolError>> {
+        let outcome = match self.book.result(&ctx.call_id, &self.spec.name) {
+            Some(output) => Ok(output),
+            None => {
+                self.book.miss(
+                    "tool",
+                    format!("call {} of {}", ctx.call_id, self.spec.name),
+                );
+                Err(ToolError::new(format!(
+                    "replay: the journal has no result for call {} of {}",
+                    ctx.call_id, self.spec.name
+                )))
+            }
+        };
+        Box::pin(std::future::ready(outcome))
+    }
+}
+
+/// What a replay found.
+#[derive(Debug)]
+pub struct Replayed {
+    /// The first divergence, `None` when the replay is identical.
+    pub divergence: Option<Divergence>,
+    /// How the recorded run ended (`completed`, `failed`, …).
+    pub recorded_status: String,
+    /// How the replay ended.
+    pub replay_status: String,
+    /// Answers recorded and served.
+    pub counts: ReplayCounts,
+    /// Calls the journal had no answer for.
+    pub misses: Vec<Miss>,
+    /// The recorded events of the run and its sub-runs.
+    pub recorded: Vec<Event>,
+    /// The replay's events of the run and its sub-runs.
+    pub replayed: Vec<Event>,
+}
+
+/// Replays `run_id` from `session`, the events of its session in journal order (at least those
+/// before its `run.started`, which give its history, and those of its tree; other events are
+/// ignored), with `agent` as configured today, on `engine`, whose journal must not hold the
+/// session yet (a scratch journal: the replay writes there, never where the events came from).
+///
+/// The session's events before the run are copied into the scratch journal, the run is opened
+/// again with its recorded id, message, user, metadata, state, judge mode, budget and trigger,
+/// then driven by [`replaying`]'s double of `agent`; its events are compared with the recorded
+/// ones ([`compare`]).
+///
+/// Refused ([`ReplayError`]): a sub-run, an open run, a compaction run, a run with attached
+/// files, a run that was steered, cancelled or paused for an approval (what came from outside
+/// the run is not re-driven), and a run whose model calls were retried or fell back (the
+/// journal does not record the failed attempts).
+pub async fn replay_run(
+    engine: &crate::Engine,
+    agent: &AgentRuntime,
+    session: &[Event],
+    run_id: &str,
+) -> Result<Replayed, ReplayError> {
+    let start = session
+        .iter()
+        .find(|e| e.run_id == run_id && matches!(e.payload, Payload::RunStarted(_)))
+        .ok_or_else(|| ReplayError::UnknownRun(run_id.to_owned()))?;
+    let Payload::RunStarted(started) = &start.payload else {
+        return Err(ReplayError::UnknownRun(run_id.to_owned()));
+    };
+    if started.parent_run_id.is_some() {
+        return Err(ReplayError::SubRun {
+            run_id: run_id.to_owned(),
+            root_run_id: start.root_run_id.clone(),
+        });
+    }
+    let unsupported = |reason: &str| ReplayError::Unsupported {
+        run_id: run_id.to_owned(),
+        reason: reason.to_owned(),
+    };
+    if started.kind != "normal" {
+        return Err(unsupported(&format!(
+            "it is a {} run, opened by the engine itself",
+            started.kind
+        )));
+    }
+    let before: Vec<&Event> = session.iter().filter(|e| e.seq < start.seq).collect();
+    let recorded: Vec<Event> = session
+        .iter()
+        .filter(|e| e.seq >= start.seq && e.root_run_id == run_id)
+        .cloned()
+        .collect();
+    check_replayable(&recorded, run_id)?;
+    let recorded_status =
+        closing(&recorded, run_id).ok_or_else(|| ReplayError::Open(run_id.to_owned()))?;
+    let message = recorded
+        .iter()
+        .find_map(|e| match &e.payload {
+            Payload::MessageUser(user) if e.run_id == run_id => Some(user.message.clone()),
+            _ => None,
+        })
+        .ok_or_else(|| unsupported("its journal holds no user message"))?;
+
+    let store = engine.store();
+    let held = store
+        .last_seq(&start.tenant_id, &start.session_id)
+        .await
+        .map_err(crate::EngineError::from)?;
+    if held > 0 {
+        return Err(ReplayError::NotScratch(held));
+    }
+    for (index, event) in before.iter().enumerate() {
+        let seq = u64::try_from(index).unwrap_or(u64::MAX);
+        store
+            .append(vec![(*event).clone()], seq)
+            .await
+            .map_err(crate::EngineError::from)?;
+    }
+
+    let book = Arc::new(Recording::from_events(&recorded));
+    let double = replaying(agent, &book)?;
+    let judges = started
+        .judges
+        .parse()
+        .map_err(|_| unsupported(&format!("unknown judge mode '{}'", started.judges)))?;
+    let begin = crate::BeginRun {
+        tenant_id: start.tenant_id.clone(),
+        session_id: Some(start.session_id.clone()),
+        run_id: Some(run_id.to_owned()),
+        user_id: started.context.user_id.clone(),
+        metadata: started.context.metadata.clone(),
+        message,
+        judges,
+        budget: started.budget.clone(),
+        attachments: Vec::new(),
+        trigger: started.trigger.clone(),
+        state: started.state.clone(),
+    };
+    let run = engine.begin(&double, begin, &()).await?;
+    let state = engine
+        .drive_with(&run, &double, &(), crate::Cancel::new(), None)
+        .await?;
+    let replayed: Vec<Event> = store
+        .read(&run.tenant_id, &run.session_id, 0)
+        .await
+        .map_err(crate::EngineError::from)?
+        .into_iter()
+        .filter(|e| e.root_run_id == run_id)
+        .collect();
+    Ok(Replayed {
+        divergence: compare(&recorded, &replayed),
+        recorded_status,
+        replay_status: state.status.as_str().to_owned(),
+        counts: book.counts(),
+        misses: book.misses(),
+        recorded,
+        replayed,
+    })
+}
+
+/// Refuses a run whose journal shows something a replay cannot re-drive exactly.
+fn check_replayable(recorded: &[Event], run_id: &str) -> Result<(), ReplayError> {
+    for event in recorded {
+        let reason = match &event.payload {
+            Payload::ModelRetried(_) | Payload::ModelFellBack(_) | Payload::CircuitOpened(_) => {
+                "a model call was retried or fell back, and the journal does not record the \
+                 failed attempts' answers"
+            }
+            Payload::ApprovalRequested(_) => {
+                "it asked for an approval, and approval decisions come from outside the run \
+                 (replaying them is not supported yet)"
+            }
+            Payload::MessageUser(user) if user.kind == loom_core::state::STEER => {
+                "it was steered, and a steering message comes from outside the run"
+            }
+            Payload::RunCancelled(_) if event.run_id == run_id => {
+                "it was cancelled, and a cancellation comes from outside the run"
+            }
+            Payload::ArtifactStored(stored)
+                if event.run_id == run_id && stored.origin != crate::TOOL_OUTPUT_ORIGIN =>
+            {
+                "it has attached files, which the replay does not copy"
+            }
+            _ => continue,
+        };
+        return Err(ReplayError::Unsupported {
+            run_id: run_id.to_owned(),
+            reason: reason.to_owned(),
+        });
+    }
+    Ok(())
+}
+
+/// How the root run closed (`completed`, `failed`, `cancelled`), `None` while it is open.
+fn closing(recorded: &[Event], run_id: &str) -> Option<String> {
+    recorded.iter().rev().find_map(|e| {
+        if e.run_id != run_id {
+            return None;
+        }
+        match &e.payload {
+            Payload::RunCompleted(_) => Some("completed".to_owned()),
+            Payload::RunFailed(_) => Some("failed".to_owned()),
+            Payload::RunCancelled(_) => Some("cancelled".to_owned()),
+            _ => None,
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests;
