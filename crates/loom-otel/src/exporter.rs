@@ -53,6 +53,8 @@ impl OtlpExporter {
         let (jobs, inbox) = mpsc::channel::<Batch>();
         let (ready, built) = mpsc::channel::<Result<(), String>>();
         let timeout = settings.timeout;
+        // reqwest is built without a default rustls provider (no aws-lc): ring, installed once.
+        loom_tls::install_crypto_provider();
         thread::Builder::new()
             .name("loom-otlp".into())
             .spawn(move || {
