@@ -131,7 +131,7 @@ mod otel {
         }
         let at = |index: usize, key: &str, message: String| -> LoomError {
             config
-                .error_at_root(&format!("telemetry.exporters[{index}].{key}"), &message)
+                .error_at_root(&format!("telemetry.exporters[{index}].{key}"), message)
                 .into()
         };
         let patterns: Vec<Pattern> = telemetry
@@ -148,7 +148,7 @@ mod otel {
             .collect();
         let redactor = Redactor::new(&patterns).map_err(|error| -> LoomError {
             config
-                .error_at_root("telemetry.redaction.patterns", &error.to_string())
+                .error_at_root("telemetry.redaction.patterns", error.to_string())
                 .into()
         })?;
         let mut exporters = Vec::new();

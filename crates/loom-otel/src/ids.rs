@@ -30,7 +30,7 @@ impl SpanId {
 }
 
 fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|byte| format!("{byte:02x}")).collect()
+    hex::encode(bytes)
 }
 
 fn digest(parts: &[&str]) -> [u8; 32] {
