@@ -605,6 +605,8 @@ impl Loom {
             engine = engine.with_idempotency(idempotency);
         }
         engine = engine.with_history_caps(crate::resolve::history_caps(&config));
+        // Tool calls carry their span's trace context only when the spans are exported.
+        engine = engine.with_trace_context(telemetry.is_some());
         let tenant_budgets = crate::resolve::tenant_budgets(&config);
         Ok(Loom {
             inner: Arc::new(Inner {

@@ -291,3 +291,21 @@ mod otel {
             .collect()
     }
 }
+
+#[cfg(all(test, feature = "otel"))]
+mod tests {
+    /// The engine gives a tool call the `traceparent` of the span this module exports: both
+    /// derive the ids the same way.
+    #[test]
+    fn the_engines_traceparent_is_the_exported_span() {
+        for (tenant, root, span) in [
+            ("default", "t1", "01a2272b-2a45-79f4-99d5-b6d2b873ea2a"),
+            ("acme", "run-2", "x"),
+        ] {
+            assert_eq!(
+                loom_engine::traceparent(tenant, root, span),
+                loom_otel::traceparent(loom_otel::trace_id(tenant, root), loom_otel::span_id(span))
+            );
+        }
+    }
+}
