@@ -49,6 +49,7 @@ pub const CRATES: &[(&str, Layer)] = &[
     ("loom-crypto", Layer::Adapter),
     ("loom-redis", Layer::Adapter),
     ("loom-rabbitmq", Layer::Adapter),
+    ("loom-otel", Layer::Adapter),
     ("loom-macros", Layer::Macros),
     ("loom-testkit", Layer::Testkit),
     ("loom-ia", Layer::Facade),

@@ -32,6 +32,7 @@ fn ctx() -> ToolContext {
         run_id: "r".into(),
         call_id: "c".into(),
         idempotency_key: "k".into(),
+        traceparent: None,
     }
 }
 

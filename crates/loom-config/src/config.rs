@@ -13,6 +13,7 @@ mod server;
 mod services;
 mod state;
 mod storage;
+mod telemetry;
 mod tenants;
 mod tools;
 mod triggers;

@@ -81,6 +81,10 @@ pub use model::{
     BusBackend, BusStorage, DEFAULT_POSTGRES_ROLE, LimitsBackend, LimitsStorage, MigrateMode,
     PostgresPool, QueueBackend, QueueStorage,
 };
+pub use model::{
+    CaptureExports, ExporterConfig, ExporterKind, OtlpProtocol, REDACTION_PATTERNS,
+    RedactionConfig, RedactionPattern,
+};
 pub use security::{ApiKeySpec, RateLimit, Scope, SecurityConfig, is_key_hash, parse_expiry};
 pub use sessions::{CompactionConfig, HistoryCaps, SessionsConfig, StateLimits};
 pub use state::{OnMissing, StateKey, StateSource};

@@ -25,7 +25,11 @@ pub use storage::{
     EventsBackend, EventsStorage, IdempotencyBackend, IdempotencyStorage, LimitsBackend,
     LimitsStorage, MigrateMode, PostgresPool, QueueBackend, QueueStorage, StorageConfig,
 };
-pub use telemetry::{CaptureConfig, LogFormat, LogLevel, LoggingConfig, TelemetryConfig};
+pub use telemetry::{
+    CaptureConfig, CaptureExports, ExporterConfig, ExporterKind, LogFormat, LogLevel,
+    LoggingConfig, OtlpProtocol, REDACTION_PATTERNS, RedactionConfig, RedactionPattern,
+    TelemetryConfig,
+};
 pub use tools::{FolderRight, FolderSpec, ToolOverrides, ToolRef};
 
 use std::{fmt, path::PathBuf, str::FromStr};

@@ -196,6 +196,7 @@ impl CaptureOverride {
         crate::CaptureConfig {
             raw_exchanges: self.raw_exchanges.unwrap_or(root.raw_exchanges),
             raw_max_bytes: self.raw_max_bytes.unwrap_or(root.raw_max_bytes),
+            exports: root.exports,
         }
     }
 }

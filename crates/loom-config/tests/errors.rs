@@ -1465,22 +1465,16 @@ fn a_negative_shutdown_timeout_is_refused() {
     );
 }
 
-/// The reference's backends and sections that Loom has no code for yet (the journal
-/// idempotency store, OpenTelemetry export) are refused as "not yet", at the value or key.
+/// The reference's backends that Loom has no code for yet (the journal idempotency store) are
+/// refused as "not yet", at the value.
 #[test]
 fn reference_backends_without_code_are_refused_as_not_yet() {
     const NOT_YET: &str =
         " — this part of the Loom-IA format is not implemented in this version yet";
-    let cases = [
-        (
-            "storage:\n  idempotency: {backend: journal}\n",
-            "loom.yaml:7:26 storage.idempotency.backend: unknown value 'journal' (expected one of: sqlite, postgres, redis)",
-        ),
-        (
-            "telemetry:\n  exporters: [{type: otel}]\n",
-            "loom.yaml:7:3 telemetry.exporters: unknown key 'exporters' (expected one of: logging, capture)",
-        ),
-    ];
+    let cases = [(
+        "storage:\n  idempotency: {backend: journal}\n",
+        "loom.yaml:7:26 storage.idempotency.backend: unknown value 'journal' (expected one of: sqlite, postgres, redis)",
+    )];
     for (section, expected) in cases {
         let root = format!("{MODELS}{section}");
         assert_eq!(
@@ -1512,4 +1506,88 @@ fn implemented_sections_in_the_wrong_place_are_only_unknown() {
     let error = refused(MODELS, &[("agents/devis.yaml", &agent)]);
     assert!(error.contains("unknown key 'circuit_breaker'"), "{error}");
     assert!(!error.contains("not implemented"), "{error}");
+}
+
+#[test]
+fn exporters_and_redaction_are_read() {
+    let root = format!(
+        "{MODELS}telemetry:\n  capture: {{exports: content}}\n  exporters:\n    - {{type: otel, endpoint_env: MY_OTLP, headers_env: MY_HEADERS, service_name: shop, timeout: 3}}\n  redaction:\n    patterns: [email, {{name: dossier, regex: 'DOS-[0-9]+'}}]\n"
+    );
+    let config = load_str(&root, &[("agents/devis.yaml", AGENT_OK)], None, &no_env).unwrap();
+    let telemetry = &config.raw().telemetry;
+    assert_eq!(telemetry.exporters.len(), 1);
+    let exporter = &telemetry.exporters[0];
+    assert_eq!(exporter.endpoint_env, "MY_OTLP");
+    assert_eq!(exporter.headers_env.as_deref(), Some("MY_HEADERS"));
+    assert_eq!(exporter.service_name, "shop");
+    assert_eq!(exporter.timeout, 3.0);
+    assert_eq!(
+        telemetry.capture.exports,
+        loom_config::CaptureExports::Content
+    );
+    assert_eq!(
+        telemetry.redaction.patterns,
+        vec![
+            loom_config::RedactionPattern::Named("email".into()),
+            loom_config::RedactionPattern::Custom {
+                name: "dossier".into(),
+                regex: "DOS-[0-9]+".into()
+            }
+        ]
+    );
+    // Defaults: no exporter, metadata only, the four built-in patterns.
+    let defaults = load_str(MODELS, &[("agents/devis.yaml", AGENT_OK)], None, &no_env).unwrap();
+    let telemetry = &defaults.raw().telemetry;
+    assert!(telemetry.exporters.is_empty());
+    assert_eq!(
+        telemetry.capture.exports,
+        loom_config::CaptureExports::Metadata
+    );
+    assert_eq!(telemetry.redaction.patterns.len(), 4);
+}
+
+#[test]
+fn bad_exporters_and_redaction_patterns_are_refused_where_written() {
+    let cases = [
+        (
+            "telemetry:\n  exporters: [{protocol: grpc}]\n",
+            "loom.yaml:7:26 telemetry.exporters[0].protocol: protocol 'grpc' is not supported: Loom exports over OTLP/HTTP (protocol: http/protobuf, port 4318)",
+        ),
+        (
+            "telemetry:\n  exporters: [{endpoint_env: 'not a name'}]\n",
+            "loom.yaml:7:30 telemetry.exporters[0].endpoint_env: 'not a name' is not an environment variable name",
+        ),
+        (
+            "telemetry:\n  exporters: [{headers_env: 'a-b'}]\n",
+            "loom.yaml:7:29 telemetry.exporters[0].headers_env: 'a-b' is not an environment variable name",
+        ),
+        (
+            "telemetry:\n  exporters: [{timeout: 0}]\n",
+            "loom.yaml:7:25 telemetry.exporters[0].timeout: timeout must be a positive number of seconds",
+        ),
+        (
+            "telemetry:\n  capture: {exports: content}\n",
+            "loom.yaml:7:22 telemetry.capture.exports: exports: content without an exporter: declare telemetry.exporters, or leave exports at metadata",
+        ),
+        (
+            "telemetry:\n  redaction: {patterns: [email, phones]}\n",
+            "loom.yaml:7:33 telemetry.redaction.patterns[1]: unknown redaction pattern 'phones' (built-in: secret, email, phone, iban; or {name, regex})",
+        ),
+        (
+            "telemetry:\n  redaction: {patterns: [{name: x, regex: '('}]}\n",
+            "loom.yaml:7:43 telemetry.redaction.patterns[0].regex: regex of pattern 'x' does not compile",
+        ),
+        (
+            "telemetry:\n  redaction: {patterns: [email, email]}\n",
+            "loom.yaml:7:33 telemetry.redaction.patterns[1]: redaction pattern 'email' is listed twice",
+        ),
+    ];
+    for (section, expected) in cases {
+        let root = format!("{MODELS}{section}");
+        let error = refused(&root, &[("agents/devis.yaml", AGENT_OK)]);
+        assert!(
+            error.starts_with(expected),
+            "{section}\n got: {error}\nwant: {expected}"
+        );
+    }
 }

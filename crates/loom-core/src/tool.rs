@@ -211,6 +211,10 @@ pub struct ToolContext {
     pub call_id: String,
     /// Technical idempotency key: `sha256("<run_id>:<call_id>")`, stable across resumes.
     pub idempotency_key: String,
+    /// The W3C `traceparent` of the call's span when traces are exported
+    /// (`telemetry.exporters`), for the tool to pass on (MCP servers receive it in `_meta`);
+    /// `None` otherwise.
+    pub traceparent: Option<String>,
 }
 
 /// The result of a tool call, as journaled in `tool.completed.output`.

@@ -41,6 +41,8 @@ pub struct Engine {
     pub(crate) snapshot_every: Option<u32>,
     /// Caps on the history a run is sent (see [`Engine::with_history_caps`]).
     pub(crate) history_caps: loom_core::state::compaction::Caps,
+    /// Whether tool calls are given their span's `traceparent`.
+    pub(crate) trace_context: bool,
 }
 
 impl Engine {
@@ -63,7 +65,15 @@ impl Engine {
             openings: Arc::new(tokio::sync::Mutex::new(())),
             snapshot_every: Some(DEFAULT_SNAPSHOT_EVERY),
             history_caps: loom_core::state::compaction::Caps::default(),
+            trace_context: false,
         }
+    }
+
+    /// Gives each tool call the W3C `traceparent` of its span ([`crate::traceparent`]), as the
+    /// facade does when traces are exported; off by default.
+    pub fn with_trace_context(mut self, on: bool) -> Engine {
+        self.trace_context = on;
+        self
     }
 
     /// Writes a `session.snapshot` after a root run once at least `every` events were written

@@ -71,6 +71,11 @@ impl<'a> Events<'a> {
         self.run
     }
 
+    /// The root run of the run's tree.
+    pub(crate) fn root_run_id(&self) -> &'a str {
+        self.root_run_id
+    }
+
     /// The run's agent.
     pub(crate) fn agent(&self) -> &'a str {
         self.agent

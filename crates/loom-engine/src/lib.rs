@@ -109,5 +109,5 @@ pub use session_state::{
 };
 pub use stop::StopSignal;
 pub use subagents::AGENT_HINT;
-pub use tools::{UNKNOWN_REASON, UNKNOWN_STATE, idempotency_key};
+pub use tools::{UNKNOWN_REASON, UNKNOWN_STATE, idempotency_key, traceparent};
 pub use tree::{descendant_approvals, open_descendants};

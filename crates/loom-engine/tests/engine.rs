@@ -909,6 +909,7 @@ async fn a_large_result_is_offloaded_and_read_back_with_artifact_read() {
         run_id: run.run_id.clone(),
         call_id: "c".into(),
         idempotency_key: "k".into(),
+        traceparent: None,
     };
     let page = reader
         .tool

@@ -67,6 +67,7 @@ mod secrets;
 mod session_state;
 mod sessions;
 mod sources;
+mod telemetry;
 mod trigger;
 
 pub use budget::{Period, TenantBudget};

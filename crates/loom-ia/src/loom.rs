@@ -372,6 +372,8 @@ struct Inner {
     stop_listening: tokio_util::sync::CancellationToken,
     /// The compactions this process runs in the background ([`Loom::compactions_idle`]).
     compactions: compact::Tasks,
+    /// Where root runs' traces are exported (`telemetry.exporters`, feature `otel`).
+    telemetry: Option<Arc<crate::telemetry::Telemetry>>,
 }
 
 /// The stores [`Loom::open`] opened, before the instance is assembled around them.
@@ -558,6 +560,7 @@ impl Loom {
         let sources = mcp_servers(&config)?;
         crate::resolve::check_at_open(&config, &models, &sources)?;
         let trigger_secrets = crate::trigger::secrets(&config)?;
+        let telemetry = crate::telemetry::telemetry(&config)?;
         let mut artifacts: Arc<dyn ArtifactStore> = match (artifacts, config.artifacts_path()) {
             (Some(artifacts), _) => artifacts,
             (None, Some(path)) => Arc::new(LocalArtifacts::new(path)),
@@ -604,6 +607,8 @@ impl Loom {
             engine = engine.with_idempotency(idempotency);
         }
         engine = engine.with_history_caps(crate::resolve::history_caps(&config));
+        // Tool calls carry their span's trace context only when the spans are exported.
+        engine = engine.with_trace_context(telemetry.is_some());
         let tenant_budgets = crate::resolve::tenant_budgets(&config);
         Ok(Loom {
             inner: Arc::new(Inner {
@@ -627,6 +632,7 @@ impl Loom {
                 listening: std::sync::atomic::AtomicBool::new(false),
                 stop_listening: tokio_util::sync::CancellationToken::new(),
                 compactions: compact::Tasks::default(),
+                telemetry,
             }),
         })
     }

@@ -225,6 +225,7 @@ impl NotifyingStore {
 impl AfterAppend for NotifyingStore {
     fn after<'a>(&'a self, written: &'a [Event]) -> BoxFuture<'a, ()> {
         self.announce(written);
+        crate::telemetry::log_calls(written);
         Box::pin(async {})
     }
 }

@@ -16,6 +16,7 @@ fn ctx() -> ToolContext {
         run_id: "run-1".to_owned(),
         call_id: "call-42".to_owned(),
         idempotency_key: "key-abc".to_owned(),
+        traceparent: None,
     }
 }
 

@@ -15,7 +15,8 @@
 //!   dropped with a warning), kind [`loom_core::tool::ToolKind::Mcp`], the server's input schema,
 //!   declarations from the MCP annotations ([`declarations_from_annotations`]) then the
 //!   server-level [`ToolOverrides`];
-//! - **calls** carry `_meta: {"loom-ia/idempotency_key": …}`; text, structured content, images
+//! - **calls** carry `_meta: {"loom-ia/idempotency_key": …}` (and `"traceparent"`, the W3C trace
+//!   context of the call's span, when traces are exported); text, structured content, images
 //!   and resources become content blocks; `isError` becomes `is_error`; a crash or protocol
 //!   failure mid-call is an error result, never a hang;
 //! - **connections** follow the [`Scope`], are reused by every call, and are replaced after a

@@ -33,6 +33,9 @@ use crate::{
 /// The `_meta` key carrying the call's idempotency key.
 pub const IDEMPOTENCY_META_KEY: &str = "loom-ia/idempotency_key";
 
+/// The `_meta` key carrying the W3C trace context of the call's span, when traces are exported.
+pub(crate) const TRACEPARENT_META_KEY: &str = "traceparent";
+
 /// How long closing one connection may take (stdio: stdin closed, then SIGTERM, then SIGKILL).
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(8);
 
@@ -426,6 +429,10 @@ impl Inner {
             IDEMPOTENCY_META_KEY.to_owned(),
             Value::String(ctx.idempotency_key),
         );
+        // Trace context, where the MCP semantic conventions of OpenTelemetry carry it.
+        if let Some(traceparent) = ctx.traceparent {
+            meta.insert(TRACEPARENT_META_KEY.to_owned(), Value::String(traceparent));
+        }
         params.meta = Some(meta);
         // Dropping this future (engine timeout, cancellation) sends `notifications/cancelled`
         // and leaves the connection usable.

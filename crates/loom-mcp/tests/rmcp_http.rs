@@ -15,7 +15,10 @@ use std::{
 };
 
 use common::*;
-use loom_core::{ports::ToolSource, tool::SideEffects};
+use loom_core::{
+    ports::ToolSource,
+    tool::{SideEffects, ToolContext},
+};
 use loom_mcp::{CircuitSettings, McpServer, Scope};
 use rmcp::{
     ErrorData, RoleServer, ServerHandler,
@@ -233,14 +236,27 @@ async fn headers_meta_and_declarations_over_http() {
             let out = whoami.call(tool_ctx("r1", call), json!({})).await.unwrap();
             assert_eq!(out.visible_text(), "k-123");
         }
+        // Trace context, when the engine gives one, reaches the server in `_meta`.
+        let traced = ToolContext {
+            traceparent: Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into()),
+            ..tool_ctx("r1", "c3")
+        };
         let out = find(&tools, "inproc__echo")
-            .call(tool_ctx("r1", "c3"), json!({"text": "hello"}))
+            .call(traced, json!({"text": "hello"}))
             .await
             .unwrap();
         assert_eq!(out.visible_text(), "hello");
         let metas = running.stats.metas.lock().unwrap().clone();
         assert_eq!(metas.len(), 3);
         assert_eq!(metas[2]["loom-ia/idempotency_key"], "key-r1-c3");
+        assert_eq!(
+            metas[2]["traceparent"],
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+        );
+        assert!(
+            metas[0].get("traceparent").is_none(),
+            "none without trace context"
+        );
         assert!(
             running
                 .stats

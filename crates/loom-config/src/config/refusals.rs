@@ -13,13 +13,7 @@ always (a human decides every call) or never";
 /// `path` is the key path of the unknown key, `field` its name.
 pub(super) fn not_yet(path: &KeyPath, field: &str) -> &'static str {
     const LATER: &[&str] = &["tool_sources", "stream_output", "idle_timeout"];
-    // Keys of `telemetry` (OpenTelemetry export, redaction) that Loom does not have yet.
-    const TELEMETRY_LATER: &[&str] = &["exporters", "redaction"];
     let parent = &path.0[..path.0.len().saturating_sub(1)];
-    let under = |section: &str| matches!(parent.first(), Some(yaml::Seg::Key(k)) if k == section);
-    if under("telemetry") && TELEMETRY_LATER.contains(&field) {
-        return NOT_YET;
-    }
     let in_tenant = matches!(parent, [yaml::Seg::Key(k), yaml::Seg::Index(_)] if k == "tenants");
     let in_tenant_key = |key: &str| matches!(parent, [yaml::Seg::Key(k), yaml::Seg::Index(_), yaml::Seg::Key(s), ..] if k == "tenants" && s == key);
     let in_tool = matches!(
@@ -37,9 +31,9 @@ storage.idempotency): a tenant declares only its own journal (events) and files 
     } else if in_tenant_key("telemetry") && matches!(field, "redaction" | "exporters" | "logging") {
         " — a tenant overrides only its capture: logging, redaction and exporters are the \
 deployment's (a tenant chooses whether its content is captured, not where it goes)"
-    } else if field == "exports" && (under("telemetry") || in_tenant_key("telemetry")) {
-        " — Loom has no telemetry exporter yet, so there is nothing to export: capture.exports is \
-not implemented in this version"
+    } else if field == "exports" && in_tenant_key("telemetry") {
+        " — a tenant's exported spans carry what the deployment's telemetry.capture.exports says: \
+a per-tenant choice is not implemented in this version"
     } else if in_tenant {
         ""
     } else if LATER.contains(&field) {

@@ -285,7 +285,7 @@ pub(super) fn check_sections(doc: &Doc, raw: &LoomConfig) -> Result<(), ConfigEr
             ),
         ));
     }
-    Ok(())
+    super::telemetry::check_telemetry(doc, raw)
 }
 
 /// Whether `text` reads as a media type `type/subtype` (RFC 6838 restricted names, lowercase).

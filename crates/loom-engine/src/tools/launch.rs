@@ -131,13 +131,17 @@ async fn spawn(
     launch: Launch,
 ) -> Result<(), EngineError> {
     let run = io.events().run();
-    let ctx = ToolContext {
-        tenant_id: run.tenant_id.clone(),
-        session_id: run.session_id.clone(),
-        run_id: run.run_id.clone(),
-        call_id: launch.call.call_id.clone(),
-        idempotency_key: idempotency_key(&run.run_id, &launch.call.call_id),
-    };
+    let ctx =
+        ToolContext {
+            tenant_id: run.tenant_id.clone(),
+            session_id: run.session_id.clone(),
+            run_id: run.run_id.clone(),
+            call_id: launch.call.call_id.clone(),
+            idempotency_key: idempotency_key(&run.run_id, &launch.call.call_id),
+            traceparent: batch.spawn.engine.trace_context.then(|| {
+                crate::traceparent(&run.tenant_id, io.events().root_run_id(), &launch.span)
+            }),
+        };
     let timeout = launch
         .tool
         .declarations

@@ -180,3 +180,28 @@ pub(crate) async fn run(
 pub fn idempotency_key(run_id: &str, call_id: &str) -> String {
     hex::encode(Sha256::digest(format!("{run_id}:{call_id}").as_bytes()))
 }
+
+/// The W3C `traceparent` of the journal span `span_id` of a run in the tree rooted at
+/// `root_run_id` of `tenant`: `00-<trace>-<span>-01`, the ids the `otel` feature exports the
+/// span with (the trace id the first 16 bytes of SHA-256 over `loom/trace`, the tenant and the
+/// root run; the span id the first 8 bytes of SHA-256 over `loom/span` and the journal's span
+/// id, each part followed by a NUL; an all-zero id ends in 1). `loom-otel` derives the same.
+pub fn traceparent(tenant: &str, root_run_id: &str, span_id: &str) -> String {
+    fn digest<const N: usize>(parts: &[&str]) -> [u8; N] {
+        let mut hasher = Sha256::new();
+        for part in parts {
+            hasher.update(part.as_bytes());
+            hasher.update([0u8]);
+        }
+        let full = hasher.finalize();
+        let mut id = [0u8; N];
+        id.copy_from_slice(&full[..N]);
+        if id.iter().all(|byte| *byte == 0) {
+            id[N - 1] = 1;
+        }
+        id
+    }
+    let trace: [u8; 16] = digest(&["loom/trace", tenant, root_run_id]);
+    let span: [u8; 8] = digest(&["loom/span", span_id]);
+    format!("00-{}-{}-01", hex::encode(trace), hex::encode(span))
+}

@@ -25,7 +25,7 @@ impl Loom {
     }
 
     /// The events of `run`'s session from its start (see [`loom_engine::Engine::read_run`]), refused ([`LoomError::UnknownRun`]) when the run has none.
-    pub(super) async fn session_events_of(&self, run: &RunRef) -> Result<Vec<Event>, LoomError> {
+    pub(crate) async fn session_events_of(&self, run: &RunRef) -> Result<Vec<Event>, LoomError> {
         let events = self.inner.engine.read_run(run).await?;
         if !events.iter().any(|e| e.run_id == run.run_id) {
             return Err(LoomError::UnknownRun(run.run_id.clone()));

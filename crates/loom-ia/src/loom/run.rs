@@ -183,6 +183,17 @@ impl Loom {
         }
         // Also when this future is dropped mid-drive (a caller that gave up): the run is then
         // driven nowhere, and the lease sweep or a resume can take it.
+        // The journal's seq before this drive: its trace export covers what it writes.
+        let exported_after = match &self.inner.telemetry {
+            Some(_) => self
+                .inner
+                .engine
+                .store()
+                .last_seq(&run.tenant_id, &run.session_id)
+                .await
+                .unwrap_or(0),
+            None => 0,
+        };
         let driving = Driving { loom: self, run };
         let outcome = self
             .inner
@@ -198,6 +209,13 @@ impl Loom {
             state.status,
             loom_core::RunStatus::Paused | loom_core::RunStatus::WaitingChild
         );
+        // A root run that closed or waits for a decision: its trace so far leaves the process.
+        if let Some(telemetry) = &self.inner.telemetry
+            && state.parent_run_id.is_none()
+            && (state.finished || waits)
+        {
+            telemetry.export(self, run, exported_after).await;
+        }
         if self.is_stopping() && !state.finished && !waits {
             return Err(LoomError::Interrupted(run.clone()));
         }

@@ -142,6 +142,7 @@ pub fn tool_ctx(run: &str, call: &str) -> ToolContext {
         run_id: run.to_owned(),
         call_id: call.to_owned(),
         idempotency_key: format!("key-{run}-{call}"),
+        traceparent: None,
     }
 }
 
