@@ -282,3 +282,183 @@ fn what_cannot_be_replayed_exits_2_with_a_message_naming_it() {
     let out = run_in(&devis_bin(), dir.path(), &["replay"]);
     assert_eq!(out.status.code(), Some(2));
 }
+
+/// Adds the model `fake-2` (scripted with `script`, YAML lines at the script's indentation) to
+/// the configuration of `dir`.
+fn add_model(dir: &Path, script: &str) {
+    let config = dir.join("loom.yaml");
+    let yaml = fs::read_to_string(&config).unwrap();
+    let model = format!(
+        "models:\n  - id: fake-2\n    sdk: fake\n    model: FAKE\n    params:\n      script:\n{script}"
+    );
+    fs::write(&config, yaml.replacen("models:\n", &model, 1)).unwrap();
+}
+
+#[test]
+fn a_variant_with_another_model_answers_otherwise_side_by_side() {
+    let dir = devis_project();
+    add_model(
+        dir.path(),
+        "        - text: \"Calcul en cours.\"\n          tool_calls:\n            - name: prix_ttc\n              arguments: {montant_ht: 1250, taux_tva: 10}\n        - text: \"Total TTC : {{ tool_result }}.\"\n",
+    );
+    let run_id = devis_run(dir.path());
+    let journal = dir
+        .path()
+        .join("data/default")
+        .join(format!("{run_id}.jsonl"));
+    let before = fs::read_to_string(&journal).unwrap();
+
+    let args = [
+        "replay",
+        &run_id,
+        "--mode",
+        "variant",
+        "--model",
+        "main=fake-2",
+    ];
+    let out = run_in(&devis_bin(), dir.path(), &args);
+    let stdout = text(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}\n{}",
+        text(&out.stderr)
+    );
+    assert!(stdout.contains("Variant    : main=fake-2\n"), "{stdout}");
+    assert!(stdout.contains("Answer     : different\n"), "{stdout}");
+    assert!(
+        stdout.contains("  journal  : Pour ce devis de rénovation, le prix est de"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("  variant  : Total TTC : "), "{stdout}");
+    assert!(
+        stdout.contains("2 call(s): 2 made, 0 from the journal"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("1 call(s): 1 from the journal, 0 doubled"),
+        "{stdout}"
+    );
+    assert_eq!(
+        fs::read_to_string(&journal).unwrap(),
+        before,
+        "a variant writes nothing to the journal"
+    );
+
+    let mut json_args = args.to_vec();
+    json_args.push("--json");
+    let out = run_in(&devis_bin(), dir.path(), &json_args);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["same_answer"], false);
+    assert_eq!(report["models"]["main"], "fake-2");
+    assert_eq!(report["original"]["status"], "completed");
+    assert_eq!(report["variant"]["status"], "completed");
+    assert_eq!(report["counts"]["models_called"], 2);
+    assert_eq!(report["counts"]["tools_served"], 1);
+    assert!(
+        report["variant"]["text"]
+            .as_str()
+            .unwrap()
+            .starts_with("Total TTC : "),
+        "{report}"
+    );
+    assert!(report["original"]["cost_usd"].as_f64().unwrap() > 0.0);
+
+    // An unknown step or model, or a --model without --mode variant: exit 2, named.
+    for (args, named) in [
+        (
+            vec!["--mode", "variant", "--model", "writer=fake-2"],
+            "writer",
+        ),
+        (
+            vec!["--mode", "variant", "--model", "main=fake-9"],
+            "fake-9",
+        ),
+        (vec!["--model", "main=fake-2"], "--mode variant"),
+    ] {
+        let mut all = vec!["replay", run_id.as_str()];
+        all.extend(args);
+        let out = run_in(&devis_bin(), dir.path(), &all);
+        assert_eq!(out.status.code(), Some(2), "{}", text(&out.stdout));
+        assert!(text(&out.stderr).contains(named), "{}", text(&out.stderr));
+    }
+}
+
+#[test]
+fn a_variant_never_runs_a_tool_with_a_side_effect() {
+    let dir = copy_example("relance");
+    // The variant's model chases another quote, whose reminder the journal never recorded.
+    add_model(
+        dir.path(),
+        "        - text: \"Je relance.\"\n          tool_calls:\n            - name: envoyer_relance\n              arguments: {numero: \"D-2024-099\"}\n        - text: \"{{ tool_result }}\"\n",
+    );
+    let out = run_in(
+        &example_bin("relance"),
+        dir.path(),
+        &["run", "relance", "Relance le devis D-2024-017"],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let run_id = run_id_of(&text(&out.stderr));
+    let sent = dir.path().join("relances.txt");
+    assert_eq!(fs::read_to_string(&sent).unwrap(), "relance D-2024-017\n");
+
+    // Without a double: refused, named, exit 1, and the tool never ran.
+    let out = run_in(
+        &example_bin("relance"),
+        dir.path(),
+        &[
+            "replay",
+            &run_id,
+            "--mode",
+            "variant",
+            "--model",
+            "main=fake-2",
+        ],
+    );
+    let stdout = text(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{stdout}\n{}",
+        text(&out.stderr)
+    );
+    assert!(
+        stdout.contains("Refused    : tool call fake_0_0 of envoyer_relance not executed: the tool declares irreversible side effects"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("0 doubled, 0 run, 1 refused"), "{stdout}");
+
+    // With a double: answered by it, exit 0, and the tool never ran either.
+    let out = run_in(
+        &example_bin("relance"),
+        dir.path(),
+        &[
+            "replay",
+            &run_id,
+            "--mode",
+            "variant",
+            "--model",
+            "main=fake-2",
+            "--double",
+            "envoyer_relance=\"relance simulée\"",
+            "--json",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["counts"]["tools_doubled"], 1, "{report}");
+    assert_eq!(report["counts"]["tools_refused"], 0);
+    assert_eq!(report["misses"], serde_json::json!([]));
+    assert_eq!(report["variant"]["text"], "relance simulée");
+    assert_eq!(
+        report["original"]["text"],
+        "relance envoyée pour le devis D-2024-017"
+    );
+
+    assert_eq!(
+        fs::read_to_string(&sent).unwrap(),
+        "relance D-2024-017\n",
+        "the reminder was sent once, by the run, never by a variant"
+    );
+}

@@ -13,8 +13,14 @@
 //!
 //! [`compare`] then finds the first divergence between the recorded events and the replay's
 //! (see its documentation for what is compared).
+//!
+//! [`replay_variant`] re-drives the same conversation with other models for named steps and
+//! doubles for named tools (see [`mod@variant`]): model calls the journal recorded are served,
+//! the others are made for real; tool calls are served from the journal, by a double, or run
+//! only when the tool declares no side effect, and refused otherwise.
 
 mod compare;
+pub mod variant;
 
 use std::{
     collections::{BTreeMap, HashMap, VecDeque},
@@ -32,6 +38,7 @@ use loom_core::{
 use crate::{AgentRuntime, JudgeRuntime, ModelBinding, SubAgentRuntime, request::request_hash};
 
 pub use compare::{Divergence, VOLATILE_FIELDS, compare};
+pub use variant::{VariantCounts, VariantPlan, VariantReplayed, replay_variant, varying};
 
 /// Why a run cannot be replayed exactly.
 #[derive(Debug, thiserror::Error)]
@@ -65,6 +72,26 @@ pub enum ReplayError {
     /// The engine failed while replaying.
     #[error(transparent)]
     Engine(#[from] crate::EngineError),
+    /// A variant names a step (`main`, a role, `judge:<name>`) the agent does not have.
+    #[error("agent '{agent}' has no step '{step}' (its steps: {known})")]
+    UnknownStep {
+        /// The agent.
+        agent: String,
+        /// The step named.
+        step: String,
+        /// The steps it has.
+        known: String,
+    },
+    /// A variant gives a double for a tool the agent (and its sub-agents) is not offered.
+    #[error("agent '{agent}' offers no tool '{tool}' to double (its tools: {known})")]
+    UnknownDouble {
+        /// The agent.
+        agent: String,
+        /// The tool named.
+        tool: String,
+        /// The tools it offers.
+        known: String,
+    },
     /// The agent (or one of its sub-agents) reads tools from MCP servers.
     #[error(
         "agent '{agent}' reads tools from MCP servers: their tool lists come from the live \
@@ -106,12 +133,23 @@ struct Answer {
     served: bool,
 }
 
+/// One recorded plain-tool call and its result, served to a variant by tool and arguments.
+#[derive(Debug)]
+struct RecordedCall {
+    tool: String,
+    arguments: serde_json::Value,
+    output: ToolOutput,
+    served: bool,
+}
+
 /// What the replay's doubles read and record.
 #[derive(Debug, Default)]
 struct Book {
     answers: Vec<Answer>,
     results: HashMap<String, VecDeque<(String, ToolOutput)>>,
+    calls: Vec<RecordedCall>,
     counts: ReplayCounts,
+    variant: VariantCounts,
     misses: Vec<Miss>,
 }
 
@@ -125,8 +163,9 @@ impl Recording {
     /// The book of `events` (a run and its sub-runs, in journal order).
     pub fn from_events(events: &[Event]) -> Recording {
         let mut book = Book::default();
-        // Plain tool calls, by (run, call id): only their results are served by the book.
-        let mut plain: BTreeMap<(&str, &str), ()> = BTreeMap::new();
+        // Plain tool calls, by (run, call id), with their arguments: only their results are
+        // served by the book.
+        let mut plain: BTreeMap<(&str, &str), &serde_json::Value> = BTreeMap::new();
         for event in events {
             match &event.payload {
                 Payload::ModelResponded(answer) => book.answers.push(Answer {
@@ -137,11 +176,22 @@ impl Recording {
                 Payload::ToolCalled(call)
                     if !matches!(call.tool_kind, ToolKind::Role | ToolKind::Agent) =>
                 {
-                    plain.insert((event.run_id.as_str(), call.call_id.as_str()), ());
+                    plain.insert(
+                        (event.run_id.as_str(), call.call_id.as_str()),
+                        &call.arguments,
+                    );
                 }
-                Payload::ToolCompleted(done)
-                    if plain.contains_key(&(event.run_id.as_str(), done.call_id.as_str())) =>
-                {
+                Payload::ToolCompleted(done) => {
+                    let key = (event.run_id.as_str(), done.call_id.as_str());
+                    let Some(arguments) = plain.get(&key) else {
+                        continue;
+                    };
+                    book.calls.push(RecordedCall {
+                        tool: done.tool_name.clone(),
+                        arguments: (*arguments).clone(),
+                        output: done.output.clone(),
+                        served: false,
+                    });
                     book.results
                         .entry(done.call_id.clone())
                         .or_default()
@@ -199,6 +249,39 @@ impl Recording {
         let (_, output) = queue.remove(index)?;
         book.counts.tools_served += 1;
         Some(output)
+    }
+
+    /// The answer recorded for a request hashed `hash` exactly, once (a variant: a request the
+    /// journal did not record is made for real, never answered with another request's answer).
+    fn known_answer(&self, hash: &str) -> Option<ModelResponded> {
+        let mut book = self.book();
+        let answer = book
+            .answers
+            .iter_mut()
+            .find(|a| !a.served && a.request_hash.as_deref() == Some(hash))?;
+        answer.served = true;
+        let response = answer.response.clone();
+        book.variant.models_served += 1;
+        Some(response)
+    }
+
+    /// The recorded result of a call of `tool` with these `arguments`, once (a variant: its
+    /// model may number its calls otherwise).
+    fn result_for(&self, tool: &str, arguments: &serde_json::Value) -> Option<ToolOutput> {
+        let mut book = self.book();
+        let call = book
+            .calls
+            .iter_mut()
+            .find(|c| !c.served && c.tool == tool && &c.arguments == arguments)?;
+        call.served = true;
+        let output = call.output.clone();
+        book.variant.tools_served += 1;
+        Some(output)
+    }
+
+    /// What a variant's doubles counted so far.
+    pub fn variant_counts(&self) -> VariantCounts {
+        self.book().variant
     }
 
     fn miss(&self, kind: &'static str, detail: String) {
@@ -406,6 +489,36 @@ pub async fn replay_run(
     session: &[Event],
     run_id: &str,
 ) -> Result<Replayed, ReplayError> {
+    let prepared = prepare(engine, session, run_id).await?;
+    let book = Arc::new(Recording::from_events(&prepared.recorded));
+    let double = replaying(agent, &book)?;
+    let (replay_status, replayed) = prepared.drive(engine, &double).await?;
+    Ok(Replayed {
+        divergence: compare(&prepared.recorded, &replayed),
+        recorded_status: prepared.recorded_status,
+        replay_status,
+        counts: book.counts(),
+        misses: book.misses(),
+        recorded: prepared.recorded,
+        replayed,
+    })
+}
+
+/// A run ready to be re-driven: its recorded events, how it ended, and how it is opened again.
+struct Prepared {
+    run_id: String,
+    recorded: Vec<Event>,
+    recorded_status: String,
+    begin: crate::BeginRun,
+}
+
+/// Checks that `run_id` of `session` can be re-driven, and copies the session's events before
+/// it into `engine`'s journal, which must not hold the session yet.
+async fn prepare(
+    engine: &crate::Engine,
+    session: &[Event],
+    run_id: &str,
+) -> Result<Prepared, ReplayError> {
     let start = session
         .iter()
         .find(|e| e.run_id == run_id && matches!(e.payload, Payload::RunStarted(_)))
@@ -445,6 +558,10 @@ pub async fn replay_run(
             _ => None,
         })
         .ok_or_else(|| unsupported("its journal holds no user message"))?;
+    let judges = started
+        .judges
+        .parse()
+        .map_err(|_| unsupported(&format!("unknown judge mode '{}'", started.judges)))?;
 
     let store = engine.store();
     let held = store
@@ -462,12 +579,6 @@ pub async fn replay_run(
             .map_err(crate::EngineError::from)?;
     }
 
-    let book = Arc::new(Recording::from_events(&recorded));
-    let double = replaying(agent, &book)?;
-    let judges = started
-        .judges
-        .parse()
-        .map_err(|_| unsupported(&format!("unknown judge mode '{}'", started.judges)))?;
     let begin = crate::BeginRun {
         tenant_id: start.tenant_id.clone(),
         session_id: Some(start.session_id.clone()),
@@ -481,26 +592,36 @@ pub async fn replay_run(
         trigger: started.trigger.clone(),
         state: started.state.clone(),
     };
-    let run = engine.begin(&double, begin, &()).await?;
-    let state = engine
-        .drive_with(&run, &double, &(), crate::Cancel::new(), None)
-        .await?;
-    let replayed: Vec<Event> = store
-        .read(&run.tenant_id, &run.session_id, 0)
-        .await
-        .map_err(crate::EngineError::from)?
-        .into_iter()
-        .filter(|e| e.root_run_id == run_id)
-        .collect();
-    Ok(Replayed {
-        divergence: compare(&recorded, &replayed),
-        recorded_status,
-        replay_status: state.status.as_str().to_owned(),
-        counts: book.counts(),
-        misses: book.misses(),
+    Ok(Prepared {
+        run_id: run_id.to_owned(),
         recorded,
-        replayed,
+        recorded_status,
+        begin,
     })
+}
+
+impl Prepared {
+    /// Opens the run again in `engine`'s journal and drives `double` to its end: how it ended,
+    /// and its events and its sub-runs'.
+    async fn drive(
+        &self,
+        engine: &crate::Engine,
+        double: &AgentRuntime,
+    ) -> Result<(String, Vec<Event>), ReplayError> {
+        let run = engine.begin(double, self.begin.clone(), &()).await?;
+        let state = engine
+            .drive_with(&run, double, &(), crate::Cancel::new(), None)
+            .await?;
+        let events: Vec<Event> = engine
+            .store()
+            .read(&run.tenant_id, &run.session_id, 0)
+            .await
+            .map_err(crate::EngineError::from)?
+            .into_iter()
+            .filter(|e| e.root_run_id == self.run_id)
+            .collect();
+        Ok((state.status.as_str().to_owned(), events))
+    }
 }
 
 /// Refuses a run whose journal shows something a replay cannot re-drive exactly.

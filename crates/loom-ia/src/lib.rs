@@ -67,6 +67,7 @@ mod secrets;
 mod session_state;
 mod sessions;
 mod sources;
+pub mod testing;
 mod telemetry;
 mod trigger;
 
@@ -87,13 +88,16 @@ pub use loom_core::{
 pub use loom_engine::{
     Attachment, AttachmentLimits, COMPACTION_AGENT, Image, JudgeCondition, JudgeInput, JudgeMode,
     Observer, RunRef, ToolFile,
-    replay::{Divergence, Miss, ReplayCounts},
+    replay::{Divergence, Miss, ReplayCounts, VariantCounts},
 };
 pub use loom_macros::tool;
 pub mod report;
 pub use compaction::CompactionNote;
 pub use follow::FollowOptions;
-pub use loom::{Readiness, ReadinessCheck, ReplayReport, Residents, WorkOptions};
+pub use loom::{
+    Readiness, ReadinessCheck, ReplayReport, Residents, RunSide, VariantOptions, VariantReport,
+    WorkOptions,
+};
 pub use postgres::storage_sql;
 pub use progress::progress_line;
 pub use query::{EventQuery, RunListed, RunPage, RunQuery};

@@ -40,7 +40,7 @@ mod work;
 
 pub use lifecycle::Residents;
 pub use ready::{Readiness, ReadinessCheck};
-pub use replay::ReplayReport;
+pub use replay::{ReplayReport, RunSide, VariantOptions, VariantReport};
 pub use work::WorkOptions;
 
 /// Opens the `sqlite` journal the configuration names (creating the file and its schema).

@@ -99,6 +99,24 @@ pub(crate) fn compaction_model(
     tenant: &str,
     id: &str,
 ) -> Result<loom_engine::ModelBinding, LoomError> {
+    model_binding(config, models, sources, tenant, id)
+        .map_err(|unknown| {
+            config
+                .error_at_root("sessions.compaction.model", unknown)
+                .into()
+        })
+        .and_then(|binding| binding)
+}
+
+/// The model `id` for `tenant` (its model mapping applied), with the model's own settings;
+/// `Err(message)` when no model `id` is declared.
+pub(crate) fn model_binding(
+    config: &Config,
+    models: &Models,
+    sources: &BTreeMap<String, Arc<dyn ToolSource>>,
+    tenant: &str,
+    id: &str,
+) -> Result<Result<loom_engine::ModelBinding, LoomError>, String> {
     let registry = Registry::default();
     let resolver = Resolver {
         config,
@@ -108,12 +126,10 @@ pub(crate) fn compaction_model(
         tenant,
         stage: Stage::Run,
     };
-    let model = resolver.model(id).ok_or_else(|| {
-        LoomError::from(
-            config.error_at_root("sessions.compaction.model", format!("unknown model '{id}'")),
-        )
-    })?;
-    resolver.binding(model, &loom_config::LlmSettings::default())
+    let model = resolver
+        .model(id)
+        .ok_or_else(|| format!("unknown model '{id}'"))?;
+    Ok(resolver.binding(model, &loom_config::LlmSettings::default()))
 }
 
 /// The caps on the history a run is sent: `sessions.history`, and with compaction its

@@ -173,7 +173,10 @@ pub(super) enum Command {
     },
     /// Replay a closed run exactly: re-driven with today's configuration, its model calls and
     /// tool calls answered from its journal (nothing external is called), compared event by
-    /// event. Exit code 0 identical, 1 divergent, 2 impossible.
+    /// event. Exit code 0 identical, 1 divergent, 2 impossible. With `--mode variant`: the same
+    /// conversation with other models (`--model`) and tool doubles (`--double`), reported side
+    /// by side; exit code 0 when the variant completed with no tool call refused, 1 otherwise,
+    /// 2 impossible.
     Replay {
         /// Run id (with --journal: the run of the file; without it, every closed run of the
         /// file).
@@ -195,6 +198,17 @@ pub(super) enum Command {
         /// JSONL file, which `--journal` replays.
         #[arg(long, value_name = "FILE")]
         export: Option<std::path::PathBuf>,
+        /// `exact` (compare with the journal) or `variant` (try other models and doubles).
+        #[arg(long, value_enum, default_value = "exact")]
+        mode: ReplayMode,
+        /// Variant: run step STEP (`main`, a role, `judge:<name>`) on the configured model
+        /// MODEL; every call of that step is made for real. Repeatable.
+        #[arg(long = "model", value_name = "STEP=MODEL")]
+        models: Vec<String>,
+        /// Variant: answer tool TOOL's calls the journal has no result for with REF, a JSON
+        /// value inline (a string is a text result) or `@FILE` (a JSON file). Repeatable.
+        #[arg(long = "double", value_name = "TOOL=REF")]
+        doubles: Vec<String>,
     },
     /// Continue a run from where its journal stops (after a crash, a stop, an approval).
     Resume {
@@ -415,4 +429,13 @@ mod tests {
             "expected KEY=VALUE, got '=3' (the key is empty)"
         );
     }
+}
+
+/// How `loom replay` replays.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(super) enum ReplayMode {
+    /// Models and tools answered from the journal, compared event by event.
+    Exact,
+    /// Other models for named steps and doubles for named tools, reported side by side.
+    Variant,
 }

@@ -208,6 +208,9 @@ pub(crate) async fn execute(cli: Cli, app: App, args: Vec<std::ffi::OsString>) -
             journal,
             json,
             export,
+            mode,
+            models,
+            doubles,
         } => {
             let args = super::replay::ReplayArgs {
                 run_id,
@@ -215,6 +218,9 @@ pub(crate) async fn execute(cli: Cli, app: App, args: Vec<std::ffi::OsString>) -
                 journal,
                 json,
                 export,
+                variant: mode == super::args::ReplayMode::Variant,
+                models,
+                doubles,
             };
             super::replay::replay(&loom, args).await
         }

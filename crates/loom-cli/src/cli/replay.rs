@@ -1,10 +1,16 @@
 //! `loom replay`: a closed run re-driven from its journal (or from an exported JSONL file) with
 //! the configuration of today, its models and tools answered from the journal; exit code 0 when
-//! identical, 1 at the first divergence, 2 when it cannot be replayed.
+//! identical, 1 at the first divergence, 2 when it cannot be replayed. `--mode variant`: the
+//! same conversation with other models (`--model STEP=MODEL`) and tool doubles
+//! (`--double TOOL=REF`), reported side by side; exit code 0 when the variant completed with no
+//! tool call refused, 1 otherwise, 2 when it cannot be replayed.
 
 use std::path::{Path, PathBuf};
 
-use loom_ia::{Event, Loom, LoomError, ReplayReport};
+use loom_ia::{
+    Event, Loom, LoomError, ReplayReport, RunSide, ToolOutput, VariantOptions, VariantReport,
+    testing::ToolDouble,
+};
 use serde_json::Value;
 
 use crate::{FAILED, OK, output::out};
@@ -18,9 +24,20 @@ pub(super) struct ReplayArgs {
     pub(super) journal: Option<PathBuf>,
     pub(super) json: bool,
     pub(super) export: Option<PathBuf>,
+    pub(super) variant: bool,
+    pub(super) models: Vec<String>,
+    pub(super) doubles: Vec<String>,
 }
 
 pub(super) async fn replay(loom: &Loom, args: ReplayArgs) -> Result<u8, LoomError> {
+    if args.variant {
+        return variant(loom, args).await;
+    }
+    if !args.models.is_empty() || !args.doubles.is_empty() {
+        return Err(LoomError::Invalid(
+            "--model and --double change a variant: add --mode variant".into(),
+        ));
+    }
     let reports = match (&args.journal, &args.run_id) {
         (Some(_), _) if args.export.is_some() => {
             return Err(LoomError::Refused(
@@ -77,6 +94,220 @@ pub(super) async fn replay(loom: &Loom, args: ReplayArgs) -> Result<u8, LoomErro
     let text: Vec<String> = reports.iter().map(render).collect();
     out!("{}", text.join("\n"));
     Ok(code)
+}
+
+/// `loom replay --mode variant`.
+async fn variant(loom: &Loom, args: ReplayArgs) -> Result<u8, LoomError> {
+    let options = variant_options(&args.models, &args.doubles)?;
+    let reports = match (&args.journal, &args.run_id) {
+        (Some(_), _) if args.export.is_some() => {
+            return Err(LoomError::Refused(
+                "--export writes a run of this configuration's journal: it cannot be combined \
+                 with --journal"
+                    .into(),
+            ));
+        }
+        (Some(file), run_id) => {
+            let session = read_journal(file)?;
+            let runs = match run_id {
+                Some(run_id) => vec![run_id.clone()],
+                None => Loom::closed_root_runs(&session),
+            };
+            if runs.is_empty() {
+                return Err(LoomError::Invalid(format!(
+                    "{}: the file holds no closed run to replay",
+                    file.display()
+                )));
+            }
+            let mut reports = Vec::with_capacity(runs.len());
+            for run_id in &runs {
+                reports.push(
+                    loom.replay_variant_events(&session, run_id, &options)
+                        .await?,
+                );
+            }
+            reports
+        }
+        (None, Some(run_id)) => {
+            let run = args.at.locate(loom, run_id).await?;
+            if let Some(file) = &args.export {
+                let events = loom.export_run(&run).await?;
+                write_journal(file, &events)?;
+                eprintln!("Exported {} events to {}", events.len(), file.display());
+            }
+            vec![loom.replay_variant(&run, &options).await?]
+        }
+        (None, None) => {
+            return Err(LoomError::Invalid(
+                "name the run to replay, or a journal file with --journal".into(),
+            ));
+        }
+    };
+    let code = if reports.iter().all(VariantReport::is_success) {
+        OK
+    } else {
+        FAILED
+    };
+    if args.json {
+        let printed = match (args.run_id.is_some(), reports.as_slice()) {
+            (true, [one]) => print_json(one),
+            _ => print_json(&reports),
+        };
+        return Ok(if printed == OK { code } else { printed });
+    }
+    let text: Vec<String> = reports.iter().map(render_variant).collect();
+    out!("{}", text.join("\n"));
+    Ok(code)
+}
+
+/// The variant of `--model STEP=MODEL` and `--double TOOL=REF`.
+fn variant_options(models: &[String], doubles: &[String]) -> Result<VariantOptions, LoomError> {
+    let mut options = VariantOptions::default();
+    for pair in models {
+        let (step, model) = split(pair, "--model", "STEP=MODEL")?;
+        if options.models.contains_key(step) {
+            return Err(LoomError::Invalid(format!(
+                "--model {pair}: step {step} is named twice"
+            )));
+        }
+        options = options.model(step, model);
+    }
+    for pair in doubles {
+        let (tool, reference) = split(pair, "--double", "TOOL=REF")?;
+        if options.doubles.contains_key(tool) {
+            return Err(LoomError::Invalid(format!(
+                "--double {pair}: tool {tool} is named twice"
+            )));
+        }
+        let result = double_result(reference)
+            .map_err(|reason| LoomError::Invalid(format!("--double {pair}: {reason}")))?;
+        options = options.double(tool, ToolDouble::returning(tool, result));
+    }
+    Ok(options)
+}
+
+/// `NAME=VALUE`, both non-empty.
+fn split<'a>(pair: &'a str, flag: &str, shape: &str) -> Result<(&'a str, &'a str), LoomError> {
+    match pair.split_once('=') {
+        Some((name, value)) if !name.trim().is_empty() && !value.trim().is_empty() => {
+            Ok((name.trim(), value.trim()))
+        }
+        _ => Err(LoomError::Invalid(format!(
+            "{flag} {pair}: expected {shape}"
+        ))),
+    }
+}
+
+/// The result a double's REF gives: a JSON value inline or in the file `@FILE`; a JSON string
+/// is a text result, any other value a structured result.
+fn double_result(reference: &str) -> Result<ToolOutput, String> {
+    let text = match reference.strip_prefix('@') {
+        Some(file) => std::fs::read_to_string(file).map_err(|e| format!("{file}: {e}"))?,
+        None => reference.to_owned(),
+    };
+    let value: Value = serde_json::from_str(&text).map_err(|e| {
+        format!("not a JSON value ({e}); a text result is a JSON string, e.g. '\"sent\"'")
+    })?;
+    Ok(match value {
+        Value::String(text) => ToolOutput::text(text),
+        other => ToolOutput::json(other),
+    })
+}
+
+/// The human-readable report of one variant replay: the journal and the variant side by side.
+pub(crate) fn render_variant(report: &VariantReport) -> String {
+    let (o, v) = (&report.original, &report.variant);
+    let counts = &report.counts;
+    let changed: Vec<String> = report
+        .models
+        .iter()
+        .map(|(step, model)| format!("{step}={model}"))
+        .chain(report.doubles.iter().map(|tool| format!("double {tool}")))
+        .collect();
+    let mut text = format!(
+        "Run        : {}\nSession    : {}\nAgent      : {}\nVariant    : {}\n",
+        report.run_id,
+        report.session_id,
+        report.agent,
+        if changed.is_empty() {
+            "the configuration of today".to_owned()
+        } else {
+            changed.join(", ")
+        },
+    );
+    let row =
+        |label: &str, left: String, right: String| format!("{label:<11}: {left:<30} | {right}\n");
+    text.push_str(&row("", "journal".into(), "variant".into()));
+    text.push_str(&row("End", o.status.clone(), v.status.clone()));
+    text.push_str(&row(
+        "Models",
+        format!("{} call(s)", o.model_calls),
+        format!(
+            "{} call(s): {} made, {} from the journal",
+            v.model_calls, counts.models_called, counts.models_served
+        ),
+    ));
+    text.push_str(&row(
+        "Tools",
+        format!("{} call(s)", o.tool_calls),
+        format!(
+            "{} call(s): {} from the journal, {} doubled, {} run, {} refused",
+            v.tool_calls,
+            counts.tools_served,
+            counts.tools_doubled,
+            counts.tools_run,
+            counts.tools_refused
+        ),
+    ));
+    let tokens = |side: &RunSide| format!("{}/{}", side.input_tokens, side.output_tokens);
+    text.push_str(&row("Tokens", tokens(o), tokens(v)));
+    let cost = |side: &RunSide| format!("{:.6} $", side.cost_usd);
+    text.push_str(&row("Cost", cost(o), cost(v)));
+    let latency = |side: &RunSide| {
+        format!(
+            "{} ms ({:.0} ms in models)",
+            side.duration_ms, side.model_latency_ms
+        )
+    };
+    text.push_str(&row("Duration", latency(o), latency(v)));
+    let guards = |side: &RunSide| {
+        let mut line = if side.guards.is_empty() {
+            "—".to_owned()
+        } else {
+            side.guards.join("; ")
+        };
+        if side.unverified {
+            line.push_str(" (unverified)");
+        }
+        if side.fallback {
+            line.push_str(" (fallback)");
+        }
+        line
+    };
+    text.push_str(&row("Guards", guards(o), guards(v)));
+    for miss in &report.misses {
+        text.push_str(&format!("Refused    : {} {}\n", miss.kind, miss.detail));
+    }
+    text.push_str(&format!(
+        "Answer     : {}\n  journal  : {}\n  variant  : {}\n",
+        if report.same_answer {
+            "the same"
+        } else {
+            "different"
+        },
+        answer_line(&o.text),
+        answer_line(&v.text),
+    ));
+    text
+}
+
+/// An answer on one line (`—` when there is none).
+fn answer_line(text: &str) -> String {
+    if text.is_empty() {
+        "—".to_owned()
+    } else {
+        text.replace('\n', "\n             ")
+    }
 }
 
 /// The events of a JSONL journal file, each line read and checked.
