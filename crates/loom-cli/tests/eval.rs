@@ -70,7 +70,10 @@ fn a_passing_and_a_failing_case_exit_1_naming_the_failed_expectations() {
     let stdout = text(&out.stdout);
     assert_eq!(out.status.code(), Some(1), "{stdout}{}", text(&out.stderr));
     assert!(stdout.contains("Suite      : devis-suite — agent devis, 2 case(s), 1 variant(s)"));
-    assert!(stdout.contains("Variant base — 1/2 case(s) passed"), "{stdout}");
+    assert!(
+        stdout.contains("Variant base — 1/2 case(s) passed"),
+        "{stdout}"
+    );
     assert!(stdout.contains("  ok       juste"), "{stdout}");
     assert!(stdout.contains("  FAILED   faux"), "{stdout}");
     assert!(
@@ -107,7 +110,10 @@ fn json_shape_and_case_selection() {
     assert_eq!(report["agent"], "devis");
     assert_eq!(report["cases"], 1);
     assert_eq!(report["variants"], serde_json::json!(["base"]));
-    assert_eq!((report["passed"].clone(), report["failed"].clone()), (1.into(), 0.into()));
+    assert_eq!(
+        (report["passed"].clone(), report["failed"].clone()),
+        (1.into(), 0.into())
+    );
     let runs = report["runs"].as_array().unwrap();
     assert_eq!(runs.len(), 1);
     let run = &runs[0];
@@ -137,7 +143,11 @@ fn json_shape_and_case_selection() {
         ]
     );
 
-    let unknown = run_in(&devis_bin(), dir.path(), &["eval", "suite.yaml", "--case", "autre"]);
+    let unknown = run_in(
+        &devis_bin(),
+        dir.path(),
+        &["eval", "suite.yaml", "--case", "autre"],
+    );
     assert_eq!(unknown.status.code(), Some(2));
     assert!(
         text(&unknown.stderr).contains("the suite has no case 'autre' (its cases: juste, faux)"),
@@ -162,7 +172,13 @@ fn an_exported_run_replays_identical() {
         dir.path(),
         &["replay", "--journal", file.to_str().unwrap()],
     );
-    assert_eq!(replay.status.code(), Some(0), "{}{}", text(&replay.stdout), text(&replay.stderr));
+    assert_eq!(
+        replay.status.code(),
+        Some(0),
+        "{}{}",
+        text(&replay.stdout),
+        text(&replay.stderr)
+    );
     assert!(text(&replay.stdout).contains("Identical"));
 }
 
@@ -189,8 +205,18 @@ fn relance_with(suite: &str) -> tempfile::TempDir {
 #[test]
 fn an_irreversible_tool_is_answered_by_its_double_and_never_runs() {
     let dir = relance_with(RELANCE_SUITE);
-    let out = run_in(&example_bin("relance"), dir.path(), &["eval", "suite.yaml", "--json"]);
-    assert_eq!(out.status.code(), Some(0), "{}{}", text(&out.stdout), text(&out.stderr));
+    let out = run_in(
+        &example_bin("relance"),
+        dir.path(),
+        &["eval", "suite.yaml", "--json"],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
     let report: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(report["passed"], 1);
     assert!(
@@ -240,11 +266,13 @@ fn a_malformed_suite_exits_2_with_its_location() {
     );
     assert!(out.stdout.is_empty());
 
-    let dir = devis_with(&DEVIS_SUITE.replace("agent: devis", "agent: devis\ndoubles: {prix_ttc: x}"));
+    let dir =
+        devis_with(&DEVIS_SUITE.replace("agent: devis", "agent: devis\ndoubles: {prix_ttc: x}"));
     let out = run_in(&devis_bin(), dir.path(), &["eval", "suite.yaml"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(
-        text(&out.stderr).contains("suite.yaml:4:19 doubles.prix_ttc: tool 'prix_ttc' has no side effects"),
+        text(&out.stderr)
+            .contains("suite.yaml:4:21 doubles.prix_ttc: tool 'prix_ttc' has no side effects"),
         "{}",
         text(&out.stderr)
     );
@@ -261,7 +289,99 @@ fn the_example_suite_passes_under_both_variants() {
     );
     let stdout = text(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{stdout}{}", text(&out.stderr));
-    assert!(stdout.contains("Variant base — 1/1 case(s) passed"), "{stdout}");
-    assert!(stdout.contains("Variant bref — 1/1 case(s) passed"), "{stdout}");
-    assert!(stdout.contains("Result     : 2/2 run(s) passed"), "{stdout}");
+    assert!(
+        stdout.contains("Variant base — 1/1 case(s) passed"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("Variant bref — 1/1 case(s) passed"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("Result     : 2/2 run(s) passed"),
+        "{stdout}"
+    );
+}
+
+const GARDE_SUITE: &str = r#"version: 1
+name: politesse
+agent: devis
+judge: {model: fake-juge}
+variants:
+  - name: base
+  - name: poli
+    model: fake-poli
+    system: Tu salues le client avant de répondre.
+cases:
+  - name: salue
+    input: "Que vaut le devis 42 ?"
+    criteria:
+      - {name: poli, rule: "Le client est salué."}
+"#;
+
+/// The garde project with a model that greets (`fake-poli`) and `suite.yaml`.
+fn garde_with(suite: &str) -> tempfile::TempDir {
+    let dir = copy_example("garde");
+    let config = dir.path().join("loom.yaml");
+    let text = fs::read_to_string(&config).unwrap().replacen(
+        "models:\n",
+        "models:\n  - id: fake-poli\n    sdk: fake\n    model: FAKE_POLI\n    params:\n      \
+         script:\n        - text: \"Bonjour Madame Martin, votre devis D-2026-042 est prêt.\"\n",
+        1,
+    );
+    fs::write(config, text).unwrap();
+    fs::write(dir.path().join("suite.yaml"), suite).unwrap();
+    dir
+}
+
+#[test]
+fn criteria_are_scored_by_the_suite_judge_under_each_variant() {
+    let dir = garde_with(GARDE_SUITE);
+    let garde = example_bin("garde");
+    let out = run_in(&garde, dir.path(), &["eval", "suite.yaml"]);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}{}", text(&out.stderr));
+    assert!(
+        stdout.contains("Variant base — 0/1 case(s) passed"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("✗ criterion poli (at least 0.80) — scored 0.20: pas de salutation"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("Variant poli — 1/1 case(s) passed"),
+        "{stdout}"
+    );
+
+    let out = run_in(
+        &garde,
+        dir.path(),
+        &["eval", "suite.yaml", "--variant", "poli", "--json"],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["variants"], serde_json::json!(["poli"]));
+    let run = &report["runs"][0];
+    assert!(
+        run["text"]
+            .as_str()
+            .unwrap()
+            .starts_with("Bonjour Madame Martin")
+    );
+    assert_eq!(
+        run["checks"][1]["expectation"],
+        "criterion poli (at least 0.80)"
+    );
+    assert_eq!(run["checks"][1]["passed"], true);
+
+    let dir = garde_with(&GARDE_SUITE.replace("model: fake-poli", "model: fake-absent"));
+    let out = run_in(&garde, dir.path(), &["eval", "suite.yaml"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr)
+            .contains("suite.yaml:8:12 variants[1].model: unknown model 'fake-absent'"),
+        "{}",
+        text(&out.stderr)
+    );
 }

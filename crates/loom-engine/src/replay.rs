@@ -426,7 +426,10 @@ impl Tool for RecordedTool {
                 let name = &self.spec.name;
                 self.book.miss(
                     "tool",
-                    format!("tool {name} has side effects and no double (call {})", ctx.call_id),
+                    format!(
+                        "tool {name} has side effects and no double (call {})",
+                        ctx.call_id
+                    ),
                 );
                 Err(ToolError::new(format!(
                     "evaluation: tool {name} has side effects and no double: it is never run \

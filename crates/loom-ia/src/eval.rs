@@ -240,10 +240,9 @@ impl Suite {
             return Err(invalid("cases", "a suite needs at least one case".into()));
         }
         let cost = |key: &str, value: Option<f64>| match value {
-            Some(value) if !(value >= 0.0 && value.is_finite()) => Err(invalid(
-                key,
-                format!("{value} is not a cost in dollars"),
-            )),
+            Some(value) if !(value >= 0.0 && value.is_finite()) => {
+                Err(invalid(key, format!("{value} is not a cost in dollars")))
+            }
             _ => Ok(()),
         };
         cost("max_cost_usd", spec.max_cost_usd)?;
@@ -258,7 +257,10 @@ impl Suite {
             let at = format!("cases[{index}]");
             check_name(&case.name, &mut seen, "case")
                 .map_err(|m| invalid(&format!("{at}.name"), m))?;
-            cost(&format!("{at}.expect.max_cost_usd"), case.expect.max_cost_usd)?;
+            cost(
+                &format!("{at}.expect.max_cost_usd"),
+                case.expect.max_cost_usd,
+            )?;
             if !case.criteria.is_empty() && spec.judge.is_none() {
                 return Err(invalid(
                     &format!("{at}.criteria"),

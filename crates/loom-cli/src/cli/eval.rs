@@ -53,10 +53,7 @@ async fn play(loom: &Loom, args: &EvalArgs) -> Result<u8, LoomError> {
         let n = done.fetch_add(1, Ordering::Relaxed) + 1;
         if terminal {
             let mark = if run.passed { "ok" } else { "FAILED" };
-            eprint!(
-                "\r\x1b[2K[{n}] {} / {} {mark}",
-                run.variant, run.case
-            );
+            eprint!("\r\x1b[2K[{n}] {} / {} {mark}", run.variant, run.case);
         }
     };
     let report = loom.eval(&suite, &options, &progress).await?;
@@ -83,7 +80,8 @@ async fn play(loom: &Loom, args: &EvalArgs) -> Result<u8, LoomError> {
 
 /// Writes each run's scratch journal as `<variant>--<case>.jsonl` in `dir`.
 fn export(dir: &Path, report: &EvalReport) -> Result<(), LoomError> {
-    let io = |path: &Path, e: std::io::Error| LoomError::Invalid(format!("{}: {e}", path.display()));
+    let io =
+        |path: &Path, e: std::io::Error| LoomError::Invalid(format!("{}: {e}", path.display()));
     std::fs::create_dir_all(dir).map_err(|e| io(dir, e))?;
     for run in &report.runs {
         let path = dir.join(format!("{}--{}.jsonl", run.variant, run.case));

@@ -40,7 +40,11 @@ fn texts_and_patterns_are_scored_one_check_each() {
     assert_eq!(checks.len(), 7, "{checks:?}");
     assert_eq!(
         failed(&checks),
-        vec!["contains \"absent\"", "not_contains \"TTC\"", "matches /^Non/"]
+        vec![
+            "contains \"absent\"",
+            "not_contains \"TTC\"",
+            "matches /^Non/"
+        ]
     );
 }
 
@@ -86,7 +90,10 @@ fn a_tool_call_matches_on_a_subset_of_its_arguments() {
 
 #[test]
 fn subset_is_recursive_on_objects_only() {
-    assert!(subset(&json!({"a": {"b": 1}}), &json!({"a": {"b": 1, "c": 2}, "d": 3})));
+    assert!(subset(
+        &json!({"a": {"b": 1}}),
+        &json!({"a": {"b": 1, "c": 2}, "d": 3})
+    ));
     assert!(!subset(&json!({"a": [1]}), &json!({"a": [1, 2]})));
     assert!(!subset(&json!({"a": 1}), &json!({"b": 1})));
 }
@@ -100,7 +107,10 @@ fn the_output_schema_reads_the_data_else_the_text_as_json() {
     assert!(failed(&suite.score(0, &outcome("{\"ttc\": 1375}"))).is_empty());
     let wrong = suite.score(0, &outcome("{\"ttc\": \"1375\"}"));
     assert_eq!(failed(&wrong), vec!["schema"]);
-    assert!(wrong[1].detail.as_deref().unwrap().contains("/ttc"), "{wrong:?}");
+    assert!(
+        wrong[1].detail.as_deref().unwrap().contains("/ttc"),
+        "{wrong:?}"
+    );
     let text = suite.score(0, &outcome("1 375 €"));
     assert!(text[1].detail.as_deref().unwrap().contains("not JSON"));
     let mut data = outcome("not json");
@@ -167,24 +177,34 @@ fn bad_suites_are_refused_with_their_location() {
     };
     let head = "version: 1\nname: s\nagent: devis\ncases:\n";
     assert_eq!(
-        error(&format!("{head}  - name: a\n    input: x\n    expect: {{contain: [x]}}\n")),
+        error(&format!(
+            "{head}  - name: a\n    input: x\n    expect: {{contain: [x]}}\n"
+        )),
         "suite.yaml:7:14 cases[0].expect.contain: unknown key 'contain' (expected one of: \
          status, contains, not_contains, matches, schema, called, not_called, max_cost_usd)"
     );
     assert!(
-        error(&format!("{head}  - name: a\n    input: x\n    expect: {{matches: ['(']}}\n"))
-            .starts_with("suite.yaml:7:24 cases[0].expect.matches[0]: not a regular expression")
+        error(&format!(
+            "{head}  - name: a\n    input: x\n    expect: {{matches: ['(']}}\n"
+        ))
+        .starts_with("suite.yaml:7:24 cases[0].expect.matches[0]: not a regular expression")
     );
-    let twice = error(&format!("{head}  - name: a\n    input: x\n  - name: a\n    input: z\n"));
+    let twice = error(&format!(
+        "{head}  - name: a\n    input: x\n  - name: a\n    input: z\n"
+    ));
     assert!(
         twice.starts_with("suite.yaml:7:11 cases[1].name: case 'a' is declared twice"),
         "{twice}"
     );
     assert!(
-        error(&format!("{head}  - name: a\n    input: x\n    criteria: [poli]\n"))
-            .contains("cases[0].criteria: criteria are scored by the suite's judge")
+        error(&format!(
+            "{head}  - name: a\n    input: x\n    criteria: [poli]\n"
+        ))
+        .contains("cases[0].criteria: criteria are scored by the suite's judge")
     );
     assert!(error("version: 1\nname: s\nagent: devis\ncases: []\n").contains("cases: a suite"));
-    assert!(error("version: 1\nname: s\ncases:\n  - {name: a, input: x}\n")
-        .contains("missing required key 'agent'"));
+    assert!(
+        error("version: 1\nname: s\ncases:\n  - {name: a, input: x}\n")
+            .contains("missing required key 'agent'")
+    );
 }

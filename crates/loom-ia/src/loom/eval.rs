@@ -104,8 +104,8 @@ impl Loom {
                 let mut agent = agent.clone();
                 let criteria = suite.criteria(case);
                 if let (Some(judge), false) = (&judge, criteria.is_empty()) {
-                    let runtime = JudgeRuntime::new(EVAL_JUDGE, judge.clone(), criteria)
-                        .map_err(|e| {
+                    let runtime =
+                        JudgeRuntime::new(EVAL_JUDGE, judge.clone(), criteria).map_err(|e| {
                             suite.error_at(&format!("cases[{case}].criteria"), e.to_string())
                         })?;
                     agent.judges.push(runtime);
@@ -204,7 +204,10 @@ impl Loom {
                     .collect();
                 suite.error_at(
                     key,
-                    format!("unknown model '{id}' (declared models: {})", known.join(", ")),
+                    format!(
+                        "unknown model '{id}' (declared models: {})",
+                        known.join(", ")
+                    ),
                 )
             })
     }
@@ -348,8 +351,6 @@ fn select<'a>(
         )));
     }
     Ok((0..all.len())
-        .filter(|&i| {
-            wanted.is_empty() || all.get(i).is_some_and(|n| wanted.iter().any(|w| w == n))
-        })
+        .filter(|&i| wanted.is_empty() || all.get(i).is_some_and(|n| wanted.iter().any(|w| w == n)))
         .collect())
 }
