@@ -3,7 +3,7 @@
 //!
 //! This module holds what does no IO beyond reading the suite file: the suite format
 //! ([`SuiteSpec`]), its loading with located errors ([`Suite::load`], [`Suite::from_yaml`]), the
-//! compiled expectations and their scoring over a run's events ([`score`]), and the report
+//! compiled expectations and their scoring over a run's events ([`Suite::score`]), and the report
 //! ([`EvalReport`]). Running the cases is `loom/eval.rs`.
 //!
 //! The format follows the reference's (`version`, `name`, `agent`, `tenant`, `max_cost_usd`,
@@ -377,7 +377,7 @@ impl Suite {
             .unwrap_or_default()
     }
 
-    /// Scores case `index` against the events of its run (see [`score`]).
+    /// Scores case `index` against what its run showed: one [`Check`] per expectation.
     pub fn score(&self, index: usize, outcome: &Outcome) -> Vec<Check> {
         match (self.spec.cases.get(index), self.compiled.get(index)) {
             (Some(case), Some(compiled)) => score(case, compiled, self.spec.max_cost_usd, outcome),
