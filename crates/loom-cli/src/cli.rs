@@ -6,6 +6,7 @@
 
 mod args;
 mod dispatch;
+mod eval;
 mod exit;
 mod replay;
 mod runs;

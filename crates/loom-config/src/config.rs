@@ -57,9 +57,12 @@ pub(crate) struct Origin {
 
 /// One YAML document and the name shown in its errors.
 #[derive(Debug, Clone)]
-struct Doc {
+pub(crate) struct Doc {
     display: PathBuf,
     tree: Node,
+    /// Whether unknown keys get the configuration's hints (a key not implemented yet, …): off
+    /// for other documents read the same way ([`crate::YamlDocument`]).
+    config_hints: bool,
 }
 
 fn make_error(
@@ -81,7 +84,7 @@ fn make_error(
 
 impl Doc {
     /// An error located at the value under `path` (or its deepest existing ancestor).
-    fn error(
+    pub(crate) fn error(
         &self,
         path: &KeyPath,
         kind: ConfigErrorKind,
@@ -97,7 +100,7 @@ impl Doc {
     }
 
     /// An error located at the key of the last segment of `path`.
-    fn key_error(
+    pub(crate) fn key_error(
         &self,
         path: &KeyPath,
         kind: ConfigErrorKind,
@@ -113,9 +116,13 @@ impl Doc {
     }
 
     /// Parses YAML text into a document.
-    fn parse(text: &str, display: PathBuf) -> Result<Doc, ConfigError> {
+    pub(crate) fn parse(text: &str, display: PathBuf) -> Result<Doc, ConfigError> {
         match yaml::parse(text) {
-            Ok(tree) => Ok(Doc { display, tree }),
+            Ok(tree) => Ok(Doc {
+                display,
+                tree,
+                config_hints: true,
+            }),
             Err(ParseError::Syntax { message, loc }) => Err(make_error(
                 &display,
                 loc,
@@ -146,8 +153,13 @@ impl Doc {
         }
     }
 
+    /// Leaves out the configuration's hints on unknown keys and values.
+    pub(crate) fn without_config_hints(&mut self) {
+        self.config_hints = false;
+    }
+
     /// Deserializes the whole document into the typed file model.
-    fn typed<T: DeserializeOwned>(&self) -> Result<T, ConfigError> {
+    pub(crate) fn typed<T: DeserializeOwned>(&self) -> Result<T, ConfigError> {
         if self.tree.kind == Kind::Null {
             return Err(make_error(
                 &self.display,
@@ -186,7 +198,14 @@ impl Doc {
             return self.key_error(
                 &path,
                 ConfigErrorKind::UnknownKey,
-                format!("unknown key '{field}'{expected}{}", not_yet(&path, field)),
+                format!(
+                    "unknown key '{field}'{expected}{}",
+                    if self.config_hints {
+                        not_yet(&path, field)
+                    } else {
+                        ""
+                    }
+                ),
             );
         }
         if text.starts_with("missing field `") {
@@ -216,7 +235,11 @@ impl Doc {
                 format!(
                     "unknown value '{value}' (expected one of: {}){}",
                     ticked[1.min(ticked.len())..].join(", "),
-                    not_yet_value(&path, value)
+                    if self.config_hints {
+                        not_yet_value(&path, value)
+                    } else {
+                        ""
+                    }
                 ),
             );
         }
@@ -735,6 +758,7 @@ fn build(
     let mut doc = Doc {
         display: origin.display.clone(),
         tree: root,
+        config_hints: true,
     };
     let env_vars = env::read_env_file(&doc, &origin.base_dir, env_file, env)?;
     // The environment wins over the env file.

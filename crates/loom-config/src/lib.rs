@@ -38,6 +38,7 @@
 mod access;
 mod at_rest;
 mod config;
+mod document;
 mod env_file;
 mod error;
 mod files;
@@ -59,6 +60,7 @@ pub use config::{
     APPROVAL_POLICY, BUILTIN_TOOLS, COMPACTION_AGENT, Config, DEFAULT_TENANT, MCP_CONTROL_TOOLS,
     UnknownTenant,
 };
+pub use document::YamlDocument;
 pub use env_file::{EnvFile, EnvVars, LoadOptions};
 pub use error::{ConfigError, ConfigErrorKind};
 pub use files::MAX_FILE_BYTES;

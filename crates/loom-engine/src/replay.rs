@@ -11,6 +11,11 @@
 //! for is an error the run sees (a model error that is not retried, an error result), recorded as
 //! a [`Miss`], never a real call.
 //!
+//! The same doubles answer an evaluation's side-effect tools ([`doubled`]): there the book holds
+//! the suite's declared results by tool name instead of the journal's by call id, only the
+//! tools whose `side_effects` is not `none` are replaced (read-only tools and models run), and a
+//! side-effect tool without a declared result is refused the same way, never run.
+//!
 //! [`compare`] then finds the first divergence between the recorded events and the replay's
 //! (see its documentation for what is compared).
 //!
@@ -151,6 +156,9 @@ struct Book {
     counts: ReplayCounts,
     variant: VariantCounts,
     misses: Vec<Miss>,
+    /// Results declared by tool name (an evaluation's doubles), served to every call of the
+    /// tool that the journal has no result for.
+    doubles: HashMap<String, ToolOutput>,
 }
 
 /// The recorded answers of a run and its sub-runs, served to the replay's doubles.
@@ -207,6 +215,17 @@ impl Recording {
         }
     }
 
+    /// A book of declared results, by tool name: what an evaluation's doubles answer
+    /// ([`doubled`]).
+    pub fn from_doubles(doubles: impl IntoIterator<Item = (String, ToolOutput)>) -> Recording {
+        Recording {
+            book: Mutex::new(Book {
+                doubles: doubles.into_iter().collect(),
+                ..Book::default()
+            }),
+        }
+    }
+
     fn book(&self) -> MutexGuard<'_, Book> {
         // A poisoned book is still the book: the doubles only push and pop.
         self.book
@@ -241,12 +260,15 @@ impl Recording {
         Some(response)
     }
 
-    /// The recorded result of call `call_id` of `tool`, once.
+    /// The recorded result of call `call_id` of `tool`, once; else the result declared for
+    /// `tool`, at every call.
     fn result(&self, call_id: &str, tool: &str) -> Option<ToolOutput> {
         let mut book = self.book();
-        let queue = book.results.get_mut(call_id)?;
-        let index = queue.iter().position(|(name, _)| name == tool)?;
-        let (_, output) = queue.remove(index)?;
+        let recorded = book.results.get_mut(call_id).and_then(|queue| {
+            let index = queue.iter().position(|(name, _)| name == tool)?;
+            queue.remove(index).map(|(_, output)| output)
+        });
+        let output = recorded.or_else(|| book.doubles.get(tool).cloned())?;
         book.counts.tools_served += 1;
         Some(output)
     }
@@ -304,6 +326,7 @@ pub fn replaying(agent: &AgentRuntime, book: &Arc<Recording>) -> Result<AgentRun
         bound.tool = Arc::new(RecordedTool {
             spec: bound.tool.spec().clone(),
             book: book.clone(),
+            serves: Serves::Journal,
         });
     }
     double.judges = agent.judges.iter().map(|j| judge(j, book)).collect();
@@ -318,6 +341,42 @@ pub fn replaying(agent: &AgentRuntime, book: &Arc<Recording>) -> Result<AgentRun
         .map(|sub| {
             Ok(SubAgentRuntime {
                 agent: Arc::new(replaying(&sub.agent, book)?),
+                ..sub.clone()
+            })
+        })
+        .collect::<Result<_, ReplayError>>()?;
+    Ok(double)
+}
+
+/// The evaluation double of `agent`: the same agent whose tools that change the world (their
+/// `side_effects`, after the agent's overrides, is not `none`), its sub-agents' included, are
+/// answered by `book`'s declared results ([`Recording::from_doubles`]) and never run; a call of
+/// such a tool without a declared result gets an error result naming the tool (and is recorded
+/// as a [`Miss`]). Models, roles, judges and read-only tools are left as they are. An agent
+/// that reads tools from MCP servers is refused, as for a replay: their declarations come from
+/// the live servers, so none of their calls can be held back with certainty.
+pub fn doubled(agent: &AgentRuntime, book: &Arc<Recording>) -> Result<AgentRuntime, ReplayError> {
+    if !agent.sources.is_empty() {
+        return Err(ReplayError::ToolSources {
+            agent: agent.name.clone(),
+        });
+    }
+    let mut double = agent.clone();
+    for bound in &mut double.tools {
+        if bound.declarations.side_effects != loom_core::tool::SideEffects::None {
+            bound.tool = Arc::new(RecordedTool {
+                spec: bound.tool.spec().clone(),
+                book: book.clone(),
+                serves: Serves::Doubles,
+            });
+        }
+    }
+    double.subagents = agent
+        .subagents
+        .iter()
+        .map(|sub| {
+            Ok(SubAgentRuntime {
+                agent: Arc::new(doubled(&sub.agent, book)?),
                 ..sub.clone()
             })
         })
@@ -416,11 +475,22 @@ fn chunks(answer: &ModelResponded) -> Vec<Result<ModelChunk, ModelError>> {
     chunks
 }
 
-/// A tool answering from the journal: its declaration is the real tool's, its code never runs.
+/// What a [`RecordedTool`] stands for, which words its refusal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Serves {
+    /// A replay: the journal's results.
+    Journal,
+    /// An evaluation: the suite's declared results of a side-effect tool.
+    Doubles,
+}
+
+/// A tool answering from the journal (or from declared results): its declaration is the real
+/// tool's, its code never runs.
 #[derive(Debug)]
 struct RecordedTool {
     spec: ToolSpec,
     book: Arc<Recording>,
+    serves: Serves,
 }
 
 impl Tool for RecordedTool {
@@ -435,6 +505,20 @@ impl Tool for RecordedTool {
     ) -> BoxFuture<'_, Result<ToolOutput, ToolError>> {
         let outcome = match self.book.result(&ctx.call_id, &self.spec.name) {
             Some(output) => Ok(output),
+            None if self.serves == Serves::Doubles => {
+                let name = &self.spec.name;
+                self.book.miss(
+                    "tool",
+                    format!(
+                        "tool {name} has side effects and no double (call {})",
+                        ctx.call_id
+                    ),
+                );
+                Err(ToolError::new(format!(
+                    "evaluation: tool {name} has side effects and no double: it is never run \
+                     during an evaluation"
+                )))
+            }
             None => {
                 self.book.miss(
                     "tool",

@@ -41,6 +41,7 @@ mod counters;
 mod counting;
 mod env;
 mod error;
+pub mod eval;
 pub mod follow;
 mod journals;
 mod limits;
@@ -94,8 +95,7 @@ pub use loom_macros::tool;
 pub mod report;
 pub use compaction::CompactionNote;
 pub use follow::FollowOptions;
-pub use loom::{
-    Readiness, ReadinessCheck, ReplayReport, Residents, RunSide, VariantOptions, VariantReport,
+pub use loom::{EvalOptions, Readiness, ReadinessCheck, ReplayReport, Residents, RunSide, VariantOptions, VariantReport,
     WorkOptions,
 };
 pub use postgres::storage_sql;

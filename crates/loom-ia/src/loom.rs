@@ -27,6 +27,7 @@ use crate::{LoomError, RunResult, SystemClock, budget::TenantBudget};
 mod attachments;
 mod compact;
 mod control;
+mod eval;
 mod lifecycle;
 mod listen;
 mod reads;
@@ -38,6 +39,7 @@ mod run;
 mod tenant;
 mod work;
 
+pub use eval::EvalOptions;
 pub use lifecycle::Residents;
 pub use ready::{Readiness, ReadinessCheck};
 pub use replay::{ReplayReport, RunSide, VariantOptions, VariantReport};

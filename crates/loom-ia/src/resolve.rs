@@ -132,6 +132,33 @@ pub(crate) fn model_binding(
     Ok(resolver.binding(model, &loom_config::LlmSettings::default()))
 }
 
+/// The declared model `id` for `tenant` (its model mapping applied) in a slot of its own, with
+/// the model's own settings: what an evaluation's variant or judge names. `None` when no model
+/// has that id.
+pub(crate) fn declared_model(
+    config: &Config,
+    models: &Models,
+    sources: &BTreeMap<String, Arc<dyn ToolSource>>,
+    tenant: &str,
+    id: &str,
+) -> Result<Option<loom_engine::ModelBinding>, LoomError> {
+    let registry = Registry::default();
+    let resolver = Resolver {
+        config,
+        models,
+        registry: &registry,
+        sources,
+        tenant,
+        stage: Stage::Run,
+    };
+    match resolver.model(id) {
+        Some(model) => resolver
+            .binding(model, &loom_config::LlmSettings::default())
+            .map(Some),
+        None => Ok(None),
+    }
+}
+
 /// The caps on the history a run is sent: `sessions.history`, and with compaction its
 /// `hard_tokens` as the last resort (a history still past it once compaction was tried is cut
 /// to it, `session.trimmed` with reason `hard_tokens`).

@@ -210,6 +210,29 @@ pub(super) enum Command {
         #[arg(long = "double", value_name = "TOOL=REF")]
         doubles: Vec<String>,
     },
+    /// Run an evaluation suite: each case under each variant, in scratch journals, the
+    /// agent's side-effect tools answered by the suite's doubles (never run), every expectation
+    /// scored. Exit code 0 all pass, 1 some fail, 2 the suite or a run cannot be played.
+    Eval {
+        /// The suite file (YAML).
+        suite: std::path::PathBuf,
+        /// Run only this case (repeatable).
+        #[arg(long = "case", value_name = "NAME")]
+        cases: Vec<String>,
+        /// Run only this variant (repeatable).
+        #[arg(long = "variant", value_name = "NAME")]
+        variants: Vec<String>,
+        /// Write each run's journal to DIR as `<variant>--<case>.jsonl` (replayable with
+        /// `loom replay --journal`).
+        #[arg(long, value_name = "DIR")]
+        export: Option<std::path::PathBuf>,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+        /// Runs played at once.
+        #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=64))]
+        concurrency: u16,
+    },
     /// Continue a run from where its journal stops (after a crash, a stop, an approval).
     Resume {
         /// Run id.

@@ -224,6 +224,24 @@ pub(crate) async fn execute(cli: Cli, app: App, args: Vec<std::ffi::OsString>) -
             };
             super::replay::replay(&loom, args).await
         }
+        Command::Eval {
+            suite,
+            cases,
+            variants,
+            export,
+            json,
+            concurrency,
+        } => {
+            let args = super::eval::EvalArgs {
+                suite,
+                cases,
+                variants,
+                export,
+                json,
+                concurrency: usize::from(concurrency),
+            };
+            super::eval::eval(&loom, args).await
+        }
         Command::Resume {
             run_id,
             session,

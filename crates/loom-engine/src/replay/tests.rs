@@ -111,3 +111,18 @@ fn a_recorded_answer_streams_back_into_the_same_message() {
     let response = accumulator.finish().unwrap();
     assert_eq!(response.message, recorded.message);
 }
+
+#[test]
+fn a_declared_double_answers_every_call_of_its_tool_and_nothing_else() {
+    let recording = Recording::from_doubles([("send".to_owned(), ToolOutput::text("sent"))]);
+    assert_eq!(
+        recording.result("c1", "send"),
+        Some(ToolOutput::text("sent"))
+    );
+    assert_eq!(
+        recording.result("c2", "send"),
+        Some(ToolOutput::text("sent"))
+    );
+    assert!(recording.result("c3", "delete").is_none());
+    assert_eq!(recording.counts().tools_served, 2);
+}

@@ -405,7 +405,7 @@ impl Loom {
     /// An engine over a fresh memory journal and artifact store, with this instance's history
     /// caps and lease (and a fresh idempotency store when this instance has one): where a
     /// replay writes.
-    fn scratch_engine(&self) -> Engine {
+    pub(super) fn scratch_engine(&self) -> Engine {
         let live = &self.inner.engine;
         let mut engine = Engine::new(Arc::new(MemoryStore::new()), Arc::new(SystemClock))
             .with_artifacts(Arc::new(MemoryArtifacts::new()))
