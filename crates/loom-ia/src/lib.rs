@@ -68,8 +68,8 @@ mod secrets;
 mod session_state;
 mod sessions;
 mod sources;
-pub mod testing;
 mod telemetry;
+pub mod testing;
 mod trigger;
 
 pub use budget::{Period, TenantBudget};
@@ -95,8 +95,9 @@ pub use loom_macros::tool;
 pub mod report;
 pub use compaction::CompactionNote;
 pub use follow::FollowOptions;
-pub use loom::{EvalOptions, Readiness, ReadinessCheck, ReplayReport, Residents, RunSide, VariantOptions, VariantReport,
-    WorkOptions,
+pub use loom::{
+    EvalOptions, Readiness, ReadinessCheck, ReplayReport, Residents, RunSide, VariantOptions,
+    VariantReport, WorkOptions,
 };
 pub use postgres::storage_sql;
 pub use progress::progress_line;
