@@ -151,7 +151,8 @@ pub(crate) async fn gather(
         blocks: Vec::new(),
         images: Vec::new(),
     };
-    // Earlier runs of the session, read only when an item needs them.
+    // Earlier runs of the session, read only when an item needs them, and only as far back
+    // as it needs.
     let needs_session = context.iter().any(|c| {
         matches!(
             c,
@@ -164,8 +165,16 @@ pub(crate) async fn gather(
                 }
         )
     });
+    let earlier = context.iter().fold(Earlier::Last(0), |wanted, c| match c {
+        RoleContext::ToolResults {
+            scope: ContextScope::Session,
+            ..
+        } => Earlier::All,
+        RoleContext::LastTurns(n) => wanted.max(Earlier::Last(*n)),
+        _ => wanted,
+    });
     let session = if needs_session {
-        Some(session(store, run).await?)
+        Some(session(store, run, earlier).await?)
     } else {
         None
     };
@@ -276,11 +285,68 @@ pub(crate) async fn gather(
     Ok(gathered)
 }
 
+/// Which earlier root runs of the session a context needs folded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Earlier {
+    /// The last `n` of them (`last_turns: n`; 0: none).
+    Last(u32),
+    /// All of them (`tool_results` of the whole session).
+    All,
+}
+
+/// Events read back from the run's start at first, per earlier run wanted.
+const EVENTS_PER_RUN: u64 = 64;
+
 /// The session as a judge's (or a role's) context sees it: the application's context of
-/// this run and the earlier root runs, folded.
-pub(crate) async fn session(store: &dyn EventStore, run: &RunRef) -> Result<Session, EngineError> {
-    let events = store.read(&run.tenant_id, &run.session_id, 0).await?;
-    session_of(&events, &run.run_id)
+/// this run, the summary of the latest compaction before it, and the `earlier` root runs,
+/// folded. Unless every earlier run is wanted, the session is not read whole: the run's
+/// start comes from the store's run index (`run_start`), the summary from its type index
+/// (`last_of_type`), and the last runs from stretches read back from the run's start that
+/// grow fourfold until they hold enough of them.
+pub(crate) async fn session(
+    store: &dyn EventStore,
+    run: &RunRef,
+    earlier: Earlier,
+) -> Result<Session, EngineError> {
+    let (tenant, session) = (run.tenant_id.as_str(), run.session_id.as_str());
+    let start = match earlier {
+        Earlier::All => None,
+        Earlier::Last(_) => store.run_start(tenant, session, &run.run_id).await?,
+    };
+    let Some(start) = start else {
+        let events = store.read(tenant, session, 0).await?;
+        return session_of(&events, &run.run_id);
+    };
+    let wanted = match earlier {
+        Earlier::Last(n) => usize::try_from(n).unwrap_or(usize::MAX),
+        Earlier::All => usize::MAX,
+    };
+    let mut span = (wanted as u64).saturating_mul(EVENTS_PER_RUN);
+    let mut found = loop {
+        let after = start.saturating_sub(1).saturating_sub(span);
+        let events = store.read(tenant, session, after).await?;
+        let mut found = session_of(&events, &run.run_id)?;
+        if found.context.is_none() {
+            // The index pointed elsewhere (a hint, never the truth): read the session whole.
+            let events = store.read(tenant, session, 0).await?;
+            return session_of(&events, &run.run_id);
+        }
+        if after == 0 || found.earlier.len() >= wanted {
+            let skip = found.earlier.len().saturating_sub(wanted);
+            found.earlier.drain(..skip);
+            break found;
+        }
+        span = span.saturating_mul(4);
+    };
+    if found.summary.is_none()
+        && let Some(event) = store
+            .last_of_type(tenant, session, "session.compacted", start)
+            .await?
+        && let Payload::SessionCompacted(compacted) = event.payload
+    {
+        found.summary = Some(compacted.summary);
+    }
+    Ok(found)
 }
 
 /// [`session`] from the session's events (in seq order) already read.
@@ -293,15 +359,29 @@ pub(crate) fn session_of(events: &[Event], run_id: &str) -> Result<Session, Engi
         Payload::RunStarted(started) => Some(started.context.clone()),
         _ => None,
     });
-    let mut earlier = Vec::new();
     let before = &events[..start];
+    // Each earlier root run folded from its own events, grouped in one pass.
+    let mut roots: Vec<&str> = Vec::new();
+    let mut by_run: BTreeMap<&str, Vec<&Event>> = BTreeMap::new();
     for event in before {
         if let Payload::RunStarted(started) = &event.payload
             && started.parent_run_id.is_none()
             && started.kind == "normal"
+            && !by_run.contains_key(event.run_id.as_str())
         {
-            earlier.push(RunState::fold(&event.run_id, before)?);
+            roots.push(&event.run_id);
+            by_run.insert(&event.run_id, Vec::new());
         }
+        if let Some(events) = by_run.get_mut(event.run_id.as_str()) {
+            events.push(event);
+        }
+    }
+    let mut earlier = Vec::with_capacity(roots.len());
+    for root in roots {
+        earlier.push(RunState::fold(
+            root,
+            by_run.remove(root).unwrap_or_default(),
+        )?);
     }
     let summary =
         loom_core::state::compaction::latest_compaction(before).map(|c| c.summary.clone());
@@ -354,5 +434,78 @@ pub(crate) fn or_none(text: String) -> String {
         "(none)".into()
     } else {
         text
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use loom_journal::MemoryStore;
+    use loom_testkit::{
+        CountingStore,
+        conformance::{event, started},
+    };
+    use serde_json::Map;
+
+    use super::*;
+
+    /// 200 root runs of 10 events each, then the run `now`: a session of 2,001 events.
+    async fn long_session() -> CountingStore<MemoryStore> {
+        let store = CountingStore::new(MemoryStore::new());
+        for run in 0..200u64 {
+            let run_id = format!("old-{run}");
+            let mut batch = vec![started("t", "s", &run_id, Map::new())];
+            batch.extend((1..10).map(|i| {
+                let mut e = event("t", "s", &format!("{run}-{i}"));
+                e.run_id = run_id.clone();
+                e.root_run_id = run_id.clone();
+                e
+            }));
+            store.inner.append(batch, run * 10).await.unwrap();
+        }
+        store
+            .inner
+            .append(vec![started("t", "s", "now", Map::new())], 2_000)
+            .await
+            .unwrap();
+        store
+    }
+
+    fn now() -> RunRef {
+        RunRef {
+            tenant_id: "t".into(),
+            session_id: "s".into(),
+            run_id: "now".into(),
+        }
+    }
+
+    #[tokio::test]
+    async fn the_last_turns_of_a_long_session_are_read_from_its_end() {
+        let store = long_session().await;
+        let whole = session_of(&store.inner.read("t", "s", 0).await.unwrap(), "now").unwrap();
+        assert_eq!(whole.earlier.len(), 200);
+
+        store.reset();
+        let last = session(&store, &now(), Earlier::Last(3)).await.unwrap();
+        let ids: Vec<&str> = last.earlier.iter().map(|r| r.run_id.as_str()).collect();
+        assert_eq!(ids, ["old-197", "old-198", "old-199"]);
+        assert_eq!(last.earlier, whole.earlier[197..]);
+        assert_eq!(last.context, whole.context);
+        // One stretch of 3 × 64 events before the run, and the run's own event.
+        assert_eq!(store.returned(), 193);
+
+        // Only the run's context: its own events.
+        store.reset();
+        let none = session(&store, &now(), Earlier::Last(0)).await.unwrap();
+        assert!(none.earlier.is_empty());
+        assert_eq!(none.context, whole.context);
+        assert_eq!(store.returned(), 1);
+
+        // Every earlier run: the whole session.
+        store.reset();
+        let all = session(&store, &now(), Earlier::All).await.unwrap();
+        assert_eq!(all.earlier, whole.earlier);
+        assert_eq!(store.returned(), 2_001);
     }
 }

@@ -229,6 +229,7 @@ mod tests {
             run_id: "r".into(),
             call_id: "c".into(),
             idempotency_key: "k".into(),
+            traceparent: None,
         };
         let shared = double.clone();
         assert_eq!(
