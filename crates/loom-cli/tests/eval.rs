@@ -385,3 +385,116 @@ fn criteria_are_scored_by_the_suite_judge_under_each_variant() {
         text(&out.stderr)
     );
 }
+
+/// A project of the stock `loom` binary whose agent `suivi` declares the state key `client`.
+fn stateful_with(suite: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    fs::write(
+        dir.path().join("loom.yaml"),
+        r#"version: 1
+models:
+  - id: fake-1
+    sdk: fake
+    model: SUIVI
+    pricing: {input: 3.0, output: 15.0}
+    params:
+      script:
+        - {text: "Bonjour, je regarde votre dossier."}
+storage:
+  events: {backend: jsonl, path: data}
+telemetry:
+  logging: {level: WARN}
+agents:
+  - name: suivi
+    main: {model: fake-1, context: [session_state]}
+    state:
+      client: {schema: {type: string}}
+"#,
+    )
+    .unwrap();
+    fs::write(dir.path().join("suite.yaml"), suite).unwrap();
+    dir
+}
+
+/// The `run.started` payload of an exported case's journal.
+fn exported_start(dir: &Path, file: &str) -> Value {
+    let text = fs::read_to_string(dir.join("out").join(file)).unwrap();
+    text.lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .find(|e| e["type"] == "run.started")
+        .unwrap()["payload"]
+        .clone()
+}
+
+#[test]
+fn a_cases_state_opens_its_run_and_a_cost_ceiling_fails_a_case() {
+    let dir = stateful_with(
+        r#"version: 1
+name: etat
+agent: suivi
+cases:
+  - name: connu
+    input: "Bonjour"
+    state: {client: C-42}
+    expect: {contains: ["dossier"]}
+  - name: inconnu
+    input: "Bonjour"
+    expect: {contains: ["dossier"]}
+  - name: trop-cher
+    input: "Bonjour"
+    expect: {max_cost_usd: 0.0000001}
+"#,
+    );
+    let out = run_in(
+        &loom_bin(),
+        dir.path(),
+        &["eval", "suite.yaml", "--json", "--export", "out"],
+    );
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}{}", text(&out.stderr));
+    let report: Value = serde_json::from_str(&stdout).unwrap();
+    let shown = report.to_string();
+    let case = |name: &str| -> Value {
+        report["runs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["case"] == name)
+            .cloned()
+            .unwrap_or_else(|| panic!("no case {name} in {shown}"))
+    };
+    assert_eq!(case("connu")["passed"], true, "{shown}");
+    assert_eq!(case("inconnu")["passed"], true, "{shown}");
+    assert_eq!(case("trop-cher")["passed"], false, "{shown}");
+    assert!(
+        case("trop-cher")["cost_usd"].as_f64().unwrap() > 0.0000001,
+        "{shown}"
+    );
+    // The case's state opened its run (journaled in its `run.started`), and only its run.
+    assert_eq!(
+        exported_start(dir.path(), "base--connu.jsonl")["state"],
+        serde_json::json!({"client": "C-42"})
+    );
+    assert!(
+        exported_start(dir.path(), "base--inconnu.jsonl")
+            .get("state")
+            .is_none_or(|s| s.is_null() || s == &serde_json::json!({}))
+    );
+    no_journal_written(dir.path());
+
+    // A state value off the agent's schema is refused before anything runs.
+    fs::write(
+        dir.path().join("suite.yaml"),
+        "version: 1\nname: etat\nagent: suivi\ncases:\n  - name: faux\n    input: Bonjour\n    state: {client: 7}\n",
+    )
+    .unwrap();
+    let out = run_in(&loom_bin(), dir.path(), &["eval", "suite.yaml"]);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(2), "{stdout}{}", text(&out.stderr));
+    assert!(
+        stdout.contains("session state: client: does not follow its schema"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("some runs could not be played"), "{stdout}");
+    no_journal_written(dir.path());
+}
