@@ -143,7 +143,7 @@ pub fn matches(value: &Value, pattern: &Value) -> bool {
     }
 }
 
-/// Asserts that `events` hold a call of `tool` (`tool.called`) whose arguments [`matches`]
+/// Asserts that `events` hold a call of `tool` (`tool.called`) whose arguments [`matches()`]
 /// `arguments`; on failure, the panic lists the calls of `tool` that were made.
 #[track_caller]
 pub fn assert_tool_called(events: &[Event], tool: &str, arguments: &Value) {
