@@ -366,6 +366,16 @@ fn a_pause_before_the_tool_waits_for_a_human_who_approves_from_a_second_process(
     assert!(granted < position(&events, "tool.called", |_| true));
     assert_eq!(only(&events, "tool.completed")["output"]["is_error"], false);
     assert_eq!(final_text(&events), FOUND);
+
+    // The run replays identically: its pause is answered again by the recorded decision, in
+    // a scratch journal (the session's file is left as it was).
+    let file = dir.path().join("data/default/pause.jsonl");
+    let before = fs::read_to_string(&file).unwrap();
+    let out = garde(dir.path(), &["replay", "pause", "--json"]);
+    exits(&out, 0);
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["outcome"], "identical", "{report}");
+    assert_eq!(fs::read_to_string(&file).unwrap(), before);
 }
 
 #[test]

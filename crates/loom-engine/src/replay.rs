@@ -28,12 +28,13 @@ mod compare;
 pub mod variant;
 
 use std::{
-    collections::{BTreeMap, HashMap, VecDeque},
+    collections::{BTreeMap, BTreeSet, HashMap, VecDeque},
     sync::{Arc, Mutex, MutexGuard},
 };
 
 use loom_core::{
     BoxFuture, BoxStream, Event, Payload,
+    approval::Decision,
     content::BlockKind,
     event::ModelResponded,
     model::{ModelChunk, ModelClient, ModelError, ModelErrorKind, ModelRequest},
@@ -564,9 +565,10 @@ pub struct Replayed {
 /// ones ([`compare`]).
 ///
 /// Refused ([`ReplayError`]): a sub-run, an open run, a compaction run, a run with attached
-/// files, a run that was steered, cancelled or paused for an approval (what came from outside
+/// files, a run that was steered or cancelled or whose approval expired (what came from outside
 /// the run is not re-driven), and a run whose model calls were retried or fell back (the
-/// journal does not record the failed attempts).
+/// journal does not record the failed attempts). A run paused for approvals is re-driven with
+/// the decisions its journal recorded, each journaled again when the replay pauses for it.
 pub async fn replay_run(
     engine: &crate::Engine,
     agent: &AgentRuntime,
@@ -693,9 +695,39 @@ impl Prepared {
         double: &AgentRuntime,
     ) -> Result<(String, Vec<Event>), ReplayError> {
         let run = engine.begin(double, self.begin.clone(), &()).await?;
-        let state = engine
+        let mut state = engine
             .drive_with(&run, double, &(), crate::Cancel::new(), None)
             .await?;
+        // A pause for approval is answered with the decision the journal recorded for that
+        // call, journaled again, then the run is driven on; a pause the journal holds no
+        // decision for ends the replay there (the comparison names it).
+        let decisions = recorded_decisions(&self.recorded);
+        let mut decided: BTreeSet<String> = BTreeSet::new();
+        while state.status == loom_core::RunStatus::Paused {
+            let waiting: Vec<String> = state
+                .waiting_approvals()
+                .iter()
+                .map(|a| a.call_id.clone())
+                .filter(|id| !decided.contains(id))
+                .collect();
+            let mut settled = false;
+            for call_id in waiting {
+                let Some(decision) = decisions.get(&call_id) else {
+                    continue;
+                };
+                engine
+                    .settle(&run, double, Some(&call_id), decision)
+                    .await?;
+                decided.insert(call_id);
+                settled = true;
+            }
+            if !settled {
+                break;
+            }
+            state = engine
+                .drive_with(&run, double, &(), crate::Cancel::new(), None)
+                .await?;
+        }
         let events: Vec<Event> = engine
             .store()
             .read(&run.tenant_id, &run.session_id, 0)
@@ -708,6 +740,32 @@ impl Prepared {
     }
 }
 
+/// The human decisions of a recorded run tree, by call id (`approval.granted` with its
+/// corrected arguments, `approval.rejected`).
+fn recorded_decisions(recorded: &[Event]) -> BTreeMap<String, Decision> {
+    recorded
+        .iter()
+        .filter_map(|e| match &e.payload {
+            Payload::ApprovalGranted(granted) => Some((
+                granted.call_id.clone(),
+                Decision::Approved {
+                    by: granted.by.clone(),
+                    reason: granted.reason.clone(),
+                    arguments: granted.arguments.clone(),
+                },
+            )),
+            Payload::ApprovalRejected(rejected) => Some((
+                rejected.call_id.clone(),
+                Decision::Rejected {
+                    by: rejected.by.clone(),
+                    reason: rejected.reason.clone(),
+                },
+            )),
+            _ => None,
+        })
+        .collect()
+}
+
 /// Refuses a run whose journal shows something a replay cannot re-drive exactly.
 fn check_replayable(recorded: &[Event], run_id: &str) -> Result<(), ReplayError> {
     for event in recorded {
@@ -716,9 +774,8 @@ fn check_replayable(recorded: &[Event], run_id: &str) -> Result<(), ReplayError>
                 "a model call was retried or fell back, and the journal does not record the \
                  failed attempts' answers"
             }
-            Payload::ApprovalRequested(_) => {
-                "it asked for an approval, and approval decisions come from outside the run \
-                 (replaying them is not supported yet)"
+            Payload::ApprovalExpired(_) => {
+                "an approval expired, and a deadline passing comes from outside the run"
             }
             Payload::MessageUser(user) if user.kind == loom_core::state::STEER => {
                 "it was steered, and a steering message comes from outside the run"
