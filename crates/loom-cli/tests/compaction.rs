@@ -8,7 +8,7 @@
 
 mod common;
 
-use std::{fs, path::Path, process::Command};
+use std::{fs, path::Path};
 
 use common::*;
 use serde_json::{Value, json};
@@ -223,25 +223,6 @@ fn a_judge_reads_the_summary_of_a_compacted_session() {
         .collect();
     assert_eq!(judged.len(), 1);
     assert_eq!(judged[0]["payload"]["passed"], true, "{}", judged[0]);
-}
-
-/// Runs a scenario of `mcp_client.py` (the official Python MCP client) and returns what it
-/// observed.
-fn mcp_client(scenario: &str, arguments: Value) -> Value {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mcp_client.py");
-    let output = Command::new("python3")
-        .arg(script)
-        .arg(scenario)
-        .arg(arguments.to_string())
-        .output()
-        .unwrap();
-    let stdout = text(&output.stdout);
-    assert!(
-        output.status.success(),
-        "{}\n{stdout}",
-        text(&output.stderr)
-    );
-    serde_json::from_str(stdout.lines().last().unwrap_or_default()).unwrap()
 }
 
 #[test]

@@ -10,25 +10,9 @@
 mod common;
 
 use common::*;
-use std::{
-    fs,
-    path::Path,
-    process::{Command, Output},
-};
+use std::{fs, path::Path};
 
 use serde_json::Value;
-
-fn run_in(bin: &Path, dir: &Path, args: &[&str]) -> Output {
-    Command::new(bin)
-        .current_dir(dir)
-        .env_remove("LOOM_PROFILE")
-        .env_remove("LOOM_LOG")
-        .env("RELANCE_FILE", dir.join("relances.txt"))
-        .args(["--config", "loom.yaml"])
-        .args(args)
-        .output()
-        .unwrap()
-}
 
 const DEVIS_SUITE: &str = r#"version: 1
 name: devis-suite

@@ -19,7 +19,7 @@ use std::{
     time::Duration,
 };
 
-use common::{copy_example, example_bin, python_has, repo, text};
+use common::{copy_example, example_bin, mcp_client, python_has, repo, text};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
@@ -40,25 +40,6 @@ fn guichet() -> tempfile::TempDir {
     )
     .unwrap();
     dir
-}
-
-/// Runs a client scenario of `mcp_client.py` and returns what it observed.
-fn client(scenario: &str, arguments: Value) -> Value {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mcp_client.py");
-    let output = Command::new("python3")
-        .arg(script)
-        .arg(scenario)
-        .arg(arguments.to_string())
-        .output()
-        .unwrap();
-    let stdout = text(&output.stdout);
-    assert!(
-        output.status.success(),
-        "scenario {scenario} failed:\n{}\n{stdout}",
-        text(&output.stderr)
-    );
-    let last = stdout.lines().last().unwrap_or_default();
-    serde_json::from_str(last).unwrap_or_else(|e| panic!("{e}: {stdout}"))
 }
 
 /// The arguments of a stdio scenario: `guichet --config <dir>/loom.yaml mcp [--tenant t]`.
@@ -120,7 +101,7 @@ fn agents_are_tools_over_stdio_with_progress_control_tools_resources_and_attachm
         outside.path().join("plan.png"),
     )
     .unwrap();
-    let seen = client(
+    let seen = mcp_client(
         "basics",
         with(
             stdio(dir.path(), None, "auto"),
@@ -431,7 +412,7 @@ fn an_approval_is_asked_by_elicitation_and_the_run_goes_on() {
     }
     let dir = guichet();
     // Before protocol 2026-07-28: a server-to-client elicitation request during the call.
-    let legacy = client(
+    let legacy = mcp_client(
         "approval",
         with(
             stdio(dir.path(), None, "legacy"),
@@ -470,7 +451,7 @@ fn an_approval_is_asked_by_elicitation_and_the_run_goes_on() {
 
     // Since 2026-07-28: the call answers with an input request, the client retries with the
     // user's answer (here a rejection, which the model is told).
-    let modern = client(
+    let modern = mcp_client(
         "approval",
         with(stdio(dir.path(), None, "auto"), json!({"answer": "reject"})),
     );
@@ -497,7 +478,7 @@ fn without_elicitation_the_run_waits_paused_for_loom_approve() {
     }
     let dir = guichet();
     for (mode, answer) in [("auto", "none"), ("legacy", "none"), ("auto", "cancel")] {
-        let seen = client(
+        let seen = mcp_client(
             "approval",
             with(stdio(dir.path(), None, mode), json!({"answer": answer})),
         );
@@ -526,7 +507,7 @@ fn without_elicitation_the_run_waits_paused_for_loom_approve() {
             .output()
             .unwrap();
         assert!(approved.status.success(), "{}", text(&approved.stderr));
-        let status = client(
+        let status = mcp_client(
             "status",
             with(stdio(dir.path(), None, "auto"), json!({"run_id": run_id})),
         );
@@ -544,7 +525,7 @@ fn a_stdio_server_serves_one_tenant_and_sees_nothing_of_another() {
         return;
     }
     let dir = guichet();
-    let acme = client(
+    let acme = mcp_client(
         "basics",
         with(
             stdio(dir.path(), Some("acme"), "auto"),
@@ -560,7 +541,7 @@ fn a_stdio_server_serves_one_tenant_and_sees_nothing_of_another() {
         artifact.starts_with("artifact://acme/s-files/"),
         "{artifact}"
     );
-    let globex = client(
+    let globex = mcp_client(
         "tenant_view",
         with(
             stdio(dir.path(), Some("globex"), "auto"),
@@ -847,7 +828,7 @@ fn mcp_over_http_needs_a_key_with_its_scopes_and_checks_origin_and_host() {
     assert_eq!(status, 200, "{body}");
 
     // A full key: tools, a call with progress (no elicitation over HTTP: approvals pause).
-    let full = client(
+    let full = mcp_client(
         "http",
         json!({"url": served.url(), "key": "lk_test_acme", "call": true, "paiement": true}),
     );
@@ -873,7 +854,7 @@ fn mcp_over_http_needs_a_key_with_its_scopes_and_checks_origin_and_host() {
     assert!(dir.path().join("data/acme/s-http.jsonl").exists());
 
     // Read only, without read_content: no agent tool, no cancel, content removed.
-    let reader = client(
+    let reader = mcp_client(
         "http",
         json!({"url": served.url(), "key": "lk_test_lecteur", "call": true}),
     );
@@ -884,7 +865,7 @@ fn mcp_over_http_needs_a_key_with_its_scopes_and_checks_origin_and_host() {
         "key 'lecteur' lacks the scope 'run'"
     );
     let run_lists = ["/runs", "/runs?agent=devis&status=completed"];
-    let foreign = client(
+    let foreign = mcp_client(
         "http",
         json!({"url": served.url(), "key": "lk_test_lecteur",
                "foreign": {"run_id": run_id, "session_id": "s-http"},
@@ -979,7 +960,7 @@ fn mcp_over_http_needs_a_key_with_its_scopes_and_checks_origin_and_host() {
     );
 
     // A key limited to one agent sees only that agent.
-    let limited = client(
+    let limited = mcp_client(
         "http",
         json!({"url": served.url(), "key": "lk_test_devis-seul",
                "reads": ["loom://runs", "loom://runs?agent=paiement"],
@@ -1041,7 +1022,7 @@ fn a_key_of_one_tenant_never_sees_another_tenants_runs_over_mcp() {
     }
     let dir = http_project();
     let served = Served::start(dir.path());
-    let globex = client(
+    let globex = mcp_client(
         "http",
         json!({"url": served.url(), "key": "lk_test_globex", "call": true, "session": "s-globex"}),
     );
@@ -1058,7 +1039,7 @@ fn a_key_of_one_tenant_never_sees_another_tenants_runs_over_mcp() {
     assert!(artifact.starts_with("artifact://globex/s-globex/"));
     assert!(dir.path().join("data/globex/s-globex.jsonl").exists());
 
-    let acme = client(
+    let acme = mcp_client(
         "http",
         json!({"url": served.url(), "key": "lk_test_acme",
                "foreign": {"run_id": run_id, "session_id": "s-globex", "artifact": artifact}}),
@@ -1101,7 +1082,7 @@ fn a_key_limited_to_an_agent_does_not_see_the_sub_runs_of_other_agents_over_mcp(
     }
     let dir = delegating_project();
     let served = Served::start(dir.path());
-    let opened = client(
+    let opened = mcp_client(
         "http",
         json!({"url": served.url(), "key": "lk_test_accueil-seul",
                "calls": [["accueil", {"message": "Un devis, s'il vous plaît.", "session_id": "s-tree"}]]}),
@@ -1120,7 +1101,7 @@ fn a_key_limited_to_an_agent_does_not_see_the_sub_runs_of_other_agents_over_mcp(
 
     let trace = format!("loom://traces/{run_id}?session_id={session}");
     let seen_by = |key: &str| {
-        client(
+        mcp_client(
             "http",
             json!({"url": served.url(), "key": key,
                    "reads": [trace],

@@ -495,20 +495,14 @@ fn one_tenants_key_sees_and_changes_nothing_of_another_through_rest_and_mcp() {
 
     // The MCP server, with beta's key: every tool and resource says not found.
     if python_has("mcp.client, httpx2, mcp_types", "pip install 'mcp>=2,<3'") {
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mcp_client.py");
-        let arguments = serde_json::json!({
-            "url": format!("http://{address}/mcp"),
-            "key": BETA_KEY,
-            "foreign": {"run_id": "r-acme", "session_id": "s-acme"},
-        });
-        let out = Command::new("python3")
-            .arg(script)
-            .args(["http", &arguments.to_string()])
-            .output()
-            .unwrap();
-        let stdout = text(&out.stdout);
-        assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
-        let seen: Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+        let seen = mcp_client(
+            "http",
+            serde_json::json!({
+                "url": format!("http://{address}/mcp"),
+                "key": BETA_KEY,
+                "foreign": {"run_id": "r-acme", "session_id": "s-acme"},
+            }),
+        );
         let foreign = &seen["foreign"];
         for tool in ["run_status", "run_status_search", "run_report", "cancel"] {
             assert_eq!(foreign[tool]["is_error"], true, "{tool}: {}", foreign[tool]);

@@ -10,27 +10,11 @@
 mod common;
 
 use common::*;
-use std::{
-    fs,
-    path::Path,
-    process::{Command, Output},
-};
+use std::{fs, path::Path};
 
 use serde_json::Value;
 
 const QUESTION: &str = "Quel prix TTC pour un devis de 1 250 € HT en rénovation (TVA à 10 %) ?";
-
-fn run_in(bin: &Path, dir: &Path, args: &[&str]) -> Output {
-    Command::new(bin)
-        .current_dir(dir)
-        .env_remove("LOOM_PROFILE")
-        .env_remove("LOOM_LOG")
-        .env("RELANCE_FILE", dir.join("relances.txt"))
-        .args(["--config", "loom.yaml"])
-        .args(args)
-        .output()
-        .unwrap()
-}
 
 /// A devis run in `dir`: its run id.
 fn devis_run(dir: &Path) -> String {

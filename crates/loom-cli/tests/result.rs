@@ -11,7 +11,7 @@
 mod common;
 
 use common::{
-    copy_example, example_bin, loom, loom_bin, python_has, repo,
+    copy_example, example_bin, loom, loom_bin, mcp_client, python_has, repo,
     server::{Server, request},
     text,
 };
@@ -406,25 +406,13 @@ fn a_rust_tools_image_is_an_artifact_of_the_run() {
 
 /// Runs the `calls` scenario of `mcp_client.py` against `loom mcp` in `dir`.
 fn mcp_calls(dir: &Path, calls: Value) -> Value {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mcp_client.py");
-    let arguments = json!({
-        "command": loom_bin(),
-        "args": ["--config", dir.join("loom.yaml"), "mcp"],
-        "cwd": dir,
-        "calls": calls,
-    });
-    let output = Command::new("python3")
-        .arg(script)
-        .arg("calls")
-        .arg(arguments.to_string())
-        .output()
-        .unwrap();
-    let stdout = text(&output.stdout);
-    assert!(
-        output.status.success(),
-        "{}\n{stdout}",
-        text(&output.stderr)
-    );
-    serde_json::from_str(stdout.lines().last().unwrap_or_default())
-        .unwrap_or_else(|e| panic!("{e}: {stdout}"))
+    mcp_client(
+        "calls",
+        json!({
+            "command": loom_bin(),
+            "args": ["--config", dir.join("loom.yaml"), "mcp"],
+            "cwd": dir,
+            "calls": calls,
+        }),
+    )
 }

@@ -21,14 +21,41 @@ pub(crate) fn loom_bin() -> PathBuf {
 /// Runs the stock `loom` in `dir` on its `loom.yaml`, without the caller's `LOOM_PROFILE` and
 /// `LOOM_LOG`.
 pub(crate) fn loom(dir: &Path, args: &[&str]) -> std::process::Output {
-    Command::new(loom_bin())
+    run_in(&loom_bin(), dir, args)
+}
+
+/// Runs `bin` (the stock `loom` or an example binary) in `dir` on its `loom.yaml` as [`loom`]
+/// does, the `relance` example's file of sent reminders kept in `dir` (`RELANCE_FILE`).
+pub(crate) fn run_in(bin: &Path, dir: &Path, args: &[&str]) -> std::process::Output {
+    Command::new(bin)
         .current_dir(dir)
         .env_remove("LOOM_PROFILE")
         .env_remove("LOOM_LOG")
+        .env("RELANCE_FILE", dir.join("relances.txt"))
         .args(["--config", "loom.yaml"])
         .args(args)
         .output()
         .unwrap()
+}
+
+/// Runs a scenario of `tests/mcp_client.py` (the official Python MCP client) with its
+/// `arguments`, and returns what it observed (the JSON of its last line of output).
+pub(crate) fn mcp_client(scenario: &str, arguments: Value) -> Value {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mcp_client.py");
+    let output = Command::new("python3")
+        .arg(script)
+        .arg(scenario)
+        .arg(arguments.to_string())
+        .output()
+        .unwrap();
+    let stdout = text(&output.stdout);
+    assert!(
+        output.status.success(),
+        "scenario {scenario} failed:\n{}\n{stdout}",
+        text(&output.stderr)
+    );
+    let last = stdout.lines().last().unwrap_or_default();
+    serde_json::from_str(last).unwrap_or_else(|e| panic!("{e}: {stdout}"))
 }
 
 /// The repository root.
