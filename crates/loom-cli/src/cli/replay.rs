@@ -38,14 +38,38 @@ pub(super) async fn replay(loom: &Loom, args: ReplayArgs) -> Result<u8, LoomErro
             "--model and --double change a variant: add --mode variant".into(),
         ));
     }
-    let reports = match (&args.journal, &args.run_id) {
-        (Some(_), _) if args.export.is_some() => {
-            return Err(LoomError::Refused(
-                "--export writes a run of this configuration's journal: it cannot be combined \
-                 with --journal"
-                    .into(),
-            ));
+    let reports = match target(loom, &args).await? {
+        Target::File { session, runs } => {
+            let mut reports = Vec::with_capacity(runs.len());
+            for run_id in &runs {
+                reports.push(loom.replay_events(&session, run_id).await?);
+            }
+            reports
         }
+        Target::Run(run) => vec![loom.replay(&run).await?],
+    };
+    let ok = reports.iter().all(ReplayReport::is_identical);
+    Ok(finish(&args, &reports, ok, render))
+}
+
+/// What a replay re-drives: the closed root runs of a journal file (or the one named), or a
+/// run of this configuration's journal.
+enum Target {
+    File {
+        session: Vec<Event>,
+        runs: Vec<String>,
+    },
+    Run(loom_ia::RunRef),
+}
+
+/// The target `args` name; with `--export`, the run is written to its file first.
+async fn target(loom: &Loom, args: &ReplayArgs) -> Result<Target, LoomError> {
+    match (&args.journal, &args.run_id) {
+        (Some(_), _) if args.export.is_some() => Err(LoomError::Refused(
+            "--export writes a run of this configuration's journal: it cannot be combined \
+             with --journal"
+                .into(),
+        )),
         (Some(file), run_id) => {
             let session = read_journal(file)?;
             let runs = match run_id {
@@ -58,11 +82,7 @@ pub(super) async fn replay(loom: &Loom, args: ReplayArgs) -> Result<u8, LoomErro
                     file.display()
                 )));
             }
-            let mut reports = Vec::with_capacity(runs.len());
-            for run_id in &runs {
-                reports.push(loom.replay_events(&session, run_id).await?);
-            }
-            reports
+            Ok(Target::File { session, runs })
         }
         (None, Some(run_id)) => {
             let run = args.at.locate(loom, run_id).await?;
@@ -71,54 +91,40 @@ pub(super) async fn replay(loom: &Loom, args: ReplayArgs) -> Result<u8, LoomErro
                 write_journal(file, &events)?;
                 eprintln!("Exported {} events to {}", events.len(), file.display());
             }
-            vec![loom.replay(&run).await?]
+            Ok(Target::Run(run))
         }
-        (None, None) => {
-            return Err(LoomError::Invalid(
-                "name the run to replay, or a journal file with --journal".into(),
-            ));
-        }
-    };
-    let code = if reports.iter().all(ReplayReport::is_identical) {
-        OK
-    } else {
-        FAILED
-    };
+        (None, None) => Err(LoomError::Invalid(
+            "name the run to replay, or a journal file with --journal".into(),
+        )),
+    }
+}
+
+/// Prints `reports` (as JSON with `--json`: one object for a named run, else an array) and
+/// returns the exit code: `OK` when `ok`, else `FAILED`.
+fn finish<R: serde::Serialize>(
+    args: &ReplayArgs,
+    reports: &[R],
+    ok: bool,
+    render: fn(&R) -> String,
+) -> u8 {
+    let code = if ok { OK } else { FAILED };
     if args.json {
-        let printed = match (args.run_id.is_some(), reports.as_slice()) {
+        let printed = match (args.run_id.is_some(), reports) {
             (true, [one]) => print_json(one),
             _ => print_json(&reports),
         };
-        return Ok(if printed == OK { code } else { printed });
+        return if printed == OK { code } else { printed };
     }
     let text: Vec<String> = reports.iter().map(render).collect();
     out!("{}", text.join("\n"));
-    Ok(code)
+    code
 }
 
 /// `loom replay --mode variant`.
 async fn variant(loom: &Loom, args: ReplayArgs) -> Result<u8, LoomError> {
     let options = variant_options(&args.models, &args.doubles)?;
-    let reports = match (&args.journal, &args.run_id) {
-        (Some(_), _) if args.export.is_some() => {
-            return Err(LoomError::Refused(
-                "--export writes a run of this configuration's journal: it cannot be combined \
-                 with --journal"
-                    .into(),
-            ));
-        }
-        (Some(file), run_id) => {
-            let session = read_journal(file)?;
-            let runs = match run_id {
-                Some(run_id) => vec![run_id.clone()],
-                None => Loom::closed_root_runs(&session),
-            };
-            if runs.is_empty() {
-                return Err(LoomError::Invalid(format!(
-                    "{}: the file holds no closed run to replay",
-                    file.display()
-                )));
-            }
+    let reports = match target(loom, &args).await? {
+        Target::File { session, runs } => {
             let mut reports = Vec::with_capacity(runs.len());
             for run_id in &runs {
                 reports.push(
@@ -128,36 +134,10 @@ async fn variant(loom: &Loom, args: ReplayArgs) -> Result<u8, LoomError> {
             }
             reports
         }
-        (None, Some(run_id)) => {
-            let run = args.at.locate(loom, run_id).await?;
-            if let Some(file) = &args.export {
-                let events = loom.export_run(&run).await?;
-                write_journal(file, &events)?;
-                eprintln!("Exported {} events to {}", events.len(), file.display());
-            }
-            vec![loom.replay_variant(&run, &options).await?]
-        }
-        (None, None) => {
-            return Err(LoomError::Invalid(
-                "name the run to replay, or a journal file with --journal".into(),
-            ));
-        }
+        Target::Run(run) => vec![loom.replay_variant(&run, &options).await?],
     };
-    let code = if reports.iter().all(VariantReport::is_success) {
-        OK
-    } else {
-        FAILED
-    };
-    if args.json {
-        let printed = match (args.run_id.is_some(), reports.as_slice()) {
-            (true, [one]) => print_json(one),
-            _ => print_json(&reports),
-        };
-        return Ok(if printed == OK { code } else { printed });
-    }
-    let text: Vec<String> = reports.iter().map(render_variant).collect();
-    out!("{}", text.join("\n"));
-    Ok(code)
+    let ok = reports.iter().all(VariantReport::is_success);
+    Ok(finish(&args, &reports, ok, render_variant))
 }
 
 /// The variant of `--model STEP=MODEL` and `--double TOOL=REF`.
