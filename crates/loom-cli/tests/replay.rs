@@ -230,38 +230,16 @@ fn a_replay_never_runs_a_tool_with_a_side_effect() {
 #[test]
 fn what_cannot_be_replayed_exits_2_with_a_message_naming_it() {
     let dir = devis_project();
-    let out = run_in(&devis_bin(), dir.path(), &["replay", "no-such-run"]);
-    assert_eq!(out.status.code(), Some(2));
-    assert!(
-        text(&out.stderr).contains("no-such-run"),
-        "{}",
-        text(&out.stderr)
-    );
-
-    let out = run_in(
-        &devis_bin(),
-        dir.path(),
-        &["replay", "--journal", "missing.jsonl"],
-    );
-    assert_eq!(out.status.code(), Some(2));
-    assert!(
-        text(&out.stderr).contains("missing.jsonl"),
-        "{}",
-        text(&out.stderr)
-    );
-
+    // `loom replay <args>` exits 2, its message naming `named`.
+    let refused = |args: &[&str], named: &str| {
+        let out = run_in(&devis_bin(), dir.path(), args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        assert!(text(&out.stderr).contains(named), "{}", text(&out.stderr));
+    };
+    refused(&["replay", "no-such-run"], "no-such-run");
+    refused(&["replay", "--journal", "missing.jsonl"], "missing.jsonl");
     fs::write(dir.path().join("bad.jsonl"), "{\"not\": \"an event\"}\n").unwrap();
-    let out = run_in(
-        &devis_bin(),
-        dir.path(),
-        &["replay", "--journal", "bad.jsonl"],
-    );
-    assert_eq!(out.status.code(), Some(2));
-    assert!(
-        text(&out.stderr).contains("bad.jsonl:1"),
-        "{}",
-        text(&out.stderr)
-    );
+    refused(&["replay", "--journal", "bad.jsonl"], "bad.jsonl:1");
 
     let out = run_in(&devis_bin(), dir.path(), &["replay"]);
     assert_eq!(out.status.code(), Some(2));
