@@ -111,7 +111,7 @@ fn starts_run(line: &[u8], run_id: &str) -> bool {
 }
 
 /// A file's modification time, in nanoseconds since the epoch (0 when unknown).
-fn mtime(meta: &fs::Metadata) -> u128 {
+pub(crate) fn mtime(meta: &fs::Metadata) -> u128 {
     meta.modified()
         .ok()
         .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
@@ -124,7 +124,7 @@ const PRINT_BYTES: u64 = 256;
 /// A fingerprint of the first `end` bytes of `file`: a hash of their first and last
 /// [`PRINT_BYTES`] bytes. A file that only grew keeps it; a file replaced or rewritten almost
 /// never does.
-fn fingerprint(file: &mut File, end: u64) -> io::Result<u64> {
+pub(crate) fn fingerprint(file: &mut File, end: u64) -> io::Result<u64> {
     use sha2::{Digest, Sha256};
     let mut hasher = Sha256::new();
     let head = PRINT_BYTES.min(end);

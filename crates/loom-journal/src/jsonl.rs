@@ -54,6 +54,11 @@ const REOPEN_ATTEMPTS: usize = 16;
 ///   cache checked against the files and rebuilt from them when stale or missing: an unknown run
 ///   costs a directory listing and the bytes appended since the last lookup, not a read of every
 ///   session.
+/// - `search` answers from the tenant's search index (`<root>/<tenant>/.search/`, see
+///   `search.rs`): the envelopes of the events by type, brought up to date with what was
+///   written since the last search; a search reads the entries of the types it asks for and
+///   decodes only the events it returns. A tenant holding a line that does not read back is
+///   declined (the caller's scan leaves that session out, naming it).
 /// - `salvage` and `set_aside` let an operator recover a journal holding an unreadable line:
 ///   the line's bytes are appended to `<session>.jsonl.corrupt` (synced), and the journal is
 ///   written anew with the replacement event in its place, then renamed over the old one.
@@ -201,6 +206,31 @@ impl EventStore for JsonlStore {
                 index
                     .find(&run)
                     .map_err(io_error(&dir.join(crate::index::INDEX_FILE)))
+            })
+            .await
+        })
+    }
+
+    fn search<'a>(
+        &'a self,
+        filter: &'a loom_core::search::EventFilter,
+    ) -> BoxFuture<'a, Result<Option<loom_core::search::Searched>, StoreError>> {
+        Box::pin(async move {
+            safe_id("tenant", &filter.tenant_id)?;
+            if filter
+                .session_id
+                .as_deref()
+                .is_some_and(|s| !loom_core::ids::is_safe_id(s))
+            {
+                return Ok(None);
+            }
+            let dir = self.root.join(&filter.tenant_id);
+            let index = crate::search::SearchIndex::new(&filter.tenant_id, dir.clone());
+            let filter = filter.clone();
+            blocking(&dir.clone(), move || {
+                index
+                    .search(&filter)
+                    .map_err(io_error(&dir.join(crate::search::SEARCH_DIR)))
             })
             .await
         })

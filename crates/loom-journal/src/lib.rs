@@ -93,6 +93,7 @@ mod memory;
 mod offsets;
 mod queue;
 mod repair;
+mod search;
 mod seek;
 
 pub use artifacts::{LocalArtifacts, MemoryArtifacts};

@@ -9,7 +9,7 @@
 //! the reference files of `../shared` (and skips a test on a bare clone without them), and
 //! [`postgres`] makes a fresh PostgreSQL database per test (skipped without
 //! `LOOM_TEST_POSTGRES`, failed without it under `LOOM_REQUIRE_SERVICES=1`),
-//! [`queue_conformance`](mod@queue_conformance) holds the scenarios every job queue must pass, and [`wait`] polls for what a test awaits with a deadline (the only wall-clock reads here).
+//! [`queue_conformance`](mod@queue_conformance) holds the scenarios every job queue must pass, and [`search_conformance`](mod@search_conformance) the event searches every indexed store must answer as a scan, and [`wait`] polls for what a test awaits with a deadline (the only wall-clock reads here).
 
 pub mod bus_conformance;
 pub mod conformance;
@@ -17,6 +17,7 @@ pub mod counting;
 pub mod idempotency;
 pub mod postgres;
 pub mod queue_conformance;
+pub mod search_conformance;
 pub mod services;
 pub mod shared;
 pub mod wait;
