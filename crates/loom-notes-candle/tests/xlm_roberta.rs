@@ -168,6 +168,36 @@ fn the_sparse_head_keeps_the_max_weight_per_id_without_special_tokens() -> Resul
 }
 
 #[test]
+fn a_pytorch_sparse_head_is_read() -> Result<()> {
+    // tests/fixtures/sparse_linear_16.pt: torch.nn.Linear(16, 1) saved in PyTorch's zip format
+    // (tests/fixtures/make_sparse_linear_pt.py): weight[i] = 0.1 i - 0.75, bias 10 (every
+    // token's weight stays positive: |w·h| ≤ |w| |h| = 1.84 × 4 after the layer norm).
+    let dir = tiny_embedder()?;
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/sparse_linear_16.pt");
+    std::fs::copy(fixture, dir.path().join("sparse_linear.pt"))?;
+    let embedder = XlmRobertaEmbedder::load(dir.path(), &LoadOptions::default())?;
+    assert!(embedder.has_sparse_head());
+    let sparse = embedder.embed_query("the cat sits")?.sparse;
+
+    let weight: Vec<f32> = (0..HIDDEN).map(|i| 0.1 * i as f32 - 0.75).collect();
+    let ids = xlmr_ids(&["the", "cat", "sits"]);
+    let hidden = hidden_states(dir.path(), &ids)?;
+    let expected: BTreeMap<u32, f32> = ids[1..4]
+        .iter()
+        .zip(&hidden[1..4])
+        .map(|(token, state)| (*token, dot(&weight, state) + 10.0))
+        .collect();
+    assert_eq!(expected.len(), 3);
+    assert_eq!(sparse.indices, expected.keys().copied().collect::<Vec<_>>());
+    assert_close(
+        &sparse.values,
+        &expected.values().copied().collect::<Vec<_>>(),
+        1e-5,
+    );
+    Ok(())
+}
+
+#[test]
 fn a_negative_sparse_head_gives_an_empty_sparse_vector() -> Result<()> {
     let dir = tiny_embedder()?;
     write_sparse_head(dir.path(), &[0.0; HIDDEN], -1.0)?;
