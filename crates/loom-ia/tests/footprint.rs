@@ -112,7 +112,7 @@ async fn a_finished_run_leaves_only_its_compact_events() {
     let footprint = store.footprint();
     assert_eq!(footprint.sessions, RUNS);
     assert_eq!(footprint.events, RUNS as u64 * EVENTS_PER_RUN);
-    let bytes = footprint.line_bytes + footprint.packed_bytes;
+    let bytes = footprint.line_bytes + footprint.packed_bytes + footprint.index_bytes;
     assert!(
         bytes <= RUNS * BYTES_PER_RUN,
         "{} bytes per finished run ({footprint:?})",

@@ -1,4 +1,5 @@
-//! The JSONL store's event search (`EventStore::search`, answered from the tenant's search
+//! The event search of the memory store (its postings: each tenant's events in append order,
+//! by type) and of the JSONL store (`EventStore::search`, answered from the tenant's search
 //! index `<tenant>/.search/`): filter by filter and page by page it returns what a scan of the
 //! journal in the store's write order returns (`loom_testkit::search_conformance`), and it stays
 //! right whatever happened to the files since the last search: appends by a writer that keeps
@@ -14,7 +15,7 @@ use loom_core::{
     ports::EventStore,
     search::{EventFilter, Searched},
 };
-use loom_journal::JsonlStore;
+use loom_journal::{JsonlStore, MemoryStore};
 use loom_testkit::{
     conformance::events,
     search_conformance::{agrees, assert_every_filter, assert_pages, fill, filter},
@@ -59,6 +60,48 @@ async fn pages_follow_each_other() {
     let store = JsonlStore::new(dir.path());
     let written = fill(&store, false).await;
     assert_pages(&store, &write_order(&written)).await;
+}
+
+#[tokio::test]
+async fn the_memory_store_answers_every_filter_as_the_scan() {
+    let store = MemoryStore::new();
+    // The memory store's write order is the order of the appends.
+    let written = fill(&store, true).await;
+    assert_every_filter(&store, &written).await;
+}
+
+#[tokio::test]
+async fn the_memory_store_pages_follow_each_other() {
+    let store = MemoryStore::new();
+    let written = fill(&store, false).await;
+    assert_pages(&store, &written).await;
+}
+
+/// A deleted session leaves the memory store's answers; one written again comes back with its
+/// new events only; what went quiet (deflated) is read as well as what did not.
+#[tokio::test]
+async fn the_memory_store_forgets_deleted_sessions() {
+    let store = MemoryStore::new();
+    let mut written = fill(&store, false).await;
+    store.delete("t", "s2").await.unwrap();
+    written.retain(|e| !(e.tenant_id == "t" && e.session_id == "s2"));
+    agrees(&store, &written, &filter()).await;
+    written.extend(store.append(events("t", "s2", 2), 0).await.unwrap());
+    // Enough appends elsewhere for every session of `t` to be packed.
+    for i in 0..300 {
+        store
+            .append(events("u", &format!("q{i}"), 1), 0)
+            .await
+            .unwrap();
+    }
+    assert!(store.footprint().packed_bytes > 0);
+    agrees(&store, &written, &filter()).await;
+    let claimed = EventFilter {
+        types: vec!["run.claimed".into()],
+        after: Some(written[40].event_id.clone()),
+        ..filter()
+    };
+    agrees(&store, &written, &claimed).await;
 }
 
 /// Appends after a search are found by the next one; so are appends by another store on the

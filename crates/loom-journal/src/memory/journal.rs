@@ -283,6 +283,57 @@ impl Lines {
     }
 }
 
+/// The lines of a [`Lines`] looked up one at a time by seq ([`Lines::at`]), each block inflated
+/// at most once.
+#[derive(Debug, Default)]
+pub(super) struct Inflated {
+    /// The lines of each block inflated so far, by its first seq.
+    blocks: std::collections::HashMap<u64, Vec<Arc<str>>>,
+}
+
+impl Lines {
+    /// Line `seq` (above `after`), `None` when these lines do not hold it.
+    pub(super) fn at(
+        &self,
+        seq: u64,
+        inflated: &mut Inflated,
+        name: &str,
+    ) -> Result<Option<Arc<str>>, StoreError> {
+        if seq <= self.after {
+            return Ok(None);
+        }
+        if seq >= self.tail_first {
+            let index = usize::try_from(seq - self.tail_first).unwrap_or(usize::MAX);
+            return Ok(self.tail.get(index).cloned());
+        }
+        let at = self.blocks.partition_point(|block| block.last_seq() < seq);
+        let Some(block) = self.blocks.get(at).filter(|block| block.first_seq <= seq) else {
+            return Ok(None);
+        };
+        let lines = match inflated.blocks.entry(block.first_seq) {
+            std::collections::hash_map::Entry::Occupied(lines) => lines.into_mut(),
+            std::collections::hash_map::Entry::Vacant(slot) => {
+                let text = block.inflate(name)?;
+                slot.insert(text.split('\n').map(Arc::from).collect())
+            }
+        };
+        let index = usize::try_from(seq - block.first_seq).unwrap_or(usize::MAX);
+        Ok(lines.get(index).cloned())
+    }
+}
+
+/// A line's envelope `event_id`, without decoding the rest of it (`None`: not an envelope).
+pub(super) fn event_id_of(line: &str) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct Id<'a> {
+        #[serde(borrow)]
+        event_id: Cow<'a, str>,
+    }
+    serde_json::from_str::<Id<'_>>(line)
+        .ok()
+        .map(|id| id.event_id.into_owned())
+}
+
 /// What is read of a line's envelope without decoding the rest of it.
 #[derive(serde::Deserialize)]
 struct Head<'a> {
@@ -299,7 +350,7 @@ fn head_of<'a>(line: &'a str, seq: u64, name: &str) -> Result<Head<'a>, StoreErr
 }
 
 /// One line read back as the event of seq `seq`.
-fn decode(line: &str, seq: u64, name: &str) -> Result<Event, StoreError> {
+pub(super) fn decode(line: &str, seq: u64, name: &str) -> Result<Event, StoreError> {
     let event = Event::from_json(line).map_err(|source| corrupted(name, seq, source))?;
     if event.seq != seq {
         return Err(corrupted(
