@@ -190,8 +190,18 @@ impl SqliteStore {
                 source: io::Error::other(err),
             })??;
         let options = connect_options(&path);
-        set_up(options.clone(), &path).await?;
-        Ok(SqliteStore::with(path, options))
+        let store = SqliteStore::with(path, options);
+        // Set up on a connection of the pool, which keeps it: closing the only connection to
+        // the file would checkpoint the WAL into it and delete it, only for the first append
+        // to create it again (two syncs and two files a short-lived process need not pay).
+        let mut conn = store
+            .pool()
+            .acquire()
+            .await
+            .map_err(|err| store.db_error(err))?;
+        set_up_on(&mut conn, store.path()).await?;
+        drop(conn);
+        Ok(store)
     }
 
     fn with(path: PathBuf, options: SqliteConnectOptions) -> SqliteStore {
@@ -731,13 +741,23 @@ pub(crate) fn db_error(path: &Path, err: sqlx::Error) -> StoreError {
     }
 }
 
-/// Sets the file up: WAL mode, then the schema, under the write lock.
+/// Sets the file up on a connection of its own, closed afterwards (for [`SqliteStore::open`],
+/// whose runtime ends with it).
 async fn set_up(options: SqliteConnectOptions, path: &Path) -> Result<(), StoreError> {
     let mut conn = SqliteConnection::connect_with(&options)
         .await
         .map_err(|err| db_error(path, err))?;
-    let result = async {
-        use_wal(&mut conn, path).await?;
+    let result = set_up_on(&mut conn, path).await;
+    if let Err(err) = conn.close().await {
+        debug!(path = %path.display(), error = %err, "closing the setup connection failed");
+    }
+    result
+}
+
+/// Sets the file up through `conn`: WAL mode, then the schema, under the write lock.
+async fn set_up_on(conn: &mut SqliteConnection, path: &Path) -> Result<(), StoreError> {
+    {
+        use_wal(conn, path).await?;
         let mut tx = conn
             .begin_with("BEGIN IMMEDIATE")
             .await
@@ -805,11 +825,6 @@ async fn set_up(options: SqliteConnectOptions, path: &Path) -> Result<(), StoreE
         }
         tx.commit().await.map_err(|err| db_error(path, err))
     }
-    .await;
-    if let Err(err) = conn.close().await {
-        debug!(path = %path.display(), error = %err, "closing the setup connection failed");
-    }
-    result
 }
 
 /// Switches the file to WAL (a persistent setting). The switch needs the file to itself and
