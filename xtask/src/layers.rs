@@ -32,6 +32,14 @@ pub enum Layer {
     /// Leaf crates with one concern shared by several layers (`loom-schema`, `loom-tls`):
     /// they depend on no loom crate.
     Leaf,
+    /// `loom-notes-core`: loom-notes' domain (documents, chunking, search, ports). No IO.
+    NotesCore,
+    /// loom-notes' adapters (its SQLite store, its sources, its in-process models): they depend
+    /// on `loom-notes-core`, and may share Loom's leaf crates and adapters (`loom-builtins`'
+    /// address checks), never Loom's engine or facade.
+    NotesAdapter,
+    /// The `loom-notes` binary (CLI and MCP server).
+    NotesAccess,
 }
 
 /// Every workspace crate and its layer. Adding a crate means adding a line.
@@ -59,6 +67,11 @@ pub const CRATES: &[(&str, Layer)] = &[
     ("xtask", Layer::Tooling),
     ("loom-schema", Layer::Leaf),
     ("loom-tls", Layer::Leaf),
+    ("loom-notes-core", Layer::NotesCore),
+    ("loom-notes-sqlite", Layer::NotesAdapter),
+    ("loom-notes-sources", Layer::NotesAdapter),
+    ("loom-notes-candle", Layer::NotesAdapter),
+    ("loom-notes", Layer::NotesAccess),
 ];
 
 /// Outside crates that only one workspace crate may ship with, and why: the others go
@@ -202,6 +215,24 @@ impl Layer {
                 loom_reason: "a leaf crate depends on no loom crate",
                 refused_external: &[RUNTIME_CRATES, BACKEND_CRATES],
                 external_reason: "a leaf crate does no IO and names no runtime",
+                ..free
+            },
+            NotesCore => Rule {
+                loom_reason: "loom-notes' domain depends on no loom crate",
+                refused_external: &[BACKEND_CRATES],
+                external_reason: "loom-notes' domain reaches its store and models through ports",
+                ..free
+            },
+            NotesAdapter => Rule {
+                loom_layers: &[NotesCore, Leaf, Adapter],
+                loom_reason: "a loom-notes adapter depends on loom-notes-core, Loom's leaf \
+                              crates and adapters only, never on another loom-notes adapter, \
+                              Loom's engine or facade",
+                ..free
+            },
+            NotesAccess => Rule {
+                loom_layers: &[NotesCore, NotesAdapter],
+                loom_reason: "the loom-notes binary is built from loom-notes' crates only",
                 ..free
             },
         }

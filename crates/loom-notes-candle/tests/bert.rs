@@ -1,6 +1,5 @@
 //! The BERT embedder on a tiny random model: shapes, normalisation, pooling, masking,
 //! truncation, the token-count sparse vectors and the loading errors.
-#![cfg(feature = "candle")]
 
 mod common;
 

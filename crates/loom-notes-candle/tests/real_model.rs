@@ -4,7 +4,6 @@
 //! The model directory comes from `LOOM_NOTES_TEST_MODEL_DIR` (installed by
 //! `install-test-model.sh DIR`). Unset: the test prints a skip message and passes, unless
 //! `LOOM_REQUIRE_MODELS=1`, where it fails.
-#![cfg(feature = "candle")]
 
 use std::path::PathBuf;
 

@@ -1,6 +1,5 @@
 //! The XLM-R embedder (BGE-M3 layout) and reranker (bge-reranker-v2-m3 layout) on tiny random
 //! models: CLS pooling, masking, the sparse head, the reranker's sigmoid, the architecture choice.
-#![cfg(feature = "candle")]
 
 mod common;
 

@@ -71,7 +71,7 @@ pub enum SourceError {
         path: PathBuf,
     },
     /// The file is not valid UTF-8.
-    #[error("invalid UTF-8 in {}: invalid byte 0x{byte:02x} at position {position}", path.display())]
+    #[error("invalid UTF-8 in {}: invalid byte {byte:#04x} at position {position}", path.display())]
     InvalidUtf8 {
         /// The resolved path.
         path: PathBuf,

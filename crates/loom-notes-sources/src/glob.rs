@@ -176,11 +176,10 @@ mod tests {
     }
 
     #[test]
-    fn many_stars_on_a_long_name_stay_fast() {
+    fn many_stars_on_a_long_name_end() {
+        // A backtracking matcher would take exponential time here (the test would not end).
         let name = "a".repeat(5_000);
         let pattern = format!("{}b", "*a".repeat(50));
-        let start = std::time::Instant::now();
         assert!(!fnmatch_case(&name, &pattern));
-        assert!(start.elapsed() < std::time::Duration::from_secs(2));
     }
 }

@@ -13,7 +13,7 @@ use std::{
     io::{self, Write},
     net::{IpAddr, Ipv4Addr, SocketAddr},
     sync::Arc,
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use async_trait::async_trait;
@@ -535,16 +535,10 @@ async fn a_slow_server_hits_the_timeout() {
         timeout: Duration::from_millis(300),
         ..guarded()
     };
-    let start = Instant::now();
     let error = fetch(settings, &format!("http://127.0.0.1:{port}/slow"))
         .await
         .unwrap_err();
     assert!(matches!(error, SourceError::Timeout { .. }), "{error:?}");
-    assert!(
-        start.elapsed() < Duration::from_secs(3),
-        "{:?}",
-        start.elapsed()
-    );
 }
 
 #[tokio::test]

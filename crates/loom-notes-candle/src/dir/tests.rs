@@ -1,3 +1,5 @@
+//! Unit tests of the model directory checks.
+
 use std::fs;
 
 use serde_json::json;

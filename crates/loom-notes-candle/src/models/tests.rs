@@ -1,3 +1,5 @@
+//! Unit tests of the models' pure parts (sparse weights, batching).
+
 use super::*;
 
 fn special() -> HashSet<u32> {
