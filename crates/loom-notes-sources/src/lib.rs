@@ -1,0 +1,35 @@
+//! # loom-notes-sources
+//!
+//! Where loom-notes' `add_file` and `add_url` get their text, behind their access controls
+//! (reference `loom-notes.md`, A.5, A.9 and A.10):
+//!
+//! - [`FileAccess`]: a local file is read only when its resolved path (`~` expanded, `..` and
+//!   symbolic links resolved) is inside one of the allowed roots, no component of its path
+//!   under that root matches a deny pattern (the built-in [`BASE_DENY`] plus configured ones),
+//!   its extension is `.md`, `.markdown` or `.txt`, and it is a regular, non-empty, UTF-8 file
+//!   under the size cap.
+//!
+//! Every refusal is a [`SourceError`] variant: callers match the kind, and its message names
+//! the rule and the offending value.
+//!
+//! **Architecture invariant:** this crate does not depend on `loom-notes-core`; the service
+//! turns a [`SourceDocument`] into its own `Extracted`.
+
+mod error;
+mod file;
+mod glob;
+
+pub use error::SourceError;
+pub use file::{ALLOWED_EXTENSIONS, BASE_DENY, DEFAULT_MAX_FILE_BYTES, FileAccess};
+pub use glob::fnmatch_case;
+
+/// A document read from a source: its title, its text (trimmed) and where it came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourceDocument {
+    /// The first `# heading` of a file, or its stem; the page title for a URL.
+    pub title: String,
+    /// The text, trimmed; markdown for a web page.
+    pub text: String,
+    /// The resolved absolute path of a file, or the requested URL (trimmed) of a page.
+    pub source: String,
+}
