@@ -6,12 +6,27 @@
 //! Part A); where this crate differs, the item's documentation says so.
 
 pub mod chunk;
+pub mod eval;
 pub mod fake;
 pub mod ids;
+pub mod memory;
 pub mod model;
 pub mod ports;
+pub mod scoring;
+pub mod search;
+pub mod service;
+pub mod settings;
+pub mod store;
 pub mod text;
 
 pub use chunk::{ChunkSizes, chunk_document, embed_text};
+pub use eval::{CaseResult, EvalCase, EvalReport};
+pub use fake::{FakeEmbedder, FakeReranker};
+pub use memory::InMemoryStore;
 pub use model::{Chunk, DocSummary, Document, Hit, IngestResult, SourceKind};
 pub use ports::{Embedder, Embedding, ModelError, Reranker, SparseVector};
+pub use service::{Extracted, ImportReport, MemoryService, NotesError, SearchQuery};
+pub use settings::{Settings, SettingsError};
+pub use store::{
+    ChunkFilter, ChunkPayload, IndexMeta, IndexedChunk, NoteStore, ScoredChunk, StoreError,
+};

@@ -119,3 +119,19 @@ pub struct Chunk {
     /// Its text.
     pub text: String,
 }
+
+impl From<&Document> for DocSummary {
+    fn from(doc: &Document) -> Self {
+        DocSummary {
+            doc_id: doc.doc_id.clone(),
+            title: doc.title.clone(),
+            project: doc.project.clone(),
+            tags: doc.tags.clone(),
+            source_kind: doc.source_kind,
+            source: doc.source.clone(),
+            added_at: doc.added_at.clone(),
+            updated_at: doc.updated_at.clone(),
+            chars: doc.text.chars().count(),
+        }
+    }
+}
