@@ -8,6 +8,10 @@
 //!   under that root matches a deny pattern (the built-in [`BASE_DENY`] plus configured ones),
 //!   its extension is `.md`, `.markdown` or `.txt`, and it is a regular, non-empty, UTF-8 file
 //!   under the size cap.
+//! - [`UrlFetcher`]: a web page is fetched only from public addresses (checked before every
+//!   request, redirects included, on the very addresses connected to), within a time limit
+//!   and a size limit, and only when it is HTML or XML; [`extract_from_html`] turns it into a
+//!   title and markdown text.
 //!
 //! Every refusal is a [`SourceError`] variant: callers match the kind, and its message names
 //! the rule and the offending value.
@@ -16,12 +20,18 @@
 //! turns a [`SourceDocument`] into its own `Extracted`.
 
 mod error;
+mod fetch;
 mod file;
 mod glob;
+mod html;
 
 pub use error::SourceError;
+pub use fetch::{
+    ACCEPT, DEFAULT_USER_AGENT, FetchSettings, HostResolver, SystemResolver, UrlFetcher,
+};
 pub use file::{ALLOWED_EXTENSIONS, BASE_DENY, DEFAULT_MAX_FILE_BYTES, FileAccess};
 pub use glob::fnmatch_case;
+pub use html::{ExtractedPage, MAX_HTML_DEPTH, extract_from_html};
 
 /// A document read from a source: its title, its text (trimmed) and where it came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
