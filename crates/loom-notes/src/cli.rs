@@ -65,7 +65,7 @@ pub(crate) enum Command {
         /// A tag every result must have (repeatable).
         #[arg(short = 't', long = "tag", value_name = "TAG")]
         tags: Vec<String>,
-        /// How many results.
+        /// How many results (1 to 10).
         #[arg(short = 'k', long = "k", default_value_t = 5,
               value_parser = clap::value_parser!(u16).range(1..=10))]
         k: u16,
@@ -80,7 +80,7 @@ pub(crate) enum Command {
         /// Only this project.
         #[arg(short = 'p', long)]
         project: Option<String>,
-        /// How many.
+        /// How many (1 to 500).
         #[arg(short = 'n', long = "n", default_value_t = 20,
               value_parser = clap::value_parser!(u16).range(1..=500))]
         n: u16,
@@ -106,7 +106,7 @@ pub(crate) enum Command {
     Eval {
         /// The golden set.
         path: Option<PathBuf>,
-        /// How many results per query.
+        /// How many results per query (1 to 10).
         #[arg(long = "k", default_value_t = 10,
               value_parser = clap::value_parser!(u16).range(1..=10))]
         k: u16,
