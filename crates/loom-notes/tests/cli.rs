@@ -456,3 +456,53 @@ fn a_store_indexed_with_another_model_is_refused_until_reindexed() {
     assert_eq!(notes.run(&["reindex"]).ok(), "1 document(s) reindexed\n");
     assert!(notes.run(&["search", "qdrant"]).ok().contains(&doc_id));
 }
+
+/// With the `candle` feature and a model directory in `LOOM_NOTES_TEST_MODEL_DIR` (MiniLM:
+/// `crates/loom-notes-candle/install-test-model.sh DIR`): the real embedder is used, the
+/// missing reranker falls back loudly to the fake one, and a note is found again by meaning.
+#[cfg(feature = "candle")]
+#[test]
+fn with_candle_the_real_embedder_is_loaded_from_the_model_directory() {
+    let Some(model) = std::env::var_os("LOOM_NOTES_TEST_MODEL_DIR") else {
+        eprintln!("skipped: LOOM_NOTES_TEST_MODEL_DIR is not set");
+        return;
+    };
+    let notes = Notes::new();
+    let stderr = notes.run_real(&["list"]).failed(1);
+    assert!(
+        stderr.contains("LOOM_NOTES_MODEL_DIR") && stderr.contains("--fake"),
+        "{stderr}"
+    );
+
+    let notes = notes.with("LOOM_NOTES_MODEL_DIR", model.to_str().unwrap());
+    let run = notes.run_real(&[
+        "add-text",
+        "p",
+        "Cats",
+        "The cat sleeps on the warm sofa all afternoon.",
+    ]);
+    assert!(
+        run.stderr.contains("LOOM_NOTES_RERANKER_DIR is not set"),
+        "{}",
+        run.stderr
+    );
+    let cats = run.json();
+    let dogs = notes
+        .run_real(&[
+            "add-text",
+            "p",
+            "Invoices",
+            "Invoices are paid within thirty days.",
+        ])
+        .json();
+    let found = notes.run_real(&["search", "cat sofa"]).ok();
+    assert!(found.starts_with("1.000  Cats"), "{found}");
+    assert!(found.contains(cats["doc_id"].as_str().unwrap()));
+    assert!(!found.contains(dogs["doc_id"].as_str().unwrap()), "{found}");
+    // The store now records MiniLM: the fake models are refused on it.
+    let stderr = notes.run(&["list"]).failed(1);
+    assert!(
+        stderr.contains("fake-64 (64)") && stderr.contains("reindex"),
+        "{stderr}"
+    );
+}
