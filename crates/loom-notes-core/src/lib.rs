@@ -3,7 +3,11 @@
 //! (embedder, reranker) and its store.
 //!
 //! The behaviour follows the Python loom-notes 1.1.0 (`../shared/reference/loom-notes.md`,
-//! Part A); where this crate differs, the item's documentation says so.
+//! Part A); where this crate differs, the item's documentation says so. The observed quirks of
+//! A.13 that the service decides (3–5) are described in [`service`]'s documentation.
+//!
+//! A service for tests: `MemoryService::with_fake_models(Arc::new(InMemoryStore::new()),
+//! Settings::default())`; on disk, `loom_notes_sqlite::open_fake_service(dir, settings)`.
 
 pub mod chunk;
 pub mod eval;

@@ -29,6 +29,23 @@ pub fn unit(v: &[f32]) -> Vec<f32> {
     v.iter().map(|x| x / norm).collect()
 }
 
+/// The dot product of two dense vectors (over the shorter length), summed in 8 lanes so that
+/// the compiler vectorises it.
+pub fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let n = a.len().min(b.len());
+    let (a, b) = (&a[..n], &b[..n]);
+    let mut lanes = [0f32; 8];
+    let (a8, b8) = (a.chunks_exact(8), b.chunks_exact(8));
+    let (ra, rb) = (a8.remainder(), b8.remainder());
+    for (x, y) in a8.zip(b8) {
+        for i in 0..8 {
+            lanes[i] += x[i] * y[i];
+        }
+    }
+    let tail: f32 = ra.iter().zip(rb).map(|(x, y)| x * y).sum();
+    lanes.iter().sum::<f32>() + tail
+}
+
 /// The dot product of two sparse vectors with ascending indices; `None` when they share no index.
 pub fn sparse_dot(a: &SparseVector, b: &SparseVector) -> Option<f32> {
     let (mut i, mut j) = (0, 0);
@@ -214,6 +231,15 @@ mod tests {
         let empty = SparseVector::default();
         assert!(sparse_top(&rows, &empty, &ChunkFilter::default(), 10).is_empty());
         assert_eq!(sparse_dot(&rows[1].sparse, &query), None);
+    }
+
+    #[test]
+    fn dense_dot_covers_lanes_and_tail() {
+        let a: Vec<f32> = (1..=19).map(|x| x as f32).collect();
+        let b = vec![1.0; 19];
+        assert_eq!(dot(&a, &b), 190.0);
+        assert_eq!(dot(&a[..3], &b), 6.0);
+        assert_eq!(dot(&[], &b), 0.0);
     }
 
     #[test]
