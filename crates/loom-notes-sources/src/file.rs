@@ -153,6 +153,8 @@ impl FileAccess {
     /// the first `# heading` line anywhere in it (else the file stem), the source the
     /// resolved absolute path.
     ///
+    /// Blocking file I/O: async callers run it with `tokio::task::spawn_blocking`.
+    ///
     /// # Errors
     /// Any refusal of [`check`](Self::check), then [`SourceError::FileNotFound`],
     /// [`SourceError::NotRegularFile`], [`SourceError::FileTooLarge`],

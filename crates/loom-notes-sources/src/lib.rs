@@ -13,6 +13,12 @@
 //!   and a size limit, and only when it is HTML or XML; [`extract_from_html`] turns it into a
 //!   title and markdown text.
 //!
+//! Where this crate differs from the Python version (all deliberate, each documented on
+//! its item): messages are in English; the SSRF check and the connection use the same
+//! addresses (no rebinding window) and the public-address table is stricter on three
+//! addresses; files are size-capped, opened without blocking or following a final link, and
+//! a path that is not a regular file has its own error; a page nested too deeply is refused.
+//!
 //! Every refusal is a [`SourceError`] variant: callers match the kind, and its message names
 //! the rule and the offending value.
 //!

@@ -224,6 +224,21 @@ async fn server() -> u16 {
             }),
         )
         .route(
+            "/stalling-body",
+            get(|| async {
+                let first = futures_util::stream::iter([Ok::<_, io::Error>(
+                    b"<html><body><p>start".to_vec(),
+                )]);
+                let stall = futures_util::stream::once(async {
+                    tokio::time::sleep(Duration::from_secs(5)).await;
+                    Ok::<_, io::Error>(b"end</p></body></html>".to_vec())
+                });
+                html(Body::from_stream(futures_util::StreamExt::chain(
+                    first, stall,
+                )))
+            }),
+        )
+        .route(
             "/latin1",
             get(|| async {
                 let mut body = b"<html><body><h1>Caf".to_vec();

@@ -178,6 +178,23 @@ fn a_page_nested_too_deep_is_refused_before_parsing() {
         "</div>".repeat(MAX_HTML_DEPTH - 4)
     );
     assert_eq!(extract_from_html(&html, "u").unwrap().text, "**ok**");
+    // Nested lists: the uncounted `li` doubles the real depth (about 1 000 levels), which the
+    // recursive converter handles on its own large stack.
+    let levels = MAX_HTML_DEPTH - 10;
+    let html = format!(
+        "<body>{}leaf{}</body>",
+        "<ul><li>".repeat(levels),
+        "</li></ul>".repeat(levels)
+    );
+    let start = std::time::Instant::now();
+    let text = extract_from_html(&html, "u").unwrap().text;
+    assert!(text.starts_with("- - - "), "{}", &text[..20]);
+    assert!(text.ends_with("leaf"));
+    assert!(
+        start.elapsed() < std::time::Duration::from_secs(30),
+        "{:?}",
+        start.elapsed()
+    );
 }
 
 #[test]
