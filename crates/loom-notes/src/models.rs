@@ -56,7 +56,6 @@ fn real(settings: &Settings) -> anyhow::Result<(Arc<dyn Embedder>, Arc<dyn Reran
                 "warning: {RERANKER_DIR} is not set: search results are reranked by the FAKE \
                  reranker (the share of query words a passage contains), not by a cross-encoder"
             );
-            tracing::warn!("no reranker directory: the fake reranker is used");
             Arc::new(FakeReranker::new())
         }
     };
