@@ -452,6 +452,8 @@ fn a_store_indexed_with_another_model_is_refused_until_reindexed() {
             .failed(1),
         expected
     );
+    // The server does not start on it either.
+    assert!(notes.run(&["serve"]).failed(1).ends_with(expected));
 
     assert_eq!(notes.run(&["reindex"]).ok(), "1 document(s) reindexed\n");
     assert!(notes.run(&["search", "qdrant"]).ok().contains(&doc_id));
