@@ -13,6 +13,10 @@
 //! [`FetchOptions::max_bytes`] of decompressed content: the page is then returned cut, with a
 //! line saying so. HTML becomes markdown; other text types come back as they are; anything
 //! else is refused (rule `text-only`). The result starts with the final URL and the title.
+//!
+//! When the call carries the W3C `traceparent` of its span ([`loom_core::tool::ToolContext`],
+//! given when traces are exported), every request of the call (the first and each redirect hop)
+//! sends it as the `traceparent` HTTP header, so the fetched site's own traces join the run's.
 
 use std::{
     collections::HashMap,
@@ -117,12 +121,18 @@ pub fn fetch_page(options: FetchOptions) -> FnTool {
         },
     };
     let options = Arc::new(options);
-    FnTool::new(spec, move |_ctx, arguments| {
+    FnTool::new(spec, move |ctx, arguments| {
         let options = options.clone();
+        // A value that is not a valid header (never the engine's) is not sent.
+        let trace = ctx
+            .traceparent
+            .as_deref()
+            .and_then(|t| header::HeaderValue::from_str(t).ok());
         Box::pin(async move {
             let args: Args = serde_json::from_value(arguments)
                 .map_err(|error| ToolError::new(format!("invalid arguments: {error}")))?;
-            let result = tokio::time::timeout(options.timeout, fetch(&options, &args.url)).await;
+            let result =
+                tokio::time::timeout(options.timeout, fetch(&options, &args.url, trace)).await;
             let result = result.unwrap_or_else(|_| {
                 Err(ToolError::new(format!(
                     "'{}' did not load within {} s",
@@ -138,7 +148,14 @@ pub fn fetch_page(options: FetchOptions) -> FnTool {
     })
 }
 
-async fn fetch(options: &FetchOptions, raw: &str) -> Result<ToolOutput, ToolError> {
+/// The header carrying the W3C trace context.
+const TRACEPARENT: &str = "traceparent";
+
+async fn fetch(
+    options: &FetchOptions,
+    raw: &str,
+    trace: Option<header::HeaderValue>,
+) -> Result<ToolOutput, ToolError> {
     let mut url = Url::parse(raw.trim())
         .map_err(|error| ToolError::new(format!("'{raw}' is not a valid URL: {error}")))?;
     let pins = Arc::new(PinnedResolver::default());
@@ -147,12 +164,14 @@ async fn fetch(options: &FetchOptions, raw: &str) -> Result<ToolOutput, ToolErro
     loop {
         check_and_pin(options, &url, &pins).await?;
         tracing::debug!(%url, "fetch_page request");
-        let response = client
-            .get(url.clone())
-            .header(
-                header::ACCEPT,
-                "text/html,application/xhtml+xml,text/*;q=0.9,*/*;q=0.5",
-            )
+        let mut request = client.get(url.clone()).header(
+            header::ACCEPT,
+            "text/html,application/xhtml+xml,text/*;q=0.9,*/*;q=0.5",
+        );
+        if let Some(trace) = &trace {
+            request = request.header(TRACEPARENT, trace.clone());
+        }
+        let response = request
             .send()
             .await
             .map_err(|error| request_failed(&url, &error))?;

@@ -104,10 +104,12 @@ impl Reply {
 
 type Routes = Arc<dyn Fn(&str) -> Reply + Send + Sync>;
 
-/// A tiny HTTP/1.1 server on 127.0.0.1:0; it records the paths it was asked for.
+/// A tiny HTTP/1.1 server on 127.0.0.1:0; it records the paths it was asked for, and the
+/// `traceparent` header of each request.
 struct Server {
     address: SocketAddr,
     hits: Arc<Mutex<Vec<String>>>,
+    traces: Arc<Mutex<Vec<Option<String>>>>,
 }
 
 impl Server {
@@ -116,11 +118,14 @@ impl Server {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let address = listener.local_addr().unwrap();
         let hits = Arc::new(Mutex::new(Vec::new()));
+        let traces = Arc::new(Mutex::new(Vec::new()));
         let recorded = hits.clone();
+        let traced = traces.clone();
         tokio::spawn(async move {
             while let Ok((mut stream, _)) = listener.accept().await {
                 let routes = routes.clone();
                 let hits = recorded.clone();
+                let traces = traced.clone();
                 tokio::spawn(async move {
                     let mut request = Vec::new();
                     let mut buffer = [0u8; 1024];
@@ -133,6 +138,12 @@ impl Server {
                     let head = String::from_utf8_lossy(&request).into_owned();
                     let path = head.split_whitespace().nth(1).unwrap_or("/").to_owned();
                     hits.lock().unwrap().push(path.clone());
+                    let trace = head.lines().find_map(|line| {
+                        let (name, value) = line.split_once(':')?;
+                        name.eq_ignore_ascii_case("traceparent")
+                            .then(|| value.trim().to_owned())
+                    });
+                    traces.lock().unwrap().push(trace);
                     if path == "/slow" {
                         tokio::time::sleep(Duration::from_secs(5)).await;
                     }
@@ -151,7 +162,15 @@ impl Server {
                 });
             }
         });
-        Server { address, hits }
+        Server {
+            address,
+            hits,
+            traces,
+        }
+    }
+
+    fn traces(&self) -> Vec<Option<String>> {
+        self.traces.lock().unwrap().clone()
     }
 
     fn port(&self) -> u16 {
@@ -467,4 +486,34 @@ async fn the_whole_call_has_a_time_limit() {
         "{}",
         error.message
     );
+}
+
+/// The call's W3C `traceparent` goes with every request of the call, redirect hops included;
+/// a call without one sends none.
+#[tokio::test]
+async fn the_calls_traceparent_is_sent_as_an_http_header() {
+    let server = Server::start(site).await;
+    let resolver = TestResolver::new(&[("site.test", &["127.0.0.1"])]);
+    let tool = fetch_page(FetchOptions {
+        allow_private: true,
+        ..options(&resolver)
+    });
+    let traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let traced = ToolContext {
+        traceparent: Some(traceparent.into()),
+        ..ctx()
+    };
+    let url = format!("http://site.test:{}/hop", server.port());
+    let page = tool.call(traced, json!({ "url": url })).await.unwrap();
+    assert!(page.visible_text().contains("Fetched"));
+    assert_eq!(server.hits(), vec!["/hop", "/page"]);
+    assert_eq!(
+        server.traces(),
+        vec![Some(traceparent.to_owned()), Some(traceparent.to_owned())]
+    );
+
+    fetch(&tool, &format!("http://site.test:{}/page", server.port()))
+        .await
+        .unwrap();
+    assert_eq!(server.traces().last(), Some(&None));
 }

@@ -1,8 +1,10 @@
 //! Evaluations through the binaries (`loom eval`): a suite with a passing and a failing case
 //! (exit 1, the failing expectation named), the `--json` shape, `--case` selection, `--export`
 //! replayed by `loom replay --journal`, the `relance` example's irreversible tool answered by a
-//! double or refused without one (its file never written), the example suite of `devis`, and a
-//! malformed suite (exit 2 with its location).
+//! double or refused without one (its file never written), the example suite of `devis`, a
+//! malformed suite (exit 2 with its location), `repeat` (each run scored, each case aggregated),
+//! `expect.fields` and `expect.state`, cases that `replay` a recorded conversation (from the
+//! journal and from an exported file) under two variants, and a binary (PNG) attachment.
 
 // Helpers outside #[test] functions unwrap too: a panic there is a failed test.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -481,4 +483,493 @@ cases:
     );
     assert!(stdout.contains("some runs could not be played"), "{stdout}");
     no_journal_written(dir.path());
+}
+
+/// `stateful_with`'s project, its agent `suivi` answering the same way every time.
+#[test]
+fn a_repeated_case_is_scored_per_run_and_aggregated() {
+    let dir = stateful_with(
+        r#"version: 1
+name: repete
+agent: suivi
+repeat: 3
+cases:
+  - name: bon
+    input: "Bonjour"
+    expect: {contains: ["dossier"]}
+  - name: mauvais
+    input: "Bonjour"
+    repeat: 2
+    expect: {contains: ["absent"]}
+"#,
+    );
+    let out = run_in(
+        &loom_bin(),
+        dir.path(),
+        &["eval", "suite.yaml", "--json", "--export", "out"],
+    );
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}{}", text(&out.stderr));
+    let report: Value = serde_json::from_str(&stdout).unwrap();
+    let runs = report["runs"].as_array().unwrap();
+    let attempts: Vec<(&str, u64, bool)> = runs
+        .iter()
+        .map(|r| {
+            (
+                r["case"].as_str().unwrap(),
+                r["attempt"].as_u64().unwrap(),
+                r["passed"].as_bool().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        attempts,
+        vec![
+            ("bon", 1, true),
+            ("bon", 2, true),
+            ("bon", 3, true),
+            ("mauvais", 1, false),
+            ("mauvais", 2, false)
+        ]
+    );
+    assert!(runs.iter().all(|r| r["input_tokens"].as_u64().unwrap() > 0
+        && r["output_tokens"].as_u64().unwrap() > 0
+        && r["latency_ms"].as_i64().unwrap() >= 0));
+    assert_eq!(
+        (report["passed"].clone(), report["failed"].clone()),
+        (3.into(), 2.into())
+    );
+    let summary = report["summary"].as_array().unwrap();
+    assert_eq!(summary.len(), 2, "{stdout}");
+    let bon = &summary[0];
+    assert_eq!(
+        (bon["case"].as_str(), bon["variant"].as_str()),
+        (Some("bon"), Some("base"))
+    );
+    assert_eq!(
+        (bon["runs"].as_u64(), bon["passed"].as_u64()),
+        (Some(3), Some(3))
+    );
+    assert_eq!(bon["pass_rate"].as_f64(), Some(1.0));
+    let mean = |key: &str| {
+        let total: f64 = runs[..3].iter().map(|r| r[key].as_f64().unwrap()).sum();
+        total / 3.0
+    };
+    for key in ["cost_usd", "input_tokens", "output_tokens", "latency_ms"] {
+        let got = bon[format!("mean_{key}")].as_f64().unwrap();
+        assert!(
+            (got - mean(key)).abs() < 1e-9,
+            "mean_{key}: {got} ≠ {}",
+            mean(key)
+        );
+    }
+    assert!(bon["mean_cost_usd"].as_f64().unwrap() > 0.0);
+    let mauvais = &summary[1];
+    assert_eq!(
+        (mauvais["runs"].as_u64(), mauvais["passed"].as_u64()),
+        (Some(2), Some(0))
+    );
+    assert_eq!(mauvais["pass_rate"].as_f64(), Some(0.0));
+    for n in 1..=3 {
+        assert!(
+            dir.path()
+                .join(format!("out/base--bon--{n}.jsonl"))
+                .exists()
+        );
+    }
+    assert!(dir.path().join("out/base--mauvais--2.jsonl").exists());
+    no_journal_written(dir.path());
+
+    // The table: one line per case with its pass rate and means, each failed run under it.
+    let out = run_in(&loom_bin(), dir.path(), &["eval", "suite.yaml"]);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(
+        stdout.contains("Variant base — 1/2 case(s) passed"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("  ok       bon                      3/3 run(s) passed (100 %), mean 0.0"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("  FAILED   mauvais                  0/2 run(s) passed (0 %), mean"),
+        "{stdout}"
+    );
+    for attempt in ["attempt 1: run ", "attempt 2: run "] {
+        assert!(stdout.contains(attempt), "{stdout}");
+    }
+    assert_eq!(
+        stdout
+            .matches("✗ contains \"absent\" — not in the answer")
+            .count(),
+        2
+    );
+    assert!(
+        stdout.contains("Result     : 3/5 run(s) passed"),
+        "{stdout}"
+    );
+
+    // A repeat out of bounds is refused with its location.
+    for (from, to, at) in [
+        (
+            "repeat: 3",
+            "repeat: 0",
+            "suite.yaml:4:9 repeat: repeat 0 is not between 1 and 100",
+        ),
+        (
+            "    repeat: 2",
+            "    repeat: 1000",
+            "suite.yaml:11:13 cases[1].repeat: repeat 1000 is not between 1 and 100",
+        ),
+    ] {
+        let suite = fs::read_to_string(dir.path().join("suite.yaml")).unwrap();
+        let dir = stateful_with(&suite.replace(from, to));
+        let out = run_in(&loom_bin(), dir.path(), &["eval", "suite.yaml"]);
+        assert_eq!(out.status.code(), Some(2));
+        assert!(text(&out.stderr).contains(at), "{}", text(&out.stderr));
+        assert!(out.stdout.is_empty());
+    }
+}
+
+/// A project of the stock `loom` binary whose agent `fiche` answers a devis's card as JSON
+/// (its output contract gives `data`) after reading the time, which fills the state key `zone`;
+/// the model `fake-autre` answers another card at once.
+fn fiche_with(suite: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    fs::write(
+        dir.path().join("loom.yaml"),
+        r#"version: 1
+models:
+  - id: fake-1
+    sdk: fake
+    model: FICHE
+    pricing: {input: 3.0, output: 15.0}
+    params:
+      script:
+        - {text: "Je regarde l'heure.", tool_calls: [{name: current_datetime, arguments: {timezone: Europe/Paris}}]}
+        - {text: '{"numero": "D-2026-042", "montant_ttc": 1840.0, "lignes": [{"ref": "A-1"}]}'}
+  - id: fake-autre
+    sdk: fake
+    model: AUTRE
+    params:
+      script:
+        - {text: '{"numero": "D-2026-099", "montant_ttc": 10.0, "lignes": []}'}
+storage:
+  events: {backend: jsonl, path: data}
+telemetry:
+  logging: {level: WARN}
+agents:
+  - name: fiche
+    main: {model: fake-1}
+    tools:
+      - tool: loom.current_datetime
+    output:
+      schema:
+        type: object
+        required: [numero, montant_ttc]
+        properties:
+          numero: {type: string}
+          montant_ttc: {type: number}
+          lignes: {type: array}
+    state:
+      zone:
+        schema: {type: string}
+        from: [{tool: current_datetime, path: /timezone}]
+      client: {schema: {type: string}}
+"#,
+    )
+    .unwrap();
+    fs::write(dir.path().join("suite.yaml"), suite).unwrap();
+    dir
+}
+
+#[test]
+fn fields_of_the_output_and_the_session_state_are_expected() {
+    let dir = fiche_with(
+        r#"version: 1
+name: fiches
+agent: fiche
+cases:
+  - name: juste
+    input: "La fiche du devis 42"
+    expect:
+      fields:
+        /numero: D-2026-042
+        /montant_ttc: 1840.0
+        /lignes/0/ref: {matches: '^A-\d$'}
+        /lignes: {equals: [{ref: A-1}]}
+      state:
+        zone: Europe/Paris
+  - name: faux
+    input: "La fiche du devis 42"
+    expect:
+      fields:
+        /numero: {matches: '^F-'}
+        /absent: 1
+      state:
+        zone: {matches: '^UTC$'}
+        client: C-1
+"#,
+    );
+    let out = run_in(&loom_bin(), dir.path(), &["eval", "suite.yaml"]);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}{}", text(&out.stderr));
+    assert!(
+        stdout.contains("  ok       juste                    6/6 check(s)"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("  FAILED   faux                     1/5 check(s)"),
+        "{stdout}"
+    );
+    for failed in [
+        "✗ field /numero matches /^F-/ — found \"D-2026-042\"",
+        "✗ field /absent = 1 — no value there",
+        "✗ state zone matches /^UTC$/ — found \"Europe/Paris\"",
+        "✗ state client = \"C-1\" — not in the session state",
+    ] {
+        assert!(stdout.contains(failed), "{failed}\n{stdout}");
+    }
+
+    let out = run_in(
+        &loom_bin(),
+        dir.path(),
+        &["eval", "suite.yaml", "--json", "--case", "juste"],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let checks: Vec<&str> = report["runs"][0]["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["expectation"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        checks,
+        vec![
+            "status completed",
+            "field /lignes = [{\"ref\":\"A-1\"}]",
+            "field /lignes/0/ref matches /^A-\\d$/",
+            "field /montant_ttc = 1840.0",
+            "field /numero = \"D-2026-042\"",
+            "state zone = \"Europe/Paris\"",
+        ]
+    );
+
+    // A key that is not a JSON pointer, a pattern that is not a regular expression: refused
+    // with their location.
+    for (suite, at) in [
+        (
+            "version: 1\nname: s\nagent: fiche\ncases:\n  - name: a\n    input: x\n    expect:\n      fields: {numero: x}\n",
+            "suite.yaml:8:24 cases[0].expect.fields.numero: 'numero' is not a JSON pointer",
+        ),
+        (
+            "version: 1\nname: s\nagent: fiche\ncases:\n  - name: a\n    input: x\n    expect:\n      state: {zone: {matches: '('}}\n",
+            "suite.yaml:8:31 cases[0].expect.state.zone.matches: not a regular expression",
+        ),
+    ] {
+        fs::write(dir.path().join("suite.yaml"), suite).unwrap();
+        let out = run_in(&loom_bin(), dir.path(), &["eval", "suite.yaml"]);
+        assert_eq!(out.status.code(), Some(2));
+        assert!(text(&out.stderr).contains(at), "{}", text(&out.stderr));
+    }
+}
+
+#[test]
+fn a_case_replays_a_recorded_conversation_under_each_variant() {
+    let dir = fiche_with(
+        r#"version: 1
+name: rejeu
+agent: fiche
+variants:
+  - name: base
+  - name: autre
+    model: fake-autre
+cases:
+  - name: du-journal
+    replay: r-1
+    expect:
+      fields: {/numero: D-2026-042}
+      state: {zone: Europe/Paris}
+  - name: du-fichier
+    replay: conv.jsonl
+    expect:
+      fields: {/numero: D-2026-042}
+      called: [current_datetime]
+"#,
+    );
+    let run = run_in(
+        &loom_bin(),
+        dir.path(),
+        &["run", "fiche", "La fiche du devis 42", "--run-id", "r-1"],
+    );
+    assert!(run.status.success(), "{}", text(&run.stderr));
+    let export = run_in(
+        &loom_bin(),
+        dir.path(),
+        &["replay", "r-1", "--export", "conv.jsonl"],
+    );
+    assert!(export.status.success(), "{}", text(&export.stderr));
+
+    let out = run_in(&loom_bin(), dir.path(), &["eval", "suite.yaml", "--json"]);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}{}", text(&out.stderr));
+    let report: Value = serde_json::from_str(&stdout).unwrap();
+    let shown = report.to_string();
+    let run = |variant: &str, case: &str| -> Value {
+        report["runs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["variant"] == variant && r["case"] == case)
+            .cloned()
+            .unwrap_or_else(|| panic!("no {variant}/{case} in {shown}"))
+    };
+    // Under the base variant the conversation is the recorded one: same answer, the tool's
+    // result served from the journal (so the state it filled).
+    for case in ["du-journal", "du-fichier"] {
+        let base = run("base", case);
+        assert_eq!(base["passed"], true, "{case}: {shown}");
+        assert_eq!(base["run_id"], "r-1");
+        assert!(base["text"].as_str().unwrap().contains("D-2026-042"));
+    }
+    // Under `autre`, its model answers the same question otherwise, and the case fails.
+    for case in ["du-journal", "du-fichier"] {
+        let autre = run("autre", case);
+        assert_eq!(autre["passed"], false, "{case}: {shown}");
+        assert!(
+            autre["text"].as_str().unwrap().contains("D-2026-099"),
+            "{shown}"
+        );
+        let failed: Vec<&str> = autre["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|c| c["passed"] == false)
+            .map(|c| c["expectation"].as_str().unwrap())
+            .collect();
+        assert!(
+            failed.contains(&"field /numero = \"D-2026-042\""),
+            "{shown}"
+        );
+    }
+
+    // What cannot be replayed is refused before any run, with its location.
+    for (from, to, at) in [
+        (
+            "replay: r-1",
+            "replay: r-absent",
+            "suite.yaml:10:13 cases[0].replay: 'r-absent' is neither a journal file next to the suite nor a run of tenant 'default'",
+        ),
+        (
+            "replay: conv.jsonl",
+            "replay: absent.jsonl",
+            "suite.yaml:15:13 cases[1].replay: ",
+        ),
+        (
+            "    replay: r-1\n",
+            "    replay: r-1\n    input: Bonjour\n",
+            "suite.yaml:10:13 cases[0].replay: a case replays a recorded conversation or sends an `input`, not both",
+        ),
+        (
+            "    replay: r-1\n",
+            "",
+            "suite.yaml:9:5 cases[0]: a case needs an `input` message or a conversation to `replay`",
+        ),
+    ] {
+        let suite = fs::read_to_string(dir.path().join("suite.yaml")).unwrap();
+        fs::write(dir.path().join("bad.yaml"), suite.replace(from, to)).unwrap();
+        let out = run_in(&loom_bin(), dir.path(), &["eval", "bad.yaml"]);
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        assert!(
+            stderr.contains(&at.replace("suite.yaml", "bad.yaml")),
+            "{stderr}"
+        );
+    }
+}
+
+/// A 1×1 PNG, to attach.
+const PNG: &[u8] = &[
+    0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a, 0x00, 0x00, 0x00, 0x0d, 0x49, 0x48, 0x44, 0x52,
+    0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x01, 0x08, 0x06, 0x00, 0x00, 0x00, 0x1f, 0x15, 0xc4,
+    0x89, 0x00, 0x00, 0x00, 0x0d, 0x49, 0x44, 0x41, 0x54, 0x78, 0x9c, 0x63, 0xf8, 0xcf, 0xc0, 0xf0,
+    0x1f, 0x00, 0x05, 0x00, 0x01, 0xff, 0x89, 0x99, 0x3d, 0x1d, 0x00, 0x00, 0x00, 0x00, 0x49, 0x45,
+    0x4e, 0x44, 0xae, 0x42, 0x60, 0x82,
+];
+
+#[test]
+fn a_binary_attachment_goes_with_its_case_message() {
+    let dir = stateful_with(
+        r#"version: 1
+name: pieces
+agent: suivi
+cases:
+  - name: plan
+    input: "Voici le plan"
+    attachments: [files/plan.png]
+    expect: {contains: ["dossier"]}
+  - name: plan-faux
+    input: "Voici le plan"
+    attachments: [files/plan.png]
+    expect: {contains: ["cuisine"]}
+"#,
+    );
+    fs::create_dir(dir.path().join("files")).unwrap();
+    fs::write(dir.path().join("files/plan.png"), PNG).unwrap();
+    let out = run_in(
+        &loom_bin(),
+        dir.path(),
+        &["eval", "suite.yaml", "--export", "out"],
+    );
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}{}", text(&out.stderr));
+    assert!(stdout.contains("  ok       plan "), "{stdout}");
+    assert!(stdout.contains("  FAILED   plan-faux "), "{stdout}");
+    for case in ["plan", "plan-faux"] {
+        let journal: Vec<Value> =
+            fs::read_to_string(dir.path().join(format!("out/base--{case}.jsonl")))
+                .unwrap()
+                .lines()
+                .map(|l| serde_json::from_str(l).unwrap())
+                .collect();
+        let stored: Vec<&Value> = journal
+            .iter()
+            .filter(|e| e["type"] == "artifact.stored")
+            .map(|e| &e["payload"])
+            .collect();
+        assert_eq!(stored.len(), 1, "{journal:?}");
+        assert_eq!(stored[0]["origin"], "attachment");
+        assert_eq!(stored[0]["media_type"], "image/png");
+        assert_eq!(stored[0]["name"], "plan.png");
+        assert_eq!(stored[0]["size"], PNG.len());
+        let uri = stored[0]["uri"].as_str().unwrap();
+        let message = journal
+            .iter()
+            .find(|e| e["type"] == "message.user")
+            .unwrap();
+        assert!(message.to_string().contains(uri), "{message}");
+    }
+    no_journal_written(dir.path());
+
+    // Bytes that are not the image their name says, a missing file: refused before any run.
+    fs::write(dir.path().join("files/plan.png"), b"not a png at all").unwrap();
+    let out = run_in(&loom_bin(), dir.path(), &["eval", "suite.yaml"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr)
+            .contains("suite.yaml:7:19 cases[0].attachments[0]: request refused: attachment 'plan.png' is declared image/png"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(out.stdout.is_empty());
+    fs::remove_file(dir.path().join("files/plan.png")).unwrap();
+    let out = run_in(&loom_bin(), dir.path(), &["eval", "suite.yaml"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("suite.yaml:7:19 cases[0].attachments[0]: "),
+        "{}",
+        text(&out.stderr)
+    );
 }

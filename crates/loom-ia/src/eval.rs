@@ -3,13 +3,30 @@
 //!
 //! This module holds what does no IO beyond reading the suite file: the suite format
 //! ([`SuiteSpec`]), its loading with located errors ([`Suite::load`], [`Suite::from_yaml`]), the
-//! compiled expectations and their scoring over a run's events ([`Suite::score`]), and the report
-//! ([`EvalReport`]). Running the cases is `loom/eval.rs`.
+//! compiled expectations and their scoring over a run's events ([`Suite::score`], in
+//! `eval/score.rs`), and the report ([`EvalReport`], its per-case aggregates [`CaseSummary`], in
+//! `eval/report.rs`). Running the cases is `loom/eval.rs`.
 //!
-//! The format follows the reference's (`version`, `name`, `agent`, `tenant`, `max_cost_usd`,
-//! `doubles`, `judge`, `variants`, `cases` with `input`, `state`, `expect` and `criteria`), with
-//! `expect.schema` (a JSON Schema of the output) and `expect.max_cost_usd` added, `attachments`
-//! per case, and a variant's `model`, `system` and `params` applied to the agent's main slot.
+//! The format follows the reference's (`version`, `name`, `agent`, `tenant`, `repeat`,
+//! `max_cost_usd`, `doubles`, `judge`, `variants`, `cases` with `input` or `replay`, `repeat`,
+//! `state`, `expect` and `criteria`; `expect` with `status`, `contains`, `not_contains`,
+//! `matches`, `fields`, `called`, `not_called` and `state`), with `expect.schema` (a JSON Schema
+//! of the output) and `expect.max_cost_usd` added, `attachments` per case, and a variant's
+//! `model`, `system` and `params` applied to the agent's main slot.
+//!
+//! - `repeat: N` (the suite's, or a case's own) runs each case N times under each variant: every
+//!   run is scored on its own, and the report aggregates them per case (pass rate, mean cost,
+//!   tokens and latency); a case passes when all its runs pass.
+//! - `replay: FILE-OR-RUN` takes a case's conversation from a recorded journal instead of an
+//!   `input` message: an exported JSONL file (relative to the suite; its last closed root run),
+//!   or the id of a run of the configuration's journal. It is re-driven as a variant replay
+//!   (`loom_engine::replay::variant`): the variant's model (every call made for real when the
+//!   variant names one), tools answered from the journal, else by the suite's doubles.
+//! - `expect.fields` maps JSON pointers (RFC 6901) of the structured output (its data, else its
+//!   text read as JSON) to what they must hold; `expect.state` maps session-state keys to what
+//!   they must hold once the run ended. Either is a value (equal), or `{matches: REGEX}` (the
+//!   value's text — a string's own, else its compact JSON — matches), or `{equals: VALUE}` to
+//!   compare with a value that would read as one of these forms.
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -17,11 +34,19 @@ use std::{
 };
 
 use loom_config::{ConfigError, ConfigErrorKind, YamlDocument};
-use loom_core::{Event, Payload, tool::ToolKind};
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use crate::LoomError;
+
+mod report;
+mod score;
+
+pub use report::{CaseSummary, EvalReport, EvalRun};
+pub use score::{CallSeen, Check, Outcome, subset};
+
+/// Most runs of one case under one variant (`repeat`).
+pub const MAX_REPEAT: u32 = 100;
 
 /// The name of the judge an evaluation adds to the agent to score a case's `criteria`
 /// (`judge.evaluated` with `judge: eval`, model slot `judge:eval`).
@@ -43,6 +68,10 @@ pub struct SuiteSpec {
     /// The tenant the runs belong to (default `default`).
     #[serde(default)]
     pub tenant: Option<String>,
+    /// Runs of each case under each variant, unless a case sets its own (default 1, at most
+    /// [`MAX_REPEAT`]).
+    #[serde(default)]
+    pub repeat: Option<u32>,
     /// Cost ceiling of every run, in dollars, unless a case sets its own
     /// (`expect.max_cost_usd`); the eval judge's cost is not counted.
     #[serde(default)]
@@ -95,12 +124,21 @@ pub struct VariantSpec {
 pub struct CaseSpec {
     /// Name (`^[A-Za-z0-9_.-]{1,64}$`).
     pub name: String,
-    /// The user's message.
-    pub input: String,
-    /// Files attached to the message, relative to the suite file.
+    /// The user's message (exactly one of `input` and `replay`).
+    #[serde(default)]
+    pub input: Option<String>,
+    /// The conversation to replay instead of a message: an exported JSONL journal, relative to
+    /// the suite file (its last closed root run), or the id of a run of the configuration's
+    /// journal.
+    #[serde(default)]
+    pub replay: Option<String>,
+    /// Runs of this case under each variant (else the suite's `repeat`).
+    #[serde(default)]
+    pub repeat: Option<u32>,
+    /// Files attached to the message, relative to the suite file (not with `replay`).
     #[serde(default)]
     pub attachments: Vec<PathBuf>,
-    /// The session state the run opens with.
+    /// The session state the run opens with (not with `replay`: the recorded run's is used).
     #[serde(default)]
     pub state: Map<String, Value>,
     /// The expectations.
@@ -130,15 +168,50 @@ pub struct ExpectSpec {
     /// A JSON Schema the output must satisfy: its structured data, else its text read as JSON.
     #[serde(default)]
     pub schema: Option<Value>,
+    /// What the output (its structured data, else its text read as JSON) holds at each JSON
+    /// pointer.
+    #[serde(default)]
+    pub fields: BTreeMap<String, ValueExpect>,
     /// Tools that must be called, by name or with arguments (a subset match).
     #[serde(default)]
     pub called: Vec<CalledSpec>,
     /// Tools that must not be called.
     #[serde(default)]
     pub not_called: Vec<String>,
+    /// What the session state holds at each key once the run ended.
+    #[serde(default)]
+    pub state: BTreeMap<String, ValueExpect>,
     /// Cost ceiling of the run, in dollars (else the suite's).
     #[serde(default)]
     pub max_cost_usd: Option<f64>,
+}
+
+/// What a field of the output or a key of the session state must hold.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(from = "Value")]
+pub enum ValueExpect {
+    /// This value (`{equals: VALUE}`, or any value that is not one of the other forms).
+    Equals(Value),
+    /// A value whose text (a string's own, any other value's compact JSON) matches this regular
+    /// expression (`{matches: REGEX}`).
+    Matches(String),
+}
+
+impl From<Value> for ValueExpect {
+    fn from(value: Value) -> ValueExpect {
+        if let Value::Object(map) = &value
+            && map.len() == 1
+        {
+            match map.iter().next() {
+                Some((key, Value::String(regex))) if key == "matches" => {
+                    return ValueExpect::Matches(regex.clone());
+                }
+                Some((key, inner)) if key == "equals" => return ValueExpect::Equals(inner.clone()),
+                _ => {}
+            }
+        }
+        ValueExpect::Equals(value)
+    }
 }
 
 /// A tool the run must call.
@@ -199,6 +272,24 @@ pub struct Suite {
 struct Compiled {
     matches: Vec<regex::Regex>,
     schema: Option<std::sync::Arc<loom_schema::Validator>>,
+    /// `expect.fields`, by JSON pointer.
+    fields: Vec<(String, Matcher)>,
+    /// `expect.state`, by key.
+    state: Vec<(String, Matcher)>,
+}
+
+/// A [`ValueExpect`], its regular expression compiled.
+#[derive(Debug, Clone)]
+enum Matcher {
+    Equals(Value),
+    Matches(regex::Regex),
+}
+
+/// A regular expression of the suite, its size bounded.
+fn regex(pattern: &str) -> Result<regex::Regex, regex::Error> {
+    regex::RegexBuilder::new(pattern)
+        .size_limit(1 << 20)
+        .build()
 }
 
 /// Whether `name` is a valid case or variant name.
@@ -246,6 +337,14 @@ impl Suite {
             _ => Ok(()),
         };
         cost("max_cost_usd", spec.max_cost_usd)?;
+        let repeat = |key: &str, value: Option<u32>| match value {
+            Some(n) if !(1..=MAX_REPEAT).contains(&n) => Err(invalid(
+                key,
+                format!("repeat {n} is not between 1 and {MAX_REPEAT}"),
+            )),
+            _ => Ok(()),
+        };
+        repeat("repeat", spec.repeat)?;
         let mut seen = BTreeSet::new();
         for (index, variant) in spec.variants.iter().enumerate() {
             check_name(&variant.name, &mut seen, "variant")
@@ -257,6 +356,8 @@ impl Suite {
             let at = format!("cases[{index}]");
             check_name(&case.name, &mut seen, "case")
                 .map_err(|m| invalid(&format!("{at}.name"), m))?;
+            repeat(&format!("{at}.repeat"), case.repeat)?;
+            check_source(case).map_err(|(key, m)| invalid(&format!("{at}{key}"), m))?;
             cost(
                 &format!("{at}.expect.max_cost_usd"),
                 case.expect.max_cost_usd,
@@ -286,15 +387,12 @@ impl Suite {
                 .iter()
                 .enumerate()
                 .map(|(m, pattern)| {
-                    regex::RegexBuilder::new(pattern)
-                        .size_limit(1 << 20)
-                        .build()
-                        .map_err(|e| {
-                            invalid(
-                                &format!("{at}.expect.matches[{m}]"),
-                                format!("not a regular expression: {e}"),
-                            )
-                        })
+                    regex(pattern).map_err(|e| {
+                        invalid(
+                            &format!("{at}.expect.matches[{m}]"),
+                            format!("not a regular expression: {e}"),
+                        )
+                    })
                 })
                 .collect::<Result<Vec<_>, _>>()?;
             let schema = match &case.expect.schema {
@@ -308,7 +406,22 @@ impl Suite {
                 )?)),
                 None => None,
             };
-            compiled.push(Compiled { matches, schema });
+            let fields = matchers(&case.expect.fields, |pointer| {
+                (pointer.is_empty() || pointer.starts_with('/'))
+                    .then_some(())
+                    .ok_or_else(|| {
+                        format!("'{pointer}' is not a JSON pointer (empty, or starting with '/')")
+                    })
+            })
+            .map_err(|(key, m)| invalid(&format!("{at}.expect.fields.{key}"), m))?;
+            let state = matchers(&case.expect.state, |_| Ok(()))
+                .map_err(|(key, m)| invalid(&format!("{at}.expect.state.{key}"), m))?;
+            compiled.push(Compiled {
+                matches,
+                schema,
+                fields,
+                state,
+            });
         }
         Ok(Suite {
             spec,
@@ -316,6 +429,16 @@ impl Suite {
             doc,
             compiled,
         })
+    }
+
+    /// How many times case `index` runs under each variant.
+    pub fn repeat(&self, index: usize) -> u32 {
+        self.spec
+            .cases
+            .get(index)
+            .and_then(|c| c.repeat)
+            .or(self.spec.repeat)
+            .unwrap_or(1)
     }
 
     /// An error located at `key_path` of the suite file.
@@ -380,10 +503,62 @@ impl Suite {
     /// Scores case `index` against what its run showed: one [`Check`] per expectation.
     pub fn score(&self, index: usize, outcome: &Outcome) -> Vec<Check> {
         match (self.spec.cases.get(index), self.compiled.get(index)) {
-            (Some(case), Some(compiled)) => score(case, compiled, self.spec.max_cost_usd, outcome),
+            (Some(case), Some(compiled)) => {
+                score::score(case, compiled, self.spec.max_cost_usd, outcome)
+            }
             _ => Vec::new(),
         }
     }
+}
+
+/// Why a case's source is wrong (the key under the case, and the message): it needs exactly
+/// one of `input` and `replay`, and a replayed conversation takes neither attachments nor state.
+fn check_source(case: &CaseSpec) -> Result<(), (&'static str, String)> {
+    match (&case.input, &case.replay) {
+        (None, None) => Err((
+            "",
+            "a case needs an `input` message or a conversation to `replay`".into(),
+        )),
+        (Some(_), Some(_)) => Err((
+            ".replay",
+            "a case replays a recorded conversation or sends an `input`, not both".into(),
+        )),
+        (None, Some(replay)) if replay.trim().is_empty() => {
+            Err((".replay", "names no journal file nor run".into()))
+        }
+        (None, Some(_)) if !case.attachments.is_empty() => Err((
+            ".attachments",
+            "a replayed conversation keeps the recorded message's attachments".into(),
+        )),
+        (None, Some(_)) if !case.state.is_empty() => Err((
+            ".state",
+            "a replayed conversation opens with the recorded run's state".into(),
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// The compiled matchers of `expected` (its keys checked by `key_ok`); an error names the key.
+fn matchers(
+    expected: &BTreeMap<String, ValueExpect>,
+    key_ok: impl Fn(&str) -> Result<(), String>,
+) -> Result<Vec<(String, Matcher)>, (String, String)> {
+    expected
+        .iter()
+        .map(|(key, want)| {
+            key_ok(key).map_err(|m| (key.clone(), m))?;
+            let matcher = match want {
+                ValueExpect::Equals(value) => Matcher::Equals(value.clone()),
+                ValueExpect::Matches(pattern) => Matcher::Matches(regex(pattern).map_err(|e| {
+                    (
+                        format!("{key}.matches"),
+                        format!("not a regular expression: {e}"),
+                    )
+                })?),
+            };
+            Ok((key.clone(), matcher))
+        })
+        .collect()
 }
 
 fn check_name(name: &str, seen: &mut BTreeSet<String>, what: &str) -> Result<(), String> {
@@ -400,336 +575,6 @@ fn check_name(name: &str, seen: &mut BTreeSet<String>, what: &str) -> Result<(),
 
 fn boxed(error: ConfigError) -> LoomError {
     LoomError::Config(Box::new(error))
-}
-
-/// A tool call of a run (or of one of its sub-runs).
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct CallSeen {
-    /// The tool.
-    pub name: String,
-    /// Its arguments.
-    pub arguments: Value,
-}
-
-/// What a run showed, read from its events.
-#[derive(Debug, Clone, PartialEq, Default, Serialize)]
-pub struct Outcome {
-    /// How the run ended (`completed`, `failed`, `paused`, …).
-    pub status: String,
-    /// The answer's text.
-    pub text: String,
-    /// The answer's structured data, when there is one.
-    pub data: Option<Value>,
-    /// Tool calls of the run and its sub-runs (roles and sub-agents excluded), in order.
-    pub calls: Vec<CallSeen>,
-    /// Cost of the run's model calls, sub-runs included, the eval judge's left out.
-    pub cost_usd: f64,
-    /// Cost of the eval judge's calls.
-    pub judge_cost_usd: f64,
-    /// The eval judge's scores: (criterion, score, lowest passing score, reason).
-    pub verdict: Vec<(String, f64, f64, Option<String>)>,
-    /// Calls of side-effect tools without a double, each named with its tool (refused, never
-    /// run).
-    pub refused: Vec<String>,
-}
-
-impl Outcome {
-    /// The outcome of the run tree of `events` (the root run's status, text and data given by
-    /// its fold), with `refused` the side-effect calls refused for want of a double (the
-    /// evaluation doubles' misses).
-    pub fn from_events(
-        result: &crate::RunResult,
-        events: &[Event],
-        refused: Vec<String>,
-    ) -> Outcome {
-        let mut outcome = Outcome {
-            status: result.status.as_str().to_owned(),
-            text: result.text.clone(),
-            data: result.data.clone(),
-            refused,
-            ..Outcome::default()
-        };
-        for event in events {
-            let judged = event.role.as_deref() == Some("judge:eval");
-            match &event.payload {
-                Payload::ToolCalled(call)
-                    if !matches!(call.tool_kind, ToolKind::Role | ToolKind::Agent) =>
-                {
-                    outcome.calls.push(CallSeen {
-                        name: call.tool_name.clone(),
-                        arguments: call.arguments.clone(),
-                    });
-                }
-                Payload::ModelResponded(answer) if judged => {
-                    outcome.judge_cost_usd += answer.cost_usd;
-                }
-                Payload::ModelResponded(answer) => outcome.cost_usd += answer.cost_usd,
-                Payload::ModelRetried(retry) if judged => {
-                    outcome.judge_cost_usd += retry.cost_usd;
-                }
-                Payload::ModelRetried(retry) => outcome.cost_usd += retry.cost_usd,
-                Payload::JudgeEvaluated(judged) if judged.judge == EVAL_JUDGE => {
-                    // The last verdict counts (a run judged again after a repair).
-                    outcome.verdict = judged
-                        .criteria
-                        .iter()
-                        .map(|c| (c.name.clone(), c.score, c.min_score, c.reason.clone()))
-                        .collect();
-                }
-                _ => {}
-            }
-        }
-        outcome
-    }
-}
-
-/// One expectation, scored.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Check {
-    /// The expectation, as written (`contains "87"`, `called prix_ttc {…}`).
-    pub expectation: String,
-    /// Whether it holds.
-    pub passed: bool,
-    /// What was found instead, when it does not.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub detail: Option<String>,
-}
-
-impl Check {
-    fn new(expectation: String, passed: bool, detail: impl FnOnce() -> String) -> Check {
-        Check {
-            expectation,
-            detail: (!passed).then(detail),
-            passed,
-        }
-    }
-}
-
-/// Whether every key of `want` is in `got` with the same value (objects recursively; arrays
-/// and scalars compared whole).
-pub fn subset(want: &Value, got: &Value) -> bool {
-    match (want, got) {
-        (Value::Object(want), Value::Object(got)) => want
-            .iter()
-            .all(|(key, value)| got.get(key).is_some_and(|g| subset(value, g))),
-        _ => want == got,
-    }
-}
-
-/// Scores `case` on `outcome`: one [`Check`] per expectation, in the order of the format
-/// (status, contains, not_contains, matches, schema, called, not_called, cost, criteria), and
-/// first one failed check per side-effect call refused for want of a double.
-fn score(
-    case: &CaseSpec,
-    compiled: &Compiled,
-    suite_ceiling: Option<f64>,
-    outcome: &Outcome,
-) -> Vec<Check> {
-    let expect = &case.expect;
-    let mut checks = Vec::new();
-    for refused in &outcome.refused {
-        checks.push(Check::new(
-            "side-effect tools answered by doubles".into(),
-            false,
-            || format!("{refused}: refused, never run"),
-        ));
-    }
-    let status = expect.status.as_deref().unwrap_or("completed");
-    checks.push(Check::new(
-        format!("status {status}"),
-        outcome.status == status,
-        || format!("the run ended {}", outcome.status),
-    ));
-    for text in &expect.contains {
-        checks.push(Check::new(
-            format!("contains {text:?}"),
-            outcome.text.contains(text.as_str()),
-            || "not in the answer".into(),
-        ));
-    }
-    for text in &expect.not_contains {
-        checks.push(Check::new(
-            format!("not_contains {text:?}"),
-            !outcome.text.contains(text.as_str()),
-            || "in the answer".into(),
-        ));
-    }
-    for regex in &compiled.matches {
-        checks.push(Check::new(
-            format!("matches /{}/", regex.as_str()),
-            regex.is_match(&outcome.text),
-            || "the answer does not match".into(),
-        ));
-    }
-    if let Some(validator) = &compiled.schema {
-        let value = outcome
-            .data
-            .clone()
-            .map(Ok)
-            .unwrap_or_else(|| serde_json::from_str::<Value>(outcome.text.trim()));
-        let problem = match value {
-            Ok(value) => validator
-                .iter_errors(&value)
-                .next()
-                .map(|e| format!("at '{}': {e}", e.instance_path())),
-            Err(e) => Some(format!("the output is not JSON ({e})")),
-        };
-        checks.push(Check {
-            expectation: "schema".into(),
-            passed: problem.is_none(),
-            detail: problem,
-        });
-    }
-    for want in &expect.called {
-        let name = want.name();
-        let (label, found) = match want {
-            CalledSpec::Name(_) => (
-                format!("called {name}"),
-                outcome.calls.iter().any(|c| c.name == name),
-            ),
-            CalledSpec::With { arguments, .. } => (
-                format!("called {name} with {arguments}"),
-                outcome
-                    .calls
-                    .iter()
-                    .any(|c| c.name == name && subset(arguments, &c.arguments)),
-            ),
-        };
-        checks.push(Check::new(label, found, || {
-            let seen: Vec<String> = outcome
-                .calls
-                .iter()
-                .filter(|c| c.name == name)
-                .map(|c| c.arguments.to_string())
-                .collect();
-            if seen.is_empty() {
-                format!("{name} was not called")
-            } else {
-                format!("{name} was called with {}", seen.join(", "))
-            }
-        }));
-    }
-    for name in &expect.not_called {
-        let times = outcome.calls.iter().filter(|c| &c.name == name).count();
-        checks.push(Check::new(format!("not_called {name}"), times == 0, || {
-            format!("called {times} time(s)")
-        }));
-    }
-    if let Some(ceiling) = expect.max_cost_usd.or(suite_ceiling) {
-        checks.push(Check::new(
-            format!("cost at most {ceiling} $"),
-            outcome.cost_usd <= ceiling,
-            || format!("the run cost {:.6} $", outcome.cost_usd),
-        ));
-    }
-    if !case.criteria.is_empty() {
-        let names: Vec<String> = case
-            .criteria
-            .iter()
-            .enumerate()
-            .map(|(i, c)| match c {
-                CriterionSpec::Rule(_) => format!("c{}", i + 1),
-                CriterionSpec::Named { name, .. } => name.clone(),
-            })
-            .collect();
-        for name in names {
-            let scored = outcome.verdict.iter().find(|(n, ..)| *n == name);
-            match scored {
-                Some((_, score, min, reason)) => checks.push(Check::new(
-                    format!("criterion {name} (at least {min:.2})"),
-                    score >= min,
-                    || {
-                        format!(
-                            "scored {score:.2}{}",
-                            reason
-                                .as_deref()
-                                .map(|r| format!(": {r}"))
-                                .unwrap_or_default()
-                        )
-                    },
-                )),
-                None => checks.push(Check::new(format!("criterion {name}"), false, || {
-                    "the judge gave no score (the run ended before it was judged)".into()
-                })),
-            }
-        }
-    }
-    checks
-}
-
-/// One case run under one variant.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct EvalRun {
-    /// The case.
-    pub case: String,
-    /// The variant.
-    pub variant: String,
-    /// Whether every check passed.
-    pub passed: bool,
-    /// The run (in the scratch journal), when it opened.
-    pub run_id: Option<String>,
-    /// Its session.
-    pub session_id: Option<String>,
-    /// How it ended.
-    pub status: String,
-    /// The answer's text.
-    pub text: String,
-    /// Cost of the run's model calls, the eval judge's left out.
-    pub cost_usd: f64,
-    /// Cost of the eval judge's calls.
-    pub judge_cost_usd: f64,
-    /// The expectations, scored.
-    pub checks: Vec<Check>,
-    /// Why the run could not be played, when it could not (the run then counts as not
-    /// passed, and the suite as unplayable).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
-    /// The run's session journal (the scratch journal's events), for `--export`.
-    #[serde(skip)]
-    pub events: Vec<Event>,
-}
-
-/// What a suite's runs gave.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct EvalReport {
-    /// The suite's name.
-    pub suite: String,
-    /// Its agent.
-    pub agent: String,
-    /// Cases run.
-    pub cases: usize,
-    /// Variants run, in order.
-    pub variants: Vec<String>,
-    /// Runs that passed every check.
-    pub passed: usize,
-    /// Runs that did not (errors included).
-    pub failed: usize,
-    /// Runs that could not be played.
-    pub errors: usize,
-    /// Cost of the runs, the eval judge's left out.
-    pub cost_usd: f64,
-    /// Cost of the eval judge.
-    pub judge_cost_usd: f64,
-    /// Every run, case by case within each variant.
-    pub runs: Vec<EvalRun>,
-}
-
-impl EvalReport {
-    /// The report of `runs`.
-    pub fn new(suite: &Suite, variants: Vec<String>, cases: usize, runs: Vec<EvalRun>) -> Self {
-        EvalReport {
-            suite: suite.spec.name.clone(),
-            agent: suite.spec.agent.clone(),
-            cases,
-            variants,
-            passed: runs.iter().filter(|r| r.passed).count(),
-            failed: runs.iter().filter(|r| !r.passed).count(),
-            errors: runs.iter().filter(|r| r.error.is_some()).count(),
-            cost_usd: runs.iter().map(|r| r.cost_usd).sum(),
-            judge_cost_usd: runs.iter().map(|r| r.judge_cost_usd).sum(),
-            runs,
-        }
-    }
 }
 
 #[cfg(test)]

@@ -1,11 +1,44 @@
-//! Testing an agent with `cargo test`, spending nothing: tool doubles that record their calls,
-//! and assertions on a run's journal.
+//! Testing an agent with `cargo test`, spending nothing: scripted models built in Rust, tool
+//! doubles that record their calls, and assertions on a run's journal.
 //!
-//! The model of a test is the scripted fake model (`sdk: fake`, its replies in
-//! `params.script`, see [`ScriptedModel`]); a tool is registered as a [`ToolDouble`] instead of
-//! the real one, so a tool with side effects never runs; the run's events ([`crate::Loom::query`]
-//! or the session's journal) are then checked with [`assert_event_types`],
-//! [`assert_tool_called`] and [`assert_cost_below`], whose failures say what differs.
+//! The model of a test is a scripted model: the configuration's own (`sdk: fake`, its replies in
+//! `params.script`, see [`ScriptedModel`]), or one built in Rust with [`Script`] (texts, tool
+//! calls, errors) and plugged in place of the model the agent's YAML names with
+//! [`crate::Loom::register_model`], so no provider is ever asked; a tool is registered as a
+//! [`ToolDouble`] instead of the real one, so a tool with side effects never runs; the run's
+//! events ([`crate::Loom::query`] or the session's journal) are then checked with
+//! [`assert_event_types`], [`assert_tool_called`] and [`assert_cost_below`], whose failures say
+//! what differs.
+//!
+//! ```
+//! use loom_ia::testing::{Script, assert_tool_called};
+//! use loom_ia::{Loom, RunOptions};
+//! use serde_json::json;
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! // The agent's YAML names the model `main-model`; the test plugs a script in its place.
+//! let dir = tempfile::tempdir()?;
+//! let config = dir.path().join("loom.yaml");
+//! std::fs::write(
+//!     &config,
+//!     "version: 1\nmodels:\n  - {id: main-model, sdk: fake, model: any}\n\
+//!      agents:\n  - name: clock\n    main: {model: main-model}\n    \
+//!      tools: [{tool: loom.current_datetime}]\n",
+//! )?;
+//! let loom = Loom::from_config(&config)?;
+//! let script = Script::new()
+//!     .tool_call("Let me look.", "current_datetime", json!({"timezone": "UTC"}))
+//!     .text("It is {{ tool_result }}.");
+//! loom.register_model("main-model", script.model("scripted")?)?;
+//!
+//! let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+//! let result = runtime.block_on(loom.run("clock", "What time is it?", RunOptions::default()))?;
+//! assert!(result.text.starts_with("It is "), "{}", result.text);
+//! let events = runtime.block_on(loom.events(&result.run_ref("default")))?;
+//! assert_tool_called(&events, "current_datetime", &json!({"timezone": "UTC"}));
+//! # Ok(())
+//! # }
+//! ```
 //!
 //! ```
 //! use loom_ia::testing::{ToolDouble, assert_tool_called};
@@ -33,6 +66,92 @@ use serde_json::Value;
 /// The scripted fake model (`sdk: fake`): its replies are `params.script` (text, tool calls,
 /// conditions: see `loom_models::FakeModel`), so a test's runs are deterministic and free.
 pub use loom_models::FakeModel as ScriptedModel;
+
+pub use loom_core::model::{ModelClient, ModelErrorKind};
+
+/// The replies of a scripted model, built in Rust; [`Script::model`] makes the model, to plug
+/// in place of a configured one with [`crate::Loom::register_model`].
+///
+/// Each call of the model answers with the reply whose index is the number of assistant
+/// messages since the last real user message (as `sdk: fake` does): the first reply answers
+/// the user's message, the second the results of the first reply's tool calls, and so on; a
+/// run's guards' repair requests and engine notes do not count. A text may hold
+/// `{{ tool_result }}`, replaced by the text of the last tool result.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Script {
+    replies: Vec<Value>,
+}
+
+impl Script {
+    /// No reply yet (a model of an empty script echoes the user's text).
+    pub fn new() -> Script {
+        Script::default()
+    }
+
+    /// A reply with `text` only: the model's final answer at that step.
+    pub fn text(mut self, text: impl Into<String>) -> Script {
+        self.replies
+            .push(serde_json::json!({ "text": text.into() }));
+        self
+    }
+
+    /// A reply with `text` calling the tool `name` with `arguments`.
+    pub fn tool_call(self, text: impl Into<String>, name: &str, arguments: Value) -> Script {
+        self.tool_calls(text, [(name, arguments)])
+    }
+
+    /// A reply with `text` calling each `(tool, arguments)` of `calls`, in one turn.
+    pub fn tool_calls<'n>(
+        mut self,
+        text: impl Into<String>,
+        calls: impl IntoIterator<Item = (&'n str, Value)>,
+    ) -> Script {
+        let calls: Vec<Value> = calls
+            .into_iter()
+            .map(|(name, arguments)| serde_json::json!({"name": name, "arguments": arguments}))
+            .collect();
+        self.replies
+            .push(serde_json::json!({ "text": text.into(), "tool_calls": calls }));
+        self
+    }
+
+    /// A reply that fails every attempt with an error of `kind` (so the engine's retries,
+    /// fallbacks and failure paths can be tested).
+    pub fn error(mut self, kind: ModelErrorKind) -> Script {
+        self.replies.push(serde_json::json!({ "error": kind }));
+        self
+    }
+
+    /// The script's replies as `params.script` of an `sdk: fake` model.
+    pub fn to_params(&self) -> serde_json::Map<String, Value> {
+        let mut params = serde_json::Map::new();
+        params.insert("script".into(), Value::Array(self.replies.clone()));
+        params
+    }
+
+    /// The scripted model (its provider model name `name`); refused
+    /// ([`crate::LoomError::Invalid`]) when a reply is not one the model reads (tool calls'
+    /// arguments that are not objects).
+    pub fn model(&self, name: &str) -> Result<ScriptedModel, crate::LoomError> {
+        for (r, reply) in self.replies.iter().enumerate() {
+            let calls = reply.get("tool_calls").and_then(Value::as_array);
+            for (c, call) in calls.into_iter().flatten().enumerate() {
+                if !call.get("arguments").is_some_and(Value::is_object) {
+                    return Err(crate::LoomError::Invalid(format!(
+                        "script[{r}].tool_calls[{c}].arguments: a tool's arguments are a JSON \
+                         object"
+                    )));
+                }
+            }
+        }
+        let params = self.to_params();
+        if self.replies.is_empty() {
+            return Ok(ScriptedModel::echo(name));
+        }
+        ScriptedModel::from_params(name, &params)
+            .map_err(|e| crate::LoomError::Invalid(format!("script{}: {}", e.path, e.message)))
+    }
+}
 
 /// What a double answers a call with.
 type Answer = dyn Fn(&Value) -> Result<ToolOutput, String> + Send + Sync;

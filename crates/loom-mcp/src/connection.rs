@@ -194,7 +194,11 @@ async fn connect_unbounded(options: &McpServerOptions, id: u64) -> Result<Connec
                 })?;
             let config = StreamableHttpClientTransportConfig::with_uri(url.as_str())
                 .custom_headers(header_map);
-            let transport = StreamableHttpClientTransport::with_client(client, config);
+            // The call's trace context also goes as the `traceparent` header (`traced.rs`).
+            let transport = StreamableHttpClientTransport::with_client(
+                crate::traced::TracedClient(client),
+                config,
+            );
             client_config()
                 .serve(transport)
                 .await

@@ -16,7 +16,8 @@
 //!   declarations from the MCP annotations ([`declarations_from_annotations`]) then the
 //!   server-level [`ToolOverrides`];
 //! - **calls** carry `_meta: {"loom-ia/idempotency_key": …}` (and `"traceparent"`, the W3C trace
-//!   context of the call's span, when traces are exported); text, structured content, images
+//!   context of the call's span, when traces are exported; over streamable HTTP it also goes as
+//!   the W3C `traceparent` HTTP header of the call's request); text, structured content, images
 //!   and resources become content blocks; `isError` becomes `is_error`; a crash or protocol
 //!   failure mid-call is an error result, never a hang;
 //! - **connections** follow the [`Scope`], are reused by every call, and are replaced after a
@@ -32,6 +33,7 @@ mod declarations;
 mod error;
 mod options;
 mod server;
+mod traced;
 
 pub use declarations::{AnnotationHints, apply_overrides, declarations_from_annotations};
 pub use error::McpError;

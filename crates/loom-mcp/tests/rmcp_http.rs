@@ -44,6 +44,7 @@ struct Stats {
     cancelled: AtomicUsize,
     api_keys: Mutex<Vec<Option<String>>>,
     metas: Mutex<Vec<Value>>,
+    traceparents: Mutex<Vec<Option<String>>>,
 }
 
 /// Counts a session's end when the handler is dropped.
@@ -112,6 +113,13 @@ impl ServerHandler for TestServer {
             .and_then(|value| value.to_str().ok())
             .map(str::to_owned);
         self.stats.api_keys.lock().unwrap().push(api_key.clone());
+        let traceparent = context
+            .extensions
+            .get::<axum::http::request::Parts>()
+            .and_then(|parts| parts.headers.get("traceparent"))
+            .and_then(|value| value.to_str().ok())
+            .map(str::to_owned);
+        self.stats.traceparents.lock().unwrap().push(traceparent);
         self.stats
             .metas
             .lock()
@@ -256,6 +264,15 @@ async fn headers_meta_and_declarations_over_http() {
         assert!(
             metas[0].get("traceparent").is_none(),
             "none without trace context"
+        );
+        // … and as the W3C `traceparent` HTTP header of that call's request, only that one.
+        assert_eq!(
+            running.stats.traceparents.lock().unwrap().clone(),
+            vec![
+                None,
+                None,
+                Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".to_owned())
+            ]
         );
         assert!(
             running

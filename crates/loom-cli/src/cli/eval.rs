@@ -1,7 +1,8 @@
 //! `loom eval SUITE`: the cases of an evaluation suite run against the configured agent under
-//! each variant, in scratch journals, side-effect tools answered by the suite's doubles; a table
-//! (or `--json`), `--export DIR` for the runs' journals; exit code 0 when every run passes, 1
-//! when one fails, 2 when the suite or a run cannot be played.
+//! each variant (each `repeat` times), in scratch journals, side-effect tools answered by the
+//! suite's doubles; a table (or `--json`) with each repeated case's pass rate and means,
+//! `--export DIR` for the runs' journals; exit code 0 when every run passes, 1 when one fails, 2
+//! when the suite or a run cannot be played.
 
 use std::{
     io::IsTerminal,
@@ -11,7 +12,7 @@ use std::{
 
 use loom_ia::{
     EvalOptions, Loom, LoomError,
-    eval::{EvalReport, EvalRun, Suite},
+    eval::{CaseSummary, EvalReport, EvalRun, Suite},
 };
 
 use crate::{FAILED, OK, REFUSED, output::out};
@@ -78,13 +79,22 @@ async fn play(loom: &Loom, args: &EvalArgs) -> Result<u8, LoomError> {
     Ok(code)
 }
 
-/// Writes each run's scratch journal as `<variant>--<case>.jsonl` in `dir`.
+/// Writes each run's scratch journal as `<variant>--<case>.jsonl` in `dir`, or
+/// `<variant>--<case>--<attempt>.jsonl` for a case run several times.
 fn export(dir: &Path, report: &EvalReport) -> Result<(), LoomError> {
     let io =
         |path: &Path, e: std::io::Error| LoomError::Invalid(format!("{}: {e}", path.display()));
     std::fs::create_dir_all(dir).map_err(|e| io(dir, e))?;
     for run in &report.runs {
-        let path = dir.join(format!("{}--{}.jsonl", run.variant, run.case));
+        let repeated = report
+            .summary_of(&run.variant, &run.case)
+            .is_some_and(|s| s.runs > 1);
+        let name = if repeated {
+            format!("{}--{}--{}.jsonl", run.variant, run.case, run.attempt)
+        } else {
+            format!("{}--{}.jsonl", run.variant, run.case)
+        };
+        let path = dir.join(name);
         let mut text = String::new();
         for event in &run.events {
             text.push_str(&event.to_json());
@@ -96,7 +106,8 @@ fn export(dir: &Path, report: &EvalReport) -> Result<(), LoomError> {
     Ok(())
 }
 
-/// The human-readable report: a line per case and variant, the failed checks under it.
+/// The human-readable report: a line per case and variant (with its pass rate and means when
+/// it ran several times), the failed checks of each failed run under it.
 pub(crate) fn render(report: &EvalReport) -> String {
     let mut text = format!(
         "Suite      : {} — agent {}, {} case(s), {} variant(s)\n",
@@ -106,53 +117,55 @@ pub(crate) fn render(report: &EvalReport) -> String {
         report.variants.len()
     );
     for variant in &report.variants {
-        let runs: Vec<&EvalRun> = report
-            .runs
+        let cases: Vec<&CaseSummary> = report
+            .summary
             .iter()
-            .filter(|r| &r.variant == variant)
+            .filter(|s| &s.variant == variant)
             .collect();
-        let passed = runs.iter().filter(|r| r.passed).count();
-        let cost: f64 = runs.iter().map(|r| r.cost_usd).sum();
-        let judge: f64 = runs.iter().map(|r| r.judge_cost_usd).sum();
+        let runs = || report.runs.iter().filter(|r| &r.variant == variant);
+        let passed = cases.iter().filter(|s| s.all_passed()).count();
+        let cost: f64 = runs().map(|r| r.cost_usd).sum();
+        let judge: f64 = runs().map(|r| r.judge_cost_usd).sum();
         text.push_str(&format!(
             "\nVariant {variant} — {passed}/{} case(s) passed, {cost:.6} $ of runs, {judge:.6} $ of judge\n",
-            runs.len()
+            cases.len()
         ));
-        for run in runs {
-            let checks_passed = run.checks.iter().filter(|c| c.passed).count();
-            let mark = match (&run.error, run.passed) {
-                (Some(_), _) => "ERROR ",
-                (None, true) => "ok    ",
-                (None, false) => "FAILED",
+        for summary in cases {
+            let runs: Vec<&EvalRun> = runs().filter(|r| r.case == summary.case).collect();
+            let mark = if runs.iter().any(|r| r.error.is_some()) {
+                "ERROR "
+            } else if summary.all_passed() {
+                "ok    "
+            } else {
+                "FAILED"
             };
-            text.push_str(&format!(
-                "  {mark}   {:<24} {checks_passed}/{} check(s)\n",
-                run.case,
-                run.checks.len()
-            ));
-            if let Some(error) = &run.error {
-                text.push_str(&format!("      error: {error}\n"));
-                continue;
-            }
-            if run.passed {
-                continue;
-            }
-            text.push_str(&format!(
-                "      run {}, {}\n",
-                run.run_id.as_deref().unwrap_or("-"),
-                run.status
-            ));
-            for check in run.checks.iter().filter(|c| !c.passed) {
-                match &check.detail {
-                    Some(detail) => {
-                        text.push_str(&format!("        ✗ {} — {detail}\n", check.expectation))
-                    }
-                    None => text.push_str(&format!("        ✗ {}\n", check.expectation)),
+            match runs.as_slice() {
+                [run] => {
+                    let checks_passed = run.checks.iter().filter(|c| c.passed).count();
+                    text.push_str(&format!(
+                        "  {mark}   {:<24} {checks_passed}/{} check(s)\n",
+                        run.case,
+                        run.checks.len()
+                    ));
+                    failure(&mut text, run, "");
                 }
-            }
-            text.push_str("      text:\n");
-            for line in run.text.lines() {
-                text.push_str(&format!("        {line}\n"));
+                runs => {
+                    text.push_str(&format!(
+                        "  {mark}   {:<24} {}/{} run(s) passed ({:.0} %), mean {:.6} $, {:.0} in / \
+                         {:.0} out token(s), {:.0} ms\n",
+                        summary.case,
+                        summary.passed,
+                        summary.runs,
+                        summary.pass_rate * 100.0,
+                        summary.mean_cost_usd,
+                        summary.mean_input_tokens,
+                        summary.mean_output_tokens,
+                        summary.mean_latency_ms
+                    ));
+                    for run in runs {
+                        failure(&mut text, run, &format!("attempt {}: ", run.attempt));
+                    }
+                }
             }
         }
     }
@@ -171,4 +184,31 @@ pub(crate) fn render(report: &EvalReport) -> String {
         report.judge_cost_usd
     ));
     text
+}
+
+/// What went wrong with `run`, when it did not pass: its error, or its failed checks and its
+/// answer; `attempt` heads its first line (`attempt 2: ` for a repeated case).
+fn failure(text: &mut String, run: &EvalRun, attempt: &str) {
+    if let Some(error) = &run.error {
+        text.push_str(&format!("      {attempt}error: {error}\n"));
+        return;
+    }
+    if run.passed {
+        return;
+    }
+    text.push_str(&format!(
+        "      {attempt}run {}, {}\n",
+        run.run_id.as_deref().unwrap_or("-"),
+        run.status
+    ));
+    for check in run.checks.iter().filter(|c| !c.passed) {
+        match &check.detail {
+            Some(detail) => text.push_str(&format!("        ✗ {} — {detail}\n", check.expectation)),
+            None => text.push_str(&format!("        ✗ {}\n", check.expectation)),
+        }
+    }
+    text.push_str("      text:\n");
+    for line in run.text.lines() {
+        text.push_str(&format!("        {line}\n"));
+    }
 }

@@ -181,7 +181,8 @@ fn bad_suites_are_refused_with_their_location() {
             "{head}  - name: a\n    input: x\n    expect: {{contain: [x]}}\n"
         )),
         "suite.yaml:7:14 cases[0].expect.contain: unknown key 'contain' (expected one of: \
-         status, contains, not_contains, matches, schema, called, not_called, max_cost_usd)"
+         status, contains, not_contains, matches, schema, fields, called, not_called, state, \
+         max_cost_usd)"
     );
     assert!(
         error(&format!(
@@ -206,5 +207,46 @@ fn bad_suites_are_refused_with_their_location() {
     assert!(
         error("version: 1\nname: s\ncases:\n  - {name: a, input: x}\n")
             .contains("missing required key 'agent'")
+    );
+}
+
+#[test]
+fn fields_and_state_read_values_regexes_and_escaped_values() {
+    let suite = suite(
+        "  - name: a\n    input: x\n    repeat: 2\n    expect:\n      fields:\n        \
+         /ttc: 1375\n        /ref: {matches: '^D-'}\n        /form: {equals: {matches: x}}\n      \
+         state: {zone: {matches: Paris}, visits: 3}\n",
+    );
+    assert_eq!(suite.repeat(0), 2);
+    let mut seen = outcome("");
+    seen.data = Some(json!({"ttc": 1375, "ref": "D-1", "form": {"matches": "x"}}));
+    seen.state = [
+        ("zone".to_owned(), json!("Europe/Paris")),
+        ("visits".to_owned(), json!(3)),
+    ]
+    .into_iter()
+    .collect();
+    assert!(
+        failed(&suite.score(0, &seen)).is_empty(),
+        "{:?}",
+        suite.score(0, &seen)
+    );
+    seen.data = Some(json!({"ttc": "1375", "ref": 7}));
+    seen.state.remove("visits");
+    let checks = suite.score(0, &seen);
+    assert_eq!(
+        failed(&checks),
+        vec![
+            "field /form = {\"matches\":\"x\"}",
+            "field /ref matches /^D-/",
+            "field /ttc = 1375",
+            "state visits = 3"
+        ]
+    );
+    let text = suite.score(0, &outcome("pas du JSON"));
+    assert!(
+        text.iter()
+            .any(|c| c.detail.as_deref().is_some_and(|d| d.contains("not JSON"))),
+        "{text:?}"
     );
 }

@@ -1,17 +1,19 @@
-//! Evaluations ([`Loom::eval`]): each case of a suite under each variant, in its own scratch
-//! memory journal, with the agent's side-effect tools answered by the suite's doubles
-//! (`loom_engine::replay::doubled`), scored by `crate::eval`.
+//! Evaluations ([`Loom::eval`]): each case of a suite under each variant, `repeat` times, each
+//! run in its own scratch memory journal, with the agent's side-effect tools answered by the
+//! suite's doubles (`loom_engine::replay::doubled`), scored by `crate::eval`. A case that
+//! replays a recorded conversation is re-driven as a variant replay
+//! (`loom_engine::replay::replay_variant`), the suite's doubles given to the plan.
 
-use std::sync::Arc;
+use std::{collections::BTreeMap, path::Path, sync::Arc};
 
 use futures_util::StreamExt;
 use loom_core::{
-    Message,
-    tool::{SideEffects, ToolOutput},
+    Event, Message, Payload,
+    tool::{SideEffects, Tool, ToolOutput},
 };
 use loom_engine::{
-    AgentRuntime, BeginRun, Cancel, JudgeMode, JudgeRuntime,
-    replay::{Recording, doubled},
+    AgentRuntime, Attachment, BeginRun, Cancel, JudgeMode, JudgeRuntime,
+    replay::{Recording, VariantPlan, doubled},
 };
 use serde_json::Value;
 
@@ -32,26 +34,44 @@ pub struct EvalOptions {
     pub concurrency: usize,
 }
 
-/// One case under one variant, ready to run.
+/// One run of a case under one variant, ready to play.
 struct Job {
     case: usize,
+    attempt: u32,
     variant: VariantSpec,
     agent: AgentRuntime,
 }
 
+/// Where a case's conversation comes from, read before any run.
+enum Source {
+    /// A new message, with its attachments and the state the run opens with.
+    Message {
+        input: String,
+        attachments: Vec<Attachment>,
+        state: serde_json::Map<String, Value>,
+    },
+    /// A recorded run's conversation: its session's events and the run.
+    Replay { session: Vec<Event>, run_id: String },
+}
+
 impl Loom {
     /// Runs `suite` against this configuration's agent: every selected case under every
-    /// selected variant, each in a scratch memory journal of its own (this instance's journal
-    /// is never written), up to `options.concurrency` at once, and scores each run. The agent's
-    /// tools whose `side_effects` is not `none` never run: they are answered by the suite's
-    /// `doubles`, and a call of one without a double gets an error result and fails its case.
-    /// `progress` is told of each run as it ends.
+    /// selected variant, as many times as its `repeat`, each run in a scratch memory journal of
+    /// its own (this instance's journal is never written), up to `options.concurrency` at
+    /// once, and scores each run. The agent's tools whose `side_effects` is not `none` never
+    /// run: they are answered by the suite's `doubles`, and a call of one without a double gets
+    /// an error result and fails its case. A case that `replay`s a recorded run re-drives its
+    /// conversation as a variant replay: the variant's model (every call made for real when the
+    /// variant names one; otherwise a request the journal recorded is answered from it), tool
+    /// calls answered from the journal, else by the doubles, else run only when the tool has
+    /// no side effects. `progress` is told of each run as it ends.
     ///
     /// Refused before any run ([`LoomError::Config`], located in the suite file): an unknown
     /// agent, tenant, model, case or variant named by the suite or the options, a double for a
-    /// tool the agent does not have, an attachment that cannot be read; an agent that reads
-    /// tools from MCP servers is refused too. A run that cannot be played is an [`EvalRun`]
-    /// with its `error`.
+    /// tool the agent does not have, an attachment that cannot be read or is refused, a
+    /// journal to replay that cannot be read, holds no closed run, or whose run is another
+    /// agent's or tenant's; an agent that reads tools from MCP servers is refused too. A run
+    /// that cannot be played is an [`EvalRun`] with its `error`.
     pub async fn eval(
         &self,
         suite: &Suite,
@@ -80,6 +100,10 @@ impl Loom {
             &options.variants,
             "variant",
         )?;
+        let mut sources = BTreeMap::new();
+        for &case in &cases {
+            sources.insert(case, self.source(suite, tenant, case).await?);
+        }
         let judge = match &spec.judge {
             Some(judge) => Some(self.model_of(suite, tenant, &judge.model, "judge.model")?),
             None => None,
@@ -110,17 +134,20 @@ impl Loom {
                         })?;
                     agent.judges.push(runtime);
                 }
-                jobs.push(Job {
-                    case,
-                    variant: variant.clone(),
-                    agent,
-                });
+                for attempt in 1..=suite.repeat(case) {
+                    jobs.push(Job {
+                        case,
+                        attempt,
+                        variant: variant.clone(),
+                        agent: agent.clone(),
+                    });
+                }
             }
         }
-        let doubles = &doubles;
+        let (doubles, sources) = (&doubles, &sources);
         let runs: Vec<EvalRun> = futures_util::stream::iter(jobs)
             .map(|job| async move {
-                let run = self.eval_run(suite, tenant, doubles, job).await;
+                let run = self.eval_run(suite, tenant, doubles, sources, job).await;
                 progress(&run);
                 run
             })
@@ -184,6 +211,104 @@ impl Loom {
             .collect()
     }
 
+    /// Where case `index`'s conversation comes from: its message and attachments (each read
+    /// and checked), or the recorded run it replays.
+    async fn source(&self, suite: &Suite, tenant: &str, index: usize) -> Result<Source, LoomError> {
+        let case = suite
+            .spec
+            .cases
+            .get(index)
+            .ok_or_else(|| LoomError::Invalid(format!("no case {index}")))?;
+        if let Some(reference) = &case.replay {
+            return self.replayed(suite, tenant, index, reference).await;
+        }
+        let mut attachments = Vec::with_capacity(case.attachments.len());
+        for (a, file) in case.attachments.iter().enumerate() {
+            let path = suite.dir.join(file);
+            let key = format!("cases[{index}].attachments[{a}]");
+            let bytes = std::fs::read(&path)
+                .map_err(|e| suite.error_at(&key, format!("{}: {e}", path.display())))?;
+            let name = file
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_else(|| file.display().to_string());
+            attachments.push(
+                self.attachment(name, bytes, None)
+                    .map_err(|e| suite.error_at(&key, e.to_string()))?,
+            );
+        }
+        Ok(Source::Message {
+            input: case.input.clone().unwrap_or_default(),
+            attachments,
+            state: case.state.clone(),
+        })
+    }
+
+    /// The recorded run case `index` replays: the last closed root run of a JSONL journal
+    /// file next to the suite, else the run of this configuration's journal with that id. It
+    /// must be a run of the suite's agent and tenant.
+    async fn replayed(
+        &self,
+        suite: &Suite,
+        tenant: &str,
+        index: usize,
+        reference: &str,
+    ) -> Result<Source, LoomError> {
+        let key = format!("cases[{index}].replay");
+        let path = suite.dir.join(reference);
+        let (session, run_id) = if path.is_file() {
+            let session = read_journal(&path).map_err(|m| suite.error_at(&key, m))?;
+            let run_id = Loom::closed_root_runs(&session).pop().ok_or_else(|| {
+                suite.error_at(
+                    &key,
+                    format!("{}: the file holds no closed run to replay", path.display()),
+                )
+            })?;
+            (session, run_id)
+        } else if reference.contains(['/', '\\']) || reference.ends_with(".jsonl") {
+            return Err(suite.error_at(&key, format!("{}: no such journal file", path.display())));
+        } else {
+            let run = self
+                .locate(reference, None, Some(tenant))
+                .await
+                .map_err(|e| match e {
+                    LoomError::UnknownRun(_) => suite.error_at(
+                        &key,
+                        format!(
+                            "'{reference}' is neither a journal file next to the suite nor a \
+                             run of tenant '{tenant}'"
+                        ),
+                    ),
+                    other => other,
+                })?;
+            (self.export_run(&run).await?, reference.to_owned())
+        };
+        let start = session
+            .iter()
+            .find(|e| e.run_id == run_id && matches!(e.payload, Payload::RunStarted(_)))
+            .ok_or_else(|| suite.error_at(&key, format!("run {run_id} has no run.started")))?;
+        let agent = start.agent.as_deref().unwrap_or_default();
+        if agent != suite.spec.agent {
+            return Err(suite.error_at(
+                &key,
+                format!(
+                    "run {run_id} is a conversation of agent '{agent}', not of '{}'",
+                    suite.spec.agent
+                ),
+            ));
+        }
+        if start.tenant_id != tenant {
+            return Err(suite.error_at(
+                &key,
+                format!(
+                    "run {run_id} belongs to tenant '{}', the suite's runs to '{tenant}'",
+                    start.tenant_id
+                ),
+            ));
+        }
+        Ok(Source::Replay { session, run_id })
+    }
+
     /// The declared model `id`, an error located at `key` of the suite when there is none.
     fn model_of(
         &self,
@@ -212,12 +337,13 @@ impl Loom {
             })
     }
 
-    /// Plays one case under one variant in a scratch journal, and scores it.
+    /// Plays one run of a case under one variant in a scratch journal, and scores it.
     async fn eval_run(
         &self,
         suite: &Suite,
         tenant: &str,
         doubles: &[(String, ToolOutput)],
+        sources: &BTreeMap<usize, Source>,
         job: Job,
     ) -> EvalRun {
         let name = suite
@@ -229,6 +355,7 @@ impl Loom {
         let mut run = EvalRun {
             case: name,
             variant: job.variant.name.clone(),
+            attempt: job.attempt,
             passed: false,
             run_id: None,
             session_id: None,
@@ -236,11 +363,32 @@ impl Loom {
             text: String::new(),
             cost_usd: 0.0,
             judge_cost_usd: 0.0,
+            input_tokens: 0,
+            output_tokens: 0,
+            latency_ms: 0,
             checks: Vec::new(),
             error: None,
             events: Vec::new(),
         };
-        match self.play(suite, tenant, doubles, &job, &mut run).await {
+        let played = match sources.get(&job.case) {
+            Some(Source::Message {
+                input,
+                attachments,
+                state,
+            }) => {
+                let message = (input.as_str(), attachments.as_slice(), state);
+                self.play(tenant, doubles, &job, message, &mut run).await
+            }
+            Some(Source::Replay { session, run_id }) => {
+                self.play_replay(doubles, &job, session, run_id, &mut run)
+                    .await
+            }
+            None => Err(LoomError::Invalid(format!(
+                "no source for case {}",
+                job.case
+            ))),
+        };
+        match played {
             Ok(outcome) => {
                 run.checks = suite.score(job.case, &outcome);
                 run.passed = run.checks.iter().all(|c| c.passed);
@@ -248,40 +396,25 @@ impl Loom {
                 run.text = outcome.text;
                 run.cost_usd = outcome.cost_usd;
                 run.judge_cost_usd = outcome.judge_cost_usd;
+                run.input_tokens = outcome.input_tokens;
+                run.output_tokens = outcome.output_tokens;
+                run.latency_ms = outcome.latency_ms;
             }
             Err(error) => run.error = Some(error.to_string()),
         }
         run
     }
 
+    /// Plays a case's message with the agent whose side-effect tools are answered by
+    /// `doubles`.
     async fn play(
         &self,
-        suite: &Suite,
         tenant: &str,
         doubles: &[(String, ToolOutput)],
         job: &Job,
+        (input, attachments, state): (&str, &[Attachment], &serde_json::Map<String, Value>),
         run: &mut EvalRun,
     ) -> Result<Outcome, LoomError> {
-        let case = suite
-            .spec
-            .cases
-            .get(job.case)
-            .ok_or_else(|| LoomError::Invalid(format!("no case {}", job.case)))?;
-        let mut attachments = Vec::with_capacity(case.attachments.len());
-        for (index, file) in case.attachments.iter().enumerate() {
-            let path = suite.dir.join(file);
-            let key = format!("cases[{}].attachments[{index}]", job.case);
-            let bytes = std::fs::read(&path)
-                .map_err(|e| suite.error_at(&key, format!("{}: {e}", path.display())))?;
-            let name = file
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_else(|| file.display().to_string());
-            attachments.push(
-                self.attachment(name, bytes, None)
-                    .map_err(|e| suite.error_at(&key, e.to_string()))?,
-            );
-        }
         let book = Arc::new(Recording::from_doubles(doubles.iter().cloned()));
         let agent = doubled(&job.agent, &book)?;
         let engine = self.scratch_engine();
@@ -291,12 +424,12 @@ impl Loom {
             run_id: None,
             user_id: None,
             metadata: serde_json::Map::new(),
-            message: Message::user(case.input.clone()),
+            message: Message::user(input.to_owned()),
             judges: JudgeMode::Auto,
             budget: None,
-            attachments,
+            attachments: attachments.to_vec(),
             trigger: None,
-            state: case.state.clone(),
+            state: state.clone(),
         };
         let opened = engine.begin(&agent, begin, &()).await?;
         run.run_id = Some(opened.run_id.clone());
@@ -318,8 +451,65 @@ impl Loom {
             .filter(|m| m.kind == "tool")
             .map(|m| m.detail)
             .collect();
-        Ok(Outcome::from_events(&result, &run.events, refused))
+        let state = job.agent.state.fold_window(&run.events).values();
+        Ok(Outcome::from_events(&result, &run.events, refused, state))
     }
+
+    /// Replays the recorded run `run_id` of `session` as the variant of `job`: the variant's
+    /// model named for the main step when the variant changes it (every call made for real),
+    /// `doubles` answering the side-effect tools the journal has no result for.
+    async fn play_replay(
+        &self,
+        doubles: &[(String, ToolOutput)],
+        job: &Job,
+        session: &[Event],
+        run_id: &str,
+        run: &mut EvalRun,
+    ) -> Result<Outcome, LoomError> {
+        let mut plan = VariantPlan::default();
+        if job.variant.model.is_some() {
+            plan.models.insert("main".into(), job.agent.main.clone());
+        }
+        for (tool, output) in doubles {
+            let double: Arc<dyn Tool> =
+                Arc::new(crate::testing::ToolDouble::returning(tool, output.clone()));
+            plan.doubles.insert(tool.clone(), double);
+        }
+        let engine = self.scratch_engine();
+        let replayed =
+            loom_engine::replay::replay_variant(&engine, &job.agent, &plan, session, run_id)
+                .await?;
+        let (tenant, session_id) = replayed
+            .replayed
+            .first()
+            .map(|e| (e.tenant_id.clone(), e.session_id.clone()))
+            .ok_or_else(|| LoomError::Invalid(format!("the replay of {run_id} wrote nothing")))?;
+        run.run_id = Some(run_id.to_owned());
+        run.session_id = Some(session_id.clone());
+        run.events = engine.store().read(&tenant, &session_id, 0).await?;
+        let result = RunResult::from_events(run_id, &run.events)
+            .map_err(|e| LoomError::Invalid(e.to_string()))?;
+        let refused = replayed
+            .misses
+            .into_iter()
+            .filter(|m| m.kind == "tool")
+            .map(|m| m.detail)
+            .collect();
+        let state = job.agent.state.fold_window(&run.events).values();
+        Ok(Outcome::from_events(&result, &run.events, refused, state))
+    }
+}
+
+/// The events of the JSONL journal `path`, one a line; the error names the file and line.
+fn read_journal(path: &Path) -> Result<Vec<Event>, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    text.lines()
+        .enumerate()
+        .filter(|(_, line)| !line.trim().is_empty())
+        .map(|(index, line)| {
+            Event::from_json(line).map_err(|e| format!("{}:{}: {e}", path.display(), index + 1))
+        })
+        .collect()
 }
 
 /// The names of `agent`'s tools and its sub-agents', with their side effects (what a double

@@ -50,6 +50,38 @@ impl Loom {
         Ok(())
     }
 
+    /// Plugs `client` in place of the declared model `id` (a `models[].id` of the
+    /// configuration), for every agent slot that uses it and every tenant: a test runs its YAML
+    /// agents on a scripted model built in Rust ([`crate::testing::Script`]), with no network.
+    /// The model keeps its declaration (pricing, retries, timeouts, capabilities); only its
+    /// client changes. Plugging again replaces the previous client. Refused
+    /// ([`LoomError::Registration`]) when the configuration declares no model `id`.
+    pub fn register_model(
+        &self,
+        id: &str,
+        client: impl loom_core::model::ModelClient + 'static,
+    ) -> Result<(), LoomError> {
+        let declared: Vec<&str> = self
+            .inner
+            .config
+            .raw()
+            .models
+            .iter()
+            .map(|m| m.id.as_str())
+            .collect();
+        if !declared.contains(&id) {
+            return Err(LoomError::Registration(format!(
+                "no model '{id}' is declared (declared models: {})",
+                declared.join(", ")
+            )));
+        }
+        self.inner.models.plug(id, Arc::new(client));
+        if let Ok(mut agents) = self.inner.agents.write() {
+            agents.clear();
+        }
+        Ok(())
+    }
+
     /// Registers a policy under `name`, the `hook` agents reference in their `policies:`
     /// (names starting with `loom.` are reserved for the built-in ones).
     pub fn register_policy(&self, name: &str, policy: Arc<dyn Policy>) -> Result<(), LoomError> {

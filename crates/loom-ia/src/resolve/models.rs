@@ -27,9 +27,28 @@ pub(crate) struct Models {
     common: Clients,
     /// The tenants' own clients, by tenant then model id.
     tenants: BTreeMap<String, Clients>,
+    /// Clients plugged in place of declared models ([`crate::Loom::register_model`]), by model
+    /// id, for every tenant.
+    plugged: std::sync::RwLock<BTreeMap<String, Arc<dyn ModelClient>>>,
 }
 
 impl Models {
+    /// Plugs `client` in place of the declared model `id`, for every tenant.
+    pub(crate) fn plug(&self, id: &str, client: Arc<dyn ModelClient>) {
+        match self.plugged.write() {
+            Ok(mut plugged) => plugged.insert(id.to_owned(), client),
+            Err(poisoned) => poisoned.into_inner().insert(id.to_owned(), client),
+        };
+    }
+
+    /// The client plugged in place of model `id`, if any.
+    fn plugged(&self, id: &str) -> Option<Arc<dyn ModelClient>> {
+        match self.plugged.read() {
+            Ok(plugged) => plugged.get(id).cloned(),
+            Err(poisoned) => poisoned.into_inner().get(id).cloned(),
+        }
+    }
+
     /// The client of model `id` for `tenant`'s runs.
     fn get(&self, tenant: &str, id: &str) -> Option<&Result<Arc<dyn ModelClient>, ConfigError>> {
         self.tenants
@@ -43,7 +62,7 @@ impl Models {
 pub(crate) fn models(config: &Config) -> Result<Models, LoomError> {
     let mut models = Models {
         common: clients(config, None)?,
-        tenants: BTreeMap::new(),
+        ..Models::default()
     };
     for tenant in &config.raw().tenants {
         let own = clients(config, Some(&tenant.id))?;
@@ -126,10 +145,14 @@ impl ModelClient for NotSetUp {
 }
 
 impl Resolver<'_> {
-    /// The client of `model`. When the configuration is opened ([`Stage::Open`]), a client
-    /// that could not be set up (an absent API key variable) is the environment's matter: it
-    /// stands as [`NotSetUp`] and is refused when the agent is resolved to run.
+    /// The client of `model`: the one plugged in its place, else its own. When the
+    /// configuration is opened ([`Stage::Open`]), a client that could not be set up (an absent
+    /// API key variable) is the environment's matter: it stands as [`NotSetUp`] and is refused
+    /// when the agent is resolved to run.
     fn client(&self, model: &ModelSpec) -> Result<Arc<dyn ModelClient>, LoomError> {
+        if let Some(client) = self.models.plugged(&model.id) {
+            return Ok(client);
+        }
         match self.models.get(self.tenant, &model.id) {
             Some(Ok(client)) => Ok(client.clone()),
             Some(Err(_)) if self.stage == Stage::Open => Ok(Arc::new(NotSetUp)),
