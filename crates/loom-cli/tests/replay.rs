@@ -818,3 +818,29 @@ fn a_run_whose_model_was_retried_then_fell_back_replays_identical() {
     assert_eq!(report["misses"], serde_json::json!([]), "{report}");
     assert_eq!(report["counts"]["models_served"], 2, "{report}");
 }
+
+#[test]
+fn an_agent_with_mcp_tools_is_refused_naming_what_the_journal_lacks() {
+    let dir = devis_project();
+    let run_id = devis_run(dir.path());
+    // Today the agent also reads the tools of an MCP server (never started by the replay).
+    let config = dir.path().join("loom.yaml");
+    let mut yaml = fs::read_to_string(&config).unwrap();
+    yaml.push_str(
+        "\nmcp_servers:\n  - name: notes\n    transport: stdio\n    command: python3\n    args: [no_such_server.py]\n",
+    );
+    fs::write(&config, yaml).unwrap();
+    let agent = dir.path().join("agents/devis.yaml");
+    let mut yaml = fs::read_to_string(&agent).unwrap();
+    yaml.push_str("  - mcp: notes\n");
+    fs::write(&agent, yaml).unwrap();
+
+    let out = run_in(&devis_bin(), dir.path(), &["replay", &run_id]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("agent 'devis' reads tools from MCP servers")
+            && stderr.contains("not the declarations the servers listed"),
+        "{stderr}"
+    );
+}

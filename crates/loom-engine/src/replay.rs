@@ -7,7 +7,9 @@
 //! every model client of every slot (main chain, roles, judges, sub-agents at any depth) becomes
 //! a [`Recording`]-backed client and every plain tool a [`Recording`]-backed tool, so the engine
 //! that drives it reaches no provider and runs no tool code. An agent that reads tools from MCP
-//! servers is refused: its tool list comes from live servers. A call the journal has no answer
+//! servers is refused ([`ReplayError::ToolSources`]): the journal records their calls and
+//! results, not the declarations the servers listed, which the model was offered (the request
+//! hash covers them, but only as a hash). A call the journal has no answer
 //! for is an error the run sees (a model error that is not retried, an error result), recorded as
 //! a [`Miss`], never a real call.
 //!
@@ -114,8 +116,10 @@ pub enum ReplayError {
     },
     /// The agent (or one of its sub-agents) reads tools from MCP servers.
     #[error(
-        "agent '{agent}' reads tools from MCP servers: their tool lists come from the live \
-         servers, so its runs cannot be replayed without calling them"
+        "agent '{agent}' reads tools from MCP servers: the journal records the calls of their \
+         tools and the results, not the declarations the servers listed (names, descriptions, \
+         input schemas offered to the model), so its runs cannot be replayed without asking \
+         the live servers"
     )]
     ToolSources {
         /// The agent.
