@@ -497,8 +497,9 @@ fn equipe(dir: &Path, args: &[&str]) -> std::process::Output {
     equipe_command(dir, args).output().unwrap()
 }
 
-/// `loom replay RUN --json` of the `equipe` example in `dir`, expected identical: its report.
-fn replays_identical(dir: &Path, run_id: &str) -> Value {
+/// `loom replay RUN` then `--json` of the `equipe` example in `dir`, expected identical, the run
+/// having `ended` (`completed`, `cancelled`) in the journal and in the replay: the report.
+fn replays_identical(dir: &Path, run_id: &str, ended: &str) -> Value {
     let out = equipe(dir, &["replay", run_id]);
     let stdout = text(&out.stdout);
     assert_eq!(
@@ -516,20 +517,18 @@ fn replays_identical(dir: &Path, run_id: &str) -> Value {
     let report: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(report["outcome"], "identical", "{report}");
     assert_eq!(report["misses"], serde_json::json!([]), "{report}");
+    assert_eq!(report["recorded_status"], ended, "{report}");
+    assert_eq!(report["replay_status"], ended, "{report}");
     report
 }
 
-/// The event types of `run_id`'s session journal in `dir` (tenant `default`).
-fn event_types(dir: &Path, session: &str) -> Vec<(String, String)> {
+/// How many events of the session `session` in `dir` (tenant `default`) are `kind`, of a run
+/// that `of_run` accepts.
+fn count(dir: &Path, session: &str, kind: &str, of_run: impl Fn(&str) -> bool) -> usize {
     journal(dir, session)
         .iter()
-        .map(|e| {
-            (
-                e["run_id"].as_str().unwrap().to_owned(),
-                e["type"].as_str().unwrap().to_owned(),
-            )
-        })
-        .collect()
+        .filter(|e| e["type"] == kind && of_run(e["run_id"].as_str().unwrap()))
+        .count()
 }
 
 const SOLDE: &str = "Quel est le solde du compte bancaire 512 ?";
@@ -541,22 +540,14 @@ fn a_run_delegating_to_a_sub_agent_replays_identical() {
     let dir = copy_example("equipe");
     let out = equipe(dir.path(), &["run", "secretariat", SOLDE, "--run-id", "d1"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
-    let types = event_types(dir.path(), "d1");
-    assert_eq!(
-        types
-            .iter()
-            .filter(|(run, kind)| run != "d1" && kind == "run.started")
-            .count(),
-        1,
-        "one sub-run: {types:?}"
-    );
+    let sub_runs = count(dir.path(), "d1", "run.started", |run| run != "d1");
+    assert_eq!(sub_runs, 1, "one sub-run");
 
-    let report = replays_identical(dir.path(), "d1");
+    let report = replays_identical(dir.path(), "d1", "completed");
     // The secretariat's two answers and the comptable's two, the comptable's tool result.
     assert_eq!(report["counts"]["models_recorded"], 4, "{report}");
     assert_eq!(report["counts"]["models_served"], 4, "{report}");
     assert_eq!(report["counts"]["tools_served"], 1, "{report}");
-    assert_eq!(report["replay_status"], "completed");
 }
 
 #[test]
@@ -579,17 +570,10 @@ fn a_sub_runs_decided_approval_is_answered_from_the_recorded_decision() {
         ],
     );
     assert!(out.status.success(), "{}", text(&out.stderr));
-    let types = event_types(dir.path(), "v1");
-    assert!(
-        types
-            .iter()
-            .any(|(run, kind)| run != "v1" && kind == "approval.granted"),
-        "the sub-run's request was decided: {types:?}"
-    );
+    let decided = count(dir.path(), "v1", "approval.granted", |run| run != "v1");
+    assert_eq!(decided, 1, "the sub-run's request was decided");
 
-    let report = replays_identical(dir.path(), "v1");
-    assert_eq!(report["recorded_status"], "completed");
-    assert_eq!(report["replay_status"], "completed");
+    let report = replays_identical(dir.path(), "v1", "completed");
     assert_eq!(report["counts"]["tools_served"], 1, "{report}");
 }
 
@@ -604,9 +588,7 @@ fn a_run_cancelled_while_waiting_for_a_sub_runs_approval_replays_to_the_same_can
     let out = equipe(dir.path(), &["cancel", "w1", "--by", "denis"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
 
-    let report = replays_identical(dir.path(), "w1");
-    assert_eq!(report["recorded_status"], "cancelled");
-    assert_eq!(report["replay_status"], "cancelled");
+    replays_identical(dir.path(), "w1", "cancelled");
 }
 
 /// Starts the `equipe` run `run_id` on the bank-statement scenario in `dir`: its comptable's
@@ -644,15 +626,10 @@ fn a_run_cancelled_while_its_sub_runs_tool_ran_replays_to_the_same_cancellation(
     assert!(out.status.success(), "{}", text(&out.stderr));
     let out = the_bank_answers(dir.path(), running);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
-    let types = event_types(dir.path(), "c1");
-    assert!(
-        !types.iter().any(|(_, kind)| kind == "tool.completed"),
-        "the comptable's tool never completed: {types:?}"
-    );
+    let completed = count(dir.path(), "c1", "tool.completed", |_| true);
+    assert_eq!(completed, 0, "the comptable's tool never completed");
 
-    let report = replays_identical(dir.path(), "c1");
-    assert_eq!(report["recorded_status"], "cancelled");
-    assert_eq!(report["replay_status"], "cancelled");
+    let report = replays_identical(dir.path(), "c1", "cancelled");
     assert_eq!(report["counts"]["tools_recorded"], 0, "{report}");
 }
 
@@ -678,8 +655,7 @@ fn a_steered_run_replays_with_the_steering_message_read_at_the_same_point() {
         .unwrap();
     assert!(steer < read);
 
-    let report = replays_identical(dir.path(), "s1");
-    assert_eq!(report["replay_status"], "completed");
+    replays_identical(dir.path(), "s1", "completed");
 }
 
 #[test]
@@ -698,15 +674,10 @@ fn an_expired_approval_is_re_applied_from_the_journal_not_the_clock() {
     std::thread::sleep(std::time::Duration::from_millis(700));
     let out = equipe(dir.path(), &["resume", "e1"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
-    let types = event_types(dir.path(), "e1");
-    assert!(
-        types.iter().any(|(_, kind)| kind == "approval.expired"),
-        "{types:?}"
-    );
+    assert_eq!(count(dir.path(), "e1", "approval.expired", |_| true), 1);
 
     // The replay does not wait for the deadline: the journal says it passed.
-    let report = replays_identical(dir.path(), "e1");
-    assert_eq!(report["replay_status"], "completed");
+    replays_identical(dir.path(), "e1", "completed");
 }
 
 /// A 1×1 PNG.

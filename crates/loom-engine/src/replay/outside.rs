@@ -221,6 +221,8 @@ impl Outside {
                 }
             }
         }
+        // Whatever was applied, the call ends with the replay's cancellation: it never hangs.
+        self.cancel.cancel(None);
         self.cancel.cancelled().await;
     }
 
@@ -282,8 +284,13 @@ impl Outside {
             .count())
     }
 
+    /// Records a failure to apply a fact. A fact the replay's run refuses (it closed, or
+    /// diverged before the fact's place) is not one: the comparison names the divergence.
     fn fail(&self, error: EngineError) {
         tracing::warn!(%error, "replay: an outside fact could not be applied again");
+        if matches!(error, EngineError::Invalid(_) | EngineError::Unusable(_)) {
+            return;
+        }
         let mut failure = self
             .failure
             .lock()
