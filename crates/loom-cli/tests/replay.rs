@@ -424,3 +424,394 @@ fn a_variant_never_runs_a_tool_with_a_side_effect() {
         "the reminder was sent once, by the run, never by a variant"
     );
 }
+
+#[test]
+fn a_variant_exports_its_own_run_not_the_original() {
+    let dir = devis_project();
+    add_model(
+        dir.path(),
+        "        - text: \"Calcul en cours.\"\n          tool_calls:\n            - name: prix_ttc\n              arguments: {montant_ht: 1250, taux_tva: 10}\n        - text: \"Total TTC : {{ tool_result }}.\"\n",
+    );
+    let run_id = devis_run(dir.path());
+    let file = dir.path().join("variant.jsonl");
+    let out = run_in(
+        &devis_bin(),
+        dir.path(),
+        &[
+            "replay",
+            &run_id,
+            "--mode",
+            "variant",
+            "--model",
+            "main=fake-2",
+            "--export",
+            file.to_str().unwrap(),
+        ],
+    );
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("Exported "), "{stderr}");
+    let events: Vec<Value> = fs::read_to_string(&file)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let answers: Vec<String> = events
+        .iter()
+        .filter(|e| e["type"] == "model.responded")
+        .map(|e| e["payload"]["message"].to_string())
+        .collect();
+    assert_eq!(answers.len(), 2, "{answers:?}");
+    assert!(answers[0].contains("Calcul en cours."), "{answers:?}");
+    assert!(answers[1].contains("Total TTC : "), "{answers:?}");
+    assert!(
+        events
+            .iter()
+            .filter(|e| e["type"] == "model.responded")
+            .all(|e| e["payload"]["model"] == "fake-2"),
+        "the variant's model answered"
+    );
+    let last = events.last().unwrap();
+    assert_eq!(last["type"], "run.completed");
+    assert_eq!(last["run_id"], run_id.as_str());
+    let seqs: Vec<u64> = events.iter().map(|e| e["seq"].as_u64().unwrap()).collect();
+    assert!(seqs.windows(2).all(|w| w[0] < w[1]), "{seqs:?}");
+}
+
+/// The `equipe` example (examples/equipe: `secretariat` delegates to the sub-agent `comptable`)
+/// run in `dir` with `args`, the bank statements of its `releve_bancaire` tool kept in
+/// `dir/releves`.
+fn equipe_command(dir: &Path, args: &[&str]) -> std::process::Command {
+    let mut command = std::process::Command::new(example_bin("equipe"));
+    command
+        .current_dir(dir)
+        .env_remove("LOOM_PROFILE")
+        .env_remove("LOOM_LOG")
+        .env("RELEVES_DIR", dir.join("releves"))
+        .args(["--config", "loom.yaml"])
+        .args(args);
+    command
+}
+
+fn equipe(dir: &Path, args: &[&str]) -> std::process::Output {
+    equipe_command(dir, args).output().unwrap()
+}
+
+/// `loom replay RUN` then `--json` of the `equipe` example in `dir`, expected identical, the run
+/// having `ended` (`completed`, `cancelled`) in the journal and in the replay: the report.
+fn replays_identical(dir: &Path, run_id: &str, ended: &str) -> Value {
+    let out = equipe(dir, &["replay", run_id]);
+    let stdout = text(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}\n{}",
+        text(&out.stderr)
+    );
+    assert!(
+        stdout.contains("Identical  : the run replays as it was, call by call."),
+        "{stdout}"
+    );
+    let out = equipe(dir, &["replay", run_id, "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["outcome"], "identical", "{report}");
+    assert_eq!(report["misses"], serde_json::json!([]), "{report}");
+    assert_eq!(report["recorded_status"], ended, "{report}");
+    assert_eq!(report["replay_status"], ended, "{report}");
+    report
+}
+
+/// How many events of the session `session` in `dir` (tenant `default`) are `kind`, of a run
+/// that `of_run` accepts.
+fn count(dir: &Path, session: &str, kind: &str, of_run: impl Fn(&str) -> bool) -> usize {
+    journal(dir, session)
+        .iter()
+        .filter(|e| e["type"] == kind && of_run(e["run_id"].as_str().unwrap()))
+        .count()
+}
+
+const SOLDE: &str = "Quel est le solde du compte bancaire 512 ?";
+const VIREMENT: &str = "Règle la facture F-2024-031 de Dupont Matériaux par virement.";
+const RELEVE: &str = "Récupère le relevé de la banque pour le rapprochement.";
+
+#[test]
+fn a_run_delegating_to_a_sub_agent_replays_identical() {
+    let dir = copy_example("equipe");
+    let out = equipe(dir.path(), &["run", "secretariat", SOLDE, "--run-id", "d1"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let sub_runs = count(dir.path(), "d1", "run.started", |run| run != "d1");
+    assert_eq!(sub_runs, 1, "one sub-run");
+
+    let report = replays_identical(dir.path(), "d1", "completed");
+    // The secretariat's two answers and the comptable's two, the comptable's tool result.
+    assert_eq!(report["counts"]["models_recorded"], 4, "{report}");
+    assert_eq!(report["counts"]["models_served"], 4, "{report}");
+    assert_eq!(report["counts"]["tools_served"], 1, "{report}");
+}
+
+#[test]
+fn a_sub_runs_decided_approval_is_answered_from_the_recorded_decision() {
+    let dir = copy_example("equipe");
+    let out = equipe(
+        dir.path(),
+        &["run", "secretariat", VIREMENT, "--run-id", "v1"],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let out = equipe(
+        dir.path(),
+        &[
+            "approve",
+            "v1",
+            "--by",
+            "denis",
+            "--reason",
+            "facture vérifiée",
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let decided = count(dir.path(), "v1", "approval.granted", |run| run != "v1");
+    assert_eq!(decided, 1, "the sub-run's request was decided");
+
+    let report = replays_identical(dir.path(), "v1", "completed");
+    assert_eq!(report["counts"]["tools_served"], 1, "{report}");
+}
+
+#[test]
+fn a_run_cancelled_while_waiting_for_a_sub_runs_approval_replays_to_the_same_cancellation() {
+    let dir = copy_example("equipe");
+    let out = equipe(
+        dir.path(),
+        &["run", "secretariat", VIREMENT, "--run-id", "w1"],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let out = equipe(dir.path(), &["cancel", "w1", "--by", "denis"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+
+    replays_identical(dir.path(), "w1", "cancelled");
+}
+
+/// Starts the `equipe` run `run_id` on the bank-statement scenario in `dir`: its comptable's
+/// tool waits for the bank's file. Returns the running process once the request is made.
+fn waiting_for_the_bank(dir: &Path, run_id: &str) -> std::process::Child {
+    let releves = dir.join("releves");
+    fs::create_dir_all(&releves).unwrap();
+    let running = equipe_command(dir, &["run", "secretariat", RELEVE, "--run-id", run_id])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let request = releves.join("demande-cic.txt");
+    loom_testkit::wait::blocking_until(format!("{} to appear", request.display()), || {
+        request.exists()
+    });
+    running
+}
+
+/// The bank's file arrives: the tool of the run `running` returns. What the run printed.
+fn the_bank_answers(dir: &Path, running: std::process::Child) -> std::process::Output {
+    fs::write(
+        dir.join("releves/releve-cic.txt"),
+        "relevé CIC de novembre\n",
+    )
+    .unwrap();
+    running.wait_with_output().unwrap()
+}
+
+#[test]
+fn a_run_cancelled_while_its_sub_runs_tool_ran_replays_to_the_same_cancellation() {
+    let dir = copy_example("equipe");
+    let running = waiting_for_the_bank(dir.path(), "c1");
+    let out = equipe(dir.path(), &["cancel", "c1", "--by", "alice"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let out = the_bank_answers(dir.path(), running);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let completed = count(dir.path(), "c1", "tool.completed", |_| true);
+    assert_eq!(completed, 0, "the comptable's tool never completed");
+
+    let report = replays_identical(dir.path(), "c1", "cancelled");
+    assert_eq!(report["counts"]["tools_recorded"], 0, "{report}");
+}
+
+#[test]
+fn a_steered_run_replays_with_the_steering_message_read_at_the_same_point() {
+    let dir = copy_example("equipe");
+    let running = waiting_for_the_bank(dir.path(), "s1");
+    let steering = "Joins aussi le relevé au dossier du rapprochement.";
+    let out = equipe(dir.path(), &["steer", "s1", steering]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let out = the_bank_answers(dir.path(), running);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let events = journal(dir.path(), "s1");
+    let steer = events
+        .iter()
+        .position(|e| e["type"] == "message.user" && e["payload"]["kind"] == "steer")
+        .expect("the run was steered");
+    // The secretariat read it at its next model call, after the comptable answered (the
+    // replay re-applies it at the same place, or that request's messages differ).
+    let read = events
+        .iter()
+        .rposition(|e| e["run_id"] == "s1" && e["type"] == "model.responded")
+        .unwrap();
+    assert!(steer < read);
+
+    replays_identical(dir.path(), "s1", "completed");
+}
+
+#[test]
+fn an_expired_approval_is_re_applied_from_the_journal_not_the_clock() {
+    let dir = copy_example("equipe");
+    // The comptable's requests wait half a second; an expired one is denied.
+    let agent = dir.path().join("agents/comptable.yaml");
+    let mut yaml = fs::read_to_string(&agent).unwrap();
+    yaml.push_str("approval: {expires_in: 0.5, on_expiry: deny}\n");
+    fs::write(&agent, yaml).unwrap();
+    let out = equipe(
+        dir.path(),
+        &["run", "secretariat", VIREMENT, "--run-id", "e1"],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    std::thread::sleep(std::time::Duration::from_millis(700));
+    let out = equipe(dir.path(), &["resume", "e1"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(count(dir.path(), "e1", "approval.expired", |_| true), 1);
+
+    // The replay does not wait for the deadline: the journal says it passed.
+    replays_identical(dir.path(), "e1", "completed");
+}
+
+/// A 1×1 PNG.
+const PNG: &[u8] = &[
+    0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a, 0x00, 0x00, 0x00, 0x0d, 0x49, 0x48, 0x44, 0x52,
+    0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x01, 0x08, 0x06, 0x00, 0x00, 0x00, 0x1f, 0x15, 0xc4,
+    0x89, 0x00, 0x00, 0x00, 0x0d, 0x49, 0x44, 0x41, 0x54, 0x78, 0x9c, 0x63, 0xf8, 0xcf, 0xc0, 0xf0,
+    0x1f, 0x00, 0x05, 0x00, 0x01, 0xff, 0x89, 0x99, 0x3d, 0x1d, 0x00, 0x00, 0x00, 0x00, 0x49, 0x45,
+    0x4e, 0x44, 0xae, 0x42, 0x60, 0x82,
+];
+
+#[test]
+fn a_run_with_attached_files_replays_identical_and_an_export_without_them_is_refused() {
+    let dir = devis_project();
+    fs::write(dir.path().join("plan.png"), PNG).unwrap();
+    let out = run_in(
+        &devis_bin(),
+        dir.path(),
+        &["run", "devis", QUESTION, "--attach", "plan.png"],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let run_id = run_id_of(&text(&out.stderr));
+    let events = journal(dir.path(), &run_id);
+    assert!(
+        events
+            .iter()
+            .any(|e| e["type"] == "artifact.stored" && e["payload"]["origin"] == "attachment"),
+        "the file was attached"
+    );
+
+    let file = dir.path().join("run.jsonl");
+    let out = run_in(
+        &devis_bin(),
+        dir.path(),
+        &[
+            "replay",
+            &run_id,
+            "--json",
+            "--export",
+            file.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stdout));
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["outcome"], "identical", "{report}");
+
+    // Elsewhere, the exported journal holds no file: refused, the file named.
+    let fresh = devis_project();
+    fs::copy(&file, fresh.path().join("run.jsonl")).unwrap();
+    let out = run_in(
+        &devis_bin(),
+        fresh.path(),
+        &["replay", "--journal", "run.jsonl"],
+    );
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("its attached file 'plan.png'")
+            && stderr.contains("is not in the artifact store"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_run_whose_model_was_retried_then_fell_back_replays_identical() {
+    let dir = devis_project();
+    // `fake-flaky` fails every attempt: retried once, its breaker opens at the second failure,
+    // and the call falls back to fake-1, which the run keeps.
+    let config = dir.path().join("loom.yaml");
+    let yaml = fs::read_to_string(&config).unwrap();
+    fs::write(
+        &config,
+        yaml.replacen(
+            "models:\n",
+            "models:\n  - id: fake-flaky\n    sdk: fake\n    model: FLAKY\n    retry: {max_attempts: 2, initial_delay: 0.01}\n    circuit_breaker: {failures: 2, cooldown: 600}\n    params:\n      script:\n        - error: transient\n",
+            1,
+        ),
+    )
+    .unwrap();
+    let agent = dir.path().join("agents/devis.yaml");
+    let yaml = fs::read_to_string(&agent).unwrap();
+    fs::write(
+        &agent,
+        yaml.replace(
+            "  model: fake-1\n",
+            "  model: fake-flaky\n  fallbacks: [fake-1]\n",
+        ),
+    )
+    .unwrap();
+    let run_id = devis_run(dir.path());
+    let types: Vec<String> = journal(dir.path(), &run_id)
+        .iter()
+        .map(|e| e["type"].as_str().unwrap().to_owned())
+        .collect();
+    for kind in ["model.retried", "circuit.opened", "model.fell_back"] {
+        assert!(types.iter().any(|t| t == kind), "{kind} in {types:?}");
+    }
+
+    let out = run_in(&devis_bin(), dir.path(), &["replay", &run_id, "--json"]);
+    let stdout = text(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}\n{}",
+        text(&out.stderr)
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["outcome"], "identical", "{report}");
+    assert_eq!(report["misses"], serde_json::json!([]), "{report}");
+    assert_eq!(report["counts"]["models_served"], 2, "{report}");
+}
+
+#[test]
+fn an_agent_with_mcp_tools_is_refused_naming_what_the_journal_lacks() {
+    let dir = devis_project();
+    let run_id = devis_run(dir.path());
+    // Today the agent also reads the tools of an MCP server (never started by the replay).
+    let config = dir.path().join("loom.yaml");
+    let mut yaml = fs::read_to_string(&config).unwrap();
+    yaml.push_str(
+        "\nmcp_servers:\n  - name: notes\n    transport: stdio\n    command: python3\n    args: [no_such_server.py]\n",
+    );
+    fs::write(&config, yaml).unwrap();
+    let agent = dir.path().join("agents/devis.yaml");
+    let mut yaml = fs::read_to_string(&agent).unwrap();
+    yaml.push_str("  - mcp: notes\n");
+    fs::write(&agent, yaml).unwrap();
+
+    let out = run_in(&devis_bin(), dir.path(), &["replay", &run_id]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("agent 'devis' reads tools from MCP servers")
+            && stderr.contains("not the declarations the servers listed"),
+        "{stderr}"
+    );
+}

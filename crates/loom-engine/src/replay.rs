@@ -7,7 +7,9 @@
 //! every model client of every slot (main chain, roles, judges, sub-agents at any depth) becomes
 //! a [`Recording`]-backed client and every plain tool a [`Recording`]-backed tool, so the engine
 //! that drives it reaches no provider and runs no tool code. An agent that reads tools from MCP
-//! servers is refused: its tool list comes from live servers. A call the journal has no answer
+//! servers is refused ([`ReplayError::ToolSources`]): the journal records their calls and
+//! results, not the declarations the servers listed, which the model was offered (the request
+//! hash covers them, but only as a hash). A call the journal has no answer
 //! for is an error the run sees (a model error that is not retried, an error result), recorded as
 //! a [`Miss`], never a real call.
 //!
@@ -15,6 +17,17 @@
 //! the suite's declared results by tool name instead of the journal's by call id, only the
 //! tools whose `side_effects` is not `none` are replaced (read-only tools and models run), and a
 //! side-effect tool without a declared result is refused the same way, never run.
+//!
+//! The book also holds each failed attempt of a model call (`model.retried`, and the
+//! `model.fell_back` that left a model, with their error kind and message): the model's double
+//! fails again with it before the answer recorded after it, so the engine retries and falls back
+//! as it did (the retry's wait is not waited).
+//!
+//! What came from outside the run is re-applied at its recorded place, by position among the
+//! tree's events (`outside`): steering messages, a requested cancellation, the deadline of an
+//! approval request that expired; recorded approval decisions are settled again, the root's and
+//! its sub-runs'; attached files are read from the original artifact store and attached again
+//! (`prepare`).
 //!
 //! [`compare`] then finds the first divergence between the recorded events and the replay's
 //! (see its documentation for what is compared).
@@ -25,25 +38,28 @@
 //! only when the tool declares no side effect, and refused otherwise.
 
 mod compare;
+mod outside;
+mod prepare;
 pub mod variant;
 
 use std::{
-    collections::{BTreeMap, BTreeSet, HashMap, VecDeque},
+    collections::{BTreeMap, HashMap, VecDeque},
     sync::{Arc, Mutex, MutexGuard},
 };
 
 use loom_core::{
     BoxFuture, BoxStream, Event, Payload,
-    approval::Decision,
     content::BlockKind,
     event::ModelResponded,
     model::{ModelChunk, ModelClient, ModelError, ModelErrorKind, ModelRequest},
+    ports::ArtifactStore,
     tool::{Tool, ToolContext, ToolError, ToolKind, ToolOutput, ToolSpec},
 };
 
 use crate::{AgentRuntime, JudgeRuntime, ModelBinding, SubAgentRuntime, request::request_hash};
 
 pub use compare::{Divergence, VOLATILE_FIELDS, compare};
+use prepare::prepare;
 pub use variant::{VariantCounts, VariantPlan, VariantReplayed, replay_variant, varying};
 
 /// Why a run cannot be replayed exactly.
@@ -100,8 +116,10 @@ pub enum ReplayError {
     },
     /// The agent (or one of its sub-agents) reads tools from MCP servers.
     #[error(
-        "agent '{agent}' reads tools from MCP servers: their tool lists come from the live \
-         servers, so its runs cannot be replayed without calling them"
+        "agent '{agent}' reads tools from MCP servers: the journal records the calls of their \
+         tools and the results, not the declarations the servers listed (names, descriptions, \
+         input schemas offered to the model), so its runs cannot be replayed without asking \
+         the live servers"
     )]
     ToolSources {
         /// The agent.
@@ -134,8 +152,24 @@ pub struct ReplayCounts {
 /// One recorded model answer.
 #[derive(Debug)]
 struct Answer {
+    /// Its place in the journal (among the run tree's events).
+    index: usize,
     request_hash: Option<String>,
     response: ModelResponded,
+    served: bool,
+}
+
+/// One recorded failed attempt of a model call (`model.retried`, or the `model.fell_back` that
+/// left the model), served again before the answer recorded after it.
+#[derive(Debug)]
+struct Failure {
+    /// Its place in the journal.
+    index: usize,
+    /// The model that failed (its configured id).
+    model: String,
+    kind: ModelErrorKind,
+    message: String,
+    http_status: Option<u16>,
     served: bool,
 }
 
@@ -152,6 +186,7 @@ struct RecordedCall {
 #[derive(Debug, Default)]
 struct Book {
     answers: Vec<Answer>,
+    failures: Vec<Failure>,
     results: HashMap<String, VecDeque<(String, ToolOutput)>>,
     calls: Vec<RecordedCall>,
     counts: ReplayCounts,
@@ -160,6 +195,9 @@ struct Book {
     /// Results declared by tool name (an evaluation's doubles), served to every call of the
     /// tool that the journal has no result for.
     doubles: HashMap<String, ToolOutput>,
+    /// Set when the recording ends in a requested cancellation: a call it never answered was
+    /// cut short by it, and waits for it in the replay.
+    cut: Option<Arc<outside::Outside>>,
 }
 
 /// The recorded answers of a run and its sub-runs, served to the replay's doubles.
@@ -175,13 +213,39 @@ impl Recording {
         // Plain tool calls, by (run, call id), with their arguments: only their results are
         // served by the book.
         let mut plain: BTreeMap<(&str, &str), &serde_json::Value> = BTreeMap::new();
-        for event in events {
+        for (index, event) in events.iter().enumerate() {
             match &event.payload {
                 Payload::ModelResponded(answer) => book.answers.push(Answer {
+                    index,
                     request_hash: answer.request_hash.clone(),
                     response: answer.clone(),
                     served: false,
                 }),
+                Payload::ModelRetried(retried) => {
+                    if let Some(kind) = error_kind(&retried.error_kind) {
+                        book.failures.push(Failure {
+                            index,
+                            model: retried.model.clone().unwrap_or_default(),
+                            kind,
+                            message: retried.error.clone(),
+                            http_status: retried.http_status,
+                            served: false,
+                        });
+                    }
+                }
+                Payload::ModelFellBack(fell) => {
+                    // A model skipped by its open breaker was not called.
+                    if let Some(kind) = error_kind(&fell.reason) {
+                        book.failures.push(Failure {
+                            index,
+                            model: fell.from_model.clone(),
+                            kind,
+                            message: fell.error.clone().unwrap_or_default(),
+                            http_status: None,
+                            served: false,
+                        });
+                    }
+                }
                 Payload::ToolCalled(call)
                     if !matches!(call.tool_kind, ToolKind::Role | ToolKind::Agent) =>
                 {
@@ -261,6 +325,26 @@ impl Recording {
         Some(response)
     }
 
+    /// The failure recorded for an attempt of `model` before the answer a request hashed
+    /// `hash` would be served, once: the failed attempts are served again in their order, so
+    /// the engine retries and falls back as it did.
+    fn failure(&self, hash: &str, model: &str) -> Option<ModelError> {
+        let mut book = self.book();
+        let next_answer = book
+            .answers
+            .iter()
+            .find(|a| !a.served && a.request_hash.as_deref() == Some(hash))
+            .or_else(|| book.answers.iter().find(|a| !a.served))
+            .map(|a| a.index);
+        let failure = book.failures.iter_mut().find(|f| {
+            !f.served && f.model == model && next_answer.is_none_or(|index| f.index < index)
+        })?;
+        failure.served = true;
+        let mut error = ModelError::new(failure.kind, failure.message.clone());
+        error.http_status = failure.http_status;
+        Some(error)
+    }
+
     /// The recorded result of call `call_id` of `tool`, once; else the result declared for
     /// `tool`, at every call.
     fn result(&self, call_id: &str, tool: &str) -> Option<ToolOutput> {
@@ -305,6 +389,11 @@ impl Recording {
     /// What a variant's doubles counted so far.
     pub fn variant_counts(&self) -> VariantCounts {
         self.book().variant
+    }
+
+    /// The cancellation that cut short the calls the recording never answered, if any.
+    fn cut(&self) -> Option<Arc<outside::Outside>> {
+        self.book().cut.clone()
     }
 
     fn miss(&self, kind: &'static str, detail: String) {
@@ -385,12 +474,25 @@ pub fn doubled(agent: &AgentRuntime, book: &Arc<Recording>) -> Result<AgentRunti
     Ok(double)
 }
 
+/// The model error kind named `name` in an event (`transient`, …); `None` for a name that is
+/// not one (`circuit_open`: a model skipped, not called).
+fn error_kind(name: &str) -> Option<ModelErrorKind> {
+    serde_json::from_value(serde_json::Value::String(name.to_owned())).ok()
+}
+
 fn binding(model: &ModelBinding, book: &Arc<Recording>) -> ModelBinding {
     ModelBinding {
         client: Arc::new(RecordedModel {
             provider: model.client.provider().to_owned(),
+            config_id: model.config_id.clone(),
             book: book.clone(),
         }),
+        // A retry is decided as it was; the replay does not wait for it (`delay_s` is not
+        // compared).
+        retry: crate::RetryPolicy {
+            initial_delay: std::time::Duration::ZERO,
+            ..model.retry
+        },
         ..model.clone()
     }
 }
@@ -407,6 +509,8 @@ fn judge(judge: &JudgeRuntime, book: &Arc<Recording>) -> JudgeRuntime {
 #[derive(Debug)]
 struct RecordedModel {
     provider: String,
+    /// The configured id of the model it stands for (whose recorded failures it serves).
+    config_id: String,
     book: Arc<Recording>,
 }
 
@@ -417,8 +521,21 @@ impl ModelClient for RecordedModel {
 
     fn stream(&self, request: ModelRequest) -> BoxStream<'static, Result<ModelChunk, ModelError>> {
         let (hash, _) = request_hash(&request);
+        if let Some(error) = self.book.failure(&hash, &self.config_id) {
+            return Box::pin(futures_util::stream::iter([Err(error)]));
+        }
         let chunks = match self.book.answer(&hash) {
             Some(answer) => chunks(&answer),
+            None if let Some(cut) = self.book.cut() => {
+                // The run was cancelled while this call ran: it waits for the cancellation.
+                return Box::pin(futures_util::stream::once(async move {
+                    cut.cut_short().await;
+                    Err(ModelError::new(
+                        ModelErrorKind::InvalidRequest,
+                        "replay: the run was cancelled while this model call ran",
+                    ))
+                }));
+            }
             None => {
                 let short = hash.get(..12).unwrap_or(&hash).to_owned();
                 self.book.miss("model", format!("request {short}"));
@@ -506,6 +623,18 @@ impl Tool for RecordedTool {
     ) -> BoxFuture<'_, Result<ToolOutput, ToolError>> {
         let outcome = match self.book.result(&ctx.call_id, &self.spec.name) {
             Some(output) => Ok(output),
+            None if self.serves == Serves::Journal
+                && let Some(cut) = self.book.cut() =>
+            {
+                // The run was cancelled while this call ran: it waits for the cancellation.
+                let name = self.spec.name.clone();
+                return Box::pin(async move {
+                    cut.cut_short().await;
+                    Err(ToolError::new(format!(
+                        "replay: the run was cancelled while this call of {name} ran"
+                    )))
+                });
+            }
             None if self.serves == Serves::Doubles => {
                 let name = &self.spec.name;
                 self.book.miss(
@@ -564,21 +693,33 @@ pub struct Replayed {
 /// then driven by [`replaying`]'s double of `agent`; its events are compared with the recorded
 /// ones ([`compare`]).
 ///
-/// Refused ([`ReplayError`]): a sub-run, an open run, a compaction run, a run with attached
-/// files, a run that was steered or cancelled or whose approval expired (what came from outside
-/// the run is not re-driven), and a run whose model calls were retried or fell back (the
-/// journal does not record the failed attempts). A run paused for approvals is re-driven with
-/// the decisions its journal recorded, each journaled again when the replay pauses for it.
+/// What came from outside the run is applied again at its recorded place (by position among
+/// the tree's events, never by the clock): its steering messages, a requested cancellation (a
+/// call it cut short waits for it) and the approval requests that expired (their deadline
+/// passes when the replay waits for them). A run paused for approvals, the root's or a
+/// sub-run's, is re-driven with the decisions its journal recorded, each journaled again when
+/// the replay pauses for it.
+///
+/// Files attached to the run are read from `originals` (the artifact store of the journal the
+/// events come from) and attached again, so the replay's `artifact.stored` and message are the
+/// recorded ones.
+///
+/// Refused ([`ReplayError`]): a sub-run (its root is replayed), an open run, a compaction run, a
+/// run whose attached files are not in `originals`, and a run whose model was skipped because
+/// its circuit breaker was already open when the run began (the breakers' state is not in the
+/// journal). A model call that was retried or fell back is re-driven: each failed attempt is
+/// served its recorded error (kind and message), then the recorded answer.
 pub async fn replay_run(
     engine: &crate::Engine,
     agent: &AgentRuntime,
     session: &[Event],
     run_id: &str,
+    originals: Option<&dyn ArtifactStore>,
 ) -> Result<Replayed, ReplayError> {
-    let prepared = prepare(engine, session, run_id).await?;
+    let prepared = prepare(engine, session, run_id, originals).await?;
     let book = Arc::new(Recording::from_events(&prepared.recorded));
     let double = replaying(agent, &book)?;
-    let (replay_status, replayed) = prepared.drive(engine, &double).await?;
+    let (replay_status, replayed) = prepared.drive(engine, &double, &book).await?;
     Ok(Replayed {
         divergence: compare(&prepared.recorded, &replayed),
         recorded_status: prepared.recorded_status,
@@ -587,229 +728,6 @@ pub async fn replay_run(
         misses: book.misses(),
         recorded: prepared.recorded,
         replayed,
-    })
-}
-
-/// A run ready to be re-driven: its recorded events, how it ended, and how it is opened again.
-struct Prepared {
-    run_id: String,
-    recorded: Vec<Event>,
-    recorded_status: String,
-    begin: crate::BeginRun,
-}
-
-/// Checks that `run_id` of `session` can be re-driven, and copies the session's events before
-/// it into `engine`'s journal, which must not hold the session yet.
-async fn prepare(
-    engine: &crate::Engine,
-    session: &[Event],
-    run_id: &str,
-) -> Result<Prepared, ReplayError> {
-    let start = session
-        .iter()
-        .find(|e| e.run_id == run_id && matches!(e.payload, Payload::RunStarted(_)))
-        .ok_or_else(|| ReplayError::UnknownRun(run_id.to_owned()))?;
-    let Payload::RunStarted(started) = &start.payload else {
-        return Err(ReplayError::UnknownRun(run_id.to_owned()));
-    };
-    if started.parent_run_id.is_some() {
-        return Err(ReplayError::SubRun {
-            run_id: run_id.to_owned(),
-            root_run_id: start.root_run_id.clone(),
-        });
-    }
-    let unsupported = |reason: &str| ReplayError::Unsupported {
-        run_id: run_id.to_owned(),
-        reason: reason.to_owned(),
-    };
-    if started.kind != "normal" {
-        return Err(unsupported(&format!(
-            "it is a {} run, opened by the engine itself",
-            started.kind
-        )));
-    }
-    let before: Vec<&Event> = session.iter().filter(|e| e.seq < start.seq).collect();
-    let recorded: Vec<Event> = session
-        .iter()
-        .filter(|e| e.seq >= start.seq && e.root_run_id == run_id)
-        .cloned()
-        .collect();
-    check_replayable(&recorded, run_id)?;
-    let recorded_status =
-        closing(&recorded, run_id).ok_or_else(|| ReplayError::Open(run_id.to_owned()))?;
-    let message = recorded
-        .iter()
-        .find_map(|e| match &e.payload {
-            Payload::MessageUser(user) if e.run_id == run_id => Some(user.message.clone()),
-            _ => None,
-        })
-        .ok_or_else(|| unsupported("its journal holds no user message"))?;
-    let judges = started
-        .judges
-        .parse()
-        .map_err(|_| unsupported(&format!("unknown judge mode '{}'", started.judges)))?;
-
-    let store = engine.store();
-    let held = store
-        .last_seq(&start.tenant_id, &start.session_id)
-        .await
-        .map_err(crate::EngineError::from)?;
-    if held > 0 {
-        return Err(ReplayError::NotScratch(held));
-    }
-    for (index, event) in before.iter().enumerate() {
-        let seq = u64::try_from(index).unwrap_or(u64::MAX);
-        store
-            .append(vec![(*event).clone()], seq)
-            .await
-            .map_err(crate::EngineError::from)?;
-    }
-
-    let begin = crate::BeginRun {
-        tenant_id: start.tenant_id.clone(),
-        session_id: Some(start.session_id.clone()),
-        run_id: Some(run_id.to_owned()),
-        user_id: started.context.user_id.clone(),
-        metadata: started.context.metadata.clone(),
-        message,
-        judges,
-        budget: started.budget.clone(),
-        attachments: Vec::new(),
-        trigger: started.trigger.clone(),
-        state: started.state.clone(),
-    };
-    Ok(Prepared {
-        run_id: run_id.to_owned(),
-        recorded,
-        recorded_status,
-        begin,
-    })
-}
-
-impl Prepared {
-    /// Opens the run again in `engine`'s journal and drives `double` to its end: how it ended,
-    /// and its events and its sub-runs'.
-    async fn drive(
-        &self,
-        engine: &crate::Engine,
-        double: &AgentRuntime,
-    ) -> Result<(String, Vec<Event>), ReplayError> {
-        let run = engine.begin(double, self.begin.clone(), &()).await?;
-        let mut state = engine
-            .drive_with(&run, double, &(), crate::Cancel::new(), None)
-            .await?;
-        // A pause for approval is answered with the decision the journal recorded for that
-        // call, journaled again, then the run is driven on; a pause the journal holds no
-        // decision for ends the replay there (the comparison names it).
-        let decisions = recorded_decisions(&self.recorded);
-        let mut decided: BTreeSet<String> = BTreeSet::new();
-        while state.status == loom_core::RunStatus::Paused {
-            let waiting: Vec<String> = state
-                .waiting_approvals()
-                .iter()
-                .map(|a| a.call_id.clone())
-                .filter(|id| !decided.contains(id))
-                .collect();
-            let mut settled = false;
-            for call_id in waiting {
-                let Some(decision) = decisions.get(&call_id) else {
-                    continue;
-                };
-                engine
-                    .settle(&run, double, Some(&call_id), decision)
-                    .await?;
-                decided.insert(call_id);
-                settled = true;
-            }
-            if !settled {
-                break;
-            }
-            state = engine
-                .drive_with(&run, double, &(), crate::Cancel::new(), None)
-                .await?;
-        }
-        let events: Vec<Event> = engine
-            .store()
-            .read(&run.tenant_id, &run.session_id, 0)
-            .await
-            .map_err(crate::EngineError::from)?
-            .into_iter()
-            .filter(|e| e.root_run_id == self.run_id)
-            .collect();
-        Ok((state.status.as_str().to_owned(), events))
-    }
-}
-
-/// The human decisions of a recorded run tree, by call id (`approval.granted` with its
-/// corrected arguments, `approval.rejected`).
-fn recorded_decisions(recorded: &[Event]) -> BTreeMap<String, Decision> {
-    recorded
-        .iter()
-        .filter_map(|e| match &e.payload {
-            Payload::ApprovalGranted(granted) => Some((
-                granted.call_id.clone(),
-                Decision::Approved {
-                    by: granted.by.clone(),
-                    reason: granted.reason.clone(),
-                    arguments: granted.arguments.clone(),
-                },
-            )),
-            Payload::ApprovalRejected(rejected) => Some((
-                rejected.call_id.clone(),
-                Decision::Rejected {
-                    by: rejected.by.clone(),
-                    reason: rejected.reason.clone(),
-                },
-            )),
-            _ => None,
-        })
-        .collect()
-}
-
-/// Refuses a run whose journal shows something a replay cannot re-drive exactly.
-fn check_replayable(recorded: &[Event], run_id: &str) -> Result<(), ReplayError> {
-    for event in recorded {
-        let reason = match &event.payload {
-            Payload::ModelRetried(_) | Payload::ModelFellBack(_) | Payload::CircuitOpened(_) => {
-                "a model call was retried or fell back, and the journal does not record the \
-                 failed attempts' answers"
-            }
-            Payload::ApprovalExpired(_) => {
-                "an approval expired, and a deadline passing comes from outside the run"
-            }
-            Payload::MessageUser(user) if user.kind == loom_core::state::STEER => {
-                "it was steered, and a steering message comes from outside the run"
-            }
-            Payload::RunCancelled(_) if event.run_id == run_id => {
-                "it was cancelled, and a cancellation comes from outside the run"
-            }
-            Payload::ArtifactStored(stored)
-                if event.run_id == run_id && stored.origin != crate::TOOL_OUTPUT_ORIGIN =>
-            {
-                "it has attached files, which the replay does not copy"
-            }
-            _ => continue,
-        };
-        return Err(ReplayError::Unsupported {
-            run_id: run_id.to_owned(),
-            reason: reason.to_owned(),
-        });
-    }
-    Ok(())
-}
-
-/// How the root run closed (`completed`, `failed`, `cancelled`), `None` while it is open.
-fn closing(recorded: &[Event], run_id: &str) -> Option<String> {
-    recorded.iter().rev().find_map(|e| {
-        if e.run_id != run_id {
-            return None;
-        }
-        match &e.payload {
-            Payload::RunCompleted(_) => Some("completed".to_owned()),
-            Payload::RunFailed(_) => Some("failed".to_owned()),
-            Payload::RunCancelled(_) => Some("cancelled".to_owned()),
-            _ => None,
-        }
     })
 }
 

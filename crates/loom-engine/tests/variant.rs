@@ -107,7 +107,7 @@ async fn another_model_answers_otherwise_with_the_tools_served_from_the_journal(
         {"text": "Voyons.", "tool_calls": [{"name": "add", "arguments": {"a": 12, "b": 7}}]},
         {"text": "Le total est {{ tool_result }}, sans arrondi."}
     ]));
-    let got = replay_variant(&engine(), &agent, &variant, &session, &run_id)
+    let got = replay_variant(&engine(), &agent, &variant, &session, &run_id, None)
         .await
         .unwrap();
     assert_eq!(got.variant_status, "completed");
@@ -130,6 +130,7 @@ async fn without_a_named_step_every_recorded_request_is_served() {
         &VariantPlan::default(),
         &session,
         &run_id,
+        None,
     )
     .await
     .unwrap();
@@ -147,9 +148,16 @@ async fn a_tool_with_side_effects_is_refused_without_a_double_and_never_run() {
         {"text": "J'envoie.", "tool_calls": [{"name": "send", "arguments": {"to": "x"}}]},
         {"text": "Envoyé : {{ tool_result }}"}
     ]);
-    let got = replay_variant(&engine(), &agent, &plan(sender.clone()), &session, &run_id)
-        .await
-        .unwrap();
+    let got = replay_variant(
+        &engine(),
+        &agent,
+        &plan(sender.clone()),
+        &session,
+        &run_id,
+        None,
+    )
+    .await
+    .unwrap();
     assert_eq!(sent.load(Ordering::SeqCst), 0, "the tool never ran");
     assert_eq!(got.counts.tools_refused, 1, "{:?}", got.counts);
     assert_eq!(got.misses.len(), 1);
@@ -166,7 +174,7 @@ async fn a_tool_with_side_effects_is_refused_without_a_double_and_never_run() {
         Box::pin(async { Ok(ToolOutput::text("simulé")) })
     }));
     doubled.doubles.insert("send".into(), double);
-    let got = replay_variant(&engine(), &agent, &doubled, &session, &run_id)
+    let got = replay_variant(&engine(), &agent, &doubled, &session, &run_id, None)
         .await
         .unwrap();
     assert_eq!(sent.load(Ordering::SeqCst), 0, "the tool never ran");
@@ -184,7 +192,7 @@ async fn a_tool_without_side_effects_runs_for_arguments_the_journal_lacks() {
         {"text": "Je calcule.", "tool_calls": [{"name": "add", "arguments": {"a": 1, "b": 2}}]},
         {"text": "Cela fait {{ tool_result }}."}
     ]));
-    let got = replay_variant(&engine(), &agent, &variant, &session, &run_id)
+    let got = replay_variant(&engine(), &agent, &variant, &session, &run_id, None)
         .await
         .unwrap();
     assert_eq!(got.counts.tools_run, 1, "{:?}", got.counts);
@@ -202,7 +210,7 @@ async fn an_unknown_step_or_double_is_refused() {
         "writer".into(),
         binding("fake-2", scripted("FAKE", json!([]))),
     );
-    let error = replay_variant(&engine(), &agent, &bad, &session, &run_id)
+    let error = replay_variant(&engine(), &agent, &bad, &session, &run_id, None)
         .await
         .unwrap_err();
     assert!(
@@ -214,7 +222,7 @@ async fn an_unknown_step_or_double_is_refused() {
     let mut bad = VariantPlan::default();
     let double: Arc<dyn Tool> = Arc::new(add_tool());
     bad.doubles.insert("mail".into(), double);
-    let error = replay_variant(&engine(), &agent, &bad, &session, &run_id)
+    let error = replay_variant(&engine(), &agent, &bad, &session, &run_id, None)
         .await
         .unwrap_err();
     assert!(

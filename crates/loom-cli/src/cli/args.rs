@@ -195,7 +195,7 @@ pub(super) enum Command {
         #[arg(long)]
         json: bool,
         /// Also write the run's events (its history before it, the run and its sub-runs) to this
-        /// JSONL file, which `--journal` replays.
+        /// JSONL file, which `--journal` replays; with `--mode variant`, the variant run's.
         #[arg(long, value_name = "FILE")]
         export: Option<std::path::PathBuf>,
         /// `exact` (compare with the journal) or `variant` (try other models and doubles).

@@ -62,7 +62,8 @@ enum Target {
     Run(loom_ia::RunRef),
 }
 
-/// The target `args` name; with `--export`, the run is written to its file first.
+/// The target `args` name; with `--export` (an exact replay), the run is written to its file
+/// first.
 async fn target(loom: &Loom, args: &ReplayArgs) -> Result<Target, LoomError> {
     match (&args.journal, &args.run_id) {
         (Some(_), _) if args.export.is_some() => Err(LoomError::Refused(
@@ -86,10 +87,9 @@ async fn target(loom: &Loom, args: &ReplayArgs) -> Result<Target, LoomError> {
         }
         (None, Some(run_id)) => {
             let run = args.at.locate(loom, run_id).await?;
-            if let Some(file) = &args.export {
-                let events = loom.export_run(&run).await?;
-                write_journal(file, &events)?;
-                eprintln!("Exported {} events to {}", events.len(), file.display());
+            // A variant exports its own run, once it ran.
+            if let (Some(file), false) = (&args.export, args.variant) {
+                export(file, &loom.export_run(&run).await?)?;
             }
             Ok(Target::Run(run))
         }
@@ -134,7 +134,13 @@ async fn variant(loom: &Loom, args: ReplayArgs) -> Result<u8, LoomError> {
             }
             reports
         }
-        Target::Run(run) => vec![loom.replay_variant(&run, &options).await?],
+        Target::Run(run) => {
+            let report = loom.replay_variant(&run, &options).await?;
+            if let Some(file) = &args.export {
+                export(file, &report.journal)?;
+            }
+            vec![report]
+        }
     };
     let ok = reports.iter().all(VariantReport::is_success);
     Ok(finish(&args, &reports, ok, render_variant))
@@ -302,6 +308,13 @@ fn read_journal(file: &Path) -> Result<Vec<Event>, LoomError> {
                 .map_err(|e| LoomError::Invalid(format!("{}:{}: {e}", file.display(), index + 1)))
         })
         .collect()
+}
+
+/// Writes `events` to `file` and says so on stderr.
+fn export(file: &Path, events: &[Event]) -> Result<(), LoomError> {
+    write_journal(file, events)?;
+    eprintln!("Exported {} events to {}", events.len(), file.display());
+    Ok(())
 }
 
 /// Writes `events` as JSONL, one event a line.

@@ -8,7 +8,7 @@
 //!   session, not the run);
 //! - the volatile fields are removed: from the envelope `event_id`, `ts`, `seq`, `span_id`,
 //!   `parent_span_id`; from the payload and the facets the fields of [`VOLATILE_FIELDS`]
-//!   (measured durations, leases, workers, event ids, expiry instants);
+//!   (measured durations, retry waits, leases, workers, event ids, expiry instants);
 //! - the ids of the replay's sub-runs (new UUIDs) are replaced by the recorded ones, paired by
 //!   the order of their `run.started`.
 //!
@@ -25,6 +25,8 @@ use serde_json::{Map, Value};
 pub const VOLATILE_FIELDS: &[&str] = &[
     "latency_ms",
     "duration_ms",
+    // A retry's wait: jittered at random, and not waited in a replay.
+    "delay_s",
     "worker_id",
     "lease_until",
     "cause_event_id",

@@ -315,20 +315,21 @@ impl Tool for VariantTool {
     }
 }
 
-/// Re-drives `run_id` of `session` (see [`super::replay_run`] for what is read and refused)
-/// with `agent` as configured today, varied by `plan` ([`varying`]), on `engine`, whose journal
-/// must not hold the session yet.
+/// Re-drives `run_id` of `session` (see [`super::replay_run`] for what is read, re-applied and
+/// refused; `originals` holds its attached files) with `agent` as configured today, varied by
+/// `plan` ([`varying`]), on `engine`, whose journal must not hold the session yet.
 pub async fn replay_variant(
     engine: &crate::Engine,
     agent: &AgentRuntime,
     plan: &VariantPlan,
     session: &[Event],
     run_id: &str,
+    originals: Option<&dyn loom_core::ports::ArtifactStore>,
 ) -> Result<VariantReplayed, ReplayError> {
-    let prepared = prepare(engine, session, run_id).await?;
+    let prepared = prepare(engine, session, run_id, originals).await?;
     let book = Arc::new(Recording::from_events(&prepared.recorded));
     let double = varying(agent, plan, &book)?;
-    let (variant_status, replayed) = prepared.drive(engine, &double).await?;
+    let (variant_status, replayed) = prepared.drive(engine, &double, &book).await?;
     Ok(VariantReplayed {
         recorded_status: prepared.recorded_status,
         variant_status,

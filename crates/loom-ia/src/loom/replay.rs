@@ -196,6 +196,10 @@ pub struct VariantReport {
     pub counts: VariantCounts,
     /// The variant's tool calls refused (never run).
     pub misses: Vec<Miss>,
+    /// The variant's journal, in journal order: the session's events before the run, then the
+    /// variant run and its sub-runs (what `loom replay --mode variant --export FILE` writes).
+    #[serde(skip)]
+    pub journal: Vec<Event>,
 }
 
 impl VariantReport {
@@ -204,6 +208,14 @@ impl VariantReport {
     pub fn is_success(&self) -> bool {
         self.variant.status == "completed" && self.misses.is_empty()
     }
+}
+
+/// The run a replay re-drives, and the agent it is re-driven with.
+struct ReplayTarget {
+    tenant_id: String,
+    session_id: String,
+    agent: String,
+    runtime: Arc<loom_engine::AgentRuntime>,
 }
 
 impl From<ReplayError> for LoomError {
@@ -224,12 +236,7 @@ impl Loom {
     /// compared with the journal's. What is compared, and what is refused, is documented in
     /// `loom_engine::replay`.
     pub async fn replay(&self, run: &RunRef) -> Result<ReplayReport, LoomError> {
-        let session = self
-            .inner
-            .engine
-            .store()
-            .read(&run.tenant_id, &run.session_id, 0)
-            .await?;
+        let session = self.session_of(run).await?;
         self.replay_events(&session, &run.run_id).await
     }
 
@@ -241,25 +248,21 @@ impl Loom {
         session: &[Event],
         run_id: &str,
     ) -> Result<ReplayReport, LoomError> {
-        let start = session
-            .iter()
-            .find(|e| e.run_id == run_id && matches!(e.payload, Payload::RunStarted(_)))
-            .ok_or_else(|| LoomError::UnknownRun(run_id.to_owned()))?;
-        let config = &self.inner.config;
-        config
-            .check_tenant(&start.tenant_id)
-            .map_err(|e| LoomError::Refused(e.to_string()))?;
-        let agent = start.agent.clone().ok_or_else(|| {
-            LoomError::Refused(format!("run {run_id}: its run.started names no agent"))
-        })?;
-        let runtime = self.agent(&agent, &start.tenant_id)?;
+        let target = self.replay_target(session, run_id)?;
         let engine = self.scratch_engine();
-        let replayed = loom_engine::replay::replay_run(&engine, &runtime, session, run_id).await?;
+        let replayed = loom_engine::replay::replay_run(
+            &engine,
+            &target.runtime,
+            session,
+            run_id,
+            self.originals(),
+        )
+        .await?;
         Ok(ReplayReport {
-            tenant_id: start.tenant_id.clone(),
-            session_id: start.session_id.clone(),
+            tenant_id: target.tenant_id,
+            session_id: target.session_id,
             run_id: run_id.to_owned(),
-            agent,
+            agent: target.agent,
             outcome: if replayed.divergence.is_none() {
                 "identical"
             } else {
@@ -287,12 +290,7 @@ impl Loom {
         run: &RunRef,
         options: &VariantOptions,
     ) -> Result<VariantReport, LoomError> {
-        let session = self
-            .inner
-            .engine
-            .store()
-            .read(&run.tenant_id, &run.session_id, 0)
-            .await?;
+        let session = self.session_of(run).await?;
         self.replay_variant_events(&session, &run.run_id, options)
             .await
     }
@@ -305,18 +303,8 @@ impl Loom {
         run_id: &str,
         options: &VariantOptions,
     ) -> Result<VariantReport, LoomError> {
-        let start = session
-            .iter()
-            .find(|e| e.run_id == run_id && matches!(e.payload, Payload::RunStarted(_)))
-            .ok_or_else(|| LoomError::UnknownRun(run_id.to_owned()))?;
+        let target = self.replay_target(session, run_id)?;
         let config = &self.inner.config;
-        config
-            .check_tenant(&start.tenant_id)
-            .map_err(|e| LoomError::Refused(e.to_string()))?;
-        let agent = start.agent.clone().ok_or_else(|| {
-            LoomError::Refused(format!("run {run_id}: its run.started names no agent"))
-        })?;
-        let runtime = self.agent(&agent, &start.tenant_id)?;
         let mut plan = VariantPlan {
             models: BTreeMap::new(),
             doubles: options.doubles.clone(),
@@ -326,7 +314,7 @@ impl Loom {
                 config,
                 &self.inner.models,
                 &self.inner.sources,
-                &start.tenant_id,
+                &target.tenant_id,
                 model,
             )
             .map_err(|unknown| {
@@ -335,15 +323,27 @@ impl Loom {
             plan.models.insert(step.clone(), binding);
         }
         let engine = self.scratch_engine();
-        let replayed =
-            loom_engine::replay::replay_variant(&engine, &runtime, &plan, session, run_id).await?;
+        let replayed = loom_engine::replay::replay_variant(
+            &engine,
+            &target.runtime,
+            &plan,
+            session,
+            run_id,
+            self.originals(),
+        )
+        .await?;
         let original = RunSide::of(run_id, &replayed.recorded_status, &replayed.recorded);
         let variant = RunSide::of(run_id, &replayed.variant_status, &replayed.replayed);
+        // The variant's journal: the session's history copied before the run, then the run.
+        let journal = engine
+            .store()
+            .read(&target.tenant_id, &target.session_id, 0)
+            .await?;
         Ok(VariantReport {
-            tenant_id: start.tenant_id.clone(),
-            session_id: start.session_id.clone(),
+            tenant_id: target.tenant_id,
+            session_id: target.session_id,
             run_id: run_id.to_owned(),
-            agent,
+            agent: target.agent,
             models: options.models.clone(),
             doubles: options.doubles.keys().cloned().collect(),
             same_answer: original.text == variant.text,
@@ -351,6 +351,45 @@ impl Loom {
             variant,
             counts: replayed.counts,
             misses: replayed.misses,
+            journal,
+        })
+    }
+
+    /// This instance's artifact store, where a replayed run's attached files are read.
+    fn originals(&self) -> Option<&dyn loom_core::ports::ArtifactStore> {
+        self.inner.engine.artifacts().map(|store| store.as_ref())
+    }
+
+    /// The events of `run`'s session in this instance's journal.
+    async fn session_of(&self, run: &RunRef) -> Result<Vec<Event>, LoomError> {
+        Ok(self
+            .inner
+            .engine
+            .store()
+            .read(&run.tenant_id, &run.session_id, 0)
+            .await?)
+    }
+
+    /// What a replay of `run_id` of `session` re-drives: its tenant (one this configuration
+    /// declares), session and agent, and the agent as configured today.
+    fn replay_target(&self, session: &[Event], run_id: &str) -> Result<ReplayTarget, LoomError> {
+        let start = session
+            .iter()
+            .find(|e| e.run_id == run_id && matches!(e.payload, Payload::RunStarted(_)))
+            .ok_or_else(|| LoomError::UnknownRun(run_id.to_owned()))?;
+        self.inner
+            .config
+            .check_tenant(&start.tenant_id)
+            .map_err(|e| LoomError::Refused(e.to_string()))?;
+        let agent = start.agent.clone().ok_or_else(|| {
+            LoomError::Refused(format!("run {run_id}: its run.started names no agent"))
+        })?;
+        let runtime = self.agent(&agent, &start.tenant_id)?;
+        Ok(ReplayTarget {
+            tenant_id: start.tenant_id.clone(),
+            session_id: start.session_id.clone(),
+            agent,
+            runtime,
         })
     }
 
@@ -385,12 +424,7 @@ impl Loom {
     /// (its history) and those of the run and its sub-runs, in journal order. Events of other
     /// runs written while it ran are left out.
     pub async fn export_run(&self, run: &RunRef) -> Result<Vec<Event>, LoomError> {
-        let session = self
-            .inner
-            .engine
-            .store()
-            .read(&run.tenant_id, &run.session_id, 0)
-            .await?;
+        let session = self.session_of(run).await?;
         let start = session
             .iter()
             .find(|e| e.run_id == run.run_id && matches!(e.payload, Payload::RunStarted(_)))
