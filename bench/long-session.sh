@@ -15,7 +15,8 @@
 #
 # Usage (from anywhere):
 #   bench/long-session.sh [EVENTS] [RUNS]     RUNS timed invocations per command (default 20)
-# Needs hyperfine. Respects CARGO_TARGET_DIR.
+# LOOM_BENCH_BIN=/path/to/devis times that binary instead of building it.
+# Needs hyperfine (and sqlite3 for the SQLite rows). Respects CARGO_TARGET_DIR.
 set -euo pipefail
 
 events=${1:-10000}
@@ -34,11 +35,15 @@ command -v hyperfine >/dev/null || {
 message="Quel prix TTC pour un devis de 1 250 € HT en rénovation (TVA à 10 %) ?"
 repo=$(cd "$(dirname "$0")/.." && pwd)
 cd "$repo"
-echo "building the devis example (release)..." >&2
-cargo build --release --example devis --quiet
-target_dir=$(cargo metadata --format-version 1 --no-deps |
-    sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')
-bin="$target_dir/release/examples/devis"
+if [ -n "${LOOM_BENCH_BIN:-}" ]; then
+    bin=$LOOM_BENCH_BIN
+else
+    echo "building the devis example (release)..." >&2
+    cargo build --release -p loom-cli --example devis --quiet
+    target_dir=$(cargo metadata --format-version 1 --no-deps |
+        sed -n 's/.*"target_directory":"\([^"]*\)".*/\1/p')
+    bin="$target_dir/release/examples/devis"
+fi
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/loom-long-session.XXXXXX")
 trap 'rm -rf "$work"' EXIT
