@@ -476,9 +476,15 @@ impl Loom {
             plan.doubles.insert(tool.clone(), double);
         }
         let engine = self.scratch_engine();
-        let replayed =
-            loom_engine::replay::replay_variant(&engine, &job.agent, &plan, session, run_id)
-                .await?;
+        let replayed = loom_engine::replay::replay_variant(
+            &engine,
+            &job.agent,
+            &plan,
+            session,
+            run_id,
+            self.originals(),
+        )
+        .await?;
         let (tenant, session_id) = replayed
             .replayed
             .first()

@@ -356,7 +356,7 @@ impl Loom {
     }
 
     /// This instance's artifact store, where a replayed run's attached files are read.
-    fn originals(&self) -> Option<&dyn loom_core::ports::ArtifactStore> {
+    pub(crate) fn originals(&self) -> Option<&dyn loom_core::ports::ArtifactStore> {
         self.inner.engine.artifacts().map(|store| store.as_ref())
     }
 
