@@ -62,14 +62,27 @@ impl SqliteStore {
             location: data_dir.display().to_string(),
             source: Box::new(err),
         })?;
-        let pool = SqlitePoolOptions::new()
-            .max_connections(MAX_CONNECTIONS)
-            .min_connections(0)
-            .idle_timeout(Some(Duration::from_secs(60)))
-            .acquire_timeout(BUSY_TIMEOUT + Duration::from_secs(5))
-            .connect_with(connect_options(&path))
-            .await
-            .map_err(|err| db_error(&location, err))?;
+        // Switching a new file to WAL needs it to itself and does not wait on the busy
+        // timeout: when another process creates the file at the same moment, the first
+        // connection is refused as busy, and is tried again.
+        let mut attempt = 0;
+        let pool = loop {
+            attempt += 1;
+            let opened = SqlitePoolOptions::new()
+                .max_connections(MAX_CONNECTIONS)
+                .min_connections(0)
+                .idle_timeout(Some(Duration::from_secs(60)))
+                .acquire_timeout(BUSY_TIMEOUT + Duration::from_secs(5))
+                .connect_with(connect_options(&path))
+                .await;
+            match opened {
+                Ok(pool) => break pool,
+                Err(err) if attempt < WAL_ATTEMPTS && is_busy(&err) => {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                Err(err) => return Err(db_error(&location, err)),
+            }
+        };
         migrate(&pool, &location).await?;
         tracing::debug!(file = %location, "notes store opened");
         Ok(SqliteStore {
@@ -433,6 +446,24 @@ impl NoteStore for SqliteStore {
             .await
             .map_err(self.db())?;
         self.commit_write(tx, before, Change::Clear).await
+    }
+}
+
+/// How many times opening a new file is tried while another process switches it to WAL
+/// (50 ms apart).
+const WAL_ATTEMPTS: u32 = 100;
+
+/// Whether SQLite refused because another connection holds the file (`SQLITE_BUSY`,
+/// `SQLITE_LOCKED` and their extended codes), classified by the error's code.
+fn is_busy(err: &sqlx::Error) -> bool {
+    match err {
+        sqlx::Error::Database(db) => {
+            matches!(
+                db.code().as_deref(),
+                Some("5" | "6" | "261" | "262" | "517")
+            )
+        }
+        _ => false,
     }
 }
 
