@@ -330,9 +330,10 @@ mod tests {
         assert_eq!(routed.get(&other).await.unwrap(), Some(b"dupont".to_vec()));
     }
 
-    /// A journal that answers the pushed-down reads with its own name.
+    /// A journal that answers the pushed-down reads with its own name, or, with no name (a
+    /// journal with no index), answers none of them.
     #[derive(Debug)]
-    struct Answering(&'static str);
+    struct Answering(Option<&'static str>);
 
     impl EventStore for Answering {
         fn append(
@@ -370,7 +371,10 @@ mod tests {
             &'a self,
             _: &'a loom_core::search::EventFilter,
         ) -> BoxFuture<'a, Result<Option<loom_core::search::Searched>, StoreError>> {
-            Box::pin(async { Ok(Some(loom_core::search::Searched::UnknownAfter)) })
+            let answers = self.0.is_some();
+            Box::pin(
+                async move { Ok(answers.then_some(loom_core::search::Searched::UnknownAfter)) },
+            )
         }
         fn recent_sessions<'a>(
             &'a self,
@@ -380,7 +384,7 @@ mod tests {
         ) -> BoxFuture<'a, Result<Option<loom_core::search::RecentSessions>, StoreError>> {
             let name = self.0;
             Box::pin(async move {
-                Ok(Some(loom_core::search::RecentSessions {
+                Ok(name.map(|name| loom_core::search::RecentSessions {
                     sessions: vec![SessionSummary {
                         session_id: name.to_owned(),
                         last_seq: 1,
@@ -392,51 +396,13 @@ mod tests {
         }
     }
 
-    /// A journal with no index: it answers none of the reads a store may push down.
-    #[derive(Debug)]
-    struct Declining;
-
-    impl EventStore for Declining {
-        fn append(
-            &self,
-            batch: Vec<Event>,
-            _: u64,
-        ) -> BoxFuture<'_, Result<Vec<Event>, StoreError>> {
-            Box::pin(async move { Ok(batch) })
-        }
-        fn read<'a>(
-            &'a self,
-            _: &'a str,
-            _: &'a str,
-            _: u64,
-        ) -> BoxFuture<'a, Result<Vec<Event>, StoreError>> {
-            Box::pin(async { Ok(Vec::new()) })
-        }
-        fn last_seq<'a>(
-            &'a self,
-            _: &'a str,
-            _: &'a str,
-        ) -> BoxFuture<'a, Result<u64, StoreError>> {
-            Box::pin(async { Ok(0) })
-        }
-        fn sessions<'a>(
-            &'a self,
-            _: &'a str,
-        ) -> BoxFuture<'a, Result<Vec<SessionSummary>, StoreError>> {
-            Box::pin(async { Ok(Vec::new()) })
-        }
-        fn delete<'a>(&'a self, _: &'a str, _: &'a str) -> BoxFuture<'a, Result<u64, StoreError>> {
-            Box::pin(async { Ok(0) })
-        }
-    }
-
     /// The reads a store may answer from its indexes go to the tenant's store: a tenant with a
     /// journal of its own (here one that cannot answer) is never answered by the root's.
     #[tokio::test]
     async fn pushed_down_reads_go_to_the_tenants_store() {
-        let own: Arc<dyn EventStore> = Arc::new(Declining);
+        let own: Arc<dyn EventStore> = Arc::new(Answering(None));
         let routed = RoutedEvents::new(
-            Arc::new(Answering("root")),
+            Arc::new(Answering(Some("root"))),
             [("acme".to_owned(), own)].into(),
         );
         let recent = routed
