@@ -406,6 +406,7 @@ fn event_line(span: &Span, event: &SpanEvent) -> Option<String> {
         ),
         "idempotency.reused" => format!("· result reused: {}", text("loom.key")),
         "tool.source_unavailable" => format!("· source {} unavailable", text("loom.source")),
+        "tool.source_opened" => format!("· source {} opened", text("loom.source")),
         "message.user" => match event.text("loom.kind") {
             Some("repair") => format!("· repair asked ({})", text("loom.policy")),
             _ => format!("· message   : {}", one_line(text("loom.message"))),

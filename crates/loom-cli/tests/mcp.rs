@@ -918,3 +918,186 @@ tenants:
         assert!(!journal.contains("stdio-key"), "{journal}");
     }
 }
+
+/// A run of an agent with MCP tools journals what each server offered (`tool.source_opened`),
+/// so that `loom replay` re-drives it identically with the server gone: the tools are offered
+/// as recorded and answered from the journal.
+#[test]
+fn an_mcp_agents_run_replays_identical_without_its_server() {
+    if !python_mcp() {
+        return;
+    }
+    let dir = notes_project();
+    let out = run_in(
+        dir.path(),
+        &[
+            "run",
+            "suivi",
+            "Note pour Martin : relancer le devis.",
+            "--run-id",
+            "r1",
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let events = journal(dir.path(), "r1");
+    let opened: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["type"] == "tool.source_opened")
+        .collect();
+    assert_eq!(opened.len(), 1, "{events:?}");
+    let payload = &opened[0]["payload"];
+    assert_eq!(payload["source"], "notes");
+    let tools: Vec<(&str, &str)> = payload["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            (
+                t["name"].as_str().unwrap(),
+                t["side_effects"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        tools,
+        [
+            ("notes__add_note", "reversible"),
+            ("notes__search_notes", "none")
+        ]
+    );
+    assert_eq!(
+        payload["tools"][0]["input_schema"]["properties"]["client"]["type"],
+        "string"
+    );
+    let notes_before = fs::read_to_string(dir.path().join("data/notes.json")).unwrap();
+
+    // The server cannot start any more: the replay must not need it.
+    fs::remove_file(dir.path().join("notes_server.py")).unwrap();
+    let out = run_in(dir.path(), &["replay", "r1", "--json"]);
+    let stdout = text(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}\n{}",
+        text(&out.stderr)
+    );
+    let report: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(report["outcome"], "identical", "{report}");
+    assert_eq!(report["misses"], json!([]), "{report}");
+    assert_eq!(report["counts"]["tools_served"], 2, "{report}");
+    assert_eq!(
+        fs::read_to_string(dir.path().join("data/notes.json")).unwrap(),
+        notes_before,
+        "the replay touched the server's notes"
+    );
+
+    // A variant opens the live server: a call of its side-effect tool that the journal did not
+    // record is answered by the double, never by the server.
+    fs::copy(
+        repo().join("examples/mcp-notes/notes_server.py"),
+        dir.path().join("notes_server.py"),
+    )
+    .unwrap();
+    rewrite(
+        dir.path(),
+        "loom.yaml",
+        "mcp_servers:",
+        "  - id: fake-2\n    sdk: fake\n    model: FAKE\n    params:\n      script:\n        - text: \"Je note.\"\n          tool_calls:\n            - name: notes__add_note\n              arguments: {client: Dupont, text: \"Appeler Dupont.\"}\n        - text: \"{{ tool_result }}\"\n\nmcp_servers:",
+    );
+    let out = run_in(
+        dir.path(),
+        &[
+            "replay",
+            "r1",
+            "--mode",
+            "variant",
+            "--model",
+            "main=fake-2",
+            "--double",
+            "notes__add_note=\"noté (double)\"",
+            "--json",
+        ],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["counts"]["tools_doubled"], 1, "{report}");
+    assert_eq!(report["counts"]["tools_refused"], 0, "{report}");
+    assert_eq!(report["variant"]["text"], "noté (double)", "{report}");
+    assert_eq!(
+        fs::read_to_string(dir.path().join("data/notes.json")).unwrap(),
+        notes_before,
+        "the variant ran the server's add_note"
+    );
+}
+
+/// An evaluation of an agent with MCP tools asks the server for its tools, runs the read-only
+/// one, and answers the one with side effects by the suite's double: the server never writes.
+#[test]
+fn an_eval_answers_an_mcp_tool_with_side_effects_by_its_double() {
+    if !python_mcp() {
+        return;
+    }
+    let dir = notes_project();
+    fs::write(
+        dir.path().join("suite.yaml"),
+        r#"version: 1
+name: notes
+agent: suivi
+doubles:
+  notes__add_note: "Note ajoutée (double)."
+cases:
+  - name: relance
+    input: "Note pour Martin : relancer le devis D-2026-118 jeudi."
+    expect:
+      called:
+        - {name: notes__add_note, arguments: {client: Martin}}
+        - notes__search_notes
+"#,
+    )
+    .unwrap();
+    let out = run_in(dir.path(), &["eval", "suite.yaml", "--json"]);
+    let stdout = text(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}\n{}",
+        text(&out.stderr)
+    );
+    let notes = fs::read_to_string(dir.path().join("data/notes.json")).unwrap_or_default();
+    assert!(
+        !notes.contains("D-2026-118"),
+        "the server's add_note ran during an evaluation: {notes}"
+    );
+
+    // Without the double, the call is refused and the case fails; the server still never
+    // writes.
+    let suite = fs::read_to_string(dir.path().join("suite.yaml")).unwrap();
+    fs::write(
+        dir.path().join("suite.yaml"),
+        suite.replace(
+            "doubles:\n  notes__add_note: \"Note ajoutée (double).\"\n",
+            "",
+        ),
+    )
+    .unwrap();
+    let out = run_in(dir.path(), &["eval", "suite.yaml"]);
+    let stdout = text(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{stdout}\n{}",
+        text(&out.stderr)
+    );
+    assert!(
+        stdout.contains("tool notes__add_note has side effects and no double"),
+        "{stdout}"
+    );
+    let notes = fs::read_to_string(dir.path().join("data/notes.json")).unwrap_or_default();
+    assert!(!notes.contains("D-2026-118"), "{notes}");
+}

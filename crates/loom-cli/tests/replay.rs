@@ -810,8 +810,8 @@ fn an_agent_with_mcp_tools_is_refused_naming_what_the_journal_lacks() {
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(
-        stderr.contains("agent 'devis' reads tools from MCP servers")
-            && stderr.contains("not the declarations the servers listed"),
+        stderr.contains("agent 'devis' reads tools from source 'notes'")
+            && stderr.contains("no tool.source_opened"),
         "{stderr}"
     );
 }

@@ -35,8 +35,8 @@ pub use session::{
     SessionTrimmed, SnapshotTurn,
 };
 pub use tool::{
-    CircuitOpened, IdempotencyRecorded, IdempotencyReused, ToolCalled, ToolCompleted,
-    ToolSourceUnavailable,
+    CircuitOpened, IdempotencyRecorded, IdempotencyReused, OfferedTool, ToolCalled, ToolCompleted,
+    ToolSourceOpened, ToolSourceUnavailable,
 };
 
 use chrono::{DateTime, SecondsFormat, Utc};

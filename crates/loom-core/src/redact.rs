@@ -42,7 +42,8 @@ impl Payload {
     /// | `judge.evaluated` | `criteria[].reason` |
     ///
     /// The other types (`step.*`, `run.transitioned`, `run.cancelled`, `run.claimed`,
-    /// `approval.expired`, `idempotency.reused`, `budget.exceeded`) hold no content.
+    /// `approval.expired`, `idempotency.reused`, `budget.exceeded`, `session.trimmed`,
+    /// `tool.source_opened`) hold no content.
     pub fn content_fields(&self) -> &'static [&'static str] {
         match self {
             Payload::RunStarted(_) => &["context.metadata", "state"],
@@ -80,7 +81,9 @@ impl Payload {
             | Payload::ApprovalExpired(_)
             | Payload::IdempotencyReused(_)
             | Payload::BudgetExceeded(_)
-            | Payload::SessionTrimmed(_) => &[],
+            | Payload::SessionTrimmed(_)
+            // The tools' declarations come from configured servers, not from a conversation.
+            | Payload::ToolSourceOpened(_) => &[],
             // Never handed to a reader (the sealing journal opens it); ciphertext all the same.
             Payload::Sealed(_) => &["sealed"],
         }

@@ -8,7 +8,7 @@ use std::{borrow::Cow, collections::BTreeSet, sync::Arc};
 
 use loom_core::{
     Event, RunState,
-    event::{CircuitOpened, Payload, ToolSourceUnavailable},
+    event::{CircuitOpened, OfferedTool, Payload, ToolSourceOpened, ToolSourceUnavailable},
     ports::{ArtifactStore, SourceContext, ToolSource},
 };
 
@@ -89,9 +89,10 @@ impl Offer {
         Cow::Owned(tools)
     }
 
-    /// Opens every source. A source that fails has its tools withdrawn from the run
-    /// (`tool.source_unavailable`, after `circuit.opened` when its breaker opened); a required
-    /// one fails the run.
+    /// Opens every source. A source that opens has the tools it offers journaled
+    /// (`tool.source_opened`: what a replay offers again without asking the server); a source
+    /// that fails has its tools withdrawn from the run (`tool.source_unavailable`, after
+    /// `circuit.opened` when its breaker opened); a required one fails the run.
     pub(crate) async fn open(
         &mut self,
         io: &mut Io<'_>,
@@ -106,6 +107,7 @@ impl Offer {
             match bound.source.open(&context).await {
                 Ok(tools) => {
                     self.opened.push(bound.source.clone());
+                    let mut offered = Vec::with_capacity(tools.len());
                     for tool in tools {
                         if self.tools.iter().any(|t| t.name() == tool.spec().name) {
                             tracing::warn!(tool = %tool.spec().name, source = %bound.source.name(), "tool name already offered; ignored");
@@ -114,12 +116,24 @@ impl Offer {
                         let declarations = tool.spec().declarations.clone();
                         let description = tool.spec().description.clone();
                         match BoundTool::new(tool, declarations, description) {
-                            Ok(bound_tool) => self.tools.push(bound_tool),
+                            Ok(bound_tool) => {
+                                offered.push(offered_tool(&bound_tool));
+                                self.tools.push(bound_tool);
+                            }
                             Err(error) => {
                                 tracing::warn!(source = %bound.source.name(), %error, "tool ignored")
                             }
                         }
                     }
+                    batch.push(io.event(
+                        &span,
+                        None,
+                        None,
+                        Payload::ToolSourceOpened(ToolSourceOpened {
+                            source: bound.source.name().to_owned(),
+                            tools: offered,
+                        }),
+                    ));
                 }
                 Err(error) => {
                     if let Some(circuit) = &error.circuit {
@@ -178,6 +192,24 @@ impl Offer {
         for source in &self.opened {
             source.release(&context).await;
         }
+    }
+}
+
+/// What the run was offered of a source's tool, as `tool.source_opened` records it.
+fn offered_tool(bound: &BoundTool) -> OfferedTool {
+    let spec = bound.tool.spec();
+    let declarations = &bound.declarations;
+    OfferedTool {
+        name: spec.name.clone(),
+        description: bound.description.clone(),
+        input_schema: spec.input_schema.clone(),
+        kind: spec.kind,
+        side_effects: declarations.side_effects,
+        approval: declarations.approval,
+        idempotent: declarations.idempotent,
+        on_unknown: declarations.on_unknown,
+        timeout_s: declarations.timeout.map(|t| t.as_secs_f64()),
+        offload_over: declarations.offload_over,
     }
 }
 

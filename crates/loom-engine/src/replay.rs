@@ -3,13 +3,14 @@
 //! [`Recording`] is the book of what the journal recorded for a run and its sub-runs: every
 //! `model.responded` (its message, usage, stop reason and request hash) in journal order, and
 //! every `tool.completed` of a plain tool (Rust, MCP or built-in: not a role nor a sub-agent, which
-//! the engine re-drives itself) by call id. [`replaying`] turns an agent into its replay double:
-//! every model client of every slot (main chain, roles, judges, sub-agents at any depth) becomes
-//! a [`Recording`]-backed client and every plain tool a [`Recording`]-backed tool, so the engine
-//! that drives it reaches no provider and runs no tool code. An agent that reads tools from MCP
-//! servers is refused ([`ReplayError::ToolSources`]): the journal records their calls and
-//! results, not the declarations the servers listed, which the model was offered (the request
-//! hash covers them, but only as a hash). A call the journal has no answer
+//! the engine re-drives itself) by call id, and every opening of a tool source (an MCP server:
+//! `tool.source_opened` with the tools it offered, or `tool.source_unavailable`).
+//! [`replaying`] turns an agent into its replay double: every model client of every slot (main
+//! chain, roles, judges, sub-agents at any depth) becomes a [`Recording`]-backed client, every
+//! plain tool a [`Recording`]-backed tool and every tool source a recorded one (its tools as the
+//! journal recorded them), so the engine that drives it reaches no provider, no MCP server and
+//! runs no tool code. A run recorded before Loom journaled the tools a source offers is refused
+//! ([`ReplayError::ToolSources`]). A call the journal has no answer
 //! for is an error the run sees (a model error that is not retried, an error result), recorded as
 //! a [`Miss`], never a real call.
 //!
@@ -40,6 +41,7 @@
 mod compare;
 mod outside;
 mod prepare;
+mod sources;
 pub mod variant;
 
 use std::{
@@ -114,23 +116,26 @@ pub enum ReplayError {
         /// The tools it offers.
         known: String,
     },
-    /// The agent (or one of its sub-agents) reads tools from MCP servers.
+    /// The agent reads tools from a source (an MCP server) whose tools the journal did not
+    /// record (a run journaled before `tool.source_opened` existed).
     #[error(
-        "agent '{agent}' reads tools from MCP servers: the journal records the calls of their \
-         tools and the results, not the declarations the servers listed (names, descriptions, \
-         input schemas offered to the model), so its runs cannot be replayed without asking \
-         the live servers"
+        "agent '{agent}' reads tools from source '{source_name}', and the run's journal does not \
+         record what it offered (no tool.source_opened nor tool.source_unavailable: the run was \
+         recorded by a Loom that did not journal source tools), so it cannot be replayed \
+         without asking the live server"
     )]
     ToolSources {
         /// The agent.
         agent: String,
+        /// The source.
+        source_name: String,
     },
 }
 
 /// A call the replay asked for and the journal had no answer to.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Miss {
-    /// `model` or `tool`.
+    /// `model`, `tool` or `source` (a tool source's opening).
     pub kind: &'static str,
     /// What was asked (the request hash's first 12 hex, or the call id and tool).
     pub detail: String,
@@ -198,6 +203,8 @@ struct Book {
     /// Set when the recording ends in a requested cancellation: a call it never answered was
     /// cut short by it, and waits for it in the replay.
     cut: Option<Arc<outside::Outside>>,
+    /// What each tool source gave at each opening.
+    openings: sources::Openings,
 }
 
 /// The recorded answers of a run and its sub-runs, served to the replay's doubles.
@@ -245,6 +252,14 @@ impl Recording {
                             served: false,
                         });
                     }
+                }
+                Payload::ToolSourceOpened(opened) => {
+                    book.openings.opened(&opened.source, &opened.tools);
+                }
+                Payload::CircuitOpened(circuit) => book.openings.circuit(circuit),
+                Payload::ToolSourceUnavailable(unavailable) => {
+                    book.openings
+                        .unavailable(&unavailable.source, &unavailable.error);
                 }
                 Payload::ToolCalled(call)
                     if !matches!(call.tool_kind, ToolKind::Role | ToolKind::Agent) =>
@@ -404,12 +419,32 @@ impl Recording {
 /// The replay double of `agent`: the same agent (prompt, tools offered, policies, contracts,
 /// judges, roles, sub-agents, limits) whose model clients and plain tools are served by `book`.
 pub fn replaying(agent: &AgentRuntime, book: &Arc<Recording>) -> Result<AgentRuntime, ReplayError> {
-    if !agent.sources.is_empty() {
+    if let Some(bound) = agent
+        .sources
+        .iter()
+        .find(|s| !book.book().openings.knows(s.source.name()))
+    {
         return Err(ReplayError::ToolSources {
             agent: agent.name.clone(),
+            source_name: bound.source.name().to_owned(),
         });
     }
+    replaying_tree(agent, book)
+}
+
+/// [`replaying`] below the root: a sub-agent's source the journal never saw open (the
+/// sub-agent was not delegated to) is replayed as recorded nonetheless; opening it is a miss.
+fn replaying_tree(
+    agent: &AgentRuntime,
+    book: &Arc<Recording>,
+) -> Result<AgentRuntime, ReplayError> {
     let mut double = agent.clone();
+    for bound in &mut double.sources {
+        bound.source = Arc::new(sources::RecordedSource {
+            name: bound.source.name().to_owned(),
+            book: book.clone(),
+        });
+    }
     double.main = binding(&agent.main, book);
     double.fallbacks = agent.fallbacks.iter().map(|b| binding(b, book)).collect();
     for bound in &mut double.tools {
@@ -430,7 +465,7 @@ pub fn replaying(agent: &AgentRuntime, book: &Arc<Recording>) -> Result<AgentRun
         .iter()
         .map(|sub| {
             Ok(SubAgentRuntime {
-                agent: Arc::new(replaying(&sub.agent, book)?),
+                agent: Arc::new(replaying_tree(&sub.agent, book)?),
                 ..sub.clone()
             })
         })
@@ -442,15 +477,10 @@ pub fn replaying(agent: &AgentRuntime, book: &Arc<Recording>) -> Result<AgentRun
 /// `side_effects`, after the agent's overrides, is not `none`), its sub-agents' included, are
 /// answered by `book`'s declared results ([`Recording::from_doubles`]) and never run; a call of
 /// such a tool without a declared result gets an error result naming the tool (and is recorded
-/// as a [`Miss`]). Models, roles, judges and read-only tools are left as they are. An agent
-/// that reads tools from MCP servers is refused, as for a replay: their declarations come from
-/// the live servers, so none of their calls can be held back with certainty.
+/// as a [`Miss`]). Models, roles, judges and read-only tools are left as they are. The tools
+/// of a source (an MCP server) are held back the same way as the source opens: the server is
+/// asked for its tools, its read-only tools run, the others are answered by the doubles.
 pub fn doubled(agent: &AgentRuntime, book: &Arc<Recording>) -> Result<AgentRuntime, ReplayError> {
-    if !agent.sources.is_empty() {
-        return Err(ReplayError::ToolSources {
-            agent: agent.name.clone(),
-        });
-    }
     let mut double = agent.clone();
     for bound in &mut double.tools {
         if bound.declarations.side_effects != loom_core::tool::SideEffects::None {
@@ -460,6 +490,24 @@ pub fn doubled(agent: &AgentRuntime, book: &Arc<Recording>) -> Result<AgentRunti
                 serves: Serves::Doubles,
             });
         }
+    }
+    for bound in &mut double.sources {
+        let book = book.clone();
+        bound.source = Arc::new(sources::MappedSource {
+            inner: bound.source.clone(),
+            map: Box::new(move |tool: Arc<dyn Tool>| {
+                // A source's tool carries its declarations in its spec (see `Offer::open`).
+                if tool.spec().declarations.side_effects == loom_core::tool::SideEffects::None {
+                    tool
+                } else {
+                    Arc::new(RecordedTool {
+                        spec: tool.spec().clone(),
+                        book: book.clone(),
+                        serves: Serves::Doubles,
+                    })
+                }
+            }),
+        });
     }
     double.subagents = agent
         .subagents

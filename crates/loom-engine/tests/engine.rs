@@ -966,17 +966,36 @@ async fn source_tools_are_offered_and_an_unavailable_source_is_journaled() {
     assert_eq!(state.output_text().as_deref(), Some("3"));
     let events = events(&store, &run).await;
     assert_eq!(
-        types(&events)[2..5],
-        ["run.claimed", "circuit.opened", "tool.source_unavailable"]
+        types(&events)[2..6],
+        [
+            "run.claimed",
+            "tool.source_opened",
+            "circuit.opened",
+            "tool.source_unavailable"
+        ]
     );
-    let Payload::ToolSourceUnavailable(unavailable) = &events[4].payload else {
+    // What the source offered is journaled, for a replay to offer it again.
+    let Payload::ToolSourceOpened(opened) = &events[3].payload else {
+        panic!()
+    };
+    assert_eq!(opened.source, "notes");
+    assert_eq!(
+        opened
+            .tools
+            .iter()
+            .map(|t| t.name.as_str())
+            .collect::<Vec<_>>(),
+        ["notes__add"]
+    );
+    assert_eq!(opened.tools[0].input_schema["type"], "object");
+    let Payload::ToolSourceUnavailable(unavailable) = &events[5].payload else {
         panic!()
     };
     assert_eq!(
         (unavailable.source.as_str(), unavailable.required),
         ("crm", false)
     );
-    assert_eq!(events[4].status, loom_core::EventStatus::Warning);
+    assert_eq!(events[5].status, loom_core::EventStatus::Warning);
     assert_eq!(
         model.requests()[0]
             .tools

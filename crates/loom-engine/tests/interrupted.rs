@@ -384,9 +384,10 @@ async fn a_run_taken_over_claims_once_then_steps_into_the_interrupted_call() {
         .map(|e| e.event_type.as_str())
         .collect();
     assert_eq!(
-        resumed[..5],
+        resumed[..6],
         [
             "run.claimed",
+            "tool.source_opened",
             "step.started",
             "tool.called",
             "tool.completed",

@@ -60,7 +60,7 @@ impl utoipa::PartialSchema for EventType {
             ObjectBuilder::new()
                 .schema_type(SchemaType::new(Type::String))
                 .description(Some("An event type."))
-                .enum_values(Some(EVENT_TYPES))
+                .enum_values(Some(EVENT_TYPES.iter().copied()))
                 .build(),
         ))
     }

@@ -48,7 +48,7 @@ pub const DEFAULT_EVENTS: usize = 100;
 /// Every event type of the reference catalogue (31 types) and Loom's own `session.repaired`,
 /// the values `EventQuery::types` accepts; the types this build does not write yet simply
 /// match nothing.
-pub const EVENT_TYPES: [&str; 32] = [
+pub const EVENT_TYPES: &[&str] = &[
     "run.started",
     "step.started",
     "step.completed",
@@ -66,6 +66,7 @@ pub const EVENT_TYPES: [&str; 32] = [
     "tool.called",
     "tool.completed",
     "tool.source_unavailable",
+    "tool.source_opened",
     "policy.decided",
     "guard.checked",
     "judge.evaluated",

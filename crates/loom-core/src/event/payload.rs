@@ -11,7 +11,7 @@ use super::{
     ModelFellBack, ModelResponded, ModelRetried, Outcome, PolicyDecided, RunCancelled, RunClaimed,
     RunCompleted, RunFailed, RunStarted, RunTransitioned, SealedPayload, SessionCompacted,
     SessionRepaired, SessionSnapshot, SessionTrimmed, StepCompleted, StepStarted, ToolCalled,
-    ToolCompleted, ToolSourceUnavailable,
+    ToolCompleted, ToolSourceOpened, ToolSourceUnavailable,
 };
 
 /// The payloads, discriminated by `type`.
@@ -58,6 +58,9 @@ pub enum Payload {
     /// A tool source (an MCP server) could not be reached for the run.
     #[serde(rename = "tool.source_unavailable")]
     ToolSourceUnavailable(ToolSourceUnavailable),
+    /// A tool source (an MCP server) gave its tools for the run.
+    #[serde(rename = "tool.source_opened")]
+    ToolSourceOpened(ToolSourceOpened),
     /// A circuit breaker opened.
     #[serde(rename = "circuit.opened")]
     CircuitOpened(CircuitOpened),
@@ -140,6 +143,7 @@ impl Payload {
             Payload::ToolCalled(_) => "tool.called",
             Payload::ToolCompleted(_) => "tool.completed",
             Payload::ToolSourceUnavailable(_) => "tool.source_unavailable",
+            Payload::ToolSourceOpened(_) => "tool.source_opened",
             Payload::CircuitOpened(_) => "circuit.opened",
             Payload::ArtifactStored(_) => "artifact.stored",
             Payload::ModelRetried(_) => "model.retried",
@@ -173,7 +177,8 @@ impl Payload {
             | Payload::ModelExchanged(_) => Category::Model,
             Payload::ToolCalled(_)
             | Payload::ToolCompleted(_)
-            | Payload::ToolSourceUnavailable(_) => Category::Tool,
+            | Payload::ToolSourceUnavailable(_)
+            | Payload::ToolSourceOpened(_) => Category::Tool,
             Payload::CircuitOpened(_) => Category::Circuit,
             Payload::ArtifactStored(_) => Category::Artifact,
             Payload::ApprovalRequested(_)
@@ -339,6 +344,10 @@ impl Payload {
             Payload::ToolSourceUnavailable(p) => {
                 f.insert("source".into(), json!(p.source));
                 f.insert("required".into(), json!(p.required));
+            }
+            Payload::ToolSourceOpened(p) => {
+                f.insert("source".into(), json!(p.source));
+                f.insert("tools".into(), json!(p.tools.len()));
             }
             Payload::CircuitOpened(p) => {
                 f.insert("target_kind".into(), json!(p.target_kind));

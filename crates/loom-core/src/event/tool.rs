@@ -65,6 +65,48 @@ pub struct ToolSourceUnavailable {
     pub required: bool,
 }
 
+/// `tool.source_opened` (not in the reference catalogue): a tool source (an MCP server) gave
+/// its tools for the run, with what the model was offered of each and the declarations the
+/// engine applied. Written each time the source opens for the run (its start and every
+/// resume), so that a replay offers the same tools without asking the live server.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolSourceOpened {
+    /// The source (MCP server name or alias).
+    pub source: String,
+    /// Its tools offered to the run, in the order the source listed them.
+    pub tools: Vec<OfferedTool>,
+}
+
+/// One tool of a source as the run was offered it (`tool.source_opened.tools[]`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OfferedTool {
+    /// The name offered to the model.
+    pub name: String,
+    /// The description offered to the model.
+    pub description: String,
+    /// The JSON Schema of its arguments.
+    pub input_schema: serde_json::Value,
+    /// Its family, as `tool.called.tool_kind` records it.
+    pub kind: crate::tool::ToolKind,
+    /// What a call may change.
+    pub side_effects: crate::tool::SideEffects,
+    /// Whether a human approves calls.
+    #[serde(default)]
+    pub approval: crate::tool::Approval,
+    /// Whether running a call twice has the effect of running it once.
+    #[serde(default)]
+    pub idempotent: bool,
+    /// What to do with an interrupted call.
+    #[serde(default)]
+    pub on_unknown: crate::tool::OnUnknown,
+    /// Per-call timeout in seconds, when declared.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_s: Option<f64>,
+    /// Result size above which the result is offloaded, when declared.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub offload_over: Option<u64>,
+}
+
 /// `circuit.opened`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CircuitOpened {

@@ -193,6 +193,7 @@ impl RunState {
             Payload::RunClaimed(_)
             | Payload::JudgeEvaluated(_)
             | Payload::ToolSourceUnavailable(_)
+            | Payload::ToolSourceOpened(_)
             | Payload::CircuitOpened(_)
             | Payload::ModelExchanged(_)
             | Payload::IdempotencyRecorded(_)

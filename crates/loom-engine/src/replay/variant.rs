@@ -18,6 +18,11 @@
 //!   refused: the run reads an error result, the call is reported as a [`Miss`], and the tool's
 //!   code never runs.
 //!
+//! - **Tool sources** (MCP servers) are opened live: the variant is offered the tools the
+//!   server lists today, each answered as above (the server runs only a call of a tool it
+//!   declares read-only, that the journal and the doubles do not answer). A double may name a
+//!   source's tool the journal recorded (`tool.source_opened`).
+//!
 //! **Invariant:** a variant replay never runs the code of a tool whose declared side effects
 //! are not `none`; it writes only into the scratch journal it is handed.
 
@@ -131,6 +136,11 @@ pub fn varying(
     }
     let mut tools = Vec::new();
     tool_names(agent, &mut tools);
+    for name in book.book().openings.tool_names() {
+        if !tools.iter().any(|t| t == name) {
+            tools.push(name.to_owned());
+        }
+    }
     if let Some(tool) = plan.doubles.keys().find(|t| !tools.contains(t)) {
         return Err(ReplayError::UnknownDouble {
             agent: agent.name.clone(),
@@ -151,13 +161,24 @@ fn varied(
     book: &Arc<Recording>,
     root: bool,
 ) -> Result<AgentRuntime, ReplayError> {
-    if !agent.sources.is_empty() {
-        return Err(ReplayError::ToolSources {
-            agent: agent.name.clone(),
-        });
-    }
     let named = |step: &str| if root { plan.models.get(step) } else { None };
     let mut double = agent.clone();
+    for bound in &mut double.sources {
+        let (doubles, book) = (plan.doubles.clone(), book.clone());
+        bound.source = Arc::new(super::sources::MappedSource {
+            inner: bound.source.clone(),
+            map: Box::new(move |tool: Arc<dyn Tool>| {
+                let spec = tool.spec().clone();
+                Arc::new(VariantTool {
+                    double: doubles.get(&spec.name).cloned(),
+                    side_effects: spec.declarations.side_effects,
+                    spec,
+                    real: tool,
+                    book: book.clone(),
+                })
+            }),
+        });
+    }
     (double.main, double.fallbacks) = slot(named("main"), &agent.main, &agent.fallbacks, book);
     for bound in &mut double.tools {
         let spec = bound.tool.spec().clone();

@@ -70,7 +70,8 @@ impl Loom {
     /// agent, tenant, model, case or variant named by the suite or the options, a double for a
     /// tool the agent does not have, an attachment that cannot be read or is refused, a
     /// journal to replay that cannot be read, holds no closed run, or whose run is another
-    /// agent's or tenant's; an agent that reads tools from MCP servers is refused too. A run
+    /// agent's or tenant's. The tools of MCP servers are held back the same way once the
+    /// server lists them (a double may name one, `<server>__<tool>`). A run
     /// that cannot be played is an [`EvalRun`] with its `error`.
     pub async fn eval(
         &self,
@@ -180,6 +181,10 @@ impl Loom {
             .map(|(tool, value)| {
                 let key = format!("doubles.{tool}");
                 match tools.iter().find(|(name, _)| name == tool) {
+                    // A tool of a source (an MCP server, named `<server>__<tool>`) is known
+                    // only once the server lists it: its double is kept, and used when the
+                    // server's declarations give it side effects.
+                    None if source_tool(agent, tool) => {}
                     None => {
                         let names: Vec<&str> = tools.iter().map(|(n, _)| n.as_str()).collect();
                         return Err(suite.error_at(
@@ -520,6 +525,19 @@ fn read_journal(path: &Path) -> Result<Vec<Event>, String> {
 
 /// The names of `agent`'s tools and its sub-agents', with their side effects (what a double
 /// may answer).
+/// Whether `tool` is named as a tool of one of the sources (MCP servers) of `agent` or of its
+/// sub-agents: `<source>__<tool>`.
+fn source_tool(agent: &AgentRuntime, tool: &str) -> bool {
+    agent.sources.iter().any(|bound| {
+        tool.strip_prefix(bound.source.name())
+            .and_then(|rest| rest.strip_prefix("__"))
+            .is_some_and(|rest| !rest.is_empty())
+    }) || agent
+        .subagents
+        .iter()
+        .any(|sub| source_tool(&sub.agent, tool))
+}
+
 fn collect_tools(agent: &AgentRuntime, names: &mut Vec<(String, SideEffects)>) {
     for bound in &agent.tools {
         let name = bound.tool.spec().name.clone();

@@ -155,6 +155,10 @@ pub(super) fn span_event(event: &Event) -> SpanEvent {
             put("loom.cooldown_s", json!(p.cooldown_s));
         }
         Payload::ToolSourceUnavailable(p) => put("loom.error", json!(p.error)),
+        Payload::ToolSourceOpened(p) => put(
+            "loom.tool_names",
+            json!(p.tools.iter().map(|t| t.name.as_str()).collect::<Vec<_>>()),
+        ),
         Payload::ArtifactStored(p) => {
             put("loom.uri", json!(p.uri));
             put("loom.name", json!(p.name));
