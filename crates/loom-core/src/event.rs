@@ -7,6 +7,7 @@
 //! [`Event::from_json`] recomputes them and refuses an event whose envelope contradicts its
 //! payload. Readers ignore unknown fields, so adding an optional field never breaks old readers.
 
+mod durability;
 mod envelope;
 mod guard;
 mod model;
@@ -17,6 +18,7 @@ mod sealed;
 mod session;
 mod tool;
 
+pub use durability::{SYNCED_TYPES, must_sync};
 pub use envelope::{Envelope, Event};
 pub use guard::{
     ApprovalExpired, ApprovalGranted, ApprovalRejected, ApprovalRequested, BudgetExceeded,

@@ -521,8 +521,10 @@ impl Journal {
             lines.push('\n');
             ends.push(lines.len());
         }
-        self.write_at_end(&mut file, tail.complete_len, lines.as_bytes())?;
-        // The batch is durable: the offset index follows (a cache, not synced).
+        let sync = loom_core::event::must_sync(&batch);
+        self.write_at_end(&mut file, tail.complete_len, lines.as_bytes(), sync)?;
+        // The batch is written (and durable when it had to be): the offset index follows (a
+        // cache, not synced).
         let before = End {
             seq: last,
             offset: tail.last_line.as_ref().map_or(0, |(offset, _)| *offset),
@@ -553,13 +555,19 @@ impl Journal {
         Ok(batch)
     }
 
-    /// Writes `bytes` at `base` (the end of the file) and syncs them, truncating back to `base`
-    /// if anything fails.
-    fn write_at_end(&self, file: &mut File, base: u64, bytes: &[u8]) -> Result<(), StoreError> {
+    /// Writes `bytes` at `base` (the end of the file) and, with `sync`, syncs them (and every
+    /// earlier write of the file), truncating back to `base` if anything fails.
+    fn write_at_end(
+        &self,
+        file: &mut File,
+        base: u64,
+        bytes: &[u8],
+        sync: bool,
+    ) -> Result<(), StoreError> {
         let result = file
             .seek(SeekFrom::Start(base))
             .and_then(|_| file.write_all(bytes))
-            .and_then(|()| file.sync_data());
+            .and_then(|()| if sync { file.sync_data() } else { Ok(()) });
         if let Err(err) = result {
             if let Err(undo) = file.set_len(base).and_then(|()| file.sync_data()) {
                 warn!(

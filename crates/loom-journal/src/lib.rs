@@ -25,7 +25,11 @@
 //!
 //! 1. **one `write_all`** of all the lines of the batch at the end of the journal (if it fails
 //!    midway the file is truncated back to its previous length);
-//! 2. **`fsync` of the journal file** (`sync_data`) before `append` returns;
+//! 2. **`fsync` of the journal file** (`sync_data`) before `append` returns, when the batch
+//!    holds an event something outside the run depends on
+//!    ([`loom_core::event::must_sync`]: a run or message accepted, a tool about to act, an
+//!    approval, a run's end, …); the other batches (steps, model answers, tool results, …) are
+//!    written without waiting for the disk and become durable with the next synced one;
 //! 3. **`fsync` of the tenant directory** when the batch is the first content of the file (the
 //!    file was just created), and of the root directory when the tenant directory was just
 //!    created, so that a new session file — its directory entry — survives a crash; without it
@@ -37,8 +41,12 @@
 //! read.
 //!
 //! These flushes are enough for Loom's guarantees because the engine **appends every event
-//! before it applies it**: `append` returns only once the batch is on disk, so after a crash the
-//! journal holds at least every fact the engine acted on. A crash during an append can only
+//! before it applies it**: `append` returns only once the batch is written (the OS holds it: a
+//! process crash or `kill -9` loses nothing), and once it is on disk when anything outside
+//! depends on it, so after a crash of the process the journal holds every fact the engine acted
+//! on, and after a power loss every fact something outside acted on (an event lost there is
+//! re-derived by the resumed run: a model asked again, a call whose outcome is unknown — never
+//! a tool run twice unknowingly, since its `tool.called` was synced). A crash during an append can only
 //! leave the *last* batch incomplete — a batch the engine had not yet applied, since `append`
 //! had not returned — and that shows as a torn last line (bytes not ending with `'\n'`):
 //!

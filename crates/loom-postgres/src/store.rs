@@ -131,12 +131,25 @@ impl PgStore {
             rows.push(Columns::of(event)?);
         }
         let mut tx = self.db.begin(&tenant_id).await?;
+        // A batch nothing outside depends on commits without waiting for the WAL flush
+        // (`synchronous_commit = off` for this transaction only: a crash of Loom's process loses
+        // nothing, a crash of the database server may lose it, and the next synchronous commit
+        // flushes the WAL up to it); every other commit waits (`loom_core::event::must_sync`).
+        let synchronous = if loom_core::event::must_sync(&batch) {
+            "on"
+        } else {
+            "off"
+        };
         let written = async {
-            sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))")
-                .bind(format!("{tenant_id}/{session_id}"))
-                .execute(&mut *tx)
-                .await
-                .map_err(|err| self.db.error(err))?;
+            sqlx::query(
+                "SELECT set_config('synchronous_commit', $2, true), \
+                 pg_advisory_xact_lock(hashtextextended($1, 0))",
+            )
+            .bind(format!("{tenant_id}/{session_id}"))
+            .bind(synchronous)
+            .execute(&mut *tx)
+            .await
+            .map_err(|err| self.db.error(err))?;
             let last: i64 = sqlx::query(
                 "SELECT COALESCE(MAX(seq), 0) FROM loom_events \
                  WHERE tenant_id = $1 AND session_id = $2",

@@ -65,6 +65,11 @@
 //! The file runs in WAL mode with `synchronous = FULL`: a commit returns only once the WAL is
 //! fsynced, so `append` returning means the batch survives a crash or a power loss, and a crash
 //! mid-append loses that batch whole (SQLite rolls the transaction back), never part of it.
+//! The exception is a batch nothing outside the run depends on
+//! ([`loom_core::event::must_sync`] is false: steps, model answers, tool results, …): its
+//! transaction commits with `synchronous = NORMAL`, durable against a process crash, and on disk
+//! with the next FULL commit (which syncs the whole WAL); the connection is set back to FULL
+//! before it returns to the pool.
 //! `secure_delete = ON` overwrites the content of deleted rows; after a
 //! [`delete`](loom_core::ports::EventStore::delete) the WAL is checkpointed and truncated (best effort: a reader
 //! still holding an old snapshot delays it) so that erased events do not linger in it.

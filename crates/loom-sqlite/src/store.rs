@@ -303,11 +303,7 @@ impl SqliteStore {
         Ok(event)
     }
 
-    async fn append_now(
-        &self,
-        mut batch: Vec<Event>,
-        expected: u64,
-    ) -> Result<Vec<Event>, StoreError> {
+    async fn append_now(&self, batch: Vec<Event>, expected: u64) -> Result<Vec<Event>, StoreError> {
         let Some((tenant_id, session_id)) = batch_journal(&batch)? else {
             return Ok(batch);
         };
@@ -315,8 +311,47 @@ impl SqliteStore {
         for event in &batch {
             rows.push(Columns::of(event)?);
         }
-        let mut tx = self
+        // A batch nothing outside depends on is committed without waiting for the disk (WAL
+        // `synchronous = NORMAL`: durable against a process crash, and on disk with the next
+        // FULL commit, which syncs the whole WAL); every other commit is FULL.
+        let sync = loom_core::event::must_sync(&batch);
+        let mut conn = self
             .pool()
+            .acquire()
+            .await
+            .map_err(|err| self.db_error(err))?;
+        if !sync {
+            sqlx::query("PRAGMA synchronous = NORMAL")
+                .execute(&mut *conn)
+                .await
+                .map_err(|err| self.db_error(err))?;
+        }
+        let appended = self
+            .append_on(&mut conn, batch, rows, expected, &tenant_id, &session_id)
+            .await;
+        if !sync
+            && let Err(error) = sqlx::query("PRAGMA synchronous = FULL")
+                .execute(&mut *conn)
+                .await
+        {
+            // Never hand a connection that does not sync back to the pool.
+            warn!(path = %self.inner.path.display(), %error, "could not restore synchronous = FULL; connection closed");
+            drop(conn.detach());
+        }
+        appended
+    }
+
+    /// [`Self::append_now`]'s transaction on `conn`.
+    async fn append_on(
+        &self,
+        conn: &mut SqliteConnection,
+        mut batch: Vec<Event>,
+        rows: Vec<Columns>,
+        expected: u64,
+        tenant_id: &str,
+        session_id: &str,
+    ) -> Result<Vec<Event>, StoreError> {
+        let mut tx = conn
             .begin_with("BEGIN IMMEDIATE")
             .await
             .map_err(|err| self.db_error(err))?;
@@ -324,15 +359,15 @@ impl SqliteStore {
             let last: i64 = sqlx::query(
                 "SELECT COALESCE(MAX(seq), 0) FROM events WHERE tenant_id = ?1 AND session_id = ?2",
             )
-            .bind(&tenant_id)
-            .bind(&session_id)
+            .bind(tenant_id)
+            .bind(session_id)
             .fetch_one(&mut *tx)
             .await
             .and_then(|row| row.try_get(0))
             .map_err(|err| self.db_error(err))?;
             let last = u64::try_from(last).unwrap_or(0);
             if last != expected {
-                return Err(conflict(&tenant_id, &session_id, expected, last));
+                return Err(conflict(tenant_id, session_id, expected, last));
             }
             let ingested: i64 = sqlx::query("SELECT COALESCE(MAX(ingested), 0) + 1 FROM events")
                 .fetch_one(&mut *tx)
@@ -876,5 +911,24 @@ mod tests {
         assert_eq!(pragma(&mut conn, "PRAGMA secure_delete").await, "1");
         assert_eq!(pragma(&mut conn, "PRAGMA busy_timeout").await, "30000");
         assert_eq!(pragma(&mut conn, "PRAGMA user_version").await, "1");
+    }
+
+    #[tokio::test]
+    async fn a_batch_committed_without_waiting_for_the_disk_leaves_every_connection_full() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(dir.path().join("loom.db")).unwrap();
+        // A claim: nothing outside depends on it, committed with synchronous = NORMAL.
+        let claim = loom_testkit::conformance::event("t", "s", "a");
+        assert!(!loom_core::event::must_sync(std::slice::from_ref(&claim)));
+        store.append_now(vec![claim], 0).await.unwrap();
+        let mut held = Vec::new();
+        for _ in 0..store.pool().size() {
+            let mut conn = store.pool().acquire().await.unwrap();
+            assert_eq!(pragma(&mut conn, "PRAGMA synchronous").await, "2");
+            held.push(conn);
+        }
+        assert!(!held.is_empty());
+        drop(held);
+        assert_eq!(store.read_now("t", "s", 0).await.unwrap().len(), 1);
     }
 }
