@@ -74,6 +74,14 @@ pub(crate) async fn execute(cli: Cli, app: App, args: Vec<std::ffi::OsString>) -
         match loom_ia::eval::Suite::load(suite) {
             Ok(suite) => {
                 if let Some(config) = suite.config_path() {
+                    if !config.is_file() {
+                        let message = format!("{}: no such configuration file", config.display());
+                        eprintln!(
+                            "{}",
+                            super::exit::error_line(&suite.error_at("config", message))
+                        );
+                        return REFUSED;
+                    }
                     path = config;
                 }
             }
