@@ -4,7 +4,10 @@
 //! double or refused without one (its file never written), the example suite of `devis`, a
 //! malformed suite (exit 2 with its location), `repeat` (each run scored, each case aggregated),
 //! `expect.fields` and `expect.state`, cases that `replay` a recorded conversation (from the
-//! journal and from an exported file) under two variants, and a binary (PNG) attachment.
+//! journal and from an exported file) under two variants, and a binary (PNG) attachment; the
+//! suite's and a variant's `config` (and a variant's `models` by step), a case's `tenant`, a
+//! `replay` glob (one trial per file, in path order), and approvals during an eval (granted
+//! when a double answers, refused when the tool would really run).
 
 // Helpers outside #[test] functions unwrap too: a panic there is a failed test.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
