@@ -7,19 +7,22 @@
 //! `eval/score.rs`), and the report ([`EvalReport`], its per-case aggregates [`CaseSummary`], in
 //! `eval/report.rs`). Running the cases is `loom/eval.rs`.
 //!
-//! The format follows the reference's (`version`, `name`, `agent`, `tenant`, `repeat`,
-//! `max_cost_usd`, `doubles`, `judge`, `variants`, `cases` with `input` or `replay`, `repeat`,
-//! `state`, `expect` and `criteria`; `expect` with `status`, `contains`, `not_contains`,
-//! `matches`, `fields`, `called`, `not_called` and `state`), with `expect.schema` (a JSON Schema
-//! of the output) and `expect.max_cost_usd` added, `attachments` per case, and a variant's
-//! `model`, `system` and `params` applied to the agent's main slot.
+//! The format follows the reference's (`version`, `name`, `config`, `agent`, `tenant`, `repeat`,
+//! `max_cost_usd`, `doubles`, `judge`, `variants` with `name`, `config` and `models`, `cases`
+//! with `input` or `replay`, `tenant`, `repeat`, `state`, `expect` and `criteria`; `expect` with
+//! `status`, `contains`, `not_contains`, `matches`, `fields`, `called`, `not_called` and
+//! `state`), with `expect.schema` (a JSON Schema of the output) and `expect.max_cost_usd` added,
+//! `attachments` per case, and a variant's `model`, `system` and `params` applied to the agent's
+//! main slot. `config` paths and `replay` files are relative to the suite file; a case's
+//! `tenant` wins over the suite's ([`Suite::tenant`]).
 //!
 //! - `repeat: N` (the suite's, or a case's own) runs each case N times under each variant: every
 //!   run is scored on its own, and the report aggregates them per case (pass rate, mean cost,
 //!   tokens and latency); a case passes when all its runs pass.
 //! - `replay: FILE-OR-RUN` takes a case's conversation from a recorded journal instead of an
 //!   `input` message: an exported JSONL file (relative to the suite; its last closed root run),
-//!   or the id of a run of the configuration's journal. It is re-driven as a variant replay
+//!   a glob of such files (`eval/glob.rs`; each file a trial of the case, in path order), or the
+//!   id of a run of the configuration's journal. It is re-driven as a variant replay
 //!   (`loom_engine::replay::variant`): the variant's model (every call made for real when the
 //!   variant names one), tools answered from the journal, else by the suite's doubles.
 //! - `expect.fields` maps JSON pointers (RFC 6901) of the structured output (its data, else its
