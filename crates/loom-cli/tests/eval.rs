@@ -1432,3 +1432,80 @@ cases:
         "{events:?}"
     );
 }
+
+#[test]
+fn a_replayed_case_decides_approvals_the_journal_has_no_fate_for() {
+    let dir = fiche_with(
+        r#"version: 1
+name: rejeu-approbation
+agent: fiche
+variants:
+  - name: base
+  - name: tokyo
+    model: fake-tokyo
+cases:
+  - name: rejeu
+    replay: conv.jsonl
+    expect:
+      state: {zone: Europe/Paris}
+"#,
+    );
+    let run = run_in(
+        &loom_bin(),
+        dir.path(),
+        &["run", "fiche", "La fiche du devis 42", "--run-id", "r-1"],
+    );
+    assert!(run.status.success(), "{}", text(&run.stderr));
+    let export = run_in(
+        &loom_bin(),
+        dir.path(),
+        &["replay", "r-1", "--export", "conv.jsonl"],
+    );
+    assert!(export.status.success(), "{}", text(&export.stderr));
+    // Since then the time tool needs an approval, and a model asks Tokyo's time instead.
+    let config = dir.path().join("loom.yaml");
+    let yaml = fs::read_to_string(&config)
+        .unwrap()
+        .replace(
+            "      - tool: loom.current_datetime\n",
+            "      - tool: loom.current_datetime\n        approval: always\n",
+        )
+        .replacen(
+            "storage:\n",
+            "  - id: fake-tokyo\n    sdk: fake\n    model: TOKYO\n    params:\n      script:\n        - {text: \"L'heure de Tokyo.\", tool_calls: [{name: current_datetime, arguments: {timezone: Asia/Tokyo}}]}\n        - {text: '{\"numero\": \"D-2026-042\", \"montant_ttc\": 1840.0}'}\nstorage:\n",
+            1,
+        );
+    fs::write(&config, yaml).unwrap();
+
+    let out = run_in(
+        &loom_bin(),
+        dir.path(),
+        &["eval", "suite.yaml", "--json", "--export", "out"],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let shown = report.to_string();
+    let decided = |variant: &str, kind: &str| -> Vec<Value> {
+        fs::read_to_string(dir.path().join(format!("out/{variant}--rejeu.jsonl")))
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str::<Value>(l).unwrap())
+            .filter(|e| e["type"] == kind)
+            .collect()
+    };
+    // The recorded call: its result is in the journal, nothing runs for real: granted, and
+    // the state it filled is there.
+    assert_eq!(report["runs"][0]["variant"], "base", "{shown}");
+    assert_eq!(report["runs"][0]["passed"], true, "{shown}");
+    let granted = decided("base", "approval.granted");
+    assert_eq!(granted.len(), 1, "{shown}");
+    assert_eq!(granted[0]["payload"]["by"], "loom eval");
+    // Tokyo's call has no recorded result and the tool would really run: refused.
+    assert_eq!(report["runs"][1]["variant"], "tokyo", "{shown}");
+    assert_eq!(report["runs"][1]["status"], "completed", "{shown}");
+    assert_eq!(report["runs"][1]["passed"], false, "{shown}");
+    let rejected = decided("tokyo", "approval.rejected");
+    assert_eq!(rejected.len(), 1, "{shown}");
+    assert_eq!(rejected[0]["payload"]["by"], "loom eval");
+    assert!(decided("tokyo", "approval.granted").is_empty());
+}

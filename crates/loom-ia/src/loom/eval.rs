@@ -9,7 +9,8 @@
 //! and prompts; the registered code of this instance shared with it); each case runs under its
 //! `tenant` (else the suite's). An approval a run asks for is decided at once, inline: granted
 //! when the call is answered by a double (nothing runs for real), refused when the tool would
-//! really run.
+//! really run (in a replayed case, a request the journal recorded a decision for gets it
+//! again; the others are decided the same way, `VariantPlan::approvals`).
 
 use std::{collections::BTreeMap, path::Path, sync::Arc};
 
@@ -104,7 +105,9 @@ impl Loom {
     /// conversation as a variant replay: the variant's models (every call made for real when
     /// the variant names one; otherwise a request the journal recorded is answered from it),
     /// tool calls answered from the journal, else by the doubles, else run only when the tool
-    /// has no side effects; the approvals the journal recorded are decided again as recorded.
+    /// has no side effects; the approvals the journal recorded are decided again as recorded,
+    /// any other the same way as for a message (a call whose result the journal holds is
+    /// answered from it: granted).
     /// `progress` is told of each run as it ends.
     ///
     /// Refused before any run ([`LoomError::Config`], located in the suite file): a
@@ -662,6 +665,7 @@ impl Loom {
     ) -> Result<Outcome, LoomError> {
         let mut plan = VariantPlan {
             models: job.steps.clone(),
+            approvals: Some(EVAL_APPROVER.to_owned()),
             ..VariantPlan::default()
         };
         for (tool, output) in doubles {
