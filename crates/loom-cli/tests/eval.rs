@@ -4,7 +4,10 @@
 //! double or refused without one (its file never written), the example suite of `devis`, a
 //! malformed suite (exit 2 with its location), `repeat` (each run scored, each case aggregated),
 //! `expect.fields` and `expect.state`, cases that `replay` a recorded conversation (from the
-//! journal and from an exported file) under two variants, and a binary (PNG) attachment.
+//! journal and from an exported file) under two variants, and a binary (PNG) attachment; the
+//! suite's and a variant's `config` (and a variant's `models` by step), a case's `tenant`, a
+//! `replay` glob (one trial per file, in path order), and approvals during an eval (granted
+//! when a double answers, refused when the tool would really run).
 
 // Helpers outside #[test] functions unwrap too: a panic there is a failed test.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -972,4 +975,537 @@ cases:
         "{}",
         text(&out.stderr)
     );
+}
+
+/// A `loom.yaml` of the stock binary whose agent `suivi` answers `answer`, its journal in
+/// `data` next to it, and `tenants` (YAML of a `tenants:` list, or nothing).
+fn suivi_config(answer: &str, extra_models: &str, tenants: &str) -> String {
+    format!(
+        r#"version: 1
+models:
+  - id: fake-1
+    sdk: fake
+    model: SUIVI
+    params:
+      script:
+        - {{text: "{answer}"}}
+{extra_models}storage:
+  events: {{backend: jsonl, path: data}}
+telemetry:
+  logging: {{level: WARN}}
+agents:
+  - name: suivi
+    main: {{model: fake-1}}
+{tenants}"#
+    )
+}
+
+const CONFIG_SUITE: &str = r#"version: 1
+name: ailleurs
+config: ../projet/loom.yaml
+agent: suivi
+variants:
+  - name: base
+  - name: autre
+    config: ../autre/loom.yaml
+  - name: bref
+    models: {main: fake-bref}
+cases:
+  - name: dossier
+    input: "Où en est mon dossier ?"
+    expect: {contains: ["dossier"]}
+"#;
+
+#[test]
+fn the_suite_and_a_variant_name_the_configuration_they_run_against() {
+    // No loom.yaml where `loom eval` runs: the suite's `config` is what it opens.
+    let dir = tempfile::tempdir().unwrap();
+    for (sub, answer, extra) in [
+        (
+            "projet",
+            "Votre dossier est complet.",
+            "  - id: fake-bref\n    sdk: fake\n    model: BREF\n    params:\n      script:\n        - {text: \"Complet.\"}\n",
+        ),
+        ("autre", "Je regarde cela.", ""),
+    ] {
+        fs::create_dir_all(dir.path().join(sub)).unwrap();
+        fs::write(
+            dir.path().join(sub).join("loom.yaml"),
+            suivi_config(answer, extra, ""),
+        )
+        .unwrap();
+    }
+    fs::create_dir_all(dir.path().join("evals")).unwrap();
+    fs::write(dir.path().join("evals/suite.yaml"), CONFIG_SUITE).unwrap();
+    let out = run_in(
+        &loom_bin(),
+        dir.path(),
+        &["eval", "evals/suite.yaml", "--json"],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let shown = report.to_string();
+    let runs = report["runs"].as_array().unwrap();
+    let run = |variant: &str| {
+        runs.iter()
+            .find(|r| r["variant"] == variant)
+            .unwrap_or_else(|| panic!("no {variant} in {shown}"))
+    };
+    // The suite's configuration answers, the variant's configuration answers otherwise, and
+    // the variant naming the main step's model answers with it.
+    assert_eq!(run("base")["text"], "Votre dossier est complet.", "{shown}");
+    assert_eq!(run("base")["passed"], true);
+    assert_eq!(run("autre")["text"], "Je regarde cela.", "{shown}");
+    assert_eq!(run("autre")["passed"], false);
+    assert_eq!(run("bref")["text"], "Complet.", "{shown}");
+    for sub in ["projet", "autre"] {
+        assert!(
+            !dir.path().join(sub).join("data").exists(),
+            "an evaluation writes no journal"
+        );
+    }
+
+    // Refused before any run, located in the suite: a variant's configuration that is not
+    // there, or that declares no such agent; a step the agent does not have; the main model
+    // given twice; a suite configuration that is not there.
+    let autre = suivi_config("Je regarde cela.", "", "");
+    for (from, to, renamed, at) in [
+        (
+            "config: ../autre/loom.yaml",
+            "config: ../absent/loom.yaml",
+            false,
+            "suite.yaml:8:13 variants[1].config: ",
+        ),
+        (
+            "",
+            "",
+            true,
+            "suite.yaml:8:13 variants[1].config: unknown agent 'suivi' (agents: autre)",
+        ),
+        (
+            "models: {main: fake-bref}",
+            "models: {critique: fake-bref}",
+            false,
+            "suite.yaml:10:24 variants[2].models.critique: agent 'suivi' has no step 'critique' (its steps: main)",
+        ),
+        (
+            "models: {main: fake-bref}",
+            "model: fake-1\n    models: {main: fake-bref}",
+            false,
+            "variants[2].models.main: the main step's model is given twice",
+        ),
+        (
+            "config: ../projet/loom.yaml",
+            "config: ../nulle-part/loom.yaml",
+            false,
+            "suite.yaml:3:9 config: ",
+        ),
+    ] {
+        let config = if renamed {
+            autre.replace("name: suivi", "name: autre")
+        } else {
+            autre.clone()
+        };
+        fs::write(dir.path().join("autre/loom.yaml"), config).unwrap();
+        let suite = if from.is_empty() {
+            CONFIG_SUITE.to_owned()
+        } else {
+            CONFIG_SUITE.replace(from, to)
+        };
+        fs::write(dir.path().join("evals/suite.yaml"), suite).unwrap();
+        let out = run_in(&loom_bin(), dir.path(), &["eval", "evals/suite.yaml"]);
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{at}: {stderr}");
+        assert!(stderr.contains(at), "{at}: {stderr}");
+        assert!(out.stdout.is_empty(), "{at}: refused before any run");
+    }
+}
+
+#[test]
+fn a_case_runs_under_its_tenant_or_the_suites() {
+    let dir = tempfile::tempdir().unwrap();
+    fs::write(
+        dir.path().join("loom.yaml"),
+        suivi_config(
+            "Bonjour, je regarde votre dossier.",
+            "  - id: fake-acme\n    sdk: fake\n    model: ACME\n    params:\n      script:\n        - {text: \"Acme vous répond.\"}\n",
+            "tenants:\n  - id: default\n  - id: acme\n    models: {fake-1: fake-acme}\n",
+        ),
+    )
+    .unwrap();
+    let suite = r#"version: 1
+name: locataires
+agent: suivi
+tenant: acme
+cases:
+  - name: chez-acme
+    input: "Bonjour"
+    expect: {contains: ["Acme"]}
+  - name: par-defaut
+    tenant: default
+    input: "Bonjour"
+    expect: {contains: ["Acme"]}
+"#;
+    fs::write(dir.path().join("suite.yaml"), suite).unwrap();
+    let out = run_in(
+        &loom_bin(),
+        dir.path(),
+        &["eval", "suite.yaml", "--json", "--export", "out"],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let shown = report.to_string();
+    let runs = report["runs"].as_array().unwrap();
+    // Acme's model mapping answers Acme's case; the default tenant keeps the configured model.
+    assert_eq!(runs[0]["tenant"], "acme", "{shown}");
+    assert_eq!(runs[0]["text"], "Acme vous répond.", "{shown}");
+    assert_eq!(runs[0]["passed"], true, "{shown}");
+    assert_eq!(runs[1]["tenant"], "default", "{shown}");
+    assert_eq!(runs[1]["text"], "Bonjour, je regarde votre dossier.");
+    assert_eq!(runs[1]["passed"], false);
+    // The exported journals are the tenants'.
+    for (case, tenant) in [("chez-acme", "acme"), ("par-defaut", "default")] {
+        let journal =
+            fs::read_to_string(dir.path().join(format!("out/base--{case}.jsonl"))).unwrap();
+        let events: Vec<Value> = journal
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert!(!events.is_empty());
+        assert!(
+            events.iter().all(|e| e["tenant_id"] == tenant),
+            "{case}: {journal}"
+        );
+    }
+    no_journal_written(dir.path());
+
+    // A tenant the configuration does not declare: refused before any run, located.
+    for (from, to, at) in [
+        (
+            "    tenant: default\n",
+            "    tenant: inconnu\n",
+            "suite.yaml:10:13 cases[1].tenant: tenant 'inconnu' is not declared (tenants: default, acme)",
+        ),
+        (
+            "tenant: acme\n",
+            "tenant: absent\n",
+            "suite.yaml:4:9 tenant: tenant 'absent' is not declared",
+        ),
+    ] {
+        fs::write(dir.path().join("bad.yaml"), suite.replacen(from, to, 1)).unwrap();
+        let out = run_in(&loom_bin(), dir.path(), &["eval", "bad.yaml"]);
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        assert!(
+            stderr.contains(&at.replace("suite.yaml", "bad.yaml")),
+            "{stderr}"
+        );
+        assert!(out.stdout.is_empty());
+    }
+}
+
+#[test]
+fn a_replay_glob_makes_each_matching_journal_a_trial_in_path_order() {
+    let dir = fiche_with(
+        r#"version: 1
+name: corpus
+agent: fiche
+variants:
+  - name: base
+  - name: autre
+    model: fake-autre
+cases:
+  - name: corpus
+    replay: "runs/*.jsonl"
+    expect:
+      fields: {/numero: D-2026-042}
+"#,
+    );
+    fs::create_dir(dir.path().join("runs")).unwrap();
+    // Exported in the reverse of their names' order: the trials follow the paths.
+    for (run_id, file) in [("r-2", "runs/b.jsonl"), ("r-1", "runs/a.jsonl")] {
+        let run = run_in(
+            &loom_bin(),
+            dir.path(),
+            &["run", "fiche", "La fiche du devis 42", "--run-id", run_id],
+        );
+        assert!(run.status.success(), "{}", text(&run.stderr));
+        let export = run_in(
+            &loom_bin(),
+            dir.path(),
+            &["replay", run_id, "--export", file],
+        );
+        assert!(export.status.success(), "{}", text(&export.stderr));
+    }
+    fs::write(dir.path().join("runs/notes.txt"), "not a journal").unwrap();
+
+    let out = run_in(
+        &loom_bin(),
+        dir.path(),
+        &["eval", "suite.yaml", "--json", "--export", "out"],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let shown = report.to_string();
+    let trials: Vec<(String, u64, String, String, bool)> = report["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["variant"].as_str().unwrap().to_owned(),
+                r["attempt"].as_u64().unwrap(),
+                r["journal"].as_str().unwrap().to_owned(),
+                r["run_id"].as_str().unwrap().to_owned(),
+                r["passed"].as_bool().unwrap(),
+            )
+        })
+        .collect();
+    let trial = |variant: &str, attempt, journal: &str, run: &str, passed| {
+        (
+            variant.to_owned(),
+            attempt,
+            journal.to_owned(),
+            run.to_owned(),
+            passed,
+        )
+    };
+    assert_eq!(
+        trials,
+        vec![
+            trial("base", 1, "runs/a.jsonl", "r-1", true),
+            trial("base", 2, "runs/b.jsonl", "r-2", true),
+            trial("autre", 1, "runs/a.jsonl", "r-1", false),
+            trial("autre", 2, "runs/b.jsonl", "r-2", false),
+        ],
+        "{shown}"
+    );
+    let summary = &report["summary"][0];
+    assert_eq!(
+        (summary["runs"].clone(), summary["passed"].clone()),
+        (2.into(), 2.into())
+    );
+    for n in [1, 2] {
+        assert!(
+            dir.path()
+                .join(format!("out/base--corpus--{n}.jsonl"))
+                .exists()
+        );
+    }
+    // The text report names each failed trial's file.
+    let out = run_in(
+        &loom_bin(),
+        dir.path(),
+        &["eval", "suite.yaml", "--variant", "autre"],
+    );
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains("attempt 2 (runs/b.jsonl): run r-2"),
+        "{stdout}"
+    );
+
+    // A glob that matches nothing: refused before any run, located.
+    let suite = fs::read_to_string(dir.path().join("suite.yaml")).unwrap();
+    fs::write(
+        dir.path().join("bad.yaml"),
+        suite.replace("runs/*.jsonl", "absent/*.jsonl"),
+    )
+    .unwrap();
+    let out = run_in(&loom_bin(), dir.path(), &["eval", "bad.yaml"]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("bad.yaml:10:13 cases[0].replay: 'absent/*.jsonl' matches no journal file"),
+        "{stderr}"
+    );
+    assert!(out.stdout.is_empty());
+}
+
+#[test]
+fn an_approval_is_granted_when_a_double_answers_and_the_tool_never_runs() {
+    let dir = relance_with(RELANCE_SUITE);
+    let agent = dir.path().join("agents/relance.yaml");
+    let yaml = fs::read_to_string(&agent).unwrap();
+    fs::write(&agent, format!("{yaml}    approval: always\n")).unwrap();
+    let out = run_in(
+        &example_bin("relance"),
+        dir.path(),
+        &["eval", "suite.yaml", "--json", "--export", "out"],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["runs"][0]["status"], "completed", "{report}");
+    let events: Vec<Value> = fs::read_to_string(dir.path().join("out/base--relance.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let of = |kind: &str| {
+        events
+            .iter()
+            .filter(|e| e["type"] == kind)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(of("approval.requested").len(), 1, "{events:?}");
+    let granted = of("approval.granted");
+    assert_eq!(granted.len(), 1, "{events:?}");
+    assert_eq!(granted[0]["payload"]["by"], "loom eval");
+    assert!(
+        !dir.path().join("relances.txt").exists(),
+        "the irreversible tool ran during an evaluation"
+    );
+}
+
+#[test]
+fn an_approval_is_refused_when_the_tool_would_really_run() {
+    // The time tool declares no side effect: it would run for real, so its approval is refused
+    // and the state it fills stays empty.
+    let dir = fiche_with(
+        r#"version: 1
+name: heure
+agent: fiche
+cases:
+  - name: heure
+    input: "La fiche du devis 42"
+    expect:
+      state: {zone: Europe/Paris}
+"#,
+    );
+    let config = dir.path().join("loom.yaml");
+    let yaml = fs::read_to_string(&config).unwrap().replace(
+        "      - tool: loom.current_datetime\n",
+        "      - tool: loom.current_datetime\n        approval: always\n",
+    );
+    fs::write(&config, yaml).unwrap();
+    let out = run_in(
+        &loom_bin(),
+        dir.path(),
+        &["eval", "suite.yaml", "--json", "--export", "out"],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let run = &report["runs"][0];
+    assert_eq!(run["status"], "completed", "{report}");
+    assert_eq!(run["passed"], false, "{report}");
+    let events: Vec<Value> = fs::read_to_string(dir.path().join("out/base--heure.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let rejected: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["type"] == "approval.rejected")
+        .collect();
+    assert_eq!(rejected.len(), 1, "{events:?}");
+    assert_eq!(rejected[0]["payload"]["by"], "loom eval");
+    assert!(
+        rejected[0]["payload"]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("'current_datetime' would really run"),
+        "{}",
+        rejected[0]
+    );
+    // The call's result is the refusal, not the time.
+    let completed: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["type"] == "tool.completed")
+        .collect();
+    assert_eq!(completed.len(), 1, "{events:?}");
+    assert_eq!(completed[0]["payload"]["output"]["is_error"], true);
+    assert!(
+        completed[0]["payload"]["output"]["blocks"][0]["text"]
+            .as_str()
+            .unwrap()
+            .starts_with("Call to current_datetime rejected by loom eval"),
+        "{}",
+        completed[0]
+    );
+    assert!(
+        !events.iter().any(|e| e["type"] == "approval.granted"),
+        "{events:?}"
+    );
+}
+
+#[test]
+fn a_replayed_case_decides_approvals_the_journal_has_no_fate_for() {
+    let dir = fiche_with(
+        r#"version: 1
+name: rejeu-approbation
+agent: fiche
+variants:
+  - name: base
+  - name: tokyo
+    model: fake-tokyo
+cases:
+  - name: rejeu
+    replay: conv.jsonl
+    expect:
+      state: {zone: Europe/Paris}
+"#,
+    );
+    let run = run_in(
+        &loom_bin(),
+        dir.path(),
+        &["run", "fiche", "La fiche du devis 42", "--run-id", "r-1"],
+    );
+    assert!(run.status.success(), "{}", text(&run.stderr));
+    let export = run_in(
+        &loom_bin(),
+        dir.path(),
+        &["replay", "r-1", "--export", "conv.jsonl"],
+    );
+    assert!(export.status.success(), "{}", text(&export.stderr));
+    // Since then the time tool needs an approval, and a model asks Tokyo's time instead.
+    let config = dir.path().join("loom.yaml");
+    let yaml = fs::read_to_string(&config)
+        .unwrap()
+        .replace(
+            "      - tool: loom.current_datetime\n",
+            "      - tool: loom.current_datetime\n        approval: always\n",
+        )
+        .replacen(
+            "storage:\n",
+            "  - id: fake-tokyo\n    sdk: fake\n    model: TOKYO\n    params:\n      script:\n        - {text: \"L'heure de Tokyo.\", tool_calls: [{name: current_datetime, arguments: {timezone: Asia/Tokyo}}]}\n        - {text: '{\"numero\": \"D-2026-042\", \"montant_ttc\": 1840.0}'}\nstorage:\n",
+            1,
+        );
+    fs::write(&config, yaml).unwrap();
+
+    let out = run_in(
+        &loom_bin(),
+        dir.path(),
+        &["eval", "suite.yaml", "--json", "--export", "out"],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let shown = report.to_string();
+    let decided = |variant: &str, kind: &str| -> Vec<Value> {
+        fs::read_to_string(dir.path().join(format!("out/{variant}--rejeu.jsonl")))
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str::<Value>(l).unwrap())
+            .filter(|e| e["type"] == kind)
+            .collect()
+    };
+    // The recorded call: its result is in the journal, nothing runs for real: granted, and
+    // the state it filled is there.
+    assert_eq!(report["runs"][0]["variant"], "base", "{shown}");
+    assert_eq!(report["runs"][0]["passed"], true, "{shown}");
+    let granted = decided("base", "approval.granted");
+    assert_eq!(granted.len(), 1, "{shown}");
+    assert_eq!(granted[0]["payload"]["by"], "loom eval");
+    // Tokyo's call has no recorded result and the tool would really run: refused.
+    assert_eq!(report["runs"][1]["variant"], "tokyo", "{shown}");
+    assert_eq!(report["runs"][1]["status"], "completed", "{shown}");
+    assert_eq!(report["runs"][1]["passed"], false, "{shown}");
+    let rejected = decided("tokyo", "approval.rejected");
+    assert_eq!(rejected.len(), 1, "{shown}");
+    assert_eq!(rejected[0]["payload"]["by"], "loom eval");
+    assert!(decided("tokyo", "approval.granted").is_empty());
 }

@@ -2,7 +2,9 @@
 //! divergence a prompt change causes (exit 1, the event and the request part named), an
 //! exported file replayed in a fresh directory without the original journal, a replay that
 //! never runs a tool with a side effect (the `relance` example's file stays untouched), and the
-//! errors (exit 2).
+//! errors (exit 2); several approvals that expired in one run, a steering message and a
+//! cancellation re-applied in a variant replay, and the refusal of a run that began with a
+//! model's circuit breaker already open (two runs of one `loom serve`).
 
 // Helpers outside #[test] functions unwrap too: a panic there is a failed test.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -814,4 +816,237 @@ fn an_agent_with_mcp_tools_is_refused_naming_what_the_journal_lacks() {
             && stderr.contains("no tool.source_opened"),
         "{stderr}"
     );
+}
+
+/// A project of the stock `loom` binary whose agent `horloge` asks the time of two cities in
+/// one turn, then of a third: each call needs an approval that expires after half a second
+/// (denied).
+fn horloge_project() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    fs::write(
+        dir.path().join("loom.yaml"),
+        r#"version: 1
+models:
+  - id: fake-1
+    sdk: fake
+    model: HORLOGE
+    params:
+      script:
+        - text: "Je regarde l'heure à Paris et à Tokyo."
+          tool_calls:
+            - {name: current_datetime, arguments: {timezone: Europe/Paris}}
+            - {name: current_datetime, arguments: {timezone: Asia/Tokyo}}
+        - text: "Et à New York."
+          tool_calls:
+            - {name: current_datetime, arguments: {timezone: America/New_York}}
+        - text: "Personne n'a répondu à temps : je n'ai pas l'heure."
+storage:
+  events: {backend: jsonl, path: data}
+telemetry:
+  logging: {level: WARN}
+agents:
+  - name: horloge
+    main: {model: fake-1}
+    approval: {expires_in: 0.5, on_expiry: deny}
+    tools:
+      - tool: loom.current_datetime
+        approval: always
+"#,
+    )
+    .unwrap();
+    dir
+}
+
+#[test]
+fn several_expired_approvals_in_one_run_replay_identical() {
+    let dir = horloge_project();
+    let out = loom(
+        dir.path(),
+        &["run", "horloge", "Quelle heure est-il ?", "--run-id", "h1"],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    // Two requests of the first turn expire together, the third one after the next turn.
+    // The first resume pauses again on the third request (exit 1), the second completes.
+    for code in [1, 0] {
+        std::thread::sleep(std::time::Duration::from_millis(700));
+        let out = loom(dir.path(), &["resume", "h1"]);
+        assert_eq!(out.status.code(), Some(code), "{}", text(&out.stderr));
+    }
+    let events = journal(dir.path(), "h1");
+    let kinds = |kind: &str| events.iter().filter(|e| e["type"] == kind).count();
+    assert_eq!(kinds("approval.requested"), 3, "{events:?}");
+    assert_eq!(kinds("approval.expired"), 3, "{events:?}");
+    assert_eq!(kinds("run.completed"), 1, "{events:?}");
+
+    // Each deadline is read from the journal: the replay waits for none of them.
+    let out = loom(dir.path(), &["replay", "h1", "--json"]);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{}", text(&out.stderr));
+    let report: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(report["outcome"], "identical", "{report}");
+    assert_eq!(report["misses"], serde_json::json!([]), "{report}");
+    assert_eq!(report["replay_status"], "completed", "{report}");
+}
+
+/// The events of the JSONL file `path`.
+fn events_of(path: &Path) -> Vec<Value> {
+    fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+#[test]
+fn a_variant_replay_re_applies_a_steering_message_and_a_cancellation() {
+    let dir = copy_example("equipe");
+    // A steered run: its variant reads the steering message at the same point.
+    let running = waiting_for_the_bank(dir.path(), "vs1");
+    let steering = "Joins aussi le relevé au dossier du rapprochement.";
+    let out = equipe(dir.path(), &["steer", "vs1", steering]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let out = the_bank_answers(dir.path(), running);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let variant = dir.path().join("variant.jsonl");
+    let out = equipe(
+        dir.path(),
+        &[
+            "replay",
+            "vs1",
+            "--mode",
+            "variant",
+            "--model",
+            "main=fake-secretariat",
+            "--json",
+            "--export",
+            variant.to_str().unwrap(),
+        ],
+    );
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{}", text(&out.stderr));
+    let report: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(report["variant"]["status"], "completed", "{report}");
+    assert_eq!(report["same_answer"], true, "{report}");
+    let events = events_of(&variant);
+    let steer = events
+        .iter()
+        .position(|e| e["type"] == "message.user" && e["payload"]["kind"] == "steer")
+        .unwrap_or_else(|| panic!("the variant was not steered: {events:?}"));
+    assert!(
+        events[steer].to_string().contains(steering),
+        "{}",
+        events[steer]
+    );
+    let read = events
+        .iter()
+        .rposition(|e| e["run_id"] == "vs1" && e["type"] == "model.responded")
+        .unwrap();
+    assert!(steer < read, "read at the secretariat's last call");
+
+    // A run cancelled while it waited for its sub-run's approval: the variant is cancelled
+    // there too (exit 1: the variant did not complete).
+    let out = equipe(
+        dir.path(),
+        &["run", "secretariat", VIREMENT, "--run-id", "vw1"],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let out = equipe(dir.path(), &["cancel", "vw1", "--by", "denis"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let out = equipe(
+        dir.path(),
+        &[
+            "replay",
+            "vw1",
+            "--mode",
+            "variant",
+            "--model",
+            "main=fake-secretariat",
+            "--json",
+        ],
+    );
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}{}", text(&out.stderr));
+    let report: Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(report["original"]["status"], "cancelled", "{report}");
+    assert_eq!(report["variant"]["status"], "cancelled", "{report}");
+}
+
+#[test]
+fn a_run_that_began_with_a_breaker_already_open_is_refused() {
+    let dir = devis_project();
+    // `fake-flaky` fails every attempt; its breaker opens at the second failure and stays
+    // open for ten minutes, for every run of the same process.
+    let config = dir.path().join("loom.yaml");
+    let yaml = fs::read_to_string(&config).unwrap();
+    fs::write(
+        &config,
+        yaml.replacen(
+            "models:\n",
+            "models:\n  - id: fake-flaky\n    sdk: fake\n    model: FLAKY\n    retry: {max_attempts: 2, initial_delay: 0.01}\n    circuit_breaker: {failures: 2, cooldown: 600}\n    params:\n      script:\n        - error: transient\n",
+            1,
+        ),
+    )
+    .unwrap();
+    let agent = dir.path().join("agents/devis.yaml");
+    let yaml = fs::read_to_string(&agent).unwrap();
+    fs::write(
+        &agent,
+        yaml.replace(
+            "  model: fake-1\n",
+            "  model: fake-flaky\n  fallbacks: [fake-1]\n",
+        ),
+    )
+    .unwrap();
+    // Two runs of one server: the first opens the breaker, the second begins with it open.
+    let server = common::server::Server::start(
+        &devis_bin(),
+        dir.path(),
+        &["--config", "loom.yaml", "serve", "--port", "0"],
+    );
+    let mut runs = Vec::new();
+    for session in ["b1", "b2"] {
+        let body = serde_json::json!({"message": QUESTION, "session_id": session}).to_string();
+        let (status, body) =
+            common::server::request(&server.address, "POST", "/v1/agents/devis/runs", &body);
+        assert_eq!(status, 201, "{body}");
+        let result: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(result["status"], "completed", "{result}");
+        runs.push(result["run_id"].as_str().unwrap().to_owned());
+    }
+    server.stop();
+    let second = journal(dir.path(), "b2");
+    assert!(
+        second
+            .iter()
+            .any(|e| e["type"] == "model.fell_back" && e["payload"]["reason"] == "circuit_open"),
+        "{second:?}"
+    );
+    assert!(!second.iter().any(|e| e["type"] == "circuit.opened"));
+
+    // The first run replays identical (its own failures open the replay's fresh breaker).
+    let out = run_in(&devis_bin(), dir.path(), &["replay", &runs[0]]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stdout));
+    // The second cannot: the journal does not hold the breaker's state. Refused, named, and
+    // the same for a variant.
+    for mode in ["exact", "variant"] {
+        let out = run_in(
+            &devis_bin(),
+            dir.path(),
+            &["replay", &runs[1], "--mode", mode, "--session", "b2"],
+        );
+        let stderr = text(&out.stderr);
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{mode}: {stderr}{}",
+            text(&out.stdout)
+        );
+        assert!(
+            stderr.contains(
+                "a model was skipped because its circuit breaker was already open when the run \
+                 began, and the breakers' state is not in the journal"
+            ),
+            "{mode}: {stderr}"
+        );
+    }
 }

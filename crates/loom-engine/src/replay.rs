@@ -401,6 +401,15 @@ impl Recording {
         Some(output)
     }
 
+    /// Whether the journal holds a result not served yet for a call of `tool` with these
+    /// `arguments` (what [`variant`]'s tools answer from).
+    fn has_result(&self, tool: &str, arguments: &serde_json::Value) -> bool {
+        self.book()
+            .calls
+            .iter()
+            .any(|c| !c.served && c.tool == tool && &c.arguments == arguments)
+    }
+
     /// What a variant's doubles counted so far.
     pub fn variant_counts(&self) -> VariantCounts {
         self.book().variant
@@ -767,7 +776,7 @@ pub async fn replay_run(
     let prepared = prepare(engine, session, run_id, originals).await?;
     let book = Arc::new(Recording::from_events(&prepared.recorded));
     let double = replaying(agent, &book)?;
-    let (replay_status, replayed) = prepared.drive(engine, &double, &book).await?;
+    let (replay_status, replayed) = prepared.drive(engine, &double, &book, None).await?;
     Ok(Replayed {
         divergence: compare(&prepared.recorded, &replayed),
         recorded_status: prepared.recorded_status,

@@ -7,19 +7,22 @@
 //! `eval/score.rs`), and the report ([`EvalReport`], its per-case aggregates [`CaseSummary`], in
 //! `eval/report.rs`). Running the cases is `loom/eval.rs`.
 //!
-//! The format follows the reference's (`version`, `name`, `agent`, `tenant`, `repeat`,
-//! `max_cost_usd`, `doubles`, `judge`, `variants`, `cases` with `input` or `replay`, `repeat`,
-//! `state`, `expect` and `criteria`; `expect` with `status`, `contains`, `not_contains`,
-//! `matches`, `fields`, `called`, `not_called` and `state`), with `expect.schema` (a JSON Schema
-//! of the output) and `expect.max_cost_usd` added, `attachments` per case, and a variant's
-//! `model`, `system` and `params` applied to the agent's main slot.
+//! The format follows the reference's (`version`, `name`, `config`, `agent`, `tenant`, `repeat`,
+//! `max_cost_usd`, `doubles`, `judge`, `variants` with `name`, `config` and `models`, `cases`
+//! with `input` or `replay`, `tenant`, `repeat`, `state`, `expect` and `criteria`; `expect` with
+//! `status`, `contains`, `not_contains`, `matches`, `fields`, `called`, `not_called` and
+//! `state`), with `expect.schema` (a JSON Schema of the output) and `expect.max_cost_usd` added,
+//! `attachments` per case, and a variant's `model`, `system` and `params` applied to the agent's
+//! main slot. `config` paths and `replay` files are relative to the suite file; a case's
+//! `tenant` wins over the suite's ([`Suite::tenant`]).
 //!
 //! - `repeat: N` (the suite's, or a case's own) runs each case N times under each variant: every
 //!   run is scored on its own, and the report aggregates them per case (pass rate, mean cost,
 //!   tokens and latency); a case passes when all its runs pass.
 //! - `replay: FILE-OR-RUN` takes a case's conversation from a recorded journal instead of an
 //!   `input` message: an exported JSONL file (relative to the suite; its last closed root run),
-//!   or the id of a run of the configuration's journal. It is re-driven as a variant replay
+//!   a glob of such files (`eval/glob.rs`; each file a trial of the case, in path order), or the
+//!   id of a run of the configuration's journal. It is re-driven as a variant replay
 //!   (`loom_engine::replay::variant`): the variant's model (every call made for real when the
 //!   variant names one), tools answered from the journal, else by the suite's doubles.
 //! - `expect.fields` maps JSON pointers (RFC 6901) of the structured output (its data, else its
@@ -39,6 +42,7 @@ use serde_json::{Map, Value};
 
 use crate::LoomError;
 
+pub(crate) mod glob;
 mod report;
 mod score;
 
@@ -63,9 +67,13 @@ pub struct SuiteSpec {
     pub version: u32,
     /// The suite's name, shown in reports.
     pub name: String,
+    /// The configuration (`loom.yaml`) the suite runs against, relative to the suite file; none:
+    /// the configuration `loom eval` was given (or [`crate::Loom::eval`]'s instance).
+    #[serde(default)]
+    pub config: Option<PathBuf>,
     /// The agent every case runs.
     pub agent: String,
-    /// The tenant the runs belong to (default `default`).
+    /// The tenant the runs belong to, unless a case names its own (default `default`).
     #[serde(default)]
     pub tenant: Option<String>,
     /// Runs of each case under each variant, unless a case sets its own (default 1, at most
@@ -107,9 +115,18 @@ pub struct JudgeSpec {
 pub struct VariantSpec {
     /// Name (`^[A-Za-z0-9_.-]{1,64}$`).
     pub name: String,
-    /// A model id of the configuration, in place of the agent's main model.
+    /// Another configuration (`loom.yaml`) the variant's runs use, relative to the suite file:
+    /// the suite's agent, its models and prompts as that file declares them.
+    #[serde(default)]
+    pub config: Option<PathBuf>,
+    /// A model id of the configuration, in place of the agent's main model (`models: {main:
+    /// ID}` says the same).
     #[serde(default)]
     pub model: Option<String>,
+    /// A model id of the configuration for each named step: `main`, a role's name, or
+    /// `judge:<name>` (the step's fallbacks are dropped).
+    #[serde(default)]
+    pub models: BTreeMap<String, String>,
     /// A system prompt in place of the agent's.
     #[serde(default)]
     pub system: Option<String>,
@@ -128,10 +145,14 @@ pub struct CaseSpec {
     #[serde(default)]
     pub input: Option<String>,
     /// The conversation to replay instead of a message: an exported JSONL journal, relative to
-    /// the suite file (its last closed root run), or the id of a run of the configuration's
-    /// journal.
+    /// the suite file (its last closed root run), a glob of such files (`*`, `?`, `[...]`; each
+    /// matching file, in path order, is a trial of the case), or the id of a run of the
+    /// configuration's journal.
     #[serde(default)]
     pub replay: Option<String>,
+    /// The tenant this case's runs belong to (else the suite's `tenant`).
+    #[serde(default)]
+    pub tenant: Option<String>,
     /// Runs of this case under each variant (else the suite's `repeat`).
     #[serde(default)]
     pub repeat: Option<u32>,
@@ -349,6 +370,12 @@ impl Suite {
         for (index, variant) in spec.variants.iter().enumerate() {
             check_name(&variant.name, &mut seen, "variant")
                 .map_err(|m| invalid(&format!("variants[{index}].name"), m))?;
+            if variant.model.is_some() && variant.models.contains_key("main") {
+                return Err(invalid(
+                    &format!("variants[{index}].models.main"),
+                    "the main step's model is given twice: by `model` and by `models.main`".into(),
+                ));
+            }
         }
         let mut seen = BTreeSet::new();
         let mut compiled = Vec::with_capacity(spec.cases.len());
@@ -431,6 +458,23 @@ impl Suite {
         })
     }
 
+    /// The configuration file the suite names (`config`), resolved against the suite's
+    /// directory.
+    pub fn config_path(&self) -> Option<PathBuf> {
+        self.spec.config.as_ref().map(|c| self.dir.join(c))
+    }
+
+    /// The tenant case `index` runs under: its own `tenant`, else the suite's, else
+    /// `default`; with the key of the suite file that named it (`None`: nothing did).
+    pub fn tenant(&self, index: usize) -> (&str, Option<String>) {
+        let own = self.spec.cases.get(index).and_then(|c| c.tenant.as_deref());
+        match (own, self.spec.tenant.as_deref()) {
+            (Some(tenant), _) => (tenant, Some(format!("cases[{index}].tenant"))),
+            (None, Some(tenant)) => (tenant, Some("tenant".to_owned())),
+            (None, None) => (crate::loom::DEFAULT_TENANT, None),
+        }
+    }
+
     /// How many times case `index` runs under each variant.
     pub fn repeat(&self, index: usize) -> u32 {
         self.spec
@@ -454,6 +498,8 @@ impl Suite {
         if self.spec.variants.is_empty() {
             vec![VariantSpec {
                 name: "base".into(),
+                config: None,
+                models: BTreeMap::new(),
                 model: None,
                 system: None,
                 params: Map::new(),

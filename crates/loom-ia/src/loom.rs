@@ -39,7 +39,7 @@ mod run;
 mod tenant;
 mod work;
 
-pub use eval::EvalOptions;
+pub use eval::{EVAL_APPROVER, EvalOptions};
 pub use lifecycle::Residents;
 pub use ready::{Readiness, ReadinessCheck};
 pub use replay::{ReplayReport, RunSide, VariantOptions, VariantReport};

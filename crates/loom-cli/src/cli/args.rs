@@ -212,9 +212,11 @@ pub(super) enum Command {
     },
     /// Run an evaluation suite: each case under each variant, in scratch journals, the
     /// agent's side-effect tools answered by the suite's doubles (never run), every expectation
-    /// scored. Exit code 0 all pass, 1 some fail, 2 the suite or a run cannot be played.
+    /// scored; approvals granted when a double answers the call, refused when the tool would
+    /// really run. Exit code 0 all pass, 1 some fail, 2 the suite or a run cannot be played.
     Eval {
-        /// The suite file (YAML).
+        /// The suite file (YAML); its `config`, when set, is the configuration used (over
+        /// `--config`).
         suite: std::path::PathBuf,
         /// Run only this case (repeatable).
         #[arg(long = "case", value_name = "NAME")]

@@ -67,7 +67,30 @@ pub(crate) async fn execute(cli: Cli, app: App, args: Vec<std::ffi::OsString>) -
             }
         };
     }
-    let path = app.config_path(cli.config.as_deref());
+    let mut path = app.config_path(cli.config.as_deref());
+    // An evaluation suite that names its configuration runs against it, whatever `--config`
+    // says; a suite that cannot be read is refused before any configuration is opened.
+    if let Command::Eval { suite, .. } = &cli.command {
+        match loom_ia::eval::Suite::load(suite) {
+            Ok(suite) => {
+                if let Some(config) = suite.config_path() {
+                    if !config.is_file() {
+                        let message = format!("{}: no such configuration file", config.display());
+                        eprintln!(
+                            "{}",
+                            super::exit::error_line(&suite.error_at("config", message))
+                        );
+                        return REFUSED;
+                    }
+                    path = config;
+                }
+            }
+            Err(error) => {
+                eprintln!("{}", super::exit::error_line(&error));
+                return REFUSED;
+            }
+        }
+    }
     let options = LoadOptions {
         profile: cli.profile,
         env_file: match (&cli.env_file, cli.no_env_file) {

@@ -2,7 +2,9 @@
 //! each variant (each `repeat` times), in scratch journals, side-effect tools answered by the
 //! suite's doubles; a table (or `--json`) with each repeated case's pass rate and means,
 //! `--export DIR` for the runs' journals; exit code 0 when every run passes, 1 when one fails, 2
-//! when the suite or a run cannot be played.
+//! when the suite or a run cannot be played. The suite's `config` (when it names one) is the
+//! configuration `dispatch` opens; variants' `config`, cases' `tenant`, `replay` globs and the
+//! approvals decided during the runs are `loom_ia`'s (`Loom::eval`).
 
 use std::{
     io::IsTerminal,
@@ -163,7 +165,11 @@ pub(crate) fn render(report: &EvalReport) -> String {
                         summary.mean_latency_ms
                     ));
                     for run in runs {
-                        failure(&mut text, run, &format!("attempt {}: ", run.attempt));
+                        let attempt = match &run.journal {
+                            Some(file) => format!("attempt {} ({file}): ", run.attempt),
+                            None => format!("attempt {}: ", run.attempt),
+                        };
+                        failure(&mut text, run, &attempt);
                     }
                 }
             }

@@ -161,26 +161,20 @@ impl Outside {
         };
         self.clock.pass(deadline);
         expiring.retain(|c| *c != call_id);
+        true
+    }
+
+    /// Pins the clock at the next recorded request that expired and that the replay's tree (of
+    /// `written` events) has not written yet. A pin is dropped once its request is written,
+    /// whatever expired it: the engine may expire several requests at one pass of the clock
+    /// (requests made a moment apart), and the next pin must still hold for the request after.
+    fn pin(&self, written: usize) {
         let mut pins = self
             .pins
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
-        if !pins.is_empty() {
-            pins.remove(0);
-        }
-        true
-    }
-
-    /// Pins the clock at the next recorded request that expired, once the replay's tree (of
-    /// `written` events) has not reached it yet and the previous one has passed.
-    fn pin(&self, written: usize) {
-        let pins = self
-            .pins
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        if let Some((index, at)) = pins.first()
-            && written <= *index
-        {
+        pins.retain(|(index, _)| written <= *index);
+        if let Some((_, at)) = pins.first() {
             self.clock.set(*at);
         }
     }

@@ -4,7 +4,10 @@
 
 use std::{collections::BTreeSet, sync::Arc};
 
-use loom_core::{Event, Payload, approval::Decision, content::BlockKind, ports::ArtifactStore};
+use loom_core::{
+    Event, Payload, approval::Decision, content::BlockKind, event::ApprovalRequested,
+    ports::ArtifactStore,
+};
 
 use super::{Recording, ReplayError, outside};
 use crate::AgentRuntime;
@@ -120,12 +123,15 @@ impl Prepared {
     /// ([`mod@outside`]): steering messages and a requested cancellation. A pause for approval,
     /// the root's or a sub-run's, is answered with the decision the journal recorded for that
     /// call, journaled again through [`crate::Engine::settle`], then the run is driven on; a
-    /// pause the journal holds no decision for ends the replay there (the comparison names it).
+    /// pause the journal holds no decision for ends the replay there (the comparison names it),
+    /// unless `decide` is given: then each request left waiting is decided by it (a variant
+    /// replay's [`super::VariantPlan::approvals`]).
     pub(super) async fn drive(
         &self,
         engine: &crate::Engine,
         double: &AgentRuntime,
         book: &Recording,
+        decide: Option<&(dyn Fn(&ApprovalRequested) -> Decision + Send + Sync)>,
     ) -> Result<(String, Vec<Event>), ReplayError> {
         let root = crate::RunRef {
             tenant_id: self.begin.tenant_id.clone(),
@@ -192,7 +198,29 @@ impl Prepared {
             if !settled
                 && !outside.pass_next_expiry(&tree_events(&engine, &run).await?, &mut expiring)
             {
-                break;
+                // Requests the journal holds no fate for: decided by the plan, if it decides.
+                let Some(decide) = decide else { break };
+                let events = tree_events(&engine, &run).await?;
+                let mut any = false;
+                for requested in waiting(&events) {
+                    let recorded = decisions.iter().any(|(c, _)| *c == requested.call_id)
+                        || expiring.contains(&requested.call_id);
+                    if recorded {
+                        continue;
+                    }
+                    let decision = decide(requested);
+                    match engine
+                        .settle(&run, double, Some(&requested.call_id), &decision)
+                        .await
+                    {
+                        Ok(_) => any = true,
+                        Err(crate::EngineError::UnknownApproval(_)) => {}
+                        Err(error) => return Err(error.into()),
+                    }
+                }
+                if !any {
+                    break;
+                }
             }
             outcome = engine
                 .drive_with(&run, double, &(), cancel.clone(), None)
@@ -220,6 +248,27 @@ async fn tree_events(
         .into_iter()
         .filter(|e| e.root_run_id == run.run_id)
         .collect())
+}
+
+/// The approval requests of `events` that no decision nor expiry answered yet.
+fn waiting(events: &[Event]) -> Vec<&ApprovalRequested> {
+    let answered = |call_id: &str| {
+        events.iter().any(|e| match &e.payload {
+            Payload::ApprovalGranted(p) => p.call_id == call_id,
+            Payload::ApprovalRejected(p) => p.call_id == call_id,
+            Payload::ApprovalExpired(p) => p.call_id == call_id,
+            _ => false,
+        })
+    };
+    events
+        .iter()
+        .filter_map(|e| match &e.payload {
+            Payload::ApprovalRequested(requested) if !answered(&requested.call_id) => {
+                Some(requested)
+            }
+            _ => None,
+        })
+        .collect()
 }
 
 /// The human decisions of a recorded run tree, in journal order, by call id

@@ -22,6 +22,9 @@
 //!   server lists today, each answered as above (the server runs only a call of a tool it
 //!   declares read-only, that the journal and the doubles do not answer). A double may name a
 //!   source's tool the journal recorded (`tool.source_opened`).
+//! - **Approvals.** A request the journal recorded a decision or an expiry for gets it again; any
+//!   other ends the replay paused, unless [`VariantPlan::approvals`] names who decides it at
+//!   once (an evaluation): granted when nothing runs for real, refused otherwise.
 //!
 //! **Invariant:** a variant replay never runs the code of a tool whose declared side effects
 //! are not `none`; it writes only into the scratch journal it is handed.
@@ -30,6 +33,8 @@ use std::{collections::BTreeMap, sync::Arc};
 
 use loom_core::{
     BoxFuture, BoxStream, Event,
+    approval::Decision,
+    event::ApprovalRequested,
     model::{ModelChunk, ModelClient, ModelError, ModelRequest},
     tool::{SideEffects, Tool, ToolContext, ToolError, ToolOutput, ToolSpec},
 };
@@ -44,6 +49,12 @@ pub struct VariantPlan {
     pub models: BTreeMap<String, ModelBinding>,
     /// The double answering each named tool's calls the journal has no result for.
     pub doubles: BTreeMap<String, Arc<dyn Tool>>,
+    /// Who decides, at once, an approval request the journal holds no decision nor expiry for
+    /// (an evaluation's `loom eval`): granted when the call will not run for real (the journal
+    /// has its result, a double answers it, or the tool declares side effects and is refused),
+    /// refused when the tool would really run (it declares no side effect, or it is a role or a
+    /// sub-agent). None: such a request ends the replay paused.
+    pub approvals: Option<String>,
 }
 
 impl std::fmt::Debug for VariantPlan {
@@ -51,6 +62,7 @@ impl std::fmt::Debug for VariantPlan {
         f.debug_struct("VariantPlan")
             .field("models", &self.models.keys().collect::<Vec<_>>())
             .field("doubles", &self.doubles.keys().collect::<Vec<_>>())
+            .field("approvals", &self.approvals)
             .finish()
     }
 }
@@ -117,6 +129,62 @@ fn tool_names(agent: &AgentRuntime, names: &mut Vec<String>) {
     }
     for sub in &agent.subagents {
         tool_names(&sub.agent, names);
+    }
+}
+
+/// How [`VariantPlan::approvals`] decides a request, as `by`: granted when the call will not
+/// run for real, refused when the tool would really run.
+fn deciding(
+    by: &str,
+    agent: &AgentRuntime,
+    plan: &VariantPlan,
+    book: &Arc<Recording>,
+) -> Box<dyn Fn(&ApprovalRequested) -> Decision + Send + Sync> {
+    let mut effects = BTreeMap::new();
+    side_effects(agent, &mut effects);
+    let doubled: Vec<String> = plan.doubles.keys().cloned().collect();
+    let (by, book) = (by.to_owned(), book.clone());
+    Box::new(move |requested: &ApprovalRequested| {
+        let name = &requested.tool_name;
+        let real = match effects.get(name) {
+            // A role or a sub-agent: re-driven for real.
+            None => true,
+            Some(SideEffects::None) => {
+                !doubled.contains(name) && !book.has_result(name, &requested.arguments)
+            }
+            Some(_) => false,
+        };
+        if real {
+            Decision::Rejected {
+                by: by.clone(),
+                reason: Some(format!(
+                    "evaluation: '{name}' would really run (neither the journal nor a double \
+                     answers it), so its approval is refused"
+                )),
+            }
+        } else {
+            Decision::Approved {
+                by: by.clone(),
+                reason: Some(
+                    "evaluation: the call is answered from the journal or by a double, nothing \
+                     runs for real"
+                        .into(),
+                ),
+                arguments: None,
+            }
+        }
+    })
+}
+
+/// The side effects of the plain tools of `agent` and its sub-agents, by name.
+fn side_effects(agent: &AgentRuntime, effects: &mut BTreeMap<String, SideEffects>) {
+    for bound in &agent.tools {
+        effects
+            .entry(bound.tool.spec().name.clone())
+            .or_insert(bound.declarations.side_effects);
+    }
+    for sub in &agent.subagents {
+        side_effects(&sub.agent, effects);
     }
 }
 
@@ -350,7 +418,13 @@ pub async fn replay_variant(
     let prepared = prepare(engine, session, run_id, originals).await?;
     let book = Arc::new(Recording::from_events(&prepared.recorded));
     let double = varying(agent, plan, &book)?;
-    let (variant_status, replayed) = prepared.drive(engine, &double, &book).await?;
+    let decide = plan
+        .approvals
+        .as_ref()
+        .map(|by| deciding(by, agent, plan, &book));
+    let (variant_status, replayed) = prepared
+        .drive(engine, &double, &book, decide.as_deref())
+        .await?;
     Ok(VariantReplayed {
         recorded_status: prepared.recorded_status,
         variant_status,

@@ -13,8 +13,15 @@ pub struct EvalRun {
     pub case: String,
     /// The variant.
     pub variant: String,
-    /// Which of the case's runs under this variant (1 to its `repeat`).
+    /// Which of the case's runs under this variant (1 to its `repeat`, times the journal files
+    /// its `replay` glob matched).
     pub attempt: u32,
+    /// The tenant it ran under.
+    pub tenant: String,
+    /// The journal file whose conversation it replayed (relative to the suite), for a case
+    /// that replays a file.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub journal: Option<String>,
     /// Whether every check passed.
     pub passed: bool,
     /// The run (in the scratch journal), when it opened.

@@ -1,27 +1,39 @@
 //! Evaluations ([`Loom::eval`]): each case of a suite under each variant, `repeat` times, each
 //! run in its own scratch memory journal, with the agent's side-effect tools answered by the
 //! suite's doubles (`loom_engine::replay::doubled`), scored by `crate::eval`. A case that
-//! replays a recorded conversation is re-driven as a variant replay
-//! (`loom_engine::replay::replay_variant`), the suite's doubles given to the plan.
+//! replays a recorded conversation (a journal file, each file a glob matches, or a run of the
+//! journal) is re-driven as a variant replay (`loom_engine::replay::replay_variant`), the
+//! suite's doubles given to the plan.
+//!
+//! The suite's `config` and a variant's `config` open another configuration (its agent, models
+//! and prompts; the registered code of this instance shared with it); each case runs under its
+//! `tenant` (else the suite's). An approval a run asks for is decided at once, inline: granted
+//! when the call is answered by a double (nothing runs for real), refused when the tool would
+//! really run (in a replayed case, a request the journal recorded a decision for gets it
+//! again; the others are decided the same way, `VariantPlan::approvals`).
 
 use std::{collections::BTreeMap, path::Path, sync::Arc};
 
 use futures_util::StreamExt;
 use loom_core::{
     Event, Message, Payload,
+    approval::{Approver, Decision, PendingApproval},
     tool::{SideEffects, Tool, ToolOutput},
 };
 use loom_engine::{
-    AgentRuntime, Attachment, BeginRun, Cancel, JudgeMode, JudgeRuntime,
+    AgentRuntime, Attachment, BeginRun, Cancel, JudgeMode, JudgeRuntime, ModelBinding,
     replay::{Recording, VariantPlan, doubled},
 };
 use serde_json::Value;
 
-use super::{DEFAULT_TENANT, Loom};
+use super::Loom;
 use crate::{
     LoomError, RunResult,
     eval::{EVAL_JUDGE, EvalReport, EvalRun, Outcome, Suite, VariantSpec},
 };
+
+/// Who decides an evaluation's approvals, as the journal names them.
+pub const EVAL_APPROVER: &str = "loom eval";
 
 /// Which runs of a suite to play, and how.
 #[derive(Debug, Clone, Default)]
@@ -38,8 +50,15 @@ pub struct EvalOptions {
 struct Job {
     case: usize,
     attempt: u32,
+    /// Which of the case's recorded conversations it replays (0 for a message).
+    trial: usize,
+    tenant: String,
     variant: VariantSpec,
     agent: AgentRuntime,
+    /// The models the variant names, by step (a replayed case makes their calls for real).
+    steps: BTreeMap<String, ModelBinding>,
+    /// The instance of the variant's configuration.
+    loom: Loom,
 }
 
 /// Where a case's conversation comes from, read before any run.
@@ -50,48 +69,77 @@ enum Source {
         attachments: Vec<Attachment>,
         state: serde_json::Map<String, Value>,
     },
-    /// A recorded run's conversation: its session's events and the run.
-    Replay { session: Vec<Event>, run_id: String },
+    /// Recorded conversations: one, or one per file a glob matched.
+    Replay(Vec<Trial>),
+}
+
+/// A recorded run a case replays.
+struct Trial {
+    session: Vec<Event>,
+    run_id: String,
+    /// The journal file it was read from, as the suite names it (none: this instance's journal).
+    file: Option<String>,
+}
+
+/// A variant as applied: its instance, its agent under each tenant, its named models.
+struct Applied {
+    loom: Loom,
+    /// The agent with the variant's changes and the models it names by step, by tenant.
+    agents: BTreeMap<String, (AgentRuntime, BTreeMap<String, ModelBinding>)>,
 }
 
 impl Loom {
-    /// Runs `suite` against this configuration's agent: every selected case under every
-    /// selected variant, as many times as its `repeat`, each run in a scratch memory journal of
-    /// its own (this instance's journal is never written), up to `options.concurrency` at
-    /// once, and scores each run. The agent's tools whose `side_effects` is not `none` never
-    /// run: they are answered by the suite's `doubles`, and a call of one without a double gets
-    /// an error result and fails its case. A case that `replay`s a recorded run re-drives its
-    /// conversation as a variant replay: the variant's model (every call made for real when the
-    /// variant names one; otherwise a request the journal recorded is answered from it), tool
-    /// calls answered from the journal, else by the doubles, else run only when the tool has
-    /// no side effects. `progress` is told of each run as it ends.
+    /// Runs `suite` against this configuration's agent (or the configuration the suite's
+    /// `config` names): every selected case under every selected variant, as many times as its
+    /// `repeat` (and once per journal file its `replay` glob matches), each run in a scratch
+    /// memory journal of its own (no journal is ever written), up to `options.concurrency` at
+    /// once, and scores each run. A variant with a `config` runs the agent as that file
+    /// declares it, this instance's registered tools, policies and conditions shared with it.
+    /// Each case runs under its `tenant`, else the suite's, else `default`.
     ///
-    /// Refused before any run ([`LoomError::Config`], located in the suite file): an unknown
-    /// agent, tenant, model, case or variant named by the suite or the options, a double for a
-    /// tool the agent does not have, an attachment that cannot be read or is refused, a
-    /// journal to replay that cannot be read, holds no closed run, or whose run is another
-    /// agent's or tenant's. The tools of MCP servers are held back the same way once the
-    /// server lists them (a double may name one, `<server>__<tool>`). A run
-    /// that cannot be played is an [`EvalRun`] with its `error`.
+    /// The agent's tools whose `side_effects` is not `none` never run: they are answered by the
+    /// suite's `doubles`, and a call of one without a double gets an error result and fails
+    /// its case. An approval a run asks for is decided at once ([`EVAL_APPROVER`]): granted for
+    /// a tool with side effects (a double answers it: nothing runs for real), refused for a
+    /// tool that would really run. A case that `replay`s a recorded run re-drives its
+    /// conversation as a variant replay: the variant's models (every call made for real when
+    /// the variant names one; otherwise a request the journal recorded is answered from it),
+    /// tool calls answered from the journal, else by the doubles, else run only when the tool
+    /// has no side effects; the approvals the journal recorded are decided again as recorded,
+    /// any other the same way as for a message (a call whose result the journal holds is
+    /// answered from it: granted).
+    /// `progress` is told of each run as it ends.
+    ///
+    /// Refused before any run ([`LoomError::Config`], located in the suite file): a
+    /// configuration that cannot be opened, an unknown agent, tenant, model, step, case or
+    /// variant named by the suite or the options, a double for a tool the agent does not have,
+    /// an attachment that cannot be read or is refused, a journal to replay that cannot be
+    /// read, holds no closed run, or whose run is another agent's or tenant's, a glob that
+    /// matches no file. The tools of MCP servers are held back the same way once the server
+    /// lists them (a double may name one, `<server>__<tool>`). A run that cannot be played is
+    /// an [`EvalRun`] with its `error`.
     pub async fn eval(
         &self,
         suite: &Suite,
         options: &EvalOptions,
         progress: &(dyn Fn(&EvalRun) + Sync),
     ) -> Result<EvalReport, LoomError> {
-        let spec = &suite.spec;
-        let tenant = spec.tenant.as_deref().unwrap_or(DEFAULT_TENANT);
-        let config = &self.inner.config;
-        config
-            .check_tenant(tenant)
-            .map_err(|e| suite.error_at("tenant", e.to_string()))?;
-        let base = self.agent(&spec.agent, tenant).map_err(|e| match e {
-            LoomError::UnknownAgent { .. } => suite.error_at("agent", e.to_string()),
-            other => other,
-        })?;
-        let doubles = self.doubles(suite, &base)?;
+        let base = match suite.config_path() {
+            Some(path) => self.configured(suite, &path, "config").await?,
+            None => self.clone(),
+        };
+        base.eval_on(suite, options, progress).await
+    }
+
+    /// [`Loom::eval`] once the suite's configuration is this instance's.
+    async fn eval_on(
+        &self,
+        suite: &Suite,
+        options: &EvalOptions,
+        progress: &(dyn Fn(&EvalRun) + Sync),
+    ) -> Result<EvalReport, LoomError> {
         let cases = select(
-            spec.cases.iter().map(|c| c.name.as_str()),
+            suite.spec.cases.iter().map(|c| c.name.as_str()),
             &options.cases,
             "case",
         )?;
@@ -101,54 +149,62 @@ impl Loom {
             &options.variants,
             "variant",
         )?;
+        let mut tenants: Vec<String> = Vec::new();
+        for &case in &cases {
+            let tenant = self.tenant_of(suite, case)?;
+            if !tenants.contains(&tenant) {
+                tenants.push(tenant);
+            }
+        }
         let mut sources = BTreeMap::new();
         for &case in &cases {
-            sources.insert(case, self.source(suite, tenant, case).await?);
+            let tenant = self.tenant_of(suite, case)?;
+            sources.insert(case, self.source(suite, &tenant, case).await?);
         }
-        let judge = match &spec.judge {
-            Some(judge) => Some(self.model_of(suite, tenant, &judge.model, "judge.model")?),
-            None => None,
-        };
+        let mut doubles = None;
         let mut jobs = Vec::new();
         for &v in &variants {
             let Some(variant) = all_variants.get(v) else {
                 continue;
             };
-            let mut agent = (*base).clone();
-            if let Some(model) = &variant.model {
-                agent.main =
-                    self.model_of(suite, tenant, model, &format!("variants[{v}].model"))?;
-            }
-            if let Some(system) = &variant.system {
-                agent.system = system.clone();
-            }
-            for (key, value) in &variant.params {
-                agent.main.params.insert(key.clone(), value.clone());
+            let applied = self.apply(suite, v, variant, &tenants).await?;
+            for (agent, _) in applied.agents.values() {
+                let checked = self.doubles(suite, agent)?;
+                doubles.get_or_insert(checked);
             }
             for &case in &cases {
-                let mut agent = agent.clone();
-                let criteria = suite.criteria(case);
-                if let (Some(judge), false) = (&judge, criteria.is_empty()) {
-                    let runtime =
-                        JudgeRuntime::new(EVAL_JUDGE, judge.clone(), criteria).map_err(|e| {
-                            suite.error_at(&format!("cases[{case}].criteria"), e.to_string())
-                        })?;
-                    agent.judges.push(runtime);
-                }
-                for attempt in 1..=suite.repeat(case) {
-                    jobs.push(Job {
-                        case,
-                        attempt,
-                        variant: variant.clone(),
-                        agent: agent.clone(),
-                    });
+                let tenant = self.tenant_of(suite, case)?;
+                let Some((mut agent, steps)) = applied.agents.get(&tenant).cloned() else {
+                    continue;
+                };
+                self.add_eval_judge(suite, &applied.loom, v, case, &mut agent)?;
+                let trials = match sources.get(&case) {
+                    Some(Source::Replay(trials)) => trials.len(),
+                    _ => 1,
+                };
+                let mut attempt = 0;
+                for trial in 0..trials {
+                    for _ in 0..suite.repeat(case) {
+                        attempt += 1;
+                        jobs.push(Job {
+                            case,
+                            attempt,
+                            trial,
+                            tenant: tenant.clone(),
+                            variant: variant.clone(),
+                            agent: agent.clone(),
+                            steps: steps.clone(),
+                            loom: applied.loom.clone(),
+                        });
+                    }
                 }
             }
         }
+        let doubles = doubles.unwrap_or_default();
         let (doubles, sources) = (&doubles, &sources);
         let runs: Vec<EvalRun> = futures_util::stream::iter(jobs)
             .map(|job| async move {
-                let run = self.eval_run(suite, tenant, doubles, sources, job).await;
+                let run = self.eval_run(suite, doubles, sources, job).await;
                 progress(&run);
                 run
             })
@@ -164,6 +220,142 @@ impl Loom {
             cases.len(),
             runs,
         ))
+    }
+
+    /// The instance of the configuration file `path` that `key` of the suite names: this one
+    /// when it is the same file, else the file opened (as `loom` opens any, its profile this
+    /// instance's) with this instance's registered code shared with it.
+    async fn configured(&self, suite: &Suite, path: &Path, key: &str) -> Result<Loom, LoomError> {
+        let same = match (path.canonicalize(), self.config().file().canonicalize()) {
+            (Ok(a), Ok(b)) => a == b,
+            _ => false,
+        };
+        if same {
+            return Ok(self.clone());
+        }
+        if !path.is_file() {
+            return Err(suite.error_at(
+                key,
+                format!("{}: no such configuration file", path.display()),
+            ));
+        }
+        let options = loom_config::LoadOptions {
+            profile: self.config().profile(),
+            env_file: loom_config::EnvFile::Beside,
+        };
+        let loom = Loom::open_config_with(path, &options)
+            .await
+            .map_err(|e| suite.error_at(key, e.to_string()))?;
+        self.share_registrations(&loom)?;
+        Ok(loom)
+    }
+
+    /// The tenant case `index` runs under, checked to be declared.
+    fn tenant_of(&self, suite: &Suite, index: usize) -> Result<String, LoomError> {
+        let (tenant, key) = suite.tenant(index);
+        self.config()
+            .check_tenant(tenant)
+            .map_err(|e| suite.error_at(key.as_deref().unwrap_or("agent"), e.to_string()))?;
+        Ok(tenant.to_owned())
+    }
+
+    /// Variant `v` applied: its configuration opened, the suite's agent resolved under each of
+    /// `tenants` and changed as the variant says.
+    async fn apply(
+        &self,
+        suite: &Suite,
+        v: usize,
+        variant: &VariantSpec,
+        tenants: &[String],
+    ) -> Result<Applied, LoomError> {
+        let at = |key: &str| format!("variants[{v}].{key}");
+        let (loom, agent_key) = match &variant.config {
+            Some(config) => {
+                let path = suite.dir.join(config);
+                (
+                    self.configured(suite, &path, &at("config")).await?,
+                    at("config"),
+                )
+            }
+            None => (self.clone(), "agent".to_owned()),
+        };
+        let mut agents = BTreeMap::new();
+        for tenant in tenants {
+            if variant.config.is_some() {
+                loom.config()
+                    .check_tenant(tenant)
+                    .map_err(|e| suite.error_at(&agent_key, e.to_string()))?;
+            }
+            let base = loom.agent(&suite.spec.agent, tenant).map_err(|e| match e {
+                LoomError::UnknownAgent { .. } => suite.error_at(&agent_key, e.to_string()),
+                other => other,
+            })?;
+            let mut agent = (*base).clone();
+            if let Some(model) = &variant.model {
+                agent.main = loom.model_of(suite, tenant, model, &at("model"))?;
+            }
+            if let Some(system) = &variant.system {
+                agent.system = system.clone();
+            }
+            for (key, value) in &variant.params {
+                agent.main.params.insert(key.clone(), value.clone());
+            }
+            let mut steps = BTreeMap::new();
+            if variant.model.is_some() {
+                steps.insert("main".to_owned(), agent.main.clone());
+            }
+            for (step, model) in &variant.models {
+                let key = at(&format!("models.{step}"));
+                let binding = loom.model_of(suite, tenant, model, &key)?;
+                set_step(&mut agent, step, binding.clone()).map_err(|known| {
+                    suite.error_at(
+                        &key,
+                        format!(
+                            "agent '{}' has no step '{step}' (its steps: {known})",
+                            agent.name
+                        ),
+                    )
+                })?;
+                steps.insert(step.clone(), binding);
+            }
+            agents.insert(tenant.clone(), (agent, steps));
+        }
+        Ok(Applied { loom, agents })
+    }
+
+    /// Adds the suite's judge to `agent` for the criteria of case `case` (none: nothing).
+    fn add_eval_judge(
+        &self,
+        suite: &Suite,
+        loom: &Loom,
+        v: usize,
+        case: usize,
+        agent: &mut AgentRuntime,
+    ) -> Result<(), LoomError> {
+        let Some(judge) = &suite.spec.judge else {
+            return Ok(());
+        };
+        let criteria = suite.criteria(case);
+        if criteria.is_empty() {
+            return Ok(());
+        }
+        let tenant = self.tenant_of(suite, case)?;
+        let key = if suite
+            .spec
+            .variants
+            .get(v)
+            .and_then(|s| s.config.as_ref())
+            .is_some()
+        {
+            format!("variants[{v}].config")
+        } else {
+            "judge.model".to_owned()
+        };
+        let model = loom.model_of(suite, &tenant, &judge.model, &key)?;
+        let runtime = JudgeRuntime::new(EVAL_JUDGE, model, criteria)
+            .map_err(|e| suite.error_at(&format!("cases[{case}].criteria"), e.to_string()))?;
+        agent.judges.push(runtime);
+        Ok(())
     }
 
     /// The suite's doubles as tool results, each checked to name a tool of the agent.
@@ -249,9 +441,10 @@ impl Loom {
         })
     }
 
-    /// The recorded run case `index` replays: the last closed root run of a JSONL journal
-    /// file next to the suite, else the run of this configuration's journal with that id. It
-    /// must be a run of the suite's agent and tenant.
+    /// The recorded runs case `index` replays: the last closed root run of a JSONL journal
+    /// file next to the suite, of each file a glob matches (in path order), else the run of
+    /// this configuration's journal with that id. Each must be a run of the suite's agent and
+    /// of the case's tenant.
     async fn replayed(
         &self,
         suite: &Suite,
@@ -260,16 +453,29 @@ impl Loom {
         reference: &str,
     ) -> Result<Source, LoomError> {
         let key = format!("cases[{index}].replay");
-        let path = suite.dir.join(reference);
-        let (session, run_id) = if path.is_file() {
-            let session = read_journal(&path).map_err(|m| suite.error_at(&key, m))?;
-            let run_id = Loom::closed_root_runs(&session).pop().ok_or_else(|| {
-                suite.error_at(
+        if crate::eval::glob::is_glob(reference) {
+            let files = crate::eval::glob::files(&suite.dir, reference)
+                .map_err(|m| suite.error_at(&key, m))?;
+            if files.is_empty() {
+                return Err(suite.error_at(
                     &key,
-                    format!("{}: the file holds no closed run to replay", path.display()),
-                )
-            })?;
-            (session, run_id)
+                    format!(
+                        "'{reference}' matches no journal file (looked under {})",
+                        suite.dir.display()
+                    ),
+                ));
+            }
+            let mut trials = Vec::with_capacity(files.len());
+            for path in files {
+                let trial = journal_trial(suite, &key, &path)?;
+                check_trial(suite, &key, tenant, &trial)?;
+                trials.push(trial);
+            }
+            return Ok(Source::Replay(trials));
+        }
+        let path = suite.dir.join(reference);
+        let trial = if path.is_file() {
+            journal_trial(suite, &key, &path)?
         } else if reference.contains(['/', '\\']) || reference.ends_with(".jsonl") {
             return Err(suite.error_at(&key, format!("{}: no such journal file", path.display())));
         } else {
@@ -286,32 +492,14 @@ impl Loom {
                     ),
                     other => other,
                 })?;
-            (self.export_run(&run).await?, reference.to_owned())
+            Trial {
+                session: self.export_run(&run).await?,
+                run_id: reference.to_owned(),
+                file: None,
+            }
         };
-        let start = session
-            .iter()
-            .find(|e| e.run_id == run_id && matches!(e.payload, Payload::RunStarted(_)))
-            .ok_or_else(|| suite.error_at(&key, format!("run {run_id} has no run.started")))?;
-        let agent = start.agent.as_deref().unwrap_or_default();
-        if agent != suite.spec.agent {
-            return Err(suite.error_at(
-                &key,
-                format!(
-                    "run {run_id} is a conversation of agent '{agent}', not of '{}'",
-                    suite.spec.agent
-                ),
-            ));
-        }
-        if start.tenant_id != tenant {
-            return Err(suite.error_at(
-                &key,
-                format!(
-                    "run {run_id} belongs to tenant '{}', the suite's runs to '{tenant}'",
-                    start.tenant_id
-                ),
-            ));
-        }
-        Ok(Source::Replay { session, run_id })
+        check_trial(suite, &key, tenant, &trial)?;
+        Ok(Source::Replay(vec![trial]))
     }
 
     /// The declared model `id`, an error located at `key` of the suite when there is none.
@@ -346,7 +534,6 @@ impl Loom {
     async fn eval_run(
         &self,
         suite: &Suite,
-        tenant: &str,
         doubles: &[(String, ToolOutput)],
         sources: &BTreeMap<usize, Source>,
         job: Job,
@@ -361,6 +548,8 @@ impl Loom {
             case: name,
             variant: job.variant.name.clone(),
             attempt: job.attempt,
+            tenant: job.tenant.clone(),
+            journal: None,
             passed: false,
             run_id: None,
             session_id: None,
@@ -382,12 +571,18 @@ impl Loom {
                 state,
             }) => {
                 let message = (input.as_str(), attachments.as_slice(), state);
-                self.play(tenant, doubles, &job, message, &mut run).await
+                self.play(doubles, &job, message, &mut run).await
             }
-            Some(Source::Replay { session, run_id }) => {
-                self.play_replay(doubles, &job, session, run_id, &mut run)
-                    .await
-            }
+            Some(Source::Replay(trials)) => match trials.get(job.trial) {
+                Some(trial) => {
+                    run.journal = trial.file.clone();
+                    self.play_replay(doubles, &job, trial, &mut run).await
+                }
+                None => Err(LoomError::Invalid(format!(
+                    "no trial {} of case {}",
+                    job.trial, job.case
+                ))),
+            },
             None => Err(LoomError::Invalid(format!(
                 "no source for case {}",
                 job.case
@@ -411,10 +606,10 @@ impl Loom {
     }
 
     /// Plays a case's message with the agent whose side-effect tools are answered by
-    /// `doubles`.
+    /// `doubles`, in a scratch journal of the variant's instance, its approvals decided by
+    /// [`EvalApprover`].
     async fn play(
         &self,
-        tenant: &str,
         doubles: &[(String, ToolOutput)],
         job: &Job,
         (input, attachments, state): (&str, &[Attachment], &serde_json::Map<String, Value>),
@@ -422,9 +617,9 @@ impl Loom {
     ) -> Result<Outcome, LoomError> {
         let book = Arc::new(Recording::from_doubles(doubles.iter().cloned()));
         let agent = doubled(&job.agent, &book)?;
-        let engine = self.scratch_engine();
+        let engine = job.loom.scratch_engine();
         let begin = BeginRun {
-            tenant_id: tenant.to_owned(),
+            tenant_id: job.tenant.clone(),
             session_id: None,
             run_id: None,
             user_id: None,
@@ -439,8 +634,11 @@ impl Loom {
         let opened = engine.begin(&agent, begin, &()).await?;
         run.run_id = Some(opened.run_id.clone());
         run.session_id = Some(opened.session_id.clone());
+        let mut tools = Vec::new();
+        collect_tools(&job.agent, &mut tools);
+        let approver: Arc<dyn Approver> = Arc::new(EvalApprover { tools });
         let driven = engine
-            .drive_with(&opened, &agent, &(), Cancel::new(), None)
+            .drive_with(&opened, &agent, &(), Cancel::new(), Some(approver))
             .await;
         // What was journaled is kept for `--export` even when the drive failed.
         run.events = engine
@@ -460,32 +658,33 @@ impl Loom {
         Ok(Outcome::from_events(&result, &run.events, refused, state))
     }
 
-    /// Replays the recorded run `run_id` of `session` as the variant of `job`: the variant's
-    /// model named for the main step when the variant changes it (every call made for real),
-    /// `doubles` answering the side-effect tools the journal has no result for.
+    /// Replays the recorded run of `trial` as the variant of `job`: the models the variant
+    /// names for their steps (every call made for real), `doubles` answering the side-effect
+    /// tools the journal has no result for.
     async fn play_replay(
         &self,
         doubles: &[(String, ToolOutput)],
         job: &Job,
-        session: &[Event],
-        run_id: &str,
+        trial: &Trial,
         run: &mut EvalRun,
     ) -> Result<Outcome, LoomError> {
-        let mut plan = VariantPlan::default();
-        if job.variant.model.is_some() {
-            plan.models.insert("main".into(), job.agent.main.clone());
-        }
+        let mut plan = VariantPlan {
+            models: job.steps.clone(),
+            approvals: Some(EVAL_APPROVER.to_owned()),
+            ..VariantPlan::default()
+        };
         for (tool, output) in doubles {
             let double: Arc<dyn Tool> =
                 Arc::new(crate::testing::ToolDouble::returning(tool, output.clone()));
             plan.doubles.insert(tool.clone(), double);
         }
-        let engine = self.scratch_engine();
+        let engine = job.loom.scratch_engine();
+        let run_id = &trial.run_id;
         let replayed = loom_engine::replay::replay_variant(
             &engine,
             &job.agent,
             &plan,
-            session,
+            &trial.session,
             run_id,
             self.originals(),
         )
@@ -509,6 +708,126 @@ impl Loom {
         let state = job.agent.state.fold_window(&run.events).values();
         Ok(Outcome::from_events(&result, &run.events, refused, state))
     }
+}
+
+/// Decides an evaluation's approvals at once: a call of a tool with side effects is granted (a
+/// double answers it, or it is refused for want of one: nothing runs for real); a call of any
+/// other tool (one that declares no side effect, a sub-agent) is refused, since it would really
+/// run.
+#[derive(Debug)]
+struct EvalApprover {
+    /// The agent's tools and its sub-agents', with their side effects.
+    tools: Vec<(String, SideEffects)>,
+}
+
+impl Approver for EvalApprover {
+    fn decide(&self, pending: PendingApproval) -> loom_core::BoxFuture<'_, Decision> {
+        let doubled = self
+            .tools
+            .iter()
+            .any(|(name, effects)| *name == pending.tool_name && *effects != SideEffects::None);
+        let decision = if doubled {
+            Decision::Approved {
+                by: EVAL_APPROVER.to_owned(),
+                reason: Some(
+                    "evaluation: the call is answered by a double, nothing runs for real".into(),
+                ),
+                arguments: None,
+            }
+        } else {
+            Decision::Rejected {
+                by: EVAL_APPROVER.to_owned(),
+                reason: Some(format!(
+                    "evaluation: '{}' would really run (no double answers it), so its \
+                     approval is refused",
+                    pending.tool_name
+                )),
+            }
+        };
+        Box::pin(std::future::ready(decision))
+    }
+}
+
+/// Puts `model` (alone, without fallbacks) on `step` of `agent`: `main`, a role's name, or
+/// `judge:<name>`. An unknown step is refused with the agent's steps, comma-separated.
+fn set_step(agent: &mut AgentRuntime, step: &str, model: ModelBinding) -> Result<(), String> {
+    if step == "main" {
+        agent.main = model;
+        agent.fallbacks.clear();
+        return Ok(());
+    }
+    if let Some(role) = agent.roles.iter_mut().find(|r| r.name == step) {
+        role.main = model;
+        role.fallbacks.clear();
+        return Ok(());
+    }
+    if let Some(name) = step.strip_prefix("judge:")
+        && let Some(judge) = agent.judges.iter_mut().find(|j| j.name == name)
+    {
+        judge.main = model;
+        judge.fallbacks.clear();
+        return Ok(());
+    }
+    let mut known = vec!["main".to_owned()];
+    known.extend(agent.roles.iter().map(|r| r.name.clone()));
+    known.extend(agent.judges.iter().map(|j| format!("judge:{}", j.name)));
+    Err(known.join(", "))
+}
+
+/// The last closed root run of the JSONL journal file `path`, to replay; an error located at
+/// `key` of the suite when it cannot be read or holds none.
+fn journal_trial(suite: &Suite, key: &str, path: &Path) -> Result<Trial, LoomError> {
+    let session = read_journal(path).map_err(|m| suite.error_at(key, m))?;
+    let run_id = Loom::closed_root_runs(&session).pop().ok_or_else(|| {
+        suite.error_at(
+            key,
+            format!("{}: the file holds no closed run to replay", path.display()),
+        )
+    })?;
+    let file = path
+        .strip_prefix(&suite.dir)
+        .unwrap_or(path)
+        .display()
+        .to_string();
+    Ok(Trial {
+        session,
+        run_id,
+        file: Some(file),
+    })
+}
+
+/// Refuses a recorded run that is not a conversation of the suite's agent under `tenant`.
+fn check_trial(suite: &Suite, key: &str, tenant: &str, trial: &Trial) -> Result<(), LoomError> {
+    let run_id = &trial.run_id;
+    let whose = match &trial.file {
+        Some(file) => format!("run {run_id} ({file})"),
+        None => format!("run {run_id}"),
+    };
+    let start = trial
+        .session
+        .iter()
+        .find(|e| e.run_id == *run_id && matches!(e.payload, Payload::RunStarted(_)))
+        .ok_or_else(|| suite.error_at(key, format!("{whose} has no run.started")))?;
+    let agent = start.agent.as_deref().unwrap_or_default();
+    if agent != suite.spec.agent {
+        return Err(suite.error_at(
+            key,
+            format!(
+                "{whose} is a conversation of agent '{agent}', not of '{}'",
+                suite.spec.agent
+            ),
+        ));
+    }
+    if start.tenant_id != tenant {
+        return Err(suite.error_at(
+            key,
+            format!(
+                "{whose} belongs to tenant '{}', the case's runs to '{tenant}'",
+                start.tenant_id
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// The events of the JSONL journal `path`, one a line; the error names the file and line.

@@ -134,6 +134,39 @@ impl Loom {
         Ok(())
     }
 
+    /// Registers in `other` every tool, policy and condition registered here that it does not
+    /// have under the same name (an evaluation's variant opened from another configuration
+    /// runs the same code).
+    pub(crate) fn share_registrations(&self, other: &Loom) -> Result<(), LoomError> {
+        let poisoned = || LoomError::Registration("registry lock poisoned".into());
+        let tools = self.inner.tools.read().map_err(|_| poisoned())?.clone();
+        let mut theirs = other.inner.tools.write().map_err(|_| poisoned())?;
+        for (name, tool) in tools {
+            theirs.entry(name).or_insert(tool);
+        }
+        drop(theirs);
+        let mut theirs = other.inner.policies.write().map_err(|_| poisoned())?;
+        for (name, policy) in self.policies() {
+            theirs.entry(name).or_insert(policy);
+        }
+        drop(theirs);
+        let conditions = self
+            .inner
+            .conditions
+            .read()
+            .map_err(|_| poisoned())?
+            .clone();
+        let mut theirs = other.inner.conditions.write().map_err(|_| poisoned())?;
+        for (name, condition) in conditions {
+            theirs.entry(name).or_insert(condition);
+        }
+        drop(theirs);
+        if let Ok(mut agents) = other.inner.agents.write() {
+            agents.clear();
+        }
+        Ok(())
+    }
+
     /// The registered policies, by name.
     pub(crate) fn policies(&self) -> BTreeMap<String, Arc<dyn Policy>> {
         self.inner

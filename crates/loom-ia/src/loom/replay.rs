@@ -308,6 +308,7 @@ impl Loom {
         let mut plan = VariantPlan {
             models: BTreeMap::new(),
             doubles: options.doubles.clone(),
+            ..VariantPlan::default()
         };
         for (step, model) in &options.models {
             let binding = crate::resolve::model_binding(
