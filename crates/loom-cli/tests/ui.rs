@@ -201,7 +201,9 @@ fn browser_tools() -> Result<(PathBuf, PathBuf), String> {
             modules.display()
         ));
     }
+    // A fresh folder each time: no screenshot of an earlier run is left to mislead a reader.
     let shots = Path::new(env!("CARGO_TARGET_TMPDIR")).join("ui-screenshots");
+    let _ = fs::remove_dir_all(&shots);
     fs::create_dir_all(&shots).unwrap();
     Ok((chromium, shots))
 }

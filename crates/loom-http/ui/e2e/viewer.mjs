@@ -36,6 +36,8 @@ const browser = await chromium.launch({
   args: ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync"],
 });
 
+const pages = [];
+
 /** A page in a fresh context (its own sessionStorage), failing on any script error. */
 async function open(key) {
   const context = await browser.newContext({ viewport: { width: 1280, height: 860 } });
@@ -53,6 +55,7 @@ async function open(key) {
     if (response.status() >= 400 && !expected) errors.push(`${response.status()} on ${response.request().method()} ${response.url()}`);
   });
   page.errors = errors;
+  pages.push(page);
   await page.goto(url);
   await page.getByTestId("key-input").fill(key);
   await page.getByTestId("key-submit").click();
@@ -186,6 +189,14 @@ try {
   await shot(reader, "reader-approval");
   noErrors(reader);
   console.log("ok no read_content");
+} catch (error) {
+  // What each page showed when the check failed, for the person reading the failure.
+  for (const [index, page] of pages.entries()) {
+    await shot(page, `failure-${index}`).catch(() => {});
+    console.log(`page ${index} at ${page.url()}: ${page.errors.join("; ")}`);
+    console.log((await page.locator("main").textContent().catch(() => "")).slice(0, 2000));
+  }
+  throw error;
 } finally {
   await browser.close();
 }

@@ -57,13 +57,15 @@ async function route(): Promise<void> {
   const hash = location.hash.replace(/^#/, "") || "/runs";
   const [path, search] = hash.split("?", 2);
   const parts = path.split("/").filter(Boolean).map(decodeURIComponent);
+  const signal = current.signal;
   try {
     if (parts[0] === "run" && parts.length === 3) {
-      await showRun(main, parts[1], parts[2], who, current.signal);
+      await showRun(main, parts[1], parts[2], who, signal);
     } else {
-      await showRuns(main, filtersOf(new URLSearchParams(search ?? "")));
+      await showRuns(main, filtersOf(new URLSearchParams(search ?? "")), signal);
     }
   } catch (error) {
+    if (signal.aborted) return;
     if (error instanceof ApiFailure && error.status === 401) {
       keyForm(error.message);
       return;

@@ -51,7 +51,7 @@ function showSummary(view: RunView, result: RunResult, trace: Trace): void {
           "div",
           { class: "banner hidden-banner", "data-testid": "content-hidden" },
           "Content hidden: this key lacks the read_content scope, so messages, arguments and results are not shown",
-          trace.redacted?.length ? ` (removed: ${trace.redacted.join(", ")})` : "",
+          trace.redacted?.length ? ` (${trace.redacted.length} field(s) removed by the API)` : "",
           ".",
         ),
     result.error ? h("div", { class: "banner error" }, `${result.error_type ?? "error"}: ${result.error}`) : null,
@@ -209,5 +209,5 @@ export async function showRun(root: HTMLElement, session: string, runId: string,
     }, 100);
   };
   await load(view, refresh);
-  void follow(view, refresh);
+  if (!signal.aborted) void follow(view, refresh);
 }

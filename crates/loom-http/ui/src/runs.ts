@@ -65,8 +65,9 @@ function row(run: RunListed): HTMLTableRowElement {
   );
 }
 
-/** Shows the runs list with `filters` in `root`. */
-export async function showRuns(root: HTMLElement, filters: Filters): Promise<void> {
+/** Shows the runs list with `filters` in `root`, unless `signal` aborted meanwhile (the person
+ * went elsewhere before the answers came). */
+export async function showRuns(root: HTMLElement, filters: Filters, signal: AbortSignal): Promise<void> {
   const agents = await call<Agent[]>("/v1/agents");
   const form = h(
     "form",
@@ -84,13 +85,14 @@ export async function showRuns(root: HTMLElement, filters: Filters): Promise<voi
       status: String(data.get("status") ?? ""),
       session: String(data.get("session") ?? "").trim(),
     });
-    if (location.hash === next) void showRuns(root, filtersOf(new URLSearchParams(next.split("?")[1] ?? "")));
+    if (location.hash === next) window.dispatchEvent(new HashChangeEvent("hashchange"));
     else location.hash = next;
   });
   const query = new URLSearchParams({ limit: "200", sessions: "200" });
   if (filters.agent) query.set("agent", filters.agent);
   if (filters.status) query.set("status", filters.status);
   const page = await call<RunPage>(`/v1/runs?${query}`);
+  if (signal.aborted) return;
   const runs = filters.session ? page.runs.filter((run) => run.session_id === filters.session) : page.runs;
   const table = runs.length
     ? h(

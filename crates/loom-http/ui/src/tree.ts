@@ -108,7 +108,7 @@ function spanEvent(event: SpanEvent): Child {
   const kind = event.name.startsWith("approval") ? "approval" : event.name.startsWith("policy") || event.name.startsWith("guard") ? "guard" : "event";
   return h(
     "li",
-    { class: `span-event ${kind}`, "data-kind": kind },
+    { class: `span-event ev-${kind}`, "data-kind": kind },
     h("span", { class: `kind kind-${kind}` }, kind),
     h("span", { class: "name" }, event.name),
     facts.length ? h("span", { class: "facts" }, facts.join(" · ")) : null,
@@ -130,7 +130,7 @@ export function render(node: Node, content: boolean, depth = 0): HTMLLIElement {
       { class: "node-line" },
       h("span", { class: `kind kind-${kind.replace(/ /g, "-")}` }, kind),
       h("span", { class: "name" }, span.name),
-      h("span", { class: `status status-${span.status}` }, open ? "running" : span.status),
+      h("span", { class: `status status-${span.status}` }, open ? (kind === "approval" ? "waiting" : "running") : span.status),
       h("span", { class: "metric time", title: "duration" }, open ? "…" : duration(span.duration_ms)),
       used ? h("span", { class: "metric tokens", title: "input / output tokens" }, `${used.input} → ${used.output} tok`) : null,
       spent !== undefined ? h("span", { class: "metric cost", title: "cost" }, cost(spent)) : null,
