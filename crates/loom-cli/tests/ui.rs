@@ -21,8 +21,9 @@ use std::{
 };
 
 use common::{
-    copy_example, example_bin, repo, text,
+    copy_example, example_bin, repo,
     server::{Server, request, request_with},
+    text,
 };
 use serde_json::Value;
 
@@ -83,7 +84,9 @@ fn bearer(key: &str) -> String {
 fn head(address: &str, path: &str) -> (u16, String) {
     use std::io::{Read, Write};
     let mut stream = std::net::TcpStream::connect(address).unwrap();
-    stream.set_read_timeout(Some(common::server::PATIENCE)).unwrap();
+    stream
+        .set_read_timeout(Some(common::server::PATIENCE))
+        .unwrap();
     write!(
         stream,
         "GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n"
@@ -126,8 +129,14 @@ fn the_viewer_is_served_with_its_headers_and_whoami_needs_a_key() {
         assert!(headers.contains("x-frame-options: deny"), "{headers}");
     }
     let (_, page) = request(&address, "GET", "/ui/", "");
-    assert!(page.contains(r#"<script type="module" src="app.js">"#), "{page}");
-    assert!(!page.contains("http"), "the page loads nothing from elsewhere:\n{page}");
+    assert!(
+        page.contains(r#"<script type="module" src="app.js">"#),
+        "{page}"
+    );
+    assert!(
+        !page.contains("http"),
+        "the page loads nothing from elsewhere:\n{page}"
+    );
 
     let (status, body) = request(&address, "GET", "/ui/whoami", "");
     assert_eq!(status, 401, "{body}");
@@ -151,11 +160,16 @@ fn the_viewer_is_served_with_its_headers_and_whoami_needs_a_key() {
 
 #[test]
 fn the_viewer_is_off_under_prod_unless_the_configuration_turns_it_on() {
-    let prod = ["--config", "loom.yaml", "--profile", "prod", "serve", "--port", "0"];
-    for (extra, served) in [
-        ("", false),
-        ("server: {http: {ui: true}}\n", true),
-    ] {
+    let prod = [
+        "--config",
+        "loom.yaml",
+        "--profile",
+        "prod",
+        "serve",
+        "--port",
+        "0",
+    ];
+    for (extra, served) in [("", false), ("server: {http: {ui: true}}\n", true)] {
         let (dir, admin, _) = project(extra);
         let server = Server::start(&example_bin("equipe"), dir.path(), &prod);
         let address = server.address.clone();
@@ -305,7 +319,13 @@ fn the_viewer_works_in_a_real_browser() {
     // What the clicks did, read back from the API: the approved run finished, the other waits.
     assert_eq!(status_of(&address, &admin, &approve), "completed");
     assert_eq!(status_of(&address, &admin, &paused), "waiting_child");
-    for name in ["runs-list", "run-tree", "live-completed", "approval-done", "reader-run"] {
+    for name in [
+        "runs-list",
+        "run-tree",
+        "live-completed",
+        "approval-done",
+        "reader-run",
+    ] {
         let shot = shots.join(format!("{name}.png"));
         let bytes = fs::read(&shot).unwrap_or_else(|e| panic!("{}: {e}", shot.display()));
         assert!(bytes.starts_with(b"\x89PNG"), "{}", shot.display());

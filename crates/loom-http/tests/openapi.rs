@@ -358,7 +358,9 @@ fn no_route_is_added_outside_the_document() {
     for entry in std::fs::read_dir(&src).unwrap() {
         let path = entry.unwrap().path();
         let name = path.file_name().unwrap().to_string_lossy().into_owned();
-        if !name.ends_with(".rs") || ["lib.rs", "openapi.rs", "mcp.rs", "ui.rs"].contains(&name.as_str()) {
+        if !name.ends_with(".rs")
+            || ["lib.rs", "openapi.rs", "mcp.rs", "ui.rs"].contains(&name.as_str())
+        {
             continue;
         }
         let text = std::fs::read_to_string(&path).unwrap();
