@@ -1457,6 +1457,20 @@ fn the_docs_switch_and_the_shutdown_timeout_are_read() {
 }
 
 #[test]
+fn the_ui_switch_is_read_and_a_non_boolean_is_refused_where_it_is() {
+    let root = format!("{MODELS}server: {{http: {{ui: true}}}}\n");
+    let config = load_str(&root, &[("agents/devis.yaml", AGENT_OK)], None, &no_env).unwrap();
+    assert_eq!(config.raw().server.http.ui, Some(true));
+    let defaults = load_str(MODELS, &[("agents/devis.yaml", AGENT_OK)], None, &no_env).unwrap();
+    assert_eq!(defaults.raw().server.http.ui, None);
+    let root = format!("{MODELS}server:\n  http:\n    ui: sometimes\n");
+    assert_eq!(
+        refused(&root, &[("agents/devis.yaml", AGENT_OK)]),
+        "loom.yaml:8:9 server.http.ui: invalid type: string \"sometimes\", expected a boolean"
+    );
+}
+
+#[test]
 fn a_negative_shutdown_timeout_is_refused() {
     let root = format!("{MODELS}execution: {{shutdown_timeout: -1}}\n");
     assert_eq!(

@@ -36,6 +36,11 @@
 //! unless the profile is `prod` or `server.http.docs` is `false` (`docs: true` serves them in
 //! `prod`). [`openapi_document`] gives it without a server. How to add a route: see the
 //! `routes` module.
+//!
+//! The trace viewer, a read-only web page over the `/v1` routes (runs, their trees of steps,
+//! their events live, approvals), is served at `<base_path>/ui` unless the profile is `prod`
+//! or `server.http.ui` is `false` (`ui: true` serves it in `prod`); its data needs the same
+//! keys and scopes as `/v1` (see the `ui` module).
 
 mod auth;
 mod error;
@@ -50,6 +55,7 @@ mod routes;
 mod search;
 mod sessions;
 mod sse;
+mod ui;
 mod upload;
 
 use std::{future::Future, net::SocketAddr, sync::Arc};
@@ -144,6 +150,7 @@ fn build(loom: Loom, settings: &HttpServerConfig, closing: watch::Receiver<bool>
     let mcp = loom.config().raw().server.mcp.http;
     let (v1, api) = api(&loom, settings);
     let docs = docs_served(&loom, settings);
+    let ui = ui::served(&loom, settings);
     let state = AppState {
         loom,
         closing,
@@ -155,6 +162,9 @@ fn build(loom: Loom, settings: &HttpServerConfig, closing: watch::Receiver<bool>
     }
     if docs {
         router = router.merge(openapi::docs(openapi::document(&api), &settings.base_path));
+    }
+    if ui {
+        router = router.merge(ui::routes(&settings.base_path));
     }
     router
         .fallback(routes::not_found)

@@ -51,6 +51,10 @@ pub struct HttpServerConfig {
     /// Serve the OpenAPI document (`<base_path>/openapi.json`) and the interactive docs
     /// (`<base_path>/docs`) without a key; `null`: everywhere but under the `prod` profile.
     pub docs: Option<bool>,
+    /// Serve the read-only trace viewer page at `<base_path>/ui` (its data comes from the
+    /// `/v1` routes, with the same keys and scopes); `null`: everywhere but under the `prod`
+    /// profile.
+    pub ui: Option<bool>,
     /// Seconds a client has to send a request's headers (also how long an idle connection
     /// stays open between requests); past it the connection is closed.
     #[schemars(extend("exclusiveMinimum" = 0))]
@@ -81,6 +85,7 @@ impl Default for HttpServerConfig {
             base_path: String::new(),
             max_body_bytes: 134_217_728,
             docs: None,
+            ui: None,
             header_timeout: 10.0,
             body_timeout: 60.0,
             max_connections: 512,
