@@ -37,6 +37,8 @@
 //! `prod`). [`openapi_document`] gives it without a server. How to add a route: see the
 //! `routes` module.
 
+mod agent_http;
+mod agent_stream;
 mod auth;
 mod error;
 mod guard;
@@ -149,7 +151,7 @@ fn build(loom: Loom, settings: &HttpServerConfig, closing: watch::Receiver<bool>
         closing,
         keys,
     };
-    let mut router = v1;
+    let mut router = v1.merge(front(&settings.base_path));
     if mcp {
         router = router.merge(mcp::routes(&state, &settings.base_path, limit));
     }
@@ -162,6 +164,25 @@ fn build(loom: Loom, settings: &HttpServerConfig, closing: watch::Receiver<bool>
         .with_state(state)
         .layer(middleware::from_fn_with_state(limits, listen::read_body))
         .layer(middleware::from_fn_with_state(browsers, guard::check))
+}
+
+/// The routes beside `/v1` ([`agent_http`]): each agent's own endpoints (answered only for
+/// the agents that opt in, `expose.http`; 404 `unknown_agent` for the others), and the
+/// liveness and readiness of `/v1/healthz` and `/v1/readyz` at `<base_path>/health` and
+/// `<base_path>/ready`. Not in the OpenAPI document of `/v1`.
+fn front(base_path: &str) -> Router<AppState> {
+    use axum::routing::{get, post};
+    Router::new()
+        .route(
+            &format!("{base_path}/agents/{{name}}/run"),
+            post(agent_http::run),
+        )
+        .route(
+            &format!("{base_path}/agents/{{name}}/stream"),
+            post(agent_stream::stream),
+        )
+        .route(&format!("{base_path}/health"), get(health::healthz))
+        .route(&format!("{base_path}/ready"), get(health::readyz))
 }
 
 /// Serves the API on `listener` until `shutdown` resolves, then shuts down gracefully without
@@ -218,6 +239,7 @@ pub async fn serve_until(
 ) -> std::io::Result<()> {
     let (closing, receiver) = watch::channel(false);
     mcp::log_exposure(&loom);
+    agent_http::log_mounts(&loom, &settings.base_path);
     let app = build(loom.clone(), settings, receiver);
     let limits = listen::Limits::of(settings);
     let grace = loom.shutdown_timeout();
