@@ -193,14 +193,14 @@ pub(crate) async fn run(
 fn security_state(loom: &Loom, http: &HttpExpose) -> &'static str {
     let keys = http.auth == HttpAuth::Keys && !loom.config().raw().security.api_keys.is_empty();
     match (keys, http.allow_anonymous) {
-        (true, false) => "authenticated",
-        (true, true) => "anonymous (keys accepted, not required)",
-        (false, _) => "anonymous",
+        (true, false) => "authenticated: API key required",
+        (true, true) => "anonymous: no key required (a key presented is checked)",
+        (false, _) => "anonymous: no authenticator, anyone may run the agent",
     }
 }
 
-/// Logs each agent's endpoints once at WARN, with their security state (called when the
-/// server starts).
+/// Logs each agent's endpoints once at WARN (`agent exposed`, `access = "http"`), with their
+/// security state, beside the `rest` and `mcp` exposures (called when the server starts).
 pub(crate) fn log_mounts(loom: &Loom, base_path: &str) {
     for agent in loom.config().agents() {
         let Some(http) = agent.expose.http_endpoints() else {
@@ -208,12 +208,11 @@ pub(crate) fn log_mounts(loom: &Loom, base_path: &str) {
         };
         tracing::warn!(
             agent = %agent.name,
-            run = %format!("{base_path}/agents/{}/run", agent.name),
-            stream = %format!("{base_path}/agents/{}/stream", agent.name),
+            access = "http",
             security = security_state(loom, &http),
+            endpoints = %format!("{base_path}/agents/{}/{{run,stream}}", agent.name),
             heartbeat_ms = http.heartbeat_ms(),
-            "agent HTTP endpoints mounted: {}",
-            security_state(loom, &http)
+            "agent exposed"
         );
     }
 }
