@@ -27,6 +27,15 @@
 //! [`TIMESTAMP_HEADER`]). [`serve`] bounds each client: a cap on connections, header and body
 //! timeouts (`server.http`).
 //!
+//! Beside `/v1`, each agent that opts in (`expose.http`) has endpoints of its own:
+//! `POST <base_path>/agents/{name}/run` (its result as JSON) and `POST
+//! <base_path>/agents/{name}/stream` (Server-Sent Events with five named events, `text_delta`,
+//! `tool_call`, `tool_result`, `error`, `final`, one terminal frame, heartbeat comments), behind
+//! the same keys or open to anonymous callers as the agent says (see the `agent_http` and
+//! `agent_stream` modules); `<base_path>/health` and `<base_path>/ready` answer as
+//! `/v1/healthz` and `/v1/readyz`. `GET /v1/runs/{run_id}/events?deltas=true` adds the models'
+//! live text deltas to a run's events.
+//!
 //! With `server.mcp.http`, the MCP server (`loom-mcp-server`) is mounted at `<base_path>/mcp`
 //! over streamable HTTP: every request needs an API key, whose tenant, scopes and agents apply
 //! as on the REST API.
