@@ -15,7 +15,9 @@
 //! Exactly one terminal frame, `final` or `error`, ends every stream (also when the run's task
 //! ends abnormally). An idle stream sends a heartbeat comment (`: heartbeat`) every
 //! `expose.http.heartbeat_ms` (default 15 s). Events of sub-runs come too, with their own
-//! `run_id`. A client that goes away does not stop the run: it goes on and closes in its
+//! `run_id`. With a job queue (`storage.queue: rabbitmq`) a worker drives the run and this
+//! process follows its journal: the stream then has the tool events and the terminal frame but
+//! no `text_delta` (the deltas stay in the worker). A client that goes away does not stop the run: it goes on and closes in its
 //! journal. When the server shuts down the run stops at a safe point and the stream ends with
 //! an `error` frame `interrupted` (the run resumes at the next start).
 
