@@ -601,7 +601,8 @@ mod tests {
             .iter()
             .map(|v| v.as_str().unwrap())
             .collect();
-        assert_eq!(documented.len(), 34, "{schema}");
+        assert_eq!(documented.len(), 35, "{schema}");
+        assert!(documented.contains(&"bad_request"), "{schema}");
         assert!(documented.contains(&"limits_unavailable"), "{schema}");
         assert!(documented.contains(&"missing_encryption_key"), "{schema}");
         for name in &documented {
