@@ -17,10 +17,13 @@
 //! With `deltas=true` the text the models stream comes too, as `text_delta` events (`data:`
 //! `{"run_id", "text"}`, no `id:`: they are not journaled, so a resumed stream does not replay
 //! them), for the run (and its sub-runs with `subruns`) while this server process drives it
-//! ([`loom_ia::Loom::text_deltas`]; a run driven by a worker streams none here). A delta is
-//! sent when it is written, before the model's answer is journaled (`model.responded`). It
-//! needs `read_content` (text is content): without it the flag is ignored. Without the flag
-//! nothing changes.
+//! ([`loom_ia::Loom::text_deltas`]; a run driven by a worker streams none here). The order
+//! is best effort: a model's deltas are written before its answer is journaled
+//! (`model.responded`), and each is sent as it is read, journal events first when both wait,
+//! so a delta may come just before or just after the journal events written around it; a
+//! client slower than the buffer ([`loom_ia::LIVE_BUFFER`] deltas) loses the oldest. It needs
+//! `read_content` (text is content): without it the flag is ignored. Without the flag nothing
+//! changes.
 
 use std::{collections::HashSet, convert::Infallible};
 
