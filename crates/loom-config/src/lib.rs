@@ -72,12 +72,12 @@ pub use guards::{
 };
 pub use model::{
     AgentApproval, AgentSpec, ArtifactsBackend, ArtifactsStorage, AttachmentsExecution,
-    CaptureConfig, CircuitBreaker, DEFAULT_ATTACHMENT_TYPES, EventsBackend, EventsStorage,
-    ExecutionConfig, Expose, FolderRight, FolderSpec, HttpServerConfig, IdempotencyBackend,
-    IdempotencyStorage, JsonObject, LlmSettings, LogFormat, LogLevel, LoggingConfig, LoomConfig,
-    MainRole, McpAccessConfig, McpScope, McpServerSpec, McpTransport, ModelApi, ModelCapabilities,
-    ModelSpec, Profile, Profiles, Sdk, ServerConfig, StorageConfig, TelemetryConfig, ToolOverrides,
-    ToolRef, ToolsExecution,
+    CaptureConfig, CircuitBreaker, DEFAULT_ATTACHMENT_TYPES, DEFAULT_HEARTBEAT_MS, EventsBackend,
+    EventsStorage, ExecutionConfig, Expose, FolderRight, FolderSpec, HttpAuth, HttpExpose,
+    HttpServerConfig, IdempotencyBackend, IdempotencyStorage, JsonObject, LlmSettings, LogFormat,
+    LogLevel, LoggingConfig, LoomConfig, MainRole, McpAccessConfig, McpScope, McpServerSpec,
+    McpTransport, ModelApi, ModelCapabilities, ModelSpec, Profile, Profiles, Sdk, ServerConfig,
+    StorageConfig, TelemetryConfig, ToolOverrides, ToolRef, ToolsExecution,
 };
 pub use model::{
     BusBackend, BusStorage, DEFAULT_POSTGRES_ROLE, LimitsBackend, LimitsStorage, MigrateMode,

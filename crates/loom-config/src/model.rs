@@ -13,7 +13,10 @@ mod storage;
 mod telemetry;
 mod tools;
 
-pub use agents::{AgentApproval, AgentSpec, Expose, LlmSettings, MainRole};
+pub use agents::{
+    AgentApproval, AgentSpec, DEFAULT_HEARTBEAT_MS, Expose, HttpAuth, HttpExpose, LlmSettings,
+    MainRole,
+};
 pub use execution::{
     AttachmentsExecution, DEFAULT_ATTACHMENT_TYPES, ExecutionConfig, ToolsExecution,
 };

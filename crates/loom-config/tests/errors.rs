@@ -1358,7 +1358,98 @@ fn expose_keys_are_checked() {
         &[],
     );
     assert!(
-        message.contains("agents[0].expose.grpc: unknown key 'grpc' (expected one of: rest, mcp)"),
+        message.contains(
+            "agents[0].expose.grpc: unknown key 'grpc' (expected one of: rest, mcp, http)"
+        ),
+        "{message}"
+    );
+}
+
+#[test]
+fn expose_http_is_read_with_its_defaults() {
+    let agents = "agents:\n  - {name: plain, main: {model: fake-1}}\n  - {name: front, main: {model: fake-1}, expose: {http: {enabled: true, allow_anonymous: true, heartbeat_ms: 250}}}\n  - {name: dormant, main: {model: fake-1}, expose: {http: {auth: none}}}\n";
+    let config = load_str(&format!("{MODELS}{agents}"), &[], None, &no_env).unwrap();
+    let plain = config.agent("plain").unwrap().expose;
+    assert!(plain.rest && plain.mcp && plain.http.is_none());
+    assert!(plain.http_endpoints().is_none());
+    let front = config
+        .agent("front")
+        .unwrap()
+        .expose
+        .http_endpoints()
+        .unwrap();
+    assert_eq!(front.auth, loom_config::HttpAuth::Keys);
+    assert!(front.allow_anonymous);
+    assert_eq!(front.heartbeat_ms(), 250);
+    // A block without `enabled: true` mounts nothing, so it needs no authenticator.
+    let dormant = config.agent("dormant").unwrap().expose;
+    assert!(dormant.http.is_some() && dormant.http_endpoints().is_none());
+}
+
+#[test]
+fn expose_http_without_an_authenticator_is_refused_where_written() {
+    let key = |extra: &str| {
+        format!("security:\n  api_keys:\n    - {{id: k1, hash: \"sha256:{KEY_HASH}\"{extra}}}\n")
+    };
+    let agent = |http: &str| {
+        format!(
+            "agents:\n  - name: front\n    main: {{model: fake-1}}\n    expose:\n      http: {http}\n"
+        )
+    };
+    let cases: Vec<(String, &str)> = vec![
+        (
+            agent("{enabled: true}"),
+            "loom.yaml:10:13 agents[0].expose.http.auth: agent 'front' opts in to its own HTTP endpoints (expose.http.enabled) but auth: keys needs at least one API key in security.api_keys, and none is declared: declare a key, or set expose.http.allow_anonymous: true to serve anyone",
+        ),
+        (
+            agent("{enabled: true, auth: none}"),
+            "agents[0].expose.http.auth: agent 'front' opts in to its own HTTP endpoints (expose.http.enabled) but auth: none leaves its endpoints without an authenticator",
+        ),
+        (
+            format!("{}{}", agent("{enabled: true}"), key(", scopes: [read]")),
+            "agents[0].expose.http.auth: agent 'front' opts in to its own HTTP endpoints (expose.http.enabled) but auth: keys, but no key of security.api_keys has the scope 'run' on the agent 'front'",
+        ),
+        (
+            format!("{}{}", agent("{enabled: true}"), key(", agents: [other]")),
+            "no key of security.api_keys has the scope 'run' on the agent 'front'",
+        ),
+        (
+            agent("{enabled: true, allow_anonymous: true, heartbeat_ms: 0}"),
+            "agents[0].expose.http.heartbeat_ms: agent 'front': heartbeat_ms must be between 1 and 3600000 (got 0)",
+        ),
+        (
+            agent("{enabled: true, auth: basic}"),
+            "agents[0].expose.http.auth: unknown value 'basic' (expected one of: keys, none)",
+        ),
+    ];
+    for (text, expected) in cases {
+        let message = refused(&format!("{MODELS}{text}"), &[]);
+        assert!(message.contains(expected), "{expected}\n---\n{message}");
+    }
+    // A usable key, or anonymous callers allowed: accepted.
+    for ok in [
+        format!(
+            "{}{}",
+            agent("{enabled: true}"),
+            key(", scopes: [run, read]")
+        ),
+        agent("{enabled: true, auth: none, allow_anonymous: true}"),
+        agent("{enabled: true, allow_anonymous: true}"),
+    ] {
+        let text = format!("{MODELS}{ok}");
+        assert!(load_str(&text, &[], None, &no_env).is_ok(), "{text}");
+    }
+    // In an agent file, the error names the file.
+    let message = refused(
+        MODELS,
+        &[(
+            "agents/front.yaml",
+            "name: front\nmain: {model: fake-1}\nexpose: {http: {enabled: true}}\n",
+        )],
+    );
+    assert!(
+        message.starts_with("agents/front.yaml:3:")
+            && message.contains("expose.http.auth: agent 'front'"),
         "{message}"
     );
 }

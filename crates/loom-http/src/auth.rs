@@ -147,6 +147,21 @@ pub(crate) struct Caller {
 }
 
 impl Caller {
+    /// A caller without a key, for the tenant `default`: what an agent's own endpoint serves
+    /// when it allows anonymous callers (`expose.http.allow_anonymous`).
+    pub(crate) fn anonymous() -> Caller {
+        Caller {
+            tenant: DEFAULT_TENANT.to_owned(),
+            key: None,
+        }
+    }
+
+    /// Whether the request's headers present a key (`Authorization: Bearer …` or
+    /// `X-API-Key`), valid or not.
+    pub(crate) fn presents_key(headers: &HeaderMap) -> bool {
+        presented_key(headers).is_some()
+    }
+
     /// The key of the request (`None`: the API is open).
     pub(crate) fn key(&self) -> Option<&Arc<ApiKeySpec>> {
         self.key.as_ref()

@@ -71,6 +71,9 @@ pub enum ErrorKind {
     RequestTimeout,
     /// 413: a body over `server.http.max_body_bytes`.
     BodyTooLarge,
+    /// 400: the body of an agent's own endpoint (`POST <base_path>/agents/{name}/run` or
+    /// `/stream`) that is not the expected JSON; the message names the field.
+    BadRequest,
     /// 422: a body that is not the expected JSON.
     InvalidBody,
     /// 422: [`LoomError::Invalid`] (unusable id, refused attachment, delivery or payload).
@@ -132,6 +135,7 @@ impl ErrorKind {
             ErrorKind::Conflict => "conflict",
             ErrorKind::RequestTimeout => "request_timeout",
             ErrorKind::BodyTooLarge => "body_too_large",
+            ErrorKind::BadRequest => "bad_request",
             ErrorKind::InvalidBody => "invalid_body",
             ErrorKind::InvalidRequest => "invalid_request",
             ErrorKind::InvalidQuery => "invalid_query",
@@ -170,6 +174,7 @@ impl ErrorKind {
             | ErrorKind::AgentNotAllowed => StatusCode::FORBIDDEN,
             ErrorKind::Refused | ErrorKind::Conflict => StatusCode::CONFLICT,
             ErrorKind::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
+            ErrorKind::BadRequest => StatusCode::BAD_REQUEST,
             ErrorKind::BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ErrorKind::InvalidBody
             | ErrorKind::InvalidRequest
@@ -596,7 +601,8 @@ mod tests {
             .iter()
             .map(|v| v.as_str().unwrap())
             .collect();
-        assert_eq!(documented.len(), 34, "{schema}");
+        assert_eq!(documented.len(), 35, "{schema}");
+        assert!(documented.contains(&"bad_request"), "{schema}");
         assert!(documented.contains(&"limits_unavailable"), "{schema}");
         assert!(documented.contains(&"missing_encryption_key"), "{schema}");
         for name in &documented {

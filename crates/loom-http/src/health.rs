@@ -1,5 +1,7 @@
 //! `GET /v1/healthz` (the process answers) and `GET /v1/readyz` (the services it needs answer:
-//! [`loom_ia::Loom::readiness`]), without a key, for load balancers and orchestrators.
+//! [`loom_ia::Loom::readiness`]), without a key, for load balancers and orchestrators; the same
+//! handlers answer `<base_path>/health` and `<base_path>/ready` beside `/v1` (`lib.rs`,
+//! `front`).
 
 use axum::{
     Json,

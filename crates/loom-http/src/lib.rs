@@ -27,6 +27,15 @@
 //! [`TIMESTAMP_HEADER`]). [`serve`] bounds each client: a cap on connections, header and body
 //! timeouts (`server.http`).
 //!
+//! Beside `/v1`, each agent that opts in (`expose.http`) has endpoints of its own:
+//! `POST <base_path>/agents/{name}/run` (its result as JSON) and `POST
+//! <base_path>/agents/{name}/stream` (Server-Sent Events with five named events, `text_delta`,
+//! `tool_call`, `tool_result`, `error`, `final`, one terminal frame, heartbeat comments), behind
+//! the same keys or open to anonymous callers as the agent says (see the `agent_http` and
+//! `agent_stream` modules); `<base_path>/health` and `<base_path>/ready` answer as
+//! `/v1/healthz` and `/v1/readyz`. `GET /v1/runs/{run_id}/events?deltas=true` adds the models'
+//! live text deltas to a run's events.
+//!
 //! With `server.mcp.http`, the MCP server (`loom-mcp-server`) is mounted at `<base_path>/mcp`
 //! over streamable HTTP: every request needs an API key, whose tenant, scopes and agents apply
 //! as on the REST API.
@@ -42,6 +51,8 @@
 //! or `server.http.ui` is `false` (`ui: true` serves it in `prod`); its data needs the same
 //! keys and scopes as `/v1` (see the `ui` module).
 
+mod agent_http;
+mod agent_stream;
 mod auth;
 mod error;
 mod guard;
@@ -156,7 +167,7 @@ fn build(loom: Loom, settings: &HttpServerConfig, closing: watch::Receiver<bool>
         closing,
         keys,
     };
-    let mut router = v1;
+    let mut router = v1.merge(front(&settings.base_path));
     if mcp {
         router = router.merge(mcp::routes(&state, &settings.base_path, limit));
     }
@@ -172,6 +183,25 @@ fn build(loom: Loom, settings: &HttpServerConfig, closing: watch::Receiver<bool>
         .with_state(state)
         .layer(middleware::from_fn_with_state(limits, listen::read_body))
         .layer(middleware::from_fn_with_state(browsers, guard::check))
+}
+
+/// The routes beside `/v1` ([`agent_http`]): each agent's own endpoints (answered only for
+/// the agents that opt in, `expose.http`; 404 `unknown_agent` for the others), and the
+/// liveness and readiness of `/v1/healthz` and `/v1/readyz` at `<base_path>/health` and
+/// `<base_path>/ready`. Not in the OpenAPI document of `/v1`.
+fn front(base_path: &str) -> Router<AppState> {
+    use axum::routing::{get, post};
+    Router::new()
+        .route(
+            &format!("{base_path}/agents/{{name}}/run"),
+            post(agent_http::run),
+        )
+        .route(
+            &format!("{base_path}/agents/{{name}}/stream"),
+            post(agent_stream::stream),
+        )
+        .route(&format!("{base_path}/health"), get(health::healthz))
+        .route(&format!("{base_path}/ready"), get(health::readyz))
 }
 
 /// Serves the API on `listener` until `shutdown` resolves, then shuts down gracefully without
@@ -228,6 +258,7 @@ pub async fn serve_until(
 ) -> std::io::Result<()> {
     let (closing, receiver) = watch::channel(false);
     mcp::log_exposure(&loom);
+    agent_http::log_mounts(&loom, &settings.base_path);
     let app = build(loom.clone(), settings, receiver);
     let limits = listen::Limits::of(settings);
     let grace = loom.shutdown_timeout();

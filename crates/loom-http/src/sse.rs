@@ -13,8 +13,19 @@
 //! the caller's key is not allowed on, an `error` event `{"detail": …, "error": {kind:
 //! "agent_not_allowed", message}}` is sent instead and the stream ends. Without
 //! `read_content`, each event's content fields are removed and listed in `redacted`.
+//!
+//! With `deltas=true` the text the models stream comes too, as `text_delta` events (`data:`
+//! `{"run_id", "text"}`, no `id:`: they are not journaled, so a resumed stream does not replay
+//! them), for the run (and its sub-runs with `subruns`) while this server process drives it
+//! ([`loom_ia::Loom::text_deltas`]; a run driven by a worker streams none here). The order
+//! is best effort: a model's deltas are written before its answer is journaled
+//! (`model.responded`), and each is sent as it is read, journal events first when both wait,
+//! so a delta may come just before or just after the journal events written around it; a
+//! client slower than the buffer ([`loom_ia::LIVE_BUFFER`] deltas) loses the oldest. It needs
+//! `read_content` (text is content): without it the flag is ignored. Without the flag nothing
+//! changes.
 
-use std::convert::Infallible;
+use std::{collections::HashSet, convert::Infallible};
 
 use axum::{
     extract::{Path, State},
@@ -26,7 +37,8 @@ use axum::{
 };
 use futures_util::StreamExt;
 use loom_ia::config::Scope;
-use loom_ia::{Event, FollowOptions, Redact};
+use loom_ia::{Event, FollowOptions, LiveDelta, LoomError, Redact, RunRef, core::BoxStream};
+use tokio::sync::broadcast;
 
 use crate::{
     AppState, KEEP_ALIVE,
@@ -52,6 +64,9 @@ pub(crate) struct EventsQuery {
     after_seq: Option<u64>,
     /// Whether the events of the run's sub-runs come too (default `true`).
     subruns: Option<bool>,
+    /// Whether the text the models stream comes too, as `text_delta` events without `id:`
+    /// (default `false`; needs `read_content`, ignored without it).
+    deltas: Option<bool>,
 }
 
 /// One event of the stream, as an SSE client reads it (keep-alive comments are not events).
@@ -61,7 +76,8 @@ pub(crate) struct StreamEvent {
     /// The event's seq (absent on an `error` event).
     #[schema(pattern = "^[0-9]+$")]
     id: Option<String>,
-    /// The event's type (`run.started`, `model.responded`, …), or `error`.
+    /// The event's type (`run.started`, `model.responded`, …), `error`, or with `deltas=true`
+    /// `text_delta` (data `{"run_id", "text"}`, no `id`).
     event: String,
     /// The event's JSON as the journal holds it (the envelope: `event_id`, `ts`, `seq`,
     /// `type`, `payload`, …), or for `error` the error body `{"error": {kind, message}}`.
@@ -121,7 +137,10 @@ type, `data:` the event's JSON (the journal's envelope: `event_id`, `ts`, `seq`,
 stream ends after the run's closing event (`run.completed`, `run.failed`, `run.cancelled`) \
 or when the server shuts down. A comment is sent every 15 s. A reconnecting client sends \
 `Last-Event-ID` and resumes exactly after it. An error while following is sent as an \
-`error` event whose data is the error body, and ends the stream. Scope `read`.",
+`error` event whose data is the error body, and ends the stream. With `deltas=true` (and \
+the scope `read_content`), the text the models stream while this server drives the run comes \
+too, as `text_delta` events without `id:` (data `{\"run_id\", \"text\"}`; not journaled, not \
+replayed on resume). Scope `read`.",
     params(
         ("run_id" = String, Path, description = "The run."),
         EventsQuery,
@@ -146,6 +165,7 @@ pub(crate) async fn events(
     let params = params.only::<EventsQuery>()?;
     let after_seq = params.number::<u64>("after_seq")?;
     let subruns = params.flag("subruns")?.unwrap_or(true);
+    let deltas = params.flag("deltas")?.unwrap_or(false) && caller.reads_content();
     let session = params.text("session_id")?;
     let after = last_event_id(&headers)?.or(after_seq).unwrap_or(0);
     let loom = state.loom.clone();
@@ -159,28 +179,120 @@ pub(crate) async fn events(
         subruns,
         ..FollowOptions::default()
     };
-    // The stream ends right after a refusal, without waiting for the run's next event.
+    // Subscribed before following: no delta written after the first event read is missed.
+    let live = deltas.then(|| loom.text_deltas());
     let followed = loom.follow_with(&run, options);
-    let stream = futures_util::stream::unfold((followed, false), move |(mut followed, ended)| {
-        let caller = caller.clone();
-        async move {
-            if ended {
-                return None;
-            }
-            let (frame, ended) = match followed.next().await? {
-                Ok(event) => match refused_agent(&caller, &event) {
-                    Some(refusal) => (refusal, true),
-                    None => (sse_event(&event, content), false),
-                },
-                Err(error) => (error_event(&ApiError::from_loom(&error, lease)), false),
-            };
-            Some((Ok::<_, Infallible>(frame), (followed, ended)))
-        }
+    let follower = Follower {
+        followed,
+        live,
+        run,
+        subruns,
+        runs: HashSet::new(),
+        caller,
+        content,
+        lease,
+        ended: false,
+    };
+    let stream = futures_util::stream::unfold(follower, |mut follower| async move {
+        let frame = follower.next_frame().await?;
+        Some((Ok::<_, Infallible>(frame), follower))
     })
     .take_until(AppState::closed(state.closing.clone()));
     Ok(Sse::new(stream)
         .keep_alive(KeepAlive::new().interval(KEEP_ALIVE))
         .into_response())
+}
+
+/// What the events route follows: the journal's events, and with `deltas=true` the text
+/// deltas of the runs this process drives.
+struct Follower {
+    followed: BoxStream<'static, Result<Event, LoomError>>,
+    /// The deltas of every run this process drives (`None`: not asked, or the channel closed).
+    live: Option<broadcast::Receiver<LiveDelta>>,
+    run: RunRef,
+    subruns: bool,
+    /// The runs whose events were sent (the run and its sub-runs): their deltas are sent.
+    runs: HashSet<String>,
+    caller: Caller,
+    content: bool,
+    lease: u64,
+    /// A refusal ended the stream.
+    ended: bool,
+}
+
+/// What came first: an event of the journal, or a text delta.
+enum Next {
+    Event(Option<Result<Box<Event>, LoomError>>),
+    Delta(Option<LiveDelta>),
+}
+
+impl Follower {
+    /// The next frame, or `None` when the stream ends (after the run's terminal event, or a
+    /// refusal).
+    async fn next_frame(&mut self) -> Option<SseEvent> {
+        loop {
+            if self.ended {
+                return None;
+            }
+            let next = match self.live.as_mut() {
+                Some(live) => tokio::select! {
+                    biased;
+                    event = self.followed.next() => Next::Event(event.map(|e| e.map(Box::new))),
+                    delta = next_delta(live) => Next::Delta(delta),
+                },
+                None => Next::Event(self.followed.next().await.map(|e| e.map(Box::new))),
+            };
+            match next {
+                Next::Event(None) => return None,
+                Next::Event(Some(Ok(event))) => {
+                    if let Some(refusal) = refused_agent(&self.caller, &event) {
+                        // The stream ends right after a refusal, without waiting for the run's
+                        // next event.
+                        self.ended = true;
+                        return Some(refusal);
+                    }
+                    self.runs.insert(event.run_id.clone());
+                    return Some(sse_event(&event, self.content));
+                }
+                Next::Event(Some(Err(error))) => {
+                    return Some(error_event(&ApiError::from_loom(&error, self.lease)));
+                }
+                Next::Delta(None) => self.live = None,
+                Next::Delta(Some(delta)) => {
+                    if self.wants(&delta) {
+                        let data = serde_json::json!({"run_id": delta.run_id, "text": delta.text});
+                        return Some(
+                            SseEvent::default()
+                                .event("text_delta")
+                                .data(data.to_string()),
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    /// Whether `delta` belongs to the followed run (or, with `subruns`, to one of its
+    /// sub-runs, known by their events already sent).
+    fn wants(&self, delta: &LiveDelta) -> bool {
+        delta.tenant_id == self.run.tenant_id
+            && delta.session_id == self.run.session_id
+            && (delta.run_id == self.run.run_id
+                || (self.subruns && self.runs.contains(&delta.run_id)))
+    }
+}
+
+/// The next delta of `live`, skipping over those a slow reader lost; `None` once closed.
+async fn next_delta(live: &mut broadcast::Receiver<LiveDelta>) -> Option<LiveDelta> {
+    loop {
+        match live.recv().await {
+            Ok(delta) => return Some(delta),
+            Err(broadcast::error::RecvError::Lagged(lost)) => {
+                tracing::debug!(lost, "a slow events stream lost text deltas");
+            }
+            Err(broadcast::error::RecvError::Closed) => return None,
+        }
+    }
 }
 
 /// The `error` event that ends the stream when `event` belongs to a run of an agent the

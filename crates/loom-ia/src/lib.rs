@@ -96,8 +96,8 @@ pub mod report;
 pub use compaction::CompactionNote;
 pub use follow::FollowOptions;
 pub use loom::{
-    EVAL_APPROVER, EvalOptions, Readiness, ReadinessCheck, ReplayReport, Residents, RunSide,
-    VariantOptions, VariantReport, WorkOptions,
+    EVAL_APPROVER, EvalOptions, LIVE_BUFFER, LiveDelta, Readiness, ReadinessCheck, ReplayReport,
+    Residents, RunSide, VariantOptions, VariantReport, WorkOptions,
 };
 pub use postgres::storage_sql;
 pub use progress::progress_line;

@@ -30,6 +30,7 @@ mod control;
 mod eval;
 mod lifecycle;
 mod listen;
+mod live;
 mod reads;
 mod ready;
 mod registry;
@@ -41,6 +42,7 @@ mod work;
 
 pub use eval::{EVAL_APPROVER, EvalOptions};
 pub use lifecycle::Residents;
+pub use live::{LIVE_BUFFER, LiveDelta};
 pub use ready::{Readiness, ReadinessCheck};
 pub use replay::{ReplayReport, RunSide, VariantOptions, VariantReport};
 pub use work::WorkOptions;
@@ -376,6 +378,8 @@ struct Inner {
     compactions: compact::Tasks,
     /// Where root runs' traces are exported (`telemetry.exporters`, feature `otel`).
     telemetry: Option<Arc<crate::telemetry::Telemetry>>,
+    /// The text deltas of the runs this process drives, for live listeners.
+    live: live::Live,
 }
 
 /// The stores [`Loom::open`] opened, before the instance is assembled around them.
@@ -635,6 +639,7 @@ impl Loom {
                 stop_listening: tokio_util::sync::CancellationToken::new(),
                 compactions: compact::Tasks::default(),
                 telemetry,
+                live: live::Live::default(),
             }),
         })
     }

@@ -210,6 +210,7 @@ fn check_agent_spec(
             NOT_POSITIVE.into(),
         ));
     }
+    check_http_exposure(config, doc, p, spec)?;
     let mut prefixes: Vec<String> = Vec::new();
     for (t, tool) in spec.tools.iter_mut().enumerate() {
         let tp = p.key("tools").index(t);
@@ -252,6 +253,69 @@ fn check_agent_spec(
         }
     }
     Ok((role_prompts, warnings))
+}
+
+/// `expose.http` of an agent: an agent that opts in needs a usable authenticator (`auth:
+/// keys` and a key of `security.api_keys` that may run it) unless it allows anonymous callers
+/// (`allow_anonymous: true`); `heartbeat_ms` is positive.
+fn check_http_exposure(
+    config: &Config,
+    doc: &Doc,
+    p: &KeyPath,
+    spec: &AgentSpec,
+) -> Result<(), ConfigError> {
+    let Some(http) = spec.expose.http_endpoints() else {
+        return Ok(());
+    };
+    let hp = p.key("expose").key("http");
+    let invalid = |path: &KeyPath, msg: String| doc.error(path, ConfigErrorKind::Invalid, msg);
+    if let Some(ms) = http.heartbeat_ms
+        && !(1..=3_600_000).contains(&ms)
+    {
+        return Err(invalid(
+            &hp.key("heartbeat_ms"),
+            format!(
+                "agent '{}': heartbeat_ms must be between 1 and 3600000 (got {ms})",
+                spec.name
+            ),
+        ));
+    }
+    if http.allow_anonymous {
+        return Ok(());
+    }
+    let keys = &config.raw.security.api_keys;
+    let problem = match http.auth {
+        crate::model::HttpAuth::None => {
+            Some("auth: none leaves its endpoints without an authenticator".to_owned())
+        }
+        crate::model::HttpAuth::Keys if keys.is_empty() => Some(
+            "auth: keys needs at least one API key in security.api_keys, and none is declared"
+                .to_owned(),
+        ),
+        crate::model::HttpAuth::Keys => {
+            let usable = keys
+                .iter()
+                .any(|key| key.allows(crate::security::Scope::Run) && key.allows_agent(&spec.name));
+            (!usable).then(|| {
+                format!(
+                    "auth: keys, but no key of security.api_keys has the scope 'run' on the \
+                     agent '{}'",
+                    spec.name
+                )
+            })
+        }
+    };
+    match problem {
+        None => Ok(()),
+        Some(problem) => Err(invalid(
+            &hp.key("auth"),
+            format!(
+                "agent '{}' opts in to its own HTTP endpoints (expose.http.enabled) but {problem}: \
+                 declare a key, or set expose.http.allow_anonymous: true to serve anyone",
+                spec.name
+            ),
+        )),
+    }
 }
 
 /// A system prompt: inline text or a file under `prompts_dir`, never both. `role` is the key

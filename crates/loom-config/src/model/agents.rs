@@ -64,7 +64,8 @@ pub struct AgentSpec {
     #[serde(default)]
     pub budget: Option<Budgets>,
     /// Through which access the agent is offered: the REST API (`loom serve`) and the MCP
-    /// server (`loom mcp`, `/mcp`). Both by default.
+    /// server (`loom mcp`, `/mcp`), both by default; and its own HTTP endpoints
+    /// (`expose.http`), off by default.
     #[serde(default)]
     pub expose: Expose,
     /// Session state: keys set by the caller or filled from tool results, kept across the
@@ -81,16 +82,73 @@ pub struct Expose {
     pub rest: bool,
     /// A tool of the MCP server.
     pub mcp: bool,
+    /// Its own endpoints beside `/v1` (`POST <base_path>/agents/{name}/run` and `/stream`),
+    /// when `enabled`; absent: not mounted.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub http: Option<HttpExpose>,
 }
 
 impl Default for Expose {
-    /// Published everywhere.
+    /// Published on the REST API and the MCP server; no endpoints of its own.
     fn default() -> Self {
         Expose {
             rest: true,
             mcp: true,
+            http: None,
         }
     }
+}
+
+impl Expose {
+    /// The agent's own HTTP endpoints, when they are mounted (`expose.http.enabled`).
+    pub fn http_endpoints(&self) -> Option<HttpExpose> {
+        self.http.filter(|http| http.enabled)
+    }
+}
+
+/// An agent's `expose.http:` block: its own endpoints `POST <base_path>/agents/{name}/run`
+/// (JSON result) and `POST <base_path>/agents/{name}/stream` (Server-Sent Events), served by
+/// `loom serve` beside `/v1`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct HttpExpose {
+    /// Whether the endpoints are mounted (default `false`: the block alone opens nothing).
+    #[serde(default)]
+    pub enabled: bool,
+    /// Who may call: `keys` (default), an API key of `security.api_keys` with the scope `run`
+    /// (and `read_content` for the stream), allowed on the agent; `none`, no authenticator.
+    #[serde(default)]
+    pub auth: HttpAuth,
+    /// Whether a request without a key is served (for the tenant `default`). Required when
+    /// there is no usable authenticator (`auth: none`, or `auth: keys` without any declared
+    /// key): such an agent is otherwise a configuration error.
+    #[serde(default)]
+    pub allow_anonymous: bool,
+    /// Milliseconds between two heartbeat comments of an idle stream (default 15000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 3_600_000))]
+    pub heartbeat_ms: Option<u64>,
+}
+
+/// Default milliseconds between two heartbeat comments of an agent's stream.
+pub const DEFAULT_HEARTBEAT_MS: u64 = 15_000;
+
+impl HttpExpose {
+    /// Milliseconds between two heartbeat comments (`heartbeat_ms`, else 15000).
+    pub fn heartbeat_ms(&self) -> u64 {
+        self.heartbeat_ms.unwrap_or(DEFAULT_HEARTBEAT_MS)
+    }
+}
+
+/// How an agent's own endpoints authenticate their callers (`expose.http.auth`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum HttpAuth {
+    /// The server's API keys (`security.api_keys`), as on `/v1`.
+    #[default]
+    Keys,
+    /// No authenticator: only usable with `allow_anonymous: true`.
+    None,
 }
 
 fn default_max_depth() -> u32 {

@@ -195,10 +195,15 @@ impl Loom {
             None => 0,
         };
         let driving = Driving { loom: self, run };
+        let observer = super::live::Publishing {
+            observer,
+            run,
+            live: &self.inner.live,
+        };
         let outcome = self
             .inner
             .engine
-            .drive_with(run, runtime, observer, &token, approver)
+            .drive_with(run, runtime, &observer, &token, approver)
             .await;
         drop(driving);
         let state = outcome?;
