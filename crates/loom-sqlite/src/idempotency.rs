@@ -65,7 +65,7 @@ impl SqliteIdempotency {
         let mut tx = self
             .store
             .pool()
-            .begin_with("BEGIN IMMEDIATE")
+            .begin_with(crate::store::BEGIN_FULL)
             .await
             .map_err(|err| self.error(err))?;
         let row = sqlx::query(
@@ -135,7 +135,7 @@ impl SqliteIdempotency {
         let mut tx = self
             .store
             .pool()
-            .begin_with("BEGIN IMMEDIATE")
+            .begin_with(crate::store::BEGIN_FULL)
             .await
             .map_err(|err| self.error(err))?;
         sqlx::query(
@@ -155,7 +155,7 @@ impl SqliteIdempotency {
         let mut tx = self
             .store
             .pool()
-            .begin_with("BEGIN IMMEDIATE")
+            .begin_with(crate::store::BEGIN_FULL)
             .await
             .map_err(|err| self.error(err))?;
         sqlx::query(
@@ -177,7 +177,7 @@ impl SqliteIdempotency {
         let mut tx = self
             .store
             .pool()
-            .begin_with("BEGIN IMMEDIATE")
+            .begin_with(crate::store::BEGIN_FULL)
             .await
             .map_err(|err| self.error(err))?;
         let done = sqlx::query("DELETE FROM idempotency WHERE tenant_id = ?1 AND session_id = ?2")

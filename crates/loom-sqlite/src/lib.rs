@@ -68,8 +68,9 @@
 //! The exception is a batch nothing outside the run depends on
 //! ([`loom_core::event::must_sync`] is false: steps, model answers, tool results, …): its
 //! transaction commits with `synchronous = NORMAL`, durable against a process crash, and on disk
-//! with the next FULL commit (which syncs the whole WAL); the connection is set back to FULL
-//! before it returns to the pool.
+//! with the next FULL commit (which syncs the whole WAL). Every write transaction of the crate
+//! sets its level in its own `BEGIN` (`PRAGMA synchronous = …; BEGIN IMMEDIATE`), so the level a
+//! pooled connection was left at never decides another transaction's.
 //! `secure_delete = ON` overwrites the content of deleted rows; after a
 //! [`delete`](loom_core::ports::EventStore::delete) the WAL is checkpointed and truncated (best effort: a reader
 //! still holding an old snapshot delays it) so that erased events do not linger in it.

@@ -71,7 +71,7 @@ impl SqliteStore {
         let name = self.journal_name(tenant_id, session_id);
         let mut tx = self
             .pool()
-            .begin_with("BEGIN IMMEDIATE")
+            .begin_with(crate::store::BEGIN_FULL)
             .await
             .map_err(|err| self.db_error(err))?;
         let now = Utc::now().to_rfc3339_opts(SecondsFormat::Micros, true);

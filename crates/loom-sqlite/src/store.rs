@@ -117,6 +117,15 @@ const SEARCH_INDEXES: &[&str] = &[
 const IDEMPOTENCY_INDEX: &str =
     "CREATE INDEX IF NOT EXISTS idempotency_session ON idempotency (tenant_id, session_id)";
 
+/// The `BEGIN` of a write transaction whose commit is on disk when it returns: every write
+/// transaction of this crate but an append that nothing outside depends on.
+pub(crate) const BEGIN_FULL: &str = "PRAGMA synchronous = FULL; BEGIN IMMEDIATE";
+
+/// The `BEGIN` of an append that nothing outside depends on
+/// ([`loom_core::event::must_sync`] is false): committed to the WAL without waiting for the
+/// disk, and made durable by the next FULL commit.
+pub(crate) const BEGIN_NORMAL: &str = "PRAGMA synchronous = NORMAL; BEGIN IMMEDIATE";
+
 pub(crate) const INSERT: &str = "INSERT INTO events (tenant_id, session_id, seq, event_id, ts, run_id, \
      root_run_id, type, category, status, agent, role, facets, event, ingested) \
      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)";
@@ -303,7 +312,11 @@ impl SqliteStore {
         Ok(event)
     }
 
-    async fn append_now(&self, batch: Vec<Event>, expected: u64) -> Result<Vec<Event>, StoreError> {
+    async fn append_now(
+        &self,
+        mut batch: Vec<Event>,
+        expected: u64,
+    ) -> Result<Vec<Event>, StoreError> {
         let Some((tenant_id, session_id)) = batch_journal(&batch)? else {
             return Ok(batch);
         };
@@ -313,67 +326,36 @@ impl SqliteStore {
         }
         // A batch nothing outside depends on is committed without waiting for the disk (WAL
         // `synchronous = NORMAL`: durable against a process crash, and on disk with the next
-        // FULL commit, which syncs the whole WAL); every other commit is FULL.
-        let sync = loom_core::event::must_sync(&batch);
-        let mut conn = self
+        // FULL commit, which syncs the whole WAL); every other commit is FULL. Every write
+        // transaction sets its level in its `BEGIN`, so a pooled connection's last level never
+        // decides another's.
+        let begin = if loom_core::event::must_sync(&batch) {
+            BEGIN_FULL
+        } else {
+            BEGIN_NORMAL
+        };
+        let mut tx = self
             .pool()
-            .acquire()
-            .await
-            .map_err(|err| self.db_error(err))?;
-        if !sync {
-            sqlx::query("PRAGMA synchronous = NORMAL")
-                .execute(&mut *conn)
-                .await
-                .map_err(|err| self.db_error(err))?;
-        }
-        let appended = self
-            .append_on(&mut conn, batch, rows, expected, &tenant_id, &session_id)
-            .await;
-        if !sync
-            && let Err(error) = sqlx::query("PRAGMA synchronous = FULL")
-                .execute(&mut *conn)
-                .await
-        {
-            // Never hand a connection that does not sync back to the pool.
-            warn!(path = %self.inner.path.display(), %error, "could not restore synchronous = FULL; connection closed");
-            drop(conn.detach());
-        }
-        appended
-    }
-
-    /// [`Self::append_now`]'s transaction on `conn`.
-    async fn append_on(
-        &self,
-        conn: &mut SqliteConnection,
-        mut batch: Vec<Event>,
-        rows: Vec<Columns>,
-        expected: u64,
-        tenant_id: &str,
-        session_id: &str,
-    ) -> Result<Vec<Event>, StoreError> {
-        let mut tx = conn
-            .begin_with("BEGIN IMMEDIATE")
+            .begin_with(begin)
             .await
             .map_err(|err| self.db_error(err))?;
         let written = async {
-            let last: i64 = sqlx::query(
-                "SELECT COALESCE(MAX(seq), 0) FROM events WHERE tenant_id = ?1 AND session_id = ?2",
+            // The session's last seq and the file's next write order, in one statement.
+            let (last, ingested): (i64, i64) = sqlx::query(
+                "SELECT (SELECT COALESCE(MAX(seq), 0) FROM events \
+                         WHERE tenant_id = ?1 AND session_id = ?2), \
+                        (SELECT COALESCE(MAX(ingested), 0) + 1 FROM events)",
             )
-            .bind(tenant_id)
-            .bind(session_id)
+            .bind(&tenant_id)
+            .bind(&session_id)
             .fetch_one(&mut *tx)
             .await
-            .and_then(|row| row.try_get(0))
+            .and_then(|row| Ok((row.try_get(0)?, row.try_get(1)?)))
             .map_err(|err| self.db_error(err))?;
             let last = u64::try_from(last).unwrap_or(0);
             if last != expected {
-                return Err(conflict(tenant_id, session_id, expected, last));
+                return Err(conflict(&tenant_id, &session_id, expected, last));
             }
-            let ingested: i64 = sqlx::query("SELECT COALESCE(MAX(ingested), 0) + 1 FROM events")
-                .fetch_one(&mut *tx)
-                .await
-                .and_then(|row| row.try_get(0))
-                .map_err(|err| self.db_error(err))?;
             for ((seq, event), columns) in (last + 1..).zip(batch.iter_mut()).zip(rows) {
                 event.seq = seq;
                 let json = event.to_json();
@@ -470,7 +452,7 @@ impl SqliteStore {
         safe_id("session", session_id)?;
         let mut tx = self
             .pool()
-            .begin_with("BEGIN IMMEDIATE")
+            .begin_with(crate::store::BEGIN_FULL)
             .await
             .map_err(|err| self.db_error(err))?;
         // The journal, and the rows set aside from it.
@@ -794,7 +776,7 @@ async fn set_up_on(conn: &mut SqliteConnection, path: &Path) -> Result<(), Store
     {
         use_wal(conn, path).await?;
         let mut tx = conn
-            .begin_with("BEGIN IMMEDIATE")
+            .begin_with(crate::store::BEGIN_FULL)
             .await
             .map_err(|err| db_error(path, err))?;
         let version: i64 = sqlx::query("PRAGMA user_version")
@@ -914,21 +896,28 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_batch_committed_without_waiting_for_the_disk_leaves_every_connection_full() {
+    async fn each_write_transaction_sets_its_own_sync_level() {
         let dir = tempfile::tempdir().unwrap();
         let store = SqliteStore::open(dir.path().join("loom.db")).unwrap();
-        // A claim: nothing outside depends on it, committed with synchronous = NORMAL.
+        let mut conn = store.pool().acquire().await.unwrap();
+        for (begin, level) in [(BEGIN_NORMAL, "1"), (BEGIN_FULL, "2"), (BEGIN_NORMAL, "1")] {
+            let mut tx = conn.begin_with(begin).await.unwrap();
+            assert_eq!(
+                pragma(&mut tx, "PRAGMA synchronous").await,
+                level,
+                "{begin}"
+            );
+            tx.commit().await.unwrap();
+        }
+        drop(conn);
+        // A claim (nothing outside depends on it) is appended NORMAL, a run's start FULL; both
+        // read back.
         let claim = loom_testkit::conformance::event("t", "s", "a");
         assert!(!loom_core::event::must_sync(std::slice::from_ref(&claim)));
         store.append_now(vec![claim], 0).await.unwrap();
-        let mut held = Vec::new();
-        for _ in 0..store.pool().size() {
-            let mut conn = store.pool().acquire().await.unwrap();
-            assert_eq!(pragma(&mut conn, "PRAGMA synchronous").await, "2");
-            held.push(conn);
-        }
-        assert!(!held.is_empty());
-        drop(held);
-        assert_eq!(store.read_now("t", "s", 0).await.unwrap().len(), 1);
+        let started = loom_testkit::conformance::started("t", "s", "s", Default::default());
+        assert!(loom_core::event::must_sync(std::slice::from_ref(&started)));
+        store.append_now(vec![started], 1).await.unwrap();
+        assert_eq!(store.read_now("t", "s", 0).await.unwrap().len(), 2);
     }
 }
