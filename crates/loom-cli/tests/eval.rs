@@ -802,18 +802,7 @@ cases:
       called: [current_datetime]
 "#,
     );
-    let run = run_in(
-        &loom_bin(),
-        dir.path(),
-        &["run", "fiche", "La fiche du devis 42", "--run-id", "r-1"],
-    );
-    assert!(run.status.success(), "{}", text(&run.stderr));
-    let export = run_in(
-        &loom_bin(),
-        dir.path(),
-        &["replay", "r-1", "--export", "conv.jsonl"],
-    );
-    assert!(export.status.success(), "{}", text(&export.stderr));
+    record_fiche(dir.path(), "r-1", "conv.jsonl");
 
     let out = run_in(&loom_bin(), dir.path(), &["eval", "suite.yaml", "--json"]);
     let stdout = text(&out.stdout);
@@ -1224,18 +1213,7 @@ cases:
     fs::create_dir(dir.path().join("runs")).unwrap();
     // Exported in the reverse of their names' order: the trials follow the paths.
     for (run_id, file) in [("r-2", "runs/b.jsonl"), ("r-1", "runs/a.jsonl")] {
-        let run = run_in(
-            &loom_bin(),
-            dir.path(),
-            &["run", "fiche", "La fiche du devis 42", "--run-id", run_id],
-        );
-        assert!(run.status.success(), "{}", text(&run.stderr));
-        let export = run_in(
-            &loom_bin(),
-            dir.path(),
-            &["replay", run_id, "--export", file],
-        );
-        assert!(export.status.success(), "{}", text(&export.stderr));
+        record_fiche(dir.path(), run_id, file);
     }
     fs::write(dir.path().join("runs/notes.txt"), "not a journal").unwrap();
 
@@ -1450,18 +1428,7 @@ cases:
       state: {zone: Europe/Paris}
 "#,
     );
-    let run = run_in(
-        &loom_bin(),
-        dir.path(),
-        &["run", "fiche", "La fiche du devis 42", "--run-id", "r-1"],
-    );
-    assert!(run.status.success(), "{}", text(&run.stderr));
-    let export = run_in(
-        &loom_bin(),
-        dir.path(),
-        &["replay", "r-1", "--export", "conv.jsonl"],
-    );
-    assert!(export.status.success(), "{}", text(&export.stderr));
+    record_fiche(dir.path(), "r-1", "conv.jsonl");
     // Since then the time tool needs an approval, and a model asks Tokyo's time instead.
     let config = dir.path().join("loom.yaml");
     let yaml = fs::read_to_string(&config)
@@ -1508,4 +1475,17 @@ cases:
     assert_eq!(rejected.len(), 1, "{shown}");
     assert_eq!(rejected[0]["payload"]["by"], "loom eval");
     assert!(decided("tokyo", "approval.granted").is_empty());
+}
+
+/// Runs the `fiche` agent of `dir` as `run_id` and exports that run's journal to `file`
+/// (relative to `dir`): a recorded conversation for a case's `replay`.
+fn record_fiche(dir: &Path, run_id: &str, file: &str) {
+    let run = run_in(
+        &loom_bin(),
+        dir,
+        &["run", "fiche", "La fiche du devis 42", "--run-id", run_id],
+    );
+    assert!(run.status.success(), "{}", text(&run.stderr));
+    let export = run_in(&loom_bin(), dir, &["replay", run_id, "--export", file]);
+    assert!(export.status.success(), "{}", text(&export.stderr));
 }
