@@ -748,27 +748,7 @@ fn a_run_whose_model_was_retried_then_fell_back_replays_identical() {
     let dir = devis_project();
     // `fake-flaky` fails every attempt: retried once, its breaker opens at the second failure,
     // and the call falls back to fake-1, which the run keeps.
-    let config = dir.path().join("loom.yaml");
-    let yaml = fs::read_to_string(&config).unwrap();
-    fs::write(
-        &config,
-        yaml.replacen(
-            "models:\n",
-            "models:\n  - id: fake-flaky\n    sdk: fake\n    model: FLAKY\n    retry: {max_attempts: 2, initial_delay: 0.01}\n    circuit_breaker: {failures: 2, cooldown: 600}\n    params:\n      script:\n        - error: transient\n",
-            1,
-        ),
-    )
-    .unwrap();
-    let agent = dir.path().join("agents/devis.yaml");
-    let yaml = fs::read_to_string(&agent).unwrap();
-    fs::write(
-        &agent,
-        yaml.replace(
-            "  model: fake-1\n",
-            "  model: fake-flaky\n  fallbacks: [fake-1]\n",
-        ),
-    )
-    .unwrap();
+    flaky_with_fallback(dir.path());
     let run_id = devis_run(dir.path());
     let types: Vec<String> = journal(dir.path(), &run_id)
         .iter()
@@ -976,27 +956,7 @@ fn a_run_that_began_with_a_breaker_already_open_is_refused() {
     let dir = devis_project();
     // `fake-flaky` fails every attempt; its breaker opens at the second failure and stays
     // open for ten minutes, for every run of the same process.
-    let config = dir.path().join("loom.yaml");
-    let yaml = fs::read_to_string(&config).unwrap();
-    fs::write(
-        &config,
-        yaml.replacen(
-            "models:\n",
-            "models:\n  - id: fake-flaky\n    sdk: fake\n    model: FLAKY\n    retry: {max_attempts: 2, initial_delay: 0.01}\n    circuit_breaker: {failures: 2, cooldown: 600}\n    params:\n      script:\n        - error: transient\n",
-            1,
-        ),
-    )
-    .unwrap();
-    let agent = dir.path().join("agents/devis.yaml");
-    let yaml = fs::read_to_string(&agent).unwrap();
-    fs::write(
-        &agent,
-        yaml.replace(
-            "  model: fake-1\n",
-            "  model: fake-flaky\n  fallbacks: [fake-1]\n",
-        ),
-    )
-    .unwrap();
+    flaky_with_fallback(dir.path());
     // Two runs of one server: the first opens the breaker, the second begins with it open.
     let server = common::server::Server::start(
         &devis_bin(),
@@ -1049,4 +1009,31 @@ fn a_run_that_began_with_a_breaker_already_open_is_refused() {
             "{mode}: {stderr}"
         );
     }
+}
+
+/// Gives the devis project in `dir` the model `fake-flaky` (every attempt fails: retried once,
+/// its breaker opens at the second failure for ten minutes) and makes it the agent's model,
+/// falling back to `fake-1`.
+fn flaky_with_fallback(dir: &Path) {
+    let config = dir.join("loom.yaml");
+    let yaml = fs::read_to_string(&config).unwrap();
+    fs::write(
+        &config,
+        yaml.replacen(
+            "models:\n",
+            "models:\n  - id: fake-flaky\n    sdk: fake\n    model: FLAKY\n    retry: {max_attempts: 2, initial_delay: 0.01}\n    circuit_breaker: {failures: 2, cooldown: 600}\n    params:\n      script:\n        - error: transient\n",
+            1,
+        ),
+    )
+    .unwrap();
+    let agent = dir.join("agents/devis.yaml");
+    let yaml = fs::read_to_string(&agent).unwrap();
+    fs::write(
+        &agent,
+        yaml.replace(
+            "  model: fake-1\n",
+            "  model: fake-flaky\n  fallbacks: [fake-1]\n",
+        ),
+    )
+    .unwrap();
 }
