@@ -16,6 +16,10 @@
 # Usage (from anywhere):
 #   bench/long-session.sh [EVENTS] [RUNS]     RUNS timed invocations per command (default 20)
 # LOOM_BENCH_BIN=/path/to/devis times that binary instead of building it.
+# LOOM_BENCH_BACKENDS="jsonl sqlite" and LOOM_BENCH_MODES="plain compaction" (the defaults)
+# choose what is measured. LOOM_BENCH_WORK=<dir> keeps the grown sessions there (not removed
+# at exit) and reuses them when run again: only the timing is done again (to time another
+# binary, or the same one on a quieter machine, on the same journals).
 # Needs hyperfine (and sqlite3 for the SQLite rows). Respects CARGO_TARGET_DIR.
 set -euo pipefail
 
@@ -45,20 +49,27 @@ else
     bin="$target_dir/release/examples/devis"
 fi
 
-work=$(mktemp -d "${TMPDIR:-/tmp}/loom-long-session.XXXXXX")
-trap 'rm -rf "$work"' EXIT
+if [ -n "${LOOM_BENCH_WORK:-}" ]; then
+    work=$LOOM_BENCH_WORK
+    mkdir -p "$work"
+else
+    work=$(mktemp -d "${TMPDIR:-/tmp}/loom-long-session.XXXXXX")
+    trap 'rm -rf "$work"' EXIT
+fi
 echo "machine: $(nproc) CPU(s), $(uname -sr)"
 echo
 
-for backend in jsonl sqlite; do
-for mode in plain compaction; do
+for backend in ${LOOM_BENCH_BACKENDS:-jsonl sqlite}; do
+for mode in ${LOOM_BENCH_MODES:-plain compaction}; do
     dir="$work/$backend-$mode"
+    reuse=false
+    [ -f "$dir/loom.yaml" ] && reuse=true
     mkdir -p "$dir"
-    cp -R examples/devis/loom.yaml examples/devis/agents examples/devis/prompts "$dir/"
-    if [ "$backend" = sqlite ]; then
+    $reuse || cp -R examples/devis/loom.yaml examples/devis/agents examples/devis/prompts "$dir/"
+    if ! $reuse && [ "$backend" = sqlite ]; then
         sed -i 's|backend: jsonl|backend: sqlite|; s|path: data .*|path: data/loom.db|' "$dir/loom.yaml"
     fi
-    if [ "$mode" = compaction ]; then
+    if ! $reuse && [ "$mode" = compaction ]; then
         # The summary keeps the amounts of the turns it replaces (the fidelity check wants them).
         python3 - "$dir/loom.yaml" <<'PY'
 import sys
@@ -84,7 +95,7 @@ PY
         fi
     }
     start=$EPOCHREALTIME
-    "$bin" "${cfg[@]}" run devis "$message" --session long >/dev/null
+    $reuse || "$bin" "${cfg[@]}" run devis "$message" --session long >/dev/null
     while [ "$(count)" -lt "$events" ]; do
         "$bin" "${cfg[@]}" run devis "$message" --session long >/dev/null
     done

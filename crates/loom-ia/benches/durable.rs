@@ -1,4 +1,4 @@
-//! Runs per second on the durable shared journals, SQLite and PostgreSQL, through
+//! Runs per second on the durable journals, JSONL, SQLite and PostgreSQL, through
 //! [`loom_ia::Loom`]: sequential (one run after another, one task) and concurrent (100 runs at
 //! once on a multi-thread runtime, each its own session), for the same `devis`-shaped run as
 //! `benches/runs.rs` (one tool call, 17 events in 12 appends).
@@ -11,8 +11,8 @@
 //! ```
 //!
 //! The PostgreSQL database is migrated by Loom (`storage.migrate: auto`, role `loom_bench`);
-//! every run is a new session of the tenant `default`. Without `LOOM_BENCH_POSTGRES` only SQLite is
-//! measured. See `bench/README.md`.
+//! every run is a new session of the tenant `default`. Without `LOOM_BENCH_POSTGRES` only JSONL and
+//! SQLite are measured. See `bench/README.md`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::time::Instant;
@@ -123,6 +123,13 @@ fn main() {
     let tenant = "default";
     println!("runs/s, {runs} runs per measure (concurrent: waves of {CONCURRENCY})");
     runtime.block_on(async {
+        let jsonl = loom(
+            "storage:\n  events: {backend: jsonl, path: data/journal}",
+            dir.path(),
+        )
+        .await;
+        let (sequential, concurrent) = measure(&jsonl, tenant, runs).await;
+        println!("  jsonl     sequential {sequential:>7.1}   concurrent {concurrent:>7.1}");
         let sqlite = loom(
             "storage:\n  events: {backend: sqlite, path: data/loom.db}",
             dir.path(),

@@ -17,7 +17,9 @@
 //! Divan reports the time per run and, through the item counter, runs per second. With
 //! `LOOM_BENCH_CPU=<n>`, `n` runs per journal are first timed in a plain loop and the process's
 //! CPU time (user + system, every thread, from `/proc/self/stat`) is divided by `n`; the
-//! journal writes of one run (appends, events) are counted too. See `bench/README.md`.
+//! journal writes of one run (appends, events) are counted too. Divan's table also gives the
+//! heap allocations per run (count and bytes: its `AllocProfiler` is the global allocator, over
+//! the system one). See `bench/README.md`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::{
@@ -39,6 +41,10 @@ use loom_ia::{
 use loom_journal::{JsonlStore, MemoryStore};
 use tempfile::TempDir;
 use tokio::runtime::Runtime;
+
+/// Counts heap allocations for divan's table (over the system allocator).
+#[global_allocator]
+static ALLOC: divan::AllocProfiler = divan::AllocProfiler::system();
 
 /// The user's request, as in the `devis` example.
 const MESSAGE: &str = "Quel prix TTC pour un devis de 1 250 € HT en rénovation (TVA à 10 %) ?";

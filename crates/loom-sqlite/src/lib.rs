@@ -16,13 +16,15 @@
 //! | `ingested` | a write counter: orders sessions by their last append |
 //!
 //! Indexes: by run (`tenant_id, run_id, seq`), by event id (`tenant_id, event_id`), by
-//! ingestion (`ingested`), by type (`tenant_id, type`), by session and type
+//! ingestion (`ingested`), by session and type
 //! (`tenant_id, session_id, type, seq`, behind [`EventStore::last_of_type`]: one row read), and
 //! in write order per tenant (`events_tenant_ingested`: `tenant_id, ingested, session_id, seq`)
 //! and per tenant and type (`events_tenant_type`: `tenant_id, type, ingested, session_id, seq`),
 //! behind [`EventStore::search`]. The last three are created in every file when it opens, older
 //! ones included: an index changes nothing an older build reads, and SQLite keeps it up to date
-//! whoever writes. The schema version is kept in `PRAGMA user_version` (1); a file written by a
+//! whoever writes. The by-type index of earlier builds (`events_type`: `tenant_id, type`) is
+//! dropped when a file opens: it is a prefix of `events_tenant_type`, and every index is one
+//! more b-tree each append writes. The schema version is kept in `PRAGMA user_version` (1); a file written by a
 //! newer schema is refused.
 //!
 //! Reads only trust the `event` column: every row is parsed back with [`Event::from_json`] and
@@ -43,6 +45,16 @@
 //! holds the lock at a time (for the whole file, so a fortiori per session); others wait up to
 //! the busy timeout (30 s). Readers never wait for writers (WAL), and several processes may
 //! open the same file.
+//!
+//! ## Group commit
+//!
+//! Within a process, every append goes through one connection, the writer. Appends that arrive
+//! while a transaction is being written and synced wait for it, and the next caller to hold the
+//! writer writes all of them in one transaction: each batch with its own seq check and its own
+//! `INSERT` (a conflict or a failed insert refuses that batch alone), then one `COMMIT`, whose
+//! WAL sync covers them all. Each caller is answered only after that commit returned. So a
+//! hundred concurrent runs share a sync instead of queueing for a hundred, and the writer's page
+//! cache stays valid from one append to the next.
 //!
 //! ## Reads pushed down
 //!
@@ -108,6 +120,7 @@ mod idempotency;
 mod repair;
 mod search;
 mod store;
+mod writer;
 
 pub use idempotency::SqliteIdempotency;
 pub use store::{SCHEMA_VERSION, SqliteStore};

@@ -23,7 +23,9 @@ use sqlx::{
 };
 use tracing::{debug, warn};
 
-use loom_core::journal::{batch_journal, conflict, safe_id};
+use loom_core::journal::{batch_journal, safe_id};
+
+use crate::writer::Writer;
 
 /// The schema version this build writes and reads, kept in `PRAGMA user_version`.
 pub const SCHEMA_VERSION: i64 = 1;
@@ -60,7 +62,6 @@ const SCHEMA: &[&str] = &[
     "CREATE INDEX IF NOT EXISTS events_run ON events (tenant_id, run_id, seq)",
     "CREATE INDEX IF NOT EXISTS events_event_id ON events (tenant_id, event_id)",
     "CREATE INDEX IF NOT EXISTS events_ingested ON events (ingested)",
-    "CREATE INDEX IF NOT EXISTS events_type ON events (tenant_id, type)",
 ];
 
 /// The idempotency table (same file; created in every file, old ones included).
@@ -113,6 +114,11 @@ const SEARCH_INDEXES: &[&str] = &[
      ON events (tenant_id, type, ingested, session_id, seq)",
 ];
 
+/// Indexes earlier builds created and this one drops: `events_type (tenant_id, type)` is a
+/// prefix of `events_tenant_type`, which serves every query it served, and each index is one
+/// more b-tree every append writes.
+const DROPPED_INDEXES: &[&str] = &["DROP INDEX IF EXISTS events_type"];
+
 /// The index behind erasing a session's keys.
 const IDEMPOTENCY_INDEX: &str =
     "CREATE INDEX IF NOT EXISTS idempotency_session ON idempotency (tenant_id, session_id)";
@@ -125,10 +131,6 @@ pub(crate) const BEGIN_FULL: &str = "PRAGMA synchronous = FULL; BEGIN IMMEDIATE"
 /// ([`loom_core::event::must_sync`] is false): committed to the WAL without waiting for the
 /// disk, and made durable by the next FULL commit.
 pub(crate) const BEGIN_NORMAL: &str = "PRAGMA synchronous = NORMAL; BEGIN IMMEDIATE";
-
-pub(crate) const INSERT: &str = "INSERT INTO events (tenant_id, session_id, seq, event_id, ts, run_id, \
-     root_run_id, type, category, status, agent, role, facets, event, ingested) \
-     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)";
 
 /// An [`EventStore`] keeping every journal in one SQLite file (see the crate documentation for
 /// the schema and the guarantees).
@@ -146,6 +148,8 @@ struct Inner {
     options: SqliteConnectOptions,
     /// Created at first use, inside the caller's tokio runtime.
     pool: OnceLock<SqlitePool>,
+    /// The connection every append goes through, in group commits.
+    writer: Writer,
 }
 
 impl SqliteStore {
@@ -219,6 +223,7 @@ impl SqliteStore {
                 path,
                 options,
                 pool: OnceLock::new(),
+                writer: Writer::default(),
             }),
         }
     }
@@ -231,9 +236,16 @@ impl SqliteStore {
     /// Closes the connections (waiting for those in use to be returned). The last connection to
     /// the file checkpoints the WAL into it. The store must not be used afterwards.
     pub async fn close(&self) {
+        self.inner.writer.close().await;
         if let Some(pool) = self.inner.pool.get() {
             pool.close().await;
         }
+    }
+
+    /// The append writer (read by tests).
+    #[cfg(test)]
+    pub(crate) fn writer(&self) -> &Writer {
+        &self.inner.writer
     }
 
     /// The connection pool, created at first use (it needs the tokio runtime).
@@ -312,94 +324,29 @@ impl SqliteStore {
         Ok(event)
     }
 
-    async fn append_now(
-        &self,
-        mut batch: Vec<Event>,
-        expected: u64,
-    ) -> Result<Vec<Event>, StoreError> {
-        let Some((tenant_id, session_id)) = batch_journal(&batch)? else {
+    async fn append_now(&self, batch: Vec<Event>, expected: u64) -> Result<Vec<Event>, StoreError> {
+        let Some(journal) = batch_journal(&batch)? else {
             return Ok(batch);
         };
         let mut rows = Vec::with_capacity(batch.len());
         for event in &batch {
             rows.push(Columns::of(event)?);
         }
-        // A batch nothing outside depends on is committed without waiting for the disk (WAL
+        // Through the writer, in the next group commit (see the `writer` module). A group
+        // nothing outside depends on is committed without waiting for the disk (WAL
         // `synchronous = NORMAL`: durable against a process crash, and on disk with the next
-        // FULL commit, which syncs the whole WAL); every other commit is FULL. Every write
-        // transaction sets its level in its `BEGIN`, so a pooled connection's last level never
-        // decides another's.
-        let begin = if loom_core::event::must_sync(&batch) {
-            BEGIN_FULL
-        } else {
-            BEGIN_NORMAL
-        };
-        let mut tx = self
-            .pool()
-            .begin_with(begin)
-            .await
-            .map_err(|err| self.db_error(err))?;
-        let written = async {
-            // The session's last seq and the file's next write order, in one statement.
-            let (last, ingested): (i64, i64) = sqlx::query(
-                "SELECT (SELECT COALESCE(MAX(seq), 0) FROM events \
-                         WHERE tenant_id = ?1 AND session_id = ?2), \
-                        (SELECT COALESCE(MAX(ingested), 0) + 1 FROM events)",
+        // FULL commit, which syncs the whole WAL); every other commit is FULL.
+        self.inner
+            .writer
+            .append(
+                &self.inner.options,
+                &self.inner.path,
+                journal,
+                batch,
+                rows,
+                expected,
             )
-            .bind(&tenant_id)
-            .bind(&session_id)
-            .fetch_one(&mut *tx)
             .await
-            .and_then(|row| Ok((row.try_get(0)?, row.try_get(1)?)))
-            .map_err(|err| self.db_error(err))?;
-            let last = u64::try_from(last).unwrap_or(0);
-            if last != expected {
-                return Err(conflict(&tenant_id, &session_id, expected, last));
-            }
-            for ((seq, event), columns) in (last + 1..).zip(batch.iter_mut()).zip(rows) {
-                event.seq = seq;
-                let json = event.to_json();
-                if json.is_empty() {
-                    return Err(StoreError::Invalid(format!(
-                        "event {} cannot be serialized",
-                        event.event_id
-                    )));
-                }
-                sqlx::query(INSERT)
-                    .bind(&event.tenant_id)
-                    .bind(&event.session_id)
-                    .bind(to_sql(seq))
-                    .bind(&event.event_id)
-                    .bind(columns.ts)
-                    .bind(&event.run_id)
-                    .bind(&event.root_run_id)
-                    .bind(&event.event_type)
-                    .bind(columns.category)
-                    .bind(columns.status)
-                    .bind(&event.agent)
-                    .bind(&event.role)
-                    .bind(columns.facets)
-                    .bind(json)
-                    .bind(ingested)
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(|err| self.db_error(err))?;
-            }
-            Ok(())
-        }
-        .await;
-        match written {
-            Ok(()) => {
-                tx.commit().await.map_err(|err| self.db_error(err))?;
-                Ok(batch)
-            }
-            Err(err) => {
-                if let Err(undo) = tx.rollback().await {
-                    warn!(path = %self.inner.path.display(), error = %undo, "rollback failed");
-                }
-                Err(err)
-            }
-        }
     }
 
     async fn read_now(
@@ -739,6 +686,9 @@ fn connect_options(path: &Path) -> SqliteConnectOptions {
         .synchronous(SqliteSynchronous::Full)
         .busy_timeout(BUSY_TIMEOUT)
         .pragma("secure_delete", "ON")
+        // Statement journals (a multi-row `INSERT` inside a transaction keeps one, to undo
+        // itself alone) and sorts stay in memory instead of temporary files under /var/tmp.
+        .pragma("temp_store", "MEMORY")
 }
 
 /// A seq or count as SQLite's signed integer (saturating: seqs never come near `i64::MAX`).
@@ -834,7 +784,10 @@ async fn set_up_on(conn: &mut SqliteConnection, path: &Path) -> Result<(), Store
             .execute(&mut *tx)
             .await
             .map_err(|err| db_error(path, err))?;
-        for index in std::iter::once(&SESSION_TYPE_INDEX).chain(SEARCH_INDEXES) {
+        for index in std::iter::once(&SESSION_TYPE_INDEX)
+            .chain(SEARCH_INDEXES)
+            .chain(DROPPED_INDEXES)
+        {
             sqlx::query(*index)
                 .execute(&mut *tx)
                 .await
@@ -891,6 +844,8 @@ mod tests {
         // FULL
         assert_eq!(pragma(&mut conn, "PRAGMA synchronous").await, "2");
         assert_eq!(pragma(&mut conn, "PRAGMA secure_delete").await, "1");
+        // MEMORY
+        assert_eq!(pragma(&mut conn, "PRAGMA temp_store").await, "2");
         assert_eq!(pragma(&mut conn, "PRAGMA busy_timeout").await, "30000");
         assert_eq!(pragma(&mut conn, "PRAGMA user_version").await, "1");
     }

@@ -93,10 +93,25 @@ async fn open_creates_the_file_in_wal_mode_with_the_schema() {
         "events_ingested",
         "events_run",
         "events_session_type",
-        "events_type",
+        "events_tenant_ingested",
+        "events_tenant_type",
     ] {
         assert!(names.iter().any(|n| n == name), "{name} missing: {names:?}");
     }
+    // `events_type` is a prefix of `events_tenant_type`: no longer created, and dropped from
+    // files an earlier build made.
+    assert!(!names.iter().any(|n| n == "events_type"), "{names:?}");
+    sqlx::query("CREATE INDEX events_type ON events (tenant_id, type)")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    drop(SqliteStore::open(&file).unwrap());
+    let left: i64 = sqlx::query("SELECT count(*) FROM sqlite_master WHERE name = 'events_type'")
+        .fetch_one(&mut conn)
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(left, 0);
 
     store.append(events("t", "s", 1), 0).await.unwrap();
 

@@ -1,0 +1,477 @@
+//! Group commit: the appends of concurrent runs share one write transaction and one sync.
+//!
+//! Every append goes through one connection of its own, the writer, held by one caller at a
+//! time. A caller queues its batch, then waits for the writer. Whoever holds it (the group's
+//! leader) takes every batch queued so far, its own and those of the callers waiting behind it,
+//! writes them in one `BEGIN IMMEDIATE` transaction, commits once (one WAL sync when any batch
+//! [must be synced](loom_core::event::must_sync)), and only then answers each caller. A caller
+//! whose batch a leader already committed finds its answer when its turn comes and returns at
+//! once. So under load a hundred runs' appends cost one sync, and no caller ever learns its
+//! batch is written before the sync that covers it has returned.
+//!
+//! Each batch keeps its own outcome: its seq check and its `INSERT` are its own statements, so a
+//! conflict or a failed insert refuses that batch alone (SQLite undoes a failed statement, not
+//! the transaction) and the others commit. A failed commit fails every batch of the group.
+//!
+//! The writer's page cache stays valid from one transaction to the next (no other connection of
+//! the process writes events), which is most of what an append reads.
+
+use std::collections::HashMap;
+
+use loom_core::{
+    event::{Event, must_sync},
+    journal::conflict,
+    ports::StoreError,
+};
+use sqlx::{
+    Connection, Row, SqliteConnection,
+    sqlite::{SqliteArguments, SqliteConnectOptions},
+};
+use tokio::sync::{Mutex, oneshot};
+
+use crate::store::{BEGIN_FULL, BEGIN_NORMAL, Columns, db_error, to_sql};
+
+/// Rows per `INSERT` statement (15 bound values each, under SQLite's 32,766).
+const ROWS_PER_INSERT: usize = 500;
+
+/// The columns of a row of `events`, in the order of [`values_list`].
+const COLUMNS: &str = "INSERT INTO events (tenant_id, session_id, seq, event_id, ts, run_id, \
+     root_run_id, type, category, status, agent, role, facets, event, ingested) VALUES ";
+
+/// A batch waiting for a group.
+pub(crate) struct Pending {
+    batch: Vec<Event>,
+    rows: Vec<Columns>,
+    expected: u64,
+    tenant_id: String,
+    session_id: String,
+    answer: oneshot::Sender<Result<Vec<Event>, StoreError>>,
+}
+
+/// The writer connection and the queue of batches waiting for it.
+#[derive(Debug, Default)]
+pub(crate) struct Writer {
+    queue: std::sync::Mutex<Vec<Pending>>,
+    conn: Mutex<Option<SqliteConnection>>,
+    /// Groups committed (read by tests).
+    groups: std::sync::atomic::AtomicU64,
+}
+
+impl std::fmt::Debug for Pending {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pending")
+            .field("tenant_id", &self.tenant_id)
+            .field("session_id", &self.session_id)
+            .field("events", &self.batch.len())
+            .field("expected", &self.expected)
+            .finish()
+    }
+}
+
+impl Writer {
+    /// Appends `batch` (of journal `tenant_id/session_id`, its rows' columns `rows`) after
+    /// `expected`, in the next group: returns once the group's commit covers it.
+    pub(crate) async fn append(
+        &self,
+        options: &SqliteConnectOptions,
+        path: &std::path::Path,
+        journal: (String, String),
+        batch: Vec<Event>,
+        rows: Vec<Columns>,
+        expected: u64,
+    ) -> Result<Vec<Event>, StoreError> {
+        let (answer, mut answered) = oneshot::channel();
+        let (tenant_id, session_id) = journal;
+        self.queue_lock().push(Pending {
+            batch,
+            rows,
+            expected,
+            tenant_id,
+            session_id,
+            answer,
+        });
+        let mut conn = self.conn.lock().await;
+        match answered.try_recv() {
+            // A leader before us wrote it.
+            Ok(result) => return result,
+            // A leader took it and was cancelled before answering: whether it was committed is
+            // unknown to this caller (the journal tells, on the next read).
+            Err(oneshot::error::TryRecvError::Closed) => return Err(interrupted(path)),
+            // Still queued: this caller leads the next group.
+            Err(oneshot::error::TryRecvError::Empty) => {}
+        }
+        let group = std::mem::take(&mut *self.queue_lock());
+        self.commit_group(&mut conn, options, path, group).await;
+        drop(conn);
+        answered.await.unwrap_or_else(|_| Err(interrupted(path)))
+    }
+
+    /// Closes the writer connection (the store is closing).
+    pub(crate) async fn close(&self) {
+        if let Some(conn) = self.conn.lock().await.take()
+            && let Err(err) = conn.close().await
+        {
+            tracing::debug!(error = %err, "closing the SQLite writer connection failed");
+        }
+    }
+
+    /// Groups committed so far.
+    #[cfg(test)]
+    pub(crate) fn groups(&self) -> u64 {
+        self.groups.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    fn queue_lock(&self) -> std::sync::MutexGuard<'_, Vec<Pending>> {
+        // The queue is only pushed to and swapped: a panic elsewhere cannot leave it half-done.
+        self.queue
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Writes `group` in one transaction and answers each of its callers.
+    async fn commit_group(
+        &self,
+        slot: &mut Option<SqliteConnection>,
+        options: &SqliteConnectOptions,
+        path: &std::path::Path,
+        group: Vec<Pending>,
+    ) {
+        let conn = match slot {
+            Some(conn) => conn,
+            None => match SqliteConnection::connect_with(options).await {
+                Ok(conn) => slot.insert(conn),
+                Err(err) => {
+                    let message = err.to_string();
+                    for pending in group {
+                        let _ = pending.answer.send(Err(failed(path, &message)));
+                    }
+                    return;
+                }
+            },
+        };
+        let outcome = write_group(conn, path, group).await;
+        self.groups
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        match outcome {
+            Ok(answers) => {
+                for (pending, result) in answers {
+                    let _ = pending.send(result);
+                }
+            }
+            Err((answers, message)) => {
+                // Nothing of the group was committed: every batch fails, a conflict staying a
+                // conflict (it wrote nothing either way).
+                for (pending, result) in answers {
+                    let result = match result {
+                        Err(err @ StoreError::Conflict { .. }) => Err(err),
+                        _ => Err(failed(path, &message)),
+                    };
+                    let _ = pending.send(result);
+                }
+            }
+        }
+    }
+}
+
+type Answers = Vec<(
+    oneshot::Sender<Result<Vec<Event>, StoreError>>,
+    Result<Vec<Event>, StoreError>,
+)>;
+
+/// Writes every batch of `group` in one transaction: `Ok` with each batch's outcome once the
+/// commit returned, `Err` with the outcomes and why when the transaction did not commit.
+async fn write_group(
+    conn: &mut SqliteConnection,
+    path: &std::path::Path,
+    group: Vec<Pending>,
+) -> Result<Answers, (Answers, String)> {
+    let begin = if group.iter().any(|pending| must_sync(&pending.batch)) {
+        BEGIN_FULL
+    } else {
+        BEGIN_NORMAL
+    };
+    let mut answers: Answers = Vec::with_capacity(group.len());
+    let mut tx = match conn.begin_with(begin).await {
+        Ok(tx) => tx,
+        Err(err) => {
+            let message = err.to_string();
+            answers.extend(group.into_iter().map(|p| (p.answer, Ok(Vec::new()))));
+            return Err((answers, message));
+        }
+    };
+    // Each journal's last seq as this transaction leaves it, and the file's next write order.
+    let mut last: HashMap<(String, String), u64> = HashMap::new();
+    let mut ingested: Option<i64> = None;
+    for pending in group {
+        let Pending {
+            mut batch,
+            rows,
+            expected,
+            tenant_id,
+            session_id,
+            answer,
+        } = pending;
+        let key = (tenant_id, session_id);
+        let result = async {
+            let found = match (last.get(&key), ingested) {
+                (Some(&found), Some(_)) => found,
+                (found, _) => {
+                    // The session's last seq and the file's next write order, in one statement.
+                    let row = sqlx::query(
+                        "SELECT (SELECT COALESCE(MAX(seq), 0) FROM events \
+                                 WHERE tenant_id = ?1 AND session_id = ?2), \
+                                (SELECT COALESCE(MAX(ingested), 0) + 1 FROM events)",
+                    )
+                    .bind(&key.0)
+                    .bind(&key.1)
+                    .fetch_one(&mut *tx)
+                    .await
+                    .map_err(|err| db_error(path, err))?;
+                    let (seq, next): (i64, i64) = (
+                        row.try_get(0).map_err(|err| db_error(path, err))?,
+                        row.try_get(1).map_err(|err| db_error(path, err))?,
+                    );
+                    ingested.get_or_insert(next);
+                    found
+                        .copied()
+                        .unwrap_or_else(|| u64::try_from(seq).unwrap_or(0))
+                }
+            };
+            if found != expected {
+                return Err(conflict(&key.0, &key.1, expected, found));
+            }
+            let order = ingested.unwrap_or(1);
+            insert(&mut tx, path, &mut batch, rows, found, order).await?;
+            Ok(batch)
+        }
+        .await;
+        if let Ok(batch) = &result {
+            last.insert(key, expected + batch.len() as u64);
+            ingested = ingested.map(|next| next + 1);
+        }
+        answers.push((answer, result));
+    }
+    match tx.commit().await {
+        Ok(()) => Ok(answers),
+        Err(err) => Err((answers, err.to_string())),
+    }
+}
+
+/// Inserts `batch` after seq `last` with write order `ingested`, as few statements as its size
+/// allows. A batch of more than [`ROWS_PER_INSERT`] rows is written under a savepoint, so that
+/// it is written whole or not at all.
+async fn insert(
+    conn: &mut SqliteConnection,
+    path: &std::path::Path,
+    batch: &mut [Event],
+    rows: Vec<Columns>,
+    last: u64,
+    ingested: i64,
+) -> Result<(), StoreError> {
+    let mut json = Vec::with_capacity(batch.len());
+    for (seq, event) in (last + 1..).zip(batch.iter_mut()) {
+        event.seq = seq;
+        let text = event.to_json();
+        if text.is_empty() {
+            return Err(StoreError::Invalid(format!(
+                "event {} cannot be serialized",
+                event.event_id
+            )));
+        }
+        json.push(text);
+    }
+    let chunked = batch.len() > ROWS_PER_INSERT;
+    if chunked {
+        sqlx::query("SAVEPOINT loom_batch")
+            .execute(&mut *conn)
+            .await
+            .map_err(|err| db_error(path, err))?;
+    }
+    let mut rows = rows.into_iter();
+    let mut json = json.into_iter();
+    let mut written = Ok(());
+    for events in batch.chunks(ROWS_PER_INSERT) {
+        let mut arguments = SqliteArguments::default();
+        for event in events {
+            let (Some(columns), Some(text)) = (rows.next(), json.next()) else {
+                break;
+            };
+            if let Err(err) = bind_row(&mut arguments, event, columns, text, ingested) {
+                written = Err(StoreError::Invalid(format!(
+                    "event {} cannot be bound: {err}",
+                    event.event_id
+                )));
+                break;
+            }
+        }
+        if written.is_err() {
+            break;
+        }
+        let sql = format!("{COLUMNS}{}", values_list(events.len()));
+        written = sqlx::query_with(sqlx::AssertSqlSafe(sql), arguments)
+            .execute(&mut *conn)
+            .await
+            .map(drop)
+            .map_err(|err| db_error(path, err));
+        if written.is_err() {
+            break;
+        }
+    }
+    if chunked {
+        let end = if written.is_ok() {
+            "RELEASE loom_batch"
+        } else {
+            "ROLLBACK TO loom_batch; RELEASE loom_batch"
+        };
+        sqlx::query(end)
+            .execute(&mut *conn)
+            .await
+            .map_err(|err| db_error(path, err))?;
+    }
+    written
+}
+
+/// Binds one row's 15 values.
+fn bind_row(
+    arguments: &mut SqliteArguments,
+    event: &Event,
+    columns: Columns,
+    json: String,
+    ingested: i64,
+) -> Result<(), sqlx::error::BoxDynError> {
+    use sqlx::Arguments;
+    arguments.add(event.tenant_id.clone())?;
+    arguments.add(event.session_id.clone())?;
+    arguments.add(to_sql(event.seq))?;
+    arguments.add(event.event_id.clone())?;
+    arguments.add(columns.ts)?;
+    arguments.add(event.run_id.clone())?;
+    arguments.add(event.root_run_id.clone())?;
+    arguments.add(event.event_type.clone())?;
+    arguments.add(columns.category)?;
+    arguments.add(columns.status)?;
+    arguments.add(event.agent.clone())?;
+    arguments.add(event.role.clone())?;
+    arguments.add(columns.facets)?;
+    arguments.add(json)?;
+    arguments.add(ingested)?;
+    Ok(())
+}
+
+/// `(?, …), (?, …)` for `rows` rows of 15 values.
+fn values_list(rows: usize) -> String {
+    const ROW: &str = "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
+    let mut sql = String::with_capacity(rows * (ROW.len() + 2));
+    for i in 0..rows {
+        if i > 0 {
+            sql.push_str(", ");
+        }
+        sql.push_str(ROW);
+    }
+    sql
+}
+
+/// A group's failure, for one of its batches.
+fn failed(path: &std::path::Path, message: &str) -> StoreError {
+    StoreError::Io {
+        path: path.display().to_string(),
+        source: std::io::Error::other(format!("the group commit failed: {message}")),
+    }
+}
+
+/// The caller's batch was taken by a leader that stopped before answering.
+fn interrupted(path: &std::path::Path) -> StoreError {
+    StoreError::Io {
+        path: path.display().to_string(),
+        source: std::io::Error::other(
+            "the append was interrupted before its commit was confirmed; read the journal to \
+             know whether it was written",
+        ),
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use loom_core::ports::EventStore;
+    use loom_testkit::conformance::{event, events, seqs};
+
+    use crate::SqliteStore;
+
+    /// Appends of many sessions at once share transactions, each batch gets its own journal's
+    /// seqs, and every one reads back.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn concurrent_appends_share_group_commits() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(dir.path().join("loom.db")).unwrap();
+        const SESSIONS: usize = 64;
+        let tasks: Vec<_> = (0..SESSIONS)
+            .map(|i| {
+                let store = store.clone();
+                tokio::spawn(async move {
+                    let session = format!("s{i}");
+                    let first = store.append(events("t", &session, 2), 0).await.unwrap();
+                    let second = store.append(events("t", &session, 3), 2).await.unwrap();
+                    (seqs(&first), seqs(&second))
+                })
+            })
+            .collect();
+        for task in tasks {
+            assert_eq!(task.await.unwrap(), (vec![1, 2], vec![3, 4, 5]));
+        }
+        for i in 0..SESSIONS {
+            let read = store.read("t", &format!("s{i}"), 0).await.unwrap();
+            assert_eq!(seqs(&read), vec![1, 2, 3, 4, 5]);
+        }
+        let groups = store.writer().groups();
+        assert!(
+            groups < 2 * SESSIONS as u64,
+            "{groups} commits for {} appends",
+            2 * SESSIONS
+        );
+    }
+
+    /// A conflicting batch is refused alone: the others of its group commit, and the journal
+    /// holds the winner only.
+    #[tokio::test]
+    async fn a_conflict_in_a_group_refuses_that_batch_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(dir.path().join("loom.db")).unwrap();
+        // Three appends polled together on one thread: the first leads, the others queue
+        // behind it and are written in the next group, together.
+        let (a, b, c) = tokio::join!(
+            store.append(vec![event("t", "x", "first")], 0),
+            store.append(vec![event("t", "x", "rival")], 0),
+            store.append(vec![event("t", "y", "other")], 0),
+        );
+        let outcomes = [a.is_ok(), b.is_ok(), c.is_ok()];
+        assert_eq!(outcomes.iter().filter(|ok| **ok).count(), 2, "{outcomes:?}");
+        assert!(c.is_ok());
+        let lost = if a.is_ok() { b } else { a };
+        assert!(
+            matches!(
+                lost,
+                Err(loom_core::ports::StoreError::Conflict {
+                    expected: 0,
+                    found: 1,
+                    ..
+                })
+            ),
+            "{lost:?}"
+        );
+        assert_eq!(store.read("t", "x", 0).await.unwrap().len(), 1);
+        assert_eq!(store.read("t", "y", 0).await.unwrap().len(), 1);
+    }
+
+    /// A batch larger than one statement holds is written whole, with contiguous seqs.
+    #[tokio::test]
+    async fn a_batch_over_one_statement_is_written_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(dir.path().join("loom.db")).unwrap();
+        let n = super::ROWS_PER_INSERT * 2 + 7;
+        let written = store.append(events("t", "big", n), 0).await.unwrap();
+        assert_eq!(seqs(&written), (1..=n as u64).collect::<Vec<_>>());
+        let read = store.read("t", "big", 0).await.unwrap();
+        assert_eq!(seqs(&read), (1..=n as u64).collect::<Vec<_>>());
+    }
+}
