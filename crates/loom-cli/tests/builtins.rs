@@ -39,7 +39,9 @@ async fn sql_answers_an_allowed_query_and_refuses_a_hostile_one() {
     let options = sqlx::sqlite::SqliteConnectOptions::new()
         .filename(&db)
         .create_if_missing(true);
-    let mut conn = sqlx::SqliteConnection::connect_with(&options).await.unwrap();
+    let mut conn = sqlx::SqliteConnection::connect_with(&options)
+        .await
+        .unwrap();
     for statement in [
         "CREATE TABLE customers (id INTEGER PRIMARY KEY, name TEXT, secret TEXT)",
         "INSERT INTO customers VALUES (1, 'Ada', 's1'), (2, 'Brune', 's2')",
@@ -101,7 +103,9 @@ agents:
         "{refusal}"
     );
     // The table is still there, untouched.
-    let mut conn = sqlx::SqliteConnection::connect_with(&options).await.unwrap();
+    let mut conn = sqlx::SqliteConnection::connect_with(&options)
+        .await
+        .unwrap();
     let count: (i64,) = sqlx::query_as("SELECT count(*) FROM customers")
         .fetch_one(&mut conn)
         .await

@@ -381,7 +381,10 @@ fn check_sql_params(
             ("max_rows", tool.max_rows.is_some()),
         ] {
             if present {
-                return Err(invalid(&tp.key(key), format!("'{key}' applies to loom.sql")));
+                return Err(invalid(
+                    &tp.key(key),
+                    format!("'{key}' applies to loom.sql"),
+                ));
             }
         }
         return Ok(());
