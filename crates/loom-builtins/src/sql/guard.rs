@@ -43,75 +43,10 @@ use sqlparser::{
 
 use crate::{refusal, rules};
 
+use functions::ALLOWED_FUNCTIONS;
+
 /// How deep the parser may nest expressions and subqueries.
 const RECURSION_LIMIT: usize = 40;
-
-/// The functions a guarded query may call: pure functions of their arguments (aggregates,
-/// text, numbers, dates). Nothing that reads files, sleeps, draws random bytes, reads or sets
-/// settings, or touches sequences.
-const ALLOWED_FUNCTIONS: &[&str] = &[
-    // Aggregates.
-    "count",
-    "sum",
-    "avg",
-    "min",
-    "max",
-    "total",
-    "group_concat",
-    "string_agg",
-    // Conditionals.
-    "coalesce",
-    "ifnull",
-    "nullif",
-    "iif",
-    "greatest",
-    "least",
-    // Numbers.
-    "round",
-    "abs",
-    "ceil",
-    "ceiling",
-    "floor",
-    "trunc",
-    "sign",
-    "mod",
-    // Text.
-    "lower",
-    "upper",
-    "length",
-    "char_length",
-    "character_length",
-    "substr",
-    "substring",
-    "trim",
-    "ltrim",
-    "rtrim",
-    "replace",
-    "instr",
-    "concat",
-    "concat_ws",
-    "left",
-    "right",
-    "strpos",
-    "position",
-    // Dates.
-    "date",
-    "time",
-    "datetime",
-    "julianday",
-    "strftime",
-    "unixepoch",
-    "date_trunc",
-    "date_part",
-    "extract",
-    "age",
-    "to_char",
-    "to_date",
-    "now",
-    "current_date",
-    "current_time",
-    "current_timestamp",
-];
 
 /// The SQL dialect of a database `loom.sql` queries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -631,7 +566,7 @@ impl Check<'_> {
         }
         let mut direct = Vec::new();
         for from in &select.from {
-            self.from_item(from, &mut direct)?;
+            self.joined(from, &mut direct)?;
         }
         for item in &select.projection {
             match item {
@@ -658,7 +593,7 @@ impl Check<'_> {
         ControlFlow::Continue(())
     }
 
-    fn from_item(&self, from: &TableWithJoins, direct: &mut Vec<ObjectName>) -> Flow {
+    fn joined(&self, from: &TableWithJoins, direct: &mut Vec<ObjectName>) -> Flow {
         self.factor(&from.relation, direct)?;
         for join in &from.joins {
             self.factor(&join.relation, direct)?;
@@ -724,7 +659,7 @@ impl Check<'_> {
             TableFactor::Derived { .. } => ControlFlow::Continue(()),
             TableFactor::NestedJoin {
                 table_with_joins, ..
-            } => self.from_item(table_with_joins, direct),
+            } => self.joined(table_with_joins, direct),
             other => refuse(
                 rules::SQL_ALLOWED_SYNTAX,
                 format!("the FROM item '{other}' is not allowed; read declared tables"),
@@ -977,6 +912,8 @@ fn statement_kind(statement: &Statement) -> String {
         [] => "empty".to_owned(),
     }
 }
+
+mod functions;
 
 #[cfg(test)]
 mod tests;
