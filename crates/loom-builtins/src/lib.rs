@@ -8,6 +8,9 @@
 //! - [`local_files`]: list, read, write and delete files inside declared [`Folder`]s only; the
 //!   resolved path (symbolic links included) must stay inside the folder's root, and every
 //!   operation is made through the folder's directory handle, never leaving it;
+//! - `sql` (feature `sql`): one read-only `SELECT` over declared tables and columns of a
+//!   SQLite file or a PostgreSQL database, checked by a parser-based guard and run on a
+//!   read-only connection;
 //! - `fetch_page` (feature `fetch`): GET an `http`/`https` page whose host, and every address
 //!   it resolves to, redirects included, is public; HTML comes back as readable markdown.
 //!
@@ -27,6 +30,8 @@ mod fetch;
 mod files;
 #[cfg(feature = "fetch")]
 mod markdown;
+#[cfg(feature = "sql")]
+mod sql;
 
 use loom_core::tool::ToolError;
 
@@ -35,6 +40,11 @@ pub use datetime::current_datetime;
 #[cfg(feature = "fetch")]
 pub use fetch::{FetchOptions, Resolver, SystemResolver, fetch_page};
 pub use files::{Folder, READ_CAP_BYTES, Right, Rights, WRITE_CAP_BYTES, local_files};
+#[cfg(feature = "sql")]
+pub use sql::{
+    DEFAULT_MAX_ROWS, DEFAULT_SQL_TIMEOUT, GuardedQuery, Parsed, ReadOnlyDatabase, SqlDatabase,
+    SqlDialect, SqlError, SqlGuard, SqlOptions, SqlRows, SqlTable, sql,
+};
 
 /// The names of the rules a built-in tool refuses by, as they appear in refusal messages.
 pub mod rules {
@@ -56,6 +66,23 @@ pub mod rules {
     pub const MAX_REDIRECTS: &str = "max-redirects";
     /// `fetch_page`: the response is not text.
     pub const TEXT_ONLY: &str = "text-only";
+    /// `sql`: the query does not parse (or nests too deep).
+    pub const SQL_PARSE: &str = "sql-parse";
+    /// `sql`: more than one statement (or none).
+    pub const SQL_SINGLE_STATEMENT: &str = "sql-single-statement";
+    /// `sql`: the statement is not a read-only `SELECT` (a write, a data-modifying CTE,
+    /// `SELECT … INTO`, a locking clause, `PRAGMA`, `ATTACH`, `SET`, …).
+    pub const SQL_READ_ONLY: &str = "sql-read-only";
+    /// `sql`: a table that is not declared (or a CTE that could stand for one).
+    pub const SQL_ALLOWED_TABLES: &str = "sql-allowed-tables";
+    /// `sql`: a column outside a table's declared columns (`*` and whole rows included).
+    pub const SQL_ALLOWED_COLUMNS: &str = "sql-allowed-columns";
+    /// `sql`: a function that is not on the list of pure functions.
+    pub const SQL_ALLOWED_FUNCTIONS: &str = "sql-allowed-functions";
+    /// `sql`: a system catalog (`sqlite_master`, `pg_*`, `information_schema`, `::regclass`).
+    pub const SQL_SYSTEM_CATALOG: &str = "sql-system-catalog";
+    /// `sql`: an expression or `FROM` item of a kind the guard does not know.
+    pub const SQL_ALLOWED_SYNTAX: &str = "sql-allowed-syntax";
 }
 
 /// A refusal: a tool error that carries the rule that refused ([`ToolError::rule`]) and whose
@@ -97,6 +124,9 @@ pub enum BuiltinError {
         /// Why.
         source: std::io::Error,
     },
+    /// The `sql` tool's configuration is refused.
+    #[error("loom.sql: {0}")]
+    Sql(String),
     /// A folder's path is not a directory.
     #[error("folder '{name}': {path} is not a directory")]
     NotADirectory {

@@ -2,13 +2,16 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+use common::ctx;
+
 use std::sync::Arc;
 
 use chrono::{DateTime, TimeZone, Utc};
 use loom_builtins::current_datetime;
 use loom_core::{
     ports::Clock,
-    tool::{Tool, ToolContext, ToolKind},
+    tool::{Tool, ToolKind},
 };
 use serde_json::{Value, json};
 
@@ -18,17 +21,6 @@ struct FixedClock(DateTime<Utc>);
 impl Clock for FixedClock {
     fn now(&self) -> DateTime<Utc> {
         self.0
-    }
-}
-
-fn ctx() -> ToolContext {
-    ToolContext {
-        tenant_id: "t".into(),
-        session_id: "s".into(),
-        run_id: "r".into(),
-        call_id: "c".into(),
-        idempotency_key: "k".into(),
-        traceparent: None,
     }
 }
 

@@ -5,6 +5,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+use common::ctx;
+
 use std::{
     collections::HashMap,
     io::{self, Write},
@@ -24,17 +27,6 @@ use tokio::{
     io::{AsyncReadExt, AsyncWriteExt},
     net::TcpListener,
 };
-
-fn ctx() -> ToolContext {
-    ToolContext {
-        tenant_id: "t".into(),
-        session_id: "s".into(),
-        run_id: "r".into(),
-        call_id: "c".into(),
-        idempotency_key: "k".into(),
-        traceparent: None,
-    }
-}
 
 /// Maps test names to addresses and counts the look-ups.
 #[derive(Debug, Default, Clone)]

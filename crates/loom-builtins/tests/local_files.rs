@@ -3,23 +3,15 @@
 #![cfg(unix)]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+use common::ctx;
+
 use std::{fs, os::unix::fs::symlink};
 
 use loom_builtins::{BuiltinError, Folder, Right, Rights, local_files, refusal_rule, rules};
-use loom_core::tool::{Approval, FnTool, SideEffects, Tool, ToolContext, ToolError, ToolOutput};
+use loom_core::tool::{Approval, FnTool, SideEffects, Tool, ToolError, ToolOutput};
 use serde_json::{Value, json};
 use tempfile::TempDir;
-
-fn ctx() -> ToolContext {
-    ToolContext {
-        tenant_id: "t".into(),
-        session_id: "s".into(),
-        run_id: "r".into(),
-        call_id: "c".into(),
-        idempotency_key: "k".into(),
-        traceparent: None,
-    }
-}
 
 /// `<tmp>/docs` (the root: `a.txt`, `sub/b.md`, links) beside `<tmp>/secret/s.txt`.
 fn tree() -> TempDir {

@@ -77,7 +77,8 @@ pub use model::{
     HttpServerConfig, IdempotencyBackend, IdempotencyStorage, JsonObject, LlmSettings, LogFormat,
     LogLevel, LoggingConfig, LoomConfig, MainRole, McpAccessConfig, McpScope, McpServerSpec,
     McpTransport, ModelApi, ModelCapabilities, ModelSpec, Profile, Profiles, Sdk, ServerConfig,
-    StorageConfig, TelemetryConfig, ToolOverrides, ToolRef, ToolsExecution,
+    SqlBackend, SqlDatabaseSpec, SqlTableSpec, StorageConfig, TelemetryConfig, ToolOverrides,
+    ToolRef, ToolsExecution,
 };
 pub use model::{
     BusBackend, BusStorage, DEFAULT_POSTGRES_ROLE, LimitsBackend, LimitsStorage, MigrateMode,

@@ -33,7 +33,9 @@ pub use telemetry::{
     LoggingConfig, OtlpProtocol, REDACTION_PATTERNS, RedactionConfig, RedactionPattern,
     TelemetryConfig,
 };
-pub use tools::{FolderRight, FolderSpec, ToolOverrides, ToolRef};
+pub use tools::{
+    FolderRight, FolderSpec, SqlBackend, SqlDatabaseSpec, SqlTableSpec, ToolOverrides, ToolRef,
+};
 
 use std::{fmt, path::PathBuf, str::FromStr};
 

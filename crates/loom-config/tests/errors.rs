@@ -70,7 +70,7 @@ tools:
         refused(MODELS, &[("agents/devis.yaml", agent)]),
         "agents/devis.yaml:7:5 tools[1].retries: unknown key 'retries' (expected one of: \
          python, tool, mcp, alias, include, exclude, required, tools, description, timeout, \
-         side_effects, approval, idempotent, offload_over, folders, allow_private, max_bytes, output)"
+         side_effects, approval, idempotent, offload_over, folders, database, tables, max_rows, allow_private, max_bytes, output)"
     );
 }
 
@@ -553,7 +553,7 @@ fn unknown_builtin_and_missing_folders() {
     assert_eq!(
         refused(MCP_SERVERS, &[("agents/a.yaml", agent)]),
         "agents/a.yaml:5:11 tools[0].tool: unknown built-in tool 'loom.excel' (built-in tools: \
-         loom.current_datetime, loom.local_files, loom.fetch_page)"
+         loom.current_datetime, loom.local_files, loom.fetch_page, loom.sql)"
     );
     let agent = "name: a\nmain:\n  model: fake-1\ntools:\n  - tool: loom.local_files\n";
     assert_eq!(
@@ -1170,7 +1170,7 @@ fn judge_on_a_tool_is_explained() {
         guard_refusal("", &agent),
         "agents/a.yaml:6:5 tools[0].judge: unknown key 'judge' (expected one of: python, tool, mcp, \
          alias, include, exclude, required, tools, description, timeout, side_effects, approval, \
-         idempotent, offload_over, folders, allow_private, max_bytes, output) — a tool's results \
+         idempotent, offload_over, folders, database, tables, max_rows, allow_private, max_bytes, output) — a tool's results \
          are not judged: judges apply to an agent's answer or a role's; give the tool an 'output' \
          contract"
     );

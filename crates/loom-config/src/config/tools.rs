@@ -14,6 +14,7 @@ pub const BUILTIN_TOOLS: &[&str] = &[
     "loom.current_datetime",
     "loom.local_files",
     "loom.fetch_page",
+    "loom.sql",
 ];
 
 fn valid_mcp_name(name: &str) -> bool {
@@ -252,6 +253,7 @@ fn check_tool_ref_shape(
             if tool.max_bytes == Some(0) {
                 return Err(invalid(&tp.key("max_bytes"), NOT_POSITIVE.into()));
             }
+            check_sql_params(config, doc, tp, tool, name == "loom.sql")?;
             for (f, folder) in tool.folders.iter().flatten().enumerate() {
                 let fp = tp.key("folders").index(f);
                 let ok = folder.name.len() <= 32
@@ -322,6 +324,9 @@ fn check_tool_ref_shape(
                 ("folders", tool.folders.is_some()),
                 ("allow_private", tool.allow_private.is_some()),
                 ("max_bytes", tool.max_bytes.is_some()),
+                ("database", tool.database.is_some()),
+                ("tables", tool.tables.is_some()),
+                ("max_rows", tool.max_rows.is_some()),
                 ("output", tool.output.is_some()),
             ] {
                 if present {
@@ -358,4 +363,101 @@ fn check_tool_ref_shape(
             Ok(())
         }
     }
+}
+
+/// The parameters of `loom.sql` (`database`, `tables`, `max_rows`), refused on any other tool.
+fn check_sql_params(
+    config: &Config,
+    doc: &Doc,
+    tp: &KeyPath,
+    tool: &ToolRef,
+    sql: bool,
+) -> Result<(), ConfigError> {
+    let invalid = |path: &KeyPath, msg: String| doc.error(path, ConfigErrorKind::Invalid, msg);
+    if !sql {
+        for (key, present) in [
+            ("database", tool.database.is_some()),
+            ("tables", tool.tables.is_some()),
+            ("max_rows", tool.max_rows.is_some()),
+        ] {
+            if present {
+                return Err(invalid(
+                    &tp.key(key),
+                    format!("'{key}' applies to loom.sql"),
+                ));
+            }
+        }
+        return Ok(());
+    }
+    if tool.max_rows == Some(0) {
+        return Err(invalid(&tp.key("max_rows"), NOT_POSITIVE.into()));
+    }
+    let Some(database) = &tool.database else {
+        return Err(invalid(&tp.key("tool"), "loom.sql needs 'database'".into()));
+    };
+    let dp = tp.key("database");
+    match database.backend {
+        crate::SqlBackend::Sqlite => {
+            if database.dsn_env.is_some() {
+                return Err(invalid(
+                    &dp.key("dsn_env"),
+                    "'dsn_env' applies to backend postgres".into(),
+                ));
+            }
+            let Some(path) = &database.path else {
+                return Err(invalid(&dp, "backend sqlite needs 'path'".into()));
+            };
+            let file = config.base_dir.join(path);
+            if !file.is_file() {
+                return Err(doc.error(
+                    &dp.key("path"),
+                    ConfigErrorKind::MissingFile,
+                    format!(
+                        "the SQLite file does not exist: {}",
+                        display_path(&config.base_dir, &file).display()
+                    ),
+                ));
+            }
+        }
+        crate::SqlBackend::Postgres => {
+            if database.path.is_some() {
+                return Err(invalid(
+                    &dp.key("path"),
+                    "'path' applies to backend sqlite".into(),
+                ));
+            }
+            if database.dsn_env.as_deref().is_none_or(str::is_empty) {
+                return Err(invalid(
+                    &dp,
+                    "backend postgres needs 'dsn_env' (the variable holding the DSN)".into(),
+                ));
+            }
+        }
+    }
+    let tables = tool.tables.as_deref().unwrap_or_default();
+    if tables.is_empty() {
+        return Err(invalid(
+            &tp.key("tables"),
+            "loom.sql needs 'tables' (at least one)".into(),
+        ));
+    }
+    for (t, table) in tables.iter().enumerate() {
+        let path = tp.key("tables").index(t);
+        if table.name.trim().is_empty() {
+            return Err(invalid(&path.key("name"), "must not be empty".into()));
+        }
+        if tables[..t].iter().any(|other| other.name == table.name) {
+            return Err(invalid(
+                &path.key("name"),
+                format!("the table '{}' is declared twice", table.name),
+            ));
+        }
+        if table.columns.as_ref().is_some_and(Vec::is_empty) {
+            return Err(invalid(
+                &path.key("columns"),
+                "an empty column list allows nothing: omit 'columns' to allow them all".into(),
+            ));
+        }
+    }
+    Ok(())
 }

@@ -60,9 +60,20 @@ pub struct ToolRef {
     #[serde(default)]
     #[schemars(extend("exclusiveMinimum" = 0))]
     pub offload_over: Option<u64>,
-    /// With `loom.local_files`: the folders the tool may use.
+    /// With `loom.local_files` and `loom.excel`: the folders the tool may use.
     #[serde(default)]
     pub folders: Option<Vec<FolderSpec>>,
+    /// With `loom.sql`: the database it reads.
+    #[serde(default)]
+    pub database: Option<SqlDatabaseSpec>,
+    /// With `loom.sql`: the tables it may read, each with its allowed columns.
+    #[serde(default)]
+    #[schemars(length(min = 1))]
+    pub tables: Option<Vec<SqlTableSpec>>,
+    /// With `loom.sql`: the most rows a query returns (default 100).
+    #[serde(default)]
+    #[schemars(extend("exclusiveMinimum" = 0))]
+    pub max_rows: Option<u64>,
     /// With `loom.fetch_page`: allow loopback, private and link-local addresses (default false).
     #[serde(default)]
     pub allow_private: Option<bool>,
@@ -134,6 +145,44 @@ pub struct FolderSpec {
     /// What the tool may do there.
     #[schemars(length(min = 1))]
     pub rights: Vec<FolderRight>,
+}
+
+/// The database `loom.sql` reads.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SqlDatabaseSpec {
+    /// `sqlite` (a file, `path`) or `postgres` (a DSN read from `dsn_env`).
+    pub backend: SqlBackend,
+    /// With `sqlite`: the database file, relative to the config file; it must exist (it is
+    /// opened read-only, never created).
+    #[serde(default)]
+    pub path: Option<PathBuf>,
+    /// With `postgres`: the environment variable (or env file entry) holding the DSN.
+    #[serde(default)]
+    pub dsn_env: Option<String>,
+}
+
+/// The backend of `loom.sql`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum SqlBackend {
+    /// A SQLite file.
+    Sqlite,
+    /// A PostgreSQL database.
+    Postgres,
+}
+
+/// A table `loom.sql` may read.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SqlTableSpec {
+    /// The table's name (`orders`, or `schema.orders`).
+    #[schemars(length(min = 1))]
+    pub name: String,
+    /// The columns a query may use; absent, every column (and `*`).
+    #[serde(default)]
+    #[schemars(length(min = 1))]
+    pub columns: Option<Vec<String>>,
 }
 
 /// A right on a folder.

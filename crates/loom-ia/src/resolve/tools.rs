@@ -414,6 +414,7 @@ fn builtin(config: &Config, name: &str, reference: &ToolRef) -> Result<Arc<dyn T
                 .map_err(|e| e.to_string())
         }
         "loom.fetch_page" => fetch_page(reference),
+        "loom.sql" => sql(config, reference),
         other => Err(format!("unknown built-in tool '{other}'")),
     }
 }
@@ -436,6 +437,59 @@ pub(super) fn fetch_page(_reference: &ToolRef) -> Result<Arc<dyn Tool>, String> 
     Err(
         "loom.fetch_page needs the Cargo feature 'fetch' of loom-ia, which this build does \
          not have"
+            .to_owned(),
+    )
+}
+
+/// `loom.sql` with its parameters (checked by the configuration; the DSN read here).
+#[cfg(feature = "sql")]
+fn sql(config: &Config, reference: &ToolRef) -> Result<Arc<dyn Tool>, String> {
+    use loom_builtins::{SqlDatabase, SqlOptions, SqlTable};
+    let Some(database) = &reference.database else {
+        return Err("loom.sql needs 'database'".to_owned());
+    };
+    let database = match database.backend {
+        loom_config::SqlBackend::Sqlite => {
+            let path = database.path.clone().unwrap_or_default();
+            SqlDatabase::Sqlite(config.base_dir().join(path))
+        }
+        loom_config::SqlBackend::Postgres => {
+            let name = database.dsn_env.clone().unwrap_or_default();
+            let dsn = crate::env::var(config, &name).filter(|dsn| !dsn.is_empty());
+            let Some(dsn) = dsn else {
+                return Err(format!(
+                    "loom.sql: the variable '{name}' (database.dsn_env) is not set"
+                ));
+            };
+            SqlDatabase::Postgres(dsn)
+        }
+    };
+    let tables = reference
+        .tables
+        .iter()
+        .flatten()
+        .map(|table| SqlTable {
+            name: table.name.clone(),
+            columns: table.columns.clone(),
+        })
+        .collect();
+    let mut options = SqlOptions::new(database, tables);
+    if let Some(max_rows) = reference.max_rows {
+        options.max_rows = usize::try_from(max_rows).unwrap_or(usize::MAX);
+    }
+    if let Some(timeout) = reference.timeout.and_then(super::seconds) {
+        options.timeout = timeout;
+    }
+    loom_builtins::sql(options)
+        .map(|tool| Arc::new(tool) as Arc<dyn Tool>)
+        .map_err(|error| error.to_string())
+}
+
+/// `loom.sql` is refused by a build without it.
+#[cfg(not(feature = "sql"))]
+fn sql(_config: &Config, _reference: &ToolRef) -> Result<Arc<dyn Tool>, String> {
+    Err(
+        "loom.sql needs the Cargo feature 'sql' of loom-ia, which this build does not have"
             .to_owned(),
     )
 }
