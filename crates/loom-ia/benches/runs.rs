@@ -183,6 +183,28 @@ impl EventStore for Counting {
     ) -> BoxFuture<'a, Result<Option<String>, StoreError>> {
         self.inner.find_run(tenant_id, run_id)
     }
+
+    // The reads a store answers from its indexes, forwarded as `loom_ia`'s own wrappers do (the
+    // trait's defaults read the whole session, which no production path does).
+    fn run_start<'a>(
+        &'a self,
+        tenant_id: &'a str,
+        session_id: &'a str,
+        run_id: &'a str,
+    ) -> BoxFuture<'a, Result<Option<u64>, StoreError>> {
+        self.inner.run_start(tenant_id, session_id, run_id)
+    }
+
+    fn last_of_type<'a>(
+        &'a self,
+        tenant_id: &'a str,
+        session_id: &'a str,
+        event_type: &'a str,
+        before_seq: u64,
+    ) -> BoxFuture<'a, Result<Option<Event>, StoreError>> {
+        self.inner
+            .last_of_type(tenant_id, session_id, event_type, before_seq)
+    }
 }
 
 /// A runtime, a Loom with `prix_ttc` registered and the directory holding its files.

@@ -7,6 +7,11 @@
 //! together into a [`Block`]; a read inflates only the blocks after the seq it starts from.
 //! Nothing is dropped: every line written is read back, in seq order.
 //!
+//! The tail of a session still written to also keeps its events decoded (shared, [`Line`]),
+//! so that the reads a run makes of its own session while it runs (its window, its snapshot,
+//! its result) clone them instead of parsing JSON again; packing drops them with the lines, so
+//! a quiet session keeps only its deflated block.
+//!
 //! Lines and blocks are shared (`Arc`): a read takes them out of the store under its lock
 //! ([`Journal::lines`], a few reference counts) and decodes them once the lock is released
 //! ([`Lines`]), so that decoding a long session never holds up the other sessions' appends.
@@ -34,13 +39,21 @@ pub(super) struct Journal {
     /// Deflated lines, in seq order, from seq 1.
     blocks: Vec<Block>,
     /// The lines after the last block, one event each.
-    tail: Vec<Arc<str>>,
+    tail: Vec<Line>,
     /// The seq of the last event (0: none).
     last_seq: u64,
     /// When the last event was built, as its line says (microseconds).
     updated_at: Option<DateTime<Utc>>,
     /// The store's clock at the last append.
     pub(super) touched: u64,
+}
+
+/// A line of the tail: its text, and its event, decoded, while the line is in the tail.
+#[derive(Debug, Clone)]
+pub(super) struct Line {
+    text: Arc<str>,
+    /// `None` only for a line put there by hand (a test damaging one): it is decoded on read.
+    event: Option<Arc<Event>>,
 }
 
 /// Consecutive lines deflated together.
@@ -98,7 +111,7 @@ impl Journal {
     /// The bytes the journal's events take, lines and blocks (not counting the containers).
     pub(super) fn bytes(&self) -> Bytes {
         Bytes {
-            lines: self.tail.iter().map(|line| line.len()).sum(),
+            lines: self.tail.iter().map(|line| line.text.len()).sum(),
             packed: self.blocks.iter().map(|block| block.deflated.len()).sum(),
         }
     }
@@ -106,7 +119,13 @@ impl Journal {
     /// Appends events already given their seqs (following [`Journal::last_seq`]).
     pub(super) fn push(&mut self, events: &[Event]) {
         for event in events {
-            self.tail.push(Arc::from(event.to_json()));
+            // The event as its line reads back: the line keeps microseconds (`ser_ts`).
+            let mut kept = event.clone();
+            kept.ts = kept.ts.trunc_subsecs(6);
+            self.tail.push(Line {
+                text: Arc::from(event.to_json()),
+                event: Some(Arc::new(kept)),
+            });
         }
         if let Some(last) = events.last() {
             self.last_seq = last.seq;
@@ -139,7 +158,7 @@ impl Journal {
             if !text.is_empty() {
                 text.push('\n');
             }
-            text.push_str(line);
+            text.push_str(&line.text);
         }
         let mut encoder = DeflateEncoder::new(Vec::new(), Compression::fast());
         let deflated = encoder
@@ -209,7 +228,7 @@ pub(super) struct Lines {
     /// The seq of `tail`'s first line.
     tail_first: u64,
     /// The tail's lines after `after`.
-    tail: Vec<Arc<str>>,
+    tail: Vec<Line>,
 }
 
 impl Lines {
@@ -225,7 +244,10 @@ impl Lines {
             }
         }
         for (seq, line) in (self.tail_first..).zip(&self.tail) {
-            events.push(decode(line, seq, name)?);
+            events.push(match &line.event {
+                Some(event) => Event::clone(event),
+                None => decode(&line.text, seq, name)?,
+            });
         }
         Ok(events)
     }
@@ -261,9 +283,15 @@ impl Lines {
         for (index, line) in self.tail.iter().enumerate().rev() {
             let seq = self.tail_first + index as u64;
             if seq < before_seq {
-                let head = head_of(line, seq, name)?;
+                if let Some(event) = &line.event {
+                    if wanted(&event.event_type, &event.run_id) {
+                        return Ok(Some(Event::clone(event)));
+                    }
+                    continue;
+                }
+                let head = head_of(&line.text, seq, name)?;
                 if wanted(&head.event_type, &head.run_id) {
-                    return decode(line, seq, name).map(Some);
+                    return decode(&line.text, seq, name).map(Some);
                 }
             }
         }
@@ -304,7 +332,7 @@ impl Lines {
         }
         if seq >= self.tail_first {
             let index = usize::try_from(seq - self.tail_first).unwrap_or(usize::MAX);
-            return Ok(self.tail.get(index).cloned());
+            return Ok(self.tail.get(index).map(|line| line.text.clone()));
         }
         let at = self.blocks.partition_point(|block| block.last_seq() < seq);
         let Some(block) = self.blocks.get(at).filter(|block| block.first_seq <= seq) else {
@@ -411,11 +439,41 @@ mod tests {
         assert_eq!(journal.lines(0, 5).blocks.len(), 1);
     }
 
+    /// The events the tail keeps decoded are those its lines decode to, nanoseconds included.
+    #[test]
+    fn the_tail_reads_what_its_lines_decode_to() {
+        let mut journal = Journal::default();
+        let mut batch = events("t", "s", 3);
+        assign_seq(&mut batch, 0);
+        for event in &mut batch {
+            event.ts += chrono::Duration::nanoseconds(123);
+        }
+        journal.push(&batch);
+        let hot = journal.lines(0, u64::MAX).read("s").unwrap();
+        let decoded: Vec<Event> = journal
+            .tail
+            .iter()
+            .zip(1..)
+            .map(|(line, seq)| decode(&line.text, seq, "s").unwrap())
+            .collect();
+        assert_eq!(hot, decoded);
+        assert_ne!(hot[0].ts, batch[0].ts, "the line keeps microseconds");
+        journal.pack();
+        assert_eq!(journal.lines(0, u64::MAX).read("s").unwrap(), hot);
+        let last = journal
+            .lines(0, u64::MAX)
+            .last_of_type(&hot[2].event_type, 3, "s");
+        assert_eq!(last.unwrap().as_ref(), Some(&hot[1]));
+    }
+
     #[test]
     fn damaged_lines_are_reported_with_their_seq() {
         let mut journal = Journal::default();
         written(&mut journal, 3);
-        journal.tail[1] = Arc::from("{\"not\": \"an event\"}");
+        journal.tail[1] = Line {
+            text: Arc::from("{\"not\": \"an event\"}"),
+            event: None,
+        };
         match journal.lines(0, u64::MAX).read("memory:t/s") {
             Err(StoreError::Corrupted { path, line, .. }) => {
                 assert_eq!((path.as_str(), line), ("memory:t/s", 2));
