@@ -11,6 +11,8 @@
 //!   wall-clock kill (see the `exec` module's documentation for what the command sees);
 //! - [`sandbox_tools`]: the agent's tools `sandbox__read`, `sandbox__write`, `sandbox__list`
 //!   and `sandbox__exec` on any backend;
+//! - [`skill_tools`]: `skills__load`, `skills__read` and `skills__run` over an agent's skills,
+//!   whose scripts run only in its sandbox;
 //!
 //! **Architecture invariant:** an adapter depends on `loom-core` only among loom crates; the
 //! backend is a port, so a microVM backend would implement the same trait.
@@ -18,6 +20,7 @@
 mod exec;
 mod folder;
 mod local;
+mod skills;
 mod tools;
 
 use std::path::PathBuf;
@@ -25,6 +28,7 @@ use std::path::PathBuf;
 pub use exec::MOUNT_POINT;
 pub use folder::FILE_CAP_BYTES;
 pub use local::LocalSandbox;
+pub use skills::{SKILLS_PREFIX, SkillDoc, skill_tools};
 pub use tools::{PREFIX, Scope, Settings, exec_output, sandbox_tools, tool_error};
 
 /// An error setting a sandbox up.

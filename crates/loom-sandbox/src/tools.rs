@@ -279,3 +279,69 @@ pub fn exec_output(outcome: &loom_core::sandbox::ExecOutcome) -> Result<ToolOutp
     }
     Ok(ToolOutput::json(value))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use loom_core::tool::Tool;
+
+    #[test]
+    fn exec_and_write_are_side_effecting_and_not_idempotent() {
+        let settings = Settings {
+            sandbox: Arc::new(
+                crate::LocalSandbox::new(tempfile::tempdir().unwrap().path().join("s")).unwrap(),
+            ),
+            scope: Scope::Run,
+            limits: Limits::default(),
+            network: false,
+        };
+        let tools = sandbox_tools(settings);
+        let declared: Vec<(&str, SideEffects, bool)> = tools
+            .iter()
+            .map(|t| {
+                let spec = t.spec();
+                (
+                    spec.name.as_str(),
+                    spec.declarations.side_effects,
+                    spec.declarations.idempotent,
+                )
+            })
+            .collect();
+        assert_eq!(
+            declared,
+            [
+                ("sandbox__read", SideEffects::None, true),
+                ("sandbox__write", SideEffects::Reversible, false),
+                ("sandbox__list", SideEffects::None, true),
+                ("sandbox__exec", SideEffects::Irreversible, false),
+            ]
+        );
+        assert!(tools.iter().all(|t| t.spec().kind == ToolKind::Builtin));
+    }
+
+    #[test]
+    fn the_working_folder_follows_the_scope() {
+        let ctx = ToolContext {
+            tenant_id: "acme".into(),
+            session_id: "s1".into(),
+            run_id: "r1".into(),
+            call_id: "c".into(),
+            idempotency_key: "k".into(),
+            traceparent: None,
+        };
+        let mut settings = Settings {
+            sandbox: Arc::new(
+                crate::LocalSandbox::new(tempfile::tempdir().unwrap().path().join("s")).unwrap(),
+            ),
+            scope: Scope::Run,
+            limits: Limits::default(),
+            network: false,
+        };
+        assert_eq!(settings.workspace(&ctx).unwrap().to_string(), "acme/run-r1");
+        settings.scope = Scope::Session;
+        assert_eq!(
+            settings.workspace(&ctx).unwrap().to_string(),
+            "acme/session-s1"
+        );
+    }
+}
