@@ -10,7 +10,7 @@ mod common;
 
 use std::{fs, path::Path};
 
-use common::{journal, loom, text};
+use common::{journal, loom, loom_bin, run_in_env, server::Server, text};
 use serde_json::Value;
 
 /// A project with one agent `atelier` on a scripted model (`script`, YAML lines at the
@@ -41,9 +41,9 @@ agents:
     dir
 }
 
-/// The `tool.completed` outputs of a run, by call id.
+/// The `tool.completed` outputs of a run, sorted by call id.
 fn outputs(events: &[Value]) -> Vec<(String, Value)> {
-    events
+    let mut outputs: Vec<(String, Value)> = events
         .iter()
         .filter(|e| e["type"] == "tool.completed")
         .map(|e| {
@@ -52,7 +52,10 @@ fn outputs(events: &[Value]) -> Vec<(String, Value)> {
                 e["payload"]["output"].clone(),
             )
         })
-        .collect()
+        .collect();
+    // The calls of one batch complete in any order.
+    outputs.sort_by(|a, b| a.0.cmp(&b.0));
+    outputs
 }
 
 fn skill(dir: &Path, folder: &str, skill_md: &str, files: &[(&str, &str)]) {
@@ -281,4 +284,74 @@ fn sandbox_settings_are_checked_at_load() {
         let stderr = text(&out.stderr);
         assert!(stderr.contains(expected), "{extra}: {stderr}");
     }
+}
+
+#[test]
+fn a_remote_sandbox_runs_commands_on_the_runner_with_the_same_refusals() {
+    if !loom_testkit::services::namespaces("a_remote_sandbox_runs_commands_on_the_runner") {
+        return;
+    }
+    let runner_dir = tempfile::tempdir().unwrap();
+    let runner = Server::start_with(
+        &loom_bin(),
+        runner_dir.path(),
+        &[
+            "sandbox",
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--root",
+            "folders",
+        ],
+        &[("LOOM_SANDBOX_TOKEN", "s3cret".into())],
+    );
+    let dir = project(
+        r#"        - tool_calls:
+            - name: sandbox__write
+              arguments: {path: hello.sh, content: "echo remote $((6 * 7))\n"}
+            - name: sandbox__list
+              arguments: {path: ../}
+        - tool_calls:
+            - name: sandbox__exec
+              arguments: {command: "sh hello.sh"}
+        - text: "{{ tool_result }}""#,
+        &format!(
+            "    sandbox: {{backend: remote, url: \"http://{}\", token_env: RUNNER_TOKEN}}",
+            runner.address
+        ),
+    );
+    let run = |token: &str, id: &str| {
+        run_in_env(
+            &loom_bin(),
+            dir.path(),
+            &["run", "atelier", "go", "--run-id", id],
+            &[("RUNNER_TOKEN", token)],
+        )
+    };
+    let out = run("s3cret", "r1");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let results = outputs(&journal(dir.path(), "r1"));
+    let by_call = |id: &str| results.iter().find(|r| r.0 == id).unwrap().1.clone();
+    assert_eq!(by_call("fake_0_0")["data"]["bytes"], 23, "{results:?}");
+    let refused = by_call("fake_0_1")["blocks"][0]["text"].clone();
+    assert!(
+        refused
+            .as_str()
+            .unwrap()
+            .contains("refused by rule 'sandbox-inside-folder'"),
+        "{refused}"
+    );
+    let exec = &by_call("fake_1_0")["data"];
+    assert_eq!(exec["stdout"], "remote 42\n", "{exec}");
+    assert_eq!(exec["exit_code"], 0);
+    // The folder is on the runner's side.
+    let folder = runner_dir.path().join("folders/default/run-r1");
+    assert!(folder.join("hello.sh").is_file());
+    // A wrong token is refused by the runner, and the model reads why.
+    let out = run("wrong", "r2");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let results = outputs(&journal(dir.path(), "r2"));
+    let message = results[0].1["blocks"][0]["text"].as_str().unwrap();
+    assert!(message.contains("refused the bearer token"), "{message}");
+    runner.stop();
 }

@@ -224,7 +224,7 @@ pub struct Entry {
 
 /// An error of a sandbox operation.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
+#[serde(tag = "kind", content = "detail", rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum SandboxError {
     /// Refused by a rule of the sandbox; the message names it.
@@ -336,6 +336,15 @@ mod tests {
         };
         assert_eq!(forged.rule(), None);
         assert_eq!(SandboxError::NotFound("x".into()).rule(), None);
+        for error in [
+            SandboxError::NotFound("x".into()),
+            SandboxError::Unavailable("down".into()),
+            SandboxError::Invalid("bad".into()),
+            SandboxError::Io("disk".into()),
+        ] {
+            let json = serde_json::to_string(&error).unwrap();
+            assert_eq!(serde_json::from_str::<SandboxError>(&json).unwrap(), error);
+        }
     }
 
     #[test]

@@ -13,6 +13,8 @@
 //!   and `sandbox__exec` on any backend;
 //! - [`skill_tools`]: `skills__load`, `skills__read` and `skills__run` over an agent's skills,
 //!   whose scripts run only in its sandbox;
+//! - with the feature `remote`: [`remote::RemoteSandbox`], the same contract over HTTP, and
+//!   [`remote::router`], the runner it talks to (`loom sandbox serve`).
 //!
 //! **Architecture invariant:** an adapter depends on `loom-core` only among loom crates; the
 //! backend is a port, so a microVM backend would implement the same trait.
@@ -20,6 +22,8 @@
 mod exec;
 mod folder;
 mod local;
+#[cfg(feature = "remote")]
+pub mod remote;
 mod skills;
 mod tools;
 
