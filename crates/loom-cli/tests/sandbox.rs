@@ -209,10 +209,13 @@ fn a_skills_script_is_refused_without_a_sandbox() {
     );
 }
 
+/// A refused skill setup: its folders, the files written, the message expected.
+type Case<'a> = (&'a str, &'a [(&'a str, &'a str)], &'a str);
+
 #[test]
 fn skill_folders_are_refused_at_load_with_their_location() {
     let script = r#"        - text: "never""#;
-    let cases: [(&str, &[(&str, &str)], &str); 5] = [
+    let cases: [Case; 5] = [
         ("one", &[], "has no SKILL.md"),
         (
             "one",
