@@ -50,6 +50,7 @@ pub const CRATES: &[(&str, Layer)] = &[
     ("loom-journal", Layer::Adapter),
     ("loom-models", Layer::Adapter),
     ("loom-builtins", Layer::Adapter),
+    ("loom-sandbox", Layer::Adapter),
     ("loom-providers", Layer::Adapter),
     ("loom-mcp", Layer::Adapter),
     ("loom-sqlite", Layer::Adapter),

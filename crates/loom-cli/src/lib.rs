@@ -30,6 +30,7 @@ mod output;
 mod reload;
 mod render;
 mod retention;
+mod sandbox;
 mod sessions;
 mod worker;
 

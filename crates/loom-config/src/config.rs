@@ -11,6 +11,9 @@ mod refusals;
 mod sections;
 mod server;
 mod services;
+mod skills;
+
+pub use skills::{MAX_SKILL_FILES, Skill};
 mod state;
 mod storage;
 mod telemetry;
@@ -260,6 +263,8 @@ struct AgentMeta {
     system_file: Option<PathBuf>,
     /// System prompts of the agent's roles, in the order of `roles`.
     roles: Vec<RolePrompt>,
+    /// The agent's skills, loaded from their folders.
+    skills: Vec<skills::Skill>,
 }
 
 /// The system prompt of a role: template text, and its file when read from `system_file`.
@@ -378,6 +383,39 @@ impl Config {
     /// The agent called `name`.
     pub fn agent(&self, name: &str) -> Option<&AgentSpec> {
         self.agents.iter().find(|a| a.name == name)
+    }
+
+    /// The skills of agent `name`, loaded from their folders (none for an unknown agent).
+    pub fn skills(&self, name: &str) -> &[Skill] {
+        self.index_of(name)
+            .map(|i| self.meta[i].skills.as_slice())
+            .unwrap_or_default()
+    }
+
+    /// The root of the working folders of agent `name`'s local sandbox: its `sandbox.root`,
+    /// else `<journal directory>/.sandbox` (`jsonl`), `<database file>.sandbox` (`sqlite`), or
+    /// `.loom-sandbox` beside the config file.
+    pub fn sandbox_root(&self, name: &str) -> Option<PathBuf> {
+        let sandbox = self.agent(name)?.sandbox.as_ref()?;
+        if let Some(root) = &sandbox.root {
+            return Some(self.base_dir.join(root));
+        }
+        let events = self.events_path();
+        Some(match self.raw.storage.events.backend {
+            EventsBackend::Jsonl => events.map_or_else(
+                || self.base_dir.join(".loom-sandbox"),
+                |dir| dir.join(".sandbox"),
+            ),
+            EventsBackend::Sqlite => events.map_or_else(
+                || self.base_dir.join(".loom-sandbox"),
+                |file| {
+                    let mut name = file.into_os_string();
+                    name.push(".sandbox");
+                    PathBuf::from(name)
+                },
+            ),
+            EventsBackend::Memory | EventsBackend::Postgres => self.base_dir.join(".loom-sandbox"),
+        })
     }
 
     /// The model whose id is `id`.
@@ -819,6 +857,7 @@ fn build(
             system: String::new(),
             system_file: None,
             roles: Vec::new(),
+            skills: Vec::new(),
         });
     }
     for (i, spec) in raw.agents.iter().enumerate() {
@@ -829,6 +868,7 @@ fn build(
             system: String::new(),
             system_file: None,
             roles: Vec::new(),
+            skills: Vec::new(),
         });
     }
 

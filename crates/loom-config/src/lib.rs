@@ -57,8 +57,8 @@ use std::path::{Path, PathBuf};
 pub use access::{HostPattern, LOOPBACK_HOSTS, OriginPattern, PortPattern};
 pub use at_rest::{EncryptionStorage, RetentionStorage};
 pub use config::{
-    APPROVAL_POLICY, BUILTIN_TOOLS, COMPACTION_AGENT, Config, DEFAULT_TENANT, MCP_CONTROL_TOOLS,
-    UnknownTenant,
+    APPROVAL_POLICY, BUILTIN_TOOLS, COMPACTION_AGENT, Config, DEFAULT_TENANT, MAX_SKILL_FILES,
+    MCP_CONTROL_TOOLS, Skill, UnknownTenant,
 };
 pub use document::YamlDocument;
 pub use env_file::{EnvFile, EnvVars, LoadOptions};
@@ -88,6 +88,7 @@ pub use model::{
     CaptureExports, ExporterConfig, ExporterKind, OtlpProtocol, REDACTION_PATTERNS,
     RedactionConfig, RedactionPattern,
 };
+pub use model::{SandboxBackend, SandboxLimits, SandboxScope, SandboxSpec, SkillRef};
 pub use security::{ApiKeySpec, RateLimit, Scope, SecurityConfig, is_key_hash, parse_expiry};
 pub use sessions::{CompactionConfig, HistoryCaps, SessionsConfig, StateLimits};
 pub use state::{OnMissing, StateKey, StateSource};

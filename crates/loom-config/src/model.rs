@@ -8,6 +8,7 @@ mod agents;
 mod execution;
 mod mcp;
 mod models;
+mod sandbox;
 mod server;
 mod storage;
 mod telemetry;
@@ -22,6 +23,7 @@ pub use execution::{
 };
 pub use mcp::{CircuitBreaker, McpScope, McpServerSpec, McpTransport};
 pub use models::{ModelApi, ModelCapabilities, ModelSpec, Sdk};
+pub use sandbox::{SandboxBackend, SandboxLimits, SandboxScope, SandboxSpec, SkillRef};
 pub use server::{HttpServerConfig, McpAccessConfig, ServerConfig};
 pub use storage::{
     ArtifactsBackend, ArtifactsStorage, BusBackend, BusStorage, DEFAULT_POSTGRES_ROLE,

@@ -25,6 +25,7 @@ pub mod policy;
 pub mod ports;
 pub mod queue;
 pub mod redact;
+pub mod sandbox;
 pub mod search;
 pub mod state;
 pub mod tool;

@@ -93,6 +93,13 @@ pub use loom_engine::{
 };
 pub use loom_macros::tool;
 pub mod report;
+/// The sandbox runner behind `loom sandbox serve` and its client (feature `remote-sandbox`):
+/// the [`Sandbox`](loom_core::sandbox::Sandbox) contract over HTTP.
+#[cfg(feature = "remote-sandbox")]
+pub mod sandbox_runner {
+    pub use loom_core::sandbox::Limits;
+    pub use loom_sandbox::remote::{RemoteSandbox, router, serve};
+}
 pub use compaction::CompactionNote;
 pub use follow::FollowOptions;
 pub use loom::{

@@ -20,6 +20,7 @@
 
 mod guards;
 mod models;
+mod sandbox;
 mod state;
 mod tools;
 
@@ -282,7 +283,8 @@ impl Resolver<'_> {
                 format!("unknown model '{}'", spec.main.model),
             )
         })?;
-        if !spec.tools.is_empty() && !model.capabilities.tools {
+        let has_tools = !spec.tools.is_empty() || spec.sandbox.is_some() || !spec.skills.is_empty();
+        if has_tools && !model.capabilities.tools {
             return Err(self
                 .config
                 .error_at_agent(

@@ -43,3 +43,55 @@ pub fn unique(prefix: &str) -> String {
     let _ = getrandom::fill(&mut bytes);
     format!("{prefix}_{}", hex::encode(bytes))
 }
+
+/// Whether bubblewrap can create the namespaces of a sandbox on this machine (checked once per
+/// test binary by running `true` in one). When it cannot, prints `skipped <test>: …` and
+/// returns `false`; under `LOOM_REQUIRE_SERVICES=1` (`.ci/run`, which installs bubblewrap) it
+/// fails instead.
+pub fn namespaces(test: &str) -> bool {
+    static CHECK: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
+    let check = CHECK.get_or_init(|| {
+        let output = std::process::Command::new("bwrap")
+            .args([
+                "--unshare-all",
+                "--die-with-parent",
+                "--ro-bind",
+                "/usr",
+                "/usr",
+                "--symlink",
+                "usr/bin",
+                "/bin",
+                "--symlink",
+                "usr/lib",
+                "/lib",
+                "--symlink",
+                "usr/lib64",
+                "/lib64",
+                "--proc",
+                "/proc",
+                "--dev",
+                "/dev",
+                "/usr/bin/true",
+            ])
+            .output()
+            .map_err(|e| format!("cannot run bwrap: {e}"))?;
+        if output.status.success() {
+            Ok(())
+        } else {
+            Err(format!(
+                "bwrap cannot create namespaces: {}",
+                String::from_utf8_lossy(&output.stderr).trim()
+            ))
+        }
+    });
+    match check {
+        Ok(()) => true,
+        Err(why) if services_required() => {
+            panic!("{test} needs a sandbox: {why}, and {REQUIRE_SERVICES}=1 requires it")
+        }
+        Err(why) => {
+            eprintln!("skipped {test}: {why}");
+            false
+        }
+    }
+}

@@ -370,6 +370,28 @@ pub(super) enum Command {
         #[command(subcommand)]
         command: StorageCommand,
     },
+    /// The sandbox runner of agents declaring `sandbox: {backend: remote}`.
+    Sandbox {
+        #[command(subcommand)]
+        command: SandboxCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub(super) enum SandboxCommand {
+    /// Serve the sandbox contract over HTTP (`POST /v1/read|write|list|exec`, bearer token):
+    /// working folders under `--root`, commands in bubblewrap on this host.
+    Serve {
+        /// Address to listen on, e.g. `127.0.0.1:7070`.
+        #[arg(long)]
+        listen: String,
+        /// Root of the working folders.
+        #[arg(long)]
+        root: std::path::PathBuf,
+        /// The environment variable holding the bearer token clients must send.
+        #[arg(long, default_value = "LOOM_SANDBOX_TOKEN")]
+        token_env: String,
+    },
 }
 
 #[derive(Debug, Subcommand)]

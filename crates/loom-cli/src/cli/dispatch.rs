@@ -9,7 +9,7 @@ use loom_ia::{
 use crate::{App, FAILED, OK, REFUSED, output::out};
 
 use super::{
-    args::{Cli, Command, KeysCommand, QueueCommand, StorageCommand},
+    args::{Cli, Command, KeysCommand, QueueCommand, SandboxCommand, StorageCommand},
     exit::{fail, print_json},
     runs::{At, ReportOf, cancel, compact, decide, inspect, report, resume, run, steer, validate},
 };
@@ -32,6 +32,17 @@ pub(crate) async fn execute(cli: Cli, app: App, args: Vec<std::ffi::OsString>) -
                 REFUSED
             }
         };
+    }
+    if let Command::Sandbox {
+        command:
+            SandboxCommand::Serve {
+                listen,
+                root,
+                token_env,
+            },
+    } = &cli.command
+    {
+        return crate::sandbox::serve(listen, root, token_env).await;
     }
     if let Command::Keys {
         command:
@@ -138,7 +149,10 @@ pub(crate) async fn execute(cli: Cli, app: App, args: Vec<std::ffi::OsString>) -
         return fail(&error);
     }
     let outcome = match cli.command {
-        Command::Schema | Command::Keys { .. } | Command::Storage { .. } => Ok(OK),
+        Command::Schema
+        | Command::Keys { .. }
+        | Command::Storage { .. }
+        | Command::Sandbox { .. } => Ok(OK),
         Command::Validate => validate(&loom).await,
         Command::Run {
             agent,

@@ -27,11 +27,22 @@ pub(crate) fn loom(dir: &Path, args: &[&str]) -> std::process::Output {
 /// Runs `bin` (the stock `loom` or an example binary) in `dir` on its `loom.yaml` as [`loom`]
 /// does, the `relance` example's file of sent reminders kept in `dir` (`RELANCE_FILE`).
 pub(crate) fn run_in(bin: &Path, dir: &Path, args: &[&str]) -> std::process::Output {
+    run_in_env(bin, dir, args, &[])
+}
+
+/// [`run_in`] with more environment variables.
+pub(crate) fn run_in_env(
+    bin: &Path,
+    dir: &Path,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> std::process::Output {
     Command::new(bin)
         .current_dir(dir)
         .env_remove("LOOM_PROFILE")
         .env_remove("LOOM_LOG")
         .env("RELANCE_FILE", dir.join("relances.txt"))
+        .envs(env.iter().copied())
         .args(["--config", "loom.yaml"])
         .args(args)
         .output()

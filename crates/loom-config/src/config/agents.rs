@@ -101,6 +101,16 @@ pub(super) fn check_agent(config: &mut Config, i: usize) -> Result<(), ConfigErr
     // Checked on a copy, which receives what loading fills in (schema files, default names).
     let mut spec = config.agents[i].clone();
     let (role_prompts, warnings) = check_agent_spec(config, i, &mut spec)?;
+    let skills = {
+        let meta = &config.meta[i];
+        super::skills::load_skills(
+            &config.docs[meta.doc],
+            &config.base_dir,
+            &meta.prefix,
+            &spec,
+        )?
+    };
+    config.meta[i].skills = skills;
     config.agents[i] = spec;
     config.meta[i].roles = role_prompts;
     config.warnings.extend(warnings);
@@ -211,6 +221,7 @@ fn check_agent_spec(
         ));
     }
     check_http_exposure(config, doc, p, spec)?;
+    super::skills::check_sandbox(doc, p, spec)?;
     let mut prefixes: Vec<String> = Vec::new();
     for (t, tool) in spec.tools.iter_mut().enumerate() {
         let tp = p.key("tools").index(t);

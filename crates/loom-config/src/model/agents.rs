@@ -12,7 +12,7 @@ use crate::guards::{
 };
 use crate::state::StateKey;
 
-use super::{JsonObject, ToolRef};
+use super::{JsonObject, SandboxSpec, SkillRef, ToolRef};
 
 /// An agent: one file in `agents_dir`, or an entry of the root `agents` list.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -72,6 +72,14 @@ pub struct AgentSpec {
     /// runs of a session (limits in `sessions.state`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub state: BTreeMap<String, StateKey>,
+    /// A sandbox: the tools `sandbox__read`, `sandbox__write`, `sandbox__list` and
+    /// `sandbox__exec` on one working folder per run or session.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<SandboxSpec>,
+    /// Skills (folders holding a `SKILL.md`), loaded at start; the model sees their names and
+    /// descriptions and loads one on demand (`skills__load`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skills: Vec<SkillRef>,
 }
 
 /// An agent's `expose:` block: where it is published.
@@ -205,6 +213,8 @@ impl AgentSpec {
             budget: None,
             expose: Expose::default(),
             state: BTreeMap::new(),
+            sandbox: None,
+            skills: Vec::new(),
         }
     }
 }

@@ -49,6 +49,19 @@ impl Resolver<'_> {
                 bound.tools.push(tool);
             }
         }
+        for tool in self.sandbox_tools(spec)? {
+            if bound.tools.iter().any(|b| b.name() == tool.name()) {
+                return Err(LoomError::from(self.config.error_at_agent(
+                    &spec.name,
+                    "sandbox",
+                    format!(
+                        "the tool '{}' of the agent's sandbox or skills is also listed in tools",
+                        tool.name()
+                    ),
+                )));
+            }
+            bound.tools.push(tool);
+        }
         // The tenant's `tools_deny`: never offered, so a model asking for one gets the
         // unknown-tool error.
         if let Some(tenant) = self.config.tenant(self.tenant) {
