@@ -9,7 +9,8 @@
 //!   resolved path (symbolic links included) must stay inside the folder's root, and every
 //!   operation is made through the folder's directory handle, never leaving it;
 //! - `fetch_page` (feature `fetch`): GET an `http`/`https` page whose host, and every address
-//!   it resolves to, redirects included, is public; HTML comes back as readable markdown.
+//!   it resolves to, redirects included, is public; HTML comes back as readable markdown;
+//! - [`openapi`] (feature `openapi`): a tool source of the operations of an OpenAPI 3 document.
 //!
 //! Every refusal is a [`ToolError`] whose message names the rule
 //! that refused (`refused by rule 'inside-roots': ...`) and carries it as [`ToolError::rule`];
@@ -27,6 +28,8 @@ mod fetch;
 mod files;
 #[cfg(feature = "fetch")]
 mod markdown;
+#[cfg(feature = "openapi")]
+pub mod openapi;
 
 use loom_core::tool::ToolError;
 

@@ -77,7 +77,7 @@ pub use model::{
     HttpServerConfig, IdempotencyBackend, IdempotencyStorage, JsonObject, LlmSettings, LogFormat,
     LogLevel, LoggingConfig, LoomConfig, MainRole, McpAccessConfig, McpScope, McpServerSpec,
     McpTransport, ModelApi, ModelCapabilities, ModelSpec, Profile, Profiles, Sdk, ServerConfig,
-    StorageConfig, TelemetryConfig, ToolOverrides, ToolRef, ToolsExecution,
+    StorageConfig, TelemetryConfig, ToolOverrides, ToolRef, ToolSourceSpec, ToolsExecution,
 };
 pub use model::{
     BusBackend, BusStorage, DEFAULT_POSTGRES_ROLE, LimitsBackend, LimitsStorage, MigrateMode,
