@@ -213,15 +213,8 @@ fn options(
     for (tool, o) in &spec.tools {
         // `approval` is applied where an agent references the server (resolve/tools.rs),
         // with the agent's own declarations over it.
-        if o.output.is_some() {
-            return Err(config
-                .error_at_root(
-                    &at(&format!("tools.{tool}.output")),
-                    "an output contract on an MCP tool is not supported in this version; give \
-                     contracts to registered tools",
-                )
-                .into());
-        }
+        // `output` contracts are bound where an agent references the server
+        // (resolve/tools.rs), when a run opens it.
         let timeout = match o.timeout {
             Some(secs) => Some(Duration::try_from_secs_f64(secs).map_err(|_| {
                 LoomError::from(config.error_at_root(

@@ -242,16 +242,29 @@ impl Resolver<'_> {
                 _ => {}
             }
         }
+        // Output contracts, by the name the model sees: the origin's, then the agent's over
+        // them; applied when a run opens the source and binds its tools.
+        let prefix = reference.alias.as_deref().unwrap_or(server);
+        let mut contracts = std::collections::BTreeMap::new();
+        for (tool, declared) in origin_tools {
+            let name = format!("{prefix}__{tool}");
+            if let Some(contract) =
+                tool_contract(&name, declared.output.as_ref()).map_err(|(key, message)| {
+                    LoomError::from(
+                        self.config
+                            .error_at_root(&format!("{origin_key}.tools.{tool}.{key}"), message),
+                    )
+                })?
+            {
+                contracts.insert(name, contract);
+            }
+        }
         for (tool, overrides) in &reference.tools {
-            if overrides.output.is_some() {
-                // Tools of a source are bound when a run opens it, without contracts.
-                return Err(at(
-                    &format!("tools.{tool}.output"),
-                    format!(
-                        "an output contract on the MCP tool '{server}__{tool}' is not \
-                         supported in this version; give contracts to registered tools"
-                    ),
-                ));
+            let name = format!("{prefix}__{tool}");
+            if let Some(contract) = tool_contract(&name, overrides.output.as_ref())
+                .map_err(|(key, message)| at(&format!("tools.{tool}.{key}"), message))?
+            {
+                contracts.insert(name, contract);
             }
             match overrides.approval {
                 Some(Approval::Policy) if !self.may_pause(spec, policies) => {
@@ -298,6 +311,7 @@ impl Resolver<'_> {
         Ok(BoundSource {
             source: Arc::new(agent_source),
             required: reference.required,
+            contracts,
         })
     }
 
@@ -313,7 +327,8 @@ impl Resolver<'_> {
     ) -> Result<Option<BoundTool>, LoomError> {
         let at = |key: &str, message: String| self.at_tool(spec, index, key, message);
         let tool_name = reference.tool.clone().unwrap_or_default();
-        let contract = tool_contract(&tool_name, reference).map_err(|(key, m)| at(key, m))?;
+        let contract =
+            tool_contract(&tool_name, reference.output.as_ref()).map_err(|(key, m)| at(key, m))?;
         let timeout = match reference.timeout {
             Some(secs) => Some(
                 seconds(secs)
@@ -449,9 +464,9 @@ fn yaml_only(reference: &ToolRef) -> ToolDeclarations {
 /// The tool's output contract (`output:` on its reference), refused with the key at fault.
 fn tool_contract(
     tool_name: &str,
-    reference: &ToolRef,
+    output: Option<&loom_config::OutputContract>,
 ) -> Result<Option<Contract>, (&'static str, String)> {
-    let Some(output) = &reference.output else {
+    let Some(output) = output else {
         return Ok(None);
     };
     if output.on_failure != loom_config::OnFailure::Fail {
