@@ -258,10 +258,10 @@ fn an_agent_naming_an_undeclared_source_is_refused_at_load() {
         CONFIG.replace("      - source: catalog", "      - source: stock"),
     )
     .unwrap();
-    let text = Loom::from_config(dir.path().join("loom.yaml"))
-        .err()
-        .expect("refused")
-        .to_string();
+    let text = match Loom::from_config(dir.path().join("loom.yaml")) {
+        Ok(_) => panic!("an undeclared source is refused"),
+        Err(error) => error.to_string(),
+    };
     assert!(
         text.contains("unknown tool source 'stock' (declared sources: catalog)"),
         "{text}"
