@@ -12,7 +12,8 @@
 //!   SQLite file or a PostgreSQL database, checked by a parser-based guard and run on a
 //!   read-only connection;
 //! - `fetch_page` (feature `fetch`): GET an `http`/`https` page whose host, and every address
-//!   it resolves to, redirects included, is public; HTML comes back as readable markdown.
+//!   it resolves to, redirects included, is public; HTML comes back as readable markdown;
+//! - [`openapi`] (feature `openapi`): a tool source of the operations of an OpenAPI 3 document.
 //!
 //! Every refusal is a [`ToolError`] whose message names the rule
 //! that refused (`refused by rule 'inside-roots': ...`) and carries it as [`ToolError::rule`];
@@ -30,6 +31,8 @@ mod fetch;
 mod files;
 #[cfg(feature = "fetch")]
 mod markdown;
+#[cfg(feature = "openapi")]
+pub mod openapi;
 #[cfg(feature = "sql")]
 mod sql;
 

@@ -1546,7 +1546,7 @@ fn a_tool_output_contract_failing_gives_an_error_result_never_repaired() {
 }
 
 #[test]
-fn an_output_contract_on_an_mcp_tool_is_refused_not_ignored() {
+fn an_unsupported_on_failure_on_an_mcp_tools_contract_is_refused_not_ignored() {
     let dir = copy_example("garde");
     let config = fs::read_to_string(dir.path().join("loom.yaml")).unwrap();
     fs::write(
@@ -1560,14 +1560,14 @@ fn an_output_contract_on_an_mcp_tool_is_refused_not_ignored() {
         dir.path(),
         "agents/devis.yaml",
         "    side_effects: none\n",
-        "    side_effects: none\n  - mcp: notes\n    tools:\n      lire: {output: {max_chars: 200}}\n",
+        "    side_effects: none\n  - mcp: notes\n    tools:\n      lire: {output: {max_chars: 200, on_failure: unverified}}\n",
     );
     let out = garde(dir.path(), &["validate"]);
     exits(&out, 2);
     assert!(
         text(&out.stderr).contains(
-            "agents/devis.yaml:12:22 tools[1].tools.lire.output: an output contract on the MCP \
-             tool 'notes__lire' is not supported in this version"
+            "tools[1].tools.lire.output.on_failure: tool 'notes__lire': on_failure 'unverified' \
+             is not supported for a tool's output contract"
         ),
         "{}",
         text(&out.stderr)

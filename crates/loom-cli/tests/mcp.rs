@@ -285,10 +285,10 @@ fn a_large_mcp_result_is_offloaded_with_a_preview() {
 }
 
 /// `offload_over` declared on the server (`mcp_servers[].tools`) applies to every agent that
-/// uses the server; an output contract there is refused (contracts on MCP tools are not
-/// supported), never silently dropped.
+/// uses the server; so does an output contract there: a result that breaks it becomes an error
+/// result the model reads (`guard.checked` failed), and the agent's own contract replaces it.
 #[test]
-fn server_declarations_of_mcp_tools_are_applied_or_refused() {
+fn server_declarations_of_mcp_tools_are_applied() {
     if !python_mcp() {
         return;
     }
@@ -307,14 +307,47 @@ fn server_declarations_of_mcp_tools_are_applied_or_refused() {
         "      search_notes: {offload_over: 30}\n",
         "      search_notes: {output: {max_chars: 1}}\n",
     );
-    let out = run_in(dir.path(), &["validate"]);
-    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stdout));
+    let out = run_in(
+        dir.path(),
+        &["run", "suivi", "Note pour Martin.", "--run-id", "c1"],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(
-        text(&out.stderr).contains(
-            "mcp_servers[0].tools.search_notes.output: an output contract on an MCP tool is not supported"
-        ),
+        text(&out.stdout).contains("was refused by its output contract"),
         "{}",
-        text(&out.stderr)
+        text(&out.stdout)
+    );
+    let checks = |run: &str| -> Vec<(Value, Value)> {
+        journal(dir.path(), run)
+            .iter()
+            .filter(|e| e["type"] == "guard.checked")
+            .map(|e| {
+                (
+                    e["payload"]["target"].clone(),
+                    e["payload"]["outcome"].clone(),
+                )
+            })
+            .collect()
+    };
+    assert_eq!(
+        checks("c1"),
+        [(json!("tool:notes__search_notes"), json!("failed"))]
+    );
+    // The agent's own contract on the tool replaces the server's.
+    rewrite(
+        dir.path(),
+        "agents/suivi.yaml",
+        "  - mcp: notes\n",
+        "  - mcp: notes\n    tools:\n      search_notes: {output: {max_chars: 5000}}\n",
+    );
+    let out = run_in(
+        dir.path(),
+        &["run", "suivi", "Note pour Martin.", "--run-id", "c2"],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(
+        checks("c2"),
+        [(json!("tool:notes__search_notes"), json!("passed"))]
     );
 }
 
@@ -841,6 +874,67 @@ fn an_approved_mcp_image_call_completes_with_its_artifact() {
     assert_eq!(
         done["text"],
         format!("Image : {}", image["uri"].as_str().unwrap())
+    );
+}
+
+/// `approval` declared on the server (`mcp_servers[].tools`) is honoured like an agent tool's:
+/// the call waits for a human and runs once approved; an agent's own declaration of the tool
+/// overrides it.
+#[test]
+fn an_approval_declared_on_the_server_waits_for_a_human_unless_the_agent_overrides_it() {
+    if !python_mcp() {
+        return;
+    }
+    let script = r#"        - tool_calls:
+            - name: py__image
+              arguments: {}
+        - text: "Image : {{ tool_result }}""#;
+    let dir = py_server_project(script, "");
+    rewrite(
+        dir.path(),
+        "loom.yaml",
+        "storage:\n",
+        "    tools:\n      image: {approval: always}\nstorage:\n",
+    );
+    let out = run_in(dir.path(), &["run", "a", "go", "--run-id", "s1", "--json"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let paused: Value = serde_json::from_str(&text(&out.stdout)).unwrap();
+    assert_eq!(paused["status"], "paused");
+    let events = journal(dir.path(), "s1");
+    let types: Vec<&str> = events.iter().filter_map(|e| e["type"].as_str()).collect();
+    assert!(types.contains(&"approval.requested"), "{types:?}");
+    assert!(!types.contains(&"tool.completed"), "{types:?}");
+    let opened = events
+        .iter()
+        .find(|e| e["type"] == "tool.source_opened")
+        .unwrap();
+    let image = opened["payload"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "py__image")
+        .unwrap();
+    assert_eq!(image["approval"], "always");
+    let out = run_in(dir.path(), &["approve", "s1", "--json"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let done: Value = serde_json::from_str(&text(&out.stdout)).unwrap();
+    assert_eq!(done["status"], "completed");
+
+    rewrite(
+        dir.path(),
+        "loom.yaml",
+        "      - mcp: py\n",
+        "      - mcp: py\n        tools:\n          image: {approval: never}\n",
+    );
+    let out = run_in(dir.path(), &["run", "a", "go", "--run-id", "s2", "--json"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let types: Vec<String> = journal(dir.path(), "s2")
+        .iter()
+        .filter_map(|e| e["type"].as_str().map(str::to_owned))
+        .collect();
+    assert!(
+        !types.iter().any(|t| t == "approval.requested"),
+        "{types:?}"
     );
 }
 

@@ -101,14 +101,15 @@ const CASES: &[(&str, &str, &str)] = &[
          it becomes an error result the model reads); use on_failure: fail",
     ),
     (
-        "an MCP tool's contract",
+        "an MCP tool's contract's on_failure",
         "tools:
   - mcp: notes
     tools:
-      find: {output: {max_chars: 10}}
+      find: {output: {max_chars: 10, on_failure: unverified}}
 ",
-        "agents/a.yaml:9:22 tools[0].tools.find.output: an output contract on the MCP tool \
-         'notes__find' is not supported in this version; give contracts to registered tools",
+        "agents/a.yaml:9:50 tools[0].tools.find.output.on_failure: tool 'notes__find': \
+         on_failure 'unverified' is not supported for a tool's output contract in this version \
+         (a result that breaks it becomes an error result the model reads); use on_failure: fail",
     ),
     (
         "local_files overwrite rights",

@@ -30,7 +30,7 @@ use agents::{agent_files, check_agent, read_system_prompt};
 use profile::{apply_profile, select_profile};
 use refusals::{not_yet, not_yet_value};
 use sections::{check_models, check_sections, check_version};
-use tools::{check_mcp_servers, check_tool_ref};
+use tools::{check_mcp_servers, check_tool_ref, check_tool_sources};
 
 use std::path::{Path, PathBuf};
 
@@ -42,6 +42,7 @@ use crate::files::{self, FileProblem};
 use crate::guards::Budgets;
 use crate::model::{
     AgentSpec, ArtifactsBackend, EventsBackend, LoomConfig, McpServerSpec, ModelSpec, Profile,
+    ToolSourceSpec,
 };
 use crate::prompt;
 use crate::tenant::TenantSpec;
@@ -507,6 +508,15 @@ impl Config {
         self.raw.mcp_servers.iter().find(|m| m.name == name)
     }
 
+    /// The tool source called `name`, with its index in `tool_sources`.
+    pub fn tool_source(&self, name: &str) -> Option<(usize, &ToolSourceSpec)> {
+        self.raw
+            .tool_sources
+            .iter()
+            .enumerate()
+            .find(|(_, s)| s.name == name)
+    }
+
     /// The raw system prompt template of `agent` (file content or inline text).
     pub fn system_prompt(&self, agent: &str) -> Option<&str> {
         self.index_of(agent).map(|i| self.meta[i].system.as_str())
@@ -818,6 +828,7 @@ fn build(
     check_sections(&doc, &raw)?;
     at_rest::check(&doc, &raw)?;
     check_mcp_servers(&doc, &mut raw, &origin.base_dir)?;
+    check_tool_sources(&doc, &mut raw, &origin.base_dir)?;
     delegation::check_budgets(&doc, &KeyPath::root().key("budgets"), &raw.budgets)?;
 
     let base = origin.base_dir.clone();

@@ -78,7 +78,7 @@ pub use model::{
     LogLevel, LoggingConfig, LoomConfig, MainRole, McpAccessConfig, McpScope, McpServerSpec,
     McpTransport, ModelApi, ModelCapabilities, ModelSpec, Profile, Profiles, Sdk, ServerConfig,
     SqlBackend, SqlDatabaseSpec, SqlTableSpec, StorageConfig, TelemetryConfig, ToolOverrides,
-    ToolRef, ToolsExecution,
+    ToolRef, ToolSourceSpec, ToolsExecution,
 };
 pub use model::{
     BusBackend, BusStorage, DEFAULT_POSTGRES_ROLE, LimitsBackend, LimitsStorage, MigrateMode,

@@ -10,6 +10,7 @@ mod mcp;
 mod models;
 mod sandbox;
 mod server;
+mod sources;
 mod storage;
 mod telemetry;
 mod tools;
@@ -25,6 +26,7 @@ pub use mcp::{CircuitBreaker, McpScope, McpServerSpec, McpTransport};
 pub use models::{ModelApi, ModelCapabilities, ModelSpec, Sdk};
 pub use sandbox::{SandboxBackend, SandboxLimits, SandboxScope, SandboxSpec, SkillRef};
 pub use server::{HttpServerConfig, McpAccessConfig, ServerConfig};
+pub use sources::ToolSourceSpec;
 pub use storage::{
     ArtifactsBackend, ArtifactsStorage, BusBackend, BusStorage, DEFAULT_POSTGRES_ROLE,
     EventsBackend, EventsStorage, IdempotencyBackend, IdempotencyStorage, LimitsBackend,
@@ -83,6 +85,9 @@ pub struct LoomConfig {
     /// Declared MCP servers, referenced by name from agents (`tools: [{mcp: <name>}]`).
     #[serde(default)]
     pub mcp_servers: Vec<McpServerSpec>,
+    /// Declared tool sources, referenced by name from agents (`tools: [{source: <name>}]`).
+    #[serde(default)]
+    pub tool_sources: Vec<ToolSourceSpec>,
     /// Inline agents, in addition to those read from `agents_dir`.
     #[serde(default)]
     pub agents: Vec<AgentSpec>,
@@ -127,6 +132,7 @@ impl Default for LoomConfig {
             prompts_dir: default_prompts_dir(),
             models: Vec::new(),
             mcp_servers: Vec::new(),
+            tool_sources: Vec::new(),
             agents: Vec::new(),
             storage: StorageConfig::default(),
             execution: ExecutionConfig::default(),

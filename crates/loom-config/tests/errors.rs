@@ -23,13 +23,69 @@ main:
 
 #[test]
 fn unknown_root_key() {
-    let root = "version: 1\ntool_sources: []\n";
+    let root = "version: 1\ntool_source: []\n";
     assert_eq!(
         refused(root, &[]),
-        "loom.yaml:2:1 tool_sources: unknown key 'tool_sources' (expected one of: version, \
-         profile, profiles, env_file, agents_dir, prompts_dir, models, mcp_servers, agents, storage, execution, \
-         budgets, sessions, telemetry, tenants, server, security, triggers) — this part of the Loom-IA format is not implemented in this version yet"
+        "loom.yaml:2:1 tool_source: unknown key 'tool_source' (expected one of: version, \
+         profile, profiles, env_file, agents_dir, prompts_dir, models, mcp_servers, tool_sources, \
+         agents, storage, execution, budgets, sessions, telemetry, tenants, server, security, \
+         triggers)"
     );
+}
+
+#[test]
+fn tool_sources_are_checked_and_referenced_by_declared_name() {
+    let mcp = "mcp_servers:\n  - {name: shop, transport: stdio, command: x}\n";
+    let cases = [
+        (
+            format!(
+                "{MODELS}tool_sources:\n  - {{name: shop, kind: k}}\n  - {{name: shop, kind: k}}\n"
+            ),
+            "tool_sources[1].name: duplicate tool source name 'shop'",
+        ),
+        (
+            format!("{MODELS}{mcp}tool_sources:\n  - {{name: shop, kind: k}}\n"),
+            "tool_sources[0].name: 'shop' is already the name of an MCP server: the \
+             prefix 'shop__' would be ambiguous",
+        ),
+        (
+            format!("{MODELS}tool_sources:\n  - {{name: a__b, kind: k}}\n"),
+            "tool_sources[0].name: invalid tool source name 'a__b' (letters, digits, \
+             '-', single '_' between them; at most 40)",
+        ),
+        (
+            format!("{MODELS}tool_sources:\n  - {{name: shop, kind: ' '}}\n"),
+            "tool_sources[0].kind: must not be empty",
+        ),
+    ];
+    for (root, expected) in &cases {
+        let shown = refused(root, &[]);
+        assert!(shown.starts_with("loom.yaml:"), "{shown}");
+        assert!(shown.contains(expected), "{shown}");
+    }
+    let root = format!("{MODELS}tool_sources:\n  - {{name: shop, kind: k}}\n");
+    let agent = "name: devis\nmain: {model: fake-1}\ntools:\n  - source: stock\n";
+    assert!(
+        refused(&root, &[("agents/devis.yaml", agent)])
+            .contains("tools[0].source: unknown tool source 'stock' (declared sources: shop)")
+    );
+    let agent = "name: devis\nmain: {model: fake-1}\ntools:\n  - source: shop\n    timeout: 3\n";
+    assert!(refused(&root, &[("agents/devis.yaml", agent)]).contains(
+        "tools[0].timeout: 'timeout' applies to one tool: set it per tool under 'tools'"
+    ));
+    let agent = "name: devis\nmain: {model: fake-1}\ntools:\n  - source: shop\n    mcp: shop\n";
+    assert!(
+        refused(&root, &[("agents/devis.yaml", agent)])
+            .contains("a tool reference needs exactly one of 'tool', 'mcp' and 'source'")
+    );
+    // `entry_point`, the reference's name of the key, is read as `kind`.
+    let root =
+        format!("{MODELS}tool_sources:\n  - {{name: shop, entry_point: k, params: {{a: 1}}}}\n");
+    let agent = "name: devis\nmain: {model: fake-1}\ntools:\n  - source: shop\n";
+    let config = load_str(&root, &[("agents/devis.yaml", agent)], None, &no_env).unwrap();
+    let (index, source) = config.tool_source("shop").unwrap();
+    assert_eq!((index, source.kind.as_str()), (0, "k"));
+    assert_eq!(source.params["a"], 1);
 }
 
 #[test]
@@ -69,7 +125,7 @@ tools:
     assert_eq!(
         refused(MODELS, &[("agents/devis.yaml", agent)]),
         "agents/devis.yaml:7:5 tools[1].retries: unknown key 'retries' (expected one of: \
-         python, tool, mcp, alias, include, exclude, required, tools, description, timeout, \
+         python, tool, mcp, source, alias, include, exclude, required, tools, description, timeout, \
          side_effects, approval, idempotent, offload_over, folders, database, tables, max_rows, allow_private, max_bytes, output)"
     );
 }
@@ -1168,7 +1224,7 @@ fn judge_on_a_tool_is_explained() {
     );
     assert_eq!(
         guard_refusal("", &agent),
-        "agents/a.yaml:6:5 tools[0].judge: unknown key 'judge' (expected one of: python, tool, mcp, \
+        "agents/a.yaml:6:5 tools[0].judge: unknown key 'judge' (expected one of: python, tool, mcp, source, \
          alias, include, exclude, required, tools, description, timeout, side_effects, approval, \
          idempotent, offload_over, folders, database, tables, max_rows, allow_private, max_bytes, output) — a tool's results \
          are not judged: judges apply to an agent's answer or a role's; give the tool an 'output' \

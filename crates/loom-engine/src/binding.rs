@@ -249,4 +249,7 @@ pub struct BoundSource {
     pub source: Arc<dyn ToolSource>,
     /// Whether the run fails when the source is unavailable.
     pub required: bool,
+    /// The contracts the results of some of its tools must meet, by the name the model sees
+    /// (an MCP tool's `output`, declared in the configuration).
+    pub contracts: std::collections::BTreeMap<String, contract::Contract>,
 }

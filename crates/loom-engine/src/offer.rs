@@ -115,8 +115,13 @@ impl Offer {
                         }
                         let declarations = tool.spec().declarations.clone();
                         let description = tool.spec().description.clone();
+                        let contract = bound.contracts.get(&tool.spec().name).cloned();
                         match BoundTool::new(tool, declarations, description) {
                             Ok(bound_tool) => {
+                                let bound_tool = match contract {
+                                    Some(contract) => bound_tool.with_contract(contract),
+                                    None => bound_tool,
+                                };
                                 offered.push(offered_tool(&bound_tool));
                                 self.tools.push(bound_tool);
                             }

@@ -955,10 +955,12 @@ async fn source_tools_are_offered_and_an_unavailable_source_is_journaled() {
         loom_engine::BoundSource {
             source: up.clone(),
             required: false,
+            contracts: Default::default(),
         },
         loom_engine::BoundSource {
             source: down.clone(),
             required: false,
+            contracts: Default::default(),
         },
     ];
     let (run, state) = run(&engine, &agent, begin("x")).await;
@@ -1014,6 +1016,7 @@ async fn a_required_source_that_is_down_fails_the_run() {
     agent.sources = vec![loom_engine::BoundSource {
         source: Arc::new(FakeSource::down("crm", "connection refused", false)),
         required: true,
+        contracts: Default::default(),
     }];
     let (run, state) = run(&engine, &agent, begin("x")).await;
     assert_eq!(state.status, RunStatus::Failed);

@@ -375,6 +375,7 @@ async fn a_run_taken_over_claims_once_then_steps_into_the_interrupted_call() {
             opening: Duration::from_millis(900),
         }),
         required: false,
+        contracts: Default::default(),
     }];
     let state = drive(&engine, &c.run, &c.agent).await;
     assert_eq!(state.status, RunStatus::Completed);

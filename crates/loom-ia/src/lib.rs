@@ -53,6 +53,8 @@ mod postgres;
 mod progress;
 mod queue;
 
+#[cfg(feature = "openapi")]
+mod openapi_source;
 pub mod query;
 pub mod query_string;
 pub mod quota;
@@ -70,6 +72,7 @@ mod sessions;
 mod sources;
 mod telemetry;
 pub mod testing;
+mod tool_sources;
 mod trigger;
 
 pub use budget::{Period, TenantBudget};
@@ -84,6 +87,7 @@ pub use loom_core::{
     self as core, Event, Message, RunState, RunStatus, Usage,
     approval::{Approver, Decision, PendingApproval},
     policy,
+    ports::{SourceContext, SourceError, ToolSource},
     tool::{FnTool, IntoToolOutput, Json, Tool, ToolContext, ToolError, ToolOutput, Views},
 };
 pub use loom_engine::{
@@ -92,6 +96,7 @@ pub use loom_engine::{
     replay::{Divergence, Miss, ReplayCounts, VariantCounts},
 };
 pub use loom_macros::tool;
+pub use tool_sources::{SourceFactory, SourceFactoryError, SourceRequest, SourceSecrets};
 pub mod report;
 /// The sandbox runner behind `loom sandbox serve` and its client (feature `remote-sandbox`):
 /// the [`Sandbox`](loom_core::sandbox::Sandbox) contract over HTTP.

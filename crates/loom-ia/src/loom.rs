@@ -348,6 +348,8 @@ struct Inner {
     engine: Engine,
     models: crate::resolve::Models,
     sources: BTreeMap<String, Arc<dyn ToolSource>>,
+    /// `tool_sources`: their factories and the sources built per tenant.
+    tool_sources: Arc<crate::tool_sources::ToolSources>,
     tools: RwLock<BTreeMap<String, Arc<dyn Tool>>>,
     policies: RwLock<BTreeMap<String, Arc<dyn Policy>>>,
     conditions: RwLock<BTreeMap<String, Arc<dyn JudgeCondition>>>,
@@ -564,7 +566,8 @@ impl Loom {
     ) -> Result<Loom, LoomError> {
         let models = crate::resolve::models(&config)?;
         let sources = mcp_servers(&config)?;
-        crate::resolve::check_at_open(&config, &models, &sources)?;
+        let tool_sources = Arc::new(crate::tool_sources::ToolSources::default());
+        crate::resolve::check_at_open(&config, &models, &sources, &tool_sources)?;
         let trigger_secrets = crate::trigger::secrets(&config)?;
         let telemetry = crate::telemetry::telemetry(&config)?;
         let mut artifacts: Arc<dyn ArtifactStore> = match (artifacts, config.artifacts_path()) {
@@ -622,6 +625,7 @@ impl Loom {
                 engine,
                 models,
                 sources,
+                tool_sources,
                 tools: RwLock::new(BTreeMap::new()),
                 policies: RwLock::new(BTreeMap::new()),
                 conditions: RwLock::new(BTreeMap::new()),

@@ -18,7 +18,7 @@ use loom_config::{Config, McpScope, McpServerSpec, McpTransport};
 use loom_core::{
     BoxFuture,
     ports::{SourceContext, SourceError, ToolSource},
-    tool::{Approval, Tool},
+    tool::Tool,
 };
 use loom_mcp::{CircuitSettings, McpServer, McpServerOptions, Scope, ToolOverrides, Transport};
 
@@ -211,24 +211,10 @@ fn options(
     };
     let mut overrides = BTreeMap::new();
     for (tool, o) in &spec.tools {
-        if o.approval.is_some_and(|a| a != Approval::Never) {
-            return Err(config
-                .error_at_root(
-                    &at(&format!("tools.{tool}.approval")),
-                    "approval is declared per agent, not per server: set it in the agent's \
-                     tools[].tools.<name>.approval",
-                )
-                .into());
-        }
-        if o.output.is_some() {
-            return Err(config
-                .error_at_root(
-                    &at(&format!("tools.{tool}.output")),
-                    "an output contract on an MCP tool is not supported in this version; give \
-                     contracts to registered tools",
-                )
-                .into());
-        }
+        // `approval` is applied where an agent references the server (resolve/tools.rs),
+        // with the agent's own declarations over it.
+        // `output` contracts are bound where an agent references the server
+        // (resolve/tools.rs), when a run opens it.
         let timeout = match o.timeout {
             Some(secs) => Some(Duration::try_from_secs_f64(secs).map_err(|_| {
                 LoomError::from(config.error_at_root(

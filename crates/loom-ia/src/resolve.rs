@@ -48,6 +48,8 @@ pub(crate) struct Registry {
     pub(crate) policies: BTreeMap<String, Arc<dyn Policy>>,
     /// Judge conditions (`when.condition` names).
     pub(crate) conditions: BTreeMap<String, Arc<dyn JudgeCondition>>,
+    /// Tool source factories, and the sources built (`tool_sources`).
+    pub(crate) tool_sources: Arc<crate::tool_sources::ToolSources>,
 }
 
 /// When an agent is resolved, hence what may be missing yet.
@@ -188,8 +190,12 @@ pub(crate) fn check_at_open(
     config: &Config,
     models: &Models,
     sources: &BTreeMap<String, Arc<dyn ToolSource>>,
+    tool_sources: &Arc<crate::tool_sources::ToolSources>,
 ) -> Result<(), LoomError> {
-    let registry = Registry::default();
+    let registry = Registry {
+        tool_sources: tool_sources.clone(),
+        ..Registry::default()
+    };
     let declared = &config.raw().tenants;
     for spec in config.agents() {
         // As each declared tenant that may run it sees it; an agent no tenant may run (or

@@ -157,6 +157,13 @@ pub(crate) struct Declared {
     spec: ToolSpec,
 }
 
+impl Declared {
+    /// `inner` offered under `spec` (its name and declarations).
+    pub(crate) fn new(inner: Arc<dyn Tool>, spec: ToolSpec) -> Declared {
+        Declared { inner, spec }
+    }
+}
+
 impl Tool for Declared {
     fn spec(&self) -> &ToolSpec {
         &self.spec

@@ -242,12 +242,6 @@ impl SqliteStore {
         }
     }
 
-    /// The append writer (read by tests).
-    #[cfg(test)]
-    pub(crate) fn writer(&self) -> &Writer {
-        &self.inner.writer
-    }
-
     /// The connection pool, created at first use (it needs the tokio runtime).
     pub(crate) fn pool(&self) -> &SqlitePool {
         self.inner.pool.get_or_init(|| {
@@ -827,6 +821,13 @@ async fn use_wal(conn: &mut SqliteConnection, path: &Path) -> Result<(), StoreEr
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    impl SqliteStore {
+        /// The append writer.
+        pub(crate) fn writer(&self) -> &Writer {
+            &self.inner.writer
+        }
+    }
 
     async fn pragma(conn: &mut SqliteConnection, sql: &'static str) -> String {
         let row = sqlx::query(sql).fetch_one(&mut *conn).await.unwrap();

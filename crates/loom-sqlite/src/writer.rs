@@ -115,12 +115,6 @@ impl Writer {
         }
     }
 
-    /// Groups committed so far.
-    #[cfg(test)]
-    pub(crate) fn groups(&self) -> u64 {
-        self.groups.load(std::sync::atomic::Ordering::Relaxed)
-    }
-
     fn queue_lock(&self) -> std::sync::MutexGuard<'_, Vec<Pending>> {
         // The queue is only pushed to and swapped: a panic elsewhere cannot leave it half-done.
         self.queue
@@ -397,6 +391,13 @@ mod tests {
     use loom_testkit::conformance::{event, events, seqs};
 
     use crate::SqliteStore;
+
+    impl super::Writer {
+        /// Groups committed so far.
+        fn groups(&self) -> u64 {
+            self.groups.load(std::sync::atomic::Ordering::Relaxed)
+        }
+    }
 
     /// Appends of many sessions at once share transactions, each batch gets its own journal's
     /// seqs, and every one reads back.

@@ -567,6 +567,20 @@ impl Config {
                 ));
             }
         }
+        for (s, source) in self.raw.tool_sources.iter().enumerate() {
+            // The convention of the built-in kinds: the secret a source sends is named at
+            // `params.auth.secret`.
+            if let Some(serde_json::Value::String(name)) = source
+                .params
+                .get("auth")
+                .and_then(|auth| auth.get("secret"))
+            {
+                names.push((
+                    name.clone(),
+                    format!("tool_sources[{s}].params.auth.secret"),
+                ));
+            }
+        }
         if let Some(encryption) = &self.raw.storage.encryption {
             for (k, name) in encryption.keys.iter().enumerate() {
                 names.push((name.clone(), format!("storage.encryption.keys[{k}]")));

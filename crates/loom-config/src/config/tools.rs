@@ -192,12 +192,41 @@ fn check_tool_ref_shape(
     if tool.offload_over == Some(0) {
         return Err(invalid(&tp.key("offload_over"), NOT_POSITIVE.into()));
     }
-    match (&tool.tool, &tool.mcp) {
-        (Some(_), Some(_)) | (None, None) => Err(invalid(
+    let given = [
+        tool.tool.is_some(),
+        tool.mcp.is_some(),
+        tool.source.is_some(),
+    ];
+    if given.iter().filter(|g| **g).count() != 1 {
+        return Err(invalid(
             tp,
-            "a tool reference needs exactly one of 'tool' and 'mcp'".into(),
-        )),
-        (Some(name), None) => {
+            "a tool reference needs exactly one of 'tool', 'mcp' and 'source'".into(),
+        ));
+    }
+    match (&tool.tool, &tool.mcp, &tool.source) {
+        (None, Some(server), _) => {
+            if config.mcp_server(server).is_none() {
+                let declared = names(config.raw.mcp_servers.iter().map(|m| m.name.as_str()));
+                return Err(doc.error(
+                    &tp.key("mcp"),
+                    ConfigErrorKind::Reference,
+                    format!("unknown MCP server '{server}' (declared servers: {declared})"),
+                ));
+            }
+            check_many(doc, tp, tool, server, prefixes)
+        }
+        (None, None, Some(source)) => {
+            if config.tool_source(source).is_none() {
+                let declared = names(config.raw.tool_sources.iter().map(|s| s.name.as_str()));
+                return Err(doc.error(
+                    &tp.key("source"),
+                    ConfigErrorKind::Reference,
+                    format!("unknown tool source '{source}' (declared sources: {declared})"),
+                ));
+            }
+            check_many(doc, tp, tool, source, prefixes)
+        }
+        (Some(name), _, _) => {
             if name.trim().is_empty() {
                 return Err(invalid(&tp.key("tool"), "must not be empty".into()));
             }
@@ -211,7 +240,7 @@ fn check_tool_ref_shape(
                 if present {
                     return Err(invalid(
                         &tp.key(key),
-                        format!("'{key}' applies to an 'mcp' reference"),
+                        format!("'{key}' applies to an 'mcp' or 'source' reference"),
                     ));
                 }
             }
@@ -295,74 +324,123 @@ fn check_tool_ref_shape(
             }
             Ok(())
         }
-        (None, Some(server)) => {
-            if config.mcp_server(server).is_none() {
-                let declared: Vec<&str> = config
-                    .raw
-                    .mcp_servers
-                    .iter()
-                    .map(|m| m.name.as_str())
-                    .collect();
-                let declared = if declared.is_empty() {
-                    "none".to_owned()
-                } else {
-                    declared.join(", ")
-                };
-                return Err(doc.error(
-                    &tp.key("mcp"),
-                    ConfigErrorKind::Reference,
-                    format!("unknown MCP server '{server}' (declared servers: {declared})"),
-                ));
-            }
-            for (key, present) in [
-                ("description", tool.description.is_some()),
-                ("timeout", tool.timeout.is_some()),
-                ("side_effects", tool.side_effects.is_some()),
-                ("approval", tool.approval.is_some()),
-                ("idempotent", tool.idempotent.is_some()),
-                ("offload_over", tool.offload_over.is_some()),
-                ("folders", tool.folders.is_some()),
-                ("allow_private", tool.allow_private.is_some()),
-                ("max_bytes", tool.max_bytes.is_some()),
-                ("database", tool.database.is_some()),
-                ("tables", tool.tables.is_some()),
-                ("max_rows", tool.max_rows.is_some()),
-                ("output", tool.output.is_some()),
-            ] {
-                if present {
-                    return Err(invalid(
-                        &tp.key(key),
-                        format!("'{key}' applies to one tool: set it per tool under 'tools'"),
-                    ));
-                }
-            }
-            if tool.include.is_some() && tool.exclude.is_some() {
-                return Err(invalid(
-                    &tp.key("exclude"),
-                    "'include' and 'exclude' are mutually exclusive".into(),
-                ));
-            }
-            let prefix = tool.alias.clone().unwrap_or_else(|| server.clone());
-            if let Some(alias) = &tool.alias
-                && !valid_mcp_name(alias)
-            {
-                return Err(invalid(
-                    &tp.key("alias"),
-                    format!("invalid alias '{alias}'"),
-                ));
-            }
-            if prefixes.contains(&prefix) {
-                return Err(invalid(
-                    tp,
-                    format!(
-                        "the prefix '{prefix}__' is used twice in this agent: give one an 'alias'"
-                    ),
-                ));
-            }
-            prefixes.push(prefix);
-            Ok(())
+        (None, None, None) => Ok(()),
+    }
+}
+
+/// `names` joined for a message, or `none`.
+fn names<'a>(names: impl Iterator<Item = &'a str>) -> String {
+    let names: Vec<&str> = names.collect();
+    if names.is_empty() {
+        "none".to_owned()
+    } else {
+        names.join(", ")
+    }
+}
+
+/// The keys of a reference to the many tools of an MCP server or a tool source (`origin`):
+/// per-tool keys refused at its level, `include` xor `exclude`, and a prefix unique in the
+/// agent.
+fn check_many(
+    doc: &Doc,
+    tp: &KeyPath,
+    tool: &ToolRef,
+    origin: &str,
+    prefixes: &mut Vec<String>,
+) -> Result<(), ConfigError> {
+    let invalid = |path: &KeyPath, msg: String| doc.error(path, ConfigErrorKind::Invalid, msg);
+    for (key, present) in [
+        ("description", tool.description.is_some()),
+        ("timeout", tool.timeout.is_some()),
+        ("side_effects", tool.side_effects.is_some()),
+        ("approval", tool.approval.is_some()),
+        ("idempotent", tool.idempotent.is_some()),
+        ("offload_over", tool.offload_over.is_some()),
+        ("folders", tool.folders.is_some()),
+        ("database", tool.database.is_some()),
+        ("tables", tool.tables.is_some()),
+        ("max_rows", tool.max_rows.is_some()),
+        ("allow_private", tool.allow_private.is_some()),
+        ("max_bytes", tool.max_bytes.is_some()),
+        ("output", tool.output.is_some()),
+    ] {
+        if present {
+            return Err(invalid(
+                &tp.key(key),
+                format!("'{key}' applies to one tool: set it per tool under 'tools'"),
+            ));
         }
     }
+    if tool.include.is_some() && tool.exclude.is_some() {
+        return Err(invalid(
+            &tp.key("exclude"),
+            "'include' and 'exclude' are mutually exclusive".into(),
+        ));
+    }
+    let prefix = tool.alias.clone().unwrap_or_else(|| origin.to_owned());
+    if let Some(alias) = &tool.alias
+        && !valid_mcp_name(alias)
+    {
+        return Err(invalid(
+            &tp.key("alias"),
+            format!("invalid alias '{alias}'"),
+        ));
+    }
+    if prefixes.contains(&prefix) {
+        return Err(invalid(
+            tp,
+            format!("the prefix '{prefix}__' is used twice in this agent: give one an 'alias'"),
+        ));
+    }
+    prefixes.push(prefix);
+    Ok(())
+}
+
+/// Checks `tool_sources`: names (a prefix no MCP server has), kinds, and the overrides of their
+/// tools.
+pub(super) fn check_tool_sources(
+    doc: &Doc,
+    raw: &mut LoomConfig,
+    base: &Path,
+) -> Result<(), ConfigError> {
+    let invalid = |path: &KeyPath, msg: String| doc.error(path, ConfigErrorKind::Invalid, msg);
+    for (i, source) in raw.tool_sources.iter().enumerate() {
+        let sp = KeyPath::root().key("tool_sources").index(i);
+        if !valid_mcp_name(&source.name) {
+            return Err(invalid(
+                &sp.key("name"),
+                format!(
+                    "invalid tool source name '{}' (letters, digits, '-', single '_' between them; at most 40)",
+                    source.name
+                ),
+            ));
+        }
+        if raw.tool_sources[..i].iter().any(|s| s.name == source.name) {
+            return Err(invalid(
+                &sp.key("name"),
+                format!("duplicate tool source name '{}'", source.name),
+            ));
+        }
+        if raw.mcp_servers.iter().any(|m| m.name == source.name) {
+            return Err(invalid(
+                &sp.key("name"),
+                format!(
+                    "'{}' is already the name of an MCP server: the prefix '{}__' would be ambiguous",
+                    source.name, source.name
+                ),
+            ));
+        }
+        if source.kind.trim().is_empty() {
+            return Err(invalid(&sp.key("kind"), "must not be empty".into()));
+        }
+    }
+    for (i, source) in raw.tool_sources.iter_mut().enumerate() {
+        let sp = KeyPath::root().key("tool_sources").index(i);
+        for (tool, overrides) in &mut source.tools {
+            check_overrides(doc, &sp.key("tools").key(tool), overrides, base)?;
+        }
+    }
+    Ok(())
 }
 
 /// The parameters of `loom.sql` (`database`, `tables`, `max_rows`), refused on any other tool.

@@ -9,9 +9,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::guards::OutputContract;
 
-/// A tool reference of an agent: a tool registered in code or built in (`tool`), or the tools of
-/// an MCP server (`mcp`). Exactly one of `tool` and `mcp` is given; the other keys are checked
-/// against it (`folders` only with `loom.local_files`, `include` only with `mcp`, …).
+/// A tool reference of an agent: a tool registered in code or built in (`tool`), the tools of
+/// an MCP server (`mcp`) or of a tool source (`source`). Exactly one of `tool`, `mcp` and
+/// `source` is given; the other keys are checked against it (`folders` only with
+/// `loom.local_files`, `include` only with `mcp` or `source`, …).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ToolRef {
@@ -24,6 +25,11 @@ pub struct ToolRef {
     #[serde(default)]
     #[schemars(regex(pattern = r"^[A-Za-z0-9-]+(_[A-Za-z0-9-]+)*$"))]
     pub mcp: Option<String>,
+    /// A declared tool source whose tools the agent uses (`<source>__<tool>`); the keys that
+    /// follow `mcp` apply to it alike.
+    #[serde(default)]
+    #[schemars(regex(pattern = r"^[A-Za-z0-9-]+(_[A-Za-z0-9-]+)*$"))]
+    pub source: Option<String>,
     /// With `mcp`: the prefix the model sees instead of the server name (`<alias>__<tool>`).
     #[serde(default)]
     #[schemars(regex(pattern = r"^[A-Za-z0-9-]+(_[A-Za-z0-9-]+)*$"), length(max = 40))]
@@ -91,6 +97,14 @@ impl ToolRef {
     pub fn new(tool: impl Into<String>) -> ToolRef {
         ToolRef {
             tool: Some(tool.into()),
+            ..ToolRef::default()
+        }
+    }
+
+    /// A reference to the tools of the tool source `source`.
+    pub fn source(source: impl Into<String>) -> ToolRef {
+        ToolRef {
+            source: Some(source.into()),
             ..ToolRef::default()
         }
     }

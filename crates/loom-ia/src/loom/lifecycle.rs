@@ -32,6 +32,7 @@ impl Loom {
         for source in self.inner.sources.values() {
             source.shutdown().await;
         }
+        self.inner.tool_sources.shutdown().await;
     }
 
     /// Re-drives, in the background, every run of the tenant left unfinished (a crash, a

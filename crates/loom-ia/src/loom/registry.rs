@@ -82,6 +82,23 @@ impl Loom {
         Ok(())
     }
 
+    /// Registers the factory of the tool sources of kind `kind` (`tool_sources: [{name, kind,
+    /// params}]`): it is called once per source of that kind and tenant, with the source's
+    /// name, its `params`, the tenant's secrets and the configuration's directory, and returns
+    /// the source. Refused when the kind is already registered (`openapi` is built in with
+    /// the feature `openapi`).
+    pub fn register_source(
+        &self,
+        kind: &str,
+        factory: Arc<dyn crate::SourceFactory>,
+    ) -> Result<(), LoomError> {
+        self.inner.tool_sources.register(kind, factory)?;
+        if let Ok(mut agents) = self.inner.agents.write() {
+            agents.clear();
+        }
+        Ok(())
+    }
+
     /// Registers a policy under `name`, the `hook` agents reference in their `policies:`
     /// (names starting with `loom.` are reserved for the built-in ones).
     pub fn register_policy(&self, name: &str, policy: Arc<dyn Policy>) -> Result<(), LoomError> {
@@ -161,6 +178,9 @@ impl Loom {
             theirs.entry(name).or_insert(condition);
         }
         drop(theirs);
+        self.inner
+            .tool_sources
+            .share_into(&other.inner.tool_sources);
         if let Ok(mut agents) = other.inner.agents.write() {
             agents.clear();
         }
@@ -323,6 +343,7 @@ impl Loom {
                 .read()
                 .map(|c| c.clone())
                 .unwrap_or_default(),
+            tool_sources: self.inner.tool_sources.clone(),
         };
         let agent = Arc::new(crate::resolve::agent(
             &self.inner.config,

@@ -34,6 +34,12 @@ impl Resolver<'_> {
             if let Some(server) = &reference.mcp {
                 let source = self.mcp_reference(spec, index, server, reference, policies)?;
                 bound.sources.push(source);
+            } else if let Some(name) = &reference.source {
+                if let Some(source) =
+                    self.source_reference(spec, index, name, reference, policies)?
+                {
+                    bound.sources.push(source);
+                }
             } else if let Some(tool) = self.tool_reference(spec, index, reference, policies)? {
                 if bound.tools.iter().any(|b| b.name() == tool.name()) {
                     return Err(self.at_tool(
@@ -136,20 +142,142 @@ impl Resolver<'_> {
         reference: &ToolRef,
         policies: &[BoundPolicy],
     ) -> Result<BoundSource, LoomError> {
-        let at = |key: &str, message: String| self.at_tool(spec, index, key, message);
         let Some(source) = self.sources.get(server) else {
-            return Err(at("mcp", format!("unknown MCP server '{server}'")));
+            return Err(self.at_tool(spec, index, "mcp", format!("unknown MCP server '{server}'")));
         };
-        for (tool, overrides) in &reference.tools {
-            if overrides.output.is_some() {
-                // Tools of a source are bound when a run opens it, without contracts.
-                return Err(at(
-                    &format!("tools.{tool}.output"),
-                    format!(
-                        "an output contract on the MCP tool '{server}__{tool}' is not \
-                         supported in this version; give contracts to registered tools"
-                    ),
+        let (origin, origin_key) = match self
+            .config
+            .raw()
+            .mcp_servers
+            .iter()
+            .position(|m| m.name == server)
+        {
+            Some(i) => (
+                &self.config.raw().mcp_servers[i].tools,
+                format!("mcp_servers[{i}]"),
+            ),
+            None => {
+                return Err(self.at_tool(
+                    spec,
+                    index,
+                    "mcp",
+                    format!("unknown MCP server '{server}'"),
                 ));
+            }
+        };
+        self.many_reference(
+            spec,
+            index,
+            (server, origin, &origin_key),
+            source.clone(),
+            reference,
+            policies,
+        )
+    }
+
+    /// A tool source of the agent (`- source: <name>`): built for the tenant by its factory
+    /// (`None` while the configuration is opened and its kind is not registered yet); its tools
+    /// are listed when a run opens it.
+    fn source_reference(
+        &self,
+        spec: &loom_config::AgentSpec,
+        index: usize,
+        name: &str,
+        reference: &ToolRef,
+        policies: &[BoundPolicy],
+    ) -> Result<Option<BoundSource>, LoomError> {
+        let Some((i, declared)) = self.config.tool_source(name) else {
+            return Err(self.at_tool(
+                spec,
+                index,
+                "source",
+                format!("unknown tool source '{name}'"),
+            ));
+        };
+        let source =
+            self.registry
+                .tool_sources
+                .source(self.config, name, self.tenant, self.stage)?;
+        let bound = self.many_reference(
+            spec,
+            index,
+            (name, &declared.tools, &format!("tool_sources[{i}]")),
+            match &source {
+                Some(source) => source.clone(),
+                None => Arc::new(Unbuilt(name.to_owned())),
+            },
+            reference,
+            policies,
+        )?;
+        Ok(source.map(|_| bound))
+    }
+
+    /// The many tools of an MCP server or a tool source (`origin`: its name, the declarations
+    /// of its tools in its own section, and that section's key) as the agent uses them: the
+    /// approvals of both levels checked, the agent's declarations over the origin's.
+    fn many_reference(
+        &self,
+        spec: &loom_config::AgentSpec,
+        index: usize,
+        origin: (
+            &str,
+            &std::collections::BTreeMap<String, loom_config::ToolOverrides>,
+            &str,
+        ),
+        source: Arc<dyn loom_core::ports::ToolSource>,
+        reference: &ToolRef,
+        policies: &[BoundPolicy],
+    ) -> Result<BoundSource, LoomError> {
+        let (server, origin_tools, origin_key) = origin;
+        let at = |key: &str, message: String| self.at_tool(spec, index, key, message);
+        for (tool, overrides) in origin_tools {
+            let key = format!("{origin_key}.tools.{tool}.approval");
+            match overrides.approval {
+                Some(Approval::Policy) if !self.may_pause(spec, policies) => {
+                    return Err(self
+                        .config
+                        .error_at_root(
+                            &key,
+                            format!(
+                                "agent '{}', tool '{server}__{tool}': {}",
+                                spec.name,
+                                loom_config::APPROVAL_POLICY
+                            ),
+                        )
+                        .into());
+                }
+                Some(Approval::Always) if !durable(self.config) => {
+                    return Err(self
+                        .config
+                        .error_at_root(&key, not_durable(&format!("{server}__{tool}")))
+                        .into());
+                }
+                _ => {}
+            }
+        }
+        // Output contracts, by the name the model sees: the origin's, then the agent's over
+        // them; applied when a run opens the source and binds its tools.
+        let prefix = reference.alias.as_deref().unwrap_or(server);
+        let mut contracts = std::collections::BTreeMap::new();
+        for (tool, declared) in origin_tools {
+            let name = format!("{prefix}__{tool}");
+            if let Some(contract) =
+                tool_contract(&name, declared.output.as_ref()).map_err(|(key, message)| {
+                    LoomError::from(
+                        self.config
+                            .error_at_root(&format!("{origin_key}.tools.{tool}.{key}"), message),
+                    )
+                })?
+            {
+                contracts.insert(name, contract);
+            }
+        }
+        for (tool, overrides) in &reference.tools {
+            let name = format!("{prefix}__{tool}");
+            if let Some(contract) = tool_contract(&name, overrides.output.as_ref())
+                .map_err(|(key, message)| at(&format!("tools.{tool}.{key}"), message))?
+            {
+                contracts.insert(name, contract);
             }
             match overrides.approval {
                 Some(Approval::Policy) if !self.may_pause(spec, policies) => {
@@ -167,13 +295,21 @@ impl Resolver<'_> {
                 _ => {}
             }
         }
+        // The origin's approvals, under the agent's own declarations.
+        let mut overrides = reference.tools.clone();
+        for (tool, declared) in origin_tools {
+            if let Some(approval) = declared.approval {
+                let entry = overrides.entry(tool.clone()).or_default();
+                entry.approval.get_or_insert(approval);
+            }
+        }
         let mut agent_source = AgentSource::new(
-            source.clone(),
+            source,
             server,
             reference.alias.as_deref(),
             reference.include.clone(),
             reference.exclude.clone(),
-            reference.tools.clone(),
+            overrides,
         );
         if let Some(tenant) = self.config.tenant(self.tenant) {
             let prefix = format!("{}__", reference.alias.as_deref().unwrap_or(server));
@@ -188,6 +324,7 @@ impl Resolver<'_> {
         Ok(BoundSource {
             source: Arc::new(agent_source),
             required: reference.required,
+            contracts,
         })
     }
 
@@ -203,7 +340,8 @@ impl Resolver<'_> {
     ) -> Result<Option<BoundTool>, LoomError> {
         let at = |key: &str, message: String| self.at_tool(spec, index, key, message);
         let tool_name = reference.tool.clone().unwrap_or_default();
-        let contract = tool_contract(&tool_name, reference).map_err(|(key, m)| at(key, m))?;
+        let contract =
+            tool_contract(&tool_name, reference.output.as_ref()).map_err(|(key, m)| at(key, m))?;
         let timeout = match reference.timeout {
             Some(secs) => Some(
                 seconds(secs)
@@ -339,9 +477,9 @@ fn yaml_only(reference: &ToolRef) -> ToolDeclarations {
 /// The tool's output contract (`output:` on its reference), refused with the key at fault.
 fn tool_contract(
     tool_name: &str,
-    reference: &ToolRef,
+    output: Option<&loom_config::OutputContract>,
 ) -> Result<Option<Contract>, (&'static str, String)> {
-    let Some(output) = &reference.output else {
+    let Some(output) = output else {
         return Ok(None);
     };
     if output.on_failure != loom_config::OnFailure::Fail {
@@ -505,4 +643,34 @@ fn sql(_config: &Config, _reference: &ToolRef) -> Result<Arc<dyn Tool>, String> 
         "loom.sql needs the Cargo feature 'sql' of loom-ia, which this build does not have"
             .to_owned(),
     )
+}
+
+/// The stand-in of a tool source whose kind is registered after the configuration is opened:
+/// only its references are checked then, and it is never offered to a run.
+#[derive(Debug)]
+struct Unbuilt(String);
+
+impl loom_core::ports::ToolSource for Unbuilt {
+    fn name(&self) -> &str {
+        &self.0
+    }
+
+    fn open<'a>(
+        &'a self,
+        _ctx: &'a loom_core::ports::SourceContext,
+    ) -> loom_core::BoxFuture<'a, Result<Vec<Arc<dyn Tool>>, loom_core::ports::SourceError>> {
+        Box::pin(async move {
+            Err(loom_core::ports::SourceError {
+                message: format!("tool source '{}' is not built yet", self.0),
+                circuit: None,
+            })
+        })
+    }
+
+    fn release<'a>(
+        &'a self,
+        _ctx: &'a loom_core::ports::SourceContext,
+    ) -> loom_core::BoxFuture<'a, ()> {
+        Box::pin(async {})
+    }
 }
