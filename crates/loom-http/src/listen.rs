@@ -30,7 +30,7 @@ use hyper_util::{
     service::TowerToHyperService,
 };
 use loom_ia::config::HttpServerConfig;
-use tokio::{net::TcpListener, sync::Semaphore};
+use tokio::{net::TcpListener, sync::Semaphore, time::Instant};
 
 use crate::error::{ApiError, ErrorKind};
 
@@ -65,8 +65,9 @@ impl Limits {
 }
 
 /// Serves `app` on `listener` until `shutdown` resolves, then stops accepting, lets each open
-/// connection finish its request in flight (an idle one closes at once), and returns once all
-/// are closed.
+/// connection finish its request in flight (an idle one closes, a connection accepted less
+/// than [`FIRST_REQUEST_GRACE`] before gets that long to send its request first), and returns
+/// once all are closed.
 pub(crate) async fn serve(
     listener: TcpListener,
     app: Router,
@@ -76,6 +77,7 @@ pub(crate) async fn serve(
     let slots = Arc::new(Semaphore::new(limits.max_connections));
     let graceful = GracefulShutdown::new();
     let mut shutdown = pin!(shutdown);
+    let mut last_accepted: Option<Instant> = None;
     loop {
         // A free slot first: past the cap, connections wait in the backlog.
         let slot = tokio::select! {
@@ -96,6 +98,7 @@ pub(crate) async fn serve(
             },
             () = &mut shutdown => break,
         };
+        last_accepted = Some(Instant::now());
         let mut http1 = hyper::server::conn::http1::Builder::new();
         http1
             .timer(TokioTimer::new())
@@ -112,8 +115,19 @@ pub(crate) async fn serve(
         });
     }
     drop(listener);
+    // A connection accepted just now has not sent its request yet, and hyper closes a
+    // connection without a request in progress at once: give it a moment to be read.
+    if let Some(accepted) = last_accepted {
+        tokio::time::sleep_until(accepted + FIRST_REQUEST_GRACE.min(limits.header_timeout)).await;
+    }
     graceful.shutdown().await;
 }
+
+/// How long, at shutdown, a connection accepted just before is given to send its request
+/// before it counts as idle (and is closed rather than answered). A client connects and
+/// writes its request at once; one that sends nothing within this is a keep-alive connection
+/// between requests, or a slow client, closed as before.
+const FIRST_REQUEST_GRACE: Duration = Duration::from_millis(250);
 
 /// After a failed `accept`: a failure of that one connection is skipped; another (no file
 /// descriptor left, …) is logged and retried after a second, as `axum::serve` does.
@@ -165,4 +179,52 @@ pub(crate) async fn read_body(
     };
     next.run(Request::from_parts(parts, Body::from(bytes)))
         .await
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use axum::{Router, routing::get};
+    use tokio::{
+        io::{AsyncReadExt, AsyncWriteExt},
+        net::{TcpListener, TcpStream},
+        sync::oneshot,
+    };
+
+    use super::{Limits, serve};
+
+    /// A connection accepted just before the shutdown, whose request arrives just after it
+    /// (a request racing a `loom serve --reload` hand-over), is answered, not dropped.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_request_racing_the_shutdown_is_answered() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let app = Router::new().route("/", get(|| async { "served" }));
+        let limits = Limits {
+            header_timeout: Duration::from_secs(5),
+            body_timeout: Duration::from_secs(5),
+            max_connections: 8,
+            max_body_bytes: 1024,
+        };
+        let (stop, stopped) = oneshot::channel::<()>();
+        let server = tokio::spawn(serve(listener, app, limits, async move {
+            let _ = stopped.await;
+        }));
+        let mut client = TcpStream::connect(address).await.unwrap();
+        // The server accepts the connection meanwhile, then is told to stop; the request
+        // comes after.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        stop.send(()).unwrap();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        client
+            .write_all(b"GET / HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let mut response = String::new();
+        client.read_to_string(&mut response).await.unwrap();
+        assert!(response.starts_with("HTTP/1.1 200"), "{response:?}");
+        assert!(response.ends_with("served"), "{response:?}");
+        server.await.unwrap();
+    }
 }
