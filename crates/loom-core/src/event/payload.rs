@@ -14,6 +14,70 @@ use super::{
     ToolCompleted, ToolSourceOpened, ToolSourceUnavailable,
 };
 
+/// Calls `$apply! { "type" => Variant, … }` with every payload type but `Sealed`: the one list
+/// [`Payload::type_name`] and the reader's dispatch on `type` ([`read_typed`]) are made from, so
+/// a variant missing from it does not compile.
+macro_rules! payload_types {
+    ($apply:ident) => {
+        $apply! {
+            "run.started" => RunStarted,
+            "step.started" => StepStarted,
+            "step.completed" => StepCompleted,
+            "run.transitioned" => RunTransitioned,
+            "run.completed" => RunCompleted,
+            "run.failed" => RunFailed,
+            "run.cancelled" => RunCancelled,
+            "run.claimed" => RunClaimed,
+            "message.user" => MessageUser,
+            "model.responded" => ModelResponded,
+            "tool.called" => ToolCalled,
+            "tool.completed" => ToolCompleted,
+            "tool.source_unavailable" => ToolSourceUnavailable,
+            "tool.source_opened" => ToolSourceOpened,
+            "circuit.opened" => CircuitOpened,
+            "artifact.stored" => ArtifactStored,
+            "model.retried" => ModelRetried,
+            "model.fell_back" => ModelFellBack,
+            "model.exchanged" => ModelExchanged,
+            "approval.requested" => ApprovalRequested,
+            "approval.granted" => ApprovalGranted,
+            "approval.rejected" => ApprovalRejected,
+            "approval.expired" => ApprovalExpired,
+            "idempotency.recorded" => IdempotencyRecorded,
+            "idempotency.reused" => IdempotencyReused,
+            "policy.decided" => PolicyDecided,
+            "guard.checked" => GuardChecked,
+            "judge.evaluated" => JudgeEvaluated,
+            "budget.exceeded" => BudgetExceeded,
+            "session.repaired" => SessionRepaired,
+            "session.snapshot" => SessionSnapshot,
+            "session.compacted" => SessionCompacted,
+            "session.trimmed" => SessionTrimmed,
+        }
+    };
+}
+
+/// Reads the payload of type `tag` from the rest of its object (`type`, its first key, already
+/// read) straight into its variant's struct, without the buffering serde's internally tagged
+/// reader does; hands `rest` back (`Err`) for a `type` no variant has, which the derived reader
+/// then refuses with its own message.
+pub(super) fn read_typed<'de, A: serde::de::MapAccess<'de>>(
+    tag: &str,
+    rest: A,
+) -> Result<Result<Payload, A::Error>, A> {
+    use serde::de::value::MapAccessDeserializer;
+    macro_rules! read {
+        ($($name:literal => $variant:ident,)*) => {
+            match tag {
+                $($name => Ok($variant::deserialize(MapAccessDeserializer::new(rest))
+                    .map(Payload::$variant)),)*
+                _ => Err(rest),
+            }
+        };
+    }
+    payload_types!(read)
+}
+
 /// The payloads, discriminated by `type`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type")]
@@ -129,42 +193,15 @@ pub enum Payload {
 impl Payload {
     /// The `type` string.
     pub fn type_name(&self) -> &'static str {
-        match self {
-            Payload::RunStarted(_) => "run.started",
-            Payload::StepStarted(_) => "step.started",
-            Payload::StepCompleted(_) => "step.completed",
-            Payload::RunTransitioned(_) => "run.transitioned",
-            Payload::RunCompleted(_) => "run.completed",
-            Payload::RunFailed(_) => "run.failed",
-            Payload::RunCancelled(_) => "run.cancelled",
-            Payload::RunClaimed(_) => "run.claimed",
-            Payload::MessageUser(_) => "message.user",
-            Payload::ModelResponded(_) => "model.responded",
-            Payload::ToolCalled(_) => "tool.called",
-            Payload::ToolCompleted(_) => "tool.completed",
-            Payload::ToolSourceUnavailable(_) => "tool.source_unavailable",
-            Payload::ToolSourceOpened(_) => "tool.source_opened",
-            Payload::CircuitOpened(_) => "circuit.opened",
-            Payload::ArtifactStored(_) => "artifact.stored",
-            Payload::ModelRetried(_) => "model.retried",
-            Payload::ModelFellBack(_) => "model.fell_back",
-            Payload::ModelExchanged(_) => "model.exchanged",
-            Payload::ApprovalRequested(_) => "approval.requested",
-            Payload::ApprovalGranted(_) => "approval.granted",
-            Payload::ApprovalRejected(_) => "approval.rejected",
-            Payload::ApprovalExpired(_) => "approval.expired",
-            Payload::IdempotencyRecorded(_) => "idempotency.recorded",
-            Payload::IdempotencyReused(_) => "idempotency.reused",
-            Payload::PolicyDecided(_) => "policy.decided",
-            Payload::GuardChecked(_) => "guard.checked",
-            Payload::JudgeEvaluated(_) => "judge.evaluated",
-            Payload::BudgetExceeded(_) => "budget.exceeded",
-            Payload::SessionRepaired(_) => "session.repaired",
-            Payload::SessionSnapshot(_) => "session.snapshot",
-            Payload::SessionCompacted(_) => "session.compacted",
-            Payload::SessionTrimmed(_) => "session.trimmed",
-            Payload::Sealed(_) => "sealed",
+        macro_rules! names {
+            ($($name:literal => $variant:ident,)*) => {
+                match self {
+                    $(Payload::$variant(_) => $name,)*
+                    Payload::Sealed(_) => "sealed",
+                }
+            };
         }
+        payload_types!(names)
     }
 
     /// The category.

@@ -17,10 +17,11 @@ pub(super) fn ser_payload<S: Serializer>(payload: &Payload, s: S) -> Result<S::O
 /// A payload as read: an object with `sealed` and without `type` is a sealed payload, anything
 /// else a tagged payload.
 ///
-/// The first key decides the path, so the common case costs what the derived reader costs: a
-/// payload whose first key is `type` (as Loom and the reference write it) is handed whole to
-/// the derived reader, its `type` replayed ([`TypeFirst`]); any other is gathered first, then
-/// read by the rule above (a sealed payload is two short strings).
+/// The first key decides the path: a payload whose first key is `type` (as Loom and the
+/// reference write it) is read straight into its variant's struct (`payload::read_typed`: no
+/// intermediate buffer, unlike serde's internally tagged reader); an unknown `type` goes to the
+/// derived reader, its `type` replayed ([`TypeFirst`]), for its error; any other object is
+/// gathered first, then read by the rule above (a sealed payload is two short strings).
 pub(super) fn de_payload<'de, D: Deserializer<'de>>(d: D) -> Result<Payload, D::Error> {
     d.deserialize_map(PayloadVisitor)
 }
@@ -41,6 +42,10 @@ impl<'de> serde::de::Visitor<'de> for PayloadVisitor {
         };
         if first == "type" {
             let tag: String = map.next_value()?;
+            let map = match super::payload::read_typed(&tag, map) {
+                Ok(read) => return read,
+                Err(map) => map,
+            };
             return Payload::deserialize(serde::de::value::MapAccessDeserializer::new(TypeFirst {
                 tag: Some(tag),
                 key_given: false,
@@ -144,6 +149,31 @@ impl SealedPayload {
 mod tests {
     use super::*;
     use crate::event::{Envelope, Event, EventReadError, LINE, RunContext, RunStarted};
+
+    /// A payload read straight into its variant (its `type` first) is what serde's derived
+    /// reader makes of it; an unknown `type` is refused by the derived reader's message.
+    #[test]
+    fn the_direct_read_agrees_with_the_derived_reader() {
+        let line: Value = serde_json::from_str(LINE).unwrap();
+        let derived = Payload::deserialize(line["payload"].clone()).unwrap();
+        assert_eq!(Event::from_json(LINE).unwrap().payload, derived);
+        let unknown = LINE.replace(
+            r#""type":"tool.completed","call_id""#,
+            r#""type":"tool.nope","call_id""#,
+        );
+        assert_ne!(unknown, LINE);
+        let EventReadError::Json(message) = Event::from_json(&unknown).unwrap_err() else {
+            panic!("an unknown payload type is a JSON error");
+        };
+        assert!(message.contains("unknown variant `tool.nope`"), "{message}");
+        // A missing field of the variant is named.
+        let missing = LINE.replace(r#""call_id":"fake_0_0","#, "");
+        assert_ne!(missing, LINE);
+        let EventReadError::Json(message) = Event::from_json(&missing).unwrap_err() else {
+            panic!("a payload missing a field is a JSON error");
+        };
+        assert!(message.contains("call_id"), "{message}");
+    }
 
     /// A sealed payload (`{"sealed", "key_id"}`, no `type`) reads as [`Payload::Sealed`] and is
     /// written back byte for byte; its envelope is not compared with it; an ill-formed key id is
