@@ -4,6 +4,7 @@ use std::{
     fs::{self, File, OpenOptions},
     io::{self, BufRead, BufReader, Read, Seek, SeekFrom, Write},
     path::{Path, PathBuf},
+    sync::Arc,
     time::SystemTime,
 };
 
@@ -16,7 +17,7 @@ use tracing::warn;
 
 use crate::{
     index::{file_id, tenant_index},
-    offsets::{End, index_path},
+    offsets::{End, OffsetsCache, index_path},
 };
 
 use loom_core::journal::{assign_seq, batch_journal, conflict, safe_id};
@@ -68,12 +69,17 @@ const REOPEN_ATTEMPTS: usize = 16;
 #[derive(Debug, Clone)]
 pub struct JsonlStore {
     root: PathBuf,
+    /// The sessions' offset indexes read or written last (see `offsets.rs`).
+    offsets: Arc<OffsetsCache>,
 }
 
 impl JsonlStore {
     /// A store rooted at `root` (created, with tenant directories, at the first append).
     pub fn new(root: impl Into<PathBuf>) -> JsonlStore {
-        JsonlStore { root: root.into() }
+        JsonlStore {
+            root: root.into(),
+            offsets: Arc::default(),
+        }
     }
 
     /// The directory holding the tenant directories.
@@ -89,10 +95,11 @@ impl EventStore for JsonlStore {
         expected_last_seq: u64,
     ) -> BoxFuture<'_, Result<Vec<Event>, StoreError>> {
         let root = self.root.clone();
+        let offsets = Arc::clone(&self.offsets);
         Box::pin(async move {
             let where_ = root.clone();
             blocking(&where_, move || {
-                append_blocking(&root, batch, expected_last_seq)
+                append_blocking(&root, &offsets, batch, expected_last_seq)
             })
             .await
         })
@@ -105,7 +112,7 @@ impl EventStore for JsonlStore {
         after_seq: u64,
     ) -> BoxFuture<'a, Result<Vec<Event>, StoreError>> {
         Box::pin(async move {
-            let journal = Journal::new(&self.root, tenant_id, session_id)?;
+            let journal = Journal::new(&self.root, &self.offsets, tenant_id, session_id)?;
             let path = journal.path.clone();
             blocking(&path, move || journal.read(after_seq)).await
         })
@@ -117,7 +124,7 @@ impl EventStore for JsonlStore {
         session_id: &'a str,
     ) -> BoxFuture<'a, Result<u64, StoreError>> {
         Box::pin(async move {
-            let journal = Journal::new(&self.root, tenant_id, session_id)?;
+            let journal = Journal::new(&self.root, &self.offsets, tenant_id, session_id)?;
             let path = journal.path.clone();
             blocking(&path, move || {
                 journal.summary().map(|s| s.map_or(0, |s| s.1.last_seq))
@@ -135,7 +142,8 @@ impl EventStore for JsonlStore {
             let root = self.root.clone();
             let tenant = tenant_id.to_owned();
             let dir = root.join(&tenant);
-            blocking(&dir, move || sessions_blocking(&root, &tenant)).await
+            let offsets = Arc::clone(&self.offsets);
+            blocking(&dir, move || sessions_blocking(&root, &offsets, &tenant)).await
         })
     }
 
@@ -243,7 +251,7 @@ impl EventStore for JsonlStore {
         run_id: &'a str,
     ) -> BoxFuture<'a, Result<Option<u64>, StoreError>> {
         Box::pin(async move {
-            let journal = Journal::new(&self.root, tenant_id, session_id)?;
+            let journal = Journal::new(&self.root, &self.offsets, tenant_id, session_id)?;
             let path = journal.path.clone();
             let run = run_id.to_owned();
             blocking(&path, move || journal.run_start(&run)).await
@@ -258,7 +266,7 @@ impl EventStore for JsonlStore {
         before_seq: u64,
     ) -> BoxFuture<'a, Result<Option<Event>, StoreError>> {
         Box::pin(async move {
-            let journal = Journal::new(&self.root, tenant_id, session_id)?;
+            let journal = Journal::new(&self.root, &self.offsets, tenant_id, session_id)?;
             let path = journal.path.clone();
             let kind = event_type.to_owned();
             blocking(&path, move || journal.last_of_type(&kind, before_seq)).await
@@ -271,7 +279,7 @@ impl EventStore for JsonlStore {
         session_id: &'a str,
     ) -> BoxFuture<'a, Result<Salvage, StoreError>> {
         Box::pin(async move {
-            let journal = Journal::new(&self.root, tenant_id, session_id)?;
+            let journal = Journal::new(&self.root, &self.offsets, tenant_id, session_id)?;
             let path = journal.path.clone();
             blocking(&path, move || journal.salvage()).await
         })
@@ -284,7 +292,7 @@ impl EventStore for JsonlStore {
         lines: Vec<SetAside>,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(async move {
-            let journal = Journal::new(&self.root, tenant_id, session_id)?;
+            let journal = Journal::new(&self.root, &self.offsets, tenant_id, session_id)?;
             let path = journal.path.clone();
             blocking(&path, move || journal.set_lines_aside(lines)).await
         })
@@ -327,6 +335,8 @@ pub(crate) struct Journal {
     pub(crate) tenant_id: String,
     pub(crate) session_id: String,
     pub(crate) path: PathBuf,
+    /// The store's kept offset indexes.
+    pub(crate) offsets_cache: Arc<OffsetsCache>,
 }
 
 /// The end of a journal, found by reading it backwards.
@@ -340,10 +350,16 @@ pub(crate) struct Tail {
 
 impl Journal {
     /// The journal of `(tenant, session)` under `root`, once both ids are known to be safe.
-    fn new(root: &Path, tenant_id: &str, session_id: &str) -> Result<Journal, StoreError> {
+    fn new(
+        root: &Path,
+        offsets: &Arc<OffsetsCache>,
+        tenant_id: &str,
+        session_id: &str,
+    ) -> Result<Journal, StoreError> {
         safe_id("tenant", tenant_id)?;
         safe_id("session", session_id)?;
         Ok(Journal {
+            offsets_cache: Arc::clone(offsets),
             tenant_id: tenant_id.to_owned(),
             session_id: session_id.to_owned(),
             path: root
@@ -617,16 +633,21 @@ impl Journal {
 
 fn append_blocking(
     root: &Path,
+    offsets: &Arc<OffsetsCache>,
     batch: Vec<Event>,
     expected: u64,
 ) -> Result<Vec<Event>, StoreError> {
     let Some((tenant_id, session_id)) = batch_journal(&batch)? else {
         return Ok(batch);
     };
-    Journal::new(root, &tenant_id, &session_id)?.append(batch, expected)
+    Journal::new(root, offsets, &tenant_id, &session_id)?.append(batch, expected)
 }
 
-fn sessions_blocking(root: &Path, tenant_id: &str) -> Result<Vec<SessionSummary>, StoreError> {
+fn sessions_blocking(
+    root: &Path,
+    offsets: &Arc<OffsetsCache>,
+    tenant_id: &str,
+) -> Result<Vec<SessionSummary>, StoreError> {
     let dir = root.join(tenant_id);
     let entries = match fs::read_dir(&dir) {
         Ok(entries) => entries,
@@ -644,7 +665,7 @@ fn sessions_blocking(root: &Path, tenant_id: &str) -> Result<Vec<SessionSummary>
         else {
             continue;
         };
-        let journal = Journal::new(root, tenant_id, session_id)?;
+        let journal = Journal::new(root, offsets, tenant_id, session_id)?;
         match journal.summary() {
             Ok(Some(summary)) if summary.1.last_seq > 0 => found.push(summary),
             // Absent, or empty: created by an append that then met a conflict.

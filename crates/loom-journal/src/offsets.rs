@@ -42,12 +42,21 @@
 //!
 //! Appends add their entries and a new `end`; the file is written again, compacted (one `end`),
 //! when a batch crosses a multiple of [`COMPACT_EVERY`] lines, and whenever it is rebuilt.
+//!
+//! A store keeps the indexes it read or wrote last in memory ([`OffsetsCache`], a bounded
+//! number of sessions), so the dozen reads of one run parse the `.idx` file once, not a dozen
+//! times (in a 10,000-event session that parse was half the instructions of one more run). A kept
+//! index is checked exactly like one read from the file.
 
 use std::{
+    collections::HashMap,
     fs::{self, File, OpenOptions},
     io::{self, BufRead, BufReader, Read, Seek, SeekFrom, Write},
     path::{Path, PathBuf},
-    sync::atomic::{AtomicU64, Ordering},
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicU64, Ordering},
+    },
 };
 
 use crate::index::{FileId, envelope_hint};
@@ -65,11 +74,75 @@ pub(crate) const COMPACT_EVERY: u64 = 512;
 /// compactions) and where a run starts (a follower's first read).
 pub(crate) const MARKED: [&str; 3] = ["run.started", "session.snapshot", "session.compacted"];
 
+/// The entry of [`MARKED`] that `kind` is, if any.
+fn marked(kind: &str) -> Option<&'static str> {
+    MARKED.iter().copied().find(|marked| *marked == kind)
+}
+
+/// How many sessions' indexes a store keeps in memory ([`OffsetsCache`]).
+const CACHED: usize = 64;
+
+/// The offset indexes a JSONL store read or wrote last, by index path, so that the dozen reads
+/// of one run do not parse the session's `.idx` file a dozen times. An entry is a copy of what
+/// the file says and is checked like the file before use (the journal's identity, its `end`
+/// line, every offset used): another process appending to the session is caught up from the
+/// file, one rewriting it makes it stale and rebuilt. At most [`CACHED`] sessions are kept
+/// (any one is dropped past that).
+#[derive(Debug, Default)]
+pub(crate) struct OffsetsCache {
+    entries: Mutex<HashMap<PathBuf, Arc<Offsets>>>,
+}
+
+impl OffsetsCache {
+    /// The index kept for `path`.
+    pub(crate) fn get(&self, path: &Path) -> Option<Arc<Offsets>> {
+        self.lock().get(path).cloned()
+    }
+
+    /// Keeps `offsets` as the index of `path`.
+    pub(crate) fn put(&self, path: &Path, offsets: Arc<Offsets>) {
+        let mut entries = self.lock();
+        if entries.len() >= CACHED
+            && !entries.contains_key(path)
+            && let Some(evicted) = entries.keys().next().cloned()
+        {
+            entries.remove(&evicted);
+        }
+        entries.insert(path.to_path_buf(), offsets);
+    }
+
+    /// Adds the lines `added` indexed (an [`Offsets`] whose `end` follows them, built from
+    /// `before`) to the index kept for `path`, when it ends at `before` in the same file:
+    /// what an append that also appended them to the `.idx` file does. Otherwise the entry is
+    /// dropped (the next reader loads the file).
+    pub(crate) fn extend(&self, path: &Path, before: End, added: &Offsets) {
+        let mut entries = self.lock();
+        let Some(kept) = entries.get_mut(path) else {
+            return;
+        };
+        if kept.file != added.file || kept.end != before {
+            entries.remove(path);
+            return;
+        }
+        let kept = Arc::make_mut(kept);
+        kept.at.extend_from_slice(&added.at);
+        kept.marks.extend(added.marks.iter().cloned());
+        kept.end = added.end;
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<PathBuf, Arc<Offsets>>> {
+        // A panic while holding it leaves a map of checked-before-use copies: still usable.
+        self.entries
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
 /// A line the index names by its type.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Mark {
-    /// The envelope's type.
-    pub(crate) kind: String,
+    /// The envelope's type (one of [`MARKED`]).
+    pub(crate) kind: &'static str,
     /// The line's seq.
     pub(crate) seq: u64,
     /// Where it starts.
@@ -148,12 +221,12 @@ impl Offsets {
             out.push_str(&format!("at {seq} {offset}\n"));
         }
         if let Some((kind, run)) = envelope_hint(line)
-            && MARKED.contains(&kind)
+            && let Some(kind) = marked(kind)
             && is_field(run)
         {
             out.push_str(&format!("mark {kind} {seq} {offset} {run}\n"));
             self.marks.push(Mark {
-                kind: kind.to_owned(),
+                kind,
                 seq,
                 offset,
                 run: run.to_owned(),
@@ -336,22 +409,23 @@ fn parse(bytes: &[u8]) -> Option<Offsets> {
     let mut offsets = Offsets::new((dev.parse().ok()?, ino.parse().ok()?));
     let number = |text: &str| text.parse::<u64>().ok();
     for line in lines {
-        let fields: Vec<&str> = line.split(' ').collect();
-        match fields.as_slice() {
-            ["at", seq, offset] => {
-                let entry = (number(seq)?, number(offset)?);
+        let mut fields = line.split(' ');
+        let entry = fields.next()?;
+        match entry {
+            "at" => {
+                let entry = (number(fields.next()?)?, number(fields.next()?)?);
                 // Entries only grow; one that does not is from a file rewritten: keep order.
                 if offsets.at.last().is_some_and(|last| last.0 >= entry.0) {
                     offsets.at.retain(|at| at.0 < entry.0);
                 }
                 offsets.at.push(entry);
             }
-            ["mark", kind, seq, offset, run] => {
+            "mark" => {
                 let mark = Mark {
-                    kind: (*kind).to_owned(),
-                    seq: number(seq)?,
-                    offset: number(offset)?,
-                    run: (*run).to_owned(),
+                    kind: marked(fields.next()?)?,
+                    seq: number(fields.next()?)?,
+                    offset: number(fields.next()?)?,
+                    run: fields.next()?.to_owned(),
                 };
                 if offsets
                     .marks
@@ -362,14 +436,17 @@ fn parse(bytes: &[u8]) -> Option<Offsets> {
                 }
                 offsets.marks.push(mark);
             }
-            ["end", seq, offset, len] => {
+            "end" => {
                 offsets.end = End {
-                    seq: number(seq)?,
-                    offset: number(offset)?,
-                    len: number(len)?,
+                    seq: number(fields.next()?)?,
+                    offset: number(fields.next()?)?,
+                    len: number(fields.next()?)?,
                 };
             }
             _ => return None,
+        }
+        if fields.next().is_some() {
+            return None;
         }
     }
     Some(offsets)
@@ -379,6 +456,35 @@ fn parse(bytes: &[u8]) -> Option<Offsets> {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_cache_keeps_a_bounded_number_of_sessions_and_extends_only_what_it_follows() {
+        let cache = OffsetsCache::default();
+        for i in 0..CACHED + 10 {
+            cache.put(
+                Path::new(&format!("/j/{i}.jsonl.idx")),
+                Arc::new(Offsets::new((1, 2))),
+            );
+        }
+        assert_eq!(cache.lock().len(), CACHED);
+        let last = PathBuf::from(format!("/j/{}.jsonl.idx", CACHED + 9));
+        assert!(cache.get(&last).is_some());
+        // Lines appended after the kept end extend it; after another end, the entry is dropped.
+        let mut added = Offsets::new((1, 2));
+        let mut text = String::new();
+        added.push_line(
+            1,
+            0,
+            br#"{"type":"run.started","run_id":"r1","seq":1}"#,
+            50,
+            &mut text,
+        );
+        cache.extend(&last, End::default(), &added);
+        let kept = cache.get(&last).unwrap();
+        assert_eq!((kept.end, kept.at.len()), (added.end, 1));
+        cache.extend(&last, End::default(), &added);
+        assert!(cache.get(&last).is_none());
+    }
 
     #[test]
     fn the_seq_is_read_from_the_end_of_a_line() {

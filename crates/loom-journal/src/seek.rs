@@ -7,13 +7,14 @@
 use std::{
     fs::File,
     io::{self, BufRead, BufReader, Read, Seek, SeekFrom},
+    sync::Arc,
 };
 
 use loom_core::{event::Event, ports::StoreError};
 use tracing::{debug, warn};
 
 use crate::{
-    index::{envelope_hint, file_id},
+    index::{FileId, envelope_hint, file_id},
     jsonl::{Journal, TAIL_CHUNK, scan_tail},
     offsets::{COMPACT_EVERY, End, MARKED, Offsets, index_path, seq_hint},
 };
@@ -26,46 +27,72 @@ enum Found<T> {
 
 impl Journal {
     /// The index of `file` (the journal opened, locked), up to date with its complete lines
-    /// (`complete_len`): read from its `.idx` file, checked, caught up with what was written
-    /// since, or rebuilt (and then saved, best effort).
+    /// (`complete_len`): the copy this store kept or, failing that, its `.idx` file, checked,
+    /// caught up with what was written since, or rebuilt (and then saved, best effort).
     pub(crate) fn offsets(
         &self,
         file: &mut File,
         complete_len: u64,
-    ) -> Result<Offsets, StoreError> {
+    ) -> Result<Arc<Offsets>, StoreError> {
         let id = file_id(&file.metadata().map_err(self.io())?);
         let path = index_path(&self.path);
-        let loaded = Offsets::load(&path).unwrap_or_else(|error| {
-            warn!(path = %path.display(), %error, "the offset index cannot be read: rebuilding it");
-            None
-        });
-        let (mut offsets, fresh) = match loaded {
-            Some(offsets)
-                if offsets.file == id
-                    && self
-                        .holds(file, offsets.end, complete_len)
-                        .map_err(self.io())? =>
-            {
-                (offsets, false)
+        let mut found = None;
+        if let Some(kept) = self.offsets_cache.get(&path)
+            && self.valid(file, &kept, id, complete_len)?
+        {
+            found = Some(kept);
+        }
+        if found.is_none() {
+            let loaded = Offsets::load(&path).unwrap_or_else(|error| {
+                warn!(path = %path.display(), %error, "the offset index cannot be read: rebuilding it");
+                None
+            });
+            match loaded {
+                Some(offsets) if self.valid(file, &offsets, id, complete_len)? => {
+                    found = Some(Arc::new(offsets));
+                }
+                Some(_) => {
+                    debug!(path = %path.display(), "the offset index is stale: rebuilding it")
+                }
+                None => {}
             }
-            Some(_) => {
-                debug!(path = %path.display(), "the offset index is stale: rebuilding it");
-                (Offsets::new(id), true)
-            }
-            None => (Offsets::new(id), true),
-        };
-        if offsets.scan(file, complete_len).map_err(self.io())? || fresh {
+        }
+        let fresh = found.is_none();
+        let mut offsets = found.unwrap_or_else(|| Arc::new(Offsets::new(id)));
+        let grown = complete_len > offsets.end.len
+            && Arc::make_mut(&mut offsets)
+                .scan(file, complete_len)
+                .map_err(self.io())?;
+        if grown || fresh {
             self.save(&offsets);
         }
+        self.offsets_cache.put(&path, Arc::clone(&offsets));
         Ok(offsets)
     }
 
+    /// Whether `offsets` describes `file` (identity `id`) and still holds for it.
+    fn valid(
+        &self,
+        file: &mut File,
+        offsets: &Offsets,
+        id: FileId,
+        complete_len: u64,
+    ) -> Result<bool, StoreError> {
+        Ok(offsets.file == id
+            && self
+                .holds(file, offsets.end, complete_len)
+                .map_err(self.io())?)
+    }
+
     /// The index of `file` rebuilt from its start.
-    fn rebuilt(&self, file: &mut File, complete_len: u64) -> Result<Offsets, StoreError> {
+    fn rebuilt(&self, file: &mut File, complete_len: u64) -> Result<Arc<Offsets>, StoreError> {
         let id = file_id(&file.metadata().map_err(self.io())?);
         let mut offsets = Offsets::new(id);
         offsets.scan(file, complete_len).map_err(self.io())?;
         self.save(&offsets);
+        let offsets = Arc::new(offsets);
+        self.offsets_cache
+            .put(&index_path(&self.path), Arc::clone(&offsets));
         Ok(offsets)
     }
 
@@ -412,6 +439,9 @@ impl Journal {
                     false
                 },
             );
+        if appended {
+            self.offsets_cache.extend(&path, before, &offsets);
+        }
         if !appended && let Err(error) = self.offsets(file, offset) {
             warn!(path = %path.display(), %error, "could not bring the offset index up to date");
         }

@@ -59,7 +59,11 @@ async fn session(store: &JsonlStore, n: u64) -> Vec<Event> {
 
 /// Every read the index answers agrees with the whole file, from a fresh handle.
 async fn agrees(root: &Path, all: &[Event], context: &str) {
-    let store = JsonlStore::new(root);
+    agrees_through(&JsonlStore::new(root), all, context).await;
+}
+
+/// Every read `store` answers through its index agrees with the whole file.
+async fn agrees_through(store: &JsonlStore, all: &[Event], context: &str) {
     let last = all.len() as u64;
     for after in [
         0,
@@ -292,6 +296,53 @@ async fn a_truncated_garbled_lying_or_missing_index_is_rebuilt() {
     store.append(events("t", "s", 1), 230).await.unwrap();
     let all = store.read("t", "s", 0).await.unwrap();
     agrees(dir.path(), &all, "rebuilt, then appended").await;
+}
+
+/// A store keeps the index it read (the reads of one run do not parse the `.idx` file each
+/// time), checked before each use like the file: it follows another writer's appends and a
+/// journal replaced under its name, and its own appends keep it.
+#[tokio::test]
+async fn a_kept_index_follows_other_writers_and_a_replaced_journal() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = JsonlStore::new(dir.path());
+    let all = session(&store, 150).await;
+    agrees_through(&store, &all, "own appends").await;
+    // Kept: the `.idx` file is not read again (removed, it is not rebuilt by this store's
+    // reads), while a new store rebuilds it.
+    std::fs::remove_file(index(dir.path())).unwrap();
+    agrees_through(&store, &all, "kept index").await;
+    assert!(!index(dir.path()).exists());
+    agrees(dir.path(), &all, "a new store").await;
+    assert!(index(dir.path()).exists());
+    // Another writer appends: this store's kept index is caught up from the file.
+    let other = JsonlStore::new(dir.path());
+    let mut last = all.len() as u64;
+    for seq in 151..=212 {
+        let next = match seq {
+            200 => marker("t", "s", "snapshot", seq - 1),
+            _ => event("t", "s", &format!("o{seq}")),
+        };
+        last = other.append(vec![next], last).await.unwrap()[0].seq;
+    }
+    let all = store.read("t", "s", 0).await.unwrap();
+    assert_eq!(all.len(), 212);
+    agrees_through(&store, &all, "another writer's appends").await;
+    // The journal replaced under its name: the kept index no longer describes it.
+    let elsewhere = tempfile::tempdir().unwrap();
+    let replaced = session(&JsonlStore::new(elsewhere.path()), 140).await;
+    let replacement = journal(dir.path()).with_extension("new");
+    std::fs::copy(journal(elsewhere.path()), &replacement).unwrap();
+    std::fs::rename(&replacement, journal(dir.path())).unwrap();
+    agrees_through(&store, &replaced, "replaced journal").await;
+    // Its own appends after that keep it.
+    let more = store
+        .append(vec![event("t", "s", "after")], 140)
+        .await
+        .unwrap();
+    let mut replaced = replaced;
+    replaced.extend(more);
+    agrees_through(&store, &replaced, "appends after the replacement").await;
+    agrees(dir.path(), &replaced, "a new store after the replacement").await;
 }
 
 /// A journal replaced under its name (what a repair does) is indexed again.
