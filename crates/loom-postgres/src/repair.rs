@@ -133,7 +133,7 @@ impl PgStore {
                 .await
                 .map_err(|err| db.error(err))?;
                 let columns = Columns::of(&aside.replacement)?;
-                insert(&mut tx, &aside.replacement, columns)
+                insert(&mut tx, &aside.replacement, columns, aside.replacement.to_json())
                     .await
                     .map_err(|err| db.error(err))?;
             }
