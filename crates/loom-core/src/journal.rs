@@ -365,7 +365,10 @@ mod tests {
             assert!(!parses(&event));
             let refused = batch_journal(std::slice::from_ref(&event)).unwrap_err();
             assert!(matches!(refused, StoreError::Invalid(_)), "{refused}");
-            assert!(refused.to_string().contains("would not read back"), "{refused}");
+            assert!(
+                refused.to_string().contains("would not read back"),
+                "{refused}"
+            );
         }
         assert!(Line::encode(&step_completed(12.5)).is_ok());
         let mut budgeted = started(Map::new());
@@ -426,7 +429,11 @@ mod tests {
             let Some(text) = loom_testkit::shared::text(&path) else {
                 return;
             };
-            for (n, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+            for (n, line) in text
+                .lines()
+                .enumerate()
+                .filter(|(_, l)| !l.trim().is_empty())
+            {
                 let event = Event::from_json(line).unwrap_or_else(|e| panic!("{path}:{n}: {e}"));
                 let encoded = Line::encode(&event).unwrap_or_else(|e| panic!("{path}:{n}: {e}"));
                 assert_eq!(encoded.as_str(), event.to_json(), "{path}:{}", n + 1);

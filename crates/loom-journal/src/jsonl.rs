@@ -501,7 +501,11 @@ impl Journal {
         }
         batch.assign_seq(last);
         let mut lines = String::with_capacity(
-            batch.lines().iter().map(|line| line.as_str().len() + 1).sum(),
+            batch
+                .lines()
+                .iter()
+                .map(|line| line.as_str().len() + 1)
+                .sum(),
         );
         // Where each line ends in `lines`, for the offset index.
         let mut ends = Vec::with_capacity(batch.len());

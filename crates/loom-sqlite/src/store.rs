@@ -333,13 +333,7 @@ impl SqliteStore {
         // FULL commit, which syncs the whole WAL); every other commit is FULL.
         self.inner
             .writer
-            .append(
-                &self.inner.options,
-                &self.inner.path,
-                batch,
-                rows,
-                expected,
-            )
+            .append(&self.inner.options, &self.inner.path, batch, rows, expected)
             .await
     }
 

@@ -178,7 +178,10 @@ async fn write_group(
     path: &std::path::Path,
     group: Vec<Pending>,
 ) -> Result<Answers, (Answers, String)> {
-    let begin = if group.iter().any(|pending| must_sync(pending.batch.events())) {
+    let begin = if group
+        .iter()
+        .any(|pending| must_sync(pending.batch.events()))
+    {
         BEGIN_FULL
     } else {
         BEGIN_NORMAL
