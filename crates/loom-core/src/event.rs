@@ -87,7 +87,15 @@ pub enum EventStatus {
     Error,
 }
 
+/// Writes a timestamp as RFC 3339 with microseconds; refuses one outside the years 0000–9999,
+/// which RFC 3339 cannot write with four digits and `de_ts` would not read back.
 fn ser_ts<S: Serializer>(ts: &DateTime<Utc>, s: S) -> Result<S::Ok, S::Error> {
+    use chrono::Datelike;
+    if !(0..=9999).contains(&ts.year()) {
+        return Err(serde::ser::Error::custom(format!(
+            "the timestamp {ts:?} is outside the years 0000-9999"
+        )));
+    }
     s.serialize_str(&ts.to_rfc3339_opts(SecondsFormat::Micros, true))
 }
 

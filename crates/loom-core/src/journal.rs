@@ -19,11 +19,28 @@ pub fn safe_id(kind: &str, id: &str) -> Result<(), StoreError> {
     }
 }
 
+mod line;
+
+pub use line::{Line, READ_DEPTH};
+
 /// The journal `(tenant, session)` a batch targets (`None` for an empty batch), after checking
 /// that every event shares it, that its ids are safe, that every event is well-formed and that
 /// its line reads back ([`readable`]): an event that could not be read back must never reach a
 /// journal, since its whole session would then be unreadable.
+///
+/// A store writing the batch uses [`Batch::check`] instead, which keeps the lines.
 pub fn batch_journal(batch: &[Event]) -> Result<Option<(String, String)>, StoreError> {
+    let Some((tenant_id, session_id)) = shared_journal(batch)? else {
+        return Ok(None);
+    };
+    for event in batch {
+        readable(event)?;
+    }
+    Ok(Some((tenant_id, session_id)))
+}
+
+/// The journal every event of `batch` targets, after checking ids and well-formedness.
+fn shared_journal(batch: &[Event]) -> Result<Option<(String, String)>, StoreError> {
     let Some(first) = batch.first() else {
         return Ok(None);
     };
@@ -43,22 +60,76 @@ pub fn batch_journal(batch: &[Event]) -> Result<Option<(String, String)>, StoreE
         event
             .check()
             .map_err(|err| StoreError::Invalid(err.to_string()))?;
-        readable(event)?;
     }
     Ok(Some((first.tenant_id.clone(), first.session_id.clone())))
 }
 
 /// Refuses an event whose journal line would not read back with the reader's limits (the JSON
-/// reader's recursion limit, numbers JSON cannot hold): the line is serialized and read again
-/// exactly as a store reads it.
+/// reader's recursion limit, numbers JSON cannot hold, timestamps RFC 3339 cannot write): the
+/// line is serialized with those checks ([`Line::encode`]).
 pub fn readable(event: &Event) -> Result<(), StoreError> {
-    let line = event.to_json();
-    match serde_json::from_str::<Event>(&line) {
-        Ok(_) => Ok(()),
-        Err(err) => Err(StoreError::Invalid(format!(
-            "event {} ({}) would not read back, so it is not written: {err}",
-            event.event_id, event.event_type
-        ))),
+    Line::encode(event).map(drop)
+}
+
+/// A batch checked for one journal, each event with its line, serialized once: what a store
+/// writes (JSONL), inserts (SQLite, PostgreSQL) or keeps (memory) is the line checked here.
+#[derive(Debug, Clone)]
+pub struct Batch {
+    /// The tenant of every event.
+    pub tenant_id: String,
+    /// The session of every event.
+    pub session_id: String,
+    events: Vec<Event>,
+    lines: Vec<Line>,
+}
+
+impl Batch {
+    /// Checks `batch` as [`batch_journal`] does and keeps each event's line; `Ok(Err(batch))`
+    /// gives an empty batch back (nothing to write).
+    pub fn check(batch: Vec<Event>) -> Result<Result<Batch, Vec<Event>>, StoreError> {
+        let Some((tenant_id, session_id)) = shared_journal(&batch)? else {
+            return Ok(Err(batch));
+        };
+        let lines = batch.iter().map(Line::encode).collect::<Result<_, _>>()?;
+        Ok(Ok(Batch {
+            tenant_id,
+            session_id,
+            events: batch,
+            lines,
+        }))
+    }
+
+    /// Gives the events the seqs following `last`, in them and in their lines.
+    pub fn assign_seq(&mut self, last: u64) {
+        for ((seq, event), line) in (last + 1..).zip(&mut self.events).zip(&mut self.lines) {
+            event.seq = seq;
+            line.set_seq(seq);
+        }
+    }
+
+    /// The events.
+    pub fn events(&self) -> &[Event] {
+        &self.events
+    }
+
+    /// Their lines, in the same order.
+    pub fn lines(&self) -> &[Line] {
+        &self.lines
+    }
+
+    /// How many events.
+    pub fn len(&self) -> usize {
+        self.events.len()
+    }
+
+    /// Whether it holds no event (never, for a batch [`Batch::check`] built).
+    pub fn is_empty(&self) -> bool {
+        self.events.is_empty()
+    }
+
+    /// The events and their lines.
+    pub fn into_parts(self) -> (Vec<Event>, Vec<Line>) {
+        (self.events, self.lines)
     }
 }
 
@@ -169,7 +240,9 @@ mod tests {
     use serde_json::{Map, Value, json};
 
     use super::*;
-    use crate::event::{Envelope, Payload, RunContext, RunStarted};
+    use crate::event::{
+        Envelope, Outcome, Payload, RunBudget, RunContext, RunStarted, StepCompleted,
+    };
 
     fn started(metadata: Map<String, Value>) -> Event {
         Event::new(
@@ -231,5 +304,142 @@ mod tests {
                 .contains("event e1 (run.started) would not read back"),
             "{refused}"
         );
+    }
+
+    /// Whether the line of `event` reads back, by a real parse (what the check must agree with).
+    fn parses(event: &Event) -> bool {
+        serde_json::from_str::<Event>(&event.to_json()).is_ok()
+    }
+
+    /// The check agrees with a parse on both sides of the reader's recursion limit, in a
+    /// payload's `Value` (metadata) and in a tool call's arguments.
+    #[test]
+    fn the_depth_check_refuses_exactly_what_the_reader_refuses() {
+        let mut accepted = 0;
+        for levels in 100..140 {
+            let event = started(nested(levels));
+            let encoded = Line::encode(&event);
+            assert_eq!(encoded.is_ok(), parses(&event), "{levels} levels");
+            accepted += usize::from(encoded.is_ok());
+            if let Err(err) = encoded {
+                assert!(matches!(err, StoreError::Invalid(_)), "{err}");
+                assert!(err.to_string().contains("recursion limit"), "{err}");
+            }
+        }
+        // Both sides of the limit were seen.
+        assert!((1..40).contains(&accepted), "{accepted}");
+    }
+
+    fn step_completed(duration_ms: f64) -> Event {
+        let mut event = started(Map::new());
+        event.payload = Payload::StepCompleted(StepCompleted {
+            step_no: 1,
+            duration_ms,
+            events_emitted: 0,
+            outcome: Outcome::Ok,
+        });
+        Event::new(envelope_of(&event), event.payload)
+    }
+
+    fn envelope_of(event: &Event) -> Envelope {
+        Envelope {
+            event_id: event.event_id.clone(),
+            ts: event.ts,
+            tenant_id: event.tenant_id.clone(),
+            session_id: event.session_id.clone(),
+            run_id: event.run_id.clone(),
+            root_run_id: event.root_run_id.clone(),
+            span_id: event.span_id.clone(),
+            parent_span_id: event.parent_span_id.clone(),
+            agent: event.agent.clone(),
+            role: event.role.clone(),
+        }
+    }
+
+    /// A float JSON cannot hold is refused, as a parse refuses it in an `f64` field; in an
+    /// `Option` (where a parse would read `None`, another value) too.
+    #[test]
+    fn non_finite_numbers_are_refused() {
+        for value in [f64::NAN, f64::INFINITY, f64::NEG_INFINITY] {
+            let event = step_completed(value);
+            assert!(!parses(&event));
+            let refused = batch_journal(std::slice::from_ref(&event)).unwrap_err();
+            assert!(matches!(refused, StoreError::Invalid(_)), "{refused}");
+            assert!(
+                refused.to_string().contains("would not read back"),
+                "{refused}"
+            );
+        }
+        assert!(Line::encode(&step_completed(12.5)).is_ok());
+        let mut budgeted = started(Map::new());
+        if let Payload::RunStarted(run) = &mut budgeted.payload {
+            run.budget = Some(RunBudget {
+                max_cost: Some(f64::NAN),
+                max_tokens: None,
+                max_calls: None,
+            });
+        }
+        let budgeted = Event::new(envelope_of(&budgeted), budgeted.payload);
+        assert!(Line::encode(&budgeted).is_err());
+    }
+
+    /// A timestamp is accepted exactly when its RFC 3339 text reads back.
+    #[test]
+    fn timestamps_are_refused_exactly_when_they_would_not_read_back() {
+        use chrono::{NaiveDate, TimeZone, Utc};
+        for year in [-1, 0, 1, 1970, 9999, 10000, 262_000] {
+            let mut event = started(Map::new());
+            let Some(date) = NaiveDate::from_ymd_opt(year, 6, 1) else {
+                panic!("year {year}");
+            };
+            event.ts = Utc.from_utc_datetime(&date.and_hms_opt(0, 0, 0).unwrap_or_default());
+            assert_eq!(Line::encode(&event).is_ok(), parses(&event), "year {year}");
+        }
+    }
+
+    /// The line a batch keeps is the event's line, its seq the one assigned.
+    #[test]
+    fn a_batch_keeps_each_line_with_its_assigned_seq() {
+        let mut event = started(nested(3));
+        event.seq = 7;
+        let mut batch = Batch::check(vec![event.clone(), event.clone()])
+            .unwrap()
+            .unwrap();
+        batch.assign_seq(99);
+        for (event, line) in batch.events().iter().zip(batch.lines()) {
+            assert_eq!(line.as_str(), event.to_json());
+            assert_eq!(Event::from_json(line.as_str()).unwrap(), *event);
+        }
+        assert_eq!(batch.events()[1].seq, 101);
+        assert!(matches!(Batch::check(Vec::new()), Ok(Err(empty)) if empty.is_empty()));
+    }
+
+    /// Every event of the reference journals (written by the Python reference) is encoded to
+    /// its serialized line, which reads back to the same event.
+    #[test]
+    fn every_event_of_the_reference_journals_reads_back_as_encoded() {
+        for name in [
+            "approval-granted",
+            "approval-rejected",
+            "plain-run",
+            "policies-terminal-role",
+            "session-two-runs",
+        ] {
+            let path = format!("reference/journals/{name}.jsonl");
+            let Some(text) = loom_testkit::shared::text(&path) else {
+                return;
+            };
+            for (n, line) in text
+                .lines()
+                .enumerate()
+                .filter(|(_, l)| !l.trim().is_empty())
+            {
+                let event = Event::from_json(line).unwrap_or_else(|e| panic!("{path}:{n}: {e}"));
+                let encoded = Line::encode(&event).unwrap_or_else(|e| panic!("{path}:{n}: {e}"));
+                assert_eq!(encoded.as_str(), event.to_json(), "{path}:{}", n + 1);
+                let back = Event::from_json(encoded.as_str());
+                assert_eq!(back.ok().as_ref(), Some(&event), "{path}:{}", n + 1);
+            }
+        }
     }
 }

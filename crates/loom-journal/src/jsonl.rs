@@ -20,7 +20,7 @@ use crate::{
     offsets::{End, OffsetsCache, index_path},
 };
 
-use loom_core::journal::{assign_seq, batch_journal, conflict, safe_id};
+use loom_core::journal::{Batch, conflict, safe_id};
 
 /// Bytes read by the first backward step when looking for the last line of a journal (the
 /// step doubles until the line is found).
@@ -502,7 +502,7 @@ impl Journal {
     }
 
     /// Appends `batch` after `expected`, under the exclusive lock.
-    fn append(&self, mut batch: Vec<Event>, expected: u64) -> Result<Vec<Event>, StoreError> {
+    fn append(&self, mut batch: Batch, expected: u64) -> Result<Vec<Event>, StoreError> {
         let mut file = self.open_locked()?;
         let len = file.metadata().map_err(self.io())?.len();
         let tail = scan_tail(&mut file, len, TAIL_CHUNK).map_err(self.io())?;
@@ -515,29 +515,28 @@ impl Journal {
         if tail.complete_len < len {
             self.set_aside(&mut file, tail.complete_len, len)?;
         }
-        assign_seq(&mut batch, last);
-        let mut lines = String::new();
+        batch.assign_seq(last);
+        let mut lines = String::with_capacity(
+            batch
+                .lines()
+                .iter()
+                .map(|line| line.as_str().len() + 1)
+                .sum(),
+        );
         // Where each line ends in `lines`, for the offset index.
         let mut ends = Vec::with_capacity(batch.len());
         // Runs started by the batch, with the offset of their line, for the run index.
         let mut started = Vec::new();
-        for event in &batch {
-            let json = event.to_json();
-            if json.is_empty() {
-                return Err(StoreError::Invalid(format!(
-                    "event {} cannot be serialized",
-                    event.event_id
-                )));
-            }
+        for (event, line) in batch.events().iter().zip(batch.lines()) {
             // By the envelope's type: a sealed payload (`loom-crypto`) keeps it clear.
             if event.event_type == "run.started" {
                 started.push((event.run_id.clone(), tail.complete_len + lines.len() as u64));
             }
-            lines.push_str(&json);
+            lines.push_str(line.as_str());
             lines.push('\n');
             ends.push(lines.len());
         }
-        let sync = loom_core::event::must_sync(&batch);
+        let sync = loom_core::event::must_sync(batch.events());
         self.write_at_end(&mut file, tail.complete_len, lines.as_bytes(), sync)?;
         // The batch is written (and durable when it had to be): the offset index follows (a
         // cache, not synced).
@@ -568,7 +567,7 @@ impl Journal {
         {
             warn!(path = %self.path.display(), %error, "could not update the run index");
         }
-        Ok(batch)
+        Ok(batch.into_parts().0)
     }
 
     /// Writes `bytes` at `base` (the end of the file) and, with `sync`, syncs them (and every
@@ -637,10 +636,11 @@ fn append_blocking(
     batch: Vec<Event>,
     expected: u64,
 ) -> Result<Vec<Event>, StoreError> {
-    let Some((tenant_id, session_id)) = batch_journal(&batch)? else {
-        return Ok(batch);
+    let batch = match Batch::check(batch)? {
+        Ok(batch) => batch,
+        Err(empty) => return Ok(empty),
     };
-    Journal::new(root, offsets, &tenant_id, &session_id)?.append(batch, expected)
+    Journal::new(root, offsets, &batch.tenant_id, &batch.session_id)?.append(batch, expected)
 }
 
 fn sessions_blocking(

@@ -58,7 +58,8 @@
 //! its payload, foreign session, seq out of order) is never skipped: it is reported as
 //! [`StoreError::Corrupted`] with its line number. Journals are independent files, so one
 //! corrupted session never affects another. Such a line cannot come from an append (every
-//! event is read back with the reader's limits before it is written), only from the disk, a
+//! event's line is checked against the reader's limits as it is serialized, once, and that
+//! line is what is written: `loom_core::journal::Line`), only from the disk, a
 //! hand edit or an older version; `salvage` reads around it and `set_aside` recovers the
 //! session: the line's bytes are appended to `<session>.jsonl.corrupt` and fsynced, then the
 //! journal is written anew beside itself with the replacement event (`session.repaired`) at the

@@ -18,7 +18,7 @@ use loom_core::{
     ports::{EventStore, SessionSummary, StoreError},
 };
 
-use loom_core::journal::{assign_seq, batch_journal, conflict, safe_id};
+use loom_core::journal::{Batch, conflict, safe_id};
 
 use journal::Journal;
 
@@ -122,30 +122,32 @@ impl MemoryStore {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn append_now(&self, mut batch: Vec<Event>, expected: u64) -> Result<Vec<Event>, StoreError> {
-        let Some((tenant_id, session_id)) = batch_journal(&batch)? else {
-            return Ok(batch);
+    fn append_now(&self, batch: Vec<Event>, expected: u64) -> Result<Vec<Event>, StoreError> {
+        let mut batch = match Batch::check(batch)? {
+            Ok(batch) => batch,
+            Err(empty) => return Ok(empty),
         };
         let mut inner = self.lock();
-        let key = (tenant_id, session_id);
+        let key = (batch.tenant_id.clone(), batch.session_id.clone());
         let last = inner.journals.get(&key).map_or(0, Journal::last_seq);
         if last != expected {
             return Err(conflict(&key.0, &key.1, expected, last));
         }
-        assign_seq(&mut batch, last);
+        batch.assign_seq(last);
         inner.clock += 1;
         let clock = inner.clock;
         inner
             .postings
             .entry(key.0.clone())
             .or_default()
-            .add(&key.1, &batch);
+            .add(&key.1, batch.events());
+        let (events, lines) = batch.into_parts();
         let journal = inner.journals.entry(key.clone()).or_default();
-        journal.push(&batch);
+        journal.push(&events, lines);
         journal.touched = clock;
         inner.recent.push_back((clock, key));
         inner.pack_quiet();
-        Ok(batch)
+        Ok(events)
     }
 
     fn read_now(

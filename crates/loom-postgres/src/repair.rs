@@ -133,9 +133,14 @@ impl PgStore {
                 .await
                 .map_err(|err| db.error(err))?;
                 let columns = Columns::of(&aside.replacement)?;
-                insert(&mut tx, &aside.replacement, columns)
-                    .await
-                    .map_err(|err| db.error(err))?;
+                insert(
+                    &mut tx,
+                    &aside.replacement,
+                    columns,
+                    aside.replacement.to_json(),
+                )
+                .await
+                .map_err(|err| db.error(err))?;
             }
             // The index of sessions follows the rows written again.
             sqlx::query(

@@ -6,7 +6,7 @@ use loom_core::{
     BoxFuture,
     event::{Event, EventReadError},
     journal::row_event,
-    journal::{batch_journal, conflict, safe_id},
+    journal::{Batch, conflict, safe_id},
     ports::{EventStore, Salvage, SessionSummary, SetAside, StoreError},
     search::RecentSessions,
 };
@@ -118,16 +118,14 @@ impl PgStore {
         self.db.finish(tx, result).await
     }
 
-    async fn append_now(
-        &self,
-        mut batch: Vec<Event>,
-        expected: u64,
-    ) -> Result<Vec<Event>, StoreError> {
-        let Some((tenant_id, session_id)) = batch_journal(&batch)? else {
-            return Ok(batch);
+    async fn append_now(&self, batch: Vec<Event>, expected: u64) -> Result<Vec<Event>, StoreError> {
+        let mut batch = match Batch::check(batch)? {
+            Ok(batch) => batch,
+            Err(empty) => return Ok(empty),
         };
+        let (tenant_id, session_id) = (batch.tenant_id.clone(), batch.session_id.clone());
         let mut rows = Vec::with_capacity(batch.len());
-        for event in &batch {
+        for event in batch.events() {
             rows.push(Columns::of(event)?);
         }
         let mut tx = self.db.begin(&tenant_id).await?;
@@ -135,7 +133,7 @@ impl PgStore {
         // (`synchronous_commit = off` for this transaction only: a crash of Loom's process loses
         // nothing, a crash of the database server may lose it, and the next synchronous commit
         // flushes the WAL up to it); every other commit waits (`loom_core::event::must_sync`).
-        let synchronous = if loom_core::event::must_sync(&batch) {
+        let synchronous = if loom_core::event::must_sync(batch.events()) {
             "on"
         } else {
             "off"
@@ -166,10 +164,11 @@ impl PgStore {
             }
             let mut ingested = 0;
             let mut updated_at = String::new();
-            for ((seq, event), columns) in (last + 1..).zip(batch.iter_mut()).zip(rows) {
-                event.seq = seq;
+            batch.assign_seq(last);
+            let (events, lines) = batch.into_parts();
+            for ((event, line), columns) in events.iter().zip(lines).zip(rows) {
                 updated_at.clone_from(&columns.ts);
-                match insert(&mut tx, event, columns).await {
+                match insert(&mut tx, event, columns, line.into_string()).await {
                     Ok(id) => ingested = id,
                     Err(err) => {
                         return Err(self.insert_error(
@@ -182,7 +181,7 @@ impl PgStore {
                     }
                 }
             }
-            let last_seq = last + batch.len() as u64;
+            let last_seq = last + events.len() as u64;
             sqlx::query(SUMMARY)
                 .bind(&tenant_id)
                 .bind(&session_id)
@@ -192,10 +191,10 @@ impl PgStore {
                 .execute(&mut *tx)
                 .await
                 .map_err(|err| self.db.error(err))?;
-            Ok(())
+            Ok(events)
         }
         .await;
-        self.finish(tx, written).await.map(|()| batch)
+        self.finish(tx, written).await
     }
 
     /// An insert's failure: another writer's row at the same seq is a [`StoreError::Conflict`],
@@ -452,11 +451,13 @@ impl PgStore {
     }
 }
 
-/// Inserts `event` (its seq assigned) with its query columns; returns its `ingested`.
+/// Inserts `event` (its seq assigned) with its query columns and its journal line `line`;
+/// returns its `ingested`.
 pub(crate) async fn insert(
     tx: &mut Transaction<'static, Postgres>,
     event: &Event,
     columns: Columns,
+    line: String,
 ) -> Result<i64, sqlx::Error> {
     sqlx::query(INSERT)
         .bind(&event.tenant_id)
@@ -472,7 +473,7 @@ pub(crate) async fn insert(
         .bind(&event.agent)
         .bind(&event.role)
         .bind(columns.facets)
-        .bind(event.to_json())
+        .bind(line)
         .fetch_one(&mut **tx)
         .await
         .and_then(|row| row.try_get(0))

@@ -23,7 +23,7 @@ use sqlx::{
 };
 use tracing::{debug, warn};
 
-use loom_core::journal::{batch_journal, safe_id};
+use loom_core::journal::{Batch, safe_id};
 
 use crate::writer::Writer;
 
@@ -319,11 +319,12 @@ impl SqliteStore {
     }
 
     async fn append_now(&self, batch: Vec<Event>, expected: u64) -> Result<Vec<Event>, StoreError> {
-        let Some(journal) = batch_journal(&batch)? else {
-            return Ok(batch);
+        let batch = match Batch::check(batch)? {
+            Ok(batch) => batch,
+            Err(empty) => return Ok(empty),
         };
         let mut rows = Vec::with_capacity(batch.len());
-        for event in &batch {
+        for event in batch.events() {
             rows.push(Columns::of(event)?);
         }
         // Through the writer, in the next group commit (see the `writer` module). A group
@@ -332,14 +333,7 @@ impl SqliteStore {
         // FULL commit, which syncs the whole WAL); every other commit is FULL.
         self.inner
             .writer
-            .append(
-                &self.inner.options,
-                &self.inner.path,
-                journal,
-                batch,
-                rows,
-                expected,
-            )
+            .append(&self.inner.options, &self.inner.path, batch, rows, expected)
             .await
     }
 

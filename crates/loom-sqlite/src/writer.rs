@@ -20,7 +20,7 @@ use std::collections::HashMap;
 
 use loom_core::{
     event::{Event, must_sync},
-    journal::conflict,
+    journal::{Batch, Line, conflict},
     ports::StoreError,
 };
 use sqlx::{
@@ -40,7 +40,7 @@ const COLUMNS: &str = "INSERT INTO events (tenant_id, session_id, seq, event_id,
 
 /// A batch waiting for a group.
 pub(crate) struct Pending {
-    batch: Vec<Event>,
+    batch: Batch,
     rows: Vec<Columns>,
     expected: u64,
     tenant_id: String,
@@ -69,19 +69,18 @@ impl std::fmt::Debug for Pending {
 }
 
 impl Writer {
-    /// Appends `batch` (of journal `tenant_id/session_id`, its rows' columns `rows`) after
-    /// `expected`, in the next group: returns once the group's commit covers it.
+    /// Appends `batch` (checked, with its lines; its rows' columns `rows`) after `expected`, in
+    /// the next group: returns once the group's commit covers it.
     pub(crate) async fn append(
         &self,
         options: &SqliteConnectOptions,
         path: &std::path::Path,
-        journal: (String, String),
-        batch: Vec<Event>,
+        batch: Batch,
         rows: Vec<Columns>,
         expected: u64,
     ) -> Result<Vec<Event>, StoreError> {
         let (answer, mut answered) = oneshot::channel();
-        let (tenant_id, session_id) = journal;
+        let (tenant_id, session_id) = (batch.tenant_id.clone(), batch.session_id.clone());
         self.queue_lock().push(Pending {
             batch,
             rows,
@@ -179,7 +178,10 @@ async fn write_group(
     path: &std::path::Path,
     group: Vec<Pending>,
 ) -> Result<Answers, (Answers, String)> {
-    let begin = if group.iter().any(|pending| must_sync(&pending.batch)) {
+    let begin = if group
+        .iter()
+        .any(|pending| must_sync(pending.batch.events()))
+    {
         BEGIN_FULL
     } else {
         BEGIN_NORMAL
@@ -235,8 +237,10 @@ async fn write_group(
                 return Err(conflict(&key.0, &key.1, expected, found));
             }
             let order = ingested.unwrap_or(1);
-            insert(&mut tx, path, &mut batch, rows, found, order).await?;
-            Ok(batch)
+            batch.assign_seq(found);
+            let (events, lines) = batch.into_parts();
+            insert(&mut tx, path, &events, rows, lines, order).await?;
+            Ok(events)
         }
         .await;
         if let Ok(batch) = &result {
@@ -251,29 +255,18 @@ async fn write_group(
     }
 }
 
-/// Inserts `batch` after seq `last` with write order `ingested`, as few statements as its size
-/// allows. A batch of more than [`ROWS_PER_INSERT`] rows is written under a savepoint, so that
-/// it is written whole or not at all.
+/// Inserts `batch` (given its seqs), its rows' columns `rows` and its lines `lines`, with write
+/// order `ingested`, as few statements as its size allows. A batch of more than
+/// [`ROWS_PER_INSERT`] rows is written under a savepoint, so that it is written whole or not at
+/// all.
 async fn insert(
     conn: &mut SqliteConnection,
     path: &std::path::Path,
-    batch: &mut [Event],
+    batch: &[Event],
     rows: Vec<Columns>,
-    last: u64,
+    lines: Vec<Line>,
     ingested: i64,
 ) -> Result<(), StoreError> {
-    let mut json = Vec::with_capacity(batch.len());
-    for (seq, event) in (last + 1..).zip(batch.iter_mut()) {
-        event.seq = seq;
-        let text = event.to_json();
-        if text.is_empty() {
-            return Err(StoreError::Invalid(format!(
-                "event {} cannot be serialized",
-                event.event_id
-            )));
-        }
-        json.push(text);
-    }
     let chunked = batch.len() > ROWS_PER_INSERT;
     if chunked {
         sqlx::query("SAVEPOINT loom_batch")
@@ -282,7 +275,7 @@ async fn insert(
             .map_err(|err| db_error(path, err))?;
     }
     let mut rows = rows.into_iter();
-    let mut json = json.into_iter();
+    let mut json = lines.into_iter().map(Line::into_string);
     let mut written = Ok(());
     for events in batch.chunks(ROWS_PER_INSERT) {
         let mut arguments = SqliteArguments::default();

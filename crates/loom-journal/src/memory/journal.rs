@@ -116,14 +116,15 @@ impl Journal {
         }
     }
 
-    /// Appends events already given their seqs (following [`Journal::last_seq`]).
-    pub(super) fn push(&mut self, events: &[Event]) {
-        for event in events {
+    /// Appends events already given their seqs (following [`Journal::last_seq`]), with their
+    /// lines (checked and serialized once, by `loom_core::journal::Batch`).
+    pub(super) fn push(&mut self, events: &[Event], lines: Vec<loom_core::journal::Line>) {
+        for (event, line) in events.iter().zip(lines) {
             // The event as its line reads back: the line keeps microseconds (`ser_ts`).
             let mut kept = event.clone();
             kept.ts = kept.ts.trunc_subsecs(6);
             self.tail.push(Line {
-                text: Arc::from(event.to_json()),
+                text: Arc::from(line.into_string()),
                 event: Some(Arc::new(kept)),
             });
         }
@@ -403,14 +404,20 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
 
     use super::*;
-    use loom_core::journal::assign_seq;
+    use loom_core::journal::Batch;
     use loom_testkit::conformance::events;
 
+    /// Pushes `batch` after the journal's last seq, as the store does.
+    fn push(journal: &mut Journal, batch: Vec<Event>) -> Vec<Event> {
+        let mut batch = Batch::check(batch).unwrap().unwrap();
+        batch.assign_seq(journal.last_seq());
+        let (events, lines) = batch.into_parts();
+        journal.push(&events, lines);
+        events
+    }
+
     fn written(journal: &mut Journal, n: usize) -> Vec<Event> {
-        let mut batch = events("t", "s", n);
-        assign_seq(&mut batch, journal.last_seq());
-        journal.push(&batch);
-        batch
+        push(journal, events("t", "s", n))
     }
 
     #[test]
@@ -444,11 +451,10 @@ mod tests {
     fn the_tail_reads_what_its_lines_decode_to() {
         let mut journal = Journal::default();
         let mut batch = events("t", "s", 3);
-        assign_seq(&mut batch, 0);
         for event in &mut batch {
             event.ts += chrono::Duration::nanoseconds(123);
         }
-        journal.push(&batch);
+        push(&mut journal, batch.clone());
         let hot = journal.lines(0, u64::MAX).read("s").unwrap();
         let decoded: Vec<Event> = journal
             .tail
