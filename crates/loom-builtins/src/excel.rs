@@ -126,7 +126,9 @@ pub fn excel(folders: Vec<Folder>) -> Result<FnTool, BuiltinError> {
                 .map_err(|error| ToolError::new(format!("invalid arguments: {error}")))?;
             tokio::task::spawn_blocking(move || run(&roots, args))
                 .await
-                .map_err(|error| ToolError::new(format!("the workbook operation failed: {error}")))?
+                .map_err(|error| {
+                    ToolError::new(format!("the workbook operation failed: {error}"))
+                })?
         }) as BoxFuture<'static, _>
     }))
 }
@@ -281,9 +283,8 @@ fn load(root: &Root, path: &str) -> Result<(Vec<u8>, String), ToolError> {
 type Workbook = Sheets<Cursor<Vec<u8>>>;
 
 fn open(bytes: Vec<u8>, shown: &str) -> Result<Workbook, ToolError> {
-    calamine::open_workbook_auto_from_rs(Cursor::new(bytes)).map_err(|error| {
-        ToolError::new(format!("'{shown}' cannot be read as a workbook: {error}"))
-    })
+    calamine::open_workbook_auto_from_rs(Cursor::new(bytes))
+        .map_err(|error| ToolError::new(format!("'{shown}' cannot be read as a workbook: {error}")))
 }
 
 /// `sheet`, or the first sheet; an unknown name is an error listing the sheets.
@@ -591,7 +592,11 @@ fn save(root: &Root, output: &Resolved, shown: &str, bytes: &[u8]) -> Result<(),
         file.set_len(0).map_err(|error| io_error(shown, &error))?;
         file
     } else {
-        if let Some(parent) = output.relative.parent().filter(|p| !p.as_os_str().is_empty()) {
+        if let Some(parent) = output
+            .relative
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+        {
             root.dir
                 .create_dir_all(parent)
                 .map_err(|error| io_error(shown, &error))?;

@@ -153,7 +153,10 @@ async fn a_sheet_reads_as_typed_rows() {
     .await
     .unwrap();
     assert_eq!(notes["range"], "A1:B2");
-    assert_eq!(notes["rows"], json!([[null, null], [null, "relancer Martin"]]));
+    assert_eq!(
+        notes["rows"],
+        json!([[null, null], [null, "relancer Martin"]])
+    );
 }
 
 #[tokio::test]
@@ -190,7 +193,8 @@ async fn a_read_is_capped_by_max_rows_and_says_so() {
     )
     .await;
     assert!(
-        error.message.contains("A1:XFD1 is 16384 columns wide") && error.message.contains("ask for fewer columns"),
+        error.message.contains("A1:XFD1 is 16384 columns wide")
+            && error.message.contains("ask for fewer columns"),
         "{}",
         error.message
     );
@@ -230,7 +234,10 @@ async fn formulas_are_written_into_a_copy_and_the_source_is_untouched() {
     assert_eq!(written["cells_written"], 5);
     assert_eq!(written["created"], true);
     assert_eq!(written["recalculated"], false);
-    assert_eq!(fs::read(tmp.path().join("data/factures.xlsx")).unwrap(), source);
+    assert_eq!(
+        fs::read(tmp.path().join("data/factures.xlsx")).unwrap(),
+        source
+    );
 
     // The copy, read with calamine: the formulas as written, the values kept or set.
     let bytes = fs::read(tmp.path().join("out/synthese/factures-total.xlsx")).unwrap();
@@ -239,7 +246,10 @@ async fn formulas_are_written_into_a_copy_and_the_source_is_untouched() {
     assert_eq!(formulas.get_value((6, 2)).unwrap(), "SUM(C2:C5)");
     assert_eq!(formulas.get_value((6, 3)).unwrap(), "COUNTIF(D2:D5,FALSE)");
     let values = book.worksheet_range("Factures").unwrap();
-    assert_eq!(values.get_value((6, 1)), Some(&Data::String("Total".into())));
+    assert_eq!(
+        values.get_value((6, 1)),
+        Some(&Data::String("Total".into()))
+    );
     assert_eq!(values.get_value((6, 4)), Some(&Data::Bool(true)));
     assert_eq!(values.get_value((2, 2)), Some(&Data::Float(350.5)));
     assert!(matches!(values.get_value((1, 1)), None | Some(Data::Empty)));
@@ -265,7 +275,12 @@ async fn formulas_are_written_into_a_copy_and_the_source_is_untouched() {
                "output_path": "synthese/factures-total.xlsx", "cells": [{"cell": "A1", "value": 1}]}),
     )
     .await;
-    assert_eq!(refusal_rule(&again), Some("folder-rights"), "{}", again.message);
+    assert_eq!(
+        refusal_rule(&again),
+        Some("folder-rights"),
+        "{}",
+        again.message
+    );
     assert!(again.message.contains("'overwrite'"), "{}", again.message);
 }
 
@@ -278,7 +293,10 @@ async fn a_workbook_is_replaced_only_as_the_named_output_of_a_folder_granting_ov
         Rights::without_approval([Right::Read, Right::Overwrite]),
     )])
     .unwrap();
-    assert_eq!(tool.spec().declarations.side_effects, SideEffects::Reversible);
+    assert_eq!(
+        tool.spec().declarations.side_effects,
+        SideEffects::Reversible
+    );
     // No 'write': a new file is refused.
     let error = failed(
         &tool,
@@ -286,7 +304,12 @@ async fn a_workbook_is_replaced_only_as_the_named_output_of_a_folder_granting_ov
                "cells": [{"cell": "A1", "value": 1}]}),
     )
     .await;
-    assert_eq!(refusal_rule(&error), Some("folder-rights"), "{}", error.message);
+    assert_eq!(
+        refusal_rule(&error),
+        Some("folder-rights"),
+        "{}",
+        error.message
+    );
     // The source itself, named as the output: replaced.
     let written = call(
         &tool,
@@ -318,7 +341,11 @@ async fn read_only_folders_declare_no_side_effect() {
     assert_eq!(spec.name, "excel");
     assert_eq!(spec.declarations.side_effects, SideEffects::None);
     assert!(spec.declarations.idempotent);
-    assert!(spec.description.contains("not recalculated"), "{}", spec.description);
+    assert!(
+        spec.description.contains("not recalculated"),
+        "{}",
+        spec.description
+    );
 }
 
 #[tokio::test]
@@ -356,9 +383,16 @@ async fn refusals_name_their_rule() {
         ),
     ] {
         let error = failed(&tool, arguments.clone()).await;
-        assert_eq!(refusal_rule(&error), Some(rule), "{arguments}: {}", error.message);
+        assert_eq!(
+            refusal_rule(&error),
+            Some(rule),
+            "{arguments}: {}",
+            error.message
+        );
         assert!(
-            error.message.starts_with(&format!("refused by rule '{rule}'")),
+            error
+                .message
+                .starts_with(&format!("refused by rule '{rule}'")),
             "{}",
             error.message
         );
@@ -408,10 +442,7 @@ async fn bad_arguments_are_clear_errors() {
             write(json!({"output_path": "copie.csv"})),
             "'output_path' is 'copie.csv': the copy is written as .xlsx",
         ),
-        (
-            write(json!({"cells": []})),
-            "op 'write' needs 'cells'",
-        ),
+        (write(json!({"cells": []})), "op 'write' needs 'cells'"),
         (
             write(json!({"cells": [{"cell": "A", "value": 1}]})),
             "'cells[0].cell': 'A' lacks a row number",
@@ -452,7 +483,9 @@ async fn a_file_that_is_not_a_workbook_is_an_error() {
     )
     .await;
     assert!(
-        error.message.contains("'faux.xlsx' cannot be read as a workbook"),
+        error
+            .message
+            .contains("'faux.xlsx' cannot be read as a workbook"),
         "{}",
         error.message
     );
@@ -463,20 +496,76 @@ fn factures_example(path: &Path) {
     let mut book = umya_spreadsheet::new_file();
     let sheet = book.sheet_mut(0).unwrap();
     sheet.set_name("Factures");
-    let header = ["Numéro", "Client", "Date", "Échéance", "Montant TTC", "Payée"];
+    let header = [
+        "Numéro",
+        "Client",
+        "Date",
+        "Échéance",
+        "Montant TTC",
+        "Payée",
+    ];
     for (column, title) in header.iter().enumerate() {
         sheet
             .cell_mut((column as u32 + 1, 1))
             .set_value_string(*title);
     }
     let invoices: [(&str, &str, f64, f64, f64, bool); 7] = [
-        ("F-2026-001", "Boulangerie Martin", 46_027.0, 46_057.0, 1250.0, true),
-        ("F-2026-002", "Garage Dupont", 46_034.0, 46_064.0, 3480.0, false),
-        ("F-2026-003", "Cabinet Leroy", 46_042.0, 46_072.0, 640.5, true),
-        ("F-2026-004", "Fleurs & Co", 46_055.0, 46_085.0, 2115.75, false),
-        ("F-2026-005", "Hôtel du Parc", 46_063.0, 46_093.0, 5900.0, false),
-        ("F-2026-006", "Boulangerie Martin", 46_071.0, 46_101.0, 1250.0, true),
-        ("F-2026-007", "Garage Dupont", 46_082.0, 46_112.0, 820.25, false),
+        (
+            "F-2026-001",
+            "Boulangerie Martin",
+            46_027.0,
+            46_057.0,
+            1250.0,
+            true,
+        ),
+        (
+            "F-2026-002",
+            "Garage Dupont",
+            46_034.0,
+            46_064.0,
+            3480.0,
+            false,
+        ),
+        (
+            "F-2026-003",
+            "Cabinet Leroy",
+            46_042.0,
+            46_072.0,
+            640.5,
+            true,
+        ),
+        (
+            "F-2026-004",
+            "Fleurs & Co",
+            46_055.0,
+            46_085.0,
+            2115.75,
+            false,
+        ),
+        (
+            "F-2026-005",
+            "Hôtel du Parc",
+            46_063.0,
+            46_093.0,
+            5900.0,
+            false,
+        ),
+        (
+            "F-2026-006",
+            "Boulangerie Martin",
+            46_071.0,
+            46_101.0,
+            1250.0,
+            true,
+        ),
+        (
+            "F-2026-007",
+            "Garage Dupont",
+            46_082.0,
+            46_112.0,
+            820.25,
+            false,
+        ),
     ];
     for (i, (number, client, date, due, amount, paid)) in invoices.iter().enumerate() {
         let row = i as u32 + 2;

@@ -499,9 +499,13 @@ mod tests {
         .unwrap();
         assert_eq!(second.message.text(), "Résultat : 42");
         // In a call's arguments too, in every string, nested ones included.
-        let mut arguments = json!({"content": "x = {{ tool_result }}", "n": [1, {"s": "{{ tool_result }}"}]});
+        let mut arguments =
+            json!({"content": "x = {{ tool_result }}", "n": [1, {"s": "{{ tool_result }}"}]});
         replace_in_strings(&mut arguments, "42");
-        assert_eq!(arguments, json!({"content": "x = 42", "n": [1, {"s": "42"}]}));
+        assert_eq!(
+            arguments,
+            json!({"content": "x = 42", "n": [1, {"s": "42"}]})
+        );
 
         // Without the tool offered, the first reply is filtered out.
         let no_tool = futures_util::FutureExt::now_or_never(collect(

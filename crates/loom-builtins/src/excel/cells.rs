@@ -57,7 +57,10 @@ mod tests {
     fn dates_are_iso_strings() {
         let at = |value, kind| to_json(&Data::DateTime(ExcelDateTime::new(value, kind, false)));
         // 45943 is 2025-10-13 in the 1900 date system.
-        assert_eq!(at(45943.0, ExcelDateTimeType::DateTime), json!("2025-10-13"));
+        assert_eq!(
+            at(45943.0, ExcelDateTimeType::DateTime),
+            json!("2025-10-13")
+        );
         assert_eq!(
             at(45943.5, ExcelDateTimeType::DateTime),
             json!("2025-10-13T12:00:00")
