@@ -176,7 +176,7 @@ impl Rights {
         self.granted.is_empty()
     }
 
-    fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         let names: Vec<_> = self.granted().map(Right::as_str).collect();
         if names.is_empty() {
             "none".to_owned()
@@ -210,12 +210,14 @@ impl Folder {
 
 /// A declared folder, its root resolved and opened once.
 #[derive(Debug)]
-struct Root {
-    name: String,
+pub(crate) struct Root {
+    /// The name the model uses.
+    pub(crate) name: String,
     canonical: PathBuf,
     /// The folder's directory handle: every operation goes through it.
-    dir: Dir,
-    rights: Rights,
+    pub(crate) dir: Dir,
+    /// What the model may do there.
+    pub(crate) rights: Rights,
 }
 
 #[derive(Debug, Clone, Copy, Deserialize)]
@@ -250,6 +252,24 @@ struct Args {
 /// No folder, a name that is invalid or declared twice, a folder granting no right, a path
 /// that does not exist or is not a directory.
 pub fn local_files(folders: Vec<Folder>) -> Result<FnTool, BuiltinError> {
+    let roots = open_roots(folders)?;
+    let spec = spec(&roots);
+    let roots = std::sync::Arc::new(roots);
+    Ok(FnTool::new(spec, move |_ctx, arguments| {
+        let roots = roots.clone();
+        Box::pin(async move {
+            let args: Args = serde_json::from_value(arguments)
+                .map_err(|error| ToolError::new(format!("invalid arguments: {error}")))?;
+            tokio::task::spawn_blocking(move || run(&roots, args))
+                .await
+                .map_err(|error| ToolError::new(format!("the file operation failed: {error}")))?
+        }) as BoxFuture<'static, _>
+    }))
+}
+
+/// Checks `folders` (at least one, valid and distinct names, a right each) and opens each
+/// folder's root: what `local_files` and `excel` are built on.
+pub(crate) fn open_roots(folders: Vec<Folder>) -> Result<Vec<Root>, BuiltinError> {
     if folders.is_empty() {
         return Err(BuiltinError::NoFolder);
     }
@@ -298,18 +318,21 @@ pub fn local_files(folders: Vec<Folder>) -> Result<FnTool, BuiltinError> {
             rights: folder.rights,
         });
     }
-    let spec = spec(&roots);
-    let roots = std::sync::Arc::new(roots);
-    Ok(FnTool::new(spec, move |_ctx, arguments| {
-        let roots = roots.clone();
-        Box::pin(async move {
-            let args: Args = serde_json::from_value(arguments)
-                .map_err(|error| ToolError::new(format!("invalid arguments: {error}")))?;
-            tokio::task::spawn_blocking(move || run(&roots, args))
-                .await
-                .map_err(|error| ToolError::new(format!("the file operation failed: {error}")))?
-        }) as BoxFuture<'static, _>
-    }))
+    Ok(roots)
+}
+
+/// The root named `name`, or the `declared-folder` refusal listing the declared ones.
+pub(crate) fn find_root<'a>(roots: &'a [Root], name: &str) -> Result<&'a Root, ToolError> {
+    roots.iter().find(|root| root.name == name).ok_or_else(|| {
+        let names: Vec<&str> = roots.iter().map(|root| root.name.as_str()).collect();
+        refusal(
+            rules::DECLARED_FOLDER,
+            format!(
+                "no folder is named '{name}'; the declared folders are: {}",
+                names.join(", ")
+            ),
+        )
+    })
 }
 
 fn valid_name(name: &str) -> bool {
@@ -368,28 +391,18 @@ fn spec(roots: &[Root]) -> ToolSpec {
 
 /// Where a requested path lands once resolved.
 #[derive(Debug)]
-struct Resolved {
+pub(crate) struct Resolved {
     /// The real path (symbolic links resolved) of what exists, plus the missing components.
-    real: PathBuf,
+    pub(crate) real: PathBuf,
     /// The same, relative to the folder's root (`.` for the root): what the operation opens
     /// through the folder's handle.
-    relative: PathBuf,
+    pub(crate) relative: PathBuf,
     /// Whether the full path exists.
-    exists: bool,
+    pub(crate) exists: bool,
 }
 
 fn run(roots: &[Root], args: Args) -> Result<ToolOutput, ToolError> {
-    let Some(root) = roots.iter().find(|root| root.name == args.folder) else {
-        let names: Vec<&str> = roots.iter().map(|root| root.name.as_str()).collect();
-        return Err(refusal(
-            rules::DECLARED_FOLDER,
-            format!(
-                "no folder is named '{}'; the declared folders are: {}",
-                args.folder,
-                names.join(", ")
-            ),
-        ));
-    };
+    let root = find_root(roots, &args.folder)?;
     tracing::debug!(folder = %root.name, op = ?args.op, path = %args.path, "local_files call");
     let needed = match args.op {
         Op::List | Op::Read => Some(Right::Read),
@@ -417,7 +430,7 @@ fn run(roots: &[Root], args: Args) -> Result<ToolOutput, ToolError> {
     result
 }
 
-fn require(root: &Root, right: Right, path: &str) -> Result<(), ToolError> {
+pub(crate) fn require(root: &Root, right: Right, path: &str) -> Result<(), ToolError> {
     if root.rights.allows(right) {
         return Ok(());
     }
@@ -450,7 +463,7 @@ fn outside(root: &Root, path: &str) -> ToolError {
 }
 
 /// Resolves `raw` against `root`, refusing `..` and anything whose real location leaves it.
-fn resolve(root: &Root, raw: &str) -> Result<Resolved, ToolError> {
+pub(crate) fn resolve(root: &Root, raw: &str) -> Result<Resolved, ToolError> {
     let requested = Path::new(raw);
     if requested
         .components()
@@ -520,7 +533,7 @@ fn resolve(root: &Root, raw: &str) -> Result<Resolved, ToolError> {
     })
 }
 
-fn shown_path(root: &Root, real: &Path) -> String {
+pub(crate) fn shown_path(root: &Root, real: &Path) -> String {
     let relative = real.strip_prefix(&root.canonical).unwrap_or(real);
     let text = relative.to_string_lossy();
     if text.is_empty() {
@@ -530,13 +543,13 @@ fn shown_path(root: &Root, real: &Path) -> String {
     }
 }
 
-fn io_error(path: &str, error: &io::Error) -> ToolError {
+pub(crate) fn io_error(path: &str, error: &io::Error) -> ToolError {
     ToolError::new(format!("cannot access '{path}': {error}"))
 }
 
 /// Opens the file of `resolved` through the folder's handle with `options`, without blocking
 /// (a FIFO opens at once), and checks on the handle that it is a regular file.
-fn open_regular(
+pub(crate) fn open_regular(
     root: &Root,
     resolved: &Resolved,
     shown: &str,
@@ -561,7 +574,7 @@ fn open_regular(
     Ok(file)
 }
 
-fn not_found(shown: &str) -> ToolError {
+pub(crate) fn not_found(shown: &str) -> ToolError {
     ToolError::new(format!("'{shown}' does not exist"))
 }
 

@@ -8,6 +8,9 @@
 //! - [`local_files`]: list, read, write and delete files inside declared [`Folder`]s only; the
 //!   resolved path (symbolic links included) must stay inside the folder's root, and every
 //!   operation is made through the folder's directory handle, never leaving it;
+//! - `excel` (feature `excel`): list the sheets of a workbook, read a sheet or an A1 range as
+//!   typed values, and write cells and formulas into an `.xlsx` copy, inside the same declared
+//!   folders as `local_files` (formulas are written, never recalculated);
 //! - `sql` (feature `sql`): one read-only `SELECT` over declared tables and columns of a
 //!   SQLite file or a PostgreSQL database, checked by a parser-based guard and run on a
 //!   read-only connection;
@@ -26,6 +29,8 @@
 
 mod address;
 mod datetime;
+#[cfg(feature = "excel")]
+mod excel;
 #[cfg(feature = "fetch")]
 mod fetch;
 mod files;
@@ -40,6 +45,8 @@ use loom_core::tool::ToolError;
 
 pub use address::non_public_range;
 pub use datetime::current_datetime;
+#[cfg(feature = "excel")]
+pub use excel::{READ_CELL_CAP, WORKBOOK_CAP_BYTES, WRITE_CELL_CAP, excel};
 #[cfg(feature = "fetch")]
 pub use fetch::{FetchOptions, Resolver, SystemResolver, fetch_page};
 pub use files::{Folder, READ_CAP_BYTES, Right, Rights, WRITE_CAP_BYTES, local_files};
@@ -51,15 +58,16 @@ pub use sql::{
 
 /// The names of the rules a built-in tool refuses by, as they appear in refusal messages.
 pub mod rules {
-    /// `local_files`: the folder named in the call is not one of the declared folders.
+    /// `local_files`, `excel`: the folder named in the call is not one of the declared folders.
     pub const DECLARED_FOLDER: &str = "declared-folder";
-    /// `local_files`: the path has a `..` component.
+    /// `local_files`, `excel`: the path has a `..` component.
     pub const NO_PARENT: &str = "no-parent";
-    /// `local_files`: the resolved path (symbolic links followed) leaves the folder's root.
+    /// `local_files`, `excel`: the resolved path (symbolic links followed) leaves the folder's
+    /// root.
     pub const INSIDE_ROOTS: &str = "inside-roots";
-    /// `local_files`: the folder does not grant the right the operation needs.
+    /// `local_files`, `excel`: the folder does not grant the right the operation needs.
     pub const FOLDER_RIGHTS: &str = "folder-rights";
-    /// `local_files`: the file is above the read or write size cap.
+    /// `local_files`, `excel`: the file is above the read or write size cap.
     pub const SIZE_CAP: &str = "size-cap";
     /// `fetch_page`: the URL's scheme is not `http` or `https`.
     pub const HTTP_ONLY: &str = "http-only";
@@ -103,8 +111,8 @@ pub fn refusal_rule(error: &ToolError) -> Option<&'static str> {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum BuiltinError {
-    /// `local_files` needs at least one folder.
-    #[error("local_files needs at least one folder")]
+    /// `local_files` and `excel` need at least one folder.
+    #[error("the tool needs at least one folder")]
     NoFolder,
     /// A folder name does not match `^[a-z0-9][a-z0-9_-]{0,31}$`.
     #[error(

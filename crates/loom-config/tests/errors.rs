@@ -605,17 +605,65 @@ fn mcp_include_and_exclude_together() {
 
 #[test]
 fn unknown_builtin_and_missing_folders() {
+    let agent = "name: a\nmain:\n  model: fake-1\ntools:\n  - tool: loom.word\n";
+    assert_eq!(
+        refused(MCP_SERVERS, &[("agents/a.yaml", agent)]),
+        "agents/a.yaml:5:11 tools[0].tool: unknown built-in tool 'loom.word' (built-in tools: \
+         loom.current_datetime, loom.local_files, loom.fetch_page, loom.sql, loom.excel)"
+    );
     let agent = "name: a\nmain:\n  model: fake-1\ntools:\n  - tool: loom.excel\n";
     assert_eq!(
         refused(MCP_SERVERS, &[("agents/a.yaml", agent)]),
-        "agents/a.yaml:5:11 tools[0].tool: unknown built-in tool 'loom.excel' (built-in tools: \
-         loom.current_datetime, loom.local_files, loom.fetch_page, loom.sql)"
+        "agents/a.yaml:5:11 tools[0].tool: loom.excel needs 'folders' (at least one)"
     );
     let agent = "name: a\nmain:\n  model: fake-1\ntools:\n  - tool: loom.local_files\n";
     assert_eq!(
         refused(MCP_SERVERS, &[("agents/a.yaml", agent)]),
         "agents/a.yaml:5:11 tools[0].tool: loom.local_files needs 'folders' (at least one)"
     );
+}
+
+#[test]
+fn excel_keys_are_checked_where_they_stand() {
+    let refused_agent = |tool: &str| {
+        let agent = format!("name: a\nmain:\n  model: fake-1\ntools:\n{tool}");
+        refused(
+            MCP_SERVERS,
+            &[("agents/a.yaml", agent.as_str()), ("classeurs/f.xlsx", "")],
+        )
+    };
+    // LibreOffice recalculation is not implemented: its keys are unknown.
+    assert_eq!(
+        refused_agent(
+            "  - tool: loom.excel\n    folders: [{name: c, path: classeurs, rights: [read]}]\n    recalc: true\n"
+        )
+        .split(" (expected")
+        .next()
+        .unwrap(),
+        "agents/a.yaml:7:5 tools[0].recalc: unknown key 'recalc'"
+    );
+    assert_eq!(
+        refused_agent(
+            "  - tool: loom.excel\n    folders:\n      - {name: c, path: classeurs, rights: [read, delete]}\n"
+        ),
+        "agents/a.yaml:7:51 tools[0].folders[0].rights[1]: loom.excel never deletes a file: \
+         grant read, write or overwrite"
+    );
+    assert_eq!(
+        refused_agent(
+            "  - tool: loom.excel\n    folders:\n      - {name: c, path: absents, rights: [read]}\n"
+        ),
+        "agents/a.yaml:7:25 tools[0].folders[0].path: folder 'c' does not exist: absents"
+    );
+    assert_eq!(
+        refused_agent(
+            "  - tool: loom.sql\n    folders: [{name: c, path: classeurs, rights: [read]}]\n"
+        ),
+        "agents/a.yaml:6:14 tools[0].folders: 'folders' applies to loom.local_files and loom.excel"
+    );
+    let agent = "name: a\nmain:\n  model: fake-1\ntools:\n  - tool: loom.excel\n    folders: [{name: c, path: classeurs, rights: [read, write]}]\n";
+    let files = [("agents/a.yaml", agent), ("classeurs/f.xlsx", "")];
+    assert!(load_str(MCP_SERVERS, &files, None, &no_env).is_ok());
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -12,7 +12,7 @@
 //! | key | meaning |
 //! |---|---|
 //! | `text` | the answer's text; `{{ tool_result }}` is replaced by the text of the last tool result (without the engine's `[result:N]` marker), `{{ system }}` by the request's system prompt |
-//! | `tool_calls` | `[{name, arguments}]`, call ids `fake_<turn>_<i>` |
+//! | `tool_calls` | `[{name, arguments}]`, call ids `fake_<turn>_<i>`; `{{ tool_result }}` in a string of the arguments is replaced as in `text` (a script hands one tool's result to the next tool) |
 //! | `reasoning` | a reasoning block before the text |
 //! | `with_tool` / `without_tool` | keep the reply only if that tool is (not) offered |
 //! | `with_text` / `without_text` | keep the reply only if the last user text contains (lacks) it |
@@ -176,8 +176,9 @@ impl FakeModel {
         } else {
             reply.text.clone()
         };
+        let last_result = last_tool_result(&request.messages);
         let text = text
-            .replace("{{ tool_result }}", &last_tool_result(&request.messages))
+            .replace("{{ tool_result }}", &last_result)
             .replace("{{ system }}", &request.system);
         if !text.is_empty() {
             blocks.push(loom_core::Block::text(text));
@@ -185,10 +186,12 @@ impl FakeModel {
         let mut stop = StopReason::End;
         if tools_allowed {
             for (i, call) in reply.tool_calls.iter().enumerate() {
+                let mut arguments = call.arguments.clone();
+                replace_in_strings(&mut arguments, &last_result);
                 blocks.push(loom_core::Block::tool_call(
                     format!("fake_{turn}_{i}"),
                     call.name.clone(),
-                    call.arguments.clone(),
+                    arguments,
                 ));
                 stop = StopReason::ToolUse;
             }
@@ -257,6 +260,22 @@ fn last_tool_result(messages: &[Message]) -> String {
         }
     }
     String::new()
+}
+
+/// `{{ tool_result }}` replaced by `result` in every string of `value`, keys left alone.
+fn replace_in_strings(value: &mut Value, result: &str) {
+    match value {
+        Value::String(text) if text.contains("{{ tool_result }}") => {
+            *text = text.replace("{{ tool_result }}", result);
+        }
+        Value::Array(items) => items
+            .iter_mut()
+            .for_each(|item| replace_in_strings(item, result)),
+        Value::Object(fields) => fields
+            .values_mut()
+            .for_each(|field| replace_in_strings(field, result)),
+        _ => {}
+    }
 }
 
 /// The result without the `[result:N]` line the engine puts before it when `$ref` is on: the
@@ -479,6 +498,14 @@ mod tests {
         .unwrap()
         .unwrap();
         assert_eq!(second.message.text(), "Résultat : 42");
+        // In a call's arguments too, in every string, nested ones included.
+        let mut arguments =
+            json!({"content": "x = {{ tool_result }}", "n": [1, {"s": "{{ tool_result }}"}]});
+        replace_in_strings(&mut arguments, "42");
+        assert_eq!(
+            arguments,
+            json!({"content": "x = 42", "n": [1, {"s": "42"}]})
+        );
 
         // Without the tool offered, the first reply is filtered out.
         let no_tool = futures_util::FutureExt::now_or_never(collect(

@@ -106,12 +106,13 @@ pub(crate) fn devis_bin() -> PathBuf {
     example_bin("devis")
 }
 
-/// A copy of `examples/<name>` (its `loom.yaml`, `agents/` and `prompts/`) in a fresh directory.
+/// A copy of `examples/<name>` (its `loom.yaml`, `agents/`, `prompts/` and `classeurs/`) in a
+/// fresh directory.
 pub(crate) fn copy_example(name: &str) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     let source = repo().join("examples").join(name);
     fs::copy(source.join("loom.yaml"), dir.path().join("loom.yaml")).unwrap();
-    for sub in ["agents", "prompts"] {
+    for sub in ["agents", "prompts", "classeurs"] {
         if !source.join(sub).is_dir() {
             continue;
         }

@@ -15,6 +15,7 @@ pub const BUILTIN_TOOLS: &[&str] = &[
     "loom.local_files",
     "loom.fetch_page",
     "loom.sql",
+    "loom.excel",
 ];
 
 fn valid_mcp_name(name: &str) -> bool {
@@ -254,18 +255,19 @@ fn check_tool_ref_shape(
                     ),
                 ));
             }
-            let local_files = name == "loom.local_files";
+            let excel = name == "loom.excel";
+            let with_folders = name == "loom.local_files" || excel;
             let fetch_page = name == "loom.fetch_page";
-            if local_files && tool.folders.as_ref().is_none_or(Vec::is_empty) {
+            if with_folders && tool.folders.as_ref().is_none_or(Vec::is_empty) {
                 return Err(invalid(
                     &tp.key("tool"),
-                    "loom.local_files needs 'folders' (at least one)".into(),
+                    format!("{name} needs 'folders' (at least one)"),
                 ));
             }
-            if !local_files && tool.folders.is_some() {
+            if !with_folders && tool.folders.is_some() {
                 return Err(invalid(
                     &tp.key("folders"),
-                    "'folders' applies to loom.local_files".into(),
+                    "'folders' applies to loom.local_files and loom.excel".into(),
                 ));
             }
             for (key, present) in [
@@ -307,6 +309,17 @@ fn check_tool_ref_shape(
                     return Err(invalid(
                         &fp.key("rights"),
                         "at least one right is needed (read, write, overwrite, delete)".into(),
+                    ));
+                }
+                if excel && folder.rights.contains(&crate::FolderRight::Delete) {
+                    let at = folder
+                        .rights
+                        .iter()
+                        .position(|right| *right == crate::FolderRight::Delete)
+                        .unwrap_or_default();
+                    return Err(invalid(
+                        &fp.key("rights").index(at),
+                        "loom.excel never deletes a file: grant read, write or overwrite".into(),
                     ));
                 }
                 let dir = config.base_dir.join(&folder.path);

@@ -1,5 +1,5 @@
 //! An agent's tool references (`ToolRef`), the declarations the configuration fixes for a tool
-//! (`ToolOverrides`) and the folders `loom.local_files` may use.
+//! (`ToolOverrides`) and the folders `loom.local_files` and `loom.excel` may use.
 
 use std::{collections::BTreeMap, path::PathBuf};
 
@@ -12,12 +12,13 @@ use crate::guards::OutputContract;
 /// A tool reference of an agent: a tool registered in code or built in (`tool`), the tools of
 /// an MCP server (`mcp`) or of a tool source (`source`). Exactly one of `tool`, `mcp` and
 /// `source` is given; the other keys are checked against it (`folders` only with
-/// `loom.local_files`, `include` only with `mcp` or `source`, …).
+/// `loom.local_files` and `loom.excel`, `include` only with `mcp` or `source`, …).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ToolRef {
     /// Registered tool name, or a built-in `loom.current_datetime`, `loom.local_files`,
-    /// `loom.fetch_page` (alias `python`, for users of the Python reference).
+    /// `loom.fetch_page`, `loom.sql`, `loom.excel` (alias `python`, for users of the Python
+    /// reference).
     #[serde(default, alias = "python")]
     #[schemars(length(min = 1))]
     pub tool: Option<String>,
@@ -147,7 +148,7 @@ pub struct ToolOverrides {
     pub output: Option<OutputContract>,
 }
 
-/// A folder `loom.local_files` may use.
+/// A folder `loom.local_files` or `loom.excel` may use.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FolderSpec {

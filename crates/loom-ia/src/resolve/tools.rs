@@ -532,42 +532,64 @@ fn builtin(config: &Config, name: &str, reference: &ToolRef) -> Result<Arc<dyn T
         "loom.current_datetime" => Ok(Arc::new(loom_builtins::current_datetime(Arc::new(
             crate::SystemClock,
         )))),
-        "loom.local_files" => {
-            let mut folders = Vec::new();
-            for folder in reference.folders.iter().flatten() {
-                let rights = Rights::list(folder.rights.iter().map(|right| match right {
-                    FolderRight::Read => Right::Read,
-                    FolderRight::Write => Right::Write,
-                    FolderRight::Overwrite => Right::Overwrite,
-                    FolderRight::Delete => Right::Delete,
-                }));
-                let needing: Vec<&str> = rights
-                    .needing_approval()
-                    .into_iter()
-                    .map(Right::as_str)
-                    .collect();
-                if !needing.is_empty() {
-                    return Err(format!(
-                        "folder '{}': the rights {} need human approval by default, which this version \
-                         cannot provide yet; grant read and write only",
-                        folder.name,
-                        needing.join(", ")
-                    ));
-                }
-                folders.push(Folder::new(
-                    folder.name.clone(),
-                    config.base_dir().join(&folder.path),
-                    rights,
-                ));
-            }
-            loom_builtins::local_files(folders)
-                .map(|t| Arc::new(t) as Arc<dyn Tool>)
-                .map_err(|e| e.to_string())
-        }
+        "loom.local_files" => loom_builtins::local_files(folders(config, reference)?)
+            .map(|t| Arc::new(t) as Arc<dyn Tool>)
+            .map_err(|e| e.to_string()),
+        "loom.excel" => excel(config, reference),
         "loom.fetch_page" => fetch_page(reference),
         "loom.sql" => sql(config, reference),
         other => Err(format!("unknown built-in tool '{other}'")),
     }
+}
+
+/// The folders of `loom.local_files` or `loom.excel`, relative to the configuration; rights
+/// needing approval (`overwrite`, `delete`) are refused until approvals reach built-in tools.
+fn folders(config: &Config, reference: &ToolRef) -> Result<Vec<Folder>, String> {
+    let mut folders = Vec::new();
+    for folder in reference.folders.iter().flatten() {
+        let rights = Rights::list(folder.rights.iter().map(|right| match right {
+            FolderRight::Read => Right::Read,
+            FolderRight::Write => Right::Write,
+            FolderRight::Overwrite => Right::Overwrite,
+            FolderRight::Delete => Right::Delete,
+        }));
+        let needing: Vec<&str> = rights
+            .needing_approval()
+            .into_iter()
+            .map(Right::as_str)
+            .collect();
+        if !needing.is_empty() {
+            return Err(format!(
+                "folder '{}': the rights {} need human approval by default, which this version \
+                 cannot provide yet; grant read and write only",
+                folder.name,
+                needing.join(", ")
+            ));
+        }
+        folders.push(Folder::new(
+            folder.name.clone(),
+            config.base_dir().join(&folder.path),
+            rights,
+        ));
+    }
+    Ok(folders)
+}
+
+/// `loom.excel` over its folders.
+#[cfg(feature = "excel")]
+fn excel(config: &Config, reference: &ToolRef) -> Result<Arc<dyn Tool>, String> {
+    loom_builtins::excel(folders(config, reference)?)
+        .map(|tool| Arc::new(tool) as Arc<dyn Tool>)
+        .map_err(|error| format!("loom.excel: {error}"))
+}
+
+/// `loom.excel` is refused by a build without it.
+#[cfg(not(feature = "excel"))]
+fn excel(_config: &Config, _reference: &ToolRef) -> Result<Arc<dyn Tool>, String> {
+    Err(
+        "loom.excel needs the Cargo feature 'excel' of loom-ia, which this build does not have"
+            .to_owned(),
+    )
 }
 
 /// `loom.fetch_page` with its parameters.
