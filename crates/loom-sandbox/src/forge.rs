@@ -259,7 +259,11 @@ fn define(shared: Arc<Shared>) -> FnTool {
 
 impl Shared {
     /// `define`: checked, examples run and compared, published.
-    async fn define(&self, ctx: ToolContext, definition: Definition) -> Result<ToolOutput, ToolError> {
+    async fn define(
+        &self,
+        ctx: ToolContext,
+        definition: Definition,
+    ) -> Result<ToolOutput, ToolError> {
         check_definition(&self.source, &definition)?;
         let catalog = self.catalog.clone();
         let (tenant, name) = (ctx.tenant_id.clone(), definition.name.clone());
@@ -272,9 +276,15 @@ impl Shared {
         let mut failed = 0;
         for (index, example) in definition.examples.iter().enumerate() {
             let workspace = runner::workspace(&ctx, &format!("e{index}"))?;
-            let outcome = match self.runner.run(&workspace, &definition.code, &example.input).await {
+            let outcome = match self
+                .runner
+                .run(&workspace, &definition.code, &example.input)
+                .await
+            {
                 Ok(ran) => match first_difference(&example.output, &ran.output) {
-                    None => json!({"example": index, "passed": true, "duration_ms": ran.duration_ms}),
+                    None => {
+                        json!({"example": index, "passed": true, "duration_ms": ran.duration_ms})
+                    }
                     Some(difference) => {
                         failed += 1;
                         json!({
@@ -428,7 +438,9 @@ fn call(shared: Arc<Shared>) -> FnTool {
                     ),
                 ));
             }
-            shared.run(&ctx, &entry.input_schema, &code, &args.input).await
+            shared
+                .run(&ctx, &entry.input_schema, &code, &args.input)
+                .await
         })
     })
 }

@@ -21,7 +21,8 @@ use loom_sandbox::{
 };
 use serde_json::{Value, json};
 
-const DOUBLE: &str = "import json, sys\nn = json.load(sys.stdin)['n']\nprint(json.dumps({'r': n * 2}))\n";
+const DOUBLE: &str =
+    "import json, sys\nn = json.load(sys.stdin)['n']\nprint(json.dumps({'r': n * 2}))\n";
 
 struct Lab {
     _root: tempfile::TempDir,
@@ -110,9 +111,16 @@ async fn a_tool_whose_examples_pass_is_published_and_offered_to_the_next_runs() 
     let Some(lab) = lab("a_tool_whose_examples_pass") else {
         return;
     };
-    let examples = json!([{"input": {"n": 2}, "output": {"r": 4}}, {"input": {"n": 0}, "output": {"r": 0}}]);
+    let examples =
+        json!([{"input": {"n": 2}, "output": {"r": 4}}, {"input": {"n": 0}, "output": {"r": 0}}]);
     let out = lab
-        .call("acme", "r1", "c1", "define", definition("double", DOUBLE, examples))
+        .call(
+            "acme",
+            "r1",
+            "c1",
+            "define",
+            definition("double", DOUBLE, examples),
+        )
         .await
         .unwrap();
     let data = out.data.unwrap();
@@ -121,12 +129,24 @@ async fn a_tool_whose_examples_pass_is_published_and_offered_to_the_next_runs() 
     assert_eq!(data["examples"].as_array().unwrap().len(), 2);
     // In its run, through `call`; its input checked against its schema.
     let out = lab
-        .call("acme", "r1", "c2", "call", json!({"name": "double", "input": {"n": 21}}))
+        .call(
+            "acme",
+            "r1",
+            "c2",
+            "call",
+            json!({"name": "double", "input": {"n": 21}}),
+        )
         .await
         .unwrap();
     assert_eq!(out.data, Some(json!({"r": 42})));
     let error = lab
-        .call("acme", "r1", "c3", "call", json!({"name": "double", "input": {"n": "x"}}))
+        .call(
+            "acme",
+            "r1",
+            "c3",
+            "call",
+            json!({"name": "double", "input": {"n": "x"}}),
+        )
         .await
         .unwrap_err();
     assert_eq!(error.rule, Some(rules::INPUT), "{}", error.message);
@@ -139,19 +159,41 @@ async fn a_tool_whose_examples_pass_is_published_and_offered_to_the_next_runs() 
         .unwrap();
     assert_eq!(out.data, Some(json!({"r": 10})));
     let error = lab
-        .call("acme", "r2", "c2", "call", json!({"name": "double", "input": {"n": 1}}))
+        .call(
+            "acme",
+            "r2",
+            "c2",
+            "call",
+            json!({"name": "double", "input": {"n": 1}}),
+        )
         .await
         .unwrap_err();
     assert_eq!(error.rule, Some(rules::OFFERED));
     // The name is taken for good; another tenant sees nothing and may take it.
     let error = lab
-        .call("acme", "r2", "c3", "define", definition("double", "print(1)", json!([{"input": {"n": 1}, "output": 1}])))
+        .call(
+            "acme",
+            "r2",
+            "c3",
+            "define",
+            definition(
+                "double",
+                "print(1)",
+                json!([{"input": {"n": 1}, "output": 1}]),
+            ),
+        )
         .await
         .unwrap_err();
     assert_eq!(error.rule, Some(rules::NAME_TAKEN));
     assert_eq!(names(&lab.tools("globex", "r3").await), ["define", "call"]);
     let error = lab
-        .call("globex", "r3", "c1", "call", json!({"name": "double", "input": {"n": 1}}))
+        .call(
+            "globex",
+            "r3",
+            "c1",
+            "call",
+            json!({"name": "double", "input": {"n": 1}}),
+        )
         .await
         .unwrap_err();
     assert_eq!(error.rule, Some(rules::UNKNOWN));
@@ -214,10 +256,16 @@ async fn failing_examples_are_refused_by_rule_and_publish_nothing() {
     // Checks that need no run: a bad schema, an example's input off the schema.
     let mut bad = definition("bad", DOUBLE, json!([{"input": {"n": 1}, "output": 2}]));
     bad["input_schema"] = json!({"type": "object", "properties": {"n": {"type": "nope"}}});
-    let error = lab.call("acme", "r1", "c-bad", "define", bad).await.unwrap_err();
+    let error = lab
+        .call("acme", "r1", "c-bad", "define", bad)
+        .await
+        .unwrap_err();
     assert_eq!(error.rule, Some(rules::SCHEMA));
     let off = definition("off", DOUBLE, json!([{"input": {"m": 1}, "output": 2}]));
-    let error = lab.call("acme", "r1", "c-off", "define", off).await.unwrap_err();
+    let error = lab
+        .call("acme", "r1", "c-off", "define", off)
+        .await
+        .unwrap_err();
     assert_eq!(error.rule, Some(rules::EXAMPLE_INPUT));
     assert_eq!(names(&lab.tools("acme", "r2").await), ["define", "call"]);
 }

@@ -288,7 +288,9 @@ mod tests {
         let catalog = Catalog::new(dir.path().join("catalog"));
         assert!(catalog.list("acme").unwrap().is_empty());
         let code = "print(2)\n";
-        catalog.publish("acme", &entry("double", code), code).unwrap();
+        catalog
+            .publish("acme", &entry("double", code), code)
+            .unwrap();
         let (read, read_code) = catalog.get("acme", "double").unwrap();
         assert_eq!(read, entry("double", code));
         assert_eq!(read_code, code);
@@ -313,7 +315,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let catalog = Catalog::new(dir.path());
         let code = "print(2)\n";
-        catalog.publish("acme", &entry("double", code), code).unwrap();
+        catalog
+            .publish("acme", &entry("double", code), code)
+            .unwrap();
         assert!(catalog.list("globex").unwrap().is_empty());
         assert!(matches!(
             catalog.get("globex", "double"),

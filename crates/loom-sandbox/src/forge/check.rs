@@ -296,10 +296,7 @@ mod tests {
         );
         // 40 + 2 + 23 > 64.
         let long_source = "s".repeat(40);
-        assert_eq!(
-            rule(check_name(&long_source, &"a".repeat(23))),
-            rules::NAME
-        );
+        assert_eq!(rule(check_name(&long_source, &"a".repeat(23))), rules::NAME);
         let error = check_name("forge", "define").unwrap_err();
         assert!(error.message.contains("reserved"), "{}", error.message);
     }
@@ -323,9 +320,14 @@ mod tests {
         d.input_schema = json!({"type": "object", "properties": {"n": {"type": 12}}});
         let error = check_definition("forge", &d).unwrap_err();
         assert_eq!(error.rule, Some(rules::SCHEMA));
-        assert!(error.message.contains("not a valid JSON Schema"), "{}", error.message);
+        assert!(
+            error.message.contains("not a valid JSON Schema"),
+            "{}",
+            error.message
+        );
         let mut d = definition();
-        d.input_schema = json!({"type": "object", "properties": {"s": {"type": "string", "pattern": "(?=a)"}}});
+        d.input_schema =
+            json!({"type": "object", "properties": {"s": {"type": "string", "pattern": "(?=a)"}}});
         assert_eq!(rule(check_definition("forge", &d)), rules::SCHEMA);
         let mut d = definition();
         d.examples.push(Example {
@@ -343,14 +345,20 @@ mod tests {
 
     #[test]
     fn the_first_difference_is_located_by_a_json_pointer() {
-        assert_eq!(first_difference(&json!({"a": [1, 2]}), &json!({"a": [1, 2]})), None);
+        assert_eq!(
+            first_difference(&json!({"a": [1, 2]}), &json!({"a": [1, 2]})),
+            None
+        );
         // Key order does not matter.
         assert_eq!(
             first_difference(&json!({"a": 1, "b": 2}), &json!({"b": 2, "a": 1})),
             None
         );
         let d = first_difference(&json!({"a": [1, 2]}), &json!({"a": [1, 3]})).unwrap();
-        assert_eq!((d.at.as_str(), &d.expected, &d.actual), ("/a/1", &json!(2), &json!(3)));
+        assert_eq!(
+            (d.at.as_str(), &d.expected, &d.actual),
+            ("/a/1", &json!(2), &json!(3))
+        );
         // Exact equality: an integer is not a float.
         let d = first_difference(&json!({"r": 1}), &json!({"r": 1.0})).unwrap();
         assert_eq!(d.at, "/r");
@@ -359,7 +367,10 @@ mod tests {
         let d = first_difference(&json!({}), &json!({"x/y": 1})).unwrap();
         assert_eq!(d.at, "/x~1y");
         let d = first_difference(&json!([1]), &json!([1, 2])).unwrap();
-        assert_eq!((d.at.as_str(), &d.expected, &d.actual), ("", &json!(1), &json!(2)));
+        assert_eq!(
+            (d.at.as_str(), &d.expected, &d.actual),
+            ("", &json!(1), &json!(2))
+        );
         let d = first_difference(&json!("a"), &json!(["a"])).unwrap();
         assert_eq!(d.at, "");
     }

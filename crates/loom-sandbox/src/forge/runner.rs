@@ -97,7 +97,10 @@ impl Runner {
             };
             return Err(ToolError::refused(
                 rules::EXIT,
-                format!("refused by rule '{}': the program {ended}{stderr}", rules::EXIT),
+                format!(
+                    "refused by rule '{}': the program {ended}{stderr}",
+                    rules::EXIT
+                ),
             ));
         }
         if outcome.stdout_truncated {
