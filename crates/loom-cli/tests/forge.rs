@@ -188,7 +188,7 @@ fn results(events: &[Value]) -> Vec<(String, Value)> {
         .collect()
 }
 
-fn result_of<'a>(results: &'a [(String, Value)], pred: impl Fn(&Value) -> bool) -> &'a Value {
+fn result_of(results: &[(String, Value)], pred: impl Fn(&Value) -> bool) -> &Value {
     &results
         .iter()
         .find(|(_, output)| pred(output))
