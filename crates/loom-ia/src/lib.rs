@@ -43,6 +43,7 @@ mod env;
 mod error;
 pub mod eval;
 pub mod follow;
+mod forge_source;
 mod journals;
 mod limits;
 mod loom;

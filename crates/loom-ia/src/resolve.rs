@@ -38,6 +38,7 @@ use crate::budget::TenantBudget;
 
 pub(crate) use guards::contract;
 pub(crate) use models::{Models, models};
+pub(crate) use sandbox::{limits as sandbox_limits, remote as remote_sandbox};
 
 /// What code registered: tools and policies, by name.
 #[derive(Default)]

@@ -1,6 +1,7 @@
 //! Tool sources declared in `tool_sources` (`{name, kind, params, tools}`): built by a factory
 //! registered in code under the `kind` ([`Loom::register_source`](crate::Loom::register_source)),
-//! or by the built-in kind `openapi` (feature `openapi`, `openapi_source.rs`).
+//! or by the built-in kinds `openapi` (feature `openapi`, `openapi_source.rs`) and `forge`
+//! (`forge_source.rs`).
 //!
 //! A factory is called once per source and tenant, with the source's name, its `params` as
 //! written, the tenant's secrets (read by name through [`crate::secrets`], never journaled)
@@ -136,8 +137,11 @@ pub(crate) struct ToolSources {
 impl Default for ToolSources {
     /// The built-in kinds only.
     fn default() -> Self {
-        #[allow(unused_mut)]
         let mut factories: BTreeMap<String, Arc<dyn SourceFactory>> = BTreeMap::new();
+        factories.insert(
+            "forge".into(),
+            Arc::new(crate::forge_source::build) as Arc<dyn SourceFactory>,
+        );
         #[cfg(feature = "openapi")]
         factories.insert(
             "openapi".into(),

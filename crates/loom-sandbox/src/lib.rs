@@ -13,6 +13,8 @@
 //!   and `sandbox__exec` on any backend;
 //! - [`skill_tools`]: `skills__load`, `skills__read` and `skills__run` over an agent's skills,
 //!   whose scripts run only in its sandbox;
+//! - [`forge`]: the tool source `forge`, where a model defines tools whose examples run in
+//!   the sandbox before they are published in the tenant's catalog;
 //! - with the feature `remote`: [`remote::RemoteSandbox`], the same contract over HTTP, and
 //!   [`remote::router`], the runner it talks to (`loom sandbox serve`).
 //!
@@ -21,6 +23,7 @@
 
 mod exec;
 mod folder;
+pub mod forge;
 mod local;
 #[cfg(feature = "remote")]
 pub mod remote;

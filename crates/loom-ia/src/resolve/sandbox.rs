@@ -85,7 +85,7 @@ impl Resolver<'_> {
 
 /// The remote backend of `sandbox` (`url`, bearer token from `token_env`).
 #[cfg(feature = "remote-sandbox")]
-fn remote(sandbox: &SandboxSpec) -> Result<Arc<dyn Sandbox>, String> {
+pub(crate) fn remote(sandbox: &SandboxSpec) -> Result<Arc<dyn Sandbox>, String> {
     let (Some(url), Some(token_env)) = (&sandbox.url, &sandbox.token_env) else {
         return Err("backend: remote needs url and token_env".to_owned());
     };
@@ -99,7 +99,7 @@ fn remote(sandbox: &SandboxSpec) -> Result<Arc<dyn Sandbox>, String> {
 
 /// The remote backend is refused by a build without it.
 #[cfg(not(feature = "remote-sandbox"))]
-fn remote(_sandbox: &SandboxSpec) -> Result<Arc<dyn Sandbox>, String> {
+pub(crate) fn remote(_sandbox: &SandboxSpec) -> Result<Arc<dyn Sandbox>, String> {
     Err(
         "backend: remote needs the Cargo feature 'remote-sandbox' of loom-ia, which this build \
          does not have"
@@ -108,7 +108,7 @@ fn remote(_sandbox: &SandboxSpec) -> Result<Arc<dyn Sandbox>, String> {
 }
 
 /// The limits of `sandbox`, each absent one at its default.
-fn limits(sandbox: &SandboxSpec) -> Limits {
+pub(crate) fn limits(sandbox: &SandboxSpec) -> Limits {
     let given = sandbox.limits;
     let default = Limits::default();
     Limits {
