@@ -631,7 +631,7 @@ fn idle_timeout_is_positive_and_not_for_run_connections() {
     assert_eq!(config.raw().mcp_servers[0].idle_timeout, Some(1.5));
     let root = format!("{MCP_SERVERS}    scope: tenant\n    idle_timeout: 60\n");
     assert!(load_str(&root, &[], None, &no_env).is_ok());
-    for bad in ["0", "-3", ".inf"] {
+    for bad in ["0", "-3"] {
         let root = format!("{MCP_SERVERS}    idle_timeout: {bad}\n");
         assert_eq!(
             refused(&root, &[]),

@@ -51,7 +51,7 @@ pub struct McpServerSpec {
     /// Seconds a `shared` or `tenant` connection may stay unused before it is closed (reopened
     /// at the next use); default 300. Not for `scope: run` (a run's connection closes with it).
     #[serde(default)]
-    #[schemars(extend("exclusiveMinimum" = 0))]
+    #[schemars(extend("exclusiveMinimum" = 0, "default" = 300.0))]
     pub idle_timeout: Option<f64>,
     /// Declarations per tool (server names), over the server's annotations.
     #[serde(default)]
