@@ -143,7 +143,7 @@ agents:
         let out = command.output().unwrap();
         assert!(out.status.success(), "{}", text(&out.stderr));
         assert!(
-            text(&out.stdout).contains("  · mcp py: 10 tool(s)"),
+            text(&out.stdout).contains("  · mcp py: 12 tool(s)"),
             "{}",
             text(&out.stdout)
         );
@@ -1194,4 +1194,209 @@ cases:
     );
     let notes = fs::read_to_string(dir.path().join("data/notes.json")).unwrap_or_default();
     assert!(!notes.contains("D-2026-118"), "{notes}");
+}
+
+/// `idle_timeout` through the binary: `py` (closed after 1 s unused) is left idle while another
+/// server answers a slow call, and the next call starts it again; its own slow call, longer
+/// than the timeout, is not cut.
+#[test]
+fn an_idle_mcp_server_is_stopped_and_restarted_at_the_next_call() {
+    if !python_mcp() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let server = repo().join("crates/loom-mcp/tests/servers/py_server.py");
+    let starts = dir.path().join("starts");
+    fs::write(
+        dir.path().join("loom.yaml"),
+        format!(
+            r#"version: 1
+models:
+  - id: fake-1
+    sdk: fake
+    model: FAKE
+    params:
+      script:
+        - tool_calls: [{{name: py__pid, arguments: {{}}}}]
+        - tool_calls: [{{name: py__slow, arguments: {{seconds: 2.2}}}}]
+        - tool_calls: [{{name: py__pid, arguments: {{}}}}]
+        - tool_calls: [{{name: other__slow, arguments: {{seconds: 2.5}}}}]
+        - tool_calls: [{{name: py__pid, arguments: {{}}}}]
+        - text: done
+mcp_servers:
+  - name: py
+    transport: stdio
+    command: python3
+    args: ["{server}", "--connections", "{starts}"]
+    idle_timeout: 1
+  - name: other
+    transport: stdio
+    command: python3
+    args: ["{server}"]
+storage:
+  events: {{backend: jsonl, path: data}}
+agents:
+  - name: a
+    main: {{model: fake-1}}
+    tools: [{{mcp: other}}, {{mcp: py}}]
+"#,
+            server = server.display(),
+            starts = starts.display()
+        ),
+    )
+    .unwrap();
+    let out = run_in(dir.path(), &["run", "a", "go", "--run-id", "i1"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout).trim(), "done");
+    let done = completions(&journal(dir.path(), "i1"));
+    let results: Vec<&str> = done.iter().map(|d| d.2.as_str()).collect();
+    assert!(done.iter().all(|d| !d.1), "{done:?}");
+    assert_eq!(results[1], "slept 2.2");
+    assert_eq!(results[3], "slept 2.5");
+    // The call in flight for 2.2 s kept the first process; the 2.5 s without calls ended it.
+    assert_eq!(results[0], results[2], "{results:?}");
+    assert_ne!(results[2], results[4], "{results:?}");
+    // One start per connection: the run's two, after any the run's opening began with (closed
+    // as idle already when starting the other server took longer than the timeout).
+    let started = fs::read_to_string(&starts).unwrap();
+    let started: Vec<&str> = started.lines().collect();
+    assert!(started.ends_with(&[results[0], results[4]]), "{started:?}");
+}
+
+/// `tools/list_changed` through `loom serve`: the first run calls `unlock`, which adds the
+/// tool `secret`; the next run is offered it (journaled in its `tool.source_opened`), calls
+/// it, has the server withdraw it (`lock`), and its next call to it is an error naming it.
+#[test]
+fn a_tool_list_change_is_offered_from_the_next_run() {
+    if !python_mcp() {
+        return;
+    }
+    let script = r#"        - with_tool: py__secret
+          tool_calls: [{name: py__secret, arguments: {}}]
+        - with_tool: py__secret
+          tool_calls: [{name: py__lock, arguments: {}}]
+        - with_tool: py__secret
+          tool_calls: [{name: py__secret, arguments: {}}]
+        - without_tool: py__secret
+          tool_calls: [{name: py__unlock, arguments: {}}]
+        - text: "{{ tool_result }}""#;
+    let dir = py_server_project(script, "");
+    let server = common::server::Server::start(
+        &loom_bin(),
+        dir.path(),
+        &["--config", "loom.yaml", "serve", "--port", "0"],
+    );
+    let mut texts = Vec::new();
+    for session in ["s1", "s2"] {
+        let body = json!({"message": "go", "session_id": session}).to_string();
+        let (status, body) =
+            common::server::request(&server.address, "POST", "/v1/agents/a/runs", &body);
+        assert_eq!(status, 201, "{body}");
+        let result: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(result["status"], "completed", "{result}");
+        texts.push(result["text"].as_str().unwrap().to_owned());
+    }
+    let (_, log) = server.stop();
+    assert_eq!(texts[0], "unlocked");
+    assert!(
+        texts[1].contains(
+            "MCP server 'py' no longer offers the tool 'secret': it changed its tool list after \
+             this run opened it"
+        ),
+        "{}\n{log}",
+        texts[1]
+    );
+    let offered = |session: &str| -> Vec<String> {
+        journal(dir.path(), session)
+            .iter()
+            .filter(|e| e["type"] == "tool.source_opened")
+            .flat_map(|e| e["payload"]["tools"].as_array().unwrap().clone())
+            .map(|tool| tool["name"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    assert!(!offered("s1").contains(&"py__secret".to_owned()));
+    assert!(offered("s2").contains(&"py__secret".to_owned()));
+    let done = completions(&journal(dir.path(), "s2"));
+    assert_eq!(
+        done[0],
+        ("py__secret".into(), false, "the secret is 42".into())
+    );
+    assert_eq!(done[1], ("py__lock".into(), false, "locked".into()));
+    assert_eq!(done[2].0, "py__secret");
+    assert!(done[2].1, "{done:?}");
+}
+
+/// `transport: sse` through the binary, against the Python SDK's own HTTP+SSE server.
+#[test]
+fn an_mcp_server_over_the_older_http_sse_transport() {
+    if !python_mcp() {
+        return;
+    }
+    let server = repo().join("crates/loom-mcp/tests/servers/py_server.py");
+    let mut child = Command::new("python3")
+        .args([server.to_str().unwrap(), "--sse", "--port", "0"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    let port = line.trim().strip_prefix("PORT ").unwrap().to_owned();
+    let dir = tempfile::tempdir().unwrap();
+    fs::write(
+        dir.path().join("loom.yaml"),
+        format!(
+            r#"version: 1
+models:
+  - id: fake-1
+    sdk: fake
+    model: FAKE
+    params:
+      script:
+        - tool_calls:
+            - name: legacy__add
+              arguments: {{a: 40, b: 2}}
+        - text: "{{{{ tool_result }}}}"
+mcp_servers:
+  - name: legacy
+    transport: sse
+    url: http://127.0.0.1:{port}/sse
+    headers_env: {{X-Loom-Test: LOOM_TEST_MCP_TOKEN}}
+storage:
+  events: {{backend: jsonl, path: data}}
+agents:
+  - name: a
+    main: {{model: fake-1}}
+    tools: [{{mcp: legacy}}]
+"#
+        ),
+    )
+    .unwrap();
+    let run = |args: &[&str]| {
+        Command::new(loom_bin())
+            .current_dir(dir.path())
+            .env("LOOM_TEST_MCP_TOKEN", "secret-token-value")
+            .args(["--config", "loom.yaml"])
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let validated = run(&["validate"]);
+    let out = run(&["run", "a", "go", "--run-id", "l1"]);
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(validated.status.success(), "{}", text(&validated.stderr));
+    assert!(
+        text(&validated.stdout).contains("legacy__add"),
+        "{}",
+        text(&validated.stdout)
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("42"), "{}", text(&out.stdout));
+    let raw = fs::read_to_string(dir.path().join("data/default/l1.jsonl")).unwrap();
+    assert!(!raw.contains("secret-token-value"));
 }

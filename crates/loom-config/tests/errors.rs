@@ -585,6 +585,68 @@ fn mcp_server_needs_its_transport_settings() {
     }
 }
 
+/// The older HTTP+SSE transport takes a URL and headers like `http`, and nothing of `stdio`.
+#[test]
+fn an_sse_server_is_checked_like_an_http_one() {
+    let root = format!(
+        "{MCP_SERVERS}  - name: legacy\n    transport: sse\n    url: http://127.0.0.1:8931/sse\n    \
+         headers_env: {{Authorization: LEGACY_TOKEN}}\n"
+    );
+    let config = load_str(&root, &[], None, &no_env).unwrap();
+    let legacy = &config.raw().mcp_servers[1];
+    assert_eq!(legacy.transport, loom_config::McpTransport::Sse);
+    assert_eq!(legacy.url.as_deref(), Some("http://127.0.0.1:8931/sse"));
+    let cases = [
+        (
+            format!("{MCP_SERVERS}  - name: legacy\n    transport: sse\n"),
+            "loom.yaml:12:16 mcp_servers[1].transport: transport 'sse' requires 'url'",
+        ),
+        (
+            format!("{MCP_SERVERS}  - name: legacy\n    transport: sse\n    url: ftp://x/sse\n"),
+            "loom.yaml:13:10 mcp_servers[1].url: 'ftp://x/sse' is not an http(s) URL",
+        ),
+        (
+            format!(
+                "{MCP_SERVERS}  - name: legacy\n    transport: sse\n    url: http://x/sse\n    command: x\n"
+            ),
+            "loom.yaml:14:14 mcp_servers[1].command: 'command' is for transport 'stdio'",
+        ),
+        (
+            format!("{MCP_SERVERS}    url: http://x/sse\n"),
+            "loom.yaml:11:10 mcp_servers[0].url: 'url' is for transports 'http' and 'sse'",
+        ),
+    ];
+    for (root, expected) in cases {
+        assert_eq!(refused(&root, &[]), expected, "{root}");
+    }
+}
+
+/// `idle_timeout`: seconds, positive, for the connections that outlive a run.
+#[test]
+fn idle_timeout_is_positive_and_not_for_run_connections() {
+    let config = load_str(MCP_SERVERS, &[], None, &no_env).unwrap();
+    assert_eq!(config.raw().mcp_servers[0].idle_timeout, None);
+    let root = format!("{MCP_SERVERS}    idle_timeout: 1.5\n");
+    let config = load_str(&root, &[], None, &no_env).unwrap();
+    assert_eq!(config.raw().mcp_servers[0].idle_timeout, Some(1.5));
+    let root = format!("{MCP_SERVERS}    scope: tenant\n    idle_timeout: 60\n");
+    assert!(load_str(&root, &[], None, &no_env).is_ok());
+    for bad in ["0", "-3"] {
+        let root = format!("{MCP_SERVERS}    idle_timeout: {bad}\n");
+        assert_eq!(
+            refused(&root, &[]),
+            "loom.yaml:11:19 mcp_servers[0].idle_timeout: must be greater than 0",
+            "{bad}"
+        );
+    }
+    let root = format!("{MCP_SERVERS}    scope: run\n    idle_timeout: 60\n");
+    assert_eq!(
+        refused(&root, &[]),
+        "loom.yaml:12:19 mcp_servers[0].idle_timeout: 'idle_timeout' applies to 'shared' and \
+         'tenant' connections: a run's connection closes when the run ends"
+    );
+}
+
 #[test]
 fn mcp_reference_mixing_tool_keys() {
     let agent = "name: a\nmain:\n  model: fake-1\ntools:\n  - mcp: notes\n    timeout: 3\n";

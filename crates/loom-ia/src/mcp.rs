@@ -190,7 +190,7 @@ fn options(
                 )),
             }
         }
-        McpTransport::Http => {
+        McpTransport::Http | McpTransport::Sse => {
             let mut headers = Vec::new();
             for (name, variable) in &spec.headers_env {
                 headers.push((
@@ -203,9 +203,11 @@ fn options(
                     )?,
                 ));
             }
-            Transport::Http {
-                url: spec.url.clone().unwrap_or_default(),
-                headers,
+            let url = spec.url.clone().unwrap_or_default();
+            if spec.transport == McpTransport::Http {
+                Transport::Http { url, headers }
+            } else {
+                Transport::Sse { url, headers }
             }
         }
     };
@@ -244,6 +246,11 @@ fn options(
     options.connect_timeout = Duration::try_from_secs_f64(spec.connect_timeout).map_err(|_| {
         LoomError::from(config.error_at_root(&at("connect_timeout"), "not a usable duration"))
     })?;
+    if let Some(idle) = spec.idle_timeout {
+        options.idle_timeout = Some(Duration::try_from_secs_f64(idle).map_err(|_| {
+            LoomError::from(config.error_at_root(&at("idle_timeout"), "not a usable duration"))
+        })?);
+    }
     options.circuit = match &spec.circuit_breaker {
         Some(breaker) => Some(CircuitSettings {
             failures: breaker.failures,

@@ -1,19 +1,25 @@
-//! Opening one MCP connection (stdio child process or streamable HTTP) and what it holds.
+//! Opening one MCP connection (stdio child process, streamable HTTP, or HTTP+SSE) and what it
+//! holds: its tool list (read again after the server announces a change) and its use (calls in
+//! flight, last use: what the idle timeout reads).
 
 use std::{
-    collections::HashMap,
+    collections::{BTreeMap, HashMap},
+    path::Path,
     process::Stdio,
-    sync::atomic::{AtomicBool, Ordering},
-    time::Duration,
+    sync::{
+        Arc, Mutex, MutexGuard, PoisonError,
+        atomic::{AtomicBool, AtomicU64, Ordering},
+    },
+    time::{Duration, Instant},
 };
 
 use loom_core::tool::{ToolKind, ToolSpec};
 use process_wrap::tokio::{CommandWrap, KillOnDrop, ProcessGroup};
-use reqwest::header::{HeaderName, HeaderValue};
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use rmcp::{
-    Peer, RoleClient, ServiceExt,
+    ClientHandler, Peer, RoleClient, ServiceExt,
     model::{ClientCapabilities, ClientConfig, Implementation},
-    service::RunningService,
+    service::{NotificationContext, RunningService},
     transport::{
         StreamableHttpClientTransport, TokioChildProcess,
         streamable_http_client::StreamableHttpClientTransportConfig,
@@ -26,6 +32,7 @@ use crate::{
     declarations::{AnnotationHints, apply_overrides, declarations_from_annotations},
     error::McpError,
     options::{McpServerOptions, Transport, valid_tool_name},
+    sse::SseTransport,
 };
 
 /// Longest stderr line logged at once (longer lines are split).
@@ -43,17 +50,98 @@ pub(crate) struct RemoteTool {
     pub(crate) spec: ToolSpec,
 }
 
+/// The step of connecting under way, named by a connection timeout.
+#[derive(Debug)]
+pub(crate) struct Stage(Mutex<&'static str>);
+
+impl Stage {
+    fn new(first: &'static str) -> Stage {
+        Stage(Mutex::new(first))
+    }
+
+    /// Records the step now under way.
+    pub(crate) fn set(&self, step: &'static str) {
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = step;
+    }
+
+    fn get(&self) -> &'static str {
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// The tool list a connection last read, and which announced change it reflects.
+#[derive(Debug)]
+struct Listed {
+    /// The value of [`Connection::changes`] read before listing.
+    generation: u64,
+    tools: Arc<[RemoteTool]>,
+}
+
+/// How a connection is used: calls in flight and when the last one ended.
+#[derive(Debug)]
+struct Usage {
+    in_flight: usize,
+    last_used: Instant,
+}
+
+/// The client side of a session: rmcp's handler, counting `notifications/tools/list_changed`.
+#[derive(Debug, Clone)]
+struct Client {
+    server: String,
+    changes: Arc<AtomicU64>,
+}
+
+impl ClientHandler for Client {
+    fn get_info(&self) -> ClientConfig {
+        client_config()
+    }
+
+    async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        self.changes.fetch_add(1, Ordering::AcqRel);
+        tracing::info!(
+            server = %self.server,
+            "the MCP server changed its tool list: read again at the next use, offered from the next run"
+        );
+    }
+}
+
 /// A live MCP session.
 #[derive(Debug)]
 pub(crate) struct Connection {
     /// Unique within the process (logs, and to know which connection a failure was about).
     pub(crate) id: u64,
     pub(crate) peer: Peer<RoleClient>,
-    pub(crate) tools: Vec<RemoteTool>,
-    service: tokio::sync::Mutex<Option<RunningService<RoleClient, ClientConfig>>>,
+    listed: Mutex<Listed>,
+    /// Tool list changes the server announced.
+    changes: Arc<AtomicU64>,
+    /// Held while the tool list is read again, so that one reading serves everyone waiting.
+    relisting: tokio::sync::Mutex<()>,
+    usage: Mutex<Usage>,
+    service: tokio::sync::Mutex<Option<RunningService<RoleClient, Client>>>,
     dead: AtomicBool,
     /// The stdio child's process group (its pid), stopped whole when the connection goes.
     process_group: Option<u32>,
+}
+
+/// A use of a connection (a call, or a run listing its tools): while one exists the connection
+/// is never closed for being idle; dropping it marks the connection used now.
+#[derive(Debug)]
+pub(crate) struct InUse(Arc<Connection>);
+
+impl std::ops::Deref for InUse {
+    type Target = Connection;
+
+    fn deref(&self) -> &Connection {
+        &self.0
+    }
+}
+
+impl Drop for InUse {
+    fn drop(&mut self) {
+        let mut usage = self.0.usage();
+        usage.in_flight = usage.in_flight.saturating_sub(1);
+        usage.last_used = Instant::now();
+    }
 }
 
 impl Drop for Connection {
@@ -89,6 +177,73 @@ fn kill_process_group(process_group: Option<u32>) {
 }
 
 impl Connection {
+    fn usage(&self) -> MutexGuard<'_, Usage> {
+        self.usage.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Starts a use. The caller holds the lock of the slot the connection sits in, so that an
+    /// idle check (under the same lock) never closes a connection someone just took.
+    pub(crate) fn begin_use(self: &Arc<Self>) -> InUse {
+        self.usage().in_flight += 1;
+        InUse(Arc::clone(self))
+    }
+
+    /// How long it has been unused at `now`; `None` while a use is in flight.
+    pub(crate) fn idle_for(&self, now: Instant) -> Option<Duration> {
+        let usage = self.usage();
+        (usage.in_flight == 0).then(|| now.saturating_duration_since(usage.last_used))
+    }
+
+    /// The server's tools, read again first when it announced a change since the last reading.
+    pub(crate) async fn tools(
+        &self,
+        options: &McpServerOptions,
+    ) -> Result<Arc<[RemoteTool]>, McpError> {
+        if let Some(tools) = self.fresh_tools() {
+            return Ok(tools);
+        }
+        let _relisting = self.relisting.lock().await;
+        if let Some(tools) = self.fresh_tools() {
+            return Ok(tools);
+        }
+        let generation = self.changes.load(Ordering::Acquire);
+        let listed = self
+            .peer
+            .list_all_tools()
+            .await
+            .map_err(|error| McpError::ListTools {
+                server: options.name.clone(),
+                message: error.to_string(),
+            })?;
+        let tools: Arc<[RemoteTool]> = remote_tools(options, listed).into();
+        let mut last = self.listed.lock().unwrap_or_else(PoisonError::into_inner);
+        let had = |tools: &[RemoteTool], name: &str| tools.iter().any(|t| t.remote_name == name);
+        let added: Vec<&str> = tools
+            .iter()
+            .filter(|t| !had(&last.tools, &t.remote_name))
+            .map(|t| t.remote_name.as_str())
+            .collect();
+        let removed: Vec<&str> = last
+            .tools
+            .iter()
+            .filter(|t| !had(&tools, &t.remote_name))
+            .map(|t| t.remote_name.as_str())
+            .collect();
+        tracing::info!(server = %options.name, connection = self.id, ?added, ?removed, tools = tools.len(), "MCP tool list read again");
+        *last = Listed {
+            generation,
+            tools: Arc::clone(&tools),
+        };
+        Ok(tools)
+    }
+
+    /// The last list read, unless the server announced a change since.
+    fn fresh_tools(&self) -> Option<Arc<[RemoteTool]>> {
+        let listed = self.listed.lock().unwrap_or_else(PoisonError::into_inner);
+        (listed.generation == self.changes.load(Ordering::Acquire))
+            .then(|| Arc::clone(&listed.tools))
+    }
+
     /// Whether calls can still go through it.
     pub(crate) fn is_alive(&self) -> bool {
         !self.dead.load(Ordering::Acquire) && !self.peer.is_transport_closed()
@@ -123,17 +278,42 @@ impl Connection {
 
 /// Opens a connection, does the MCP handshake and lists the tools, within `connect_timeout`.
 pub(crate) async fn connect(options: &McpServerOptions, id: u64) -> Result<Connection, McpError> {
-    match tokio::time::timeout(options.connect_timeout, connect_unbounded(options, id)).await {
+    let stage = Stage::new(STARTING);
+    match tokio::time::timeout(
+        options.connect_timeout,
+        connect_unbounded(options, id, &stage),
+    )
+    .await
+    {
         Ok(result) => result,
         Err(_) => Err(McpError::ConnectTimeout {
             server: options.name.clone(),
             after: options.connect_timeout,
+            during: stage.get(),
         }),
     }
 }
 
-async fn connect_unbounded(options: &McpServerOptions, id: u64) -> Result<Connection, McpError> {
+/// The steps of connecting, named by a connection timeout.
+const STARTING: &str = "starting the server";
+const HANDSHAKE: &str = "the MCP handshake";
+const LISTING: &str = "listing the tools";
+
+async fn connect_unbounded(
+    options: &McpServerOptions,
+    id: u64,
+    stage: &Stage,
+) -> Result<Connection, McpError> {
     let server = &options.name;
+    let changes = Arc::new(AtomicU64::new(0));
+    let client = Client {
+        server: server.clone(),
+        changes: Arc::clone(&changes),
+    };
+    let handshake_failed = |error: rmcp::service::ClientInitializeError| McpError::Handshake {
+        server: server.clone(),
+        message: error.to_string(),
+    };
     let mut process_group = None;
     let service = match &options.transport {
         Transport::Stdio {
@@ -142,72 +322,33 @@ async fn connect_unbounded(options: &McpServerOptions, id: u64) -> Result<Connec
             env,
             cwd,
         } => {
-            let mut child = tokio::process::Command::new(command);
-            child.args(args).envs(env).kill_on_drop(true);
-            // Its own process group, so that stopping it stops whatever it started.
-            child.process_group(0);
-            if let Some(cwd) = cwd {
-                child.current_dir(cwd);
-            }
-            let mut wrapped = CommandWrap::from(child);
-            wrapped.wrap(ProcessGroup::leader()).wrap(KillOnDrop);
-            let (transport, stderr) = TokioChildProcess::builder(wrapped)
-                .stderr(Stdio::piped())
-                .spawn()
-                .map_err(|source| McpError::Spawn {
-                    server: server.clone(),
-                    command: command.clone(),
-                    source,
-                })?;
-            process_group = transport.id();
-            tracing::debug!(server = %server, connection = id, pid = ?process_group, "MCP server process started");
-            if let Some(stderr) = stderr {
-                tokio::spawn(pipe_stderr(server.clone(), stderr));
-            }
-            client_config()
-                .serve(transport)
-                .await
-                .map_err(|error| McpError::Handshake {
-                    server: server.clone(),
-                    message: error.to_string(),
-                })?
+            let (transport, pgid) = spawn(server, id, command, args, env, cwd.as_deref())?;
+            process_group = pgid;
+            stage.set(HANDSHAKE);
+            client.serve(transport).await.map_err(handshake_failed)?
         }
         Transport::Http { url, headers } => {
-            loom_tls::install_crypto_provider();
-            let mut header_map = HashMap::with_capacity(headers.len());
-            for (name, value) in headers {
-                let invalid = || McpError::InvalidHeader {
-                    server: server.clone(),
-                    header: name.clone(),
-                };
-                let header_name = HeaderName::from_bytes(name.as_bytes()).map_err(|_| invalid())?;
-                let mut header_value = HeaderValue::from_str(value).map_err(|_| invalid())?;
-                header_value.set_sensitive(true);
-                header_map.insert(header_name, header_value);
-            }
-            let client = reqwest::Client::builder()
-                .connect_timeout(options.connect_timeout)
-                .build()
-                .map_err(|error| McpError::HttpClient {
-                    server: server.clone(),
-                    message: error.to_string(),
-                })?;
+            let (http, headers) = http_client(options, headers)?;
             let config = StreamableHttpClientTransportConfig::with_uri(url.as_str())
-                .custom_headers(header_map);
+                .custom_headers(headers.into_iter().collect::<HashMap<_, _>>());
             // The call's trace context also goes as the `traceparent` header (`traced.rs`).
             let transport = StreamableHttpClientTransport::with_client(
-                crate::traced::TracedClient(client),
+                crate::traced::TracedClient(http),
                 config,
             );
-            client_config()
-                .serve(transport)
-                .await
-                .map_err(|error| McpError::Handshake {
-                    server: server.clone(),
-                    message: error.to_string(),
-                })?
+            stage.set(HANDSHAKE);
+            client.serve(transport).await.map_err(handshake_failed)?
+        }
+        Transport::Sse { url, headers } => {
+            let (http, headers) = http_client(options, headers)?;
+            let headers: HeaderMap = headers.into_iter().collect();
+            let transport = SseTransport::open(server, http, url, headers, stage).await?;
+            stage.set(HANDSHAKE);
+            client.serve(transport).await.map_err(handshake_failed)?
         }
     };
+    stage.set(LISTING);
+    let generation = changes.load(Ordering::Acquire);
     let listed = service
         .peer()
         .list_all_tools()
@@ -221,11 +362,83 @@ async fn connect_unbounded(options: &McpServerOptions, id: u64) -> Result<Connec
     Ok(Connection {
         id,
         peer: service.peer().clone(),
-        tools,
+        listed: Mutex::new(Listed {
+            generation,
+            tools: tools.into(),
+        }),
+        changes,
+        relisting: tokio::sync::Mutex::new(()),
+        usage: Mutex::new(Usage {
+            in_flight: 0,
+            last_used: Instant::now(),
+        }),
         service: tokio::sync::Mutex::new(Some(service)),
         dead: AtomicBool::new(false),
         process_group,
     })
+}
+
+/// Starts a stdio server in its own process group (so that stopping it stops whatever it
+/// started), its stderr copied to the logs; the transport and the group's id.
+fn spawn(
+    server: &str,
+    id: u64,
+    command: &str,
+    args: &[String],
+    env: &BTreeMap<String, String>,
+    cwd: Option<&Path>,
+) -> Result<(TokioChildProcess, Option<u32>), McpError> {
+    let mut child = tokio::process::Command::new(command);
+    child.args(args).envs(env).kill_on_drop(true);
+    child.process_group(0);
+    if let Some(cwd) = cwd {
+        child.current_dir(cwd);
+    }
+    let mut wrapped = CommandWrap::from(child);
+    wrapped.wrap(ProcessGroup::leader()).wrap(KillOnDrop);
+    let (transport, stderr) = TokioChildProcess::builder(wrapped)
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|source| McpError::Spawn {
+            server: server.to_owned(),
+            command: command.to_owned(),
+            source,
+        })?;
+    let process_group = transport.id();
+    tracing::debug!(server = %server, connection = id, pid = ?process_group, "MCP server process started");
+    if let Some(stderr) = stderr {
+        tokio::spawn(pipe_stderr(server.to_owned(), stderr));
+    }
+    Ok((transport, process_group))
+}
+
+/// The HTTP client of an HTTP or SSE server (no overall timeout: a stream lives long) and its
+/// headers, marked sensitive.
+fn http_client(
+    options: &McpServerOptions,
+    headers: &[(String, String)],
+) -> Result<(reqwest::Client, Vec<(HeaderName, HeaderValue)>), McpError> {
+    let server = &options.name;
+    loom_tls::install_crypto_provider();
+    let mut header_list = Vec::with_capacity(headers.len());
+    for (name, value) in headers {
+        let invalid = || McpError::InvalidHeader {
+            server: server.clone(),
+            header: name.clone(),
+        };
+        let header_name = HeaderName::from_bytes(name.as_bytes()).map_err(|_| invalid())?;
+        let mut header_value = HeaderValue::from_str(value).map_err(|_| invalid())?;
+        header_value.set_sensitive(true);
+        header_list.push((header_name, header_value));
+    }
+    let client = reqwest::Client::builder()
+        .connect_timeout(options.connect_timeout)
+        .build()
+        .map_err(|error| McpError::HttpClient {
+            server: server.clone(),
+            message: error.to_string(),
+        })?;
+    Ok((client, header_list))
 }
 
 fn client_config() -> ClientConfig {

@@ -52,12 +52,57 @@ pub enum McpError {
         message: String,
     },
     /// Connecting (spawn or HTTP, handshake, tool listing) took longer than `connect_timeout`.
-    #[error("MCP server '{server}' did not answer within {after:?} while connecting")]
+    #[error("MCP server '{server}' did not answer within {after:?} while connecting ({during})")]
     ConnectTimeout {
         /// Server.
         server: String,
         /// The limit.
         after: Duration,
+        /// The step that was under way (`the MCP handshake`, `waiting for the SSE endpoint
+        /// event`, …).
+        during: &'static str,
+    },
+    /// The SSE stream of an `sse` server could not be opened (network, HTTP status, not an
+    /// event stream).
+    #[error("MCP server '{server}': cannot open the SSE stream at {url}: {message}")]
+    SseOpen {
+        /// Server.
+        server: String,
+        /// The SSE endpoint.
+        url: String,
+        /// Cause.
+        message: String,
+    },
+    /// The SSE stream failed or ended before its `endpoint` event (the URL to post to).
+    #[error(
+        "MCP server '{server}' did not send the `endpoint` event of the HTTP+SSE transport: {message}"
+    )]
+    SseNoEndpoint {
+        /// Server.
+        server: String,
+        /// What happened instead.
+        message: String,
+    },
+    /// The `endpoint` event names a URL Loom will not post to: unreadable, or on another origin
+    /// than the SSE stream (messages, and the headers sent with them, go to the configured
+    /// origin only).
+    #[error("MCP server '{server}': message endpoint refused: {reason}")]
+    SseEndpointRefused {
+        /// Server.
+        server: String,
+        /// Why, naming both origins for another origin.
+        reason: String,
+    },
+    /// The server no longer offers a tool the run was given: it changed its tool list
+    /// (`notifications/tools/list_changed`) after the run opened it.
+    #[error(
+        "MCP server '{server}' no longer offers the tool '{tool}': it changed its tool list after this run opened it"
+    )]
+    Withdrawn {
+        /// Server.
+        server: String,
+        /// The server's tool name.
+        tool: String,
     },
     /// The MCP handshake failed (process exited, connection refused, protocol mismatch).
     #[error("MCP server '{server}' is unreachable: {message}")]
@@ -163,6 +208,9 @@ impl McpError {
                 | McpError::Handshake { .. }
                 | McpError::ListTools { .. }
                 | McpError::ConnectionLost { .. }
+                | McpError::SseOpen { .. }
+                | McpError::SseNoEndpoint { .. }
+                | McpError::SseEndpointRefused { .. }
         )
     }
 }

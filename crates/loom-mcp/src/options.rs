@@ -31,6 +31,25 @@ pub enum Transport {
         /// caller and are never logged.
         headers: Vec<(String, String)>,
     },
+    /// The older HTTP+SSE transport (protocol 2024-11-05): an SSE stream opened with a GET,
+    /// whose `endpoint` event names where to POST messages (on the stream's origin only).
+    Sse {
+        /// The SSE endpoint URL (`http://…/sse`).
+        url: String,
+        /// Headers sent with the GET and every POST; the values were read from the
+        /// environment by the caller and are never logged.
+        headers: Vec<(String, String)>,
+    },
+}
+
+impl Transport {
+    /// The URL of an HTTP or SSE transport.
+    fn url(&self) -> Option<&str> {
+        match self {
+            Transport::Stdio { .. } => None,
+            Transport::Http { url, .. } | Transport::Sse { url, .. } => Some(url),
+        }
+    }
 }
 
 impl fmt::Debug for Transport {
@@ -49,8 +68,12 @@ impl fmt::Debug for Transport {
                 .field("env", &env.keys().collect::<Vec<_>>())
                 .field("cwd", cwd)
                 .finish(),
-            Transport::Http { url, headers } => f
-                .debug_struct("Http")
+            Transport::Http { url, headers } | Transport::Sse { url, headers } => f
+                .debug_struct(if matches!(self, Transport::Http { .. }) {
+                    "Http"
+                } else {
+                    "Sse"
+                })
                 .field("url", url)
                 // Header values are secrets (tokens): names only.
                 .field(
@@ -108,6 +131,11 @@ pub struct McpServerOptions {
     pub connect_timeout: Duration,
     /// Protocol-level limit on one call (the engine applies the tool timeout anyway).
     pub call_timeout: Option<Duration>,
+    /// A [`Scope::Shared`] or [`Scope::Tenant`] connection unused this long is closed (the
+    /// stdio child ends, the HTTP session is deleted, the SSE stream is closed) and opened
+    /// again, with its tools listed again, at its next use; never while a call is in flight.
+    /// `None` keeps it open. A run's connection closes with its run.
+    pub idle_timeout: Option<Duration>,
     /// Circuit breaker; `None` disables it.
     pub circuit: Option<CircuitSettings>,
     /// Per-tool overrides, keyed by the server's own tool name.
@@ -116,7 +144,7 @@ pub struct McpServerOptions {
 
 impl McpServerOptions {
     /// Options with the reference defaults: shared scope, 10 s to connect, no call timeout,
-    /// breaker `{failures: 5, cooldown: 60 s}`, no overrides.
+    /// closed after 300 s unused, breaker `{failures: 5, cooldown: 60 s}`, no overrides.
     pub fn new(name: impl Into<String>, transport: Transport) -> McpServerOptions {
         McpServerOptions {
             name: name.into(),
@@ -124,24 +152,25 @@ impl McpServerOptions {
             scope: Scope::Shared,
             connect_timeout: Duration::from_secs(10),
             call_timeout: None,
+            idle_timeout: Some(Duration::from_secs(300)),
             circuit: Some(CircuitSettings::default()),
             overrides: BTreeMap::new(),
         }
     }
 
-    /// Checks the name (and, for HTTP, that the URL is absolute http/https).
+    /// Checks the name (and, for HTTP and SSE, that the URL is absolute http/https).
     pub fn validate(&self) -> Result<(), McpError> {
         if !valid_server_name(&self.name) {
             return Err(McpError::InvalidName {
                 name: self.name.clone(),
             });
         }
-        if let Transport::Http { url, .. } = &self.transport
+        if let Some(url) = self.transport.url()
             && !is_http_url(url)
         {
             return Err(McpError::InvalidUrl {
                 server: self.name.clone(),
-                url: url.clone(),
+                url: url.to_owned(),
             });
         }
         Ok(())
@@ -217,6 +246,14 @@ mod tests {
             headers: vec![("Authorization".into(), "Bearer s3cret".into())],
         };
         let shown = format!("{transport:?}");
+        assert!(shown.contains("Authorization"));
+        assert!(!shown.contains("s3cret"));
+        let transport = Transport::Sse {
+            url: "https://example.invalid/sse".into(),
+            headers: vec![("Authorization".into(), "Bearer s3cret".into())],
+        };
+        let shown = format!("{transport:?}");
+        assert!(shown.starts_with("Sse"), "{shown}");
         assert!(shown.contains("Authorization"));
         assert!(!shown.contains("s3cret"));
     }

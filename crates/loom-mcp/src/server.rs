@@ -5,7 +5,7 @@ use std::{
     collections::HashMap,
     fmt,
     sync::{
-        Arc, Mutex, MutexGuard,
+        Arc, Mutex, MutexGuard, Weak,
         atomic::{AtomicBool, AtomicU64, Ordering},
     },
     time::{Duration, Instant},
@@ -24,7 +24,7 @@ use serde_json::Value;
 
 use crate::{
     breaker::{BACKOFF_CAP, Breaker, backoff_delay},
-    connection::{Connection, connect},
+    connection::{Connection, InUse, connect},
     convert::to_output,
     error::McpError,
     options::{McpServerOptions, Scope},
@@ -83,12 +83,49 @@ impl Slot {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    fn live_connection(&self) -> Option<Arc<Connection>> {
+    /// The live connection, its use begun under the slot's lock.
+    fn live_connection(&self) -> Option<InUse> {
         self.state()
             .connection
             .as_ref()
             .filter(|connection| connection.is_alive())
-            .cloned()
+            .map(Connection::begin_use)
+    }
+}
+
+/// Closes the connection `id` of `slot` once it has been unused for `idle` (never while a use is
+/// in flight); it reopens at the next use. Ends when the connection leaves the slot otherwise
+/// (lost, released, shut down) or the slot goes.
+async fn close_when_idle(slot: Weak<Slot>, id: u64, idle: Duration, server: String) {
+    let mut wait = idle;
+    loop {
+        tokio::time::sleep(wait).await;
+        let Some(slot) = slot.upgrade() else {
+            return;
+        };
+        let idle_connection = {
+            let mut state = slot.state();
+            let Some(connection) = state.connection.as_ref().filter(|c| c.id == id) else {
+                return;
+            };
+            match connection.idle_for(Instant::now()) {
+                Some(unused) if unused >= idle => state.connection.take(),
+                Some(unused) => {
+                    wait = idle - unused;
+                    None
+                }
+                // In use: looked at again once it could have been idle long enough.
+                None => {
+                    wait = idle;
+                    None
+                }
+            }
+        };
+        if let Some(connection) = idle_connection {
+            tracing::info!(server = %server, connection = id, "closing the MCP connection unused for {idle:?}; it reopens at the next use");
+            connection.close(CLOSE_TIMEOUT).await;
+            return;
+        }
     }
 }
 
@@ -107,7 +144,13 @@ struct Inner {
 /// per run, opened by [`ToolSource::open`] and closed by [`ToolSource::release`]
 /// ([`Scope::Run`]). A connection is reused by every call, never reopened per call; a
 /// connection that drops is replaced on next use after a growing delay (0.5 s, 1 s, 2 s …
-/// 30 s), under the server's circuit breaker.
+/// 30 s), under the server's circuit breaker. A shared or tenant connection unused for
+/// [`McpServerOptions::idle_timeout`] is closed, and opened again at its next use without
+/// counting as a failure.
+///
+/// Each opening gives the server's latest tool list: after `notifications/tools/list_changed`
+/// the list is read again at the next use. The tools a run was given keep working while the
+/// server still offers them; a call to one it withdrew is refused with [`McpError::Withdrawn`].
 #[derive(Clone)]
 pub struct McpServer {
     inner: Arc<Inner>,
@@ -230,8 +273,18 @@ impl Inner {
             return Err(self.source_error(&error));
         }
         let key = SlotKey::for_context(self.options.scope, &ctx.tenant_id, &ctx.run_id);
-        let connection = match self.connection(&key, true).await {
-            Ok(connection) => connection,
+        let listed = match self.connection(&key, true).await {
+            Ok(connection) => match connection.tools(&self.options).await {
+                Ok(tools) => Ok(tools),
+                Err(error) => {
+                    self.connection_lost(&key, &connection, &error);
+                    Err(error)
+                }
+            },
+            Err(error) => Err(error),
+        };
+        let tools = match listed {
+            Ok(tools) => tools,
             Err(error) => {
                 if let SlotKey::Run(_) = key {
                     // The run will not use it: forget the slot rather than wait for a release.
@@ -246,8 +299,7 @@ impl Inner {
                 return Err(self.source_error(&error));
             }
         };
-        Ok(connection
-            .tools
+        Ok(tools
             .iter()
             .map(|tool| {
                 Arc::new(McpTool {
@@ -279,8 +331,9 @@ impl Inner {
         }
     }
 
-    /// The live connection for `key`, connecting when there is none (or it died).
-    async fn connection(&self, key: &SlotKey, create: bool) -> Result<Arc<Connection>, McpError> {
+    /// The live connection for `key`, connecting when there is none (or it died or was closed
+    /// for being idle), its use begun.
+    async fn connection(&self, key: &SlotKey, create: bool) -> Result<InUse, McpError> {
         let server = self.name().to_owned();
         if self.shut_down.load(Ordering::Acquire) {
             return Err(McpError::ShutDown { server });
@@ -305,7 +358,7 @@ impl Inner {
             }
             if let Some(connection) = state.connection.as_ref() {
                 if connection.is_alive() {
-                    return Ok(Arc::clone(connection));
+                    return Ok(connection.begin_use());
                 }
                 // Died while idle: count it like a failure, then reconnect.
                 tracing::warn!(server = %server, connection = connection.id, "MCP connection found closed; reconnecting");
@@ -362,11 +415,22 @@ impl Inner {
                     return Err(McpError::Released { server });
                 }
                 state.connection = Some(Arc::clone(&connection));
+                let in_use = connection.begin_use();
                 drop(state);
                 if let Some(mut breaker) = self.breaker() {
                     breaker.success();
                 }
-                Ok(connection)
+                if let (Some(idle), false) =
+                    (self.options.idle_timeout, matches!(key, SlotKey::Run(_)))
+                {
+                    tokio::spawn(close_when_idle(
+                        Arc::downgrade(&slot),
+                        connection.id,
+                        idle,
+                        server,
+                    ));
+                }
+                Ok(in_use)
             }
             Err(error) => {
                 tracing::warn!(server = %server, %error, "MCP connection failed");
@@ -422,6 +486,20 @@ impl Inner {
         // Shared and tenant connections come back on their own; a run's only while it is open.
         let create = !matches!(tool.key, SlotKey::Run(_));
         let connection = self.connection(&tool.key, create).await?;
+        // A tool the server withdrew since the run opened it (`tools/list_changed`).
+        let offered = match connection.tools(&self.options).await {
+            Ok(tools) => tools,
+            Err(error) => {
+                self.connection_lost(&tool.key, &connection, &error);
+                return Err(error);
+            }
+        };
+        if !offered.iter().any(|t| t.remote_name == tool.remote_name) {
+            return Err(McpError::Withdrawn {
+                server,
+                tool: tool.remote_name.clone(),
+            });
+        }
         let mut params = CallToolRequestParams::new(tool.remote_name.clone());
         params.arguments = arguments;
         let mut meta = RequestMetaObject::new();

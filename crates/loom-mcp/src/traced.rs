@@ -22,14 +22,14 @@ use sse_stream::Sse;
 use crate::server::TRACEPARENT_META_KEY;
 
 /// The W3C trace-context header.
-const TRACEPARENT_HEADER: HeaderName = HeaderName::from_static("traceparent");
+pub(crate) const TRACEPARENT_HEADER: HeaderName = HeaderName::from_static("traceparent");
 
 /// reqwest's streamable HTTP client, sending a request's `_meta.traceparent` as a header.
 #[derive(Clone, Debug)]
 pub(crate) struct TracedClient(pub(crate) reqwest::Client);
 
 /// The `traceparent` of `message`'s `_meta`, when it has a usable one.
-fn traceparent(message: &ClientJsonRpcMessage) -> Option<HeaderValue> {
+pub(crate) fn traceparent(message: &ClientJsonRpcMessage) -> Option<HeaderValue> {
     let value = serde_json::to_value(message).ok()?;
     let trace = value
         .get("params")?

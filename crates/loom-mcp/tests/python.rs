@@ -65,10 +65,12 @@ async fn stdio_lists_prefixed_tools_with_declarations_and_overrides() {
                 "py__echo",
                 "py__fail",
                 "py__image",
+                "py__lock",
                 "py__pid",
                 "py__send_mail",
                 "py__slow",
-                "py__sound"
+                "py__sound",
+                "py__unlock"
             ]
         );
         for tool in &tools {
@@ -214,8 +216,87 @@ async fn http_calls_end_to_end() {
             vec![("X-Api-Key".into(), "secret-value".into())],
         ));
         let tools = server.open(&source_ctx("default", "r1")).await.unwrap();
-        assert_eq!(tools.len(), 10);
+        assert_eq!(tools.len(), 12);
         check_calls(&tools).await;
+        server.shutdown().await;
+    })
+    .await;
+}
+
+/// The older HTTP+SSE transport (protocol 2024-11-05) against the SDK's own SSE server: the
+/// same calls, the trace context, and the session closed with the connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sse_calls_end_to_end() {
+    let Some(python) = python_with_mcp("sse_calls_end_to_end") else {
+        return;
+    };
+    bounded(LIMIT, async {
+        let sse = start_py_sse(&python, &[]).await;
+        let server = McpServer::new(sse_options(
+            "py",
+            &sse.url,
+            vec![("X-Api-Key".into(), "secret-value".into())],
+        ));
+        let tools = server.open(&source_ctx("default", "r1")).await.unwrap();
+        assert_eq!(tools.len(), 12);
+        check_calls(&tools).await;
+        // A slow call's answer comes back on the stream while other calls go through.
+        let slow = find(&tools, "py__slow");
+        let echo = find(&tools, "py__echo");
+        let (slow_out, echo_out) = tokio::join!(
+            slow.call(tool_ctx("r1", "s1"), json!({"seconds": 0.5})),
+            echo.call(tool_ctx("r1", "s2"), json!({"text": "meanwhile"}))
+        );
+        assert_eq!(slow_out.unwrap().visible_text(), "slept 0.5");
+        assert_eq!(echo_out.unwrap().visible_text(), "meanwhile");
+        server.shutdown().await;
+        // Closed: a call through the old tools is refused, nothing hangs.
+        let error = echo
+            .call(tool_ctx("r1", "s3"), json!({"text": "x"}))
+            .await
+            .expect_err("shut down");
+        assert!(error.message.contains("shut down"), "{error}");
+    })
+    .await;
+}
+
+/// The SSE server dies: the connection is lost, and the next run's opening reports the stream
+/// that cannot be opened, naming its URL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sse_server_gone_is_a_clear_error() {
+    let Some(python) = python_with_mcp("sse_server_gone") else {
+        return;
+    };
+    bounded(LIMIT, async {
+        let mut sse = start_py_sse(&python, &[]).await;
+        let mut options = sse_options("py", &sse.url, vec![]);
+        options.connect_timeout = Duration::from_secs(3);
+        let server = McpServer::new(options);
+        let tools = server.open(&source_ctx("default", "r1")).await.unwrap();
+        let error = find(&tools, "py__crash")
+            .call(tool_ctx("r1", "c1"), json!({}))
+            .await
+            .expect_err("a crash mid-call is an error");
+        assert!(
+            error
+                .message
+                .contains("connection to MCP server 'py' lost during the call"),
+            "{error}"
+        );
+        let _ = sse.child.wait().await;
+        // After the reconnection delay, the stream cannot be opened.
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        let error = server
+            .open(&source_ctx("default", "r2"))
+            .await
+            .expect_err("server is down");
+        assert!(
+            error.message.contains(&format!(
+                "MCP server 'py': cannot open the SSE stream at {}",
+                sse.url
+            )),
+            "{error}"
+        );
         server.shutdown().await;
     })
     .await;

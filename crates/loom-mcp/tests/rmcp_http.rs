@@ -459,3 +459,36 @@ async fn breaker_opens_reports_once_then_lets_one_trial_through() {
     })
     .await;
 }
+
+/// A shared connection unused for `idle_timeout` has its HTTP session deleted; the next call
+/// opens a new session transparently.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_session_is_deleted_and_reopened_at_the_next_call() {
+    bounded(LIMIT, async {
+        let running = serve().await;
+        let mut options = http_options("inproc", &running.url, vec![]);
+        options.idle_timeout = Some(Duration::from_millis(400));
+        let server = McpServer::new(options);
+        let tools = server.open(&source_ctx("t1", "r1")).await.unwrap();
+        let echo = find(&tools, "inproc__echo");
+        echo.call(tool_ctx("r1", "a"), json!({"text": "x"}))
+            .await
+            .unwrap();
+        let stats = Arc::clone(&running.stats);
+        eventually(
+            Duration::from_secs(10),
+            "the idle session to be deleted",
+            || stats.sessions_closed.load(Ordering::SeqCst) == 1,
+        )
+        .await;
+        assert_eq!(running.stats.sessions_opened.load(Ordering::SeqCst), 1);
+        let out = echo
+            .call(tool_ctx("r1", "b"), json!({"text": "again"}))
+            .await
+            .unwrap();
+        assert!(!out.is_error);
+        assert_eq!(running.stats.sessions_opened.load(Ordering::SeqCst), 2);
+        server.shutdown().await;
+    })
+    .await;
+}

@@ -12,7 +12,7 @@ always (a human decides every call) or never";
 /// sections of the reference are not implemented yet (refused rather than silently ignored).
 /// `path` is the key path of the unknown key, `field` its name.
 pub(super) fn not_yet(path: &KeyPath, field: &str) -> &'static str {
-    const LATER: &[&str] = &["stream_output", "idle_timeout"];
+    const LATER: &[&str] = &["stream_output"];
     let parent = &path.0[..path.0.len().saturating_sub(1)];
     let in_tenant = matches!(parent, [yaml::Seg::Key(k), yaml::Seg::Index(_)] if k == "tenants");
     let in_tenant_key = |key: &str| matches!(parent, [yaml::Seg::Key(k), yaml::Seg::Index(_), yaml::Seg::Key(s), ..] if k == "tenants" && s == key);

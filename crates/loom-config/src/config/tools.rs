@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use crate::error::{ConfigError, ConfigErrorKind};
-use crate::model::{LoomConfig, McpTransport, ToolOverrides, ToolRef};
+use crate::model::{LoomConfig, McpScope, McpTransport, ToolOverrides, ToolRef};
 use crate::yaml::KeyPath;
 
 use super::{Config, Doc, NOT_POSITIVE, delegation, display_path, positive_seconds};
@@ -67,21 +67,26 @@ pub(super) fn check_mcp_servers(
                 if server.url.is_some() {
                     return Err(invalid(
                         &sp.key("url"),
-                        "'url' is for transport 'http'".into(),
+                        "'url' is for transports 'http' and 'sse'".into(),
                     ));
                 }
                 if !server.headers_env.is_empty() {
                     return Err(invalid(
                         &sp.key("headers_env"),
-                        "'headers_env' is for transport 'http'".into(),
+                        "'headers_env' is for transports 'http' and 'sse'".into(),
                     ));
                 }
             }
-            McpTransport::Http => {
+            McpTransport::Http | McpTransport::Sse => {
+                let transport = if server.transport == McpTransport::Http {
+                    "http"
+                } else {
+                    "sse"
+                };
                 let Some(url) = &server.url else {
                     return Err(invalid(
                         &sp.key("transport"),
-                        "transport 'http' requires 'url'".into(),
+                        format!("transport '{transport}' requires 'url'"),
                     ));
                 };
                 let usable = url::Url::parse(url).is_ok_and(|url| {
@@ -112,6 +117,17 @@ pub(super) fn check_mcp_servers(
         }
         if !(server.connect_timeout.is_finite() && server.connect_timeout > 0.0) {
             return Err(invalid(&sp.key("connect_timeout"), NOT_POSITIVE.into()));
+        }
+        if !positive_seconds(server.idle_timeout) {
+            return Err(invalid(&sp.key("idle_timeout"), NOT_POSITIVE.into()));
+        }
+        if server.idle_timeout.is_some() && server.scope == McpScope::Run {
+            return Err(invalid(
+                &sp.key("idle_timeout"),
+                "'idle_timeout' applies to 'shared' and 'tenant' connections: a run's connection \
+                 closes when the run ends"
+                    .into(),
+            ));
         }
         if let Some(breaker) = &server.circuit_breaker {
             if breaker.failures == 0 {

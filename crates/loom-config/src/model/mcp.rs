@@ -33,11 +33,12 @@ pub struct McpServerSpec {
     /// stdio: working directory (default: the config file's directory).
     #[serde(default)]
     pub cwd: Option<PathBuf>,
-    /// http: the streamable HTTP endpoint.
+    /// http: the streamable HTTP endpoint; sse: the SSE endpoint of the older HTTP+SSE
+    /// transport.
     #[serde(default)]
     pub url: Option<String>,
-    /// http: headers whose values come from environment variables (`Authorization: CRM_TOKEN`);
-    /// never written to the journal.
+    /// http, sse: headers whose values come from environment variables
+    /// (`Authorization: CRM_TOKEN`); never written to the journal.
     #[serde(default)]
     pub headers_env: BTreeMap<String, String>,
     /// Life of a connection: one per process, per tenant, or per run.
@@ -47,6 +48,11 @@ pub struct McpServerSpec {
     #[serde(default = "default_connect_timeout")]
     #[schemars(extend("exclusiveMinimum" = 0))]
     pub connect_timeout: f64,
+    /// Seconds a `shared` or `tenant` connection may stay unused before it is closed (reopened
+    /// at the next use); default 300. Not for `scope: run` (a run's connection closes with it).
+    #[serde(default)]
+    #[schemars(extend("exclusiveMinimum" = 0, "default" = 300.0))]
+    pub idle_timeout: Option<f64>,
     /// Declarations per tool (server names), over the server's annotations.
     #[serde(default)]
     pub tools: BTreeMap<String, ToolOverrides>,
@@ -71,6 +77,9 @@ pub enum McpTransport {
     Stdio,
     /// Streamable HTTP.
     Http,
+    /// The older HTTP+SSE transport (protocol 2024-11-05): a GET opens an SSE stream whose
+    /// `endpoint` event names where to POST messages.
+    Sse,
 }
 
 /// Life of an MCP connection.

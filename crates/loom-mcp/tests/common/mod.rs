@@ -76,6 +76,19 @@ pub fn py_stdio_options(name: &str, python: &str, extra: &[&str]) -> McpServerOp
     options
 }
 
+/// Options for an HTTP+SSE server (`url`: its SSE endpoint).
+pub fn sse_options(name: &str, url: &str, headers: Vec<(String, String)>) -> McpServerOptions {
+    let mut options = McpServerOptions::new(
+        name,
+        Transport::Sse {
+            url: url.to_owned(),
+            headers,
+        },
+    );
+    options.connect_timeout = Duration::from_secs(10);
+    options
+}
+
 /// Options for an HTTP server.
 pub fn http_options(name: &str, url: &str, headers: Vec<(String, String)>) -> McpServerOptions {
     let mut options = McpServerOptions::new(
@@ -89,7 +102,7 @@ pub fn http_options(name: &str, url: &str, headers: Vec<(String, String)>) -> Mc
     options
 }
 
-/// A Python test server serving streamable HTTP; killed when dropped.
+/// A Python test server serving streamable HTTP or HTTP+SSE; killed when dropped.
 pub struct PyHttp {
     pub child: tokio::process::Child,
     pub url: String,
@@ -97,9 +110,18 @@ pub struct PyHttp {
 
 /// Starts `py_server.py --http --port 0` and reads the port it prints.
 pub async fn start_py_http(python: &str, extra: &[&str]) -> PyHttp {
+    start_py_served(python, "--http", "/mcp", extra).await
+}
+
+/// Starts `py_server.py --sse --port 0` (the older HTTP+SSE transport; `url` is the stream's).
+pub async fn start_py_sse(python: &str, extra: &[&str]) -> PyHttp {
+    start_py_served(python, "--sse", "/sse", extra).await
+}
+
+async fn start_py_served(python: &str, mode: &str, path: &str, extra: &[&str]) -> PyHttp {
     let mut child = tokio::process::Command::new(python)
         .arg(server_script("py_server.py"))
-        .args(["--http", "--port", "0"])
+        .args([mode, "--port", "0"])
         .args(extra)
         .env("PYTHONUNBUFFERED", "1")
         .stdin(Stdio::null())
@@ -123,7 +145,7 @@ pub async fn start_py_http(python: &str, extra: &[&str]) -> PyHttp {
     tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
     PyHttp {
         child,
-        url: format!("http://127.0.0.1:{port}/mcp"),
+        url: format!("http://127.0.0.1:{port}{path}"),
     }
 }
 

@@ -1,8 +1,10 @@
 """Test MCP server for loom-mcp, written with the official Python SDK (`pip install mcp`).
 
-Runs over stdio by default; `--http --port 0` serves streamable HTTP on 127.0.0.1 and prints
-`PORT <n>` on stdout once it listens. `--connections FILE` appends one line per initialize
-(process start for stdio), so tests can count connections. `--log-stderr` writes a line to
+Runs over stdio by default; `--http --port 0` serves streamable HTTP on 127.0.0.1 (at `/mcp`)
+and prints `PORT <n>` on stdout once it listens; `--sse` serves the older HTTP+SSE transport the
+same way (stream at `/sse`, messages posted to `/messages/`). `--connections FILE` appends one line per initialize
+(process start for stdio), so tests can count connections. `unlock` adds the tool `secret`
+and `lock` removes it, each then sending `notifications/tools/list_changed`. `--log-stderr` writes a line to
 stderr at start (tests check it reaches the logs, not the protocol stream). `--grandchild FILE`
 starts a `sleep` child and writes its pid (tests check shutdown stops the whole process group).
 """
@@ -94,9 +96,31 @@ def pid() -> str:
     return str(os.getpid())
 
 
+def secret() -> str:
+    """Tells the secret (offered once `unlock` was called)."""
+    return "the secret is 42"
+
+
+@server.tool(description="Adds the tool `secret` and announces the change (tools/list_changed).")
+async def unlock(ctx: Context) -> str:
+    if "secret" not in {tool.name for tool in await server.list_tools()}:
+        server.add_tool(secret, name="secret", annotations=ToolAnnotations(read_only_hint=True))
+    await ctx.session.send_tool_list_changed()
+    return "unlocked"
+
+
+@server.tool(description="Removes the tool `secret` and announces the change (tools/list_changed).")
+async def lock(ctx: Context) -> str:
+    if "secret" in {tool.name for tool in await server.list_tools()}:
+        server.remove_tool("secret")
+    await ctx.session.send_tool_list_changed()
+    return "locked"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--http", action="store_true")
+    parser.add_argument("--sse", action="store_true", help="serve the older HTTP+SSE transport")
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--connections")
     parser.add_argument("--log-stderr", action="store_true")
@@ -113,7 +137,7 @@ def main() -> None:
     if args.connections:
         with open(args.connections, "a") as f:
             f.write(f"{os.getpid()}\n")
-    if not args.http:
+    if not (args.http or args.sse):
         server.run()
         return
 
@@ -124,7 +148,7 @@ def main() -> None:
     sock.bind(("127.0.0.1", args.port))
     sock.listen(128)
     port = sock.getsockname()[1]
-    app = server.streamable_http_app()
+    app = server.sse_app() if args.sse else server.streamable_http_app()
     config = uvicorn.Config(app, log_level="warning")
     print(f"PORT {port}", flush=True)
     asyncio.run(uvicorn.Server(config).serve(sockets=[sock]))
