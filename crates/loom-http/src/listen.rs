@@ -185,7 +185,7 @@ pub(crate) async fn read_body(
 mod tests {
     use std::time::Duration;
 
-    use axum::{Router, routing::get};
+    use axum::Router;
     use tokio::{
         io::{AsyncReadExt, AsyncWriteExt},
         net::{TcpListener, TcpStream},
@@ -200,7 +200,7 @@ mod tests {
     async fn a_request_racing_the_shutdown_is_answered() {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let address = listener.local_addr().unwrap();
-        let app = Router::new().route("/", get(|| async { "served" }));
+        let app = Router::new().fallback(|| async { "served" });
         let limits = Limits {
             header_timeout: Duration::from_secs(5),
             body_timeout: Duration::from_secs(5),

@@ -153,17 +153,18 @@ async fn check_list_changes(options: McpServerOptions) {
     );
     // The notification travels on its own: a later opening sees it.
     let mut attempt = 0;
-    let second = loop {
+    let second = loom_testkit::wait::until("a later opening to offer py__secret", async || {
         attempt += 1;
         let tools = server
             .open(&source_ctx("default", &format!("r2-{attempt}")))
             .await
             .unwrap();
-        if tools.iter().any(|t| t.spec().name == "py__secret") || attempt == 50 {
-            break tools;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+        tools
+            .iter()
+            .any(|t| t.spec().name == "py__secret")
+            .then_some(tools)
+    })
+    .await;
     let secret = find(&second, "py__secret");
     assert_eq!(
         call_text(&secret, "c2", json!({})).await,
@@ -176,17 +177,17 @@ async fn check_list_changes(options: McpServerOptions) {
     // Withdrawn: the run still holds the tool, the call is refused by name, the connection
     // stays usable.
     let mut attempt = 0;
-    let error = loop {
+    let error = loom_testkit::wait::until("the withdrawn tool's call to be refused", async || {
         attempt += 1;
         match secret
             .call(tool_ctx("r2", &format!("c4-{attempt}")), json!({}))
             .await
         {
-            Err(error) => break error,
-            Ok(_) if attempt < 50 => tokio::time::sleep(Duration::from_millis(100)).await,
-            Ok(out) => panic!("still answered: {}", out.visible_text()),
+            Err(error) => Ok(error),
+            Ok(out) => Err(format!("still answered: {}", out.visible_text())),
         }
-    };
+    })
+    .await;
     assert_eq!(
         error.message,
         "MCP server 'py' no longer offers the tool 'secret': it changed its tool list after this run opened it"
