@@ -46,6 +46,8 @@ use catalog::{Catalog, CatalogEntry, CatalogError, DefinedBy, code_sha256};
 use check::{Definition, check_definition, check_input, check_schema, first_difference};
 use runner::Runner;
 
+use crate::tools::arguments;
+
 /// The rules the forge refuses by, as they appear in messages.
 pub mod rules {
     /// A tool name outside the pattern, reserved, or too long with its prefix.
@@ -203,10 +205,6 @@ fn declarations() -> ToolDeclarations {
         idempotent: false,
         ..ToolDeclarations::default()
     }
-}
-
-fn arguments<T: for<'de> Deserialize<'de>>(value: Value) -> Result<T, ToolError> {
-    serde_json::from_value(value).map_err(|e| ToolError::new(format!("invalid arguments: {e}")))
 }
 
 fn define(shared: Arc<Shared>) -> FnTool {

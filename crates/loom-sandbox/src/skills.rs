@@ -12,12 +12,12 @@ use std::sync::Arc;
 
 use loom_core::{
     sandbox::rules,
-    tool::{FnTool, SideEffects, ToolDeclarations, ToolError, ToolKind, ToolOutput, ToolSpec},
+    tool::{FnTool, SideEffects, ToolError, ToolOutput},
 };
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::json;
 
-use crate::tools::{Settings, exec_output, tool_error};
+use crate::tools::{Settings, arguments, builtin_spec, exec_output, tool_error};
 
 /// The prefix of the skill tools' names.
 pub const SKILLS_PREFIX: &str = "skills__";
@@ -67,24 +67,6 @@ pub fn skill_tools(skills: Vec<SkillDoc>, sandbox: Option<Settings>) -> Vec<FnTo
     vec![load(shelf.clone()), read(shelf.clone()), run(shelf)]
 }
 
-fn spec(name: &str, description: String, schema: Value, side_effects: SideEffects) -> ToolSpec {
-    ToolSpec {
-        name: format!("{SKILLS_PREFIX}{name}"),
-        description,
-        input_schema: schema,
-        kind: ToolKind::Builtin,
-        declarations: ToolDeclarations {
-            side_effects,
-            idempotent: side_effects == SideEffects::None,
-            ..ToolDeclarations::default()
-        },
-    }
-}
-
-fn arguments<T: for<'de> Deserialize<'de>>(value: Value) -> Result<T, ToolError> {
-    serde_json::from_value(value).map_err(|e| ToolError::new(format!("invalid arguments: {e}")))
-}
-
 #[derive(Deserialize)]
 struct LoadArgs {
     name: String,
@@ -114,7 +96,8 @@ fn load(shelf: Arc<Shelf>) -> FnTool {
         .iter()
         .map(|s| format!("- {}: {}", s.name, s.description))
         .collect();
-    let spec = spec(
+    let spec = builtin_spec(
+        SKILLS_PREFIX,
         "load",
         format!(
             "Load the instructions of a skill, and the list of its files, before doing what it \
@@ -145,7 +128,8 @@ fn load(shelf: Arc<Shelf>) -> FnTool {
 }
 
 fn read(shelf: Arc<Shelf>) -> FnTool {
-    let spec = spec(
+    let spec = builtin_spec(
+        SKILLS_PREFIX,
         "read",
         "Read a file of a skill (as listed by skills__load).".into(),
         json!({
@@ -175,7 +159,8 @@ fn read(shelf: Arc<Shelf>) -> FnTool {
 }
 
 fn run(shelf: Arc<Shelf>) -> FnTool {
-    let spec = spec(
+    let spec = builtin_spec(
+        SKILLS_PREFIX,
         "run",
         "Run a script of a skill (a file under scripts/) in your sandbox: the skill's files are \
          copied to skills/<name>/ in your working folder, and the script runs from the working \

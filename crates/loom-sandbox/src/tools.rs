@@ -96,9 +96,17 @@ pub fn sandbox_tools(settings: Settings) -> Vec<FnTool> {
     ]
 }
 
-fn spec(name: &str, description: String, schema: Value, side_effects: SideEffects) -> ToolSpec {
+/// The spec of a built-in tool `<prefix><name>` of this crate: idempotent when it changes
+/// nothing.
+pub(crate) fn builtin_spec(
+    prefix: &str,
+    name: &str,
+    description: String,
+    schema: Value,
+    side_effects: SideEffects,
+) -> ToolSpec {
     ToolSpec {
-        name: format!("{PREFIX}{name}"),
+        name: format!("{prefix}{name}"),
         description,
         input_schema: schema,
         kind: ToolKind::Builtin,
@@ -110,7 +118,8 @@ fn spec(name: &str, description: String, schema: Value, side_effects: SideEffect
     }
 }
 
-fn arguments<T: for<'de> Deserialize<'de>>(value: Value) -> Result<T, ToolError> {
+/// A tool's arguments, read into `T` (a clear error when they do not fit).
+pub(crate) fn arguments<T: for<'de> Deserialize<'de>>(value: Value) -> Result<T, ToolError> {
     serde_json::from_value(value).map_err(|e| ToolError::new(format!("invalid arguments: {e}")))
 }
 
@@ -132,7 +141,8 @@ struct ExecArgs {
 }
 
 fn read(settings: Arc<Settings>) -> FnTool {
-    let spec = spec(
+    let spec = builtin_spec(
+        PREFIX,
         "read",
         "Read a UTF-8 text file of your working folder (at most 1 MiB). Paths are relative to \
          the folder."
@@ -163,7 +173,8 @@ fn read(settings: Arc<Settings>) -> FnTool {
 }
 
 fn write(settings: Arc<Settings>) -> FnTool {
-    let spec = spec(
+    let spec = builtin_spec(
+        PREFIX,
         "write",
         "Write a text file in your working folder (created with its folders, or replaced; at \
          most 1 MiB). Paths are relative to the folder."
@@ -195,7 +206,8 @@ fn write(settings: Arc<Settings>) -> FnTool {
 }
 
 fn list(settings: Arc<Settings>) -> FnTool {
-    let spec = spec(
+    let spec = builtin_spec(
+        PREFIX,
         "list",
         "List the files of your working folder, recursively (links are shown, not followed)."
             .into(),
@@ -225,7 +237,8 @@ fn list(settings: Arc<Settings>) -> FnTool {
 
 fn exec(settings: Arc<Settings>) -> FnTool {
     let limits = settings.limits;
-    let spec = spec(
+    let spec = builtin_spec(
+        PREFIX,
         "exec",
         format!(
             "Run a shell command (/bin/sh -c) in your working folder, which is the current \
