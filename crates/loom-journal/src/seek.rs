@@ -42,6 +42,7 @@ impl Journal {
         {
             found = Some(kept);
         }
+        let was_kept = found.is_some();
         if found.is_none() {
             let loaded = Offsets::load(&path).unwrap_or_else(|error| {
                 warn!(path = %path.display(), %error, "the offset index cannot be read: rebuilding it");
@@ -66,7 +67,9 @@ impl Journal {
         if grown || fresh {
             self.save(&offsets);
         }
-        self.offsets_cache.put(&path, Arc::clone(&offsets));
+        if grown || !was_kept {
+            self.offsets_cache.put(&path, Arc::clone(&offsets));
+        }
         Ok(offsets)
     }
 
