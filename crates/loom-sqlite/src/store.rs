@@ -709,10 +709,74 @@ async fn set_up(options: SqliteConnectOptions, path: &Path) -> Result<(), StoreE
     result
 }
 
-/// Sets the file up through `conn`: WAL mode, then the schema, under the write lock.
+/// Whether the file already holds this build's schema, in one read: its version, every table
+/// and index this build creates, the idempotency table's later columns, and none of the dropped
+/// indexes. Most opens find it so, and then take no write lock at all (a short-lived `loom run`
+/// opens the file once per process).
+async fn schema_is_current(conn: &mut SqliteConnection) -> Result<bool, sqlx::Error> {
+    let names: Vec<&str> = created().filter_map(created_name).collect();
+    let dropped: Vec<&str> = DROPPED_INDEXES
+        .iter()
+        .filter_map(|sql| sql.rsplit(' ').next())
+        .collect();
+    let quoted = |names: &[&str]| {
+        names
+            .iter()
+            .map(|name| format!("'{name}'"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let columns: Vec<&str> = IDEMPOTENCY_COLUMNS.iter().map(|(name, _)| *name).collect();
+    let sql = format!(
+        "SELECT (SELECT user_version FROM pragma_user_version), \
+                (SELECT count(*) FROM sqlite_master WHERE name IN ({})), \
+                (SELECT count(*) FROM sqlite_master WHERE name IN ({})), \
+                (SELECT count(*) FROM pragma_table_info('idempotency') WHERE name IN ({}))",
+        quoted(&names),
+        quoted(&dropped),
+        quoted(&columns),
+    );
+    let row = sqlx::query(sqlx::AssertSqlSafe(sql))
+        .fetch_one(&mut *conn)
+        .await?;
+    let count = |i: usize| row.try_get::<i64, _>(i);
+    Ok(count(0)? == SCHEMA_VERSION
+        && usize::try_from(count(1)?) == Ok(names.len())
+        && count(2)? == 0
+        && usize::try_from(count(3)?) == Ok(columns.len()))
+}
+
+/// Every `CREATE` statement of the schema.
+fn created() -> impl Iterator<Item = &'static str> {
+    SCHEMA
+        .iter()
+        .copied()
+        .chain([
+            IDEMPOTENCY_SCHEMA,
+            IDEMPOTENCY_INDEX,
+            SET_ASIDE_SCHEMA,
+            SESSION_TYPE_INDEX,
+        ])
+        .chain(SEARCH_INDEXES.iter().copied())
+}
+
+/// The name a `CREATE … IF NOT EXISTS <name> …` statement creates.
+fn created_name(sql: &str) -> Option<&str> {
+    let (_, rest) = sql.split_once("IF NOT EXISTS ")?;
+    rest.split_whitespace().next()
+}
+
+/// Sets the file up through `conn`: WAL mode, then the schema, under the write lock (unless the
+/// file already holds it).
 async fn set_up_on(conn: &mut SqliteConnection, path: &Path) -> Result<(), StoreError> {
     {
         use_wal(conn, path).await?;
+        if schema_is_current(conn)
+            .await
+            .map_err(|err| db_error(path, err))?
+        {
+            return Ok(());
+        }
         let mut tx = conn
             .begin_with(crate::store::BEGIN_FULL)
             .await
@@ -843,6 +907,34 @@ mod tests {
         assert_eq!(pragma(&mut conn, "PRAGMA temp_store").await, "2");
         assert_eq!(pragma(&mut conn, "PRAGMA busy_timeout").await, "30000");
         assert_eq!(pragma(&mut conn, "PRAGMA user_version").await, "1");
+    }
+
+    #[test]
+    fn every_created_object_is_named() {
+        let names: Vec<&str> = created().filter_map(created_name).collect();
+        assert_eq!(names.len(), created().count());
+        assert!(names.contains(&"events") && names.contains(&"events_tenant_type"));
+    }
+
+    /// A file set up is found current (the next open takes no write lock); one missing an index
+    /// or holding a dropped one is not, and is set up again.
+    #[tokio::test]
+    async fn only_a_file_missing_part_of_the_schema_is_set_up_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("loom.db");
+        let store = SqliteStore::open(&path).unwrap();
+        let mut conn = store.pool().acquire().await.unwrap();
+        assert!(schema_is_current(&mut conn).await.unwrap());
+        for change in [
+            "DROP INDEX events_tenant_type",
+            "CREATE INDEX events_type ON events (tenant_id, type)",
+            "PRAGMA user_version = 0",
+        ] {
+            sqlx::query(change).execute(&mut *conn).await.unwrap();
+            assert!(!schema_is_current(&mut conn).await.unwrap(), "{change}");
+            set_up_on(&mut conn, &path).await.unwrap();
+            assert!(schema_is_current(&mut conn).await.unwrap(), "{change}");
+        }
     }
 
     #[tokio::test]

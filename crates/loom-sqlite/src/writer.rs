@@ -9,14 +9,15 @@
 //! once. So under load a hundred runs' appends cost one sync, and no caller ever learns its
 //! batch is written before the sync that covers it has returned.
 //!
-//! Each batch keeps its own outcome: its seq check and its `INSERT` are its own statements, so a
-//! conflict or a failed insert refuses that batch alone (SQLite undoes a failed statement, not
-//! the transaction) and the others commit. A failed commit fails every batch of the group.
+//! Each batch keeps its own outcome: it is one `INSERT` of its own, which checks the journal's
+//! last seq as it writes (and writes nothing when it is not the expected one), so a conflict or a
+//! failed insert refuses that batch alone (SQLite undoes a failed statement, not the transaction)
+//! and the others commit. A failed commit fails every batch of the group. A group of one batch
+//! (a run appending alone, the common case) is that `INSERT` alone, in SQLite's own transaction
+//! of one statement: one hand-off to the connection's thread instead of three.
 //!
 //! The writer's page cache stays valid from one transaction to the next (no other connection of
 //! the process writes events), which is most of what an append reads.
-
-use std::collections::HashMap;
 
 use loom_core::{
     event::{Event, must_sync},
@@ -31,12 +32,12 @@ use tokio::sync::{Mutex, oneshot};
 
 use crate::store::{BEGIN_FULL, BEGIN_NORMAL, Columns, db_error, to_sql};
 
-/// Rows per `INSERT` statement (15 bound values each, under SQLite's 32,766).
+/// Rows per `INSERT` statement (14 bound values each, under SQLite's 32,766).
 const ROWS_PER_INSERT: usize = 500;
 
-/// The columns of a row of `events`, in the order of [`values_list`].
+/// The columns of a row of `events`, in the order of [`insert_sql`]'s values.
 const COLUMNS: &str = "INSERT INTO events (tenant_id, session_id, seq, event_id, ts, run_id, \
-     root_run_id, type, category, status, agent, role, facets, event, ingested) VALUES ";
+     root_run_id, type, category, status, agent, role, facets, event, ingested) ";
 
 /// A batch waiting for a group.
 pub(crate) struct Pending {
@@ -52,7 +53,7 @@ pub(crate) struct Pending {
 #[derive(Debug, Default)]
 pub(crate) struct Writer {
     queue: std::sync::Mutex<Vec<Pending>>,
-    conn: Mutex<Option<SqliteConnection>>,
+    conn: Mutex<Option<WriterConnection>>,
     /// Groups committed (read by tests).
     groups: std::sync::atomic::AtomicU64,
 }
@@ -107,8 +108,8 @@ impl Writer {
 
     /// Closes the writer connection (the store is closing).
     pub(crate) async fn close(&self) {
-        if let Some(conn) = self.conn.lock().await.take()
-            && let Err(err) = conn.close().await
+        if let Some(writer) = self.conn.lock().await.take()
+            && let Err(err) = writer.conn.close().await
         {
             tracing::debug!(error = %err, "closing the SQLite writer connection failed");
         }
@@ -124,15 +125,19 @@ impl Writer {
     /// Writes `group` in one transaction and answers each of its callers.
     async fn commit_group(
         &self,
-        slot: &mut Option<SqliteConnection>,
+        slot: &mut Option<WriterConnection>,
         options: &SqliteConnectOptions,
         path: &std::path::Path,
         group: Vec<Pending>,
     ) {
-        let conn = match slot {
-            Some(conn) => conn,
+        let writer = match slot {
+            Some(writer) => writer,
             None => match SqliteConnection::connect_with(options).await {
-                Ok(conn) => slot.insert(conn),
+                // Connections open FULL (see `connect_options`).
+                Ok(conn) => slot.insert(WriterConnection {
+                    conn,
+                    full: Some(true),
+                }),
                 Err(err) => {
                     let message = err.to_string();
                     for pending in group {
@@ -142,7 +147,14 @@ impl Writer {
                 }
             },
         };
-        let outcome = write_group(conn, path, group).await;
+        let outcome = match <[Pending; 1]>::try_from(group) {
+            Ok([alone]) if alone.batch.len() <= ROWS_PER_INSERT => {
+                let (answer, result) = write_alone(writer, path, alone).await;
+                Ok(vec![(answer, result)])
+            }
+            Ok(group) => write_group(writer, path, group.into()).await,
+            Err(group) => write_group(writer, path, group).await,
+        };
         self.groups
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         match outcome {
@@ -166,38 +178,101 @@ impl Writer {
     }
 }
 
+/// The writer's connection, and the sync level it is set to (`PRAGMA synchronous`: FULL or
+/// NORMAL), which stays from one write to the next: `None` when a failed statement leaves it
+/// unknown.
+#[derive(Debug)]
+pub(crate) struct WriterConnection {
+    conn: SqliteConnection,
+    full: Option<bool>,
+}
+
 type Answers = Vec<(
     oneshot::Sender<Result<Vec<Event>, StoreError>>,
     Result<Vec<Event>, StoreError>,
 )>;
 
+/// Writes a group of one batch that one `INSERT` holds: that statement alone, outside any
+/// explicit transaction (SQLite runs a writing statement in a transaction of its own, which
+/// takes the write lock at its start like `BEGIN IMMEDIATE` and commits at its end), after a
+/// `PRAGMA synchronous` only when the batch needs another sync level than the connection has.
+/// One statement where a transaction takes three: the common case of one run appending alone.
+async fn write_alone(
+    writer: &mut WriterConnection,
+    path: &std::path::Path,
+    pending: Pending,
+) -> (
+    oneshot::Sender<Result<Vec<Event>, StoreError>>,
+    Result<Vec<Event>, StoreError>,
+) {
+    let Pending {
+        mut batch,
+        rows,
+        expected,
+        tenant_id,
+        session_id,
+        answer,
+    } = pending;
+    let result = async {
+        let full = must_sync(batch.events());
+        if writer.full != Some(full) {
+            let pragma = if full {
+                "PRAGMA synchronous = FULL"
+            } else {
+                "PRAGMA synchronous = NORMAL"
+            };
+            writer.full = None;
+            sqlx::query(pragma)
+                .execute(&mut writer.conn)
+                .await
+                .map_err(|err| db_error(path, err))?;
+            writer.full = Some(full);
+        }
+        batch.assign_seq(expected);
+        let (events, lines) = batch.into_parts();
+        let journal = Journal {
+            tenant_id: &tenant_id,
+            session_id: &session_id,
+            expected,
+        };
+        if !insert(&mut writer.conn, path, &events, rows, lines, &journal).await? {
+            let found = last_seq(&mut writer.conn, &journal)
+                .await
+                .map_err(|err| db_error(path, err))?;
+            return Err(conflict(&tenant_id, &session_id, expected, found));
+        }
+        Ok(events)
+    }
+    .await;
+    (answer, result)
+}
+
 /// Writes every batch of `group` in one transaction: `Ok` with each batch's outcome once the
 /// commit returned, `Err` with the outcomes and why when the transaction did not commit.
 async fn write_group(
-    conn: &mut SqliteConnection,
+    writer: &mut WriterConnection,
     path: &std::path::Path,
     group: Vec<Pending>,
 ) -> Result<Answers, (Answers, String)> {
-    let begin = if group
+    let full = group
         .iter()
-        .any(|pending| must_sync(pending.batch.events()))
-    {
-        BEGIN_FULL
-    } else {
-        BEGIN_NORMAL
-    };
+        .any(|pending| must_sync(pending.batch.events()));
+    let begin = if full { BEGIN_FULL } else { BEGIN_NORMAL };
+    let conn = &mut writer.conn;
     let mut answers: Answers = Vec::with_capacity(group.len());
     let mut tx = match conn.begin_with(begin).await {
-        Ok(tx) => tx,
+        Ok(tx) => {
+            // The `BEGIN` set the connection's sync level, which stays after the transaction.
+            writer.full = Some(full);
+            tx
+        }
         Err(err) => {
+            writer.full = None;
             let message = err.to_string();
             answers.extend(group.into_iter().map(|p| (p.answer, Ok(Vec::new()))));
             return Err((answers, message));
         }
     };
-    // Each journal's last seq as this transaction leaves it, and the file's next write order.
-    let mut last: HashMap<(String, String), u64> = HashMap::new();
-    let mut ingested: Option<i64> = None;
     for pending in group {
         let Pending {
             mut batch,
@@ -207,46 +282,23 @@ async fn write_group(
             session_id,
             answer,
         } = pending;
-        let key = (tenant_id, session_id);
         let result = async {
-            let found = match (last.get(&key), ingested) {
-                (Some(&found), Some(_)) => found,
-                (found, _) => {
-                    // The session's last seq and the file's next write order, in one statement.
-                    let row = sqlx::query(
-                        "SELECT (SELECT COALESCE(MAX(seq), 0) FROM events \
-                                 WHERE tenant_id = ?1 AND session_id = ?2), \
-                                (SELECT COALESCE(MAX(ingested), 0) + 1 FROM events)",
-                    )
-                    .bind(&key.0)
-                    .bind(&key.1)
-                    .fetch_one(&mut *tx)
+            batch.assign_seq(expected);
+            let (events, lines) = batch.into_parts();
+            let journal = Journal {
+                tenant_id: &tenant_id,
+                session_id: &session_id,
+                expected,
+            };
+            if !insert(&mut tx, path, &events, rows, lines, &journal).await? {
+                let found = last_seq(&mut tx, &journal)
                     .await
                     .map_err(|err| db_error(path, err))?;
-                    let (seq, next): (i64, i64) = (
-                        row.try_get(0).map_err(|err| db_error(path, err))?,
-                        row.try_get(1).map_err(|err| db_error(path, err))?,
-                    );
-                    ingested.get_or_insert(next);
-                    found
-                        .copied()
-                        .unwrap_or_else(|| u64::try_from(seq).unwrap_or(0))
-                }
-            };
-            if found != expected {
-                return Err(conflict(&key.0, &key.1, expected, found));
+                return Err(conflict(&tenant_id, &session_id, expected, found));
             }
-            let order = ingested.unwrap_or(1);
-            batch.assign_seq(found);
-            let (events, lines) = batch.into_parts();
-            insert(&mut tx, path, &events, rows, lines, order).await?;
             Ok(events)
         }
         .await;
-        if let Ok(batch) = &result {
-            last.insert(key, expected + batch.len() as u64);
-            ingested = ingested.map(|next| next + 1);
-        }
         answers.push((answer, result));
     }
     match tx.commit().await {
@@ -255,18 +307,44 @@ async fn write_group(
     }
 }
 
-/// Inserts `batch` (given its seqs), its rows' columns `rows` and its lines `lines`, with write
-/// order `ingested`, as few statements as its size allows. A batch of more than
-/// [`ROWS_PER_INSERT`] rows is written under a savepoint, so that it is written whole or not at
-/// all.
+/// The journal a batch is appended to, and the last seq it must hold for the append to go in.
+struct Journal<'a> {
+    tenant_id: &'a str,
+    session_id: &'a str,
+    expected: u64,
+}
+
+/// The journal's last seq, read in the transaction (for a conflict's error).
+async fn last_seq(conn: &mut SqliteConnection, journal: &Journal<'_>) -> Result<u64, sqlx::Error> {
+    let seq: i64 = sqlx::query(
+        "SELECT COALESCE(MAX(seq), 0) FROM events WHERE tenant_id = ?1 AND session_id = ?2",
+    )
+    .bind(journal.tenant_id)
+    .bind(journal.session_id)
+    .fetch_one(&mut *conn)
+    .await?
+    .try_get(0)?;
+    Ok(u64::try_from(seq).unwrap_or(0))
+}
+
+/// Inserts `batch` (its seqs given from the journal's expected last seq), its rows' columns
+/// `rows` and its lines `lines`, as few statements as its size allows: `Ok(false)`, with nothing
+/// written, when the journal's last seq is not the one expected (a conflict).
+///
+/// The check is part of the first `INSERT … SELECT … WHERE`, which writes its rows only when the
+/// journal's last seq is the expected one, so an append is one statement. Every row of a batch
+/// gets the file's next write order (`ingested`), read by the statement itself: one more than
+/// the highest in the file for the first statement, the highest (the batch's own) for the next
+/// ones. A batch of more than [`ROWS_PER_INSERT`] rows is written under a savepoint, so that it
+/// is written whole or not at all.
 async fn insert(
     conn: &mut SqliteConnection,
     path: &std::path::Path,
     batch: &[Event],
     rows: Vec<Columns>,
     lines: Vec<Line>,
-    ingested: i64,
-) -> Result<(), StoreError> {
+    journal: &Journal<'_>,
+) -> Result<bool, StoreError> {
     let chunked = batch.len() > ROWS_PER_INSERT;
     if chunked {
         sqlx::query("SAVEPOINT loom_batch")
@@ -276,36 +354,44 @@ async fn insert(
     }
     let mut rows = rows.into_iter();
     let mut json = lines.into_iter().map(Line::into_string);
-    let mut written = Ok(());
-    for events in batch.chunks(ROWS_PER_INSERT) {
+    let mut written = Ok(true);
+    for (chunk, events) in batch.chunks(ROWS_PER_INSERT).enumerate() {
+        let first = chunk == 0;
         let mut arguments = SqliteArguments::default();
+        let mut bound = Ok(());
         for event in events {
             let (Some(columns), Some(text)) = (rows.next(), json.next()) else {
                 break;
             };
-            if let Err(err) = bind_row(&mut arguments, event, columns, text, ingested) {
-                written = Err(StoreError::Invalid(format!(
-                    "event {} cannot be bound: {err}",
-                    event.event_id
-                )));
+            bound = bind_row(&mut arguments, event, columns, text);
+            if bound.is_err() {
                 break;
             }
         }
-        if written.is_err() {
+        if first && bound.is_ok() {
+            bound = bind_check(&mut arguments, journal);
+        }
+        if let Err(err) = bound {
+            let event = events.first().map_or("?", |event| event.event_id.as_str());
+            written = Err(StoreError::Invalid(format!(
+                "the batch of event {event} cannot be bound: {err}"
+            )));
             break;
         }
-        let sql = format!("{COLUMNS}{}", values_list(events.len()));
-        written = sqlx::query_with(sqlx::AssertSqlSafe(sql), arguments)
-            .execute(&mut *conn)
-            .await
-            .map(drop)
-            .map_err(|err| db_error(path, err));
-        if written.is_err() {
+        written = sqlx::query_with(
+            sqlx::AssertSqlSafe(insert_sql(events.len(), first)),
+            arguments,
+        )
+        .execute(&mut *conn)
+        .await
+        .map(|done| done.rows_affected() == events.len() as u64)
+        .map_err(|err| db_error(path, err));
+        if !matches!(written, Ok(true)) {
             break;
         }
     }
     if chunked {
-        let end = if written.is_ok() {
+        let end = if matches!(written, Ok(true)) {
             "RELEASE loom_batch"
         } else {
             "ROLLBACK TO loom_batch; RELEASE loom_batch"
@@ -318,13 +404,12 @@ async fn insert(
     written
 }
 
-/// Binds one row's 15 values.
+/// Binds one row's 14 values (all but its write order).
 fn bind_row(
     arguments: &mut SqliteArguments,
     event: &Event,
     columns: Columns,
     json: String,
-    ingested: i64,
 ) -> Result<(), sqlx::error::BoxDynError> {
     use sqlx::Arguments;
     arguments.add(event.tenant_id.clone())?;
@@ -341,19 +426,50 @@ fn bind_row(
     arguments.add(event.role.clone())?;
     arguments.add(columns.facets)?;
     arguments.add(json)?;
-    arguments.add(ingested)?;
     Ok(())
 }
 
-/// `(?, …), (?, …)` for `rows` rows of 15 values.
-fn values_list(rows: usize) -> String {
-    const ROW: &str = "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
-    let mut sql = String::with_capacity(rows * (ROW.len() + 2));
+/// Binds the seq check's three values (see [`insert_sql`]).
+fn bind_check(
+    arguments: &mut SqliteArguments,
+    journal: &Journal<'_>,
+) -> Result<(), sqlx::error::BoxDynError> {
+    use sqlx::Arguments;
+    arguments.add(journal.tenant_id.to_owned())?;
+    arguments.add(journal.session_id.to_owned())?;
+    arguments.add(to_sql(journal.expected))?;
+    Ok(())
+}
+
+/// The `INSERT` of `rows` rows of 14 bound values each, their write order read from the file;
+/// the `first` statement of a batch writes them only when the journal's last seq is the
+/// expected one (three more bound values: tenant, session, expected seq).
+fn insert_sql(rows: usize, first: bool) -> String {
+    const ROW: &str = "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
+    const SELECT: &str = "SELECT column1, column2, column3, column4, column5, column6, column7, \
+         column8, column9, column10, column11, column12, column13, column14, ";
+    let mut sql =
+        String::with_capacity(COLUMNS.len() + SELECT.len() + 300 + rows * (ROW.len() + 2));
+    sql.push_str(COLUMNS);
+    sql.push_str(SELECT);
+    sql.push_str(if first {
+        "(SELECT COALESCE(MAX(ingested), 0) + 1 FROM events)"
+    } else {
+        "(SELECT MAX(ingested) FROM events)"
+    });
+    sql.push_str(" FROM (VALUES ");
     for i in 0..rows {
         if i > 0 {
             sql.push_str(", ");
         }
         sql.push_str(ROW);
+    }
+    sql.push(')');
+    if first {
+        sql.push_str(
+            " WHERE (SELECT COALESCE(MAX(seq), 0) FROM events \
+             WHERE tenant_id = ? AND session_id = ?) = ?",
+        );
     }
     sql
 }
@@ -455,6 +571,51 @@ mod tests {
         );
         assert_eq!(store.read("t", "x", 0).await.unwrap().len(), 1);
         assert_eq!(store.read("t", "y", 0).await.unwrap().len(), 1);
+    }
+
+    /// An append alone sets the writer's sync level only when it changes, and a conflict there
+    /// writes nothing and says what the journal holds.
+    #[tokio::test]
+    async fn an_append_alone_sets_its_sync_level_and_refuses_a_conflict() {
+        use loom_testkit::conformance::started;
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(dir.path().join("loom.db")).unwrap();
+        let level = || async {
+            let mut slot = store.writer().conn.lock().await;
+            let writer = slot.as_mut().unwrap();
+            let row = sqlx::query("PRAGMA synchronous")
+                .fetch_one(&mut writer.conn)
+                .await
+                .unwrap();
+            (writer.full, sqlx::Row::get::<i64, _>(&row, 0))
+        };
+        store
+            .append(vec![event("t", "s", "claim")], 0)
+            .await
+            .unwrap();
+        assert_eq!(level().await, (Some(false), 1));
+        let run = started("t", "s", "s", Default::default());
+        store.append(vec![run], 1).await.unwrap();
+        assert_eq!(level().await, (Some(true), 2));
+        store
+            .append(vec![event("t", "s", "again")], 2)
+            .await
+            .unwrap();
+        assert_eq!(level().await, (Some(false), 1));
+        let lost = store.append(vec![event("t", "s", "late")], 1).await;
+        assert!(
+            matches!(
+                lost,
+                Err(loom_core::ports::StoreError::Conflict {
+                    expected: 1,
+                    found: 3,
+                    ..
+                })
+            ),
+            "{lost:?}"
+        );
+        assert_eq!(seqs(&store.read("t", "s", 0).await.unwrap()), vec![1, 2, 3]);
+        assert_eq!(store.writer().groups(), 4);
     }
 
     /// A batch larger than one statement holds is written whole, with contiguous seqs.
