@@ -15,12 +15,14 @@ use loom_core::{
     search::{EventFilter, RecentSessions, Searched},
 };
 use sqlx::{
-    Connection, Row,
+    Connection, Row, Sqlite,
+    pool::PoolConnection,
     sqlite::{
         SqliteConnectOptions, SqliteConnection, SqlitePool, SqlitePoolOptions, SqliteRow,
         SqliteSynchronous,
     },
 };
+use tokio::sync::MappedMutexGuard;
 use tracing::{debug, warn};
 
 use loom_core::journal::{Batch, safe_id};
@@ -204,16 +206,15 @@ impl SqliteStore {
             })??;
         let options = connect_options(&path);
         let store = SqliteStore::with(path, options);
-        // Set up on a connection of the pool, which keeps it: closing the only connection to
-        // the file would checkpoint the WAL into it and delete it, only for the first append
-        // to create it again (two syncs and two files a short-lived process need not pay).
-        let mut conn = store
-            .pool()
-            .acquire()
+        // Set up on the connection that becomes the writer's, which keeps it: closing the only
+        // connection to the file would checkpoint the WAL into it and delete it, only for the
+        // first append to create it again (two syncs and two files a short-lived process need
+        // not pay); and a run whose reads find the writer idle opens no other connection.
+        let mut conn = SqliteConnection::connect_with(&store.inner.options)
             .await
             .map_err(|err| store.db_error(err))?;
         set_up_on(&mut conn, store.path()).await?;
-        drop(conn);
+        store.inner.writer.adopt(conn).await;
         Ok(store)
     }
 
@@ -252,6 +253,21 @@ impl SqliteStore {
                 .acquire_timeout(BUSY_TIMEOUT + Duration::from_secs(5))
                 .connect_lazy_with(self.inner.options.clone())
         })
+    }
+
+    /// A connection to read on: the writer's while no append needs it (its page cache holds
+    /// what the process last wrote, and a short-lived `loom run` then opens one connection in
+    /// all), else one of the pool's.
+    pub(crate) async fn reader(&self) -> Result<Reader<'_>, StoreError> {
+        if let Some(writer) = self.inner.writer.idle() {
+            return Ok(Reader::Writer(writer));
+        }
+        let conn = self
+            .pool()
+            .acquire()
+            .await
+            .map_err(|err| self.db_error(err))?;
+        Ok(Reader::Pool(conn))
     }
 
     /// Wraps a database error with the file's path.
@@ -352,7 +368,7 @@ impl SqliteStore {
         .bind(tenant_id)
         .bind(session_id)
         .bind(to_sql(after))
-        .fetch_all(self.pool())
+        .fetch_all(&mut *self.reader().await?)
         .await
         .map_err(|err| self.db_error(err))?;
         let mut events = Vec::with_capacity(rows.len());
@@ -373,7 +389,7 @@ impl SqliteStore {
         )
         .bind(tenant_id)
         .bind(session_id)
-        .fetch_optional(self.pool())
+        .fetch_optional(&mut *self.reader().await?)
         .await
         .map_err(|err| self.db_error(err))?;
         match row {
@@ -460,7 +476,7 @@ impl SqliteStore {
         .bind(tenant_id)
         .bind(run_id)
         .bind(session_id)
-        .fetch_one(self.pool())
+        .fetch_one(&mut *self.reader().await?)
         .await
         .map_err(|err| self.db_error(err))?;
         let seq: Option<i64> = row.try_get(0).map_err(|err| self.db_error(err))?;
@@ -487,7 +503,7 @@ impl SqliteStore {
         .bind(session_id)
         .bind(kind)
         .bind(to_sql(before))
-        .fetch_optional(self.pool())
+        .fetch_optional(&mut *self.reader().await?)
         .await
         .map_err(|err| self.db_error(err))?;
         row.map(|row| self.decode(tenant_id, session_id, &row, None))
@@ -617,6 +633,35 @@ impl EventStore for SqliteStore {
         limit: usize,
     ) -> BoxFuture<'a, Result<Option<RecentSessions>, StoreError>> {
         Box::pin(self.recent_sessions_now(tenant_id, since, limit))
+    }
+}
+
+/// A connection lent to a read ([`SqliteStore::reader`]).
+#[derive(Debug)]
+pub(crate) enum Reader<'a> {
+    /// The writer's, idle.
+    Writer(MappedMutexGuard<'a, SqliteConnection>),
+    /// One of the pool's.
+    Pool(PoolConnection<Sqlite>),
+}
+
+impl std::ops::Deref for Reader<'_> {
+    type Target = SqliteConnection;
+
+    fn deref(&self) -> &SqliteConnection {
+        match self {
+            Reader::Writer(conn) => conn,
+            Reader::Pool(conn) => conn,
+        }
+    }
+}
+
+impl std::ops::DerefMut for Reader<'_> {
+    fn deref_mut(&mut self) -> &mut SqliteConnection {
+        match self {
+            Reader::Writer(conn) => conn,
+            Reader::Pool(conn) => conn,
+        }
     }
 }
 
@@ -907,6 +952,25 @@ mod tests {
         assert_eq!(pragma(&mut conn, "PRAGMA temp_store").await, "2");
         assert_eq!(pragma(&mut conn, "PRAGMA busy_timeout").await, "30000");
         assert_eq!(pragma(&mut conn, "PRAGMA user_version").await, "1");
+    }
+
+    /// A store connected in a runtime reads on the writer's connection while no append needs
+    /// it (one connection in all), and on the pool's while one does.
+    #[tokio::test]
+    async fn reads_borrow_the_idle_writer_and_the_pool_otherwise() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::connect(dir.path().join("loom.db"))
+            .await
+            .unwrap();
+        let claim = loom_testkit::conformance::event("t", "s", "a");
+        store.append_now(vec![claim], 0).await.unwrap();
+        assert_eq!(store.read_now("t", "s", 0).await.unwrap().len(), 1);
+        assert_eq!(store.last_seq_now("t", "s").await.unwrap(), 1);
+        assert_eq!(store.pool().size(), 0);
+        let busy = store.inner.writer.idle().unwrap();
+        assert_eq!(store.read_now("t", "s", 0).await.unwrap().len(), 1);
+        assert_eq!(store.pool().size(), 1);
+        drop(busy);
     }
 
     #[test]

@@ -28,7 +28,7 @@ use sqlx::{
     Connection, Row, SqliteConnection,
     sqlite::{SqliteArguments, SqliteConnectOptions},
 };
-use tokio::sync::{Mutex, oneshot};
+use tokio::sync::{MappedMutexGuard, Mutex, MutexGuard, oneshot};
 
 use crate::store::{BEGIN_FULL, BEGIN_NORMAL, Columns, db_error, to_sql};
 
@@ -104,6 +104,26 @@ impl Writer {
         self.commit_group(&mut conn, options, path, group).await;
         drop(conn);
         answered.await.unwrap_or_else(|_| Err(interrupted(path)))
+    }
+
+    /// The writer's connection for a read, when no append holds or waits for it and it is
+    /// open: a read there finds the pages the last appends wrote in the connection's own cache,
+    /// where a connection of the pool must read again every page the writer's commits changed.
+    pub(crate) fn idle(&self) -> Option<MappedMutexGuard<'_, SqliteConnection>> {
+        let guard = self.conn.try_lock().ok()?;
+        MutexGuard::try_map(guard, |slot| slot.as_mut().map(|writer| &mut writer.conn)).ok()
+    }
+
+    /// Puts `conn` (the one the file was set up on) in place as the writer connection, unless
+    /// one is open already; it is set to FULL (see `connect_options`).
+    pub(crate) async fn adopt(&self, conn: SqliteConnection) {
+        let mut slot = self.conn.lock().await;
+        if slot.is_none() {
+            *slot = Some(WriterConnection {
+                conn,
+                full: Some(true),
+            });
+        }
     }
 
     /// Closes the writer connection (the store is closing).
