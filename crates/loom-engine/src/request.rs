@@ -82,32 +82,79 @@ pub(crate) fn strip_foreign_reasoning(messages: &mut [Message], is_own: impl Fn(
 /// SHA-256 (hex) of the request's canonical JSON (keys sorted, compact, UTF-8), and the
 /// 16-hex digests of its parts (`model, system, tools, messages, settings`, `messages_count`),
 /// which let a replay say what changed.
+///
+/// Each top-level field is written in canonical form once; the parts are hashed from those
+/// bytes and the whole is assembled from them (a long session's history is the bulk of a
+/// request, and is neither copied nor written twice).
 pub fn request_hash(request: &ModelRequest) -> (String, Map<String, Value>) {
     let whole = serde_json::to_value(request).unwrap_or(Value::Null);
-    let field = |name: &str| whole.get(name).cloned().unwrap_or(Value::Null);
-    let settings = json!({
-        "tool_choice": field("tool_choice"),
-        "max_tokens": field("max_tokens"),
-        "params": field("params"),
-        "output_schema": field("output_schema"),
-    });
-    let mut buffer = Vec::with_capacity(4096);
-    let mut short = |value: &Value| {
-        let mut hex = digest(value, &mut buffer);
+    let Value::Object(fields) = &whole else {
+        // A request always serializes to an object; anything else hashes as itself.
+        let mut buffer = Vec::new();
+        return (digest(&whole, &mut buffer), Map::new());
+    };
+    let mut canonical: Vec<(&String, Vec<u8>)> = fields
+        .iter()
+        .map(|(key, value)| {
+            let mut out = Vec::new();
+            write_canonical(value, &mut out);
+            (key, out)
+        })
+        .collect();
+    canonical.sort_unstable_by(|a, b| a.0.cmp(b.0));
+    let bytes = |name: &str| -> &[u8] {
+        canonical
+            .iter()
+            .find(|(key, _)| key.as_str() == name)
+            .map_or(b"null", |(_, out)| out.as_slice())
+    };
+    let short = |bytes: &[u8]| {
+        let mut hex = hex::encode(Sha256::digest(bytes));
         hex.truncate(16);
         Value::String(hex)
     };
+    // `{"max_tokens":…,"output_schema":…,"params":…,"tool_choice":…}`: keys in sorted order.
+    let mut settings = Vec::new();
+    for (i, name) in ["max_tokens", "output_schema", "params", "tool_choice"]
+        .into_iter()
+        .enumerate()
+    {
+        settings.push(if i == 0 { b'{' } else { b',' });
+        write_key(name, &mut settings);
+        settings.extend_from_slice(bytes(name));
+    }
+    settings.push(b'}');
     let mut parts = Map::new();
-    parts.insert("model".into(), short(&field("model_id")));
-    parts.insert("system".into(), short(&field("system")));
-    parts.insert("tools".into(), short(&field("tools")));
-    parts.insert("messages".into(), short(&field("messages")));
+    parts.insert("model".into(), short(bytes("model_id")));
+    parts.insert("system".into(), short(bytes("system")));
+    parts.insert("tools".into(), short(bytes("tools")));
+    parts.insert("messages".into(), short(bytes("messages")));
     parts.insert("settings".into(), short(&settings));
     parts.insert(
         "messages_count".into(),
         Value::String(request.messages.len().to_string()),
     );
-    (digest(&whole, &mut buffer), parts)
+    let mut hasher = Sha256::new();
+    for (i, (key, value)) in canonical.iter().enumerate() {
+        let mut head = Vec::with_capacity(key.len() + 4);
+        head.push(if i == 0 { b'{' } else { b',' });
+        write_key(key, &mut head);
+        hasher.update(&head);
+        hasher.update(value);
+    }
+    hasher.update(if canonical.is_empty() {
+        b"{}" as &[u8]
+    } else {
+        b"}"
+    });
+    (hex::encode(hasher.finalize()), parts)
+}
+
+/// `"key":`, the key written as a JSON string.
+fn write_key(key: &str, out: &mut Vec<u8>) {
+    // Writing JSON into a Vec cannot fail.
+    let _ = serde_json::to_writer(&mut *out, key);
+    out.push(b':');
 }
 
 /// SHA-256 hex of `value`'s canonical JSON, written into `buffer` (reused across calls).
@@ -153,6 +200,68 @@ fn write_canonical(value: &Value, out: &mut Vec<u8>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The hashes as first defined: the whole request's canonical JSON, and each part's,
+    /// written on their own.
+    fn reference_hash(request: &ModelRequest) -> (String, Map<String, Value>) {
+        let whole = serde_json::to_value(request).unwrap();
+        let field = |name: &str| whole.get(name).cloned().unwrap_or(Value::Null);
+        let settings = json!({
+            "tool_choice": field("tool_choice"),
+            "max_tokens": field("max_tokens"),
+            "params": field("params"),
+            "output_schema": field("output_schema"),
+        });
+        let mut buffer = Vec::new();
+        let mut short = |value: &Value| {
+            let mut hex = digest(value, &mut buffer);
+            hex.truncate(16);
+            Value::String(hex)
+        };
+        let mut parts = Map::new();
+        parts.insert("model".into(), short(&field("model_id")));
+        parts.insert("system".into(), short(&field("system")));
+        parts.insert("tools".into(), short(&field("tools")));
+        parts.insert("messages".into(), short(&field("messages")));
+        parts.insert("settings".into(), short(&settings));
+        parts.insert(
+            "messages_count".into(),
+            Value::String(request.messages.len().to_string()),
+        );
+        (digest(&whole, &mut buffer), parts)
+    }
+
+    /// Hashes assembled from each field's canonical bytes are those of the whole request
+    /// written at once (journals hold them: a replay compares them), with and without the
+    /// optional fields.
+    #[test]
+    fn the_hashes_are_those_of_the_whole_canonical_request() {
+        let mut request = ModelRequest {
+            model_id: "m".into(),
+            system: "Tu es « devis ».".into(),
+            messages: vec![
+                Message::user("Quel prix TTC pour 1 250 € HT ?"),
+                Message::user("et à 20 % ?"),
+            ],
+            tools: vec![ToolDefinition {
+                name: "prix_ttc".into(),
+                description: "TTC".into(),
+                input_schema: json!({"type": "object", "properties": {"ht": {"type": "number"}}}),
+            }],
+            tool_choice: ToolChoice::Auto,
+            max_tokens: Some(512),
+            params: [("temperature".to_owned(), json!(0.2))]
+                .into_iter()
+                .collect(),
+            output_schema: None,
+        };
+        assert_eq!(request_hash(&request), reference_hash(&request));
+        request.output_schema = Some(json!({"type": "object"}));
+        request.max_tokens = None;
+        request.params = Default::default();
+        request.tools.clear();
+        assert_eq!(request_hash(&request), reference_hash(&request));
+    }
 
     #[test]
     fn canonical_json_sorts_keys() {
