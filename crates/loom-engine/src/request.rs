@@ -5,7 +5,7 @@ use loom_core::{
     content::BlockKind,
     model::{FINALIZE_HINT, ModelRequest, ToolChoice, ToolDefinition},
 };
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
 use crate::binding::{BoundTool, ModelBinding};
@@ -200,6 +200,7 @@ fn write_canonical(value: &Value, out: &mut Vec<u8>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     /// The hashes as first defined: the whole request's canonical JSON, and each part's,
     /// written on their own.
