@@ -27,7 +27,7 @@ use tracing::{debug, warn};
 
 use loom_core::journal::{Batch, safe_id};
 
-use crate::writer::Writer;
+use crate::{decoded::Decoded, writer::Writer};
 
 /// The schema version this build writes and reads, kept in `PRAGMA user_version`.
 pub const SCHEMA_VERSION: i64 = 1;
@@ -152,6 +152,8 @@ struct Inner {
     pool: OnceLock<SqlitePool>,
     /// The connection every append goes through, in group commits.
     writer: Writer,
+    /// The events read last, with their text (see the `decoded` module).
+    decoded: Decoded,
 }
 
 impl SqliteStore {
@@ -225,6 +227,7 @@ impl SqliteStore {
                 options,
                 pool: OnceLock::new(),
                 writer: Writer::default(),
+                decoded: Decoded::default(),
             }),
         }
     }
@@ -304,12 +307,20 @@ impl SqliteStore {
                 "the row's seq is not a positive integer".into(),
             )));
         };
-        let text: String = row.try_get("event").map_err(|err| {
+        let text: &str = row.try_get("event").map_err(|err| {
             corrupted(EventReadError::Json(format!(
                 "the row's event is not text: {err}"
             )))
         })?;
-        let event = Event::from_json(&text).map_err(corrupted)?;
+        let decoded = &self.inner.decoded;
+        let event = match decoded.get(tenant_id, session_id, seq, text) {
+            Some(event) => event,
+            None => {
+                let event = Event::from_json(text).map_err(corrupted)?;
+                decoded.put(tenant_id, session_id, seq, text, &event);
+                event
+            }
+        };
         let invalid = |reason: String| {
             corrupted(EventReadError::Invalid {
                 event_id: event.event_id.clone(),
@@ -434,6 +445,8 @@ impl SqliteStore {
             }
         };
         tx.commit().await.map_err(|err| self.db_error(err))?;
+        // An erased journal leaves nothing of itself in memory either.
+        self.inner.decoded.clear();
         if deleted > 0 {
             self.checkpoint().await;
         }
@@ -971,6 +984,34 @@ mod tests {
         assert_eq!(store.read_now("t", "s", 0).await.unwrap().len(), 1);
         assert_eq!(store.pool().size(), 1);
         drop(busy);
+    }
+
+    /// A row read again is cloned from the events decoded last only while its text is the
+    /// same: a row rewritten behind the store's back reads as it now is, and an erased journal
+    /// leaves nothing kept.
+    #[tokio::test]
+    async fn a_row_read_again_is_decoded_again_once_its_text_changed() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(dir.path().join("loom.db")).unwrap();
+        let claim = loom_testkit::conformance::event("t", "s", "a");
+        store.append_now(vec![claim], 0).await.unwrap();
+        let first = store.read_now("t", "s", 0).await.unwrap();
+        assert_eq!(store.read_now("t", "s", 0).await.unwrap(), first);
+        let mut changed = first[0].clone();
+        changed.event_id = "rewritten".into();
+        sqlx::query("UPDATE events SET event = ?1 WHERE seq = 1")
+            .bind(changed.to_json())
+            .execute(store.pool())
+            .await
+            .unwrap();
+        assert_eq!(
+            store.read_now("t", "s", 0).await.unwrap(),
+            vec![changed.clone()]
+        );
+        let kept = || store.inner.decoded.get("t", "s", 1, &changed.to_json());
+        assert!(kept().is_some());
+        store.delete_now("t", "s").await.unwrap();
+        assert!(kept().is_none());
     }
 
     #[test]
