@@ -9,8 +9,10 @@
 # the session's snapshots and compactions), each run a new process as a user's would be. Then
 # hyperfine times, in new processes:
 #   fresh   `run devis <message>`                 (a new session each time)
-#   long    `run devis <message> --session long`  (one more run in the long session)
-# and the script prints the journal's size. What a run reads of a long session is the last
+#   long    `run devis <message> --session long`  (one more run in the long session), from each
+#           of the states the session goes through in its next LOOM_BENCH_STATES runs (default
+#           10, about one compaction cycle), the journal put back before each timed run
+# and the script prints the journal's size, each state's median and their mean. What a run reads of a long session is the last
 # `session.snapshot` and the events after it (README, "Long sessions").
 #
 # Usage (from anywhere):
@@ -108,9 +110,56 @@ PY
     else
         echo "   database: $(du -h "$dir/data/loom.db" | cut -f1)"
     fi
-    hyperfine -N --runs "$runs" --warmup 2 --time-unit millisecond \
-        --command-name "$backend $mode fresh" "$bin --config $dir/loom.yaml run devis 'Un devis ?'" \
-        --command-name "$backend $mode long" "$bin --config $dir/loom.yaml run devis 'Un devis ?' --session long"
+    # The states before the next STATES runs (a compaction cycle is about ten runs), each
+    # timed from itself: the prepare step puts the journal back as it was (JSONL: the session
+    # file, its index and the run index copied over the files, which keep their inodes, so the
+    # index stays valid; SQLite: a copy of the database, WAL and all).
+    states=${LOOM_BENCH_STATES:-10}
+    saved="$dir/states"
+    rm -rf "$saved"
+    mkdir -p "$saved"
+    journal="$dir/data/default"
+    for k in $(seq 1 "$states"); do
+        if [ "$backend" = jsonl ]; then
+            mkdir -p "$saved/$k"
+            cp "$journal/long.jsonl" "$journal/long.jsonl.idx" "$journal/.runs" "$saved/$k/"
+        else
+            cp -R "$dir/data" "$saved/$k"
+        fi
+        "$bin" "${cfg[@]}" run devis "$message" --session long >/dev/null
+    done
+    for k in $(seq 1 "$states"); do # the prepare step that puts state $k back
+        if [ "$backend" = jsonl ]; then
+            # Copied over the files, which keep their inodes (the index names its file's).
+            echo "for f in long.jsonl long.jsonl.idx .runs; do cp '$saved/$k/'\$f '$journal/'\$f; done"
+        else
+            echo "rm -rf '$dir/data' && cp -R '$saved/$k' '$dir/data'"
+        fi >"$saved/restore-$k.sh"
+        # Written back before the timed run, not during it.
+        echo sync >>"$saved/restore-$k.sh"
+    done
+    timed=(--command-name "$backend $mode fresh" --prepare true "$bin --config $dir/loom.yaml run devis 'Un devis ?'")
+    for k in $(seq 1 "$states"); do
+        timed+=(--command-name "$backend $mode long $k" --prepare "bash $saved/restore-$k.sh"
+            "$bin --config $dir/loom.yaml run devis 'Un devis ?' --session long")
+    done
+    hyperfine -N --runs "$runs" --warmup 1 --time-unit millisecond \
+        --export-json "$work/$backend-$mode.json" "${timed[@]}" >/dev/null
+    python3 - "$work/$backend-$mode.json" <<'PY'
+import json, statistics, sys
+results = json.load(open(sys.argv[1]))["results"]
+fresh, longs = results[0], results[1:]
+ms = lambda seconds: seconds * 1000
+print("   fresh: median %.1f ms, mean %.1f ms (user %.1f, system %.1f)" % (
+    ms(fresh["median"]), ms(fresh["mean"]), ms(fresh["user"]), ms(fresh["system"])))
+print("   one more run, from each of %d states: medians %s ms" % (
+    len(longs), " ".join("%.1f" % ms(r["median"]) for r in longs)))
+mean = statistics.mean(ms(r["median"]) for r in longs)
+print("   one more run: mean of the medians %.1f ms, mean %.1f ms (user %.1f, system %.1f); %.2fx fresh" % (
+    mean, statistics.mean(ms(r["mean"]) for r in longs),
+    statistics.mean(ms(r["user"]) for r in longs), statistics.mean(ms(r["system"]) for r in longs),
+    mean / ms(fresh["median"])))
+PY
     echo
 done
 done
