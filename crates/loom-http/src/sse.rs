@@ -140,7 +140,8 @@ or when the server shuts down. A comment is sent every 15 s. A reconnecting clie
 `error` event whose data is the error body, and ends the stream. With `deltas=true` (and \
 the scope `read_content`), the text the models stream while this server drives the run comes \
 too, as `text_delta` events without `id:` (data `{\"run_id\", \"text\"}`; not journaled, not \
-replayed on resume). Scope `read`.",
+replayed on resume; sent as they come, so a delta may come before a journal event the run wrote \
+just before it). Scope `read`.",
     params(
         ("run_id" = String, Path, description = "The run."),
         EventsQuery,

@@ -526,11 +526,10 @@ async fn v1_events_carry_text_deltas_only_when_asked() {
             "{event:?}"
         );
     }
-    let completed = names.iter().position(|n| *n == "tool.completed").unwrap();
-    assert!(
-        names[completed..].contains(&"text_delta"),
-        "the second answer's deltas follow the tool's result: {names:?}"
-    );
+    // The deltas come from the live channel as the model streams, the journal's events from
+    // the follower's reads: a delta may come before an event the run wrote just before it (the
+    // route's documentation says so), so only their own order is asserted, by their text.
+    assert!(names.contains(&"tool.completed"), "{names:?}");
 
     // Not asked: the journal's events only, as before.
     assert_eq!(
