@@ -19,8 +19,10 @@ pub fn safe_id(kind: &str, id: &str) -> Result<(), StoreError> {
     }
 }
 
+mod decoded;
 mod line;
 
+pub use decoded::Decoded;
 pub use line::{Line, READ_DEPTH};
 
 /// The journal `(tenant, session)` a batch targets (`None` for an empty batch), after checking

@@ -20,7 +20,7 @@ use crate::{
     offsets::{End, OffsetsCache, index_path},
 };
 
-use loom_core::journal::{Batch, conflict, safe_id};
+use loom_core::journal::{Batch, Decoded, conflict, safe_id};
 
 /// Bytes read by the first backward step when looking for the last line of a journal (the
 /// step doubles until the line is found).
@@ -69,8 +69,16 @@ const REOPEN_ATTEMPTS: usize = 16;
 #[derive(Debug, Clone)]
 pub struct JsonlStore {
     root: PathBuf,
-    /// The sessions' offset indexes read or written last (see `offsets.rs`).
-    offsets: Arc<OffsetsCache>,
+    /// What the store keeps between operations.
+    kept: Arc<Kept>,
+}
+
+/// What a store keeps between its operations: the sessions' offset indexes read or written
+/// last (`offsets.rs`), and the events decoded last with their lines ([`Decoded`]).
+#[derive(Debug, Default)]
+pub(crate) struct Kept {
+    pub(crate) offsets: OffsetsCache,
+    pub(crate) decoded: Decoded,
 }
 
 impl JsonlStore {
@@ -78,7 +86,7 @@ impl JsonlStore {
     pub fn new(root: impl Into<PathBuf>) -> JsonlStore {
         JsonlStore {
             root: root.into(),
-            offsets: Arc::default(),
+            kept: Arc::default(),
         }
     }
 
@@ -95,11 +103,11 @@ impl EventStore for JsonlStore {
         expected_last_seq: u64,
     ) -> BoxFuture<'_, Result<Vec<Event>, StoreError>> {
         let root = self.root.clone();
-        let offsets = Arc::clone(&self.offsets);
+        let kept = Arc::clone(&self.kept);
         Box::pin(async move {
             let where_ = root.clone();
             blocking(&where_, move || {
-                append_blocking(&root, &offsets, batch, expected_last_seq)
+                append_blocking(&root, &kept, batch, expected_last_seq)
             })
             .await
         })
@@ -112,7 +120,7 @@ impl EventStore for JsonlStore {
         after_seq: u64,
     ) -> BoxFuture<'a, Result<Vec<Event>, StoreError>> {
         Box::pin(async move {
-            let journal = Journal::new(&self.root, &self.offsets, tenant_id, session_id)?;
+            let journal = Journal::new(&self.root, &self.kept, tenant_id, session_id)?;
             let path = journal.path.clone();
             blocking(&path, move || journal.read(after_seq)).await
         })
@@ -124,7 +132,7 @@ impl EventStore for JsonlStore {
         session_id: &'a str,
     ) -> BoxFuture<'a, Result<u64, StoreError>> {
         Box::pin(async move {
-            let journal = Journal::new(&self.root, &self.offsets, tenant_id, session_id)?;
+            let journal = Journal::new(&self.root, &self.kept, tenant_id, session_id)?;
             let path = journal.path.clone();
             blocking(&path, move || {
                 journal.summary().map(|s| s.map_or(0, |s| s.1.last_seq))
@@ -142,8 +150,8 @@ impl EventStore for JsonlStore {
             let root = self.root.clone();
             let tenant = tenant_id.to_owned();
             let dir = root.join(&tenant);
-            let offsets = Arc::clone(&self.offsets);
-            blocking(&dir, move || sessions_blocking(&root, &offsets, &tenant)).await
+            let kept = Arc::clone(&self.kept);
+            blocking(&dir, move || sessions_blocking(&root, &kept, &tenant)).await
         })
     }
 
@@ -164,6 +172,8 @@ impl EventStore for JsonlStore {
                 .join(tenant_id)
                 .join(format!("{session_id}.jsonl.corrupt"));
             let session = session_id.to_owned();
+            // An erased journal leaves nothing of itself in memory either.
+            self.kept.decoded.clear();
             blocking(&path.clone(), move || {
                 let count = match std::fs::read_to_string(&path) {
                     Ok(text) => text.lines().filter(|l| !l.trim().is_empty()).count() as u64,
@@ -251,7 +261,7 @@ impl EventStore for JsonlStore {
         run_id: &'a str,
     ) -> BoxFuture<'a, Result<Option<u64>, StoreError>> {
         Box::pin(async move {
-            let journal = Journal::new(&self.root, &self.offsets, tenant_id, session_id)?;
+            let journal = Journal::new(&self.root, &self.kept, tenant_id, session_id)?;
             let path = journal.path.clone();
             let run = run_id.to_owned();
             blocking(&path, move || journal.run_start(&run)).await
@@ -266,7 +276,7 @@ impl EventStore for JsonlStore {
         before_seq: u64,
     ) -> BoxFuture<'a, Result<Option<Event>, StoreError>> {
         Box::pin(async move {
-            let journal = Journal::new(&self.root, &self.offsets, tenant_id, session_id)?;
+            let journal = Journal::new(&self.root, &self.kept, tenant_id, session_id)?;
             let path = journal.path.clone();
             let kind = event_type.to_owned();
             blocking(&path, move || journal.last_of_type(&kind, before_seq)).await
@@ -279,7 +289,7 @@ impl EventStore for JsonlStore {
         session_id: &'a str,
     ) -> BoxFuture<'a, Result<Salvage, StoreError>> {
         Box::pin(async move {
-            let journal = Journal::new(&self.root, &self.offsets, tenant_id, session_id)?;
+            let journal = Journal::new(&self.root, &self.kept, tenant_id, session_id)?;
             let path = journal.path.clone();
             blocking(&path, move || journal.salvage()).await
         })
@@ -292,7 +302,7 @@ impl EventStore for JsonlStore {
         lines: Vec<SetAside>,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         Box::pin(async move {
-            let journal = Journal::new(&self.root, &self.offsets, tenant_id, session_id)?;
+            let journal = Journal::new(&self.root, &self.kept, tenant_id, session_id)?;
             let path = journal.path.clone();
             blocking(&path, move || journal.set_lines_aside(lines)).await
         })
@@ -335,8 +345,8 @@ pub(crate) struct Journal {
     pub(crate) tenant_id: String,
     pub(crate) session_id: String,
     pub(crate) path: PathBuf,
-    /// The store's kept offset indexes.
-    pub(crate) offsets_cache: Arc<OffsetsCache>,
+    /// What the store keeps between operations.
+    pub(crate) kept: Arc<Kept>,
 }
 
 /// The end of a journal, found by reading it backwards.
@@ -352,14 +362,14 @@ impl Journal {
     /// The journal of `(tenant, session)` under `root`, once both ids are known to be safe.
     fn new(
         root: &Path,
-        offsets: &Arc<OffsetsCache>,
+        kept: &Arc<Kept>,
         tenant_id: &str,
         session_id: &str,
     ) -> Result<Journal, StoreError> {
         safe_id("tenant", tenant_id)?;
         safe_id("session", session_id)?;
         Ok(Journal {
-            offsets_cache: Arc::clone(offsets),
+            kept: Arc::clone(kept),
             tenant_id: tenant_id.to_owned(),
             session_id: session_id.to_owned(),
             path: root
@@ -384,7 +394,15 @@ impl Journal {
     pub(crate) fn decode(&self, bytes: &[u8]) -> Result<Event, EventReadError> {
         let text = std::str::from_utf8(bytes)
             .map_err(|err| EventReadError::Json(format!("invalid UTF-8: {err}")))?;
-        let event = Event::from_json(text)?;
+        let decoded = &self.kept.decoded;
+        let event = match decoded.get(text) {
+            Some(event) => event,
+            None => {
+                let event = Event::from_json(text)?;
+                decoded.put(text, &event);
+                event
+            }
+        };
         let invalid = |reason: String| EventReadError::Invalid {
             event_id: event.event_id.clone(),
             seq: event.seq,
@@ -632,7 +650,7 @@ impl Journal {
 
 fn append_blocking(
     root: &Path,
-    offsets: &Arc<OffsetsCache>,
+    kept: &Arc<Kept>,
     batch: Vec<Event>,
     expected: u64,
 ) -> Result<Vec<Event>, StoreError> {
@@ -640,12 +658,12 @@ fn append_blocking(
         Ok(batch) => batch,
         Err(empty) => return Ok(empty),
     };
-    Journal::new(root, offsets, &batch.tenant_id, &batch.session_id)?.append(batch, expected)
+    Journal::new(root, kept, &batch.tenant_id, &batch.session_id)?.append(batch, expected)
 }
 
 fn sessions_blocking(
     root: &Path,
-    offsets: &Arc<OffsetsCache>,
+    kept: &Arc<Kept>,
     tenant_id: &str,
 ) -> Result<Vec<SessionSummary>, StoreError> {
     let dir = root.join(tenant_id);
@@ -665,7 +683,7 @@ fn sessions_blocking(
         else {
             continue;
         };
-        let journal = Journal::new(root, offsets, tenant_id, session_id)?;
+        let journal = Journal::new(root, kept, tenant_id, session_id)?;
         match journal.summary() {
             Ok(Some(summary)) if summary.1.last_seq > 0 => found.push(summary),
             // Absent, or empty: created by an append that then met a conflict.

@@ -37,7 +37,7 @@ impl Journal {
         let id = file_id(&file.metadata().map_err(self.io())?);
         let path = index_path(&self.path);
         let mut found = None;
-        if let Some(kept) = self.offsets_cache.get(&path)
+        if let Some(kept) = self.kept.offsets.get(&path)
             && self.valid(file, &kept, id, complete_len)?
         {
             found = Some(kept);
@@ -68,7 +68,7 @@ impl Journal {
             self.save(&offsets);
         }
         if grown || !was_kept {
-            self.offsets_cache.put(&path, Arc::clone(&offsets));
+            self.kept.offsets.put(&path, Arc::clone(&offsets));
         }
         Ok(offsets)
     }
@@ -94,7 +94,8 @@ impl Journal {
         offsets.scan(file, complete_len).map_err(self.io())?;
         self.save(&offsets);
         let offsets = Arc::new(offsets);
-        self.offsets_cache
+        self.kept
+            .offsets
             .put(&index_path(&self.path), Arc::clone(&offsets));
         Ok(offsets)
     }
@@ -443,7 +444,7 @@ impl Journal {
                 },
             );
         if appended {
-            self.offsets_cache.extend(&path, before, &offsets);
+            self.kept.offsets.extend(&path, before, &offsets);
         }
         if !appended && let Err(error) = self.offsets(file, offset) {
             warn!(path = %path.display(), %error, "could not bring the offset index up to date");

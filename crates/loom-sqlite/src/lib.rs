@@ -116,7 +116,6 @@
 //! [`StoreError::Conflict`]: loom_core::ports::StoreError::Conflict
 //! [`StoreError::Corrupted`]: loom_core::ports::StoreError::Corrupted
 
-mod decoded;
 mod idempotency;
 mod repair;
 mod search;

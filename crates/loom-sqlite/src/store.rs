@@ -25,9 +25,9 @@ use sqlx::{
 use tokio::sync::MappedMutexGuard;
 use tracing::{debug, warn};
 
-use loom_core::journal::{Batch, safe_id};
+use loom_core::journal::{Batch, Decoded, safe_id};
 
-use crate::{decoded::Decoded, writer::Writer};
+use crate::writer::Writer;
 
 /// The schema version this build writes and reads, kept in `PRAGMA user_version`.
 pub const SCHEMA_VERSION: i64 = 1;
@@ -152,7 +152,7 @@ struct Inner {
     pool: OnceLock<SqlitePool>,
     /// The connection every append goes through, in group commits.
     writer: Writer,
-    /// The events read last, with their text (see the `decoded` module).
+    /// The events read last, with their text ([`Decoded`]).
     decoded: Decoded,
 }
 
@@ -313,11 +313,11 @@ impl SqliteStore {
             )))
         })?;
         let decoded = &self.inner.decoded;
-        let event = match decoded.get(tenant_id, session_id, seq, text) {
+        let event = match decoded.get(text) {
             Some(event) => event,
             None => {
                 let event = Event::from_json(text).map_err(corrupted)?;
-                decoded.put(tenant_id, session_id, seq, text, &event);
+                decoded.put(text, &event);
                 event
             }
         };
@@ -1008,7 +1008,7 @@ mod tests {
             store.read_now("t", "s", 0).await.unwrap(),
             vec![changed.clone()]
         );
-        let kept = || store.inner.decoded.get("t", "s", 1, &changed.to_json());
+        let kept = || store.inner.decoded.get(&changed.to_json());
         assert!(kept().is_some());
         store.delete_now("t", "s").await.unwrap();
         assert!(kept().is_none());
