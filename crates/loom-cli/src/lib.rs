@@ -19,18 +19,8 @@
 //! failed), `2` refused (bad configuration, unknown agent or run, conflict, a tenant budget
 //! reached).
 //!
-//! With the `mimalloc` feature (on by default), every binary built on this crate allocates
-//! with mimalloc: a run allocates a few thousand times, and mimalloc gives 1.5x the runs per
-//! second of glibc's malloc in one process (`bench/README.md`). A binary that sets its own
-//! `#[global_allocator]` builds this crate with `default-features = false`.
-//!
 //! **Architecture invariant:** the CLI depends on the `loom-ia` facade only; output written
 //! for people lives here, the data it shows comes from the facade's projections.
-
-/// The global allocator of the binaries built on this crate (feature `mimalloc`).
-#[cfg(feature = "mimalloc")]
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 mod cli;
 mod inspect;

@@ -19,7 +19,7 @@
 //! CPU time (user + system, every thread, from `/proc/self/stat`) is divided by `n`; the
 //! journal writes of one run (appends, events) are counted too. Divan's table also gives the
 //! heap allocations per run (count and bytes: its `AllocProfiler` is the global allocator, over
-//! mimalloc, the allocator of the `loom` binaries). See `bench/README.md`.
+//! the system one). See `bench/README.md`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::{
@@ -42,10 +42,9 @@ use loom_journal::{JsonlStore, MemoryStore};
 use tempfile::TempDir;
 use tokio::runtime::Runtime;
 
-/// Counts heap allocations for divan's table, over mimalloc (what `loom-cli` binaries use).
+/// Counts heap allocations for divan's table (over the system allocator).
 #[global_allocator]
-static ALLOC: divan::AllocProfiler<mimalloc::MiMalloc> =
-    divan::AllocProfiler::new(mimalloc::MiMalloc);
+static ALLOC: divan::AllocProfiler = divan::AllocProfiler::system();
 
 /// The user's request, as in the `devis` example.
 const MESSAGE: &str = "Quel prix TTC pour un devis de 1 250 € HT en rénovation (TVA à 10 %) ?";
