@@ -246,7 +246,8 @@ mod tests {
         Envelope, Outcome, Payload, RunBudget, RunContext, RunStarted, StepCompleted,
     };
 
-    fn started(metadata: Map<String, Value>) -> Event {
+    /// A `run.started` of journal `t/s` (also for `decoded`'s tests).
+    pub(super) fn started(metadata: Map<String, Value>) -> Event {
         Event::new(
             Envelope {
                 event_id: "e1".into(),

@@ -93,44 +93,14 @@ impl Decoded {
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
-    use chrono::DateTime;
     use serde_json::Map;
 
     use super::*;
-    use crate::event::{Envelope, Payload, RunContext, RunStarted};
 
     /// A `run.started` at `seq` of journal `t/s`, with its line.
     fn event(seq: u64) -> (String, Event) {
-        let mut event = Event::new(
-            Envelope {
-                event_id: format!("e{seq}"),
-                ts: DateTime::from_timestamp_micros(0).unwrap_or_default(),
-                tenant_id: "t".into(),
-                session_id: "s".into(),
-                run_id: "r".into(),
-                root_run_id: "r".into(),
-                span_id: "sp".into(),
-                parent_span_id: None,
-                agent: Some("a".into()),
-                role: None,
-            },
-            Payload::RunStarted(RunStarted {
-                kind: "normal".into(),
-                context: RunContext {
-                    tenant_id: "t".into(),
-                    user_id: None,
-                    metadata: Map::new(),
-                },
-                parent_run_id: None,
-                parent_call_id: None,
-                depth: 0,
-                triggered_by: None,
-                trigger: None,
-                judges: "auto".into(),
-                budget: None,
-                state: Map::new(),
-            }),
-        );
+        let mut event = crate::journal::tests::started(Map::new());
+        event.event_id = format!("e{seq}");
         event.seq = seq;
         (event.to_json(), event)
     }
