@@ -69,6 +69,39 @@ impl std::fmt::Debug for Pending {
     }
 }
 
+impl Pending {
+    /// Writes the batch through `conn` (its own statements: a conflict or a failed insert
+    /// writes nothing of it): the caller's answer, and the outcome to send it.
+    async fn write(self, conn: &mut SqliteConnection, path: &std::path::Path) -> Answer {
+        let Pending {
+            mut batch,
+            rows,
+            expected,
+            tenant_id,
+            session_id,
+            answer,
+        } = self;
+        let result = async {
+            batch.assign_seq(expected);
+            let (events, lines) = batch.into_parts();
+            let journal = Journal {
+                tenant_id: &tenant_id,
+                session_id: &session_id,
+                expected,
+            };
+            if !insert(conn, path, &events, rows, lines, &journal).await? {
+                let found = last_seq(conn, &journal)
+                    .await
+                    .map_err(|err| db_error(path, err))?;
+                return Err(conflict(&tenant_id, &session_id, expected, found));
+            }
+            Ok(events)
+        }
+        .await;
+        (answer, result)
+    }
+}
+
 impl Writer {
     /// Appends `batch` (checked, with its lines; its rows' columns `rows`) after `expected`, in
     /// the next group: returns once the group's commit covers it.
@@ -207,10 +240,13 @@ pub(crate) struct WriterConnection {
     full: Option<bool>,
 }
 
-type Answers = Vec<(
+/// A caller's answer channel, and the outcome of its batch to send on it.
+type Answer = (
     oneshot::Sender<Result<Vec<Event>, StoreError>>,
     Result<Vec<Event>, StoreError>,
-)>;
+);
+
+type Answers = Vec<Answer>;
 
 /// Writes a group of one batch that one `INSERT` holds: that statement alone, outside any
 /// explicit transaction (SQLite runs a writing statement in a transaction of its own, which
@@ -221,50 +257,21 @@ async fn write_alone(
     writer: &mut WriterConnection,
     path: &std::path::Path,
     pending: Pending,
-) -> (
-    oneshot::Sender<Result<Vec<Event>, StoreError>>,
-    Result<Vec<Event>, StoreError>,
-) {
-    let Pending {
-        mut batch,
-        rows,
-        expected,
-        tenant_id,
-        session_id,
-        answer,
-    } = pending;
-    let result = async {
-        let full = must_sync(batch.events());
-        if writer.full != Some(full) {
-            let pragma = if full {
-                "PRAGMA synchronous = FULL"
-            } else {
-                "PRAGMA synchronous = NORMAL"
-            };
-            writer.full = None;
-            sqlx::query(pragma)
-                .execute(&mut writer.conn)
-                .await
-                .map_err(|err| db_error(path, err))?;
-            writer.full = Some(full);
-        }
-        batch.assign_seq(expected);
-        let (events, lines) = batch.into_parts();
-        let journal = Journal {
-            tenant_id: &tenant_id,
-            session_id: &session_id,
-            expected,
+) -> Answer {
+    let full = must_sync(pending.batch.events());
+    if writer.full != Some(full) {
+        let pragma = if full {
+            "PRAGMA synchronous = FULL"
+        } else {
+            "PRAGMA synchronous = NORMAL"
         };
-        if !insert(&mut writer.conn, path, &events, rows, lines, &journal).await? {
-            let found = last_seq(&mut writer.conn, &journal)
-                .await
-                .map_err(|err| db_error(path, err))?;
-            return Err(conflict(&tenant_id, &session_id, expected, found));
+        writer.full = None;
+        if let Err(err) = sqlx::query(pragma).execute(&mut writer.conn).await {
+            return (pending.answer, Err(db_error(path, err)));
         }
-        Ok(events)
+        writer.full = Some(full);
     }
-    .await;
-    (answer, result)
+    pending.write(&mut writer.conn, path).await
 }
 
 /// Writes every batch of `group` in one transaction: `Ok` with each batch's outcome once the
@@ -294,32 +301,7 @@ async fn write_group(
         }
     };
     for pending in group {
-        let Pending {
-            mut batch,
-            rows,
-            expected,
-            tenant_id,
-            session_id,
-            answer,
-        } = pending;
-        let result = async {
-            batch.assign_seq(expected);
-            let (events, lines) = batch.into_parts();
-            let journal = Journal {
-                tenant_id: &tenant_id,
-                session_id: &session_id,
-                expected,
-            };
-            if !insert(&mut tx, path, &events, rows, lines, &journal).await? {
-                let found = last_seq(&mut tx, &journal)
-                    .await
-                    .map_err(|err| db_error(path, err))?;
-                return Err(conflict(&tenant_id, &session_id, expected, found));
-            }
-            Ok(events)
-        }
-        .await;
-        answers.push((answer, result));
+        answers.push(pending.write(&mut tx, path).await);
     }
     match tx.commit().await {
         Ok(()) => Ok(answers),
