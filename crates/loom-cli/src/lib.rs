@@ -42,7 +42,7 @@ use std::{
 };
 
 pub use cli::Cli;
-use loom_ia::{JudgeCondition, TenantBudget, Tool, policy::Policy};
+use loom_ia::{JudgeCondition, SourceFactory, TenantBudget, Tool, policy::Policy};
 
 /// Exit code: done.
 pub const OK: u8 = 0;
@@ -57,6 +57,7 @@ pub struct App {
     tools: Vec<Arc<dyn Tool>>,
     policies: Vec<(String, Arc<dyn Policy>)>,
     conditions: Vec<(String, Condition)>,
+    sources: Vec<(String, Factory)>,
     default_config: Option<PathBuf>,
     tenant_budgets: Vec<(String, TenantBudget)>,
 }
@@ -89,6 +90,18 @@ impl App {
     ) -> App {
         self.conditions
             .push((name.into(), Condition(Arc::new(condition))));
+        self
+    }
+
+    /// Registers `factory` as the builder of the tool sources of kind `kind`
+    /// (`tool_sources: [{name, kind, params}]`) in every Loom the application builds, whatever
+    /// the command (`run`, `validate`, `serve`, `worker`, `mcp`, …): see
+    /// [`Loom::register_source`](loom_ia::Loom::register_source). A kind already registered
+    /// (the built-in `forge`, `openapi`, or the same kind twice) is refused when the Loom is
+    /// built (exit code 2); a configuration naming a kind nobody registered is refused when its
+    /// agent is resolved, at `tool_sources[i].kind`, naming the registered kinds.
+    pub fn source(mut self, kind: impl Into<String>, factory: Arc<dyn SourceFactory>) -> App {
+        self.sources.push((kind.into(), Factory(factory)));
         self
     }
 
@@ -160,6 +173,12 @@ impl App {
             .map(|(name, condition)| (name.as_str(), &condition.0))
     }
 
+    pub(crate) fn sources(&self) -> impl Iterator<Item = (&str, &Arc<dyn SourceFactory>)> {
+        self.sources
+            .iter()
+            .map(|(kind, factory)| (kind.as_str(), &factory.0))
+    }
+
     pub(crate) fn tenant_budgets(&self) -> &[(String, TenantBudget)] {
         &self.tenant_budgets
     }
@@ -172,6 +191,16 @@ struct Condition(Arc<dyn JudgeCondition>);
 impl std::fmt::Debug for Condition {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("JudgeCondition")
+    }
+}
+
+/// A registered tool source factory (factories are closures: shown by kind only).
+#[derive(Clone)]
+struct Factory(Arc<dyn SourceFactory>);
+
+impl std::fmt::Debug for Factory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SourceFactory")
     }
 }
 

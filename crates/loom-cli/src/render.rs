@@ -425,14 +425,15 @@ pub(crate) fn validation(validation: &Validation) -> String {
                 Some(error) => {
                     let _ = writeln!(
                         out,
-                        "  · mcp {}{required}: unreachable — {error}",
-                        source.name
+                        "  · {} {}{required}: unreachable — {error}",
+                        source.kind, source.name
                     );
                 }
                 None => {
                     let _ = writeln!(
                         out,
-                        "  · mcp {}{required}: {} tool(s)",
+                        "  · {} {}{required}: {} tool(s)",
+                        source.kind,
                         source.name,
                         source.tools.len()
                     );

@@ -317,7 +317,7 @@ pub struct ValidatedAgent {
     pub max_iterations: u32,
     /// Tools with their effective declarations.
     pub tools: Vec<(String, ToolDeclarations)>,
-    /// Tool sources (MCP servers) with the tools they gave.
+    /// Tool sources (MCP servers and `tool_sources`) with the tools they gave.
     pub sources: Vec<ValidatedSource>,
     /// What surrounds the loop, one line each: roles, sub-agents, policies (with their
     /// points), the output contract, judges, budgets.
@@ -327,8 +327,11 @@ pub struct ValidatedAgent {
 /// A tool source as `validate` found it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ValidatedSource {
-    /// Name (server name or alias).
+    /// Name (server or source name, or the agent's alias for it).
     pub name: String,
+    /// What it is: `mcp` for an MCP server, else the `kind` of its `tool_sources` entry
+    /// (`openapi`, `forge`, or a kind registered with `Loom::register_source`).
+    pub kind: String,
     /// Whether the agent requires it.
     pub required: bool,
     /// Its tools, named as the model sees them, with their effective declarations.

@@ -135,6 +135,11 @@ pub(crate) async fn execute(cli: Cli, app: App, args: Vec<std::ffi::OsString>) -
             return fail(&error);
         }
     }
+    for (kind, factory) in app.sources() {
+        if let Err(error) = loom.register_source(kind, factory.clone()) {
+            return fail(&error);
+        }
+    }
     let loom = app
         .tenant_budgets()
         .iter()

@@ -3,7 +3,7 @@
 
 use super::{DEFAULT_TENANT, Loom, ValidatedAgent, ValidatedSource, Validation};
 use crate::LoomError;
-use loom_config::EventsBackend;
+use loom_config::{Config, EventsBackend};
 use loom_core::ids::is_valid_name;
 use loom_core::policy::Policy;
 use loom_core::ports::SourceContext;
@@ -237,6 +237,7 @@ impl Loom {
                 bound.source.release(&context).await;
                 sources.push(ValidatedSource {
                     name: bound.source.name().to_owned(),
+                    kind: source_kind(config, spec, bound.source.name()),
                     required: bound.required,
                     tools: match &listed {
                         Ok(tools) => tools
@@ -525,4 +526,24 @@ fn services(config: &loom_config::Config) -> Vec<(String, String)> {
         ));
     }
     services
+}
+
+/// What the source the agent `spec` names `name` (its alias, or the server's or source's
+/// name) is: `mcp`, or the `kind` of its `tool_sources` entry.
+fn source_kind(config: &Config, spec: &loom_config::AgentSpec, name: &str) -> String {
+    spec.tools
+        .iter()
+        .find_map(|reference| {
+            let origin = reference.mcp.as_deref().or(reference.source.as_deref())?;
+            if reference.alias.as_deref().unwrap_or(origin) != name {
+                return None;
+            }
+            match &reference.source {
+                Some(source) => config
+                    .tool_source(source)
+                    .map(|(_, declared)| declared.kind.clone()),
+                None => Some("mcp".to_owned()),
+            }
+        })
+        .unwrap_or_else(|| "mcp".to_owned())
 }
