@@ -3,26 +3,36 @@
 //! [`router`] is the runner (`loom sandbox serve --listen ADDR --root DIR`): four `POST`
 //! routes, `/v1/read`, `/v1/write`, `/v1/list` and `/v1/exec`, each a JSON body naming the
 //! working folder, answered by a [`LocalSandbox`] under the runner's root; every request needs
-//! `Authorization: Bearer <token>` (compared in constant time). The limits a client asks for
-//! are capped by the runner's own ([`Limits::within`]). An error comes back as the
-//! [`SandboxError`] itself (JSON), so a refusal keeps its rule across the wire.
-//! [`RemoteSandbox`] is the client (reqwest, rustls with ring).
+//! `Authorization: Bearer <token>` (compared in constant time), checked before its body is
+//! read. File contents travel base64-encoded, so binary files cross as they are. The limits a
+//! client asks for are capped by the runner's own ([`Limits::within`]). An error comes back as
+//! the [`SandboxError`] itself (JSON), so a refusal keeps its rule across the wire.
+//! [`RemoteSandbox`] is the client (reqwest, rustls with ring): it refuses a write over the
+//! file cap itself, as the local backend does, and gives up on a runner that does not answer
+//! (a command's wall time plus [`ANSWER_MARGIN`], [`CALL_TIMEOUT`] for the other calls).
 
-use std::sync::Arc;
+use std::{sync::Arc, time::Duration};
 
 use axum::{
     Json, Router,
-    extract::State,
-    http::{HeaderMap, StatusCode},
+    extract::{DefaultBodyLimit, FromRequestParts, State},
+    http::{StatusCode, request::Parts},
     routing::post,
 };
+use base64::{Engine as _, engine::general_purpose::STANDARD as BASE64};
 use loom_core::{
     BoxFuture,
     sandbox::{Entry, ExecOutcome, ExecRequest, Limits, Sandbox, SandboxError, Workspace},
 };
 use serde::{Deserialize, Serialize, de::DeserializeOwned};
 
-use crate::{LocalSandbox, SetupError};
+use crate::{LocalSandbox, SetupError, folder::FILE_CAP_BYTES};
+
+/// How long the client waits for a runner's answer to a read, a write or a list.
+pub const CALL_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// How long past a command's wall time the client waits for the runner's answer to an exec.
+pub const ANSWER_MARGIN: Duration = Duration::from_secs(30);
 
 #[derive(Serialize, Deserialize)]
 struct PathBody {
@@ -34,6 +44,7 @@ struct PathBody {
 struct WriteBody {
     workspace: Workspace,
     path: String,
+    /// The bytes, base64.
     content: String,
 }
 
@@ -45,6 +56,7 @@ struct ExecBody {
 
 #[derive(Serialize, Deserialize)]
 struct ReadReply {
+    /// The bytes, base64.
     content: String,
 }
 
@@ -61,21 +73,31 @@ struct Runner {
 
 type Reply<T> = Result<Json<T>, (StatusCode, Json<SandboxError>)>;
 
-impl Runner {
-    fn authorize(&self, headers: &HeaderMap) -> Result<(), (StatusCode, Json<SandboxError>)> {
-        let given = headers
+/// A request that carries the runner's bearer token: checked before the handler reads the
+/// body (extractors run in order, the JSON body last).
+struct Authorized;
+
+impl FromRequestParts<Arc<Runner>> for Authorized {
+    type Rejection = (StatusCode, Json<SandboxError>);
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        runner: &Arc<Runner>,
+    ) -> Result<Authorized, Self::Rejection> {
+        let given = parts
+            .headers
             .get(axum::http::header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer "))
             .unwrap_or_default();
-        let same = given.len() == self.token.len()
+        let same = given.len() == runner.token.len()
             && given
                 .bytes()
-                .zip(self.token.bytes())
+                .zip(runner.token.bytes())
                 .fold(0u8, |acc, (a, b)| acc | (a ^ b))
                 == 0;
         if same {
-            Ok(())
+            Ok(Authorized)
         } else {
             Err((
                 StatusCode::UNAUTHORIZED,
@@ -113,38 +135,42 @@ pub fn router(root: &std::path::Path, token: String, cap: Limits) -> Result<Rout
         .route("/v1/write", post(write))
         .route("/v1/list", post(list))
         .route("/v1/exec", post(exec))
+        // A write of the whole file cap, base64 in JSON, fits.
+        .layer(DefaultBodyLimit::max(
+            2 * FILE_CAP_BYTES as usize + 64 * 1024,
+        ))
         .with_state(runner))
 }
 
 async fn read(
     State(runner): State<Arc<Runner>>,
-    headers: HeaderMap,
+    _: Authorized,
     Json(body): Json<PathBody>,
 ) -> Reply<ReadReply> {
-    runner.authorize(&headers)?;
     let bytes = runner
         .local
         .read(&body.workspace, &body.path)
         .await
         .map_err(status)?;
-    let content = String::from_utf8(bytes).map_err(|_| {
-        status(SandboxError::Invalid(format!(
-            "'{}' is not UTF-8 text",
-            body.path
-        )))
-    })?;
-    Ok(Json(ReadReply { content }))
+    Ok(Json(ReadReply {
+        content: BASE64.encode(bytes),
+    }))
 }
 
 async fn write(
     State(runner): State<Arc<Runner>>,
-    headers: HeaderMap,
+    _: Authorized,
     Json(body): Json<WriteBody>,
 ) -> Reply<WriteReply> {
-    runner.authorize(&headers)?;
+    let content = BASE64.decode(body.content.as_bytes()).map_err(|e| {
+        status(SandboxError::Invalid(format!(
+            "the content of '{}' is not base64: {e}",
+            body.path
+        )))
+    })?;
     let bytes = runner
         .local
-        .write(&body.workspace, &body.path, body.content.into_bytes())
+        .write(&body.workspace, &body.path, content)
         .await
         .map_err(status)?;
     Ok(Json(WriteReply { bytes }))
@@ -152,10 +178,9 @@ async fn write(
 
 async fn list(
     State(runner): State<Arc<Runner>>,
-    headers: HeaderMap,
+    _: Authorized,
     Json(body): Json<PathBody>,
 ) -> Reply<Vec<Entry>> {
-    runner.authorize(&headers)?;
     runner
         .local
         .list(&body.workspace, &body.path)
@@ -166,10 +191,9 @@ async fn list(
 
 async fn exec(
     State(runner): State<Arc<Runner>>,
-    headers: HeaderMap,
+    _: Authorized,
     Json(mut body): Json<ExecBody>,
 ) -> Reply<ExecOutcome> {
-    runner.authorize(&headers)?;
     body.request.limits = body.request.limits.within(runner.cap);
     tracing::info!(workspace = %body.workspace, "remote sandbox exec");
     runner
@@ -181,7 +205,7 @@ async fn exec(
 }
 
 /// The client of a runner.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct RemoteSandbox {
     base: String,
     token: String,
@@ -211,12 +235,14 @@ impl RemoteSandbox {
         &self,
         route: &str,
         body: &B,
+        timeout: Duration,
     ) -> Result<T, SandboxError> {
         let url = format!("{}/v1/{route}", self.base);
         let response = self
             .client
             .post(&url)
             .bearer_auth(&self.token)
+            .timeout(timeout)
             .json(body)
             .send()
             .await
@@ -241,6 +267,15 @@ impl RemoteSandbox {
     }
 }
 
+impl std::fmt::Debug for RemoteSandbox {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the token.
+        f.debug_struct("RemoteSandbox")
+            .field("base", &self.base)
+            .finish_non_exhaustive()
+    }
+}
+
 impl Sandbox for RemoteSandbox {
     fn read<'a>(
         &'a self,
@@ -252,8 +287,10 @@ impl Sandbox for RemoteSandbox {
                 workspace: workspace.clone(),
                 path: path.to_owned(),
             };
-            let reply: ReadReply = self.call("read", &body).await?;
-            Ok(reply.content.into_bytes())
+            let reply: ReadReply = self.call("read", &body, CALL_TIMEOUT).await?;
+            BASE64.decode(reply.content.as_bytes()).map_err(|e| {
+                SandboxError::Unavailable(format!("the runner sent '{path}' garbled: {e}"))
+            })
         })
     }
 
@@ -264,14 +301,22 @@ impl Sandbox for RemoteSandbox {
         content: Vec<u8>,
     ) -> BoxFuture<'a, Result<u64, SandboxError>> {
         Box::pin(async move {
-            let content = String::from_utf8(content)
-                .map_err(|_| SandboxError::Invalid("a remote write carries UTF-8 text".into()))?;
+            // The runner's cap, refused here as the local backend refuses it.
+            if content.len() as u64 > FILE_CAP_BYTES {
+                return Err(SandboxError::refused(
+                    loom_core::sandbox::rules::SIZE_CAP,
+                    format!(
+                        "{} bytes is over the {FILE_CAP_BYTES}-byte cap of a write",
+                        content.len()
+                    ),
+                ));
+            }
             let body = WriteBody {
                 workspace: workspace.clone(),
                 path: path.to_owned(),
-                content,
+                content: BASE64.encode(content),
             };
-            let reply: WriteReply = self.call("write", &body).await?;
+            let reply: WriteReply = self.call("write", &body, CALL_TIMEOUT).await?;
             Ok(reply.bytes)
         })
     }
@@ -286,7 +331,7 @@ impl Sandbox for RemoteSandbox {
                 workspace: workspace.clone(),
                 path: path.to_owned(),
             };
-            self.call("list", &body).await
+            self.call("list", &body, CALL_TIMEOUT).await
         })
     }
 
@@ -296,11 +341,12 @@ impl Sandbox for RemoteSandbox {
         request: ExecRequest,
     ) -> BoxFuture<'a, Result<ExecOutcome, SandboxError>> {
         Box::pin(async move {
+            let timeout = Duration::from_millis(request.limits.wall_ms) + ANSWER_MARGIN;
             let body = ExecBody {
                 workspace: workspace.clone(),
                 request,
             };
-            self.call("exec", &body).await
+            self.call("exec", &body, timeout).await
         })
     }
 }
