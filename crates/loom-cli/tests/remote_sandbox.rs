@@ -18,7 +18,6 @@
 //! Skipped with a notice when bubblewrap cannot create namespaces here, failed instead under
 //! `LOOM_REQUIRE_SERVICES=1`.
 
-#![cfg(feature = "remote-sandbox")]
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
