@@ -10,28 +10,9 @@ mod common;
 
 use std::fs;
 
-use common::{copy_example, journal, loom, repo, text};
+use common::{copy_example, journal, loom, repo, text, tool_results};
 use serde_json::Value;
 use sqlx::{Connection, Executor};
-
-/// The journaled results of a run's tool calls, by call id: (is_error, text or JSON).
-fn tool_results(events: &[Value]) -> Vec<(String, bool, String)> {
-    events
-        .iter()
-        .filter(|e| e["type"] == "tool.completed")
-        .map(|e| {
-            let output = &e["payload"]["output"];
-            let text = output["blocks"][0]["text"]
-                .as_str()
-                .map_or_else(|| output["blocks"][0]["data"].to_string(), str::to_owned);
-            (
-                e["payload"]["call_id"].as_str().unwrap().to_owned(),
-                output["is_error"].as_bool().unwrap(),
-                text,
-            )
-        })
-        .collect()
-}
 
 #[tokio::test]
 async fn sql_answers_an_allowed_query_and_refuses_a_hostile_one() {

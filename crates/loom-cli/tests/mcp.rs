@@ -422,21 +422,7 @@ agents:
     let out = run_in(dir.path(), &["run", "outils", "lis", "--run-id", "b1"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let events = journal(dir.path(), "b1");
-    let results: Vec<(String, bool, String)> = events
-        .iter()
-        .filter(|e| e["type"] == "tool.completed")
-        .map(|e| {
-            let output = &e["payload"]["output"];
-            let text = output["blocks"][0]["text"]
-                .as_str()
-                .map_or_else(|| output["blocks"][0]["data"].to_string(), str::to_owned);
-            (
-                e["payload"]["call_id"].as_str().unwrap().to_owned(),
-                output["is_error"].as_bool().unwrap(),
-                text,
-            )
-        })
-        .collect();
+    let results = common::tool_results(&events);
     let by_call = |id: &str| results.iter().find(|r| r.0 == id).unwrap();
     assert!(!by_call("fake_0_0").1);
     assert!(by_call("fake_0_0").2.contains("1 250 € HT"), "{results:?}");

@@ -15,7 +15,7 @@ mod common;
 
 use std::{fs, path::Path};
 
-use common::{journal, loom_bin, run_in_env, text};
+use common::{journal, loom_bin, run_in_env, text, tool_results};
 use loom_testkit::postgres::TestDb;
 use serde_json::{Value, json};
 use sqlx::{Connection, Executor};
@@ -165,25 +165,6 @@ agents:
 "#
     );
     fs::write(dir.join("loom.yaml"), yaml).unwrap();
-}
-
-/// The journaled results of a run's tool calls: (call id, is_error, text or JSON).
-fn tool_results(events: &[Value]) -> Vec<(String, bool, String)> {
-    events
-        .iter()
-        .filter(|e| e["type"] == "tool.completed")
-        .map(|e| {
-            let output = &e["payload"]["output"];
-            let text = output["blocks"][0]["text"]
-                .as_str()
-                .map_or_else(|| output["blocks"][0]["data"].to_string(), str::to_owned);
-            (
-                e["payload"]["call_id"].as_str().unwrap().to_owned(),
-                output["is_error"].as_bool().unwrap(),
-                text,
-            )
-        })
-        .collect()
 }
 
 /// The rule a refusal names (`refused by rule '<rule>': …`).

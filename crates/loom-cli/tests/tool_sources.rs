@@ -194,6 +194,12 @@ fn a_get_operation_is_read_only_and_sends_the_tenants_token() {
     assert!(!journal_text.contains("t-shop"));
 }
 
+/// The model's script that orders screws through the shop's POST operation.
+const CREATE_ORDER: &str = r#"        - tool_calls:
+            - name: shop__createOrder
+              arguments: {body: {item: vis}}
+        - text: "Créée : {{ tool_result }}""#;
+
 #[test]
 fn a_post_operation_declared_for_approval_waits_for_a_human() {
     if !python3() {
@@ -201,10 +207,7 @@ fn a_post_operation_declared_for_approval_waits_for_a_human() {
     }
     let scratch = tempfile::tempdir().unwrap();
     let api = start_api(scratch.path());
-    let script = r#"        - tool_calls:
-            - name: shop__createOrder
-              arguments: {body: {item: vis}}
-        - text: "Créée : {{ tool_result }}""#;
+    let script = CREATE_ORDER;
     let tools = "    tools:\n      createOrder: {approval: always}";
     let dir = project(Some(&api), script, "[createOrder]", tools);
     let out = loom(
@@ -269,10 +272,7 @@ fn a_declared_side_effects_replaces_the_methods_default() {
     }
     let scratch = tempfile::tempdir().unwrap();
     let api = start_api(scratch.path());
-    let script = r#"        - tool_calls:
-            - name: shop__createOrder
-              arguments: {body: {item: vis}}
-        - text: "Créée : {{ tool_result }}""#;
+    let script = CREATE_ORDER;
     // POST is `irreversible` by default; the declaration says the order can be undone.
     let tools = "    tools:\n      createOrder: {side_effects: reversible}";
     let dir = project(Some(&api), script, "[getOrder, createOrder]", tools);

@@ -173,3 +173,23 @@ pub(crate) fn python_has(modules: &str, install: &str) -> bool {
     }
     ok
 }
+
+/// The journaled results of a run's tool calls, in journal order: (call id, is_error, the
+/// first block's text, or its data as JSON).
+pub(crate) fn tool_results(events: &[Value]) -> Vec<(String, bool, String)> {
+    events
+        .iter()
+        .filter(|e| e["type"] == "tool.completed")
+        .map(|e| {
+            let output = &e["payload"]["output"];
+            let text = output["blocks"][0]["text"]
+                .as_str()
+                .map_or_else(|| output["blocks"][0]["data"].to_string(), str::to_owned);
+            (
+                e["payload"]["call_id"].as_str().unwrap().to_owned(),
+                output["is_error"].as_bool().unwrap(),
+                text,
+            )
+        })
+        .collect()
+}
