@@ -712,6 +712,22 @@ pub(crate) fn sync_dir(dir: &Path) -> Result<(), StoreError> {
     Ok(())
 }
 
+/// The length of the complete lines of the first `len` bytes of `file`: `len` itself when they
+/// end with a newline, which one byte read tells (every append ends so), else the length up to
+/// the last newline (a torn tail, found by [`scan_tail`]).
+pub(crate) fn complete_len<R: Read + Seek>(file: &mut R, len: u64) -> io::Result<u64> {
+    let Some(last) = len.checked_sub(1) else {
+        return Ok(0);
+    };
+    file.seek(SeekFrom::Start(last))?;
+    let mut byte = [0u8; 1];
+    file.read_exact(&mut byte)?;
+    if byte[0] == b'\n' {
+        return Ok(len);
+    }
+    Ok(scan_tail(file, len, TAIL_CHUNK)?.complete_len)
+}
+
 /// Finds the last complete line of the first `len` bytes of `file` by reading backwards from
 /// the end, `chunk` bytes first, doubling at each step: the cost is that of the last line (plus
 /// a torn tail), not of the file.
@@ -777,6 +793,23 @@ mod tests {
 
     use super::*;
 
+    /// A reader that counts the bytes it hands out.
+    struct Counting<'a>(Cursor<&'a [u8]>, usize);
+
+    impl Read for Counting<'_> {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            let n = self.0.read(buf)?;
+            self.1 += n;
+            Ok(n)
+        }
+    }
+
+    impl Seek for Counting<'_> {
+        fn seek(&mut self, pos: SeekFrom) -> io::Result<u64> {
+            self.0.seek(pos)
+        }
+    }
+
     /// The tail computed the slow way.
     fn naive(bytes: &[u8]) -> Tail {
         let Some(end) = bytes.iter().rposition(|&b| b == b'\n') else {
@@ -823,25 +856,39 @@ mod tests {
 
     #[test]
     fn tail_scan_reads_little_of_a_large_file() {
-        /// A reader that counts the bytes it hands out.
-        struct Counting<'a>(Cursor<&'a [u8]>, usize);
-        impl Read for Counting<'_> {
-            fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-                let n = self.0.read(buf)?;
-                self.1 += n;
-                Ok(n)
-            }
-        }
-        impl Seek for Counting<'_> {
-            fn seek(&mut self, pos: SeekFrom) -> io::Result<u64> {
-                self.0.seek(pos)
-            }
-        }
         let file = "some line of a journal\n".repeat(100_000);
         let mut reader = Counting(Cursor::new(file.as_bytes()), 0);
         let tail = scan_tail(&mut reader, file.len() as u64, 64).unwrap();
         assert_eq!(tail, naive(file.as_bytes()));
         assert!(reader.1 <= 64, "read {} bytes", reader.1);
+    }
+
+    #[test]
+    fn complete_len_is_that_of_the_scan_and_reads_one_byte_of_a_whole_file() {
+        let long = "x".repeat(100);
+        let cases = [
+            String::new(),
+            "\n".into(),
+            "abc".into(),
+            "abc\n".into(),
+            "abc\ndef\ngh".into(),
+            format!("{long}\n{long}\n"),
+            format!("a\n{long}\n{long}"),
+            format!("{long}"),
+        ];
+        for case in &cases {
+            let mut cursor = Cursor::new(case.as_bytes());
+            let len = complete_len(&mut cursor, case.len() as u64).unwrap();
+            assert_eq!(len, naive(case.as_bytes()).complete_len, "case {case:?}");
+        }
+        // A file that ends with a newline: its last byte is all that is read.
+        let file = format!("{{\"a\":\"{}\"}}\n", "y".repeat(50_000)).repeat(3);
+        let mut reader = Counting(Cursor::new(file.as_bytes()), 0);
+        assert_eq!(
+            complete_len(&mut reader, file.len() as u64).unwrap(),
+            file.len() as u64
+        );
+        assert_eq!(reader.1, 1);
     }
 
     #[test]

@@ -15,7 +15,7 @@ use tracing::{debug, warn};
 
 use crate::{
     index::{FileId, envelope_hint, file_id},
-    jsonl::{Journal, TAIL_CHUNK, scan_tail},
+    jsonl::{Journal, complete_len},
     offsets::{COMPACT_EVERY, End, MARKED, Offsets, index_path, seq_hint},
 };
 
@@ -196,9 +196,7 @@ impl Journal {
             return self.read_from(&mut file, (1, 0), 0);
         }
         let len = file.metadata().map_err(self.io())?.len();
-        let complete_len = scan_tail(&mut file, len, TAIL_CHUNK)
-            .map_err(self.io())?
-            .complete_len;
+        let complete_len = complete_len(&mut file, len).map_err(self.io())?;
         let found = self.with_offsets(&mut file, complete_len, |journal, file, offsets| {
             if after >= offsets.end.seq {
                 return Ok(Found::Done(Vec::new()));
@@ -272,9 +270,7 @@ impl Journal {
             return Ok(None);
         };
         let len = file.metadata().map_err(self.io())?.len();
-        let complete_len = scan_tail(&mut file, len, TAIL_CHUNK)
-            .map_err(self.io())?
-            .complete_len;
+        let complete_len = complete_len(&mut file, len).map_err(self.io())?;
         let marked = MARKED.contains(&kind);
         let found = self.with_offsets(&mut file, complete_len, |journal, file, offsets| {
             if marked {
@@ -391,9 +387,7 @@ impl Journal {
             return Ok(None);
         };
         let len = file.metadata().map_err(self.io())?.len();
-        let complete_len = scan_tail(&mut file, len, TAIL_CHUNK)
-            .map_err(self.io())?
-            .complete_len;
+        let complete_len = complete_len(&mut file, len).map_err(self.io())?;
         let found = self.with_offsets(&mut file, complete_len, |journal, file, offsets| {
             let Some(mark) = offsets
                 .marks

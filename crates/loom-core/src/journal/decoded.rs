@@ -7,12 +7,16 @@
 //! again (the text holds its journal and seq too): it is cloned from here instead of parsed.
 //! Nothing is trusted that the text does not prove: the hash only finds the candidate, the text
 //! decides, and the store checks the event against where it read it exactly as a parsed one.
+//! The key hashes a text's length, first and last [`SAMPLE`] bytes, not all of it: texts run to
+//! tens of kilobytes (a snapshot), and hashing them whole cost as much as a third of a decode.
+//! Lines of a journal differ in their first bytes (each names its seq) and their last (its
+//! payload's end); two texts that share a key only cost a parse.
 //!
 //! Bounded by [`MAX_EVENTS`] and [`MAX_TEXT`]: the oldest entries go first.
 
 use std::{
     collections::{HashMap, VecDeque},
-    hash::{BuildHasher, RandomState},
+    hash::{BuildHasher, Hasher, RandomState},
     sync::Mutex,
 };
 
@@ -23,6 +27,9 @@ pub(super) const MAX_EVENTS: usize = 1024;
 
 /// The most bytes of event text kept (an event of more than a sixteenth of it is not kept).
 pub(super) const MAX_TEXT: usize = 4 << 20;
+
+/// The bytes hashed at each end of a text for its key (see the module documentation).
+pub(super) const SAMPLE: usize = 128;
 
 /// The events decoded last (see the module documentation). Shared by a store's reads; every
 /// method takes a short lock.
@@ -41,9 +48,24 @@ struct State {
 }
 
 impl Decoded {
+    /// The key of `text`: its length, first and last [`SAMPLE`] bytes.
+    fn key(&self, text: &str) -> u64 {
+        let bytes = text.as_bytes();
+        let mut hasher = self.hasher.build_hasher();
+        hasher.write_usize(bytes.len());
+        match (bytes.get(..SAMPLE), bytes.len().checked_sub(SAMPLE)) {
+            (Some(head), Some(tail)) if tail >= SAMPLE => {
+                hasher.write(head);
+                hasher.write(&bytes[tail..]);
+            }
+            _ => hasher.write(bytes),
+        }
+        hasher.finish()
+    }
+
     /// The event decoded from `text`, when it is kept.
     pub fn get(&self, text: &str) -> Option<Event> {
-        let key = self.hasher.hash_one(text);
+        let key = self.key(text);
         let state = self.lock();
         match state.entries.get(&key) {
             Some((kept, event)) if kept == text => Some(event.clone()),
@@ -56,7 +78,7 @@ impl Decoded {
         if text.len() > MAX_TEXT / 16 {
             return;
         }
-        let key = self.hasher.hash_one(text);
+        let key = self.key(text);
         let mut state = self.lock();
         match state.entries.insert(key, (text.to_owned(), event.clone())) {
             // Replaced: the key keeps its place in the order.
@@ -139,5 +161,26 @@ mod tests {
         assert_eq!(state.entries.len(), MAX_EVENTS);
         let kept: usize = events[10..].iter().map(|(text, _)| text.len()).sum();
         assert_eq!(state.text, kept);
+    }
+
+    /// Two long texts that differ only between their sampled ends share a key: the text still
+    /// decides, and the one kept last is the one found.
+    #[test]
+    fn a_shared_key_never_returns_the_other_event() {
+        let decoded = Decoded::default();
+        let (text, event) = event(1);
+        let pad = "x".repeat(2 * SAMPLE);
+        let (a, b) = (format!("{text}{pad}a{pad}"), format!("{text}{pad}b{pad}"));
+        assert_eq!(decoded.key(&a), decoded.key(&b));
+        decoded.put(&a, &event);
+        assert_eq!(decoded.get(&b), None);
+        assert_eq!(decoded.get(&a), Some(event.clone()));
+        let (_, other) = self::event(2);
+        decoded.put(&b, &other);
+        assert_eq!(decoded.get(&a), None);
+        assert_eq!(decoded.get(&b), Some(other));
+        // Short texts are hashed whole.
+        let (short, _) = self::event(3);
+        assert!(short.len() < 2 * SAMPLE || decoded.key(&short) != decoded.key(&text));
     }
 }
