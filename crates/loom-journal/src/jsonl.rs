@@ -874,7 +874,7 @@ mod tests {
             "abc\ndef\ngh".into(),
             format!("{long}\n{long}\n"),
             format!("a\n{long}\n{long}"),
-            format!("{long}"),
+            long.clone(),
         ];
         for case in &cases {
             let mut cursor = Cursor::new(case.as_bytes());
