@@ -12,7 +12,10 @@
 //!
 //! The PostgreSQL database is migrated by Loom (`storage.migrate: auto`, role `loom_bench`);
 //! every run is a new session of the tenant `default`. Without `LOOM_BENCH_POSTGRES` only JSONL and
-//! SQLite are measured. See `bench/README.md`.
+//! SQLite are measured. On Linux each measure also prints the cache flushes the disks completed
+//! per run (`/proc/diskstats`, whole disks): what the syncs asked for cost the device, shared
+//! between concurrent runs when the filesystem or the database commits them together. See
+//! `bench/README.md`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::time::Instant;
@@ -79,16 +82,67 @@ fn options(tenant: &str) -> RunOptions {
     }
 }
 
-/// `(sequential runs/s, concurrent runs/s)` of `runs` runs each.
-async fn measure(loom: &Loom, tenant: &str, runs: usize) -> (f64, f64) {
+/// The cache flushes the machine's whole disks have completed (`/proc/diskstats`, field 16 of
+/// each disk listed in `/sys/block` but loop and RAM devices), when the kernel says.
+fn disk_flushes() -> Option<u64> {
+    let stats = std::fs::read_to_string("/proc/diskstats").ok()?;
+    let disks: Vec<String> = std::fs::read_dir("/sys/block")
+        .ok()?
+        .filter_map(|entry| entry.ok()?.file_name().into_string().ok())
+        .filter(|name| !["loop", "ram", "zram"].iter().any(|p| name.starts_with(p)))
+        .collect();
+    let mut total = None;
+    for line in stats.lines() {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        if fields.len() >= 19 && disks.iter().any(|disk| disk == fields[2]) {
+            *total.get_or_insert(0) += fields[18].parse::<u64>().ok()?;
+        }
+    }
+    total
+}
+
+/// Disk flushes per run between two readings, as text.
+fn per_run(before: Option<u64>, after: Option<u64>, runs: usize) -> String {
+    match (before, after) {
+        (Some(before), Some(after)) => {
+            format!("{:.2}", after.saturating_sub(before) as f64 / runs as f64)
+        }
+        _ => "n/a".into(),
+    }
+}
+
+/// One measure: runs per second and disk flushes per run, one run after another and 100 at
+/// once.
+struct Measure {
+    sequential: f64,
+    concurrent: f64,
+    sequential_flushes: String,
+    concurrent_flushes: String,
+}
+
+impl std::fmt::Display for Measure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "sequential {:>7.1}   concurrent {:>7.1}   disk flushes/run {} / {}",
+            self.sequential, self.concurrent, self.sequential_flushes, self.concurrent_flushes
+        )
+    }
+}
+
+/// Runs per second and disk flushes per run of `runs` runs, sequential then concurrent.
+async fn measure(loom: &Loom, tenant: &str, runs: usize) -> Measure {
     let first = loom.run("devis", MESSAGE, options(tenant)).await.unwrap();
     assert_eq!(first.status, RunStatus::Completed, "{first:?}");
     assert!(first.text.contains("1375,00 € TTC"), "{}", first.text);
+    let flushes = disk_flushes();
     let started = Instant::now();
     for _ in 0..runs {
         loom.run("devis", MESSAGE, options(tenant)).await.unwrap();
     }
     let sequential = runs as f64 / started.elapsed().as_secs_f64();
+    let between = disk_flushes();
+    let sequential_flushes = per_run(flushes, between, runs);
     let started = Instant::now();
     let mut done = 0;
     while done < runs {
@@ -106,7 +160,12 @@ async fn measure(loom: &Loom, tenant: &str, runs: usize) -> (f64, f64) {
         }
     }
     let concurrent = runs as f64 / started.elapsed().as_secs_f64();
-    (sequential, concurrent)
+    Measure {
+        sequential,
+        concurrent,
+        sequential_flushes,
+        concurrent_flushes: per_run(between, disk_flushes(), runs),
+    }
 }
 
 fn main() {
@@ -128,15 +187,13 @@ fn main() {
             dir.path(),
         )
         .await;
-        let (sequential, concurrent) = measure(&jsonl, tenant, runs).await;
-        println!("  jsonl     sequential {sequential:>7.1}   concurrent {concurrent:>7.1}");
+        println!("  jsonl     {}", measure(&jsonl, tenant, runs).await);
         let sqlite = loom(
             "storage:\n  events: {backend: sqlite, path: data/loom.db}",
             dir.path(),
         )
         .await;
-        let (sequential, concurrent) = measure(&sqlite, tenant, runs).await;
-        println!("  sqlite    sequential {sequential:>7.1}   concurrent {concurrent:>7.1}");
+        println!("  sqlite    {}", measure(&sqlite, tenant, runs).await);
         match std::env::var("LOOM_BENCH_POSTGRES") {
             Ok(set) if !set.is_empty() => {
                 let postgres = loom(
@@ -145,8 +202,7 @@ fn main() {
                     dir.path(),
                 )
                 .await;
-                let (sequential, concurrent) = measure(&postgres, tenant, runs).await;
-                println!("  postgres  sequential {sequential:>7.1}   concurrent {concurrent:>7.1}");
+                println!("  postgres  {}", measure(&postgres, tenant, runs).await);
             }
             _ => println!("  postgres  skipped: LOOM_BENCH_POSTGRES is not set"),
         }

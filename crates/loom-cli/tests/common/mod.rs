@@ -86,6 +86,30 @@ pub(crate) fn reference_journal(name: &str) -> Option<Vec<Value>> {
     Some(events)
 }
 
+/// The optional payload fields Loom adds to the reference's events (its readers ignore unknown
+/// fields, and an optional field leaves `schema_version` at 1): `(type, field)`.
+pub(crate) const ADDED_FIELDS: &[(&str, &str)] = &[
+    // The declaration a call was launched under: whether its `tool.called` must be synced.
+    ("tool.called", "side_effects"),
+];
+
+/// The payload keys Loom writes for the reference's event `theirs`: the reference's, in its
+/// order, then the fields Loom adds to that type ([`ADDED_FIELDS`]).
+pub(crate) fn expected_payload_keys(theirs: &Value) -> Vec<String> {
+    let kind = theirs["type"].as_str().unwrap_or_default();
+    let payload = theirs["payload"].as_object();
+    payload
+        .into_iter()
+        .flat_map(|m| m.keys().cloned())
+        .chain(
+            ADDED_FIELDS
+                .iter()
+                .filter(|(added_to, _)| *added_to == kind)
+                .map(|(_, field)| (*field).to_owned()),
+        )
+        .collect()
+}
+
 /// An example binary (`devis`, `chaos`, `relance`), built by `cargo test` beside `loom`.
 pub(crate) fn example_bin(name: &str) -> PathBuf {
     let path = loom_bin()

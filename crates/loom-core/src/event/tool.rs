@@ -30,6 +30,12 @@ pub struct ToolCalled {
     /// Child run of a sub-agent call.
     #[serde(default)]
     pub child_run_id: Option<String>,
+    /// What the tool declared a call may change, as the engine launched it. Absent from the
+    /// reference's journals (and from Loom's before this field): read as unknown. A call of a
+    /// tool declared `none` is safe to run again, so its `tool.called` need not be on disk
+    /// before the tool runs ([`must_sync`](crate::event::must_sync)).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub side_effects: Option<crate::tool::SideEffects>,
 }
 
 /// `tool.completed`.

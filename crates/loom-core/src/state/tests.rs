@@ -295,6 +295,7 @@ fn called(call_id: &str) -> Payload {
         refs: Vec::new(),
         resumed: false,
         child_run_id: None,
+        side_effects: None,
     })
 }
 

@@ -157,6 +157,7 @@ pub(crate) async fn run(
                     refs: l.refs.clone(),
                     resumed: l.resumed,
                     child_run_id: l.child.clone(),
+                    side_effects: Some(l.tool.declarations.side_effects),
                 }),
             )
         })
