@@ -16,6 +16,7 @@ use loom_core::{
 use tracing::warn;
 
 use crate::{
+    group::{GroupSync, ToSync},
     index::{file_id, tenant_index},
     offsets::{End, OffsetsCache, index_path},
 };
@@ -79,6 +80,8 @@ pub struct JsonlStore {
 pub(crate) struct Kept {
     pub(crate) offsets: OffsetsCache,
     pub(crate) decoded: Decoded,
+    /// The group commit of the store's appends.
+    pub(crate) group: GroupSync,
 }
 
 impl JsonlStore {
@@ -554,8 +557,28 @@ impl Journal {
             lines.push('\n');
             ends.push(lines.len());
         }
-        let sync = loom_core::event::must_sync(batch.events());
-        self.write_at_end(&mut file, tail.complete_len, lines.as_bytes(), sync)?;
+        // What must be durable before the append returns: the journal when the batch holds an
+        // event something outside depends on, the directory entry of a new file. Synced in
+        // the store's next group commit (`group.rs`), the file's lock held meanwhile.
+        let mut to_sync = Vec::new();
+        if loom_core::event::must_sync(batch.events()) {
+            let own = file.try_clone().map_err(self.io())?;
+            to_sync.push(ToSync {
+                file: own,
+                directory: false,
+            });
+        }
+        if tail.complete_len == 0
+            && cfg!(unix)
+            && let Some(dir) = self.path.parent()
+        {
+            let directory = File::open(dir).map_err(io_error(dir))?;
+            to_sync.push(ToSync {
+                file: directory,
+                directory: true,
+            });
+        }
+        self.write_at_end(&mut file, tail.complete_len, lines.as_bytes(), to_sync)?;
         // The batch is written (and durable when it had to be): the offset index follows (a
         // cache, not synced).
         let before = End {
@@ -573,12 +596,6 @@ impl Journal {
             })
             .collect();
         self.index_append(&mut file, before, &written);
-        // First content of a new file: make its name durable in the tenant directory.
-        if tail.complete_len == 0
-            && let Some(dir) = self.path.parent()
-        {
-            sync_dir(dir)?;
-        }
         if let Some(dir) = self.path.parent()
             && let Err(error) =
                 crate::index::RunIndex::new(dir.to_path_buf()).add(&self.session_id, &started)
@@ -588,19 +605,20 @@ impl Journal {
         Ok(batch.into_parts().0)
     }
 
-    /// Writes `bytes` at `base` (the end of the file) and, with `sync`, syncs them (and every
-    /// earlier write of the file), truncating back to `base` if anything fails.
+    /// Writes `bytes` at `base` (the end of the file), then makes `to_sync` durable in the
+    /// store's group commit (a sync of the file covers every earlier write of it), truncating
+    /// back to `base` if anything fails.
     fn write_at_end(
         &self,
         file: &mut File,
         base: u64,
         bytes: &[u8],
-        sync: bool,
+        to_sync: Vec<ToSync>,
     ) -> Result<(), StoreError> {
         let result = file
             .seek(SeekFrom::Start(base))
             .and_then(|_| file.write_all(bytes))
-            .and_then(|()| if sync { file.sync_data() } else { Ok(()) });
+            .and_then(|()| self.kept.group.sync(to_sync));
         if let Err(err) = result {
             if let Err(undo) = file.set_len(base).and_then(|()| file.sync_data()) {
                 warn!(
@@ -826,6 +844,55 @@ mod tests {
             complete_len: end as u64 + 1,
             last_line: Some((start as u64, bytes[start..end].to_vec())),
         }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn concurrent_appends_are_synced_in_groups_and_all_read_back() {
+        use loom_testkit::conformance::{event, started};
+        let dir = tempfile::tempdir().unwrap();
+        let store = JsonlStore::new(dir.path());
+        // A tenant directory already there: the groups below hold the sessions' new files and
+        // their directory.
+        let first = vec![started("t", "s0", "r0", Default::default())];
+        store.append(first, 0).await.unwrap();
+        assert_eq!(
+            store.kept.group.counts(),
+            (1, 2),
+            "file and its directory, apart"
+        );
+        let sessions = 40;
+        let appends: Vec<_> = (1..=sessions)
+            .map(|n| {
+                let store = store.clone();
+                tokio::spawn(async move {
+                    let session = format!("s{n}");
+                    let batch = vec![started("t", &session, &format!("r{n}"), Default::default())];
+                    store.append(batch, 0).await
+                })
+            })
+            .collect();
+        for append in appends {
+            assert_eq!(append.await.unwrap().unwrap().len(), 1);
+        }
+        let (groups, syncs) = store.kept.group.counts();
+        assert!((2..=1 + sessions).contains(&groups), "{groups}");
+        if cfg!(target_os = "linux") {
+            // One `syncfs` per group of several callers, two syncs for a caller alone.
+            assert!(
+                (groups + 1..=2 * groups).contains(&syncs),
+                "{groups}, {syncs}"
+            );
+        }
+        for n in 0..=sessions {
+            let read = store.read("t", &format!("s{n}"), 0).await.unwrap();
+            assert_eq!(read.len(), 1, "s{n}");
+        }
+        // A batch nothing outside depends on, to an existing file, is not synced at all.
+        store
+            .append(vec![event("t", "s0", "step")], 1)
+            .await
+            .unwrap();
+        assert_eq!(store.kept.group.counts(), (groups, syncs));
     }
 
     #[test]

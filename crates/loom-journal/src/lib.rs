@@ -27,13 +27,20 @@
 //!    midway the file is truncated back to its previous length);
 //! 2. **`fsync` of the journal file** (`sync_data`) before `append` returns, when the batch
 //!    holds an event something outside the run depends on
-//!    ([`loom_core::event::must_sync`]: a run or message accepted, a tool about to act, an
-//!    approval, a run's end, …); the other batches (steps, model answers, tool results, …) are
-//!    written without waiting for the disk and become durable with the next synced one;
+//!    ([`loom_core::event::must_sync`]: a run or message accepted, a tool that may act about
+//!    to run, an approval, a run's end, …); the other batches (steps, model answers, tool
+//!    results, …) are written without waiting for the disk and become durable with the next
+//!    synced one;
 //! 3. **`fsync` of the tenant directory** when the batch is the first content of the file (the
 //!    file was just created), and of the root directory when the tenant directory was just
 //!    created, so that a new session file — its directory entry — survives a crash; without it
 //!    the data could be durable while the name pointing to it is lost.
+//!
+//! The syncs of steps 2 and 3 go through the store's **group commit** (`group.rs`), the file's
+//! lock held: an append alone is synced as above; appends of several sessions asking at the
+//! same time are made durable together, on Linux by one `syncfs` of their filesystem (one
+//! commit of its journal, one flush of the disk) instead of a `fdatasync` each. If the sync
+//! fails, the batch is truncated back, as when its write fails.
 //!
 //! When a torn last line is repaired (see below), the torn bytes are appended to
 //! `<session>.jsonl.corrupt` and that file is fsynced *before* the journal is truncated, so no
@@ -95,6 +102,7 @@
 
 mod artifacts;
 mod bus;
+mod group;
 mod idempotency;
 mod index;
 mod jsonl;
