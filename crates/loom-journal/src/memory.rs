@@ -68,6 +68,8 @@ struct Inner {
     recent: VecDeque<(u64, (String, String))>,
     /// Each tenant's events in write order, by type, for `search`.
     postings: HashMap<String, search::Postings>,
+    /// The deflater every pack reuses.
+    packer: journal::Packer,
 }
 
 impl Inner {
@@ -82,7 +84,7 @@ impl Inner {
             if let Some(journal) = self.journals.get_mut(&key)
                 && journal.touched == at
             {
-                journal.pack();
+                journal.pack(&mut self.packer);
             }
         }
     }
@@ -142,8 +144,11 @@ impl MemoryStore {
             .or_default()
             .add(&key.1, batch.events());
         let (events, lines) = batch.into_parts();
-        let journal = inner.journals.entry(key.clone()).or_default();
-        journal.push(&events, lines);
+        let Inner {
+            journals, packer, ..
+        } = &mut *inner;
+        let journal = journals.entry(key.clone()).or_default();
+        journal.push(&events, lines, packer);
         journal.touched = clock;
         inner.recent.push_back((clock, key));
         inner.pack_quiet();

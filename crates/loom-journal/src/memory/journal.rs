@@ -33,6 +33,33 @@ use loom_core::{
 /// block of fewer lines is packed again with the next tail.
 pub(super) const TAIL_LINES: usize = 256;
 
+/// The deflater a store packs its sessions with, kept from one pack to the next: a new one
+/// allocates and zeroes about 300 KiB of tables, which cost a run on the memory journal more
+/// than the deflating itself (the allocator's `brk` and page faults under a `memset`).
+#[derive(Debug)]
+pub(super) struct Packer {
+    encoder: DeflateEncoder<Vec<u8>>,
+}
+
+impl Default for Packer {
+    fn default() -> Packer {
+        Packer {
+            encoder: DeflateEncoder::new(Vec::new(), Compression::fast()),
+        }
+    }
+}
+
+impl Packer {
+    /// `text` deflated (a complete raw deflate stream); the deflater is ready for the next.
+    fn deflate(&mut self, text: &[u8]) -> std::io::Result<Vec<u8>> {
+        let written = self.encoder.write_all(text);
+        // Finishes the stream into the buffer it returns, and resets the deflater's state
+        // (keeping its tables) for a new stream, even after a failed write.
+        let deflated = self.encoder.reset(Vec::new());
+        written.and(deflated)
+    }
+}
+
 /// One session's events: packed blocks, then the tail of lines written since.
 #[derive(Debug, Default)]
 pub(super) struct Journal {
@@ -118,7 +145,12 @@ impl Journal {
 
     /// Appends events already given their seqs (following [`Journal::last_seq`]), with their
     /// lines (checked and serialized once, by `loom_core::journal::Batch`).
-    pub(super) fn push(&mut self, events: &[Event], lines: Vec<loom_core::journal::Line>) {
+    pub(super) fn push(
+        &mut self,
+        events: &[Event],
+        lines: Vec<loom_core::journal::Line>,
+        packer: &mut Packer,
+    ) {
         for (event, line) in events.iter().zip(lines) {
             // The event as its line reads back: the line keeps microseconds (`ser_ts`).
             let mut kept = event.clone();
@@ -134,14 +166,14 @@ impl Journal {
             self.updated_at = Some(last.ts.trunc_subsecs(6));
         }
         if self.tail.len() >= TAIL_LINES {
-            self.pack();
+            self.pack(packer);
         }
     }
 
     /// Deflates the tail into a block; a last block smaller than [`TAIL_LINES`] is packed again
     /// with it, so that a session packed a little at a time still compresses as a whole. When
     /// deflating fails (it cannot, into memory) the lines stay as they are.
-    pub(super) fn pack(&mut self) {
+    pub(super) fn pack(&mut self, packer: &mut Packer) {
         if self.tail.is_empty() {
             return;
         }
@@ -161,11 +193,7 @@ impl Journal {
             }
             text.push_str(&line.text);
         }
-        let mut encoder = DeflateEncoder::new(Vec::new(), Compression::fast());
-        let deflated = encoder
-            .write_all(text.as_bytes())
-            .and_then(|()| encoder.finish());
-        match deflated {
+        match packer.deflate(text.as_bytes()) {
             Ok(deflated) => {
                 if replaced {
                     self.blocks.pop();
@@ -412,7 +440,7 @@ mod tests {
         let mut batch = Batch::check(batch).unwrap().unwrap();
         batch.assign_seq(journal.last_seq());
         let (events, lines) = batch.into_parts();
-        journal.push(&events, lines);
+        journal.push(&events, lines, &mut Packer::default());
         events
     }
 
@@ -424,26 +452,45 @@ mod tests {
     fn a_session_packed_a_little_at_a_time_keeps_one_block_until_it_is_full() {
         let mut journal = Journal::default();
         let mut all = written(&mut journal, 10);
-        journal.pack();
+        journal.pack(&mut Packer::default());
         all.extend(written(&mut journal, 10));
-        journal.pack();
+        journal.pack(&mut Packer::default());
         assert_eq!(journal.blocks.len(), 1);
         assert_eq!(journal.blocks[0].lines, 20);
         assert!(journal.tail.is_empty());
         // Packing nothing changes nothing.
-        journal.pack();
+        journal.pack(&mut Packer::default());
         assert_eq!(journal.blocks.len(), 1);
         // A full block is not packed again: the next lines start a block of their own.
         all.extend(written(&mut journal, TAIL_LINES));
         assert_eq!(journal.blocks.len(), 1);
         assert_eq!(journal.blocks[0].lines, 20 + TAIL_LINES as u64);
         all.extend(written(&mut journal, 3));
-        journal.pack();
+        journal.pack(&mut Packer::default());
         assert_eq!(journal.blocks.len(), 2);
         assert_eq!(journal.lines(0, u64::MAX).read("s").unwrap(), all);
         assert_eq!(journal.lines(270, u64::MAX).read("s").unwrap(), all[270..]);
         // A read before a seq leaves out the blocks after it.
         assert_eq!(journal.lines(0, 5).blocks.len(), 1);
+    }
+
+    /// One deflater packs session after session, each block a stream of its own.
+    #[test]
+    fn a_reused_packer_packs_every_session_whole() {
+        let mut packer = Packer::default();
+        let mut sessions: Vec<(Journal, Vec<Event>)> = Vec::new();
+        for n in [1, 7, 40, 3] {
+            let mut journal = Journal::default();
+            let mut all = written(&mut journal, n);
+            journal.pack(&mut packer);
+            all.extend(written(&mut journal, 2));
+            journal.pack(&mut packer);
+            sessions.push((journal, all));
+        }
+        for (journal, all) in &sessions {
+            assert_eq!(journal.blocks.len(), 1);
+            assert_eq!(journal.lines(0, u64::MAX).read("s").unwrap(), *all);
+        }
     }
 
     /// The events the tail keeps decoded are those its lines decode to, nanoseconds included.
@@ -464,7 +511,7 @@ mod tests {
             .collect();
         assert_eq!(hot, decoded);
         assert_ne!(hot[0].ts, batch[0].ts, "the line keeps microseconds");
-        journal.pack();
+        journal.pack(&mut Packer::default());
         assert_eq!(journal.lines(0, u64::MAX).read("s").unwrap(), hot);
         let last = journal
             .lines(0, u64::MAX)
@@ -486,7 +533,7 @@ mod tests {
             }
             other => panic!("expected a corrupted line, got {other:?}"),
         }
-        journal.pack();
+        journal.pack(&mut Packer::default());
         let block = &mut journal.blocks[0];
         block.deflated = Arc::from(&b"not deflated"[..]);
         assert!(matches!(
