@@ -93,7 +93,10 @@
 //! fsync; every offset is checked before use (the line there must carry the expected seq); a
 //! file replaced, shortened or rewritten is indexed again and a file grown by another writer is
 //! indexed from where the index stopped, by counting newlines (a line's seq is its number: no
-//! JSON is parsed); a missing, torn or garbled index is rebuilt. Erasing a session erases it.
+//! JSON is parsed); a missing, torn or garbled index is rebuilt. Erasing a session erases it. A
+//! journal shorter than 16 KiB (a session of one run) has no `.idx` file: its index is built
+//! from the file by the store that reads it and kept in memory, since creating a file per
+//! session cost its run more than reading 16 KiB.
 //!
 //! [`Event::to_json`]: loom_core::event::Event::to_json
 //! [`EventStore`]: loom_core::ports::EventStore

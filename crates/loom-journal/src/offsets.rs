@@ -67,6 +67,11 @@ const HEADER: &str = "loom-jsonl-index 1";
 /// One checkpoint every this many lines (lines 1, 65, 129, …).
 pub(crate) const STRIDE: u64 = 64;
 
+/// The length (bytes of complete lines) from which a journal's index is written to its `.idx`
+/// file; a shorter journal's index lives only in the memory of the stores that read it. A
+/// session of one devis run is 12 KB.
+pub(crate) const INDEX_FROM: u64 = 16 * 1024;
+
 /// The index is written again, compacted, when an append crosses a multiple of this many lines.
 pub(crate) const COMPACT_EVERY: u64 = 512;
 

@@ -16,7 +16,7 @@ use tracing::{debug, warn};
 use crate::{
     index::{FileId, envelope_hint, file_id},
     jsonl::{Journal, complete_len},
-    offsets::{COMPACT_EVERY, End, MARKED, Offsets, index_path, seq_hint},
+    offsets::{COMPACT_EVERY, End, INDEX_FROM, MARKED, Offsets, index_path, seq_hint},
 };
 
 /// What an operation found with an index: its answer, or that the index led it astray.
@@ -100,8 +100,15 @@ impl Journal {
         Ok(offsets)
     }
 
-    /// Saves `offsets` as the journal's index (best effort: it is a cache).
+    /// Saves `offsets` as the journal's index (best effort: it is a cache), once the journal
+    /// is [`INDEX_FROM`] bytes long: a shorter one is read whole faster than an index file is
+    /// created (a new file per session was the most expensive part of a one-run session's
+    /// append, the filesystem looking for a free inode), and its index is rebuilt, from the
+    /// file, by the reader that needs it.
     fn save(&self, offsets: &Offsets) {
+        if offsets.end.len < INDEX_FROM {
+            return;
+        }
         let path = index_path(&self.path);
         if let Err(error) = offsets.save(&path) {
             warn!(path = %path.display(), %error, "could not write the offset index");

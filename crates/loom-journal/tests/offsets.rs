@@ -367,3 +367,35 @@ async fn a_run_start_is_answered_from_the_offset_index() {
     let open = move || Arc::new(JsonlStore::new(&root)) as Arc<dyn EventStore>;
     loom_testkit::conformance::run_start_is_indexed(&open).await;
 }
+
+/// A short journal (a session of one run) has no `.idx` file: creating one cost more than
+/// reading the journal whole. Reads agree with the file all the same, and the index is written
+/// once the journal passes 16 KiB.
+#[tokio::test]
+async fn a_short_journal_has_no_index_file_until_it_grows() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = JsonlStore::new(dir.path());
+    let all = session(&store, 20).await;
+    let len = std::fs::metadata(journal(dir.path())).unwrap().len();
+    assert!(len < 16 * 1024, "{len} bytes");
+    assert!(!index(dir.path()).exists());
+    agrees_through(&store, &all, "short, this store").await;
+    agrees(dir.path(), &all, "short, a new store").await;
+    assert!(!index(dir.path()).exists(), "reads do not write it either");
+    // Grown past 16 KiB by its appends: the index file follows.
+    let mut last = all.len() as u64;
+    while std::fs::metadata(journal(dir.path())).unwrap().len() < 16 * 1024 {
+        last = store
+            .append(vec![event("t", "s", &format!("g{last}"))], last)
+            .await
+            .unwrap()[0]
+            .seq;
+    }
+    store
+        .append(vec![event("t", "s", "past")], last)
+        .await
+        .unwrap();
+    assert!(index(dir.path()).exists());
+    let all = store.read("t", "s", 0).await.unwrap();
+    agrees(dir.path(), &all, "grown").await;
+}
