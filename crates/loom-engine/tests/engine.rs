@@ -1084,73 +1084,6 @@ async fn a_tool_call_cut_by_max_tokens_never_runs() {
     );
 }
 
-/// A memory journal that records, for each batch appended, its types and whether a durable
-/// store syncs it before answering ([`loom_core::event::must_sync`]).
-#[derive(Debug, Default)]
-struct SyncLog {
-    inner: MemoryStore,
-    batches: std::sync::Mutex<Vec<(Vec<String>, bool)>>,
-}
-
-impl SyncLog {
-    /// The types of the batches that were synced.
-    fn synced(&self) -> Vec<Vec<String>> {
-        let batches = self.batches.lock().unwrap();
-        batches
-            .iter()
-            .filter(|(_, synced)| *synced)
-            .map(|(types, _)| types.clone())
-            .collect()
-    }
-}
-
-impl EventStore for SyncLog {
-    fn append(
-        &self,
-        batch: Vec<Event>,
-        expected_last_seq: u64,
-    ) -> loom_core::BoxFuture<'_, Result<Vec<Event>, loom_core::ports::StoreError>> {
-        let entry = (types(&batch), loom_core::event::must_sync(&batch));
-        self.batches.lock().unwrap().push(entry);
-        self.inner.append(batch, expected_last_seq)
-    }
-
-    fn read<'a>(
-        &'a self,
-        tenant_id: &'a str,
-        session_id: &'a str,
-        after_seq: u64,
-    ) -> loom_core::BoxFuture<'a, Result<Vec<Event>, loom_core::ports::StoreError>> {
-        self.inner.read(tenant_id, session_id, after_seq)
-    }
-
-    fn last_seq<'a>(
-        &'a self,
-        tenant_id: &'a str,
-        session_id: &'a str,
-    ) -> loom_core::BoxFuture<'a, Result<u64, loom_core::ports::StoreError>> {
-        self.inner.last_seq(tenant_id, session_id)
-    }
-
-    fn sessions<'a>(
-        &'a self,
-        tenant_id: &'a str,
-    ) -> loom_core::BoxFuture<
-        'a,
-        Result<Vec<loom_core::ports::SessionSummary>, loom_core::ports::StoreError>,
-    > {
-        self.inner.sessions(tenant_id)
-    }
-
-    fn delete<'a>(
-        &'a self,
-        tenant_id: &'a str,
-        session_id: &'a str,
-    ) -> loom_core::BoxFuture<'a, Result<u64, loom_core::ports::StoreError>> {
-        self.inner.delete(tenant_id, session_id)
-    }
-}
-
 #[tokio::test]
 async fn a_read_only_call_is_not_synced_before_it_runs_and_a_call_that_may_act_is() {
     use loom_core::tool::SideEffects;
@@ -1159,7 +1092,7 @@ async fn a_read_only_call_is_not_synced_before_it_runs_and_a_call_that_may_act_i
         SideEffects::Reversible,
         SideEffects::Irreversible,
     ] {
-        let store = Arc::new(SyncLog::default());
+        let store = Arc::new(loom_testkit::CountingStore::new(MemoryStore::new()));
         let engine = Engine::new(store.clone(), Arc::new(ManualClock::new()));
         let mut tool = add_tool();
         tool.declarations_mut().side_effects = side_effects;
@@ -1183,6 +1116,6 @@ async fn a_read_only_call_is_not_synced_before_it_runs_and_a_call_that_may_act_i
         if side_effects != SideEffects::None {
             expected.insert(1, vec!["tool.called".to_string()]);
         }
-        assert_eq!(store.synced(), expected, "{side_effects:?}");
+        assert_eq!(store.synced_batches(), expected, "{side_effects:?}");
     }
 }

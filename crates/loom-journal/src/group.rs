@@ -198,6 +198,20 @@ mod tests {
         file
     }
 
+    /// What an append to a new journal file `name` in `dir` hands the syncer.
+    fn new_journal(dir: &std::path::Path, name: &str) -> Vec<ToSync> {
+        vec![
+            ToSync {
+                file: file(dir, name),
+                directory: false,
+            },
+            ToSync {
+                file: File::open(dir).unwrap(),
+                directory: true,
+            },
+        ]
+    }
+
     #[test]
     fn a_caller_alone_is_synced_as_without_grouping() {
         let dir = tempfile::tempdir().unwrap();
@@ -215,20 +229,7 @@ mod tests {
         group.sync(Vec::new()).unwrap();
         assert_eq!(group.counts(), (3, 3));
         // A caller alone: its file and its directory, each its own sync.
-        let file = file(dir.path(), "new.jsonl");
-        let directory = File::open(dir.path()).unwrap();
-        group
-            .sync(vec![
-                ToSync {
-                    file,
-                    directory: false,
-                },
-                ToSync {
-                    file: directory,
-                    directory: true,
-                },
-            ])
-            .unwrap();
+        group.sync(new_journal(dir.path(), "new.jsonl")).unwrap();
         assert_eq!(group.counts(), (4, 5));
     }
 
@@ -240,21 +241,11 @@ mod tests {
         let start = Arc::new(Barrier::new(callers));
         let threads: Vec<_> = (0..callers)
             .map(|n| {
-                let file = file(dir.path(), &format!("{n}.jsonl"));
-                let directory = File::open(dir.path()).unwrap();
+                let files = new_journal(dir.path(), &format!("{n}.jsonl"));
                 let (group, start) = (Arc::clone(&group), Arc::clone(&start));
                 thread::spawn(move || {
                     start.wait();
-                    group.sync(vec![
-                        ToSync {
-                            file,
-                            directory: false,
-                        },
-                        ToSync {
-                            file: directory,
-                            directory: true,
-                        },
-                    ])
+                    group.sync(files)
                 })
             })
             .collect();

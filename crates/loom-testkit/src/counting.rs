@@ -1,7 +1,11 @@
 //! [`CountingStore`]: a journal that counts what its reads return, to prove that a reader
-//! reads only what it needs (a follower, a run in a long session).
+//! reads only what it needs (a follower, a run in a long session), and records which of its
+//! appends a durable journal would sync.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{
+    Mutex, PoisonError,
+    atomic::{AtomicU64, Ordering},
+};
 
 use loom_core::{
     BoxFuture, Event,
@@ -9,7 +13,8 @@ use loom_core::{
 };
 
 /// Wraps a journal: every method is the inner journal's; `read` also counts the events it
-/// returns and remembers the lowest `after_seq` asked for. The index lookups (`find_run`,
+/// returns and remembers the lowest `after_seq` asked for, and `append` records each batch's
+/// types and whether a durable journal syncs it ([`loom_core::event::must_sync`]). The index lookups (`find_run`,
 /// `run_start`, `last_of_type`) are the inner journal's own, uncounted: what is counted is
 /// what the reads return.
 #[derive(Debug)]
@@ -18,6 +23,7 @@ pub struct CountingStore<S> {
     pub inner: S,
     returned: AtomicU64,
     lowest_after: AtomicU64,
+    appended: Mutex<Vec<(Vec<String>, bool)>>,
 }
 
 impl<S: EventStore> CountingStore<S> {
@@ -27,7 +33,18 @@ impl<S: EventStore> CountingStore<S> {
             inner,
             returned: AtomicU64::new(0),
             lowest_after: AtomicU64::new(u64::MAX),
+            appended: Mutex::new(Vec::new()),
         }
+    }
+
+    /// The types of the batches appended so far that a durable journal syncs before answering.
+    pub fn synced_batches(&self) -> Vec<Vec<String>> {
+        let appended = self.appended.lock().unwrap_or_else(PoisonError::into_inner);
+        appended
+            .iter()
+            .filter(|(_, synced)| *synced)
+            .map(|(types, _)| types.clone())
+            .collect()
     }
 
     /// Starts counting again.
@@ -53,6 +70,12 @@ impl<S: EventStore> EventStore for CountingStore<S> {
         batch: Vec<Event>,
         expected_last_seq: u64,
     ) -> BoxFuture<'_, Result<Vec<Event>, StoreError>> {
+        let types = batch.iter().map(|e| e.event_type.clone()).collect();
+        let synced = loom_core::event::must_sync(&batch);
+        self.appended
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push((types, synced));
         self.inner.append(batch, expected_last_seq)
     }
 
