@@ -13,37 +13,10 @@
 use std::{collections::BTreeMap, process::ExitCode, sync::Arc};
 
 use loom_ia::{
-    FnTool, SourceContext, SourceError, SourceFactoryError, SourceRequest, Tool, ToolError,
-    ToolOutput, ToolSource,
-    core::{
-        BoxFuture,
-        tool::{SideEffects, ToolDeclarations, ToolKind, ToolSpec},
-    },
+    FixedSource, FnTool, SourceFactoryError, SourceRequest, ToolError, ToolOutput, ToolSource,
+    core::tool::{SideEffects, ToolDeclarations, ToolKind, ToolSpec},
 };
 use serde_json::{Value, json};
-
-/// A catalogue's tools: one, `prix` (Loom names it `<source>__prix`).
-#[derive(Debug)]
-struct Catalogue {
-    tools: Vec<Arc<dyn Tool>>,
-}
-
-impl ToolSource for Catalogue {
-    fn name(&self) -> &str {
-        "catalogue"
-    }
-
-    fn open<'a>(
-        &'a self,
-        _ctx: &'a SourceContext,
-    ) -> BoxFuture<'a, Result<Vec<Arc<dyn Tool>>, SourceError>> {
-        Box::pin(async move { Ok(self.tools.clone()) })
-    }
-
-    fn release<'a>(&'a self, _ctx: &'a SourceContext) -> BoxFuture<'a, ()> {
-        Box::pin(async {})
-    }
-}
 
 /// The factory of the `catalogue` kind: `params.devise` (a currency code) and `params.articles`
 /// (the unit price of each article), each refused at its key when it is missing or wrong.
@@ -86,9 +59,11 @@ fn catalogue(request: &SourceRequest<'_>) -> Result<Arc<dyn ToolSource>, SourceF
         let answer = prix(&articles, &devise, &args);
         Box::pin(async move { answer.map(ToolOutput::text) })
     });
-    Ok(Arc::new(Catalogue {
-        tools: vec![Arc::new(tool)],
-    }))
+    // One tool, `prix` (Loom names it `<source>__prix`).
+    Ok(Arc::new(FixedSource::new(
+        "catalogue",
+        vec![Arc::new(tool)],
+    )))
 }
 
 /// `quantite` × the unit price of `article`, computed in cents.

@@ -97,7 +97,9 @@ pub use loom_engine::{
     replay::{Divergence, Miss, ReplayCounts, VariantCounts},
 };
 pub use loom_macros::tool;
-pub use tool_sources::{SourceFactory, SourceFactoryError, SourceRequest, SourceSecrets};
+pub use tool_sources::{
+    FixedSource, SourceFactory, SourceFactoryError, SourceRequest, SourceSecrets,
+};
 pub mod report;
 /// The sandbox runner behind `loom sandbox serve` and its client (feature `remote-sandbox`):
 /// the [`Sandbox`](loom_core::sandbox::Sandbox) contract over HTTP.

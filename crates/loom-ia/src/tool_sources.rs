@@ -30,6 +30,42 @@ use loom_core::{
 
 use crate::{LoomError, resolve::Stage, sources::Declared};
 
+/// A source whose tools are known when it is built: every run is offered the same ones, and
+/// there is nothing to release. What most factories return.
+#[derive(Debug)]
+pub struct FixedSource {
+    name: String,
+    tools: Vec<Arc<dyn Tool>>,
+}
+
+impl FixedSource {
+    /// The source `name` offering `tools` (bare names get the `<source>__` prefix when the
+    /// source is declared in `tool_sources`).
+    pub fn new(name: impl Into<String>, tools: Vec<Arc<dyn Tool>>) -> FixedSource {
+        FixedSource {
+            name: name.into(),
+            tools,
+        }
+    }
+}
+
+impl ToolSource for FixedSource {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn open<'a>(
+        &'a self,
+        _ctx: &'a SourceContext,
+    ) -> BoxFuture<'a, Result<Vec<Arc<dyn Tool>>, SourceError>> {
+        Box::pin(async move { Ok(self.tools.clone()) })
+    }
+
+    fn release<'a>(&'a self, _ctx: &'a SourceContext) -> BoxFuture<'a, ()> {
+        Box::pin(async {})
+    }
+}
+
 /// What builds a tool source of one `kind`: object safe, shared as `Arc<dyn SourceFactory>`.
 /// Any `Fn(&SourceRequest) -> Result<Arc<dyn ToolSource>, SourceFactoryError>` is one.
 pub trait SourceFactory: Send + Sync {

@@ -9,12 +9,9 @@
 use std::sync::{Arc, Mutex};
 
 use loom_ia::{
-    FnTool, Loom, LoomError, RunOptions, SourceContext, SourceError, SourceFactoryError,
-    SourceRequest, Tool, ToolOutput, ToolSource,
-    core::{
-        BoxFuture,
-        tool::{SideEffects, ToolDeclarations, ToolKind, ToolSpec},
-    },
+    FixedSource, FnTool, Loom, LoomError, RunOptions, SourceFactoryError, SourceRequest,
+    ToolOutput, ToolSource,
+    core::tool::{SideEffects, ToolDeclarations, ToolKind, ToolSpec},
     testing::{Script, assert_tool_called},
 };
 use serde_json::json;
@@ -44,29 +41,6 @@ agents:
     tools:
       - source: catalog
 "#;
-
-/// A source with one tool, `price`, named bare (Loom adds the prefix).
-#[derive(Debug)]
-struct Catalog {
-    tools: Vec<Arc<dyn Tool>>,
-}
-
-impl ToolSource for Catalog {
-    fn name(&self) -> &str {
-        "catalog"
-    }
-
-    fn open<'a>(
-        &'a self,
-        _ctx: &'a SourceContext,
-    ) -> BoxFuture<'a, Result<Vec<Arc<dyn Tool>>, SourceError>> {
-        Box::pin(async move { Ok(self.tools.clone()) })
-    }
-
-    fn release<'a>(&'a self, _ctx: &'a SourceContext) -> BoxFuture<'a, ()> {
-        Box::pin(async {})
-    }
-}
 
 /// What the factory saw, per call: name, tenant, currency, whether the key was right, and
 /// whether the base directory holds the config.
@@ -107,9 +81,8 @@ fn factory(
                 )))
             })
         });
-        Ok(Arc::new(Catalog {
-            tools: vec![Arc::new(tool)],
-        }))
+        // One tool, `price`, named bare (Loom adds the prefix).
+        Ok(Arc::new(FixedSource::new("catalog", vec![Arc::new(tool)])))
     }
 }
 
