@@ -3,7 +3,7 @@
 //! The model port lives in [`crate::model`] and the tool port in [`crate::tool`]. Every port is
 //! used as `Arc<dyn Port>`; adapters implement them in their own crates.
 
-use std::{fmt, time::Duration};
+use std::{fmt, sync::Arc, time::Duration};
 
 use chrono::{DateTime, Utc};
 
@@ -154,6 +154,38 @@ pub trait EventStore: Send + Sync + fmt::Debug {
         session_id: &'a str,
         after_seq: u64,
     ) -> BoxFuture<'a, Result<Vec<Event>, StoreError>>;
+
+    /// [`EventStore::append`] for a writer that keeps its batch (to write it again after a
+    /// conflict) and only reads the events written: they come back shared. A store that keeps
+    /// decoded events (the memory journal, the stores' caches of events read last) hands out
+    /// the events it keeps instead of copies. The default copies the batch for `append`; a
+    /// store that overrides it writes, checks and refuses exactly as `append` does.
+    fn append_shared<'a>(
+        &'a self,
+        batch: &'a [Event],
+        expected_last_seq: u64,
+    ) -> BoxFuture<'a, Result<Vec<Arc<Event>>, StoreError>> {
+        Box::pin(async move {
+            let written = self.append(batch.to_vec(), expected_last_seq).await?;
+            Ok(written.into_iter().map(Arc::new).collect())
+        })
+    }
+
+    /// [`EventStore::read`] for a reader that only reads the events: they come back shared,
+    /// so that a store that keeps decoded events hands those out instead of copies. The
+    /// default wraps what `read` returns; a store that overrides it reads and refuses exactly
+    /// as `read` does.
+    fn read_shared<'a>(
+        &'a self,
+        tenant_id: &'a str,
+        session_id: &'a str,
+        after_seq: u64,
+    ) -> BoxFuture<'a, Result<Vec<Arc<Event>>, StoreError>> {
+        Box::pin(async move {
+            let events = self.read(tenant_id, session_id, after_seq).await?;
+            Ok(events.into_iter().map(Arc::new).collect())
+        })
+    }
 
     /// The last seq of a session (0 when empty or absent).
     fn last_seq<'a>(

@@ -8,6 +8,7 @@
 
 use std::{
     future::Future,
+    sync::Arc,
     time::{Duration, Instant},
 };
 
@@ -134,7 +135,7 @@ impl<'a> Io<'a> {
         &mut self,
         state: &mut RunState,
         batch: Vec<Event>,
-    ) -> Result<Vec<Event>, EngineError> {
+    ) -> Result<Vec<Arc<Event>>, EngineError> {
         let run = self.events.run();
         let batch = if state.pending_calls.iter().any(|c| c.child_run_id.is_some())
             && batch
@@ -148,8 +149,14 @@ impl<'a> Io<'a> {
         } else {
             batch
         };
-        let written = self.writer.append(batch).await?;
-        for event in self.writer.take_seen().iter().chain(&written) {
+        let written = self.writer.append(&batch).await?;
+        drop(batch);
+        for event in self
+            .writer
+            .take_seen()
+            .iter()
+            .chain(written.iter().map(|e| &**e))
+        {
             self.session_state.apply(event);
         }
         for event in self.writer.take_foreign() {

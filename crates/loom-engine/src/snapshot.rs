@@ -15,6 +15,8 @@
 //! A snapshot is never the truth: it is derived from the events before it, and a lost race (a
 //! conflict with another writer) only means it is written after a later run.
 
+use std::sync::Arc;
+
 use loom_core::{
     Event, RunState,
     event::{Payload, SessionSnapshot},
@@ -35,7 +37,18 @@ impl Engine {
         let Some(every) = self.snapshot_every else {
             return Ok(false);
         };
-        let window = Window::latest(self.store.as_ref(), &run.tenant_id, &run.session_id).await?;
+        // A snapshot covers at least `every` events after the last one: a session that has
+        // not written that many since is not read.
+        let Some(window) = Window::latest_beyond(
+            self.store.as_ref(),
+            &run.tenant_id,
+            &run.session_id,
+            u64::from(every),
+        )
+        .await?
+        else {
+            return Ok(false);
+        };
         let Some(snapshot) = plan(&window, every)? else {
             return Ok(false);
         };
@@ -143,13 +156,22 @@ impl Engine {
     /// start when the store's run index knows it, else from the last snapshot before the run
     /// (see the `window` module), else the whole session. Never fewer than the run's own events.
     pub async fn read_run(&self, run: &RunRef) -> Result<Vec<Event>, EngineError> {
+        let events = self.read_run_shared(run).await?;
+        Ok(events.into_iter().map(Arc::unwrap_or_clone).collect())
+    }
+
+    /// [`Engine::read_run`], the events shared with the store ([`EventStore::read_shared`]):
+    /// for a reader that only reads them (a run's result).
+    ///
+    /// [`EventStore::read_shared`]: loom_core::ports::EventStore::read_shared
+    pub async fn read_run_shared(&self, run: &RunRef) -> Result<Vec<Arc<Event>>, EngineError> {
         let store = self.store.as_ref();
         if let Some(start) = store
             .run_start(&run.tenant_id, &run.session_id, &run.run_id)
             .await?
         {
             let events = store
-                .read(&run.tenant_id, &run.session_id, start.saturating_sub(1))
+                .read_shared(&run.tenant_id, &run.session_id, start.saturating_sub(1))
                 .await?;
             if events.first().is_some_and(|e| {
                 e.run_id == run.run_id && matches!(e.payload, Payload::RunStarted(_))
@@ -157,7 +179,8 @@ impl Engine {
                 return Ok(events);
             }
         }
-        Ok(Window::of_run(store, run).await?.events)
+        let window = Window::of_run(store, run).await?;
+        Ok(window.events.into_iter().map(Arc::new).collect())
     }
 }
 

@@ -2,6 +2,8 @@
 //! journal: which descendants are open, what they wait for, and how they close with their
 //! ancestor.
 
+use std::borrow::Borrow;
+
 use chrono::{DateTime, Utc};
 use loom_core::{
     Event, RunState, RunStatus,
@@ -18,9 +20,13 @@ use crate::{
 /// The descendants of `run_id` (children, their children…) that have not closed, folded from
 /// the session's `events`, most recently started first: the order in which a closing parent
 /// cancels them.
-pub fn open_descendants(events: &[Event], run_id: &str) -> Result<Vec<RunState>, FoldError> {
+pub fn open_descendants<E: Borrow<Event>>(
+    events: &[E],
+    run_id: &str,
+) -> Result<Vec<RunState>, FoldError> {
     let mut tree: Vec<&str> = vec![run_id];
     for event in events {
+        let event = event.borrow();
         if let Payload::RunStarted(started) = &event.payload
             && let Some(parent) = &started.parent_run_id
             && tree.contains(&parent.as_str())
@@ -31,7 +37,7 @@ pub fn open_descendants(events: &[Event], run_id: &str) -> Result<Vec<RunState>,
     }
     let mut open = Vec::new();
     for id in tree.into_iter().skip(1).rev() {
-        let state = RunState::fold(id, events)?;
+        let state = RunState::fold(id, events.iter().map(Borrow::borrow))?;
         if !state.finished && !state.status.is_terminal() {
             open.push(state);
         }
@@ -41,8 +47,8 @@ pub fn open_descendants(events: &[Event], run_id: &str) -> Result<Vec<RunState>,
 
 /// The approval requests waiting in the open descendants of `run_id`, in the order their runs
 /// started: what a root run waiting for its children shows as its own pending approvals.
-pub fn descendant_approvals(
-    events: &[Event],
+pub fn descendant_approvals<E: Borrow<Event>>(
+    events: &[E],
     run_id: &str,
 ) -> Result<Vec<PendingApproval>, FoldError> {
     Ok(open_descendants(events, run_id)?

@@ -68,6 +68,27 @@ impl Window {
         }
     }
 
+    /// [`Window::latest`] when at least `at_least` events follow the session's last snapshot
+    /// (its start without one), `None` without reading the events when fewer do.
+    pub(crate) async fn latest_beyond(
+        store: &dyn EventStore,
+        tenant_id: &str,
+        session_id: &str,
+        at_least: u64,
+    ) -> Result<Option<Window>, EngineError> {
+        let snapshot = snapshot(store, tenant_id, session_id, u64::MAX).await?;
+        let after = snapshot.as_ref().map_or(0, |s| s.up_to_seq);
+        let last = store.last_seq(tenant_id, session_id).await?;
+        if last.saturating_sub(after) < at_least {
+            return Ok(None);
+        }
+        Ok(Some(Window {
+            events: store.read(tenant_id, session_id, after).await?,
+            after,
+            snapshot,
+        }))
+    }
+
     /// From the last snapshot before `run` began: every event of the run and of its sub-runs
     /// is in the window. A run that began before the session's last snapshot (one that waited
     /// for an approval meanwhile) reads from the snapshot before it, found from the store's run

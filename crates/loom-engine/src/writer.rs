@@ -8,6 +8,8 @@
 //! steering, settling approvals, cancelling a run at rest, handing a lease back): it reads the
 //! session, decides what to write from it, and on a conflict reads and decides again.
 
+use std::sync::Arc;
+
 use loom_core::{
     Event,
     event::Payload,
@@ -124,12 +126,14 @@ impl<'a> SessionWriter<'a> {
 
     /// Appends a batch. Conflicts caused by other runs of the session are retried; an event
     /// of this run written by someone else means another driver took over: nothing is written.
-    pub(crate) async fn append(&mut self, batch: Vec<Event>) -> Result<Vec<Event>, EngineError> {
+    /// The batch is lent to the store, never copied here: it is kept for the next attempt, and
+    /// the events written come back shared with the store.
+    pub(crate) async fn append(&mut self, batch: &[Event]) -> Result<Vec<Arc<Event>>, EngineError> {
         for attempt in 0..MAX_CONFLICT_RETRIES {
             if attempt > 0 {
                 tokio::time::sleep(contention_pause(&self.run.run_id, attempt)).await;
             }
-            match self.store.append(batch.clone(), self.last_seq).await {
+            match self.store.append_shared(batch, self.last_seq).await {
                 Ok(written) => {
                     if let Some(last) = written.last() {
                         self.last_seq = last.seq;

@@ -215,3 +215,33 @@ async fn a_snapshot_waits_for_a_run_that_has_not_closed() {
         Payload::SessionSnapshot(s) if s.up_to_seq > start
     )));
 }
+
+/// The check after a run reads nothing of a session that has not written `snapshot_every`
+/// events since its last snapshot: no snapshot can be due, whatever the events say.
+#[tokio::test]
+async fn a_session_shorter_than_snapshot_every_is_not_read_for_a_snapshot() {
+    for (every, due) in [(1000, false), (5, true)] {
+        let store = Arc::new(CountingStore::new(MemoryStore::new()));
+        // The run itself writes no snapshot; the check is then made with `every`.
+        let plain = Engine::new(store.clone(), Arc::new(ManualClock::new())).with_snapshots(None);
+        let agent = agent(scripted("fake-1", calc_script()));
+        let (run, status) = run(&plain, &agent, "Question").await;
+        assert_eq!(status, RunStatus::Completed);
+        let written = store.inner.last_seq("default", "s1").await.unwrap();
+        assert!(written > 5 && written < 1000, "{written} events");
+        let engine =
+            Engine::new(store.clone(), Arc::new(ManualClock::new())).with_snapshots(Some(every));
+        store.reset();
+        assert_eq!(
+            engine.snapshot_if_due(&run).await.unwrap(),
+            due,
+            "every {every}"
+        );
+        let read = store.returned();
+        if due {
+            assert_eq!(read, written, "every {every}: the whole session is read");
+        } else {
+            assert_eq!(read, 0, "every {every}: nothing is read");
+        }
+    }
+}

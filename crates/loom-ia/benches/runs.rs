@@ -131,18 +131,42 @@ impl Counting {
     }
 }
 
+impl Counting {
+    fn count(&self, batch: &[Event]) {
+        self.appends.fetch_add(1, Ordering::Relaxed);
+        self.events.fetch_add(batch.len(), Ordering::Relaxed);
+        if let Some(batches) = self.batches.lock().unwrap().as_mut() {
+            batches.push(batch.iter().map(|e| e.event_type.clone()).collect());
+        }
+    }
+}
+
 impl EventStore for Counting {
     fn append(
         &self,
         batch: Vec<Event>,
         expected_last_seq: u64,
     ) -> BoxFuture<'_, Result<Vec<Event>, StoreError>> {
-        self.appends.fetch_add(1, Ordering::Relaxed);
-        self.events.fetch_add(batch.len(), Ordering::Relaxed);
-        if let Some(batches) = self.batches.lock().unwrap().as_mut() {
-            batches.push(batch.iter().map(|e| e.event_type.clone()).collect());
-        }
+        self.count(&batch);
         self.inner.append(batch, expected_last_seq)
+    }
+
+    fn append_shared<'a>(
+        &'a self,
+        batch: &'a [Event],
+        expected_last_seq: u64,
+    ) -> BoxFuture<'a, Result<Vec<Arc<Event>>, StoreError>> {
+        self.count(batch);
+        self.inner.append_shared(batch, expected_last_seq)
+    }
+
+    fn read_shared<'a>(
+        &'a self,
+        tenant_id: &'a str,
+        session_id: &'a str,
+        after_seq: u64,
+    ) -> BoxFuture<'a, Result<Vec<Arc<Event>>, StoreError>> {
+        self.inner.read_shared(tenant_id, session_id, after_seq)
     }
 
     fn read<'a>(

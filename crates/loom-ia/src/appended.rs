@@ -12,8 +12,8 @@ use loom_core::{
 /// What a wrapper does once a batch is written (the events as the journal returned them). It
 /// never fails the append: a failure is the hook's to log.
 pub(crate) trait AfterAppend: Send + Sync + fmt::Debug {
-    /// Called with each batch written.
-    fn after<'a>(&'a self, written: &'a [Event]) -> BoxFuture<'a, ()>;
+    /// Called with each batch written (owned or shared, as the append returned them).
+    fn after<'a>(&'a self, written: &'a [&'a Event]) -> BoxFuture<'a, ()>;
 }
 
 /// `inner`, with `hook` run after each successful append.
@@ -38,9 +38,31 @@ impl<H: AfterAppend> EventStore for Appended<H> {
     ) -> BoxFuture<'_, Result<Vec<Event>, StoreError>> {
         Box::pin(async move {
             let written = self.inner.append(batch, expected_last_seq).await?;
-            self.hook.after(&written).await;
+            self.hook.after(&written.iter().collect::<Vec<_>>()).await;
             Ok(written)
         })
+    }
+
+    fn append_shared<'a>(
+        &'a self,
+        batch: &'a [Event],
+        expected_last_seq: u64,
+    ) -> BoxFuture<'a, Result<Vec<Arc<Event>>, StoreError>> {
+        Box::pin(async move {
+            let written = self.inner.append_shared(batch, expected_last_seq).await?;
+            let events: Vec<&Event> = written.iter().map(|e| &**e).collect();
+            self.hook.after(&events).await;
+            Ok(written)
+        })
+    }
+
+    fn read_shared<'a>(
+        &'a self,
+        tenant_id: &'a str,
+        session_id: &'a str,
+        after_seq: u64,
+    ) -> BoxFuture<'a, Result<Vec<Arc<Event>>, StoreError>> {
+        self.inner.read_shared(tenant_id, session_id, after_seq)
     }
 
     fn read<'a>(

@@ -2,6 +2,8 @@
 //! answers, and what a run's result says of the compaction it triggered or that preceded it,
 //! read from the journal ([`CompactionNote::of_run`]).
 
+use std::borrow::Borrow;
+
 use loom_core::{Event, RunState, RunStatus, event::Payload};
 use loom_engine::Compaction;
 use serde::{Deserialize, Serialize};
@@ -80,9 +82,12 @@ impl CompactionNote {
     /// The compaction `run_id` triggered (`after`), else the last one that ran between the
     /// session's previous turn and `run_id`'s opening (`before`), read from the session's
     /// events.
-    pub fn of_run(events: &[Event], run_id: &str) -> Option<CompactionNote> {
+    pub fn of_run<E: Borrow<Event>>(events: &[E], run_id: &str) -> Option<CompactionNote> {
+        let events: Vec<&Event> = events.iter().map(Borrow::borrow).collect();
+        let events = events.as_slice();
         let compactions: Vec<(&Event, Option<&str>)> = events
             .iter()
+            .copied()
             .filter_map(|e| match &e.payload {
                 Payload::RunStarted(p) if p.kind == "compaction" => {
                     Some((e, p.triggered_by.as_deref()))
@@ -117,7 +122,7 @@ impl CompactionNote {
 }
 
 /// The note of the compaction run `run_id`, from the session's events.
-fn note(events: &[Event], run_id: &str) -> CompactionNote {
+fn note(events: &[&Event], run_id: &str) -> CompactionNote {
     let compacted = events.iter().find_map(|e| match &e.payload {
         Payload::SessionCompacted(c) if e.run_id == run_id => Some(c),
         _ => None,
@@ -133,7 +138,7 @@ fn note(events: &[Event], run_id: &str) -> CompactionNote {
             ..CompactionNote::bare("applied")
         };
     }
-    let outcome = match RunState::fold(run_id, events) {
+    let outcome = match RunState::fold(run_id, events.iter().copied()) {
         // Completed but `session.compacted` not written yet: still being applied.
         Ok(state) if !state.finished || state.status == RunStatus::Completed => "running",
         Ok(state)
@@ -144,7 +149,7 @@ fn note(events: &[Event], run_id: &str) -> CompactionNote {
         }
         _ => "failed",
     };
-    let cost_usd = RunState::fold(run_id, events).map_or(0.0, |s| s.cost_usd);
+    let cost_usd = RunState::fold(run_id, events.iter().copied()).map_or(0.0, |s| s.cost_usd);
     CompactionNote {
         run_id: Some(run_id.to_owned()),
         cost_usd,

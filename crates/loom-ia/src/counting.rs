@@ -70,7 +70,7 @@ fn billed(event: &Event) -> Option<Sum> {
 }
 
 /// The spending of `events` by sum key.
-fn spending(events: &[Event]) -> Vec<(String, Sum)> {
+fn spending(events: &[&Event]) -> Vec<(String, Sum)> {
     let mut sums: Vec<(String, Sum)> = Vec::new();
     for event in events {
         let Some(spent) = billed(event) else {
@@ -91,13 +91,13 @@ fn spending(events: &[Event]) -> Vec<(String, Sum)> {
 }
 
 impl AfterAppend for CountingStore {
-    fn after<'a>(&'a self, written: &'a [Event]) -> BoxFuture<'a, ()> {
+    fn after<'a>(&'a self, written: &'a [&'a Event]) -> BoxFuture<'a, ()> {
         Box::pin(self.count(written))
     }
 }
 
 impl CountingStore {
-    async fn count(&self, written: &[Event]) {
+    async fn count(&self, written: &[&Event]) {
         for (key, amount) in spending(written) {
             if let Err(error) = self.counters.add(&key, amount).await {
                 tracing::warn!(

@@ -189,7 +189,7 @@ impl NotifyingStore {
 
     /// Tells the local followers, then the other processes (in the background: the append
     /// never waits for the bus).
-    fn announce(&self, written: &[Event]) {
+    fn announce(&self, written: &[&Event]) {
         let (Some(first), Some(last)) = (written.first(), written.last()) else {
             return;
         };
@@ -223,7 +223,7 @@ impl NotifyingStore {
 }
 
 impl AfterAppend for NotifyingStore {
-    fn after<'a>(&'a self, written: &'a [Event]) -> BoxFuture<'a, ()> {
+    fn after<'a>(&'a self, written: &'a [&'a Event]) -> BoxFuture<'a, ()> {
         self.announce(written);
         crate::telemetry::log_calls(written);
         Box::pin(async {})

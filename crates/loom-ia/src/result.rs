@@ -1,6 +1,8 @@
 //! What a run produced, as callers see it: one builder ([`RunResult::from_events`]) for every
 //! door (`loom run|resume|approve --json`, the REST API, the MCP server's structured content).
 
+use std::borrow::Borrow;
+
 use loom_core::{
     Event, Message, RunState, RunStatus, Usage,
     approval::PendingApproval,
@@ -231,14 +233,25 @@ impl RunResult {
     /// The result of `run_id` from the events of its session (the journal of the whole
     /// session: a run waiting for its sub-runs lists their pending approvals, and its report
     /// rolls their usage up). The one builder of every door.
-    pub fn from_events(run_id: &str, events: &[Event]) -> Result<RunResult, FoldError> {
-        let state = RunState::fold(run_id, events)?;
+    ///
+    /// `events` may be owned or shared (`Arc<Event>`, as [`Loom::result`](crate::Loom::result)
+    /// reads them).
+    pub fn from_events<E: Borrow<Event>>(
+        run_id: &str,
+        events: &[E],
+    ) -> Result<RunResult, FoldError> {
+        let state = RunState::fold(run_id, events.iter().map(Borrow::borrow))?;
         let mut pending_approvals = state.pending_approvals();
         if state.status == RunStatus::WaitingChild {
             // The root answers for its tree: `approve` on it decides its sub-runs' requests.
             pending_approvals.extend(loom_engine::descendant_approvals(events, run_id)?);
         }
-        let own = || events.iter().filter(|e| e.run_id == run_id);
+        let own = || {
+            events
+                .iter()
+                .map(Borrow::borrow)
+                .filter(|e: &&Event| e.run_id == run_id)
+        };
         let mut artifacts = Vec::new();
         let mut verdicts = Vec::new();
         let mut skipped_judges = Vec::new();

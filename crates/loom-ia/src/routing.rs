@@ -52,6 +52,28 @@ impl EventStore for RoutedEvents {
         Box::pin(async move { store.append(batch, expected_last_seq).await })
     }
 
+    fn append_shared<'a>(
+        &'a self,
+        batch: &'a [Event],
+        expected_last_seq: u64,
+    ) -> BoxFuture<'a, Result<Vec<std::sync::Arc<Event>>, StoreError>> {
+        let store = match batch.first() {
+            Some(first) => self.of(&first.tenant_id),
+            None => &self.root,
+        };
+        store.append_shared(batch, expected_last_seq)
+    }
+
+    fn read_shared<'a>(
+        &'a self,
+        tenant_id: &'a str,
+        session_id: &'a str,
+        after_seq: u64,
+    ) -> BoxFuture<'a, Result<Vec<std::sync::Arc<Event>>, StoreError>> {
+        self.of(tenant_id)
+            .read_shared(tenant_id, session_id, after_seq)
+    }
+
     fn read<'a>(
         &'a self,
         tenant_id: &'a str,

@@ -58,7 +58,7 @@ impl Telemetry {
 /// One INFO line per model call (`model.responded`) and tool call (`tool.completed`) among
 /// `written`, on the target `loom::calls`: ids, model or tool, tokens, cost and latency; never
 /// content.
-pub(crate) fn log_calls(written: &[Event]) {
+pub(crate) fn log_calls(written: &[&Event]) {
     for event in written {
         match &event.payload {
             Payload::ModelResponded(call) => tracing::info!(

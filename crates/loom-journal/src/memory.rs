@@ -9,7 +9,7 @@ mod search;
 
 use std::{
     collections::{HashMap, VecDeque},
-    sync::{Mutex, MutexGuard, PoisonError},
+    sync::{Arc, Mutex, MutexGuard, PoisonError},
 };
 
 use loom_core::{
@@ -124,10 +124,10 @@ impl MemoryStore {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn append_now(&self, batch: Vec<Event>, expected: u64) -> Result<Vec<Event>, StoreError> {
+    fn append_now(&self, batch: Vec<Event>, expected: u64) -> Result<Vec<Arc<Event>>, StoreError> {
         let mut batch = match Batch::check(batch)? {
             Ok(batch) => batch,
-            Err(empty) => return Ok(empty),
+            Err(empty) => return Ok(empty.into_iter().map(Arc::new).collect()),
         };
         let mut inner = self.lock();
         let key = (batch.tenant_id.clone(), batch.session_id.clone());
@@ -148,11 +148,11 @@ impl MemoryStore {
             journals, packer, ..
         } = &mut *inner;
         let journal = journals.entry(key.clone()).or_default();
-        journal.push(&events, lines, packer);
+        let kept = journal.push(events, lines, packer);
         journal.touched = clock;
         inner.recent.push_back((clock, key));
         inner.pack_quiet();
-        Ok(events)
+        Ok(kept)
     }
 
     fn read_now(
@@ -160,7 +160,7 @@ impl MemoryStore {
         tenant_id: &str,
         session_id: &str,
         after: u64,
-    ) -> Result<Vec<Event>, StoreError> {
+    ) -> Result<Vec<Arc<Event>>, StoreError> {
         safe_id("tenant", tenant_id)?;
         safe_id("session", session_id)?;
         let lines = match self
@@ -282,7 +282,15 @@ impl EventStore for MemoryStore {
         batch: Vec<Event>,
         expected_last_seq: u64,
     ) -> BoxFuture<'_, Result<Vec<Event>, StoreError>> {
-        Box::pin(async move { self.append_now(batch, expected_last_seq) })
+        Box::pin(async move { Ok(owned(self.append_now(batch, expected_last_seq)?)) })
+    }
+
+    fn append_shared<'a>(
+        &'a self,
+        batch: &'a [Event],
+        expected_last_seq: u64,
+    ) -> BoxFuture<'a, Result<Vec<Arc<Event>>, StoreError>> {
+        Box::pin(async move { self.append_now(batch.to_vec(), expected_last_seq) })
     }
 
     fn read<'a>(
@@ -291,6 +299,15 @@ impl EventStore for MemoryStore {
         session_id: &'a str,
         after_seq: u64,
     ) -> BoxFuture<'a, Result<Vec<Event>, StoreError>> {
+        Box::pin(async move { Ok(owned(self.read_now(tenant_id, session_id, after_seq)?)) })
+    }
+
+    fn read_shared<'a>(
+        &'a self,
+        tenant_id: &'a str,
+        session_id: &'a str,
+        after_seq: u64,
+    ) -> BoxFuture<'a, Result<Vec<Arc<Event>>, StoreError>> {
         Box::pin(async move { self.read_now(tenant_id, session_id, after_seq) })
     }
 
@@ -358,6 +375,12 @@ impl EventStore for MemoryStore {
             Ok(removed.map_or(0, |journal| journal.last_seq()))
         })
     }
+}
+
+/// Events handed out shared, as owned events: each a copy, unless the journal no longer keeps
+/// it (packed meanwhile).
+fn owned(events: Vec<Arc<Event>>) -> Vec<Event> {
+    events.into_iter().map(Arc::unwrap_or_clone).collect()
 }
 
 #[cfg(test)]

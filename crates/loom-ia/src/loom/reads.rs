@@ -97,7 +97,8 @@ impl Loom {
     /// store's run index knows it (its sub-runs start after it), so a client polling a run
     /// (MCP's `run_status`, REST's `GET /runs/{id}`) does not read the runs before it.
     pub async fn result(&self, run: &RunRef) -> Result<RunResult, LoomError> {
-        let mut events = self.inner.engine.read_run(run).await?;
+        // Shared with the store: a result only reads the events.
+        let mut events = self.inner.engine.read_run_shared(run).await?;
         // A compaction run just before the run (at its opening) is part of its result: read
         // from its start when the events read begin with the run.
         if let Some(first) = events
@@ -113,7 +114,7 @@ impl Loom {
                 matches!(&e.payload, loom_core::Payload::RunStarted(p) if p.kind == "compaction")
             }) {
                 let mut before = store
-                    .read(&run.tenant_id, &run.session_id, previous.seq - 1)
+                    .read_shared(&run.tenant_id, &run.session_id, previous.seq - 1)
                     .await?;
                 before.retain(|e| e.seq < first);
                 before.append(&mut events);

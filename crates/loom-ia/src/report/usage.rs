@@ -7,7 +7,10 @@
 //! (`roles`), its agent (`agents`) and its model (`models`). A sub-run's roll-up (its calls and
 //! its own sub-runs', all the way down) is `runs[id].with_sub_runs`.
 
-use std::collections::{BTreeMap, HashMap};
+use std::{
+    borrow::Borrow,
+    collections::{BTreeMap, HashMap},
+};
 
 use chrono::{DateTime, Utc};
 use loom_core::{Event, RunStatus, Usage, event::Payload};
@@ -127,13 +130,13 @@ pub struct UsageReport {
 impl UsageReport {
     /// The report of `run_id` (its sub-runs included) from the events of its session; a run's
     /// own events give the same report without its sub-runs. An unknown run reports nothing.
-    pub fn from_events(run_id: &str, events: &[Event]) -> UsageReport {
+    pub fn from_events<E: Borrow<Event>>(run_id: &str, events: &[E]) -> UsageReport {
         let ledger = Ledger::new(events);
         let Some(at) = ledger.find(run_id) else {
             return UsageReport {
                 tenant_id: events
                     .first()
-                    .map(|e| e.tenant_id.clone())
+                    .map(|e| e.borrow().tenant_id.clone())
                     .unwrap_or_default(),
                 run_id: Some(run_id.to_owned()),
                 ..UsageReport::default()
@@ -279,10 +282,11 @@ struct Ledger {
 }
 
 impl Ledger {
-    fn new(events: &[Event]) -> Ledger {
+    fn new<E: Borrow<Event>>(events: &[E]) -> Ledger {
         let mut nodes: Vec<Node> = Vec::new();
         let mut index: HashMap<&str, usize> = HashMap::new();
         for event in events {
+            let event = event.borrow();
             if let Payload::RunStarted(started) = &event.payload {
                 if !index.contains_key(event.run_id.as_str()) {
                     index.insert(&event.run_id, nodes.len());

@@ -144,30 +144,33 @@ impl Journal {
     }
 
     /// Appends events already given their seqs (following [`Journal::last_seq`]), with their
-    /// lines (checked and serialized once, by `loom_core::journal::Batch`).
+    /// lines (checked and serialized once, by `loom_core::journal::Batch`); returns the events
+    /// as the journal keeps them, shared.
     pub(super) fn push(
         &mut self,
-        events: &[Event],
+        events: Vec<Event>,
         lines: Vec<loom_core::journal::Line>,
         packer: &mut Packer,
-    ) {
-        for (event, line) in events.iter().zip(lines) {
+    ) -> Vec<Arc<Event>> {
+        let mut kept = Vec::with_capacity(events.len());
+        for (mut event, line) in events.into_iter().zip(lines) {
             // The event as its line reads back: the line keeps microseconds (`ser_ts`).
-            let mut kept = event.clone();
-            kept.ts = kept.ts.trunc_subsecs(6);
+            event.ts = event.ts.trunc_subsecs(6);
+            let event = Arc::new(event);
             self.tail.push(Line {
                 text: Arc::from(line.into_string()),
-                event: Some(Arc::new(kept)),
+                event: Some(Arc::clone(&event)),
             });
+            kept.push(event);
         }
-        if let Some(last) = events.last() {
+        if let Some(last) = kept.last() {
             self.last_seq = last.seq;
-            // The line keeps microseconds (`ser_ts`): the summary says what a read says.
-            self.updated_at = Some(last.ts.trunc_subsecs(6));
+            self.updated_at = Some(last.ts);
         }
         if self.tail.len() >= TAIL_LINES {
             self.pack(packer);
         }
+        kept
     }
 
     /// Deflates the tail into a block; a last block smaller than [`TAIL_LINES`] is packed again
@@ -261,21 +264,22 @@ pub(super) struct Lines {
 }
 
 impl Lines {
-    /// The events, decoded and checked (`name` names the journal in errors).
-    pub(super) fn read(&self, name: &str) -> Result<Vec<Event>, StoreError> {
+    /// The events, decoded and checked (`name` names the journal in errors): those of the tail
+    /// shared with the journal, those of the blocks decoded.
+    pub(super) fn read(&self, name: &str) -> Result<Vec<Arc<Event>>, StoreError> {
         let mut events = Vec::new();
         for block in &self.blocks {
             let text = block.inflate(name)?;
             for (seq, line) in (block.first_seq..).zip(text.split('\n')) {
                 if seq > self.after {
-                    events.push(decode(line, seq, name)?);
+                    events.push(Arc::new(decode(line, seq, name)?));
                 }
             }
         }
         for (seq, line) in (self.tail_first..).zip(&self.tail) {
             events.push(match &line.event {
-                Some(event) => Event::clone(event),
-                None => decode(&line.text, seq, name)?,
+                Some(event) => Arc::clone(event),
+                None => Arc::new(decode(&line.text, seq, name)?),
             });
         }
         Ok(events)
@@ -440,8 +444,14 @@ mod tests {
         let mut batch = Batch::check(batch).unwrap().unwrap();
         batch.assign_seq(journal.last_seq());
         let (events, lines) = batch.into_parts();
-        journal.push(&events, lines, &mut Packer::default());
-        events
+        let kept = journal.push(events, lines, &mut Packer::default());
+        kept.iter().map(|event| Event::clone(event)).collect()
+    }
+
+    /// What `lines` read, as owned events.
+    fn read(lines: Lines) -> Vec<Event> {
+        let events = lines.read("s").unwrap();
+        events.iter().map(|event| Event::clone(event)).collect()
     }
 
     fn written(journal: &mut Journal, n: usize) -> Vec<Event> {
@@ -468,8 +478,8 @@ mod tests {
         all.extend(written(&mut journal, 3));
         journal.pack(&mut Packer::default());
         assert_eq!(journal.blocks.len(), 2);
-        assert_eq!(journal.lines(0, u64::MAX).read("s").unwrap(), all);
-        assert_eq!(journal.lines(270, u64::MAX).read("s").unwrap(), all[270..]);
+        assert_eq!(read(journal.lines(0, u64::MAX)), all);
+        assert_eq!(read(journal.lines(270, u64::MAX)), all[270..]);
         // A read before a seq leaves out the blocks after it.
         assert_eq!(journal.lines(0, 5).blocks.len(), 1);
     }
@@ -489,7 +499,7 @@ mod tests {
         }
         for (journal, all) in &sessions {
             assert_eq!(journal.blocks.len(), 1);
-            assert_eq!(journal.lines(0, u64::MAX).read("s").unwrap(), *all);
+            assert_eq!(read(journal.lines(0, u64::MAX)), *all);
         }
     }
 
@@ -502,7 +512,7 @@ mod tests {
             event.ts += chrono::Duration::nanoseconds(123);
         }
         push(&mut journal, batch.clone());
-        let hot = journal.lines(0, u64::MAX).read("s").unwrap();
+        let hot = read(journal.lines(0, u64::MAX));
         let decoded: Vec<Event> = journal
             .tail
             .iter()
@@ -512,7 +522,7 @@ mod tests {
         assert_eq!(hot, decoded);
         assert_ne!(hot[0].ts, batch[0].ts, "the line keeps microseconds");
         journal.pack(&mut Packer::default());
-        assert_eq!(journal.lines(0, u64::MAX).read("s").unwrap(), hot);
+        assert_eq!(read(journal.lines(0, u64::MAX)), hot);
         let last = journal
             .lines(0, u64::MAX)
             .last_of_type(&hot[2].event_type, 3, "s");
