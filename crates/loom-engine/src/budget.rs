@@ -184,7 +184,9 @@ pub struct RunSpent {
 /// their calls' results (`tool.completed`) or, for a sub-run whose result never reached its
 /// parent (still waiting for a human, or closed by a cancellation written from outside its
 /// driver), directly.
-pub fn root_runs_spent(events: &[Event]) -> Result<Vec<RunSpent>, FoldError> {
+pub fn root_runs_spent<E: std::borrow::Borrow<Event>>(
+    events: &[E],
+) -> Result<Vec<RunSpent>, FoldError> {
     let mut order: Vec<&str> = Vec::new();
     let mut runs: HashMap<&str, RunState> = HashMap::new();
     // Sub-runs by parent, with the call that opened each.
@@ -192,6 +194,7 @@ pub fn root_runs_spent(events: &[Event]) -> Result<Vec<RunSpent>, FoldError> {
     // Calls that have their result: (run, call id).
     let mut answered: HashSet<(&str, &str)> = HashSet::new();
     for event in events {
+        let event = event.borrow();
         if let Payload::ToolCompleted(done) = &event.payload {
             answered.insert((&event.run_id, &done.call_id));
         }
@@ -248,7 +251,10 @@ fn unreported(
 
 /// What the session's root runs started before `run_id` spent (all of them when `run_id` is
 /// not among them).
-pub fn session_spent(events: &[Event], run_id: &str) -> Result<Spent, FoldError> {
+pub fn session_spent<E: std::borrow::Borrow<Event>>(
+    events: &[E],
+    run_id: &str,
+) -> Result<Spent, FoldError> {
     Ok(root_runs_spent(events)?
         .into_iter()
         .take_while(|run| run.run_id != run_id)

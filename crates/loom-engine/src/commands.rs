@@ -6,6 +6,8 @@
 //! what it holds (refused when the run is not in a state that allows it), and decided again
 //! when another writer appended in between.
 
+use std::sync::Arc;
+
 use loom_core::{
     Event, Message, RunState,
     approval::{ApprovalRecord, Decision},
@@ -97,7 +99,7 @@ impl Engine {
         };
         // A new run is opened in a session whose journal folds, that its agent opened (or a new
         // one), and where its id is unused.
-        let is_new = |events: &[Event]| -> Result<(), EngineError> {
+        let is_new = |events: &[Arc<Event>]| -> Result<(), EngineError> {
             if events.iter().any(|e| e.run_id == run.run_id) {
                 return Err(EngineError::RunExists {
                     run_id: run.run_id.clone(),

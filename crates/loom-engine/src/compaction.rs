@@ -11,6 +11,8 @@
 //! fails with `guard.fidelity` and nothing replaces the turns: the originals are kept (where
 //! the reference keeps the bad summary with a warning).
 
+use std::sync::Arc;
+
 use loom_core::{
     BlockKind, Event, Message, Role, RunStatus,
     event::{Payload, RunContext, RunStarted, SessionCompacted, SessionTrimmed},
@@ -328,7 +330,7 @@ impl Engine {
 impl Engine {
     /// Whether a compaction run of the session is being driven (its lease is live, or it was
     /// opened less than a lease ago), and the open ones that are not (interrupted).
-    fn open_compactions(&self, events: &[Event]) -> Result<(bool, Vec<String>), EngineError> {
+    fn open_compactions(&self, events: &[Arc<Event>]) -> Result<(bool, Vec<String>), EngineError> {
         let now = self.clock.now();
         let lease = chrono::Duration::from_std(self.lease).unwrap_or(chrono::Duration::MAX);
         let mut live = false;
@@ -425,8 +427,9 @@ pub(crate) fn trimmed(trim: &Trim) -> Payload {
 }
 
 /// Whether `run_id` already journaled its `session.trimmed` (once per run).
-pub(crate) fn already_trimmed(journal: &[Event], run_id: &str) -> bool {
+pub(crate) fn already_trimmed<E: std::borrow::Borrow<Event>>(journal: &[E], run_id: &str) -> bool {
     journal
         .iter()
+        .map(std::borrow::Borrow::borrow)
         .any(|e| e.run_id == run_id && matches!(e.payload, Payload::SessionTrimmed(_)))
 }

@@ -350,7 +350,11 @@ pub(crate) async fn session(
 }
 
 /// [`session`] from the session's events (in seq order) already read.
-pub(crate) fn session_of(events: &[Event], run_id: &str) -> Result<Session, EngineError> {
+pub(crate) fn session_of<E: std::borrow::Borrow<Event>>(
+    events: &[E],
+    run_id: &str,
+) -> Result<Session, EngineError> {
+    let events: Vec<&Event> = events.iter().map(std::borrow::Borrow::borrow).collect();
     let start = events
         .iter()
         .position(|e| e.run_id == run_id)
@@ -363,7 +367,7 @@ pub(crate) fn session_of(events: &[Event], run_id: &str) -> Result<Session, Engi
     // Each earlier root run folded from its own events, grouped in one pass.
     let mut roots: Vec<&str> = Vec::new();
     let mut by_run: BTreeMap<&str, Vec<&Event>> = BTreeMap::new();
-    for event in before {
+    for &event in before {
         if let Payload::RunStarted(started) = &event.payload
             && started.parent_run_id.is_none()
             && started.kind == "normal"

@@ -43,7 +43,7 @@ impl Offer {
     pub(crate) fn new(
         agent: &AgentRuntime,
         depth: u32,
-        journal: &[Event],
+        journal: &[Arc<Event>],
         run_id: &str,
     ) -> Result<Offer, EngineError> {
         let mut tools = agent.tools.clone();

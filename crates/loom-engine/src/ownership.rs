@@ -3,6 +3,8 @@
 //! caller allowed on another agent cannot name the session and have that agent's model read
 //! its history.
 
+use std::borrow::Borrow;
+
 use loom_core::{Event, Payload};
 
 use crate::error::EngineError;
@@ -11,7 +13,11 @@ use crate::error::EngineError;
 /// follows a snapshot, which its owner wrote) was opened by another agent
 /// ([`EngineError::SessionOfAnotherAgent`], before anything is written). A new session (no
 /// event) belongs to whoever opens it. Compaction runs, the engine's own, own nothing.
-pub(crate) fn check(events: &[Event], session_id: &str, agent: &str) -> Result<(), EngineError> {
+pub(crate) fn check<E: Borrow<Event>>(
+    events: &[E],
+    session_id: &str,
+    agent: &str,
+) -> Result<(), EngineError> {
     match owner(events) {
         Some(owner) if owner != agent => Err(EngineError::SessionOfAnotherAgent {
             session_id: session_id.to_owned(),
@@ -24,14 +30,17 @@ pub(crate) fn check(events: &[Event], session_id: &str, agent: &str) -> Result<(
 
 /// The agent that owns the session of `events` (all of it, or what follows a snapshot): the
 /// agent of its first root run, or of the snapshot the events start from.
-pub(crate) fn owner(events: &[Event]) -> Option<&str> {
-    events.iter().find_map(|event| match &event.payload {
-        Payload::RunStarted(started)
-            if started.parent_run_id.is_none() && started.kind == "normal" =>
-        {
-            event.agent.as_deref()
-        }
-        Payload::SessionSnapshot(_) => event.agent.as_deref(),
-        _ => None,
-    })
+pub(crate) fn owner<E: Borrow<Event>>(events: &[E]) -> Option<&str> {
+    events
+        .iter()
+        .map(Borrow::borrow)
+        .find_map(|event: &Event| match &event.payload {
+            Payload::RunStarted(started)
+                if started.parent_run_id.is_none() && started.kind == "normal" =>
+            {
+                event.agent.as_deref()
+            }
+            Payload::SessionSnapshot(_) => event.agent.as_deref(),
+            _ => None,
+        })
 }

@@ -7,7 +7,7 @@
 //! accepted or refused here, before it is journaled: accepted values go in the result's
 //! `output.state`, refusals in `output.state_refused` with their reason.
 
-use std::{collections::BTreeMap, fmt, sync::Arc};
+use std::{borrow::Borrow, collections::BTreeMap, fmt, sync::Arc};
 
 use loom_core::{Message, model::session_state_message, state::SessionState, tool::ToolOutput};
 use serde_json::{Map, Value};
@@ -162,7 +162,7 @@ impl StateSpec {
     /// the declared defaults. Equal to [`StateSpec::fold`] of the whole session.
     ///
     /// [`SessionSnapshot::base_of`]: loom_core::event::SessionSnapshot::base_of
-    pub fn fold_window(&self, events: &[loom_core::Event]) -> SessionState {
+    pub fn fold_window<E: Borrow<loom_core::Event>>(&self, events: &[E]) -> SessionState {
         if self.keys.is_empty() {
             return SessionState::default();
         }
@@ -171,7 +171,7 @@ impl StateSpec {
             .unwrap_or_default()
             .with_defaults(self.defaults());
         for event in events {
-            state.apply(event);
+            state.apply(event.borrow());
         }
         state
     }

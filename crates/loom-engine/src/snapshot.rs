@@ -130,7 +130,7 @@ pub(crate) fn plan(window: &Window, every: u32) -> Result<Option<SessionSnapshot
 }
 
 /// The seq of the `run.started` of the first root run of `events` that has not closed.
-fn first_open_root(events: &[Event]) -> Result<Option<u64>, EngineError> {
+fn first_open_root(events: &[Arc<Event>]) -> Result<Option<u64>, EngineError> {
     let mut roots: Vec<(u64, RunState)> = Vec::new();
     let mut index: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
     for event in events {
@@ -179,8 +179,7 @@ impl Engine {
                 return Ok(events);
             }
         }
-        let window = Window::of_run(store, run).await?;
-        Ok(window.events.into_iter().map(Arc::new).collect())
+        Ok(Window::of_run(store, run).await?.events)
     }
 }
 
@@ -195,8 +194,11 @@ impl Engine {
         tenant_id: &str,
         session_id: &str,
     ) -> Result<Vec<Event>, EngineError> {
-        Ok(Window::latest(self.store.as_ref(), tenant_id, session_id)
-            .await?
-            .events)
+        let window = Window::latest(self.store.as_ref(), tenant_id, session_id).await?;
+        Ok(window
+            .events
+            .into_iter()
+            .map(Arc::unwrap_or_clone)
+            .collect())
     }
 }

@@ -2,7 +2,7 @@
 //! journal: which descendants are open, what they wait for, and how they close with their
 //! ancestor.
 
-use std::borrow::Borrow;
+use std::{borrow::Borrow, sync::Arc};
 
 use chrono::{DateTime, Utc};
 use loom_core::{
@@ -37,7 +37,7 @@ pub fn open_descendants<E: Borrow<Event>>(
     }
     let mut open = Vec::new();
     for id in tree.into_iter().skip(1).rev() {
-        let state = RunState::fold(id, events.iter().map(Borrow::borrow))?;
+        let state = RunState::fold(id, events)?;
         if !state.finished && !state.status.is_terminal() {
             open.push(state);
         }
@@ -60,7 +60,7 @@ pub fn descendant_approvals<E: Borrow<Event>>(
 
 /// Whether a run waiting for its children cannot move now: it has child runs, and each is
 /// paused on a request that waits and has not expired, or is itself blocked on its children.
-pub(crate) fn blocked(events: &[Event], state: &RunState, now: DateTime<Utc>) -> bool {
+pub(crate) fn blocked(events: &[Arc<Event>], state: &RunState, now: DateTime<Utc>) -> bool {
     let children: Vec<&str> = state
         .pending_calls
         .iter()
@@ -85,7 +85,7 @@ pub(crate) fn blocked(events: &[Event], state: &RunState, now: DateTime<Utc>) ->
 /// the same write. `events` gives the ids and the clock.
 pub(crate) fn closing(
     events: &Events<'_>,
-    journal: &[Event],
+    journal: &[Arc<Event>],
     run_id: &str,
 ) -> Result<Vec<Event>, EngineError> {
     let mut batch = Vec::new();

@@ -9,6 +9,8 @@
 //! them had closed by then (see [`crate::snapshot`]): a closed run changes no more, so what the
 //! snapshot says of them stays true, and the runs after it are folded from the window.
 
+use std::{borrow::Borrow, sync::Arc};
+
 use loom_core::{
     Event,
     event::{Payload, SessionSnapshot, SessionSpent},
@@ -27,8 +29,9 @@ pub(crate) const SNAPSHOT: &str = "session.snapshot";
 /// The part of a session a run reads (see the module documentation).
 #[derive(Debug, Default)]
 pub(crate) struct Window {
-    /// The events with a seq above `after`, in seq order.
-    pub(crate) events: Vec<Event>,
+    /// The events with a seq above `after`, in seq order, shared with the store
+    /// ([`EventStore::read_shared`]).
+    pub(crate) events: Vec<Arc<Event>>,
     /// The seq the window starts after (0: the whole session).
     pub(crate) after: u64,
     /// The snapshot that accounts for everything up to `after` (none when `after` is 0).
@@ -43,7 +46,7 @@ impl Window {
         session_id: &str,
     ) -> Result<Window, EngineError> {
         Ok(Window {
-            events: store.read(tenant_id, session_id, 0).await?,
+            events: store.read_shared(tenant_id, session_id, 0).await?,
             after: 0,
             snapshot: None,
         })
@@ -59,7 +62,7 @@ impl Window {
         match snapshot(store, tenant_id, session_id, u64::MAX).await? {
             Some(snapshot) => Ok(Window {
                 events: store
-                    .read(tenant_id, session_id, snapshot.up_to_seq)
+                    .read_shared(tenant_id, session_id, snapshot.up_to_seq)
                     .await?,
                 after: snapshot.up_to_seq,
                 snapshot: Some(snapshot),
@@ -83,7 +86,7 @@ impl Window {
             return Ok(None);
         }
         Ok(Some(Window {
-            events: store.read(tenant_id, session_id, after).await?,
+            events: store.read_shared(tenant_id, session_id, after).await?,
             after,
             snapshot,
         }))
@@ -107,7 +110,9 @@ impl Window {
         };
         if let Some(snapshot) = snapshot(store, tenant, session, start).await? {
             let window = Window {
-                events: store.read(tenant, session, snapshot.up_to_seq).await?,
+                events: store
+                    .read_shared(tenant, session, snapshot.up_to_seq)
+                    .await?,
                 after: snapshot.up_to_seq,
                 snapshot: Some(snapshot),
             };
@@ -132,7 +137,7 @@ impl Window {
 
     /// The events of the window before the first event of `run_id` (all of them when the run
     /// is not there).
-    pub(crate) fn before(&self, run_id: &str) -> &[Event] {
+    pub(crate) fn before(&self, run_id: &str) -> &[Arc<Event>] {
         let start = self
             .events
             .iter()
@@ -168,9 +173,9 @@ impl Window {
 /// The turns of `snapshot` (none: the session's start), then one per root run that begins in
 /// `events` (the events that follow it, in seq order), the latest compaction among them
 /// applied over both.
-pub(crate) fn groups(
+pub(crate) fn groups<E: Borrow<Event>>(
     snapshot: Option<&SessionSnapshot>,
-    events: &[Event],
+    events: &[E],
 ) -> Result<Vec<TurnGroup>, EngineError> {
     let mut groups = snapshot.map(SessionSnapshot::groups).unwrap_or_default();
     groups.extend(session_groups_raw(events)?);
@@ -181,10 +186,13 @@ pub(crate) fn groups(
 }
 
 /// The provider model names of `snapshot`, then those seen answering in `events`.
-pub(crate) fn names(snapshot: Option<&SessionSnapshot>, events: &[Event]) -> ModelNames {
+pub(crate) fn names<E: Borrow<Event>>(
+    snapshot: Option<&SessionSnapshot>,
+    events: &[E],
+) -> ModelNames {
     let mut names = ModelNames::from_map(snapshot.map(|s| s.models.clone()).unwrap_or_default());
     for event in events {
-        names.note(event);
+        names.note(event.borrow());
     }
     names
 }

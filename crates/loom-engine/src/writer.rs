@@ -67,7 +67,7 @@ pub(crate) async fn append_fresh<T>(
     store: &dyn EventStore,
     run: &RunRef,
     reading: Reading<'_>,
-    mut decide: impl FnMut(&[Event]) -> Result<Attempt<T>, EngineError>,
+    mut decide: impl FnMut(&[Arc<Event>]) -> Result<Attempt<T>, EngineError>,
 ) -> Result<(T, Vec<Event>), EngineError> {
     for attempt in 0..MAX_CONFLICT_RETRIES {
         if attempt > 0 {

@@ -138,7 +138,7 @@ fn note(events: &[&Event], run_id: &str) -> CompactionNote {
             ..CompactionNote::bare("applied")
         };
     }
-    let outcome = match RunState::fold(run_id, events.iter().copied()) {
+    let outcome = match RunState::fold(run_id, events) {
         // Completed but `session.compacted` not written yet: still being applied.
         Ok(state) if !state.finished || state.status == RunStatus::Completed => "running",
         Ok(state)
@@ -149,7 +149,7 @@ fn note(events: &[&Event], run_id: &str) -> CompactionNote {
         }
         _ => "failed",
     };
-    let cost_usd = RunState::fold(run_id, events.iter().copied()).map_or(0.0, |s| s.cost_usd);
+    let cost_usd = RunState::fold(run_id, events).map_or(0.0, |s| s.cost_usd);
     CompactionNote {
         run_id: Some(run_id.to_owned()),
         cost_usd,

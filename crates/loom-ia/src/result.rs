@@ -240,7 +240,7 @@ impl RunResult {
         run_id: &str,
         events: &[E],
     ) -> Result<RunResult, FoldError> {
-        let state = RunState::fold(run_id, events.iter().map(Borrow::borrow))?;
+        let state = RunState::fold(run_id, events)?;
         let mut pending_approvals = state.pending_approvals();
         if state.status == RunStatus::WaitingChild {
             // The root answers for its tree: `approve` on it decides its sub-runs' requests.

@@ -123,6 +123,18 @@ impl EventStore for JsonlStore {
         after_seq: u64,
     ) -> BoxFuture<'a, Result<Vec<Event>, StoreError>> {
         Box::pin(async move {
+            let events = self.read_shared(tenant_id, session_id, after_seq).await?;
+            Ok(events.into_iter().map(Arc::unwrap_or_clone).collect())
+        })
+    }
+
+    fn read_shared<'a>(
+        &'a self,
+        tenant_id: &'a str,
+        session_id: &'a str,
+        after_seq: u64,
+    ) -> BoxFuture<'a, Result<Vec<Arc<Event>>, StoreError>> {
+        Box::pin(async move {
             let journal = Journal::new(&self.root, &self.kept, tenant_id, session_id)?;
             let path = journal.path.clone();
             blocking(&path, move || journal.read(after_seq)).await
@@ -395,13 +407,18 @@ impl Journal {
 
     /// Parses one complete line (without its `'\n'`) and checks it belongs to this journal.
     pub(crate) fn decode(&self, bytes: &[u8]) -> Result<Event, EventReadError> {
+        self.decode_shared(bytes).map(Arc::unwrap_or_clone)
+    }
+
+    /// [`Journal::decode`], the event shared with the store's cache of events decoded last.
+    pub(crate) fn decode_shared(&self, bytes: &[u8]) -> Result<Arc<Event>, EventReadError> {
         let text = std::str::from_utf8(bytes)
             .map_err(|err| EventReadError::Json(format!("invalid UTF-8: {err}")))?;
         let decoded = &self.kept.decoded;
         let event = match decoded.get(text) {
             Some(event) => event,
             None => {
-                let event = Event::from_json(text)?;
+                let event = Arc::new(Event::from_json(text)?);
                 decoded.put(text, &event);
                 event
             }

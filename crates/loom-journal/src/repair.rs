@@ -72,13 +72,23 @@ impl Journal {
         bytes: &[u8],
         line_no: u64,
     ) -> Result<loom_core::Event, EventReadError> {
-        let event = self.decode(bytes)?;
+        self.line_event_shared(bytes, line_no)
+            .map(std::sync::Arc::unwrap_or_clone)
+    }
+
+    /// [`Journal::line_event`], the event shared with the store's cache.
+    pub(crate) fn line_event_shared(
+        &self,
+        bytes: &[u8],
+        line_no: u64,
+    ) -> Result<std::sync::Arc<loom_core::Event>, EventReadError> {
+        let event = self.decode_shared(bytes)?;
         if event.seq == line_no {
             Ok(event)
         } else {
             Err(EventReadError::Invalid {
                 reason: format!("seq {} where {line_no} was expected", event.seq),
-                event_id: event.event_id,
+                event_id: event.event_id.clone(),
                 seq: event.seq,
             })
         }

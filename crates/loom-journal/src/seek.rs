@@ -195,7 +195,7 @@ impl Journal {
 
     /// Events with `seq > after`: from the first line after `after` when the index knows where
     /// it is (only the lines returned are decoded), else from the start of the file.
-    pub(crate) fn read(&self, after: u64) -> Result<Vec<Event>, StoreError> {
+    pub(crate) fn read(&self, after: u64) -> Result<Vec<Arc<Event>>, StoreError> {
         let Some(mut file) = self.open_shared()? else {
             return Ok(Vec::new());
         };
@@ -233,7 +233,7 @@ impl Journal {
         file: &mut File,
         (seq, offset): (u64, u64),
         after: u64,
-    ) -> Result<Vec<Event>, StoreError> {
+    ) -> Result<Vec<Arc<Event>>, StoreError> {
         file.seek(SeekFrom::Start(offset)).map_err(self.io())?;
         let mut reader = BufReader::with_capacity(64 * 1024, file);
         let mut events = Vec::new();
@@ -258,7 +258,7 @@ impl Journal {
                 continue;
             }
             let event = self
-                .line_event(&line, line_no)
+                .line_event_shared(&line, line_no)
                 .map_err(|source| self.corrupted(line_number(line_no), source))?;
             events.push(event);
         }
@@ -293,7 +293,8 @@ impl Journal {
                 .read_from(&mut file, (1, 0), 0)?
                 .into_iter()
                 .rev()
-                .find(|e| e.seq < before && e.event_type == kind)),
+                .find(|e| e.seq < before && e.event_type == kind)
+                .map(Arc::unwrap_or_clone)),
         }
     }
 

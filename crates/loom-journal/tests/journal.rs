@@ -597,3 +597,48 @@ async fn jsonl_run_index_is_checked_against_the_files() {
         1,
     );
 }
+
+/// The shared forms of the port hand out the events a store keeps decoded (the same
+/// allocation each time) and read exactly what `append` and `read` do; a batch lent to
+/// `append_shared` is refused on a conflict as `append` refuses it.
+#[tokio::test]
+async fn shared_reads_hand_out_the_kept_events_and_read_what_read_reads() {
+    let dir = tempfile::tempdir().unwrap();
+    let stores: [(&str, Arc<dyn EventStore>); 2] = [
+        ("memory", Arc::new(MemoryStore::new())),
+        ("jsonl", Arc::new(JsonlStore::new(dir.path()))),
+    ];
+    for (name, store) in stores {
+        let batch = events("t", "s", 3);
+        let written = store.append_shared(&batch, 0).await.unwrap();
+        let written_seqs: Vec<u64> = written.iter().map(|e| e.seq).collect();
+        assert_eq!(written_seqs, [1, 2, 3], "{name}");
+        let conflict = store.append_shared(&batch, 0).await.unwrap_err();
+        assert!(
+            matches!(conflict, StoreError::Conflict { .. }),
+            "{name}: {conflict}"
+        );
+        let owned = store.read("t", "s", 0).await.unwrap();
+        let first = store.read_shared("t", "s", 0).await.unwrap();
+        let again = store.read_shared("t", "s", 1).await.unwrap();
+        let shared: Vec<Event> = first.iter().map(|e| Event::clone(e)).collect();
+        assert_eq!(shared, owned, "{name}: read_shared reads what read reads");
+        assert_eq!(first.len(), 3, "{name}");
+        assert_eq!(again.len(), 2, "{name}");
+        for (a, b) in first[1..].iter().zip(&again) {
+            assert!(
+                Arc::ptr_eq(a, b),
+                "{name}: a second read shares the kept event"
+            );
+        }
+        if name == "memory" {
+            // The memory journal keeps the very events it returned from the append.
+            for (a, b) in written.iter().zip(&first) {
+                assert!(
+                    Arc::ptr_eq(a, b),
+                    "memory: the appended event is the one kept"
+                );
+            }
+        }
+    }
+}

@@ -316,7 +316,7 @@ impl SqliteStore {
         let event = match decoded.get(text) {
             Some(event) => event,
             None => {
-                let event = Event::from_json(text).map_err(corrupted)?;
+                let event = std::sync::Arc::new(Event::from_json(text).map_err(corrupted)?);
                 decoded.put(text, &event);
                 event
             }
@@ -342,7 +342,7 @@ impl SqliteStore {
         {
             return Err(invalid(format!("seq {seq} where {expected} was expected")));
         }
-        Ok(event)
+        Ok(std::sync::Arc::unwrap_or_clone(event))
     }
 
     async fn append_now(&self, batch: Vec<Event>, expected: u64) -> Result<Vec<Event>, StoreError> {

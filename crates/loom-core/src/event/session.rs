@@ -154,9 +154,11 @@ impl SessionSnapshot {
     /// The snapshot a window of a session's events (in seq order) starts from: the snapshot
     /// among them that accounts for everything before the first (none when the events start
     /// at the session's beginning).
-    pub fn base_of(events: &[crate::event::Event]) -> Option<&SessionSnapshot> {
-        let first = events.first()?.seq;
-        events.iter().find_map(|e| match &e.payload {
+    pub fn base_of<E: std::borrow::Borrow<crate::event::Event>>(
+        events: &[E],
+    ) -> Option<&SessionSnapshot> {
+        let first = events.first()?.borrow().seq;
+        events.iter().find_map(|e| match &e.borrow().payload {
             crate::event::Payload::SessionSnapshot(s) if s.up_to_seq + 1 == first => Some(s),
             _ => None,
         })

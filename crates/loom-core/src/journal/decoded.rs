@@ -4,7 +4,8 @@
 //! when it is driven, when it closes for the snapshot and the compaction check), and parsing an
 //! event's JSON is most of what such a read costs on a journal of text (JSONL lines, SQLite
 //! rows). A line whose text is, byte for byte, the text an event was decoded from is that event
-//! again (the text holds its journal and seq too): it is cloned from here instead of parsed.
+//! again (the text holds its journal and seq too): it is shared from here (`Arc<Event>`)
+//! instead of parsed.
 //! Nothing is trusted that the text does not prove: the hash only finds the candidate, the text
 //! decides, and the store checks the event against where it read it exactly as a parsed one.
 //! The key hashes a text's length, first and last [`SAMPLE`] bytes, not all of it: texts run to
@@ -17,7 +18,7 @@
 use std::{
     collections::{HashMap, VecDeque},
     hash::{BuildHasher, Hasher, RandomState},
-    sync::Mutex,
+    sync::{Arc, Mutex},
 };
 
 use crate::event::Event;
@@ -41,7 +42,7 @@ pub struct Decoded {
 
 #[derive(Debug, Default)]
 struct State {
-    entries: HashMap<u64, (String, Event)>,
+    entries: HashMap<u64, (String, Arc<Event>)>,
     /// Keys, oldest first, each once.
     order: VecDeque<u64>,
     text: usize,
@@ -64,23 +65,26 @@ impl Decoded {
     }
 
     /// The event decoded from `text`, when it is kept.
-    pub fn get(&self, text: &str) -> Option<Event> {
+    pub fn get(&self, text: &str) -> Option<Arc<Event>> {
         let key = self.key(text);
         let state = self.lock();
         match state.entries.get(&key) {
-            Some((kept, event)) if kept == text => Some(event.clone()),
+            Some((kept, event)) if kept == text => Some(Arc::clone(event)),
             _ => None,
         }
     }
 
     /// Keeps `event`, decoded from `text`.
-    pub fn put(&self, text: &str, event: &Event) {
+    pub fn put(&self, text: &str, event: &Arc<Event>) {
         if text.len() > MAX_TEXT / 16 {
             return;
         }
         let key = self.key(text);
         let mut state = self.lock();
-        match state.entries.insert(key, (text.to_owned(), event.clone())) {
+        match state
+            .entries
+            .insert(key, (text.to_owned(), Arc::clone(event)))
+        {
             // Replaced: the key keeps its place in the order.
             Some((old, _)) => state.text -= old.len(),
             None => state.order.push_back(key),
@@ -120,11 +124,11 @@ mod tests {
     use super::*;
 
     /// A `run.started` at `seq` of journal `t/s`, with its line.
-    fn event(seq: u64) -> (String, Event) {
+    fn event(seq: u64) -> (String, Arc<Event>) {
         let mut event = crate::journal::tests::started(Map::new());
         event.event_id = format!("e{seq}");
         event.seq = seq;
-        (event.to_json(), event)
+        (event.to_json(), Arc::new(event))
     }
 
     /// An event is found again only by its exact text.

@@ -80,8 +80,8 @@ pub fn flatten(groups: Vec<TurnGroup>) -> Vec<Message> {
 
 /// The latest `session.compacted` among `events` (the one the history applies: each summary
 /// covers the one before it).
-pub fn latest_compaction(events: &[Event]) -> Option<&SessionCompacted> {
-    events.iter().rev().find_map(|e| match &e.payload {
+pub fn latest_compaction<E: std::borrow::Borrow<Event>>(events: &[E]) -> Option<&SessionCompacted> {
+    events.iter().rev().find_map(|e| match &e.borrow().payload {
         Payload::SessionCompacted(c) => Some(c),
         _ => None,
     })

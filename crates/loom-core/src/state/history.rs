@@ -96,13 +96,17 @@ fn order_results(messages: &[Message]) -> Vec<Message> {
 /// Tool calls and results stay in pairs: a call without result (a run that failed mid-batch)
 /// and a result without call are dropped, so the history is always acceptable to a provider.
 /// The latest `session.compacted` replaces the turns it summarized by its summary.
-pub fn session_history(events: &[Event]) -> Result<Vec<Message>, FoldError> {
+pub fn session_history<E: std::borrow::Borrow<Event>>(
+    events: &[E],
+) -> Result<Vec<Message>, FoldError> {
     Ok(compaction::flatten(session_groups(events)?))
 }
 
 /// [`session_history`] as one group per earlier root run (the latest compaction applied), for
 /// the history caps and the compaction plan ([`compaction`]).
-pub fn session_groups(events: &[Event]) -> Result<Vec<TurnGroup>, FoldError> {
+pub fn session_groups<E: std::borrow::Borrow<Event>>(
+    events: &[E],
+) -> Result<Vec<TurnGroup>, FoldError> {
     let groups = session_groups_raw(events)?;
     Ok(match compaction::latest_compaction(events) {
         Some(compacted) => compaction::apply_compaction(groups, compacted),
@@ -113,10 +117,13 @@ pub fn session_groups(events: &[Event]) -> Result<Vec<TurnGroup>, FoldError> {
 /// One group per root run of `events` (a session's, in seq order) that begins among them, no
 /// compaction applied: what a window of the session adds to the groups of the snapshot it
 /// starts from. One pass over the events, whatever the number of runs.
-pub fn session_groups_raw(events: &[Event]) -> Result<Vec<TurnGroup>, FoldError> {
+pub fn session_groups_raw<E: std::borrow::Borrow<Event>>(
+    events: &[E],
+) -> Result<Vec<TurnGroup>, FoldError> {
     let mut runs: Vec<(RunState, u64, u64)> = Vec::new();
     let mut index: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
     for event in events {
+        let event = event.borrow();
         if let Some(&at) = index.get(event.run_id.as_str()) {
             let (state, _, last_seq) = &mut runs[at];
             state.apply(event)?;

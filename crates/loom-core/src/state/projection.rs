@@ -12,12 +12,14 @@ use super::{Claim, FoldError, ProjectionError, RunState, RunStatus};
 
 impl RunState {
     /// Folds a run's events (other runs' events are skipped).
-    pub fn fold<'a>(
+    /// The events may be owned or shared (`Arc<Event>`).
+    pub fn fold<'a, E: std::borrow::Borrow<Event> + 'a>(
         run_id: &str,
-        events: impl IntoIterator<Item = &'a Event>,
+        events: impl IntoIterator<Item = &'a E>,
     ) -> Result<RunState, FoldError> {
         let mut state: Option<RunState> = None;
         for event in events {
+            let event = event.borrow();
             if event.run_id != run_id {
                 continue;
             }

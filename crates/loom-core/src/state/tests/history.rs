@@ -194,7 +194,7 @@ fn session_history_skips_child_and_compaction_runs() {
 
 #[test]
 fn session_history_of_an_empty_journal_is_empty() {
-    assert_eq!(session_history(&[]), Ok(Vec::new()));
+    assert_eq!(session_history::<Event>(&[]), Ok(Vec::new()));
 }
 
 #[test]
