@@ -10,6 +10,9 @@
 //!   (`loom_core::event::must_sync`: the run's start and its end here, the tool being read-only)
 //!   are synced with `fdatasync`, and the directory once per new session file.
 //!
+//! `memory_session` and `jsonl_session` time a run in a session that already holds 30 runs or
+//! more (16 such sessions, taken in turn): what a conversation's next turn costs.
+//!
 //! ```text
 //! cargo bench -p loom-ia --bench runs
 //! LOOM_BENCH_CPU=2000 cargo bench -p loom-ia --bench runs   # also: CPU time per run (Linux)
@@ -331,6 +334,61 @@ fn memory(bencher: Bencher<'_, '_>) {
 #[divan::bench(sample_count = 500)]
 fn jsonl(bencher: Bencher<'_, '_>) {
     bench_runs(bencher, Journal::Jsonl);
+}
+
+/// Sessions a run of the `*_session` benches goes to, in turn.
+const SESSIONS: usize = 16;
+
+/// Runs each of those sessions holds before the bench starts.
+const EARLIER_RUNS: usize = 30;
+
+impl Fixture {
+    /// One complete run in session `session` (`s<n>`).
+    fn run_in(&self, session: usize) -> loom_ia::RunResult {
+        let options = RunOptions {
+            session_id: Some(format!("s{session}")),
+            ..RunOptions::default()
+        };
+        self.runtime
+            .block_on(self.loom.run("devis", MESSAGE, options))
+            .unwrap()
+    }
+
+    /// The fixture, its [`SESSIONS`] sessions each grown to [`EARLIER_RUNS`] runs.
+    fn with_sessions(journal: Journal) -> Fixture {
+        let fixture = Fixture::new(journal);
+        for _ in 0..EARLIER_RUNS {
+            for session in 0..SESSIONS {
+                fixture.run_in(session);
+            }
+        }
+        fixture
+    }
+}
+
+/// One run in a session that holds earlier runs (30 and more, 17 events each, a snapshot every
+/// 50 events): the run reads its window (the last snapshot and what follows) several times and
+/// is sent the session's history. The sessions are taken in turn, so each grows by one run per
+/// 16 iterations.
+fn bench_session_runs(bencher: Bencher<'_, '_>, journal: Journal) {
+    let fixture = Fixture::with_sessions(journal);
+    let next = AtomicUsize::new(0);
+    bencher.counter(ItemsCount::new(1usize)).bench_local(|| {
+        let session = next.fetch_add(1, Ordering::Relaxed) % SESSIONS;
+        fixture.run_in(session)
+    });
+}
+
+/// One run in a session of the in-process journal that holds earlier runs.
+#[divan::bench(sample_count = 320)]
+fn memory_session(bencher: Bencher<'_, '_>) {
+    bench_session_runs(bencher, Journal::Memory);
+}
+
+/// One run in a session of the JSONL journal that holds earlier runs.
+#[divan::bench(sample_count = 160)]
+fn jsonl_session(bencher: Bencher<'_, '_>) {
+    bench_session_runs(bencher, Journal::Jsonl);
 }
 
 /// CPU time (user + system, all threads) of this process so far, from `/proc/self/stat`.
