@@ -187,6 +187,24 @@ pub trait EventStore: Send + Sync + fmt::Debug {
         })
     }
 
+    /// [`EventStore::last_of_type`] for a reader that only reads the event (a run's window
+    /// reading the session's last snapshot): it comes back shared, the one a store keeps
+    /// decoded instead of a copy. The default wraps what `last_of_type` returns.
+    fn last_of_type_shared<'a>(
+        &'a self,
+        tenant_id: &'a str,
+        session_id: &'a str,
+        event_type: &'a str,
+        before_seq: u64,
+    ) -> BoxFuture<'a, Result<Option<Arc<Event>>, StoreError>> {
+        Box::pin(async move {
+            let found = self
+                .last_of_type(tenant_id, session_id, event_type, before_seq)
+                .await?;
+            Ok(found.map(Arc::new))
+        })
+    }
+
     /// The last seq of a session (0 when empty or absent).
     fn last_seq<'a>(
         &'a self,

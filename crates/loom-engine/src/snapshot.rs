@@ -93,7 +93,7 @@ pub(crate) fn plan(window: &Window, every: u32) -> Result<Option<SessionSnapshot
     if covered.len() < every as usize {
         return Ok(None);
     }
-    let base = window.snapshot.as_ref();
+    let base = window.snapshot.as_deref();
     let base_tokens = base.map_or(0, |s| s.tokens);
     // Every earlier turn, the latest compaction applied (a compaction since the last snapshot
     // is always worth a snapshot: it changed what the history holds).

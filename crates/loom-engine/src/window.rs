@@ -35,7 +35,31 @@ pub(crate) struct Window {
     /// The seq the window starts after (0: the whole session).
     pub(crate) after: u64,
     /// The snapshot that accounts for everything up to `after` (none when `after` is 0).
-    pub(crate) snapshot: Option<SessionSnapshot>,
+    pub(crate) snapshot: Option<Snapshot>,
+}
+
+/// A `session.snapshot` event as the store keeps it (shared: a snapshot carries the session's
+/// whole history, not copied out of the store for each read), read as its payload.
+#[derive(Debug, Clone)]
+pub(crate) struct Snapshot(Arc<Event>);
+
+impl Snapshot {
+    /// `event` when it is a `session.snapshot`.
+    fn of(event: Arc<Event>) -> Option<Snapshot> {
+        matches!(event.payload, Payload::SessionSnapshot(_)).then_some(Snapshot(event))
+    }
+}
+
+impl std::ops::Deref for Snapshot {
+    type Target = SessionSnapshot;
+
+    fn deref(&self) -> &SessionSnapshot {
+        match &self.0.payload {
+            Payload::SessionSnapshot(snapshot) => snapshot,
+            // `Snapshot::of` admits no other payload.
+            _ => unreachable!("a Snapshot holds a session.snapshot"),
+        }
+    }
 }
 
 impl Window {
@@ -150,7 +174,7 @@ impl Window {
     /// window): the snapshot's, then one per root run that began after it, the latest
     /// compaction among the events applied over both.
     pub(crate) fn groups_before(&self, run_id: &str) -> Result<Vec<TurnGroup>, EngineError> {
-        groups(self.snapshot.as_ref(), self.before(run_id))
+        groups(self.snapshot.as_deref(), self.before(run_id))
     }
 
     /// What the session's root runs that began before `run_id` spent.
@@ -166,7 +190,7 @@ impl Window {
 
     /// The provider model names seen answering in the session, with their configs.
     pub(crate) fn names(&self) -> ModelNames {
-        names(self.snapshot.as_ref(), &self.events)
+        names(self.snapshot.as_deref(), &self.events)
     }
 }
 
@@ -203,14 +227,11 @@ async fn snapshot(
     tenant_id: &str,
     session_id: &str,
     before: u64,
-) -> Result<Option<SessionSnapshot>, EngineError> {
+) -> Result<Option<Snapshot>, EngineError> {
     let found = store
-        .last_of_type(tenant_id, session_id, SNAPSHOT, before)
+        .last_of_type_shared(tenant_id, session_id, SNAPSHOT, before)
         .await?;
-    Ok(found.and_then(|event| match event.payload {
-        Payload::SessionSnapshot(snapshot) => Some(snapshot),
-        _ => None,
-    }))
+    Ok(found.and_then(Snapshot::of))
 }
 
 /// A snapshot's spending, from a [`budget::Spent`].

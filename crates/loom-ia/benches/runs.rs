@@ -172,6 +172,17 @@ impl EventStore for Counting {
         self.inner.read_shared(tenant_id, session_id, after_seq)
     }
 
+    fn last_of_type_shared<'a>(
+        &'a self,
+        tenant_id: &'a str,
+        session_id: &'a str,
+        event_type: &'a str,
+        before_seq: u64,
+    ) -> BoxFuture<'a, Result<Option<Arc<Event>>, StoreError>> {
+        self.inner
+            .last_of_type_shared(tenant_id, session_id, event_type, before_seq)
+    }
+
     fn read<'a>(
         &'a self,
         tenant_id: &'a str,

@@ -74,6 +74,17 @@ impl EventStore for RoutedEvents {
             .read_shared(tenant_id, session_id, after_seq)
     }
 
+    fn last_of_type_shared<'a>(
+        &'a self,
+        tenant_id: &'a str,
+        session_id: &'a str,
+        event_type: &'a str,
+        before_seq: u64,
+    ) -> BoxFuture<'a, Result<Option<std::sync::Arc<Event>>, StoreError>> {
+        self.of(tenant_id)
+            .last_of_type_shared(tenant_id, session_id, event_type, before_seq)
+    }
+
     fn read<'a>(
         &'a self,
         tenant_id: &'a str,

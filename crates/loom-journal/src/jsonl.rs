@@ -291,6 +291,21 @@ impl EventStore for JsonlStore {
         before_seq: u64,
     ) -> BoxFuture<'a, Result<Option<Event>, StoreError>> {
         Box::pin(async move {
+            let found = self
+                .last_of_type_shared(tenant_id, session_id, event_type, before_seq)
+                .await?;
+            Ok(found.map(Arc::unwrap_or_clone))
+        })
+    }
+
+    fn last_of_type_shared<'a>(
+        &'a self,
+        tenant_id: &'a str,
+        session_id: &'a str,
+        event_type: &'a str,
+        before_seq: u64,
+    ) -> BoxFuture<'a, Result<Option<Arc<Event>>, StoreError>> {
+        Box::pin(async move {
             let journal = Journal::new(&self.root, &self.kept, tenant_id, session_id)?;
             let path = journal.path.clone();
             let kind = event_type.to_owned();

@@ -233,7 +233,7 @@ impl MemoryStore {
         session_id: &str,
         event_type: &str,
         before_seq: u64,
-    ) -> Result<Option<Event>, StoreError> {
+    ) -> Result<Option<Arc<Event>>, StoreError> {
         safe_id("tenant", tenant_id)?;
         safe_id("session", session_id)?;
         let lines = match self
@@ -333,6 +333,19 @@ impl EventStore for MemoryStore {
         event_type: &'a str,
         before_seq: u64,
     ) -> BoxFuture<'a, Result<Option<Event>, StoreError>> {
+        Box::pin(async move {
+            let found = self.last_of_type_now(tenant_id, session_id, event_type, before_seq)?;
+            Ok(found.map(Arc::unwrap_or_clone))
+        })
+    }
+
+    fn last_of_type_shared<'a>(
+        &'a self,
+        tenant_id: &'a str,
+        session_id: &'a str,
+        event_type: &'a str,
+        before_seq: u64,
+    ) -> BoxFuture<'a, Result<Option<Arc<Event>>, StoreError>> {
         Box::pin(
             async move { self.last_of_type_now(tenant_id, session_id, event_type, before_seq) },
         )

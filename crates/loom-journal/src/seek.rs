@@ -272,7 +272,7 @@ impl Journal {
         &self,
         kind: &str,
         before: u64,
-    ) -> Result<Option<Event>, StoreError> {
+    ) -> Result<Option<Arc<Event>>, StoreError> {
         let Some(mut file) = self.open_shared()? else {
             return Ok(None);
         };
@@ -293,8 +293,7 @@ impl Journal {
                 .read_from(&mut file, (1, 0), 0)?
                 .into_iter()
                 .rev()
-                .find(|e| e.seq < before && e.event_type == kind)
-                .map(Arc::unwrap_or_clone)),
+                .find(|e| e.seq < before && e.event_type == kind)),
         }
     }
 
@@ -306,7 +305,7 @@ impl Journal {
         kind: &str,
         before: u64,
         complete_len: u64,
-    ) -> Result<Found<Option<Event>>, StoreError> {
+    ) -> Result<Found<Option<Arc<Event>>>, StoreError> {
         let Some(mark) = offsets
             .marks
             .iter()
@@ -321,7 +320,7 @@ impl Journal {
         else {
             return Ok(Found::Stale);
         };
-        match self.decode(&line) {
+        match self.decode_shared(&line) {
             Ok(event) if event.seq == mark.seq && event.event_type == kind => {
                 Ok(Found::Done(Some(event)))
             }
@@ -345,7 +344,7 @@ impl Journal {
         kind: &str,
         before: u64,
         complete_len: u64,
-    ) -> Result<Found<Option<Event>>, StoreError> {
+    ) -> Result<Found<Option<Arc<Event>>>, StoreError> {
         let last = offsets.end.seq.min(before.saturating_sub(1));
         if last == 0 {
             return Ok(Found::Done(None));
@@ -377,7 +376,7 @@ impl Journal {
             }
             if let Some((seq, line)) = found {
                 let event = self
-                    .line_event(&line, seq)
+                    .line_event_shared(&line, seq)
                     .map_err(|source| self.corrupted(line_number(seq), source))?;
                 return Ok(Found::Done(Some(event)));
             }

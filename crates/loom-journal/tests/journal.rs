@@ -599,7 +599,7 @@ async fn jsonl_run_index_is_checked_against_the_files() {
 }
 
 /// The shared forms of the port hand out the events a store keeps decoded (the same
-/// allocation each time) and read exactly what `append` and `read` do; a batch lent to
+/// allocation each time) and read exactly what `append`, `read` and `last_of_type` do; a batch lent to
 /// `append_shared` is refused on a conflict as `append` refuses it.
 #[tokio::test]
 async fn shared_reads_hand_out_the_kept_events_and_read_what_read_reads() {
@@ -631,6 +631,16 @@ async fn shared_reads_hand_out_the_kept_events_and_read_what_read_reads() {
                 "{name}: a second read shares the kept event"
             );
         }
+        let kind = owned[2].event_type.as_str();
+        let last = store.last_of_type_shared("t", "s", kind, 3).await.unwrap();
+        let last = last.expect("an event of that type before seq 3");
+        let owned_last = store.last_of_type("t", "s", kind, 3).await.unwrap();
+        assert_eq!(Some(Event::clone(&last)), owned_last, "{name}");
+        assert_eq!(last.seq, 2, "{name}");
+        assert!(
+            Arc::ptr_eq(&last, &first[1]),
+            "{name}: the kept event, not a copy"
+        );
         if name == "memory" {
             // The memory journal keeps the very events it returned from the append.
             for (a, b) in written.iter().zip(&first) {

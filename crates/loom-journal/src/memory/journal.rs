@@ -292,7 +292,7 @@ impl Lines {
         event_type: &str,
         before_seq: u64,
         name: &str,
-    ) -> Result<Option<Event>, StoreError> {
+    ) -> Result<Option<Arc<Event>>, StoreError> {
         self.last_where(before_seq, name, |kind, _| kind == event_type)
     }
 
@@ -312,19 +312,19 @@ impl Lines {
         before_seq: u64,
         name: &str,
         wanted: impl Fn(&str, &str) -> bool,
-    ) -> Result<Option<Event>, StoreError> {
+    ) -> Result<Option<Arc<Event>>, StoreError> {
         for (index, line) in self.tail.iter().enumerate().rev() {
             let seq = self.tail_first + index as u64;
             if seq < before_seq {
                 if let Some(event) = &line.event {
                     if wanted(&event.event_type, &event.run_id) {
-                        return Ok(Some(Event::clone(event)));
+                        return Ok(Some(Arc::clone(event)));
                     }
                     continue;
                 }
                 let head = head_of(&line.text, seq, name)?;
                 if wanted(&head.event_type, &head.run_id) {
-                    return decode(&line.text, seq, name).map(Some);
+                    return decode(&line.text, seq, name).map(|e| Some(Arc::new(e)));
                 }
             }
         }
@@ -335,7 +335,7 @@ impl Lines {
                 if seq > self.after && seq < before_seq {
                     let head = head_of(line, seq, name)?;
                     if wanted(&head.event_type, &head.run_id) {
-                        return decode(line, seq, name).map(Some);
+                        return decode(line, seq, name).map(|e| Some(Arc::new(e)));
                     }
                 }
             }
@@ -526,7 +526,7 @@ mod tests {
         let last = journal
             .lines(0, u64::MAX)
             .last_of_type(&hot[2].event_type, 3, "s");
-        assert_eq!(last.unwrap().as_ref(), Some(&hot[1]));
+        assert_eq!(last.unwrap().as_deref(), Some(&hot[1]));
     }
 
     #[test]
