@@ -20,7 +20,19 @@ pub(crate) struct Server {
     /// Where it listens (`127.0.0.1:<port>`).
     pub(crate) address: String,
     log: Arc<Mutex<String>>,
-    reader: std::thread::JoinHandle<()>,
+    /// Taken when the server is waited for.
+    reader: Option<std::thread::JoinHandle<()>>,
+}
+
+/// A server a test drops without stopping it (a failed assertion, or a test that needs it no
+/// more) is killed: no `loom serve` outlives its test.
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
 }
 
 impl Server {
@@ -72,7 +84,7 @@ impl Server {
             child,
             address,
             log,
-            reader,
+            reader: Some(reader),
         }
     }
 
@@ -133,7 +145,9 @@ impl Server {
         // The reader thread ends with the pipe (a supervisor's children share it: they have
         // exited too).
         let log = self.log.clone();
-        let _ = self.reader.join();
+        if let Some(reader) = self.reader.take() {
+            let _ = reader.join();
+        }
         let log = log.lock().unwrap().clone();
         (status.code(), log)
     }
