@@ -361,6 +361,12 @@ pub trait EventStore: Send + Sync + fmt::Debug {
     }
 }
 
+/// Events handed out shared ([`EventStore::read_shared`]) as owned events: each one copied,
+/// unless nothing else holds it any more.
+pub fn owned_events(events: Vec<Arc<Event>>) -> Vec<Event> {
+    events.into_iter().map(Arc::unwrap_or_clone).collect()
+}
+
 /// The clock port: the only source of wall-clock time for the engine.
 pub trait Clock: Send + Sync + fmt::Debug {
     /// Now, in UTC.

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use loom_core::{
     Event, RunState,
     event::{Payload, SessionSnapshot},
-    ports::StoreError,
+    ports::{StoreError, owned_events},
     state::compaction,
 };
 
@@ -157,7 +157,7 @@ impl Engine {
     /// (see the `window` module), else the whole session. Never fewer than the run's own events.
     pub async fn read_run(&self, run: &RunRef) -> Result<Vec<Event>, EngineError> {
         let events = self.read_run_shared(run).await?;
-        Ok(events.into_iter().map(Arc::unwrap_or_clone).collect())
+        Ok(owned_events(events))
     }
 
     /// [`Engine::read_run`], the events shared with the store ([`EventStore::read_shared`]):
@@ -195,10 +195,6 @@ impl Engine {
         session_id: &str,
     ) -> Result<Vec<Event>, EngineError> {
         let window = Window::latest(self.store.as_ref(), tenant_id, session_id).await?;
-        Ok(window
-            .events
-            .into_iter()
-            .map(Arc::unwrap_or_clone)
-            .collect())
+        Ok(owned_events(window.events))
     }
 }

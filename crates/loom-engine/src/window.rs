@@ -69,10 +69,21 @@ impl Window {
         tenant_id: &str,
         session_id: &str,
     ) -> Result<Window, EngineError> {
+        Window::from_snapshot(store, tenant_id, session_id, None).await
+    }
+
+    /// The events after `snapshot` (the whole session for `None`), with it.
+    async fn from_snapshot(
+        store: &dyn EventStore,
+        tenant_id: &str,
+        session_id: &str,
+        snapshot: Option<Snapshot>,
+    ) -> Result<Window, EngineError> {
+        let after = snapshot.as_ref().map_or(0, |s| s.up_to_seq);
         Ok(Window {
-            events: store.read_shared(tenant_id, session_id, 0).await?,
-            after: 0,
-            snapshot: None,
+            events: store.read_shared(tenant_id, session_id, after).await?,
+            after,
+            snapshot,
         })
     }
 
@@ -83,16 +94,8 @@ impl Window {
         tenant_id: &str,
         session_id: &str,
     ) -> Result<Window, EngineError> {
-        match snapshot(store, tenant_id, session_id, u64::MAX).await? {
-            Some(snapshot) => Ok(Window {
-                events: store
-                    .read_shared(tenant_id, session_id, snapshot.up_to_seq)
-                    .await?,
-                after: snapshot.up_to_seq,
-                snapshot: Some(snapshot),
-            }),
-            None => Window::whole(store, tenant_id, session_id).await,
-        }
+        let snapshot = snapshot(store, tenant_id, session_id, u64::MAX).await?;
+        Window::from_snapshot(store, tenant_id, session_id, snapshot).await
     }
 
     /// [`Window::latest`] when at least `at_least` events follow the session's last snapshot
@@ -109,11 +112,9 @@ impl Window {
         if last.saturating_sub(after) < at_least {
             return Ok(None);
         }
-        Ok(Some(Window {
-            events: store.read_shared(tenant_id, session_id, after).await?,
-            after,
-            snapshot,
-        }))
+        Window::from_snapshot(store, tenant_id, session_id, snapshot)
+            .await
+            .map(Some)
     }
 
     /// From the last snapshot before `run` began: every event of the run and of its sub-runs
@@ -133,13 +134,7 @@ impl Window {
             return Window::whole(store, tenant, session).await;
         };
         if let Some(snapshot) = snapshot(store, tenant, session, start).await? {
-            let window = Window {
-                events: store
-                    .read_shared(tenant, session, snapshot.up_to_seq)
-                    .await?,
-                after: snapshot.up_to_seq,
-                snapshot: Some(snapshot),
-            };
+            let window = Window::from_snapshot(store, tenant, session, Some(snapshot)).await?;
             if window.holds_start(&run.run_id) {
                 return Ok(window);
             }

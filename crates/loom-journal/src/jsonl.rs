@@ -124,7 +124,7 @@ impl EventStore for JsonlStore {
     ) -> BoxFuture<'a, Result<Vec<Event>, StoreError>> {
         Box::pin(async move {
             let events = self.read_shared(tenant_id, session_id, after_seq).await?;
-            Ok(events.into_iter().map(Arc::unwrap_or_clone).collect())
+            Ok(loom_core::ports::owned_events(events))
         })
     }
 

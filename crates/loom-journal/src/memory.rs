@@ -15,7 +15,7 @@ use std::{
 use loom_core::{
     BoxFuture,
     event::Event,
-    ports::{EventStore, SessionSummary, StoreError},
+    ports::{EventStore, SessionSummary, StoreError, owned_events},
 };
 
 use loom_core::journal::{Batch, conflict, safe_id};
@@ -282,7 +282,7 @@ impl EventStore for MemoryStore {
         batch: Vec<Event>,
         expected_last_seq: u64,
     ) -> BoxFuture<'_, Result<Vec<Event>, StoreError>> {
-        Box::pin(async move { Ok(owned(self.append_now(batch, expected_last_seq)?)) })
+        Box::pin(async move { Ok(owned_events(self.append_now(batch, expected_last_seq)?)) })
     }
 
     fn append_shared<'a>(
@@ -299,7 +299,11 @@ impl EventStore for MemoryStore {
         session_id: &'a str,
         after_seq: u64,
     ) -> BoxFuture<'a, Result<Vec<Event>, StoreError>> {
-        Box::pin(async move { Ok(owned(self.read_now(tenant_id, session_id, after_seq)?)) })
+        Box::pin(async move {
+            Ok(owned_events(
+                self.read_now(tenant_id, session_id, after_seq)?,
+            ))
+        })
     }
 
     fn read_shared<'a>(
@@ -388,12 +392,6 @@ impl EventStore for MemoryStore {
             Ok(removed.map_or(0, |journal| journal.last_seq()))
         })
     }
-}
-
-/// Events handed out shared, as owned events: each a copy, unless the journal no longer keeps
-/// it (packed meanwhile).
-fn owned(events: Vec<Arc<Event>>) -> Vec<Event> {
-    events.into_iter().map(Arc::unwrap_or_clone).collect()
 }
 
 #[cfg(test)]
