@@ -10,6 +10,8 @@ use sha2::{Digest, Sha256};
 
 use crate::binding::{BoundTool, ModelBinding};
 
+mod canonical;
+
 /// Builds the orchestrator's request for `model`: its `system` prompt, session history, the
 /// run's conversation (tool results in call order, without their full view), and the finalize
 /// hint when tools are no longer allowed. The model's own name, token cap and parameters are
@@ -83,31 +85,29 @@ pub(crate) fn strip_foreign_reasoning(messages: &mut [Message], is_own: impl Fn(
 /// 16-hex digests of its parts (`model, system, tools, messages, settings`, `messages_count`),
 /// which let a replay say what changed.
 ///
-/// Each top-level field is written in canonical form once; the parts are hashed from those
-/// bytes and the whole is assembled from them (a long session's history is the bulk of a
-/// request, and is neither copied nor written twice).
+/// The request is written in canonical form once, straight from its fields (see
+/// [`canonical`]); the parts are hashed from the bytes of its top-level entries. A long
+/// session's history is the bulk of a request, and is neither copied nor written twice.
 pub fn request_hash(request: &ModelRequest) -> (String, Map<String, Value>) {
-    let whole = serde_json::to_value(request).unwrap_or(Value::Null);
-    let Value::Object(fields) = &whole else {
-        // A request always serializes to an object; anything else hashes as itself.
-        let mut buffer = Vec::new();
-        return (digest(&whole, &mut buffer), Map::new());
+    let Ok((whole, entries)) = canonical::to_canonical(request) else {
+        return request_hash_through_value(request);
     };
-    let mut canonical: Vec<(&String, Vec<u8>)> = fields
-        .iter()
-        .map(|(key, value)| {
-            let mut out = Vec::new();
-            write_canonical(value, &mut out);
-            (key, out)
-        })
-        .collect();
-    canonical.sort_unstable_by(|a, b| a.0.cmp(b.0));
     let bytes = |name: &str| -> &[u8] {
-        canonical
+        entries
             .iter()
-            .find(|(key, _)| key.as_str() == name)
-            .map_or(b"null", |(_, out)| out.as_slice())
+            .find(|entry| {
+                let key = entry.key(&whole);
+                &key[1..key.len() - 1] == name.as_bytes()
+            })
+            .map_or(b"null", |entry| entry.value(&whole))
     };
+    let parts = parts(request, bytes);
+    (hex::encode(Sha256::digest(&whole)), parts)
+}
+
+/// The digests of the request's parts, from the canonical bytes of each top-level field
+/// (`null` for a field left out).
+fn parts<'a>(request: &ModelRequest, bytes: impl Fn(&str) -> &'a [u8]) -> Map<String, Value> {
     let short = |bytes: &[u8]| {
         let mut hex = hex::encode(Sha256::digest(bytes));
         hex.truncate(16);
@@ -134,6 +134,32 @@ pub fn request_hash(request: &ModelRequest) -> (String, Map<String, Value>) {
         "messages_count".into(),
         Value::String(request.messages.len().to_string()),
     );
+    parts
+}
+
+/// [`request_hash`] through the request's `Value`, for what the direct writer refuses.
+fn request_hash_through_value(request: &ModelRequest) -> (String, Map<String, Value>) {
+    let whole = serde_json::to_value(request).unwrap_or(Value::Null);
+    let Value::Object(fields) = &whole else {
+        // A request always serializes to an object; anything else hashes as itself.
+        let mut buffer = Vec::new();
+        return (digest(&whole, &mut buffer), Map::new());
+    };
+    let mut canonical: Vec<(&String, Vec<u8>)> = fields
+        .iter()
+        .map(|(key, value)| {
+            let mut out = Vec::new();
+            write_canonical(value, &mut out);
+            (key, out)
+        })
+        .collect();
+    canonical.sort_unstable_by(|a, b| a.0.cmp(b.0));
+    let parts = parts(request, |name: &str| -> &[u8] {
+        canonical
+            .iter()
+            .find(|(key, _)| key.as_str() == name)
+            .map_or(b"null", |(_, out)| out.as_slice())
+    });
     let mut hasher = Sha256::new();
     for (i, (key, value)) in canonical.iter().enumerate() {
         let mut head = Vec::with_capacity(key.len() + 4);
@@ -257,11 +283,37 @@ mod tests {
             output_schema: None,
         };
         assert_eq!(request_hash(&request), reference_hash(&request));
+        assert_eq!(request_hash(&request), request_hash_through_value(&request));
+        // Every kind of block, with provider data and the keys a model writes.
+        let mut call = Block::tool_call("c1", "prix_ttc", json!({"ht": 1250, "taux": 0.2}));
+        call.provider_meta
+            .insert("signature".into(), json!({"z": "s", "a": [1]}));
+        let mut reasoning = Block::new(BlockKind::Reasoning {
+            text: "calcul".into(),
+            model_id: Some("m".into()),
+        });
+        reasoning.cache_breakpoint = true;
+        request.messages.push(Message {
+            role: loom_core::Role::Assistant,
+            blocks: vec![reasoning, call, Block::json(json!({"b": null, "a": "é"}))],
+        });
+        request.messages.push(Message {
+            role: loom_core::Role::Tool,
+            blocks: vec![Block::new(BlockKind::ToolResult {
+                call_id: "c1".into(),
+                output: loom_core::tool::ToolOutput::json(json!({"ttc": 1500}))
+                    .with_full(json!({"detail": [1, 2]})),
+            })],
+        });
+        request.tool_choice = ToolChoice::Required;
+        assert_eq!(request_hash(&request), reference_hash(&request));
+        assert_eq!(request_hash(&request), request_hash_through_value(&request));
         request.output_schema = Some(json!({"type": "object"}));
         request.max_tokens = None;
         request.params = Default::default();
         request.tools.clear();
         assert_eq!(request_hash(&request), reference_hash(&request));
+        assert_eq!(request_hash(&request), request_hash_through_value(&request));
     }
 
     #[test]
