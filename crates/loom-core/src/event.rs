@@ -9,6 +9,7 @@
 
 mod durability;
 mod envelope;
+mod facets;
 mod guard;
 mod model;
 mod payload;

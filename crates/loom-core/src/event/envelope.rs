@@ -154,7 +154,7 @@ impl Event {
         if self.status != self.payload.status() {
             return Err(inconsistent("status"));
         }
-        if self.facets != self.payload.facets() {
+        if !self.payload.has_facets(&self.facets) {
             return Err(inconsistent("facets"));
         }
         if let Err(reason) = self.payload.check() {
@@ -226,6 +226,38 @@ mod tests {
                 ..
             }
         ));
+    }
+
+    /// The facets are checked without being built: a facet missing, added, or of another
+    /// value or type is refused, and the reference's own facets are accepted.
+    #[test]
+    fn facets_that_are_not_the_payloads_are_refused() {
+        let facets = r#""facets":{"tool_name":"calculer","latency_ms":0.351611999974466,"size":164,"is_error":false}"#;
+        assert!(LINE.contains(facets));
+        for wrong in [
+            r#""facets":{"tool_name":"calculer","latency_ms":0.351611999974466,"size":164}"#,
+            r#""facets":{"tool_name":"calculer","latency_ms":0.351611999974466,"size":164,"is_error":false,"x":1}"#,
+            r#""facets":{"tool_name":"calculer","latency_ms":0.351611999974466,"size":164.0,"is_error":false}"#,
+            r#""facets":{"tool_name":"calculer","latency_ms":0.35,"size":164,"is_error":false}"#,
+            r#""facets":{"tool_name":"calcul","latency_ms":0.351611999974466,"size":164,"is_error":false}"#,
+            r#""facets":{"tool_name":"calculer","latency_ms":0.351611999974466,"size":164,"is_error":null}"#,
+            r#""facets":{"tool_name":"calculer","latency_ms":0.351611999974466,"size":"164","is_error":false}"#,
+        ] {
+            let line = LINE.replace(facets, wrong);
+            assert!(
+                matches!(
+                    Event::from_json(&line),
+                    Err(EventReadError::Inconsistent {
+                        field: "facets",
+                        ..
+                    })
+                ),
+                "{wrong}"
+            );
+        }
+        // The same facets in another order are the same facets.
+        let reordered = r#""facets":{"is_error":false,"size":164,"latency_ms":0.351611999974466,"tool_name":"calculer"}"#;
+        assert!(Event::from_json(&LINE.replace(facets, reordered)).is_ok());
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! category, status and facets, its invariants, whether it closes a run.
 
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 
 use super::{
     ApprovalExpired, ApprovalGranted, ApprovalRejected, ApprovalRequested, ArtifactStored,
@@ -12,6 +12,7 @@ use super::{
     RunCompleted, RunFailed, RunStarted, RunTransitioned, SealedPayload, SessionCompacted,
     SessionRepaired, SessionSnapshot, SessionTrimmed, StepCompleted, StepStarted, ToolCalled,
     ToolCompleted, ToolSourceOpened, ToolSourceUnavailable,
+    facets::{Facets, Matches},
 };
 
 /// Calls `$apply! { "type" => Variant, … }` with every payload type but `Sealed`: the one list
@@ -278,205 +279,216 @@ impl Payload {
 
     /// The facets, in the reference's order.
     pub fn facets(&self) -> Map<String, Value> {
-        let mut f = Map::new();
+        let mut facets = Map::new();
+        self.put_facets(&mut facets);
+        facets
+    }
+
+    /// Whether `facets` are this payload's, compared without building them.
+    pub fn has_facets(&self, facets: &Map<String, Value>) -> bool {
+        let mut matches = Matches::new(facets);
+        self.put_facets(&mut matches);
+        matches.all()
+    }
+
+    fn put_facets(&self, f: &mut impl Facets) {
         match self {
             Payload::RunStarted(p) => {
-                f.insert("kind".into(), json!(p.kind));
+                f.put("kind", &p.kind);
                 if p.judges != "auto" {
-                    f.insert("judges".into(), json!(p.judges));
+                    f.put("judges", &p.judges);
                 }
                 if let Some(trigger) = &p.trigger {
-                    f.insert("trigger".into(), json!(trigger));
+                    f.put("trigger", &trigger);
                 }
             }
             Payload::StepStarted(p) => {
-                f.insert("effect".into(), json!(p.effect));
+                f.put("effect", &p.effect);
             }
             Payload::StepCompleted(p) => {
-                f.insert("outcome".into(), json!(p.outcome));
-                f.insert("duration_ms".into(), json!(p.duration_ms));
+                f.put("outcome", &p.outcome);
+                f.put("duration_ms", &p.duration_ms);
             }
             Payload::RunTransitioned(p) => {
-                f.insert("from_state".into(), json!(p.from_state));
-                f.insert("to_state".into(), json!(p.to_state));
+                f.put("from_state", &p.from_state);
+                f.put("to_state", &p.to_state);
             }
             Payload::RunCompleted(p) => {
-                f.insert("iterations".into(), json!(p.iterations));
-                f.insert("cost_usd".into(), json!(p.cost_usd));
+                f.put("iterations", &p.iterations);
+                f.put("cost_usd", &p.cost_usd);
                 if p.unverified {
-                    f.insert("unverified".into(), json!(true));
+                    f.put("unverified", &true);
                 }
                 if p.fallback {
-                    f.insert("fallback".into(), json!(true));
+                    f.put("fallback", &true);
                 }
             }
             Payload::RunFailed(p) => {
-                f.insert("error_type".into(), json!(p.error_type));
+                f.put("error_type", &p.error_type);
             }
             Payload::RunCancelled(p) => {
-                f.insert("reason".into(), json!(p.reason));
+                f.put("reason", &p.reason);
             }
             Payload::RunClaimed(p) => {
-                f.insert("worker_id".into(), json!(p.worker_id));
+                f.put("worker_id", &p.worker_id);
             }
             Payload::MessageUser(p) => {
                 if p.kind != "request" {
-                    f.insert("kind".into(), json!(p.kind));
+                    f.put("kind", &p.kind);
                 }
             }
             Payload::ModelResponded(p) => {
-                f.insert("model_id".into(), json!(p.model_id));
-                f.insert("provider".into(), json!(p.provider));
-                f.insert("stop_reason".into(), json!(p.stop_reason));
-                f.insert("cost_usd".into(), json!(p.cost_usd));
-                f.insert("latency_ms".into(), json!(p.latency_ms));
-                f.insert("tokens".into(), json!(p.usage.total_tokens()));
+                f.put("model_id", &p.model_id);
+                f.put("provider", &p.provider);
+                f.put("stop_reason", &p.stop_reason);
+                f.put("cost_usd", &p.cost_usd);
+                f.put("latency_ms", &p.latency_ms);
+                f.put("tokens", &p.usage.total_tokens());
                 if let Some(model) = &p.model {
-                    f.insert("model".into(), json!(model));
+                    f.put("model", &model);
                 }
                 if let Some(judge) = &p.judge {
-                    f.insert("judge".into(), json!(judge));
+                    f.put("judge", &judge);
                 }
             }
             Payload::ToolCalled(p) => {
-                f.insert("tool_name".into(), json!(p.tool_name));
-                f.insert("tool_kind".into(), json!(p.tool_kind));
+                f.put("tool_name", &p.tool_name);
+                f.put("tool_kind", &p.tool_kind);
             }
             Payload::ModelRetried(p) => {
-                f.insert("model_id".into(), json!(p.model_id));
-                f.insert("provider".into(), json!(p.provider));
-                f.insert("error_kind".into(), json!(p.error_kind));
-                f.insert("attempt".into(), json!(p.attempt));
+                f.put("model_id", &p.model_id);
+                f.put("provider", &p.provider);
+                f.put("error_kind", &p.error_kind);
+                f.put("attempt", &p.attempt);
                 if let Some(model) = &p.model {
-                    f.insert("model".into(), json!(model));
+                    f.put("model", &model);
                 }
                 if let Some(judge) = &p.judge {
-                    f.insert("judge".into(), json!(judge));
+                    f.put("judge", &judge);
                 }
             }
             Payload::ModelExchanged(p) => {
-                f.insert("model_id".into(), json!(p.model_id));
-                f.insert("provider".into(), json!(p.provider));
-                f.insert("attempt".into(), json!(p.attempt));
-                f.insert("status_code".into(), json!(p.status_code));
-                f.insert("duration_ms".into(), json!(p.duration_ms));
-                f.insert("request_bytes".into(), json!(p.request_bytes));
-                f.insert("response_bytes".into(), json!(p.response_bytes));
+                f.put("model_id", &p.model_id);
+                f.put("provider", &p.provider);
+                f.put("attempt", &p.attempt);
+                f.put("status_code", &p.status_code);
+                f.put("duration_ms", &p.duration_ms);
+                f.put("request_bytes", &p.request_bytes);
+                f.put("response_bytes", &p.response_bytes);
                 if let Some(model) = &p.model {
-                    f.insert("model".into(), json!(model));
+                    f.put("model", &model);
                 }
                 if p.synthetic {
-                    f.insert("synthetic".into(), json!(true));
+                    f.put("synthetic", &true);
                 }
                 if let Some(judge) = &p.judge {
-                    f.insert("judge".into(), json!(judge));
+                    f.put("judge", &judge);
                 }
             }
             Payload::ModelFellBack(p) => {
-                f.insert("slot".into(), json!(p.slot));
-                f.insert("from_model".into(), json!(p.from_model));
-                f.insert("to_model".into(), json!(p.to_model));
-                f.insert("reason".into(), json!(p.reason));
+                f.put("slot", &p.slot);
+                f.put("from_model", &p.from_model);
+                f.put("to_model", &p.to_model);
+                f.put("reason", &p.reason);
             }
             Payload::ToolSourceUnavailable(p) => {
-                f.insert("source".into(), json!(p.source));
-                f.insert("required".into(), json!(p.required));
+                f.put("source", &p.source);
+                f.put("required", &p.required);
             }
             Payload::ToolSourceOpened(p) => {
-                f.insert("source".into(), json!(p.source));
-                f.insert("tools".into(), json!(p.tools.len()));
+                f.put("source", &p.source);
+                f.put("tools", &p.tools.len());
             }
             Payload::CircuitOpened(p) => {
-                f.insert("target_kind".into(), json!(p.target_kind));
-                f.insert("target".into(), json!(p.target));
-                f.insert("failures".into(), json!(p.failures));
+                f.put("target_kind", &p.target_kind);
+                f.put("target", &p.target);
+                f.put("failures", &p.failures);
             }
             Payload::ArtifactStored(p) => {
-                f.insert("origin".into(), json!(p.origin));
-                f.insert("media_type".into(), json!(p.media_type));
-                f.insert("size".into(), json!(p.size));
+                f.put("origin", &p.origin);
+                f.put("media_type", &p.media_type);
+                f.put("size", &p.size);
             }
             Payload::ToolCompleted(p) => {
-                f.insert("tool_name".into(), json!(p.tool_name));
-                f.insert("latency_ms".into(), json!(p.latency_ms));
-                f.insert("size".into(), json!(p.size));
-                f.insert("is_error".into(), json!(p.output.is_error));
+                f.put("tool_name", &p.tool_name);
+                f.put("latency_ms", &p.latency_ms);
+                f.put("size", &p.size);
+                f.put("is_error", &p.output.is_error);
                 if p.output.offloaded.is_some() {
-                    f.insert("offloaded".into(), json!(true));
+                    f.put("offloaded", &true);
                 }
             }
             Payload::ApprovalRequested(p) => {
-                f.insert("tool_name".into(), json!(p.tool_name));
-                f.insert("scope".into(), json!(p.scope));
+                f.put("tool_name", &p.tool_name);
+                f.put("scope", &p.scope);
             }
             Payload::ApprovalGranted(p) => {
-                f.insert("tool_name".into(), json!(p.tool_name));
-                f.insert("by".into(), json!(p.by));
+                f.put("tool_name", &p.tool_name);
+                f.put("by", &p.by);
             }
             Payload::ApprovalRejected(p) => {
-                f.insert("tool_name".into(), json!(p.tool_name));
-                f.insert("by".into(), json!(p.by));
+                f.put("tool_name", &p.tool_name);
+                f.put("by", &p.by);
             }
             Payload::ApprovalExpired(p) => {
-                f.insert("tool_name".into(), json!(p.tool_name));
-                f.insert("action".into(), json!(p.action));
+                f.put("tool_name", &p.tool_name);
+                f.put("action", &p.action);
             }
             Payload::IdempotencyRecorded(p) => {
-                f.insert("tool_name".into(), json!(p.tool_name));
-                f.insert("key".into(), json!(p.key));
+                f.put("tool_name", &p.tool_name);
+                f.put("key", &p.key);
             }
             Payload::IdempotencyReused(p) => {
-                f.insert("tool_name".into(), json!(p.tool_name));
-                f.insert("key".into(), json!(p.key));
+                f.put("tool_name", &p.tool_name);
+                f.put("key", &p.key);
             }
             Payload::PolicyDecided(p) => {
-                f.insert("policy".into(), json!(p.policy));
-                f.insert("point".into(), json!(p.point));
-                f.insert("decision".into(), json!(p.decision));
+                f.put("policy", &p.policy);
+                f.put("point", &p.point);
+                f.put("decision", &p.decision);
             }
             Payload::GuardChecked(p) => {
-                f.insert("guard".into(), json!(p.guard));
-                f.insert("target".into(), json!(p.target));
-                f.insert("outcome".into(), json!(p.outcome));
+                f.put("guard", &p.guard);
+                f.put("target", &p.target);
+                f.put("outcome", &p.outcome);
             }
             Payload::JudgeEvaluated(p) => {
-                f.insert("judge".into(), json!(p.judge));
-                f.insert("target".into(), json!(p.target));
-                f.insert("model_id".into(), json!(p.model_id));
-                f.insert("passed".into(), json!(p.passed));
-                f.insert("blocked".into(), json!(p.blocked));
+                f.put("judge", &p.judge);
+                f.put("target", &p.target);
+                f.put("model_id", &p.model_id);
+                f.put("passed", &p.passed);
+                f.put("blocked", &p.blocked);
                 if let Some(model) = &p.model {
-                    f.insert("model".into(), json!(model));
+                    f.put("model", &model);
                 }
             }
             Payload::BudgetExceeded(p) => {
-                f.insert("scope".into(), json!(p.scope));
-                f.insert("limit".into(), json!(p.limit));
-                f.insert("action".into(), json!(p.action));
+                f.put("scope", &p.scope);
+                f.put("limit", &p.limit);
+                f.put("action", &p.action);
             }
             Payload::SessionRepaired(p) => {
-                f.insert("bytes".into(), json!(p.bytes));
+                f.put("bytes", &p.bytes);
             }
             Payload::SessionSnapshot(p) => {
-                f.insert("up_to_seq".into(), json!(p.up_to_seq));
-                f.insert("messages".into(), json!(p.messages.len()));
-                f.insert("tokens".into(), json!(p.tokens));
+                f.put("up_to_seq", &p.up_to_seq);
+                f.put("messages", &p.messages.len());
+                f.put("tokens", &p.tokens);
             }
             Payload::SessionCompacted(p) => {
-                f.insert("up_to_seq".into(), json!(p.up_to_seq));
-                f.insert("kept".into(), json!(p.kept));
-                f.insert("tokens_before".into(), json!(p.tokens_before));
-                f.insert("tokens_after".into(), json!(p.tokens_after));
-                f.insert("fidelity".into(), json!(p.fidelity));
+                f.put("up_to_seq", &p.up_to_seq);
+                f.put("kept", &p.kept);
+                f.put("tokens_before", &p.tokens_before);
+                f.put("tokens_after", &p.tokens_after);
+                f.put("fidelity", &p.fidelity);
             }
             Payload::SessionTrimmed(p) => {
-                f.insert("up_to_seq".into(), json!(p.up_to_seq));
-                f.insert("dropped".into(), json!(p.dropped));
+                f.put("up_to_seq", &p.up_to_seq);
+                f.put("dropped", &p.dropped);
             }
             // The envelope of a sealed event keeps the facets of its clear payload.
             Payload::Sealed(_) => {}
         }
-        f
     }
 
     /// Payload invariants: well-formed messages, no file bytes in the journal.
