@@ -258,7 +258,11 @@ pub trait ModelClient: Send + Sync + fmt::Debug {
 
     /// Streams the answer to `request`. The stream ends after [`ModelChunk::Stopped`]; a stream
     /// that ends without it is a transient error.
-    fn stream(&self, request: ModelRequest) -> BoxStream<'static, Result<ModelChunk, ModelError>>;
+    ///
+    /// The request is lent: a client takes from it what it sends before it returns the stream,
+    /// and the engine keeps the one request for every attempt (retries included) instead of
+    /// copying a conversation's history into each.
+    fn stream(&self, request: &ModelRequest) -> BoxStream<'static, Result<ModelChunk, ModelError>>;
 }
 
 /// A complete answer built from a stream.

@@ -295,7 +295,7 @@ async fn attempts(
         let mut exchanges = Vec::new();
         let call = resilience::stream_once(
             model.client.clone(),
-            request.clone(),
+            &request,
             model.timeouts,
             |text| {
                 if live {

@@ -576,8 +576,8 @@ impl ModelClient for RecordedModel {
         &self.provider
     }
 
-    fn stream(&self, request: ModelRequest) -> BoxStream<'static, Result<ModelChunk, ModelError>> {
-        let (hash, _) = request_hash(&request);
+    fn stream(&self, request: &ModelRequest) -> BoxStream<'static, Result<ModelChunk, ModelError>> {
+        let (hash, _) = request_hash(request);
         if let Some(error) = self.book.failure(&hash, &self.config_id) {
             return Box::pin(futures_util::stream::iter([Err(error)]));
         }

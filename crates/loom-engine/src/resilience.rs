@@ -236,7 +236,7 @@ enum Bound {
 /// dropped.
 pub(crate) async fn stream_once(
     client: Arc<dyn ModelClient>,
-    request: ModelRequest,
+    request: &ModelRequest,
     timeouts: ModelTimeouts,
     mut on_text: impl FnMut(&str),
     mut on_exchange: impl FnMut(HttpExchange),

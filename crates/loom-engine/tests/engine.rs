@@ -1045,7 +1045,7 @@ impl ModelClient for CutModel {
 
     fn stream(
         &self,
-        _request: loom_core::model::ModelRequest,
+        _request: &loom_core::model::ModelRequest,
     ) -> loom_core::BoxStream<
         'static,
         Result<loom_core::model::ModelChunk, loom_core::model::ModelError>,

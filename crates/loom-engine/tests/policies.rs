@@ -995,7 +995,7 @@ impl ModelClient for SameCallId {
 
     fn stream(
         &self,
-        request: ModelRequest,
+        request: &ModelRequest,
     ) -> loom_core::BoxStream<'static, Result<ModelChunk, ModelError>> {
         let turn = request
             .messages

@@ -33,11 +33,30 @@ use loom_core::{
     },
     usage::Usage,
 };
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 /// Characters per estimated token.
 const CHARS_PER_TOKEN: usize = 4;
+
+/// The length of `value`'s compact JSON, counted as it is written (0 if it cannot be).
+fn json_len<T: Serialize + ?Sized>(value: &T) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0 += bytes.len();
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    match serde_json::to_writer(&mut count, value) {
+        Ok(()) => count.0,
+        Err(_) => 0,
+    }
+}
 
 /// A scripted model.
 #[derive(Clone)]
@@ -306,19 +325,13 @@ impl ModelClient for FakeModel {
         "fake"
     }
 
-    fn stream(&self, request: ModelRequest) -> BoxStream<'static, Result<ModelChunk, ModelError>> {
-        let (message, stop) = match self.answer(&request) {
+    fn stream(&self, request: &ModelRequest) -> BoxStream<'static, Result<ModelChunk, ModelError>> {
+        let (message, stop) = match self.answer(request) {
             Ok(answer) => answer,
             Err(error) => return Box::pin(stream::iter([Err(error)])),
         };
-        let input = serde_json::to_string(&request)
-            .map(|s| s.len())
-            .unwrap_or(0)
-            / CHARS_PER_TOKEN;
-        let output = serde_json::to_string(&message)
-            .map(|s| s.len())
-            .unwrap_or(0)
-            / CHARS_PER_TOKEN;
+        let input = json_len(request) / CHARS_PER_TOKEN;
+        let output = json_len(&message) / CHARS_PER_TOKEN;
         let mut chunks = Vec::new();
         let mut index = 0;
         for block in message.blocks {
@@ -429,7 +442,7 @@ mod tests {
         model: &FakeModel,
         request: ModelRequest,
     ) -> Result<loom_core::model::ModelResponse, ModelError> {
-        let mut stream = model.stream(request);
+        let mut stream = model.stream(&request);
         let mut acc = ResponseAccumulator::new();
         while let Some(chunk) = stream.next().await {
             acc.push(chunk?);

@@ -964,8 +964,8 @@ impl ModelClient for AnthropicModel {
         PROVIDER
     }
 
-    fn stream(&self, request: ModelRequest) -> BoxStream<'static, Result<ModelChunk, ModelError>> {
-        let builder = self.http_request(&request);
+    fn stream(&self, request: &ModelRequest) -> BoxStream<'static, Result<ModelChunk, ModelError>> {
+        let builder = self.http_request(request);
         let this = self.clone();
         let recorder = Recorder::for_options(&self.options);
         let recording = recorder.clone();

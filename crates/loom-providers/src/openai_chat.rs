@@ -105,8 +105,8 @@ impl ModelClient for OpenAiChatModel {
         "openai"
     }
 
-    fn stream(&self, request: ModelRequest) -> BoxStream<'static, Result<ModelChunk, ModelError>> {
-        let body = build_request(&self.options, &self.settings, &request);
+    fn stream(&self, request: &ModelRequest) -> BoxStream<'static, Result<ModelChunk, ModelError>> {
+        let body = build_request(&self.options, &self.settings, request);
         let builder = self
             .client
             .post(&self.url)
@@ -115,7 +115,7 @@ impl ModelClient for OpenAiChatModel {
         let label = if request.model_id.is_empty() {
             self.options.model.clone()
         } else {
-            request.model_id
+            request.model_id.clone()
         };
         shared::post_stream(
             builder,

@@ -112,8 +112,8 @@ impl ModelClient for OpenAiResponsesModel {
         "openai"
     }
 
-    fn stream(&self, request: ModelRequest) -> BoxStream<'static, Result<ModelChunk, ModelError>> {
-        let body = build_request(&self.options, &self.settings, &request);
+    fn stream(&self, request: &ModelRequest) -> BoxStream<'static, Result<ModelChunk, ModelError>> {
+        let body = build_request(&self.options, &self.settings, request);
         let builder = self
             .client
             .post(&self.url)
@@ -122,7 +122,7 @@ impl ModelClient for OpenAiResponsesModel {
         let label = if request.model_id.is_empty() {
             self.options.model.clone()
         } else {
-            request.model_id
+            request.model_id.clone()
         };
         shared::post_stream(
             builder,

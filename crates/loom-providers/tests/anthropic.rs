@@ -1007,7 +1007,7 @@ fn streams_over_http_with_the_right_headers() {
     );
     let model = client(address, Some("sk-loopback"));
     assert_eq!(model.provider(), "anthropic");
-    let items: Vec<_> = block_on(model.stream(plain_request()).collect());
+    let items: Vec<_> = block_on(model.stream(&plain_request()).collect());
     let mut accumulator = ResponseAccumulator::new();
     for item in items {
         accumulator.push(item.unwrap());
@@ -1042,7 +1042,7 @@ fn http_errors_are_classified_with_retry_after_and_the_missing_key_hint() {
         &[("content-type", "application/json")],
         fixtures::read("anthropic/error-401-authentication.json"),
     );
-    let items: Vec<_> = block_on(client(address, None).stream(plain_request()).collect());
+    let items: Vec<_> = block_on(client(address, None).stream(&plain_request()).collect());
     let request = requests.recv_timeout(Duration::from_secs(5)).unwrap();
     assert!(!request.to_lowercase().contains("x-api-key"));
     let [Err(error)] = items.as_slice() else {
@@ -1061,7 +1061,11 @@ fn http_errors_are_classified_with_retry_after_and_the_missing_key_hint() {
         &[("content-type", "application/json"), ("retry-after", "27")],
         fixtures::read("anthropic/error-429-rate-limit.json"),
     );
-    let items: Vec<_> = block_on(client(address, Some("k")).stream(plain_request()).collect());
+    let items: Vec<_> = block_on(
+        client(address, Some("k"))
+            .stream(&plain_request())
+            .collect(),
+    );
     let [Err(error)] = items.as_slice() else {
         panic!("one error: {items:?}")
     };
@@ -1075,7 +1079,11 @@ fn a_refused_connection_is_transient() {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let address = format!("http://{}", listener.local_addr().unwrap());
     drop(listener);
-    let items: Vec<_> = block_on(client(address, Some("k")).stream(plain_request()).collect());
+    let items: Vec<_> = block_on(
+        client(address, Some("k"))
+            .stream(&plain_request())
+            .collect(),
+    );
     let [Err(error)] = items.as_slice() else {
         panic!("one error: {items:?}")
     };
@@ -1118,7 +1126,7 @@ fn a_captured_stream_ends_with_its_exchange() {
     let (address, requests) =
         serve_once(200, &[("content-type", "text/event-stream")], sse.clone());
     let model = capturing(address.clone(), 1 << 20);
-    let items: Vec<_> = block_on(model.stream(image_request()).collect());
+    let items: Vec<_> = block_on(model.stream(&image_request()).collect());
     let Some(Ok(ModelChunk::Exchange(exchange))) = items.last() else {
         panic!("the exchange comes last: {items:?}")
     };
@@ -1163,7 +1171,7 @@ fn a_captured_failure_gives_its_exchange_just_before_the_error() {
     let body = fixtures::read("anthropic/error-529-overloaded.json");
     let (address, _requests) =
         serve_once(529, &[("content-type", "application/json")], body.clone());
-    let items: Vec<_> = block_on(capturing(address, 40).stream(plain_request()).collect());
+    let items: Vec<_> = block_on(capturing(address, 40).stream(&plain_request()).collect());
     let [Ok(ModelChunk::Exchange(exchange)), Err(error)] = items.as_slice() else {
         panic!("exchange then error: {items:?}")
     };
@@ -1181,7 +1189,7 @@ fn a_captured_failure_gives_its_exchange_just_before_the_error() {
     let (address, _requests) = serve_once(200, &[("content-type", "text/event-stream")], sse);
     let items: Vec<_> = block_on(
         capturing(address, 1 << 20)
-            .stream(plain_request())
+            .stream(&plain_request())
             .collect(),
     );
     let n = items.len();
@@ -1195,7 +1203,7 @@ fn a_captured_failure_gives_its_exchange_just_before_the_error() {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let address = format!("http://{}", listener.local_addr().unwrap());
     drop(listener);
-    let items: Vec<_> = block_on(capturing(address, 100).stream(plain_request()).collect());
+    let items: Vec<_> = block_on(capturing(address, 100).stream(&plain_request()).collect());
     let [Ok(ModelChunk::Exchange(exchange)), Err(_)] = items.as_slice() else {
         panic!("exchange then error: {items:?}")
     };
@@ -1213,7 +1221,11 @@ fn without_capture_no_exchange_is_streamed() {
         &[("content-type", "text/event-stream")],
         fixtures::read("anthropic/stream-text-basic.sse"),
     );
-    let items: Vec<_> = block_on(client(address, Some("k")).stream(plain_request()).collect());
+    let items: Vec<_> = block_on(
+        client(address, Some("k"))
+            .stream(&plain_request())
+            .collect(),
+    );
     assert!(
         !items
             .iter()
@@ -1330,7 +1342,7 @@ fn a_model_that_does_not_stream_is_asked_without_stream_and_read_whole() {
     let mut options = options();
     options.base_url = address;
     let model = AnthropicModel::new(options, settings).unwrap();
-    let items: Vec<_> = block_on(model.stream(plain_request()).collect());
+    let items: Vec<_> = block_on(model.stream(&plain_request()).collect());
     let mut accumulator = ResponseAccumulator::new();
     for item in items {
         accumulator.push(item.unwrap());

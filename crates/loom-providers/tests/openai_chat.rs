@@ -396,7 +396,7 @@ async fn streams_from_a_local_server_with_key_and_headers() {
         OpenAiChatModel::new(options(&base, Some("sk-test")), ChatSettings::default()).unwrap();
     assert_eq!(model.provider(), "openai");
     assert_eq!(model.url(), format!("{base}/chat/completions"));
-    let mut stream = model.stream(plain_turn());
+    let mut stream = model.stream(&plain_turn());
     let mut acc = ResponseAccumulator::new();
     while let Some(chunk) = stream.next().await {
         acc.push(chunk.unwrap());
@@ -435,7 +435,7 @@ async fn http_errors_are_one_classified_error() {
         ModelErrorKind::QuotaExhausted,
     ];
     for (i, kind) in errors.into_iter().enumerate() {
-        let items: Vec<_> = model.stream(plain_turn()).collect().await;
+        let items: Vec<_> = model.stream(&plain_turn()).collect().await;
         assert_eq!(items.len(), 1, "{items:?}");
         let error = items[0].clone().unwrap_err();
         assert_eq!(error.kind, kind);
@@ -468,7 +468,7 @@ async fn a_closed_port_is_a_transient_network_error() {
     let base = format!("http://{}/v1", listener.local_addr().unwrap());
     drop(listener);
     let model = OpenAiChatModel::new(options(&base, None), ChatSettings::default()).unwrap();
-    let items: Vec<_> = model.stream(plain_turn()).collect().await;
+    let items: Vec<_> = model.stream(&plain_turn()).collect().await;
     assert_eq!(items.len(), 1);
     assert_eq!(
         items[0].clone().unwrap_err().kind,
@@ -500,7 +500,7 @@ async fn a_server_that_does_not_stream_still_answers() {
     let (base, _) = serve(vec![(200, json_type, body.to_string().into_bytes())]);
     let model = OpenAiChatModel::new(options(&base, None), ChatSettings::default()).unwrap();
     let mut acc = ResponseAccumulator::new();
-    for chunk in model.stream(plain_turn()).collect::<Vec<_>>().await {
+    for chunk in model.stream(&plain_turn()).collect::<Vec<_>>().await {
         acc.push(chunk.unwrap());
     }
     let response = acc.finish().unwrap();
@@ -532,7 +532,7 @@ async fn a_captured_exchange_comes_last_with_the_key_and_images_stripped() {
         ..ChatSettings::default()
     };
     let model = OpenAiChatModel::new(o, settings).unwrap();
-    let items: Vec<_> = model.stream(image_turn()).collect().await;
+    let items: Vec<_> = model.stream(&image_turn()).collect().await;
     let Some(Ok(ModelChunk::Exchange(exchange))) = items.last() else {
         panic!("the exchange comes last: {items:?}")
     };
@@ -545,7 +545,7 @@ async fn a_captured_exchange_comes_last_with_the_key_and_images_stripped() {
     assert!(exchange.response_body.contains("data: [DONE]"));
     assert_eq!(exchange.error, None);
 
-    let items: Vec<_> = model.stream(plain_turn()).collect().await;
+    let items: Vec<_> = model.stream(&plain_turn()).collect().await;
     let [Ok(ModelChunk::Exchange(exchange)), Err(error)] = items.as_slice() else {
         panic!("exchange then error: {items:?}")
     };
@@ -622,7 +622,7 @@ async fn a_non_streamed_answer_is_read_whole_into_the_same_chunks() {
     let (base, received) = serve(vec![(200, Vec::new(), COMPLETION.as_bytes().to_vec())]);
     let model = OpenAiChatModel::new(options(&base, None), not_streaming()).unwrap();
     let mut acc = ResponseAccumulator::new();
-    for chunk in model.stream(plain_turn()).collect::<Vec<_>>().await {
+    for chunk in model.stream(&plain_turn()).collect::<Vec<_>>().await {
         acc.push(chunk.unwrap());
     }
     let response = acc.finish().unwrap();
@@ -646,7 +646,7 @@ async fn a_non_streamed_answer_is_read_whole_into_the_same_chunks() {
     ]);
     let model = OpenAiChatModel::new(options(&base, None), not_streaming()).unwrap();
     for kind in [ModelErrorKind::Transient, ModelErrorKind::Overloaded] {
-        let items: Vec<_> = model.stream(plain_turn()).collect().await;
+        let items: Vec<_> = model.stream(&plain_turn()).collect().await;
         assert_eq!(items.last().unwrap().clone().unwrap_err().kind, kind);
     }
 }

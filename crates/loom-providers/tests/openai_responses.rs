@@ -329,7 +329,7 @@ async fn streams_from_a_local_server() {
     )
     .unwrap();
     assert_eq!(model.provider(), "openai");
-    let mut stream = model.stream(plain_turn());
+    let mut stream = model.stream(&plain_turn());
     let mut acc = ResponseAccumulator::new();
     while let Some(chunk) = stream.next().await {
         acc.push(chunk.unwrap());
@@ -363,14 +363,14 @@ async fn in_stream_and_http_errors() {
     ]);
     let model =
         OpenAiResponsesModel::new(options(&base, None), ResponsesSettings::default()).unwrap();
-    let items: Vec<_> = model.stream(plain_turn()).collect().await;
+    let items: Vec<_> = model.stream(&plain_turn()).collect().await;
     assert_eq!(items.len(), 1, "one error, not two: {items:?}");
     assert_eq!(
         items[0].clone().unwrap_err().kind,
         ModelErrorKind::QuotaExhausted
     );
 
-    let items: Vec<_> = model.stream(plain_turn()).collect().await;
+    let items: Vec<_> = model.stream(&plain_turn()).collect().await;
     assert_eq!(
         items[0],
         Ok(ModelChunk::TextDelta("Sure".into())),
@@ -380,7 +380,7 @@ async fn in_stream_and_http_errors() {
     assert_eq!(error.kind, ModelErrorKind::Transient);
     assert_eq!(error.http_status, Some(200));
 
-    let items: Vec<_> = model.stream(plain_turn()).collect().await;
+    let items: Vec<_> = model.stream(&plain_turn()).collect().await;
     let error = items[0].clone().unwrap_err();
     assert_eq!(error.kind, ModelErrorKind::InvalidRequest);
     assert!(
@@ -403,7 +403,7 @@ async fn a_server_that_does_not_stream_still_answers() {
     let model =
         OpenAiResponsesModel::new(options(&base, None), ResponsesSettings::default()).unwrap();
     let mut acc = ResponseAccumulator::new();
-    for chunk in model.stream(plain_turn()).collect::<Vec<_>>().await {
+    for chunk in model.stream(&plain_turn()).collect::<Vec<_>>().await {
         acc.push(chunk.unwrap());
     }
     let response = acc.finish().unwrap();
@@ -471,7 +471,7 @@ async fn a_model_that_does_not_stream_is_asked_without_stream_and_read_whole() {
     let (base, received) = serve(vec![(200, Vec::new(), RESPONSE.as_bytes().to_vec())]);
     let model = OpenAiResponsesModel::new(options(&base, None), settings).unwrap();
     let mut acc = ResponseAccumulator::new();
-    for chunk in model.stream(plain_turn()).collect::<Vec<_>>().await {
+    for chunk in model.stream(&plain_turn()).collect::<Vec<_>>().await {
         acc.push(chunk.unwrap());
     }
     let response = acc.finish().unwrap();

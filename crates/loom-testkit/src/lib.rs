@@ -106,7 +106,10 @@ impl ModelClient for HangingModel {
         "fake"
     }
 
-    fn stream(&self, _request: ModelRequest) -> BoxStream<'static, Result<ModelChunk, ModelError>> {
+    fn stream(
+        &self,
+        _request: &ModelRequest,
+    ) -> BoxStream<'static, Result<ModelChunk, ModelError>> {
         self.calls.fetch_add(1, Ordering::SeqCst);
         Box::pin(stream::pending())
     }
@@ -145,7 +148,7 @@ impl ModelClient for RecordingModel {
         self.inner.provider()
     }
 
-    fn stream(&self, request: ModelRequest) -> BoxStream<'static, Result<ModelChunk, ModelError>> {
+    fn stream(&self, request: &ModelRequest) -> BoxStream<'static, Result<ModelChunk, ModelError>> {
         if let Ok(mut requests) = self.requests.lock() {
             requests.push(request.clone());
         }
@@ -389,7 +392,7 @@ impl ModelClient for FlakyModel {
         self.inner.provider()
     }
 
-    fn stream(&self, request: ModelRequest) -> BoxStream<'static, Result<ModelChunk, ModelError>> {
+    fn stream(&self, request: &ModelRequest) -> BoxStream<'static, Result<ModelChunk, ModelError>> {
         let n = self.calls.fetch_add(1, Ordering::SeqCst);
         let failing = n >= self.succeed_first && n - self.succeed_first < self.failures;
         if !failing {
@@ -475,7 +478,7 @@ impl ModelClient for SlowModel {
         self.inner.provider()
     }
 
-    fn stream(&self, request: ModelRequest) -> BoxStream<'static, Result<ModelChunk, ModelError>> {
+    fn stream(&self, request: &ModelRequest) -> BoxStream<'static, Result<ModelChunk, ModelError>> {
         let n = self.calls.fetch_add(1, Ordering::SeqCst);
         let inner = self.inner.stream(request);
         if n >= self.slow_calls {

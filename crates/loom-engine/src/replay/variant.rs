@@ -331,9 +331,9 @@ impl ModelClient for VariantModel {
         self.live.provider()
     }
 
-    fn stream(&self, request: ModelRequest) -> BoxStream<'static, Result<ModelChunk, ModelError>> {
+    fn stream(&self, request: &ModelRequest) -> BoxStream<'static, Result<ModelChunk, ModelError>> {
         let known = if self.serve {
-            self.book.known_answer(&request_hash(&request).0)
+            self.book.known_answer(&request_hash(request).0)
         } else {
             None
         };

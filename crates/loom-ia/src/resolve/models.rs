@@ -134,7 +134,10 @@ impl ModelClient for NotSetUp {
         "not-set-up"
     }
 
-    fn stream(&self, _request: ModelRequest) -> BoxStream<'static, Result<ModelChunk, ModelError>> {
+    fn stream(
+        &self,
+        _request: &ModelRequest,
+    ) -> BoxStream<'static, Result<ModelChunk, ModelError>> {
         Box::pin(futures_util::stream::once(async {
             Err(ModelError::new(
                 ModelErrorKind::Auth,
