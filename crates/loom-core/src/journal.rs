@@ -2,6 +2,8 @@
 //! events, and how seqs are assigned. Pure functions, so the memory, JSONL and SQLite journals
 //! (separate adapter crates) share one definition of the contract.
 
+use std::{borrow::Borrow, sync::Arc};
+
 use crate::{
     event::{Event, EventReadError},
     ids::is_safe_id,
@@ -42,13 +44,13 @@ pub fn batch_journal(batch: &[Event]) -> Result<Option<(String, String)>, StoreE
 }
 
 /// The journal every event of `batch` targets, after checking ids and well-formedness.
-fn shared_journal(batch: &[Event]) -> Result<Option<(String, String)>, StoreError> {
-    let Some(first) = batch.first() else {
+fn shared_journal<E: Borrow<Event>>(batch: &[E]) -> Result<Option<(String, String)>, StoreError> {
+    let Some(first) = batch.first().map(Borrow::borrow) else {
         return Ok(None);
     };
     safe_id("tenant", &first.tenant_id)?;
     safe_id("session", &first.session_id)?;
-    for event in batch {
+    for event in batch.iter().map(Borrow::borrow) {
         if event.tenant_id != first.tenant_id || event.session_id != first.session_id {
             return Err(StoreError::Invalid(format!(
                 "a batch targets one journal: event {} belongs to {}/{}, not {}/{}",
@@ -75,24 +77,29 @@ pub fn readable(event: &Event) -> Result<(), StoreError> {
 
 /// A batch checked for one journal, each event with its line, serialized once: what a store
 /// writes (JSONL), inserts (SQLite, PostgreSQL) or keeps (memory) is the line checked here.
+/// Its events are owned (`Event`) or shared (`Arc<Event>`, as a writer lends them to the
+/// memory journal, which keeps them).
 #[derive(Debug, Clone)]
-pub struct Batch {
+pub struct Batch<E = Event> {
     /// The tenant of every event.
     pub tenant_id: String,
     /// The session of every event.
     pub session_id: String,
-    events: Vec<Event>,
+    events: Vec<E>,
     lines: Vec<Line>,
 }
 
-impl Batch {
+impl<E: Borrow<Event>> Batch<E> {
     /// Checks `batch` as [`batch_journal`] does and keeps each event's line; `Ok(Err(batch))`
     /// gives an empty batch back (nothing to write).
-    pub fn check(batch: Vec<Event>) -> Result<Result<Batch, Vec<Event>>, StoreError> {
+    pub fn check(batch: Vec<E>) -> Result<Result<Batch<E>, Vec<E>>, StoreError> {
         let Some((tenant_id, session_id)) = shared_journal(&batch)? else {
             return Ok(Err(batch));
         };
-        let lines = batch.iter().map(Line::encode).collect::<Result<_, _>>()?;
+        let lines = batch
+            .iter()
+            .map(|event| Line::encode(event.borrow()))
+            .collect::<Result<_, _>>()?;
         Ok(Ok(Batch {
             tenant_id,
             session_id,
@@ -101,16 +108,8 @@ impl Batch {
         }))
     }
 
-    /// Gives the events the seqs following `last`, in them and in their lines.
-    pub fn assign_seq(&mut self, last: u64) {
-        for ((seq, event), line) in (last + 1..).zip(&mut self.events).zip(&mut self.lines) {
-            event.seq = seq;
-            line.set_seq(seq);
-        }
-    }
-
     /// The events.
-    pub fn events(&self) -> &[Event] {
+    pub fn events(&self) -> &[E] {
         &self.events
     }
 
@@ -130,8 +129,32 @@ impl Batch {
     }
 
     /// The events and their lines.
-    pub fn into_parts(self) -> (Vec<Event>, Vec<Line>) {
+    pub fn into_parts(self) -> (Vec<E>, Vec<Line>) {
         (self.events, self.lines)
+    }
+}
+
+impl Batch {
+    /// Gives the events the seqs following `last`, in them and in their lines.
+    pub fn assign_seq(&mut self, last: u64) {
+        for ((seq, event), line) in (last + 1..).zip(&mut self.events).zip(&mut self.lines) {
+            event.seq = seq;
+            line.set_seq(seq);
+        }
+    }
+}
+
+impl Batch<Arc<Event>> {
+    /// Gives the events the seqs following `last`, in them and in their lines. An event that
+    /// already carries its seq (a writer numbers its batch after the last seq it knows) is
+    /// kept as it is; one that does not is copied if it is shared.
+    pub fn assign_seq(&mut self, last: u64) {
+        for ((seq, event), line) in (last + 1..).zip(&mut self.events).zip(&mut self.lines) {
+            if event.seq != seq {
+                Arc::make_mut(event).seq = seq;
+            }
+            line.set_seq(seq);
+        }
     }
 }
 
@@ -414,7 +437,7 @@ mod tests {
             assert_eq!(Event::from_json(line.as_str()).unwrap(), *event);
         }
         assert_eq!(batch.events()[1].seq, 101);
-        assert!(matches!(Batch::check(Vec::new()), Ok(Err(empty)) if empty.is_empty()));
+        assert!(matches!(Batch::check(Vec::<Event>::new()), Ok(Err(empty)) if empty.is_empty()));
     }
 
     /// Every event of the reference journals (written by the Python reference) is encoded to

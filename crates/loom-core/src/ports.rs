@@ -155,18 +155,21 @@ pub trait EventStore: Send + Sync + fmt::Debug {
         after_seq: u64,
     ) -> BoxFuture<'a, Result<Vec<Event>, StoreError>>;
 
-    /// [`EventStore::append`] for a writer that keeps its batch (to write it again after a
-    /// conflict) and only reads the events written: they come back shared. A store that keeps
-    /// decoded events (the memory journal, the stores' caches of events read last) hands out
-    /// the events it keeps instead of copies. The default copies the batch for `append`; a
-    /// store that overrides it writes, checks and refuses exactly as `append` does.
+    /// [`EventStore::append`] for a writer that shares its batch: it keeps the events (to
+    /// write them again after a conflict) and only reads them once written; they come back
+    /// shared. A store that keeps decoded events (the memory journal, the stores' caches of
+    /// events read last) keeps and hands out the very events it was given when they already
+    /// carry the seqs following `expected_last_seq` and their timestamps at the microsecond
+    /// (as a line keeps them), and copies them otherwise. The default copies the batch for
+    /// `append`; a store that overrides it writes, checks and refuses exactly as `append` does.
     fn append_shared<'a>(
         &'a self,
-        batch: &'a [Event],
+        batch: &'a [Arc<Event>],
         expected_last_seq: u64,
     ) -> BoxFuture<'a, Result<Vec<Arc<Event>>, StoreError>> {
         Box::pin(async move {
-            let written = self.append(batch.to_vec(), expected_last_seq).await?;
+            let owned = batch.iter().map(|event| Event::clone(event)).collect();
+            let written = self.append(owned, expected_last_seq).await?;
             Ok(written.into_iter().map(Arc::new).collect())
         })
     }

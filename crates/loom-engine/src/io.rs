@@ -149,8 +149,7 @@ impl<'a> Io<'a> {
         } else {
             batch
         };
-        let written = self.writer.append(&batch).await?;
-        drop(batch);
+        let written = self.writer.append(batch).await?;
         for event in self
             .writer
             .take_seen()

@@ -10,6 +10,8 @@
 
 use std::sync::Arc;
 
+use chrono::SubsecRound;
+
 use loom_core::{
     Event,
     event::Payload,
@@ -126,14 +128,32 @@ impl<'a> SessionWriter<'a> {
 
     /// Appends a batch. Conflicts caused by other runs of the session are retried; an event
     /// of this run written by someone else means another driver took over: nothing is written.
-    /// The batch is lent to the store, never copied here: it is kept for the next attempt, and
-    /// the events written come back shared with the store.
-    pub(crate) async fn append(&mut self, batch: &[Event]) -> Result<Vec<Arc<Event>>, EngineError> {
+    /// The batch is shared with the store, never copied here: each event is numbered after
+    /// the last seq known and given its timestamp at the microsecond (as its line keeps it),
+    /// so that a store keeping events (the memory journal) keeps these very ones. It is kept
+    /// for the next attempt, numbered again, and the events written come back shared.
+    pub(crate) async fn append(
+        &mut self,
+        batch: Vec<Event>,
+    ) -> Result<Vec<Arc<Event>>, EngineError> {
+        let mut batch: Vec<Arc<Event>> = batch
+            .into_iter()
+            .map(|mut event| {
+                event.ts = event.ts.trunc_subsecs(6);
+                Arc::new(event)
+            })
+            .collect();
         for attempt in 0..MAX_CONFLICT_RETRIES {
             if attempt > 0 {
                 tokio::time::sleep(contention_pause(&self.run.run_id, attempt)).await;
             }
-            match self.store.append_shared(batch, self.last_seq).await {
+            for (seq, event) in (self.last_seq + 1..).zip(&mut batch) {
+                if event.seq != seq {
+                    // The store left the batch when it refused it: nothing else shares it.
+                    Arc::make_mut(event).seq = seq;
+                }
+            }
+            match self.store.append_shared(&batch, self.last_seq).await {
                 Ok(written) => {
                     if let Some(last) = written.last() {
                         self.last_seq = last.seq;

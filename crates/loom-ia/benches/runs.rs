@@ -135,11 +135,16 @@ impl Counting {
 }
 
 impl Counting {
-    fn count(&self, batch: &[Event]) {
+    fn count<E: std::borrow::Borrow<Event>>(&self, batch: &[E]) {
         self.appends.fetch_add(1, Ordering::Relaxed);
         self.events.fetch_add(batch.len(), Ordering::Relaxed);
         if let Some(batches) = self.batches.lock().unwrap().as_mut() {
-            batches.push(batch.iter().map(|e| e.event_type.clone()).collect());
+            batches.push(
+                batch
+                    .iter()
+                    .map(|e| e.borrow().event_type.clone())
+                    .collect(),
+            );
         }
     }
 }
@@ -156,7 +161,7 @@ impl EventStore for Counting {
 
     fn append_shared<'a>(
         &'a self,
-        batch: &'a [Event],
+        batch: &'a [Arc<Event>],
         expected_last_seq: u64,
     ) -> BoxFuture<'a, Result<Vec<Arc<Event>>, StoreError>> {
         self.count(batch);

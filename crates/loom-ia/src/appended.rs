@@ -45,7 +45,7 @@ impl<H: AfterAppend> EventStore for Appended<H> {
 
     fn append_shared<'a>(
         &'a self,
-        batch: &'a [Event],
+        batch: &'a [Arc<Event>],
         expected_last_seq: u64,
     ) -> BoxFuture<'a, Result<Vec<Arc<Event>>, StoreError>> {
         Box::pin(async move {

@@ -54,7 +54,7 @@ impl EventStore for RoutedEvents {
 
     fn append_shared<'a>(
         &'a self,
-        batch: &'a [Event],
+        batch: &'a [std::sync::Arc<Event>],
         expected_last_seq: u64,
     ) -> BoxFuture<'a, Result<Vec<std::sync::Arc<Event>>, StoreError>> {
         let store = match batch.first() {

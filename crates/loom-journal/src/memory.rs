@@ -124,10 +124,14 @@ impl MemoryStore {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn append_now(&self, batch: Vec<Event>, expected: u64) -> Result<Vec<Arc<Event>>, StoreError> {
+    fn append_now(
+        &self,
+        batch: Vec<Arc<Event>>,
+        expected: u64,
+    ) -> Result<Vec<Arc<Event>>, StoreError> {
         let mut batch = match Batch::check(batch)? {
             Ok(batch) => batch,
-            Err(empty) => return Ok(empty.into_iter().map(Arc::new).collect()),
+            Err(empty) => return Ok(empty),
         };
         let mut inner = self.lock();
         let key = (batch.tenant_id.clone(), batch.session_id.clone());
@@ -282,12 +286,15 @@ impl EventStore for MemoryStore {
         batch: Vec<Event>,
         expected_last_seq: u64,
     ) -> BoxFuture<'_, Result<Vec<Event>, StoreError>> {
-        Box::pin(async move { Ok(owned_events(self.append_now(batch, expected_last_seq)?)) })
+        Box::pin(async move {
+            let batch = batch.into_iter().map(Arc::new).collect();
+            Ok(owned_events(self.append_now(batch, expected_last_seq)?))
+        })
     }
 
     fn append_shared<'a>(
         &'a self,
-        batch: &'a [Event],
+        batch: &'a [Arc<Event>],
         expected_last_seq: u64,
     ) -> BoxFuture<'a, Result<Vec<Arc<Event>>, StoreError>> {
         Box::pin(async move { self.append_now(batch.to_vec(), expected_last_seq) })

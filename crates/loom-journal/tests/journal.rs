@@ -8,6 +8,7 @@ use std::{
     sync::Arc,
 };
 
+use chrono::SubsecRound;
 use loom_core::{
     event::{Envelope, Event, EventReadError, Payload, SessionRepaired},
     ports::{EventStore, SetAside, StoreError},
@@ -609,10 +610,12 @@ async fn shared_reads_hand_out_the_kept_events_and_read_what_read_reads() {
         ("jsonl", Arc::new(JsonlStore::new(dir.path()))),
     ];
     for (name, store) in stores {
-        let batch = events("t", "s", 3);
+        let batch: Vec<Arc<Event>> = events("t", "s", 3).into_iter().map(Arc::new).collect();
         let written = store.append_shared(&batch, 0).await.unwrap();
         let written_seqs: Vec<u64> = written.iter().map(|e| e.seq).collect();
         assert_eq!(written_seqs, [1, 2, 3], "{name}");
+        // A batch not numbered yet is numbered in a copy: the lent events are left as they are.
+        assert!(batch.iter().all(|e| e.seq == 0), "{name}");
         let conflict = store.append_shared(&batch, 0).await.unwrap_err();
         assert!(
             matches!(conflict, StoreError::Conflict { .. }),
@@ -647,6 +650,26 @@ async fn shared_reads_hand_out_the_kept_events_and_read_what_read_reads() {
                 assert!(
                     Arc::ptr_eq(a, b),
                     "memory: the appended event is the one kept"
+                );
+            }
+        }
+        // A batch numbered after the last seq, its timestamps at the microsecond, is kept as
+        // given: the memory journal shares the writer's events.
+        let mut next = events("t", "s", 2);
+        for (seq, event) in (4..).zip(&mut next) {
+            event.seq = seq;
+            event.ts = event.ts.trunc_subsecs(6);
+        }
+        let next: Vec<Arc<Event>> = next.into_iter().map(Arc::new).collect();
+        let kept = store.append_shared(&next, 3).await.unwrap();
+        assert_eq!(kept, next, "{name}");
+        let read = store.read_shared("t", "s", 3).await.unwrap();
+        assert_eq!(read, next, "{name}");
+        if name == "memory" {
+            for ((given, kept), read) in next.iter().zip(&kept).zip(&read) {
+                assert!(
+                    Arc::ptr_eq(given, kept) && Arc::ptr_eq(given, read),
+                    "memory"
                 );
             }
         }

@@ -144,19 +144,22 @@ impl Journal {
     }
 
     /// Appends events already given their seqs (following [`Journal::last_seq`]), with their
-    /// lines (checked and serialized once, by `loom_core::journal::Batch`); returns the events
-    /// as the journal keeps them, shared.
+    /// lines (checked and serialized once, by `loom_core::journal::Batch`); keeps the events
+    /// given (copied only when one's timestamp is finer than its line's, and it is shared) and
+    /// returns them.
     pub(super) fn push(
         &mut self,
-        events: Vec<Event>,
+        events: Vec<Arc<Event>>,
         lines: Vec<loom_core::journal::Line>,
         packer: &mut Packer,
     ) -> Vec<Arc<Event>> {
         let mut kept = Vec::with_capacity(events.len());
         for (mut event, line) in events.into_iter().zip(lines) {
             // The event as its line reads back: the line keeps microseconds (`ser_ts`).
-            event.ts = event.ts.trunc_subsecs(6);
-            let event = Arc::new(event);
+            let ts = event.ts.trunc_subsecs(6);
+            if event.ts != ts {
+                Arc::make_mut(&mut event).ts = ts;
+            }
             self.tail.push(Line {
                 text: Arc::from(line.into_string()),
                 event: Some(Arc::clone(&event)),
@@ -444,6 +447,7 @@ mod tests {
         let mut batch = Batch::check(batch).unwrap().unwrap();
         batch.assign_seq(journal.last_seq());
         let (events, lines) = batch.into_parts();
+        let events = events.into_iter().map(Arc::new).collect();
         let kept = journal.push(events, lines, &mut Packer::default());
         kept.iter().map(|event| Event::clone(event)).collect()
     }

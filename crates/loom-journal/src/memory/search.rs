@@ -52,7 +52,7 @@ pub(super) struct Plan {
 
 impl Postings {
     /// Records events just appended to `session`.
-    pub(super) fn add(&mut self, session: &str, events: &[Event]) {
+    pub(super) fn add<E: std::borrow::Borrow<Event>>(&mut self, session: &str, events: &[E]) {
         let number = match self.numbers.get(session) {
             Some(number) => *number,
             None => {
@@ -62,14 +62,18 @@ impl Postings {
                 number
             }
         };
-        for event in events {
+        for event in events.iter().map(std::borrow::Borrow::borrow) {
             let position = u32::try_from(self.log.len()).unwrap_or(u32::MAX);
             self.log.push((number, event.seq));
             self.ids.push(id_hash(&event.event_id));
-            self.by_type
-                .entry(event.event_type.clone())
-                .or_default()
-                .push(position);
+            // The type is copied once, for its first event.
+            match self.by_type.get_mut(&event.event_type) {
+                Some(positions) => positions.push(position),
+                None => {
+                    self.by_type
+                        .insert(event.event_type.clone(), vec![position]);
+                }
+            }
         }
     }
 
