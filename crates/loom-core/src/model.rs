@@ -4,7 +4,7 @@
 //! Streaming is the primitive. A complete answer is always the collected stream, so every
 //! provider implements one method, [`ModelClient::stream`].
 
-use std::{collections::BTreeMap, fmt, time::Duration};
+use std::{collections::BTreeMap, fmt, sync::Arc, time::Duration};
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -22,8 +22,9 @@ pub struct ToolDefinition {
     pub name: String,
     /// Description.
     pub description: String,
-    /// JSON Schema of the arguments.
-    pub input_schema: Value,
+    /// JSON Schema of the arguments, shared: an agent's tools are prepared once, when it is
+    /// bound, and each request offers them without copying their schemas.
+    pub input_schema: Arc<Value>,
 }
 
 /// Whether the model may, must or must not call tools.

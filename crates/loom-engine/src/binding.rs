@@ -90,6 +90,8 @@ pub struct BoundTool {
     /// breaks it reaches the model as an error with the diagnostic.
     pub contract: Option<Arc<contract::Contract>>,
     validator: Arc<loom_schema::Validator>,
+    /// The argument schema as offered to models, shared by every request.
+    input_schema: Arc<Value>,
 }
 
 impl fmt::Debug for BoundTool {
@@ -114,13 +116,20 @@ impl BoundTool {
                 tool.spec().name
             ))
         })?;
+        let input_schema = Arc::new(tool.spec().input_schema.clone());
         Ok(BoundTool {
             tool,
             declarations,
             description,
             contract: None,
             validator: Arc::new(validator),
+            input_schema,
         })
+    }
+
+    /// The argument schema as offered to models.
+    pub fn input_schema(&self) -> &Arc<Value> {
+        &self.input_schema
     }
 
     /// Binds a tool as it declares itself: the declarations and description of its spec.

@@ -12,7 +12,7 @@
 //! `forced_tool_choice: false`) and returns the events of the verdict with its [`Ruling`], for the
 //! caller to write with what follows from it.
 
-use std::str::FromStr;
+use std::{str::FromStr, sync::Arc};
 
 use loom_core::{
     Block, Event, Message, Role, RunState,
@@ -477,7 +477,7 @@ async fn call_judge(
         description: "Gives the verdict: one score between 0 and 1 per criterion, with a \
             short reason."
             .into(),
-        input_schema: judge.verdict_schema(),
+        input_schema: Arc::new(judge.verdict_schema()),
     };
     let build = |model: &ModelBinding| ModelRequest {
         model_id: model.model_id.clone(),

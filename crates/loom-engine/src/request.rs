@@ -1,5 +1,7 @@
 //! Model requests: how they are built from the state, and their canonical hashes.
 
+use std::sync::Arc;
+
 use loom_core::{
     Block, Message,
     content::BlockKind,
@@ -41,7 +43,7 @@ pub(crate) fn build(
             .map(|t| ToolDefinition {
                 name: t.name().to_owned(),
                 description: t.description.clone(),
-                input_schema: t.tool.spec().input_schema.clone(),
+                input_schema: Arc::clone(t.input_schema()),
             })
             .collect(),
         tool_choice,
@@ -273,7 +275,9 @@ mod tests {
             tools: vec![ToolDefinition {
                 name: "prix_ttc".into(),
                 description: "TTC".into(),
-                input_schema: json!({"type": "object", "properties": {"ht": {"type": "number"}}}),
+                input_schema: Arc::new(
+                    json!({"type": "object", "properties": {"ht": {"type": "number"}}}),
+                ),
             }],
             tool_choice: ToolChoice::Auto,
             max_tokens: Some(512),

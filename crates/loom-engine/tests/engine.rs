@@ -508,6 +508,29 @@ async fn a_session_rereads_its_conversation() {
     assert_eq!(events(&store, &run2).await.len(), 34);
 }
 
+/// A tool's schema is prepared once, when the agent binds the tool: every request of every
+/// run offers that one schema, not a copy of it.
+#[tokio::test]
+async fn every_request_offers_the_schema_bound_once() {
+    let (engine, _) = engine();
+    let model = Arc::new(RecordingModel::new(scripted("fake-1", calc_script())));
+    let agent = agent(model.clone(), vec![add_tool()]);
+    for message in ["12 + 7 ?", "Et encore ?"] {
+        let (_, state) = run(&engine, &agent, begin(message)).await;
+        assert_eq!(state.status, RunStatus::Completed);
+    }
+    let requests = model.requests();
+    assert_eq!(requests.len(), 4);
+    let bound = &requests[0].tools[0].input_schema;
+    assert_eq!(
+        **bound,
+        loom_core::tool::Tool::spec(&add_tool()).input_schema
+    );
+    for request in &requests[1..] {
+        assert!(Arc::ptr_eq(bound, &request.tools[0].input_schema));
+    }
+}
+
 #[tokio::test]
 async fn a_live_claim_of_another_worker_is_a_conflict() {
     let (engine, store) = engine();

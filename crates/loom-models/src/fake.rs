@@ -428,7 +428,7 @@ mod tests {
                 .map(|n| ToolDefinition {
                     name: (*n).into(),
                     description: String::new(),
-                    input_schema: json!({}),
+                    input_schema: json!({}).into(),
                 })
                 .collect(),
             tool_choice: choice,

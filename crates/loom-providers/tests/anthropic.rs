@@ -14,7 +14,7 @@ use std::{
     collections::BTreeMap,
     io::{Read, Write},
     net::TcpListener,
-    sync::mpsc,
+    sync::{Arc, mpsc},
     time::Duration,
 };
 
@@ -653,11 +653,11 @@ fn weather_tool() -> ToolDefinition {
     ToolDefinition {
         name: "get_weather".into(),
         description: "Current weather of a city.".into(),
-        input_schema: json!({
+        input_schema: Arc::new(json!({
             "type": "object",
             "properties": {"city": {"type": "string"}},
             "required": ["city"],
-        }),
+        })),
     }
 }
 

@@ -538,12 +538,12 @@ fn weather_tool() -> ToolDefinition {
     ToolDefinition {
         name: "get_weather".into(),
         description: "Current weather of a city.".into(),
-        input_schema: json!({
+        input_schema: Arc::new(json!({
             "type": "object",
             "properties": { "city": { "type": "string" } },
             "required": ["city"],
             "additionalProperties": false
-        }),
+        })),
     }
 }
 
@@ -551,11 +551,11 @@ fn search_tool() -> ToolDefinition {
     ToolDefinition {
         name: "search".into(),
         description: "Searches the notes.".into(),
-        input_schema: json!({
+        input_schema: Arc::new(json!({
             "type": "object",
             "properties": { "query": { "type": "string" }, "limit": { "type": "integer" } },
             "required": ["query"]
-        }),
+        })),
     }
 }
 
