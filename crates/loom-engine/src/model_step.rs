@@ -7,7 +7,7 @@
 //! chain ([`chain::call`]: retries, fallbacks, breakers). The answer, with the end of the step,
 //! is one append; so is a failure or an interruption.
 
-use std::collections::BTreeSet;
+use std::{collections::BTreeSet, sync::Arc};
 
 use loom_core::{
     BlockKind, Message, RunState, RunStatus,
@@ -41,8 +41,8 @@ pub(crate) struct Orchestrator<'a> {
     pub(crate) budget: Option<&'a BudgetLimits>,
     /// What the session's earlier runs spent, when a session limit applies.
     pub(crate) session_spent: Option<Spent>,
-    /// The conversation of the session's earlier runs.
-    pub(crate) history: &'a [Message],
+    /// The conversation of the session's earlier runs, shared with each step's requests.
+    pub(crate) history: &'a Arc<[Message]>,
     /// The JSON Schema of the agent's output contract, sent as the request's `output_schema`
     /// when the call cannot use tools (a model that declares `native_json` then enforces it).
     pub(crate) output_schema: Option<&'a Value>,
@@ -213,7 +213,7 @@ fn requests(
         .filter(|_| tools.is_empty() || choice == ToolChoice::None)
         .cloned();
     let tools = tools.to_vec();
-    let history = orchestrator.history.to_vec();
+    let history = Arc::clone(orchestrator.history);
     let state_message = orchestrator.state.clone();
     let names = io.names.clone();
     move |model: &ModelBinding| {
