@@ -88,7 +88,7 @@ pub(crate) fn strip_foreign_reasoning(messages: &mut [Message], is_own: impl Fn(
 /// which let a replay say what changed.
 ///
 /// The request is written in canonical form once, straight from its fields (see
-/// [`canonical`]); the parts are hashed from the bytes of its top-level entries. A long
+/// `request/canonical.rs`); the parts are hashed from the bytes of its top-level entries. A long
 /// session's history is the bulk of a request, and is neither copied nor written twice.
 pub fn request_hash(request: &ModelRequest) -> (String, Map<String, Value>) {
     let Ok((whole, entries)) = canonical::to_canonical(request) else {
@@ -312,6 +312,18 @@ mod tests {
         request.tool_choice = ToolChoice::Required;
         assert_eq!(request_hash(&request), reference_hash(&request));
         assert_eq!(request_hash(&request), request_hash_through_value(&request));
+        // A key the direct writer refuses (it holds an escape): the hash goes through the
+        // `Value` path, and is the same.
+        request.messages.push(Message {
+            role: loom_core::Role::Assistant,
+            blocks: vec![Block::tool_call(
+                "c2",
+                "prix_ttc",
+                json!({"a\nb": 1, "a": 2}),
+            )],
+        });
+        assert!(canonical::to_canonical(&request).is_err());
+        assert_eq!(request_hash(&request), reference_hash(&request));
         request.output_schema = Some(json!({"type": "object"}));
         request.max_tokens = None;
         request.params = Default::default();

@@ -250,6 +250,21 @@ mod tests {
                 interferences: AtomicUsize::new(interferences),
             }
         }
+
+        /// Another writer's append, while interferences are left.
+        async fn interfere(&self) -> Result<(), StoreError> {
+            let interfere = self
+                .interferences
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                .is_ok();
+            if interfere {
+                let last = self.inner.last_seq("t", "s").await?;
+                self.inner
+                    .append(vec![event("t", "s", &format!("other-{last}"))], last)
+                    .await?;
+            }
+            Ok(())
+        }
     }
 
     impl EventStore for Interfering {
@@ -259,17 +274,19 @@ mod tests {
             expected_last_seq: u64,
         ) -> BoxFuture<'_, Result<Vec<Event>, StoreError>> {
             Box::pin(async move {
-                let interfere = self
-                    .interferences
-                    .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
-                    .is_ok();
-                if interfere {
-                    let last = self.inner.last_seq("t", "s").await?;
-                    self.inner
-                        .append(vec![event("t", "s", &format!("other-{last}"))], last)
-                        .await?;
-                }
+                self.interfere().await?;
                 self.inner.append(batch, expected_last_seq).await
+            })
+        }
+
+        fn append_shared<'a>(
+            &'a self,
+            batch: &'a [Arc<Event>],
+            expected_last_seq: u64,
+        ) -> BoxFuture<'a, Result<Vec<Arc<Event>>, StoreError>> {
+            Box::pin(async move {
+                self.interfere().await?;
+                self.inner.append_shared(batch, expected_last_seq).await
             })
         }
 
@@ -348,6 +365,31 @@ mod tests {
         assert_eq!(written[0].seq, 3);
         let journal = store.read("t", "s", 0).await.unwrap();
         assert_eq!(journal.len(), 3);
+    }
+
+    /// A pilot's batch refused on a conflict is numbered again after what the other writer
+    /// appended, and the memory journal keeps the writer's very events, renumbered in place.
+    #[tokio::test(start_paused = true)]
+    async fn a_batch_refused_on_a_conflict_is_numbered_again_and_kept_as_shared() {
+        let store = Interfering::new(2);
+        let run = RunRef {
+            tenant_id: "t".into(),
+            session_id: "s".into(),
+            run_id: "mine".into(),
+        };
+        let mut writer = SessionWriter::new(&store, &run, "worker", &(), 0);
+        let batch = vec![event("t", "s", "a"), event("t", "s", "b")];
+        let written = writer.append(batch).await.unwrap();
+        let seqs: Vec<u64> = written.iter().map(|e| e.seq).collect();
+        assert_eq!(seqs, [3, 4]);
+        assert!(written.iter().all(|e| e.ts == e.ts.trunc_subsecs(6)));
+        // What the other writer appended meanwhile was read, for the session's state.
+        assert_eq!(writer.take_seen().len(), 2);
+        let kept = store.inner.read_shared("t", "s", 2).await.unwrap();
+        assert_eq!(kept.len(), 2);
+        for (written, kept) in written.iter().zip(&kept) {
+            assert!(Arc::ptr_eq(written, kept));
+        }
     }
 
     #[tokio::test(start_paused = true)]

@@ -78,6 +78,8 @@ struct Canonical {
     depth: usize,
     /// The top-level object's entries, in order, once it is closed.
     top: Vec<Entry>,
+    /// A map key is being written (an optional key is refused, as `serde_json` refuses it).
+    in_key: bool,
 }
 
 impl Canonical {
@@ -134,7 +136,7 @@ struct Object<'a> {
 impl<'a> Object<'a> {
     /// Writes `"key":` for a key already known to be a string.
     fn str_key(&mut self, key: &str) -> Result<(), Unsupported> {
-        self.comma();
+        self.comma()?;
         let start = self.writer.out.len();
         self.writer.string(key)?;
         self.key_written(start)
@@ -142,9 +144,12 @@ impl<'a> Object<'a> {
 
     /// Writes `"key":` for a map key: a string, or an integer written as one.
     fn any_key<K: Serialize + ?Sized>(&mut self, key: &K) -> Result<(), Unsupported> {
-        self.comma();
+        self.comma()?;
         let start = self.writer.out.len();
-        key.serialize(&mut *self.writer)?;
+        self.writer.in_key = true;
+        let key = key.serialize(&mut *self.writer);
+        self.writer.in_key = false;
+        key?;
         let written = &self.writer.out[start..];
         if written.first() != Some(&b'"') {
             let integer = written
@@ -161,10 +166,15 @@ impl<'a> Object<'a> {
         self.key_written(start)
     }
 
-    fn comma(&mut self) {
-        if !self.entries.is_empty() {
-            self.writer.out.push(b',');
+    /// The comma before an entry after the first; a key left without its value (a
+    /// serializer's mistake the `Value` path would drop silently) is refused.
+    fn comma(&mut self) -> Result<(), Unsupported> {
+        match self.entries.last() {
+            None => {}
+            Some(entry) if entry.end == 0 => return Err(Unsupported),
+            Some(_) => self.writer.out.push(b','),
         }
+        Ok(())
     }
 
     /// Records the key written from `start`. A key holding an escape is refused: keys sort
@@ -193,6 +203,9 @@ impl<'a> Object<'a> {
 
     /// Puts the entries in key order and writes the closing `}`.
     fn close(mut self) -> Result<&'a mut Canonical, Unsupported> {
+        if self.entries.last().is_some_and(|entry| entry.end == 0) {
+            return Err(Unsupported);
+        }
         let out = &self.writer.out;
         // Keys hold no escape (see `key_written`): between its quotes, a key is its text.
         let key = |entry: &Entry| {
@@ -354,6 +367,9 @@ impl<'a> ser::Serializer for &'a mut Canonical {
     }
 
     fn serialize_some<T: Serialize + ?Sized>(self, value: &T) -> Result<(), Unsupported> {
+        if self.in_key {
+            return Err(Unsupported);
+        }
         value.serialize(self)
     }
 
@@ -701,6 +717,18 @@ mod tests {
             assert!(to_canonical(&json!({ escaped: 1 })).is_err(), "{escaped:?}");
         }
         assert!(to_canonical(&BTreeMap::from([(true, 1)])).is_err());
+        assert!(to_canonical(&BTreeMap::from([(Some("a"), 1)])).is_err());
+        struct KeyWithoutValue;
+        impl Serialize for KeyWithoutValue {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                use serde::ser::SerializeMap;
+                let mut map = s.serialize_map(None)?;
+                map.serialize_key("b")?;
+                map.serialize_entry("a", &1)?;
+                map.end()
+            }
+        }
+        assert!(to_canonical(&KeyWithoutValue).is_err());
         assert!(to_canonical(&BTreeMap::from([((1, 2), 1)])).is_err());
         assert!(to_canonical(&u128::MAX).is_err());
         assert!(to_canonical(&i128::MIN).is_err());
