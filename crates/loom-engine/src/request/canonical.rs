@@ -5,9 +5,10 @@
 //! object closes, they are put in key order by moving their bytes (nested objects are already
 //! in order by then). Keys compare as `String::cmp` does, on their bytes. Whatever this writer
 //! does not render exactly as `serde_json::to_value` then a sorted write would (a map key
-//! neither a string nor an integer, an integer beyond 64 bits, a key given twice or holding an
-//! escape, a custom serializer error), it refuses with [`Unsupported`], and the caller falls
-//! back on that slower path: the bytes are the same either way.
+//! neither a string nor an integer, or optional, an integer beyond 64 bits, a key given twice,
+//! holding an escape or left without its value, a custom serializer error), it refuses with
+//! [`Unsupported`], and the caller falls back on that slower path: the bytes are the same
+//! either way.
 
 use std::fmt;
 
