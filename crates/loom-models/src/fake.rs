@@ -28,35 +28,17 @@ use futures_util::stream;
 use loom_core::{
     BoxStream, Message, Role,
     content::BlockKind,
+    limits::json_bytes,
     model::{
         ModelChunk, ModelClient, ModelError, ModelErrorKind, ModelRequest, StopReason, ToolChoice,
     },
     usage::Usage,
 };
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use serde_json::{Map, Value};
 
 /// Characters per estimated token.
 const CHARS_PER_TOKEN: usize = 4;
-
-/// The length of `value`'s compact JSON, counted as it is written (0 if it cannot be).
-fn json_len<T: Serialize + ?Sized>(value: &T) -> usize {
-    struct Count(usize);
-    impl std::io::Write for Count {
-        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-            self.0 += bytes.len();
-            Ok(bytes.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let mut count = Count(0);
-    match serde_json::to_writer(&mut count, value) {
-        Ok(()) => count.0,
-        Err(_) => 0,
-    }
-}
 
 /// A scripted model.
 #[derive(Clone)]
@@ -330,8 +312,8 @@ impl ModelClient for FakeModel {
             Ok(answer) => answer,
             Err(error) => return Box::pin(stream::iter([Err(error)])),
         };
-        let input = json_len(request) / CHARS_PER_TOKEN;
-        let output = json_len(&message) / CHARS_PER_TOKEN;
+        let input = json_bytes(request) / CHARS_PER_TOKEN;
+        let output = json_bytes(&message) / CHARS_PER_TOKEN;
         let mut chunks = Vec::new();
         let mut index = 0;
         for block in message.blocks {
