@@ -12,7 +12,9 @@
 
 use std::{
     collections::HashMap,
+    future::Future,
     sync::{Arc, Mutex, Weak},
+    task::{Context, Waker},
     time::Duration,
 };
 
@@ -28,9 +30,9 @@ use crate::appended::{AfterAppend, Appended};
 /// How long a publish may take before it is given up (with a warning).
 const PUBLISH_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// The followed sessions, by `(tenant, session)`: the sender of each one's watch, alive while
-/// someone follows it.
-type Followed = HashMap<(String, String), Weak<watch::Sender<u64>>>;
+/// The followed sessions, by tenant then session (looked up by `&str`, without building a
+/// key): the sender of each one's watch, alive while someone follows it.
+type Followed = HashMap<String, HashMap<String, Weak<watch::Sender<u64>>>>;
 
 /// The local fan-out of notices: who follows which session.
 #[derive(Debug)]
@@ -52,7 +54,8 @@ impl Notices {
     pub(crate) fn announce(&self, notice: &Notice) {
         let sender = self.sessions.lock().ok().and_then(|sessions| {
             sessions
-                .get(&(notice.tenant_id.clone(), notice.session_id.clone()))
+                .get(notice.tenant_id.as_str())?
+                .get(notice.session_id.as_str())
                 .and_then(Weak::upgrade)
         });
         if let Some(sender) = sender {
@@ -71,14 +74,24 @@ impl Notices {
     pub(crate) fn watch(self: &Arc<Self>, tenant_id: &str, session_id: &str) -> SessionWatch {
         let key = (tenant_id.to_owned(), session_id.to_owned());
         let mut sessions = self.table();
-        let sender = match sessions.get(&key).and_then(Weak::upgrade) {
+        let found = sessions
+            .get(tenant_id)
+            .and_then(|tenant| tenant.get(session_id))
+            .and_then(Weak::upgrade);
+        let sender = match found {
             Some(sender) => sender,
             None => {
                 // An entry whose last watch went while a notice held its sender (a drop that
                 // could not take it away) goes now.
-                sessions.retain(|_, sender| sender.strong_count() > 0);
+                sessions.retain(|_, tenant| {
+                    tenant.retain(|_, sender| sender.strong_count() > 0);
+                    !tenant.is_empty()
+                });
                 let sender = Arc::new(watch::channel(0).0);
-                sessions.insert(key.clone(), Arc::downgrade(&sender));
+                sessions
+                    .entry(key.0.clone())
+                    .or_default()
+                    .insert(key.1.clone(), Arc::downgrade(&sender));
                 sender
             }
         };
@@ -93,7 +106,7 @@ impl Notices {
 
     /// How many sessions are followed now (an entry per session with a live watch).
     pub(crate) fn followed(&self) -> usize {
-        self.table().len()
+        self.table().values().map(HashMap::len).sum()
     }
 
     /// The table, also after a panic while it was held (each step leaves it valid).
@@ -125,12 +138,19 @@ impl Drop for SessionWatch {
         // Under the table's lock, where a new watch of the session would take another sender:
         // this one is the last when it holds the only strong reference.
         let mut sessions = notices.table();
+        let (tenant_id, session_id) = &self.key;
+        let Some(tenant) = sessions.get_mut(tenant_id) else {
+            return;
+        };
         if Arc::strong_count(&self.sender) == 1
-            && sessions
-                .get(&self.key)
+            && tenant
+                .get(session_id)
                 .is_some_and(|entry| std::ptr::eq(entry.as_ptr(), Arc::as_ptr(&self.sender)))
         {
-            sessions.remove(&self.key);
+            tenant.remove(session_id);
+            if tenant.is_empty() {
+                sessions.remove(tenant_id);
+            }
         }
     }
 }
@@ -187,8 +207,8 @@ impl NotifyingStore {
         Appended::new(inner, NotifyingStore { bus, notices })
     }
 
-    /// Tells the local followers, then the other processes (in the background: the append
-    /// never waits for the bus).
+    /// Tells the local followers, then the other processes (the append never waits for the
+    /// bus: a publish that does not complete at once goes on in a task of its own).
     fn announce(&self, written: &[&Event]) {
         let (Some(first), Some(last)) = (written.first(), written.last()) else {
             return;
@@ -204,7 +224,7 @@ impl NotifyingStore {
             return;
         };
         let bus = self.bus.clone();
-        runtime.spawn(async move {
+        let mut publish = Box::pin(async move {
             let signal = Signal::Appended(notice);
             let published = tokio::time::timeout(PUBLISH_TIMEOUT, bus.publish(&signal)).await;
             let failure = match published {
@@ -219,6 +239,15 @@ impl NotifyingStore {
                 "the event bus did not take a notice (followers elsewhere read the journal later)"
             );
         });
+        // A bus that takes the signal at once (the in-process one) is done with it here,
+        // without a task; any other finishes in the background, polled again by its task.
+        if publish
+            .as_mut()
+            .poll(&mut Context::from_waker(Waker::noop()))
+            .is_pending()
+        {
+            runtime.spawn(publish);
+        }
     }
 }
 
@@ -235,6 +264,98 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
 
     use super::*;
+
+    /// A `run.claimed` of session `s1`, to append.
+    fn claimed() -> Event {
+        let ts = chrono::Utc::now();
+        Event::new(
+            loom_core::event::Envelope {
+                event_id: "e1".into(),
+                ts,
+                tenant_id: "t".into(),
+                session_id: "s1".into(),
+                run_id: "r1".into(),
+                root_run_id: "r1".into(),
+                span_id: "sp".into(),
+                parent_span_id: None,
+                agent: None,
+                role: None,
+            },
+            loom_core::event::Payload::RunClaimed(loom_core::event::RunClaimed {
+                worker_id: "w".into(),
+                lease_until: ts,
+            }),
+        )
+    }
+
+    /// A bus whose publish completes only once it is let through, recording what it took.
+    #[derive(Debug, Default)]
+    struct HeldBus {
+        through: tokio::sync::Notify,
+        taken: Mutex<Vec<Signal>>,
+        /// Told after each signal taken.
+        took: tokio::sync::Notify,
+    }
+
+    impl EventBus for HeldBus {
+        fn publish<'a>(
+            &'a self,
+            signal: &'a Signal,
+        ) -> BoxFuture<'a, Result<(), loom_core::bus::BusError>> {
+            Box::pin(async move {
+                self.through.notified().await;
+                self.taken.lock().unwrap().push(signal.clone());
+                self.took.notify_one();
+                Ok(())
+            })
+        }
+
+        fn subscribe(
+            &self,
+        ) -> BoxFuture<'_, Result<loom_core::bus::Signals, loom_core::bus::BusError>> {
+            Box::pin(async { Ok(Box::pin(futures_util::stream::empty()) as _) })
+        }
+
+        fn ping(&self) -> BoxFuture<'_, Result<(), loom_core::bus::BusError>> {
+            Box::pin(async { Ok(()) })
+        }
+    }
+
+    /// The in-process bus takes the notice of an append before the append returns (no task is
+    /// spawned for it); a bus that makes the append wait is finished in the background.
+    #[tokio::test]
+    async fn a_notice_is_published_in_place_when_the_bus_takes_it_at_once() {
+        use futures_util::{FutureExt, StreamExt};
+
+        let bus = Arc::new(loom_journal::MemoryBus::new());
+        let mut signals = bus.subscribe().await.unwrap();
+        let store = NotifyingStore::wrap(
+            Arc::new(loom_journal::MemoryStore::new()),
+            bus,
+            Arc::new(Notices::new()),
+        );
+        store.append(vec![claimed()], 0).await.unwrap();
+        // Without yielding to any task: it is already on the bus.
+        let Some(Some(Ok(Signal::Appended(notice)))) = signals.next().now_or_never() else {
+            panic!("the notice is not on the bus yet");
+        };
+        assert_eq!((notice.session_id.as_str(), notice.last_seq), ("s1", 1));
+
+        let held = Arc::new(HeldBus::default());
+        let store = NotifyingStore::wrap(
+            Arc::new(loom_journal::MemoryStore::new()),
+            held.clone(),
+            Arc::new(Notices::new()),
+        );
+        store.append(vec![claimed()], 0).await.unwrap();
+        assert!(held.taken.lock().unwrap().is_empty());
+        // Its task waits on the bus with its own waker, and finishes once let through.
+        held.through.notify_one();
+        tokio::time::timeout(Duration::from_secs(5), held.took.notified())
+            .await
+            .expect("the publish finishes in the background");
+        assert_eq!(held.taken.lock().unwrap().len(), 1);
+    }
 
     fn notice(session: &str, seq: u64) -> Notice {
         Notice {
@@ -281,7 +402,8 @@ mod tests {
         // A notice being sent holds the sender while the last watch goes.
         let held = notices
             .table()
-            .get(&("t".into(), "s1".into()))
+            .get("t")
+            .and_then(|tenant| tenant.get("s1"))
             .and_then(Weak::upgrade);
         drop(watch);
         assert_eq!(notices.followed(), 1);
