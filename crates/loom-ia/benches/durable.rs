@@ -57,7 +57,7 @@ telemetry:
 "#;
 
 /// Calcule le prix TTC d'un montant HT en euros pour un taux de TVA donné en pourcentage.
-#[loom_ia::tool(side_effects = "none")]
+#[loom_ia::tool(side_effects = "none", inline)]
 fn prix_ttc(montant_ht: f64, taux_tva: f64) -> String {
     let ht = (montant_ht * 100.0).round() as i64;
     let tva = (ht as f64 * taux_tva / 100.0).round() as i64;

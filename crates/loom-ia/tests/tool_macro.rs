@@ -234,6 +234,38 @@ async fn context_by_reference_in_a_sync_tool() {
     assert_eq!(output, ToolOutput::text("first run"));
 }
 
+// --- Where a sync tool runs ---------------------------------------------------------------------
+
+/// The thread the function ran on.
+#[loom_ia::tool]
+fn thread_of_pool() -> String {
+    format!("{:?}", std::thread::current().id())
+}
+
+/// The thread the function ran on, called in place.
+#[loom_ia::tool(inline, side_effects = "none")]
+fn thread_of_inline(ctx: &loom_ia::ToolContext) -> String {
+    format!("{:?} {}", std::thread::current().id(), ctx.call_id)
+}
+
+/// A sync tool runs on the blocking thread pool, never on the run's task; an `inline` one runs
+/// in place, on the caller's thread, with the same arguments, context and result conversion.
+#[tokio::test]
+async fn a_sync_tool_runs_on_the_blocking_pool_unless_inline() {
+    let here = format!("{:?}", std::thread::current().id());
+    let pooled = text(&call(&thread_of_pool_tool(), json!({})).await.unwrap());
+    assert_ne!(pooled, here);
+    let tool = thread_of_inline_tool();
+    assert_eq!(
+        text(&call(&tool, json!({})).await.unwrap()),
+        format!("{here} call-42")
+    );
+    assert_eq!(tool.spec().declarations.side_effects, SideEffects::None);
+    // Its arguments are checked as any tool's.
+    let refused = call(&tool, json!({ "extra": 1 })).await.unwrap_err();
+    assert!(refused.to_string().contains("extra"), "{refused}");
+}
+
 // --- #[args] struct, structured results ----------------------------------------------------------
 
 /// Search the catalogue.

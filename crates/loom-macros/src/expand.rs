@@ -290,6 +290,15 @@ fn expand(options: &Options, function: &ItemFn, params: Vec<Param>) -> syn::Resu
     let mut errors: Option<syn::Error> = None;
     let sig = &function.sig;
     check_signature(sig, &mut errors);
+    if options.inline && sig.asyncness.is_some() {
+        push_error(
+            &mut errors,
+            syn::Error::new_spanned(
+                sig.asyncness,
+                "`inline` is for a sync function: an async one already runs on the run's task",
+            ),
+        );
+    }
     let roles = roles(params, &mut errors);
     let args_ty = args_param(&roles, &mut errors);
     let krate = options
@@ -306,7 +315,7 @@ fn expand(options: &Options, function: &ItemFn, params: Vec<Param>) -> syn::Resu
         Some(args_ty) => Arguments::given(args_ty),
         None => Arguments::generated(&roles, &krate, &private),
     };
-    let (ctx_pattern, call) = call(sig, &roles, &private);
+    let (ctx_pattern, call) = call(sig, &roles, options.inline, &private);
     let result = result(&sig.output, call, &private);
     let declarations = declarations(options, &private);
     Ok(builder(
@@ -526,8 +535,13 @@ impl Arguments {
 }
 
 /// The pattern binding the context (`_` when unused) and the call of the function: awaited
-/// when async, on the blocking pool when sync.
-fn call(sig: &syn::Signature, roles: &[Role], private: &TokenStream) -> (TokenStream, TokenStream) {
+/// when async; when sync, on the blocking thread pool, or in place when it is `inline`.
+fn call(
+    sig: &syn::Signature,
+    roles: &[Role],
+    inline: bool,
+    private: &TokenStream,
+) -> (TokenStream, TokenStream) {
     let fn_name = &sig.ident;
     let mut uses_ctx = false;
     let call_args: Vec<TokenStream> = roles
@@ -556,6 +570,8 @@ fn call(sig: &syn::Signature, roles: &[Role], private: &TokenStream) -> (TokenSt
     };
     let call = if sig.asyncness.is_some() {
         quote!(#fn_name(#(#call_args),*).await)
+    } else if inline {
+        quote!(#fn_name(#(#call_args),*))
     } else {
         quote! {
             #private::run_blocking(move || #fn_name(#(#call_args),*)).await?
@@ -737,4 +753,95 @@ fn builder(function: &ItemFn, name: &LitStr, body: &Body, private: &TokenStream)
 /// A path as a string for `#[serde(crate = "...")]`.
 fn path_string(path: &Path) -> String {
     quote!(#path).to_string().replace(' ', "")
+}
+
+#[cfg(test)]
+mod tests {
+    use quote::quote;
+
+    use super::tool;
+
+    /// The compile errors of an expansion, as text.
+    fn errors(attr: proc_macro2::TokenStream, item: proc_macro2::TokenStream) -> String {
+        let expanded = tool(attr, item).to_string();
+        expanded
+            .split("compile_error")
+            .skip(1)
+            .collect::<Vec<_>>()
+            .join("|")
+    }
+
+    #[test]
+    fn inline_is_refused_on_an_async_function_and_is_a_flag() {
+        let refused = errors(
+            quote!(inline),
+            quote!(
+                #[doc = " Says nothing."]
+                async fn f() -> String {
+                    String::new()
+                }
+            ),
+        );
+        assert!(
+            refused.contains("`inline` is for a sync function"),
+            "{refused}"
+        );
+        assert_eq!(
+            errors(
+                quote!(inline),
+                quote!(
+                    #[doc = " Says nothing."]
+                    fn f() -> String {
+                        String::new()
+                    }
+                )
+            ),
+            ""
+        );
+        let refused = errors(
+            quote!(inline = 1),
+            quote!(
+                #[doc = " Says nothing."]
+                fn f() -> String {
+                    String::new()
+                }
+            ),
+        );
+        assert!(
+            refused.contains("expected `inline = true` or `false`"),
+            "{refused}"
+        );
+        let refused = errors(
+            quote!(inlined),
+            quote!(
+                #[doc = " Says nothing."]
+                fn f() -> String {
+                    String::new()
+                }
+            ),
+        );
+        assert!(
+            refused.contains("idempotent, inline, on_unknown"),
+            "{refused}"
+        );
+    }
+
+    #[test]
+    fn an_inline_function_is_called_in_place() {
+        let item = quote!(
+            /// Says nothing.
+            fn f() -> String {
+                String::new()
+            }
+        );
+        assert!(
+            tool(quote!(), item.clone())
+                .to_string()
+                .contains("run_blocking")
+        );
+        let inline = tool(quote!(inline), item.clone()).to_string();
+        assert!(!inline.contains("run_blocking"), "{inline}");
+        let off = tool(quote!(inline = false), item).to_string();
+        assert!(off.contains("run_blocking"), "{off}");
+    }
 }

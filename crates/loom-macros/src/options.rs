@@ -17,6 +17,8 @@ pub(crate) struct Options {
     pub(crate) offload_over: Option<u64>,
     /// The business-key template (`"relance:{numero}"`).
     pub(crate) business_key: Option<LitStr>,
+    /// A sync function run on the calling task rather than on the blocking thread pool.
+    pub(crate) inline: bool,
     pub(crate) krate: Option<Path>,
 }
 
@@ -73,17 +75,8 @@ impl Options {
                 self.on_unknown =
                     Some(enum_value(meta, &[("error", "Error"), ("pause", "Pause")])?);
             }
-            "idempotent" => {
-                let value = if meta.input.peek(Token![=]) {
-                    let value: LitBool = meta.value()?.parse().map_err(|error| {
-                        syn::Error::new(error.span(), "expected `idempotent = true` or `false`")
-                    })?;
-                    value.value
-                } else {
-                    true
-                };
-                self.idempotent = Some(value);
-            }
+            "idempotent" => self.idempotent = Some(flag(meta, "idempotent")?),
+            "inline" => self.inline = flag(meta, "inline")?,
             "timeout" => self.timeout = Some(timeout(meta)?),
             "offload_over" => {
                 let lit: Lit = meta.value()?.parse()?;
@@ -112,13 +105,24 @@ impl Options {
             _ => {
                 return Err(meta.error(format_args!(
                     "unknown option `{}`; expected one of: name, side_effects, approval, \
-                     idempotent, on_unknown, timeout, offload_over, business_key, crate",
+                     idempotent, inline, on_unknown, timeout, offload_over, business_key, crate",
                     meta.path.to_token_stream().to_string().replace(' ', "")
                 )));
             }
         }
         Ok(())
     }
+}
+
+/// A flag: `key` alone (true) or `key = true|false`.
+fn flag(meta: &ParseNestedMeta<'_>, key: &str) -> syn::Result<bool> {
+    if !meta.input.peek(Token![=]) {
+        return Ok(true);
+    }
+    let value: LitBool = meta.value()?.parse().map_err(|error| {
+        syn::Error::new(error.span(), format!("expected `{key} = true` or `false`"))
+    })?;
+    Ok(value.value)
 }
 
 /// Checks a business-key template: balanced `{name}` placeholders, at least one.
