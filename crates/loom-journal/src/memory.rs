@@ -1,6 +1,6 @@
 //! The in-process store.
 //!
-//! A finished run costs here only its events, kept as their journal lines and deflated once
+//! A finished run costs here only its events, kept as their journal lines and compressed once
 //! their session goes quiet ([`journal`]): the memory journal is the truth of a process that
 //! keeps it, so it keeps every event, and nothing else per run.
 
@@ -29,7 +29,7 @@ const QUIET: u64 = 256;
 ///
 /// Each event is kept as its journal line (the JSON the JSONL store writes) and decoded on
 /// read; a session not written to during the last 256 appends of the store, or whose unpacked
-/// lines reach 256, has them deflated together. Reads return exactly the events written, as
+/// lines reach 256, has them compressed together (LZ4). Reads return exactly the events written, as
 /// the other journals return them (timestamps to the microsecond).
 ///
 /// An event search (`EventStore::search`) reads each tenant's events in append order (the
@@ -52,7 +52,7 @@ pub struct Footprint {
     pub events: u64,
     /// Bytes of the journal lines not packed yet.
     pub line_bytes: usize,
-    /// Bytes of the packed (deflated) lines.
+    /// Bytes of the packed (compressed) lines.
     pub packed_bytes: usize,
     /// Bytes of the search postings (the events' order, id hashes and types).
     pub index_bytes: usize,
@@ -68,8 +68,6 @@ struct Inner {
     recent: VecDeque<(u64, (String, String))>,
     /// Each tenant's events in write order, by type, for `search`.
     postings: HashMap<String, search::Postings>,
-    /// The deflater every pack reuses.
-    packer: journal::Packer,
 }
 
 impl Inner {
@@ -84,7 +82,7 @@ impl Inner {
             if let Some(journal) = self.journals.get_mut(&key)
                 && journal.touched == at
             {
-                journal.pack(&mut self.packer);
+                journal.pack();
             }
         }
     }
@@ -148,11 +146,8 @@ impl MemoryStore {
             .or_default()
             .add(&key.1, batch.events());
         let (events, lines) = batch.into_parts();
-        let Inner {
-            journals, packer, ..
-        } = &mut *inner;
-        let journal = journals.entry(key.clone()).or_default();
-        let kept = journal.push(events, lines, packer);
+        let journal = inner.journals.entry(key.clone()).or_default();
+        let kept = journal.push(events, lines);
         journal.touched = clock;
         inner.recent.push_back((clock, key));
         inner.pack_quiet();
@@ -500,7 +495,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_quiet_session_is_deflated_to_a_fraction_of_its_lines() {
+    async fn a_quiet_session_is_compressed_to_a_fraction_of_its_lines() {
         let store = MemoryStore::new();
         let mut written = Vec::new();
         for i in 0..20 {

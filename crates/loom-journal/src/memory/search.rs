@@ -4,7 +4,7 @@
 //!
 //! What it costs: 16 bytes per event for the order (session number, seq), 8 for a hash of its
 //! id (a cursor is found without decoding the events before it) and 4 for its type's list,
-//! beside the journal lines (a few hundred bytes each, deflated when quiet).
+//! beside the journal lines (a few hundred bytes each, compressed when quiet).
 
 use std::{collections::HashMap, sync::Arc};
 
@@ -14,7 +14,7 @@ use loom_core::{
     search::{EventFilter, Searched},
 };
 
-use super::journal::{Inflated, Lines, decode, event_id_of};
+use super::journal::{Lines, Unpacked, decode, event_id_of};
 
 /// One tenant's events in write order.
 #[derive(Debug, Default)]
@@ -207,13 +207,13 @@ impl Plan {
         filter: &EventFilter,
         name: impl Fn(&str) -> String,
     ) -> Result<Option<Searched>, StoreError> {
-        let mut inflated: HashMap<u32, Inflated> = HashMap::new();
+        let mut unpacked: HashMap<u32, Unpacked> = HashMap::new();
         let mut line = |(_, number, seq): Spot| -> Result<Option<(String, Arc<str>)>, StoreError> {
             let session = &self.sessions[number as usize];
             let Some(lines) = self.lines.get(&number) else {
                 return Ok(None);
             };
-            let found = lines.at(seq, inflated.entry(number).or_default(), &name(session))?;
+            let found = lines.at(seq, unpacked.entry(number).or_default(), &name(session))?;
             Ok(found.map(|line| (session.clone(), line)))
         };
         // Where the cursor is: the first event of that id, in write order.
