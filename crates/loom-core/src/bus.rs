@@ -7,19 +7,22 @@
 //! only makes them read sooner. [`Signal::Cancel`] asks the process that drives a run to cancel
 //! it now.
 
-use std::fmt;
+use std::{fmt, sync::Arc};
 
 use serde::{Deserialize, Serialize};
 
 use crate::{BoxFuture, BoxStream};
 
 /// News that events were appended to a session's journal.
+///
+/// Its names are shared (`Arc<str>`): a notice is cloned by every hand it passes (the
+/// in-process bus keeps one copy and gives each subscriber another), once per append.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Notice {
     /// The tenant.
-    pub tenant_id: String,
+    pub tenant_id: Arc<str>,
     /// The session.
-    pub session_id: String,
+    pub session_id: Arc<str>,
     /// The seq of the first event of the append.
     pub first_seq: u64,
     /// The seq of the last event of the append.

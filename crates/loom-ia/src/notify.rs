@@ -54,8 +54,8 @@ impl Notices {
     pub(crate) fn announce(&self, notice: &Notice) {
         let sender = self.sessions.lock().ok().and_then(|sessions| {
             sessions
-                .get(notice.tenant_id.as_str())?
-                .get(notice.session_id.as_str())
+                .get(&*notice.tenant_id)?
+                .get(&*notice.session_id)
                 .and_then(Weak::upgrade)
         });
         if let Some(sender) = sender {
@@ -214,8 +214,8 @@ impl NotifyingStore {
             return;
         };
         let notice = Notice {
-            tenant_id: first.tenant_id.clone(),
-            session_id: first.session_id.clone(),
+            tenant_id: Arc::from(first.tenant_id.as_str()),
+            session_id: Arc::from(first.session_id.as_str()),
             first_seq: first.seq,
             last_seq: last.seq,
         };
@@ -339,7 +339,7 @@ mod tests {
         let Some(Some(Ok(Signal::Appended(notice)))) = signals.next().now_or_never() else {
             panic!("the notice is not on the bus yet");
         };
-        assert_eq!((notice.session_id.as_str(), notice.last_seq), ("s1", 1));
+        assert_eq!((&*notice.session_id, notice.last_seq), ("s1", 1));
 
         let held = Arc::new(HeldBus::default());
         let store = NotifyingStore::wrap(
