@@ -36,8 +36,8 @@ impl fmt::Display for PrixError {
 
 /// Calcule le prix TTC d'un montant HT en euros pour un taux de TVA donné en pourcentage
 /// (20, 10, 5.5 ou 2.1 en France). Le calcul se fait en centimes, arrondis au plus proche.
-// `inline`: a computation of a few microseconds, called in place on the run's task rather
-// than handed to the blocking thread pool.
+// `inline`: a computation of a few microseconds, called in place on the call's task
+// rather than handed to the blocking thread pool.
 #[loom_ia::tool(side_effects = "none", inline)]
 fn prix_ttc(montant_ht: f64, taux_tva: f64) -> Result<String, PrixError> {
     if !montant_ht.is_finite() || montant_ht < 0.0 {

@@ -17,8 +17,8 @@
 use std::{process::ExitCode, time::Duration};
 
 /// Calcule le prix TTC à partir d'un montant HT et d'un taux de TVA en pourcentage.
-// `inline`: a computation of a few microseconds, called in place on the run's task rather
-// than handed to the blocking thread pool.
+// `inline`: a computation of a few microseconds, called in place on the call's task
+// rather than handed to the blocking thread pool.
 #[loom_ia::tool(side_effects = "none", inline)]
 fn prix_ttc(montant_ht: f64, taux_tva: f64) -> String {
     format!("{:.2} € TTC", montant_ht * (1.0 + taux_tva / 100.0)).replace('.', ",")

@@ -27,8 +27,8 @@ const AT_ONCE: usize = 4;
 /// A run: its start and message, a claim, two model steps around one tool call, its close.
 const EVENTS_PER_RUN: u64 = 17;
 /// What one finished run may cost in the memory journal, on average with the runs still
-/// unpacked: its 17 lines take about 15 KiB, compressed (LZ4) about 3.2 KiB (deflated, they
-/// took 2.5 KiB; kept as decoded events, about 40 KiB).
+/// unpacked: its 17 lines take about 15 KiB, compressed (LZ4) about 3.1 KiB (deflated, they
+/// took 2.4 KiB; kept as decoded events, about 40 KiB).
 const BYTES_PER_RUN: usize = 4 * 1024;
 
 fn loom(store: Arc<MemoryStore>) -> Loom {

@@ -248,7 +248,7 @@ fn thread_of_inline(ctx: &loom_ia::ToolContext) -> String {
     format!("{:?} {}", std::thread::current().id(), ctx.call_id)
 }
 
-/// A sync tool runs on the blocking thread pool, never on the run's task; an `inline` one runs
+/// A sync tool runs on the blocking thread pool, never on the call's task; an `inline` one runs
 /// in place, on the caller's thread, with the same arguments, context and result conversion.
 #[tokio::test]
 async fn a_sync_tool_runs_on_the_blocking_pool_unless_inline() {

@@ -3,7 +3,7 @@
 //! The journals of Loom: two implementations of the [`EventStore`] port.
 //!
 //! - [`MemoryStore`]: in-process, lost at exit; for tests and ephemeral runs. It keeps each event
-//!   as its journal line, deflated once its session goes quiet ([`Footprint`] says how much).
+//!   as its journal line, compressed (LZ4) once its session goes quiet ([`Footprint`] says how much).
 //! - [`JsonlStore`]: one file per session at `<root>/<tenant>/<session>.jsonl`, one event per
 //!   line (the compact JSON of [`Event::to_json`], newline-terminated).
 //!

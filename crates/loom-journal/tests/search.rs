@@ -78,7 +78,7 @@ async fn the_memory_store_pages_follow_each_other() {
 }
 
 /// A deleted session leaves the memory store's answers; one written again comes back with its
-/// new events only; what went quiet (deflated) is read as well as what did not.
+/// new events only; what went quiet (compressed) is read as well as what did not.
 #[tokio::test]
 async fn the_memory_store_forgets_deleted_sessions() {
     let store = MemoryStore::new();

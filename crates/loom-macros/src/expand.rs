@@ -295,7 +295,17 @@ fn expand(options: &Options, function: &ItemFn, params: Vec<Param>) -> syn::Resu
             &mut errors,
             syn::Error::new_spanned(
                 sig.asyncness,
-                "`inline` is for a sync function: an async one already runs on the run's task",
+                "`inline` is for a sync function: an async one already runs on the call's task",
+            ),
+        );
+    }
+    if options.inline && options.timeout.is_some() {
+        push_error(
+            &mut errors,
+            syn::Error::new(
+                sig.ident.span(),
+                "`inline` and `timeout` together: a timeout cannot interrupt a function called \
+                 in place; leave `inline` out to run it on the blocking pool",
             ),
         );
     }
@@ -822,6 +832,19 @@ mod tests {
         );
         assert!(
             refused.contains("idempotent, inline, on_unknown"),
+            "{refused}"
+        );
+        let refused = errors(
+            quote!(inline, timeout = 2),
+            quote!(
+                #[doc = " Says nothing."]
+                fn f() -> String {
+                    String::new()
+                }
+            ),
+        );
+        assert!(
+            refused.contains("`inline` and `timeout` together"),
             "{refused}"
         );
     }

@@ -44,12 +44,13 @@ use proc_macro::TokenStream;
 ///   argument names: `{name}` is the argument's string or number value; a missing argument
 ///   gives no key), `inline` (or `inline = true|false`, see below), `crate = <path>` (default
 ///   `::loom_ia`).
-/// - **Where it runs**: an async function is awaited on the run's task. A sync function runs on
-///   tokio's blocking thread pool (`spawn_blocking`), so that one that blocks (file or network
-///   I/O, a long computation) never holds up the other runs; that costs two thread hand-offs per
-///   call. A sync function that only computes and returns within microseconds (arithmetic,
-///   formatting) can say `inline`: it is then called in place, on the run's task. An `inline`
-///   function that blocks stalls every run of its thread, and its `timeout` cannot interrupt it.
+/// - **Where it runs**: each call has a task of its own, on which an async function is awaited.
+///   A sync function runs on tokio's blocking thread pool (`spawn_blocking`), so that one that
+///   blocks (file or network I/O, a long computation) never holds up the other runs; that costs
+///   two thread hand-offs per call. A sync function that only computes and returns within
+///   microseconds (arithmetic, formatting) can say `inline`: it is then called in place, on the
+///   call's task. An `inline` function that blocked would stall every run of its thread, and no
+///   timeout could interrupt it: `inline` is refused on an `async fn` and with `timeout`.
 #[proc_macro_attribute]
 pub fn tool(attr: TokenStream, item: TokenStream) -> TokenStream {
     expand::tool(attr.into(), item.into()).into()

@@ -7,9 +7,9 @@
 //! together (LZ4) into a [`Block`]; a read decompresses only the blocks after the seq it starts
 //! from.
 //!
-//! LZ4 rather than deflate: a run's 17 lines (13.4 KB) compress to 3.2 KB instead of 2.5 KB
-//! at level 1, in a tenth of the time (about 7 µs against 45 µs in the `runs` bench, where
-//! deflating each finished session was the largest single cost of a run on this journal).
+//! LZ4 rather than deflate: the devis run's 17 lines (13.1 KiB) compress to 3.1 KiB instead
+//! of 2.4 KiB at deflate's level 1, in a fraction of the time (deflating each finished session
+//! took about 45 µs of a run in the `runs` bench, its largest single cost on this journal).
 //! Nothing is dropped: every line written is read back, in seq order.
 //!
 //! The tail of a session still written to also keeps its events decoded (shared, [`Line`]),
@@ -36,7 +36,7 @@ pub(super) const TAIL_LINES: usize = 256;
 /// One session's events: packed blocks, then the tail of lines written since.
 #[derive(Debug, Default)]
 pub(super) struct Journal {
-    /// Deflated lines, in seq order, from seq 1.
+    /// Packed lines, in seq order, from seq 1.
     blocks: Vec<Block>,
     /// The lines after the last block, one event each.
     tail: Vec<Line>,
@@ -76,18 +76,25 @@ impl Block {
 
     /// The block's lines, with their seqs.
     fn unpack(&self, name: &str) -> Result<String, StoreError> {
-        let corrupted = |error: &dyn std::fmt::Display| StoreError::Corrupted {
+        let corrupted = |what: String| StoreError::Corrupted {
             path: name.to_owned(),
             line: usize::try_from(self.first_seq).unwrap_or(usize::MAX),
             source: EventReadError::Json(format!(
-                "the packed lines {}..={} do not decompress: {error}",
+                "the packed lines {}..={} {what}",
                 self.first_seq,
                 self.last_seq()
             )),
         };
         let bytes = lz4_flex::block::decompress(&self.packed, self.len)
-            .map_err(|error| corrupted(&error))?;
-        String::from_utf8(bytes).map_err(|error| corrupted(&error))
+            .map_err(|error| corrupted(format!("do not decompress: {error}")))?;
+        if bytes.len() != self.len {
+            return Err(corrupted(format!(
+                "decompress to {} bytes, not {}",
+                bytes.len(),
+                self.len
+            )));
+        }
+        String::from_utf8(bytes).map_err(|error| corrupted(format!("are not UTF-8: {error}")))
     }
 }
 
@@ -519,5 +526,18 @@ mod tests {
             journal.lines(0, u64::MAX).read("memory:t/s"),
             Err(StoreError::Corrupted { line: 1, .. })
         ));
+        // A block of another length than it says, or whose bytes are not text, is refused too.
+        let refusal = |journal: &Journal| match journal.lines(0, u64::MAX).read("memory:t/s") {
+            Err(StoreError::Corrupted { line: 1, source, .. }) => source.to_string(),
+            other => panic!("expected a corrupted block, got {other:?}"),
+        };
+        let block = &mut journal.blocks[0];
+        block.packed = Arc::from(lz4_flex::block::compress(b"{}"));
+        block.len = 3;
+        assert!(refusal(&journal).contains("decompress to 2 bytes, not 3"));
+        let block = &mut journal.blocks[0];
+        block.packed = Arc::from(lz4_flex::block::compress(&[0xff, 0xfe]));
+        block.len = 2;
+        assert!(refusal(&journal).contains("are not UTF-8"));
     }
 }
