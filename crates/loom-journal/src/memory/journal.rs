@@ -528,7 +528,9 @@ mod tests {
         ));
         // A block of another length than it says, or whose bytes are not text, is refused too.
         let refusal = |journal: &Journal| match journal.lines(0, u64::MAX).read("memory:t/s") {
-            Err(StoreError::Corrupted { line: 1, source, .. }) => source.to_string(),
+            Err(StoreError::Corrupted {
+                line: 1, source, ..
+            }) => source.to_string(),
             other => panic!("expected a corrupted block, got {other:?}"),
         };
         let block = &mut journal.blocks[0];
