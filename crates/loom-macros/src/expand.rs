@@ -771,6 +771,16 @@ mod tests {
 
     use super::tool;
 
+    /// A documented sync tool function.
+    fn sync_function() -> proc_macro2::TokenStream {
+        quote!(
+            /// Says nothing.
+            fn f() -> String {
+                String::new()
+            }
+        )
+    }
+
     /// The compile errors of an expansion, as text.
     fn errors(attr: proc_macro2::TokenStream, item: proc_macro2::TokenStream) -> String {
         let expanded = tool(attr, item).to_string();
@@ -783,80 +793,44 @@ mod tests {
 
     #[test]
     fn inline_is_refused_on_an_async_function_and_is_a_flag() {
-        let refused = errors(
-            quote!(inline),
-            quote!(
-                #[doc = " Says nothing."]
-                async fn f() -> String {
-                    String::new()
-                }
-            ),
+        let asynchronous = quote!(
+            /// Says nothing.
+            async fn f() -> String {
+                String::new()
+            }
         );
-        assert!(
-            refused.contains("`inline` is for a sync function"),
-            "{refused}"
-        );
-        assert_eq!(
-            errors(
+        let refusals = [
+            (
                 quote!(inline),
-                quote!(
-                    #[doc = " Says nothing."]
-                    fn f() -> String {
-                        String::new()
-                    }
-                )
+                asynchronous,
+                "`inline` is for a sync function",
             ),
-            ""
-        );
-        let refused = errors(
-            quote!(inline = 1),
-            quote!(
-                #[doc = " Says nothing."]
-                fn f() -> String {
-                    String::new()
-                }
+            (
+                quote!(inline = 1),
+                sync_function(),
+                "expected `inline = true` or `false`",
             ),
-        );
-        assert!(
-            refused.contains("expected `inline = true` or `false`"),
-            "{refused}"
-        );
-        let refused = errors(
-            quote!(inlined),
-            quote!(
-                #[doc = " Says nothing."]
-                fn f() -> String {
-                    String::new()
-                }
+            (
+                quote!(inlined),
+                sync_function(),
+                "idempotent, inline, on_unknown",
             ),
-        );
-        assert!(
-            refused.contains("idempotent, inline, on_unknown"),
-            "{refused}"
-        );
-        let refused = errors(
-            quote!(inline, timeout = 2),
-            quote!(
-                #[doc = " Says nothing."]
-                fn f() -> String {
-                    String::new()
-                }
+            (
+                quote!(inline, timeout = 2),
+                sync_function(),
+                "`inline` and `timeout` together",
             ),
-        );
-        assert!(
-            refused.contains("`inline` and `timeout` together"),
-            "{refused}"
-        );
+        ];
+        for (attr, item, expected) in refusals {
+            let refused = errors(attr, item);
+            assert!(refused.contains(expected), "{expected}: {refused}");
+        }
+        assert_eq!(errors(quote!(inline), sync_function()), "");
     }
 
     #[test]
     fn an_inline_function_is_called_in_place() {
-        let item = quote!(
-            /// Says nothing.
-            fn f() -> String {
-                String::new()
-            }
-        );
+        let item = sync_function();
         assert!(
             tool(quote!(), item.clone())
                 .to_string()
