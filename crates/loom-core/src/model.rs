@@ -46,8 +46,10 @@ pub struct ModelRequest {
     pub model_id: String,
     /// System prompt.
     pub system: String,
-    /// Conversation.
-    pub messages: Vec<Message>,
+    /// Conversation. Each message is shared (`Arc`): a session's history is the same messages
+    /// in every request of a run, never copied per call; an edit of one (`Arc::make_mut`)
+    /// copies that message only. Serialized as the messages themselves.
+    pub messages: Vec<Arc<Message>>,
     /// Offered tools.
     pub tools: Vec<ToolDefinition>,
     /// Tool choice.

@@ -182,7 +182,7 @@ impl Subject {
             Subject::Request(request) => request
                 .messages
                 .last()
-                .map(Message::text)
+                .map(|message| message.text())
                 .unwrap_or_default(),
             Subject::Response(message) | Subject::Output(message) => message.text(),
             Subject::Call { arguments, .. } => arguments.to_string(),

@@ -233,7 +233,15 @@ pub(crate) async fn inline_images(
     store: Option<&Arc<dyn ArtifactStore>>,
     mut request: ModelRequest,
 ) -> ModelRequest {
-    for message in request.messages.iter_mut().filter(|m| m.role == Role::User) {
+    let has_image = |message: &loom_core::Message| {
+        message.role == Role::User
+            && message.blocks.iter().any(|block| {
+                matches!(&block.kind, BlockKind::Artifact { media_type, .. } if media_type.starts_with("image/"))
+            })
+    };
+    // Only a message holding an image is copied out of the shared history.
+    for shared in request.messages.iter_mut().filter(|m| has_image(m)) {
+        let message = Arc::make_mut(shared);
         for block in &mut message.blocks {
             let BlockKind::Artifact {
                 uri,

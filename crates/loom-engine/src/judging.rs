@@ -482,7 +482,7 @@ async fn call_judge(
     let build = |model: &ModelBinding| ModelRequest {
         model_id: model.model_id.clone(),
         system: JUDGE_SYSTEM.into(),
-        messages: vec![message.clone()],
+        messages: vec![Arc::new(message.clone())],
         tools: vec![tool.clone()],
         // A model that cannot be forced to call a tool is asked for it.
         tool_choice: if model.forced_tool_choice {

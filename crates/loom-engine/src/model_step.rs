@@ -42,7 +42,7 @@ pub(crate) struct Orchestrator<'a> {
     /// What the session's earlier runs spent, when a session limit applies.
     pub(crate) session_spent: Option<Spent>,
     /// The conversation of the session's earlier runs, shared with each step's requests.
-    pub(crate) history: &'a Arc<[Message]>,
+    pub(crate) history: &'a Arc<[Arc<Message>]>,
     /// The JSON Schema of the agent's output contract, sent as the request's `output_schema`
     /// when the call cannot use tools (a model that declares `native_json` then enforces it).
     pub(crate) output_schema: Option<&'a Value>,
@@ -229,7 +229,7 @@ fn requests(
         if let Some(message) = &state_message {
             // Before the finalize hint, which stays the last word.
             let at = request.messages.len() - usize::from(finalizing);
-            request.messages.insert(at, message.clone());
+            request.messages.insert(at, Arc::new(message.clone()));
         }
         request::strip_foreign_reasoning(&mut request.messages, |id| names.is_own(id, model));
         if refs {

@@ -17,23 +17,26 @@ mod canonical;
 /// Builds the orchestrator's request for `model`: its `system` prompt, session history, the
 /// run's conversation (tool results in call order, without their full view), and the finalize
 /// hint when tools are no longer allowed. The model's own name, token cap and parameters are
-/// used.
+/// used. The history's messages are shared, not copied (see [`shared_history`]).
 pub(crate) fn build(
     system: &str,
     model: &ModelBinding,
     tools: &[BoundTool],
-    history: &[Message],
+    history: &[Arc<Message>],
     conversation: Vec<Message>,
     finalizing: bool,
     tool_choice: ToolChoice,
 ) -> ModelRequest {
     let mut messages = Vec::with_capacity(history.len() + conversation.len() + 1);
-    messages.extend_from_slice(history);
-    messages.extend(conversation);
+    messages.extend(history.iter().cloned());
+    let mut conversation = conversation;
+    without_full_views(&mut conversation);
+    messages.extend(conversation.into_iter().map(Arc::new));
     if finalizing {
-        messages.push(Message::user(FINALIZE_HINT));
+        messages.push(Arc::new(Message::user(FINALIZE_HINT)));
     }
-    without_full_views(&mut messages);
+    // The history was shared without its full views; a message given with one is copied.
+    without_full_views_shared(&mut messages);
     ModelRequest {
         model_id: model.model_id.clone(),
         system: system.to_owned(),
@@ -65,19 +68,45 @@ pub(crate) fn without_full_views(messages: &mut [Message]) {
     }
 }
 
+/// [`without_full_views`] over shared messages: only a message holding a full view is copied.
+fn without_full_views_shared(messages: &mut [Arc<Message>]) {
+    let has_full = |message: &Message| {
+        message.blocks.iter().any(
+            |block| matches!(&block.kind, BlockKind::ToolResult { output, .. } if output.full.is_some()),
+        )
+    };
+    for message in messages.iter_mut().filter(|m| has_full(m)) {
+        without_full_views(std::slice::from_mut(Arc::make_mut(message)));
+    }
+}
+
+/// A session's history as the requests of a run share it: each message once, without its
+/// full views.
+pub(crate) fn shared_history(mut history: Vec<Message>) -> Arc<[Arc<Message>]> {
+    without_full_views(&mut history);
+    history.into_iter().map(Arc::new).collect()
+}
+
 /// Removes the reasoning blocks that `is_own` does not recognise (those of other models: a
 /// fallback is never sent another model's reasoning). A message left empty keeps an empty
-/// text block.
-pub(crate) fn strip_foreign_reasoning(messages: &mut [Message], is_own: impl Fn(&str) -> bool) {
-    for message in messages {
-        let before = message.blocks.len();
-        message.blocks.retain(|block| match &block.kind {
-            BlockKind::Reasoning {
-                model_id: Some(id), ..
-            } => is_own(id),
-            _ => true,
-        });
-        if message.blocks.is_empty() && before > 0 {
+/// text block. Only a message that loses a block is copied.
+pub(crate) fn strip_foreign_reasoning(
+    messages: &mut [Arc<Message>],
+    is_own: impl Fn(&str) -> bool,
+) {
+    let foreign = |block: &Block| match &block.kind {
+        BlockKind::Reasoning {
+            model_id: Some(id), ..
+        } => !is_own(id),
+        _ => false,
+    };
+    for shared in messages {
+        if !shared.blocks.iter().any(&foreign) {
+            continue;
+        }
+        let message = Arc::make_mut(shared);
+        message.blocks.retain(|block| !foreign(block));
+        if message.blocks.is_empty() {
             message.blocks.push(Block::text(""));
         }
     }
@@ -230,6 +259,79 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    /// The engine's edits of shared messages copy only the messages they change: a full view
+    /// removed, another model's reasoning dropped (an emptied message keeps an empty text).
+    #[test]
+    fn edits_copy_only_the_messages_they_change() {
+        let result = Message {
+            role: loom_core::Role::Tool,
+            blocks: vec![Block::new(BlockKind::ToolResult {
+                call_id: "c1".into(),
+                output: loom_core::tool::ToolOutput::json(json!({"ttc": 1500}))
+                    .with_full(json!({"detail": [1, 2]})),
+            })],
+        };
+        let reasoning = |model: &str| {
+            Block::new(BlockKind::Reasoning {
+                text: "calcul".into(),
+                model_id: Some(model.into()),
+            })
+        };
+        let theirs = Message {
+            role: loom_core::Role::Assistant,
+            blocks: vec![reasoning("other")],
+        };
+        let mixed = Message {
+            role: loom_core::Role::Assistant,
+            blocks: vec![
+                reasoning("mine"),
+                reasoning("other"),
+                Block::text("1 500 €"),
+            ],
+        };
+        let history = shared_history(vec![Message::user("Prix ?"), result.clone()]);
+        let mut messages: Vec<Arc<Message>> = history.iter().cloned().collect();
+        without_full_views_shared(&mut messages);
+        // The history came without its full view: nothing was copied.
+        assert!(
+            messages
+                .iter()
+                .zip(history.iter())
+                .all(|(a, b)| Arc::ptr_eq(a, b))
+        );
+        let BlockKind::ToolResult { output, .. } = &messages[1].blocks[0].kind else {
+            panic!("a tool result");
+        };
+        assert_eq!(output.full, None);
+        // A message given with a full view is copied without it; the one shared is intact.
+        let given = Arc::new(result);
+        messages.push(Arc::clone(&given));
+        without_full_views_shared(&mut messages);
+        assert!(!Arc::ptr_eq(&messages[2], &given));
+        assert_eq!(messages[2], messages[1]);
+        let BlockKind::ToolResult { output, .. } = &given.blocks[0].kind else {
+            panic!("a tool result");
+        };
+        assert!(output.full.is_some());
+        // Reasoning: only the messages holding another model's are copied.
+        messages.extend([Arc::new(theirs), Arc::new(mixed)]);
+        let before = messages.clone();
+        strip_foreign_reasoning(&mut messages, |id| id == "mine");
+        for at in 0..3 {
+            assert!(Arc::ptr_eq(&messages[at], &before[at]));
+        }
+        assert_eq!(messages[3].blocks, vec![Block::text("")]);
+        assert_eq!(
+            messages[4].blocks,
+            vec![reasoning("mine"), Block::text("1 500 €")]
+        );
+        assert_eq!(
+            before[4].blocks.len(),
+            3,
+            "the shared message is left as it was"
+        );
+    }
+
     /// The hashes as first defined: the whole request's canonical JSON, and each part's,
     /// written on their own.
     fn reference_hash(request: &ModelRequest) -> (String, Map<String, Value>) {
@@ -269,8 +371,8 @@ mod tests {
             model_id: "m".into(),
             system: "Tu es « devis ».".into(),
             messages: vec![
-                Message::user("Quel prix TTC pour 1 250 € HT ?"),
-                Message::user("et à 20 % ?"),
+                Arc::new(Message::user("Quel prix TTC pour 1 250 € HT ?")),
+                Arc::new(Message::user("et à 20 % ?")),
             ],
             tools: vec![ToolDefinition {
                 name: "prix_ttc".into(),
@@ -297,31 +399,31 @@ mod tests {
             model_id: Some("m".into()),
         });
         reasoning.cache_breakpoint = true;
-        request.messages.push(Message {
+        request.messages.push(Arc::new(Message {
             role: loom_core::Role::Assistant,
             blocks: vec![reasoning, call, Block::json(json!({"b": null, "a": "é"}))],
-        });
-        request.messages.push(Message {
+        }));
+        request.messages.push(Arc::new(Message {
             role: loom_core::Role::Tool,
             blocks: vec![Block::new(BlockKind::ToolResult {
                 call_id: "c1".into(),
                 output: loom_core::tool::ToolOutput::json(json!({"ttc": 1500}))
                     .with_full(json!({"detail": [1, 2]})),
             })],
-        });
+        }));
         request.tool_choice = ToolChoice::Required;
         assert_eq!(request_hash(&request), reference_hash(&request));
         assert_eq!(request_hash(&request), request_hash_through_value(&request));
         // A key the direct writer refuses (it holds an escape): the hash goes through the
         // `Value` path, and is the same.
-        request.messages.push(Message {
+        request.messages.push(Arc::new(Message {
             role: loom_core::Role::Assistant,
             blocks: vec![Block::tool_call(
                 "c2",
                 "prix_ttc",
                 json!({"a\nb": 1, "a": 2}),
             )],
-        });
+        }));
         assert!(canonical::to_canonical(&request).is_err());
         assert_eq!(request_hash(&request), reference_hash(&request));
         request.output_schema = Some(json!({"type": "object"}));

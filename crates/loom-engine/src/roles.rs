@@ -644,7 +644,7 @@ pub(crate) async fn call(
             .get(&role.name)
             .and_then(|id| chain.iter().position(|m| m.config_id == *id))
             .unwrap_or(0);
-        let sent = messages.clone();
+        let sent: Vec<Arc<Message>> = messages.iter().cloned().map(Arc::new).collect();
         let build = |model: &ModelBinding| ModelRequest {
             model_id: model.model_id.clone(),
             system: role.system.clone(),

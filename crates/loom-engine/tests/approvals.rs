@@ -334,7 +334,7 @@ async fn a_grant_from_another_engine_runs_the_call_with_corrected_arguments() {
     let note = last
         .messages
         .iter()
-        .map(Message::text)
+        .map(|message| message.text())
         .find(|t| t.starts_with("[System note"))
         .unwrap();
     assert_eq!(

@@ -127,7 +127,7 @@ fn inline() -> Block {
 /// The request as the journal knows it: inline images back to their references.
 fn as_journaled(request: &ModelRequest, reference: &Block) -> ModelRequest {
     let mut request = request.clone();
-    for message in &mut request.messages {
+    for message in request.messages.iter_mut().map(std::sync::Arc::make_mut) {
         for block in &mut message.blocks {
             if matches!(block.kind, BlockKind::InlineData { .. }) {
                 *block = reference.clone();

@@ -147,7 +147,7 @@ fn last_request_texts(model: &RecordingModel) -> Vec<String> {
         .unwrap()
         .messages
         .iter()
-        .map(Message::text)
+        .map(|message| message.text())
         .collect()
 }
 

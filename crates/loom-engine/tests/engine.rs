@@ -531,6 +531,33 @@ async fn every_request_offers_the_schema_bound_once() {
     }
 }
 
+/// A session's history is the same messages in every request of a run: shared, not copied
+/// per model call.
+#[tokio::test]
+async fn the_requests_of_a_run_share_the_session_history() {
+    let (engine, _) = engine();
+    let model = Arc::new(RecordingModel::new(scripted("fake-1", calc_script())));
+    let agent = agent(model.clone(), vec![add_tool()]);
+    for message in ["12 + 7 ?", "Et encore ?"] {
+        let begin = BeginRun {
+            session_id: Some("one-session".into()),
+            ..begin(message)
+        };
+        let (_, state) = run(&engine, &agent, begin).await;
+        assert_eq!(state.status, RunStatus::Completed);
+    }
+    let requests = model.requests();
+    assert_eq!(requests.len(), 4);
+    // The second run's two calls: the first run's messages, then its own.
+    let history = requests[1].messages.len() + 1;
+    let (first, second) = (&requests[2].messages, &requests[3].messages);
+    assert_eq!(first[0].text(), "12 + 7 ?");
+    assert_eq!(first[history].text(), "Et encore ?");
+    for (a, b) in first[..history].iter().zip(&second[..history]) {
+        assert!(Arc::ptr_eq(a, b), "{a:?} copied");
+    }
+}
+
 #[tokio::test]
 async fn a_live_claim_of_another_worker_is_a_conflict() {
     let (engine, store) = engine();

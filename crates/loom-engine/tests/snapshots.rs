@@ -191,7 +191,11 @@ async fn a_snapshot_waits_for_a_run_that_has_not_closed() {
         .unwrap()
         .max(last_start);
     let expected = loom_core::state::session_history(&journal[..last_start]).unwrap();
-    assert_eq!(last.messages[..last.messages.len() - 1], expected[..]);
+    let sent: Vec<&Message> = last.messages[..last.messages.len() - 1]
+        .iter()
+        .map(|message| &**message)
+        .collect();
+    assert_eq!(sent, expected.iter().collect::<Vec<_>>());
     // Approved, the paused run resumes from its window and completes; a snapshot can then
     // cover it.
     engine

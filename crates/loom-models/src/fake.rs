@@ -22,7 +22,7 @@
 //! Without a script the model echoes: `Echo: <last user text>`. Usage is estimated like the
 //! reference: `input = len(request JSON) / 4`, `output = len(message JSON) / 4`.
 
-use std::fmt;
+use std::{fmt, sync::Arc};
 
 use futures_util::stream;
 use loom_core::{
@@ -243,16 +243,16 @@ fn is_engine_note(message: &Message) -> bool {
     loom_core::model::is_engine_note(&message.text())
 }
 
-fn last_user_text(messages: &[Message]) -> String {
+fn last_user_text(messages: &[Arc<Message>]) -> String {
     messages
         .iter()
         .rev()
         .find(|m| m.role == Role::User && !is_engine_note(m))
-        .map(Message::text)
+        .map(|message| message.text())
         .unwrap_or_default()
 }
 
-fn last_tool_result(messages: &[Message]) -> String {
+fn last_tool_result(messages: &[Arc<Message>]) -> String {
     for message in messages.iter().rev() {
         for block in message.blocks.iter().rev() {
             if let BlockKind::ToolResult { output, .. } = &block.kind {
@@ -293,7 +293,7 @@ fn without_ref_marker(text: String) -> String {
 }
 
 /// Assistant messages since the last real user message.
-fn turn_index(messages: &[Message]) -> usize {
+fn turn_index(messages: &[Arc<Message>]) -> usize {
     messages
         .iter()
         .rev()
@@ -404,7 +404,7 @@ mod tests {
         ModelRequest {
             model_id: "fake-1".into(),
             system: String::new(),
-            messages,
+            messages: messages.into_iter().map(Arc::new).collect(),
             tools: tools
                 .iter()
                 .map(|n| ToolDefinition {

@@ -13,7 +13,7 @@
 //!   else (credit balance, prompt too long);
 //! - [`AnthropicModel`] makes the one HTTP attempt and chains the three.
 
-use std::{collections::VecDeque, time::Duration};
+use std::{collections::VecDeque, sync::Arc, time::Duration};
 
 use bytes::Bytes;
 use futures_util::{Stream, StreamExt, stream};
@@ -258,7 +258,11 @@ struct WireMessage {
 /// Converts the conversation: tool messages become `user` messages of `tool_result` blocks,
 /// consecutive messages of the same role are merged (tool results first in a user turn),
 /// empty text blocks and messages left empty are dropped.
-fn convert_messages(messages: &[Message], vision: bool, cache_control: &Value) -> Vec<WireMessage> {
+fn convert_messages(
+    messages: &[Arc<Message>],
+    vision: bool,
+    cache_control: &Value,
+) -> Vec<WireMessage> {
     let mut out: Vec<WireMessage> = Vec::new();
     for message in messages {
         let role = match message.role {

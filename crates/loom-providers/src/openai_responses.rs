@@ -18,6 +18,8 @@
 //! A model declared `capabilities: {streaming: false}` is asked without `stream`, and its whole
 //! `response` object is read into the same chunks (as its terminal event).
 
+use std::sync::Arc;
+
 use loom_core::{
     BoxStream,
     content::{BlockKind, Message, Role},
@@ -196,7 +198,7 @@ pub fn build_request(
     Value::Object(body)
 }
 
-fn input(settings: &ResponsesSettings, messages: &[Message]) -> Vec<Value> {
+fn input(settings: &ResponsesSettings, messages: &[Arc<Message>]) -> Vec<Value> {
     let mut out = Vec::new();
     for message in messages {
         match message.role {

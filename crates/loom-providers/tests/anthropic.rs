@@ -395,7 +395,7 @@ fn the_accumulator_builds_the_answer_and_the_reasoning_replays() {
         // The assistant message goes back as it came: thinking with its signature, redacted
         // thinking with its data, in the model's order.
         let request = ModelRequest {
-            messages: vec![Message::user("question"), response.message.clone()],
+            messages: shared(vec![Message::user("question"), response.message.clone()]),
             ..plain_request()
         };
         let body = build_request(&options(), &settings, &request);
@@ -665,7 +665,7 @@ fn plain_request() -> ModelRequest {
     ModelRequest {
         model_id: "claude-sonnet-4-5".into(),
         system: "You are a terse weather assistant.".into(),
-        messages: vec![Message::user("Weather in Paris?")],
+        messages: shared(vec![Message::user("Weather in Paris?")]),
         tools: vec![weather_tool()],
         tool_choice: ToolChoice::Auto,
         max_tokens: None,
@@ -703,7 +703,7 @@ fn tool_loop_request() -> ModelRequest {
         json!({"type": "enabled", "budget_tokens": 2048}),
     );
     ModelRequest {
-        messages: vec![
+        messages: shared(vec![
             Message::user("Weather in Paris and Oslo?"),
             Message {
                 role: Role::Assistant,
@@ -733,7 +733,7 @@ fn tool_loop_request() -> ModelRequest {
                 ],
             },
             Message::user("Thanks"),
-        ],
+        ]),
         max_tokens: Some(8000),
         params,
         ..plain_request()
@@ -783,7 +783,7 @@ fn request_tool_loop_with_results_and_signed_thinking() {
 fn request_never_carries_the_full_view_of_a_result() {
     let mut request = tool_loop_request();
     let plain = build_request(&options(), &AnthropicSettings::default(), &request);
-    for message in &mut request.messages {
+    for message in request.messages.iter_mut().map(std::sync::Arc::make_mut) {
         for block in &mut message.blocks {
             if let BlockKind::ToolResult { output, .. } = &mut block.kind {
                 output.full = Some(json!({"rows": ["FULL-VIEW-ONLY"]}));
@@ -811,7 +811,7 @@ fn request_cache_breakpoints() {
 
     // Explicit block breakpoints on top: never more than four in all, the latest kept.
     let mut request = tool_loop_request();
-    for message in &mut request.messages {
+    for message in request.messages.iter_mut().map(std::sync::Arc::make_mut) {
         for block in &mut message.blocks {
             block.cache_breakpoint = true;
         }
@@ -826,7 +826,7 @@ fn request_cache_breakpoints() {
 fn image_request() -> ModelRequest {
     ModelRequest {
         tools: vec![],
-        messages: vec![Message {
+        messages: shared(vec![Message {
             role: Role::User,
             blocks: vec![
                 Block::text("What is in this picture?"),
@@ -842,7 +842,7 @@ fn image_request() -> ModelRequest {
                     name: Some("report.pdf".into()),
                 }),
             ],
-        }],
+        }]),
         ..plain_request()
     }
 }
@@ -1363,4 +1363,9 @@ fn a_model_that_does_not_stream_is_asked_without_stream_and_read_whole() {
     let body: Value =
         serde_json::from_str(&request[request.find("\r\n\r\n").unwrap() + 4..]).unwrap();
     assert!(body.get("stream").is_none(), "{body}");
+}
+
+/// Messages as a request shares them.
+fn shared(messages: Vec<Message>) -> Vec<std::sync::Arc<Message>> {
+    messages.into_iter().map(std::sync::Arc::new).collect()
 }

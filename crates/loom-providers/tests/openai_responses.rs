@@ -9,6 +9,8 @@
 #[path = "openai_support.rs"]
 mod support;
 
+use std::sync::Arc;
+
 use futures_util::StreamExt;
 use loom_core::{
     Message, Role,
@@ -118,7 +120,7 @@ async fn encrypted_reasoning_is_kept_for_replay() {
 
     // Sent back on the next call, without the item id (store: false keeps nothing).
     let mut request = plain_turn();
-    request.messages.push(response.message.clone());
+    request.messages.push(Arc::new(response.message.clone()));
     let body = build_request(&options("", None), &ResponsesSettings::default(), &request);
     let items = body["input"].as_array().unwrap();
     assert_eq!(
@@ -300,13 +302,13 @@ fn request_images_with_and_without_vision() {
 #[test]
 fn reasoning_of_other_providers_is_not_echoed() {
     let mut request = plain_turn();
-    request.messages.push(Message {
+    request.messages.push(Arc::new(Message {
         role: Role::Assistant,
         blocks: vec![
             reasoning_block("thought", json!({ "reasoning_field": "reasoning_content" })),
             { loom_core::Block::text("Answer") },
         ],
-    });
+    }));
     let body = build_request(&options("", None), &settings(false, false, true), &request);
     let items = body["input"].as_array().unwrap();
     assert!(items.iter().all(|i| i["type"] != "reasoning"), "{items:?}");

@@ -37,7 +37,7 @@ use sha2::{Digest, Sha256};
 
 /// `request` with a full view (`ToolOutput::full`, for interfaces only) on every tool result.
 pub(crate) fn with_full_views(mut request: ModelRequest) -> ModelRequest {
-    for message in &mut request.messages {
+    for message in request.messages.iter_mut().map(Arc::make_mut) {
         for block in &mut message.blocks {
             if let BlockKind::ToolResult { output, .. } = &mut block.kind {
                 output.full = Some(json!({"rows": ["FULL-VIEW-ONLY"]}));
@@ -564,7 +564,7 @@ pub(crate) fn request(messages: Vec<Message>) -> ModelRequest {
     ModelRequest {
         model_id: "main".into(),
         system: "You are a careful assistant.".into(),
-        messages,
+        messages: messages.into_iter().map(Arc::new).collect(),
         tools: vec![weather_tool(), search_tool()],
         tool_choice: ToolChoice::Auto,
         max_tokens: None,
