@@ -35,7 +35,8 @@ pub(crate) fn build(
     if finalizing {
         messages.push(Arc::new(Message::user(FINALIZE_HINT)));
     }
-    // The history was shared without its full views; a message given with one is copied.
+    // `shared_history` removed the history's full views once per run: this only copies a
+    // message of a history that did not come through it.
     without_full_views_shared(&mut messages);
     ModelRequest {
         model_id: model.model_id.clone(),
