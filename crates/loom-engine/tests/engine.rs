@@ -508,19 +508,29 @@ async fn a_session_rereads_its_conversation() {
     assert_eq!(events(&store, &run2).await.len(), 34);
 }
 
-/// A tool's schema is prepared once, when the agent binds the tool: every request of every
-/// run offers that one schema, not a copy of it.
-#[tokio::test]
-async fn every_request_offers_the_schema_bound_once() {
+/// The four requests of two completed runs of the calculator in one session.
+async fn requests_of_two_runs() -> Vec<loom_core::model::ModelRequest> {
     let (engine, _) = engine();
     let model = Arc::new(RecordingModel::new(scripted("fake-1", calc_script())));
     let agent = agent(model.clone(), vec![add_tool()]);
     for message in ["12 + 7 ?", "Et encore ?"] {
-        let (_, state) = run(&engine, &agent, begin(message)).await;
+        let begin = BeginRun {
+            session_id: Some("one-session".into()),
+            ..begin(message)
+        };
+        let (_, state) = run(&engine, &agent, begin).await;
         assert_eq!(state.status, RunStatus::Completed);
     }
     let requests = model.requests();
     assert_eq!(requests.len(), 4);
+    requests
+}
+
+/// A tool's schema is prepared once, when the agent binds the tool: every request of every
+/// run offers that one schema, not a copy of it.
+#[tokio::test]
+async fn every_request_offers_the_schema_bound_once() {
+    let requests = requests_of_two_runs().await;
     let bound = &requests[0].tools[0].input_schema;
     assert_eq!(
         **bound,
@@ -535,19 +545,7 @@ async fn every_request_offers_the_schema_bound_once() {
 /// per model call.
 #[tokio::test]
 async fn the_requests_of_a_run_share_the_session_history() {
-    let (engine, _) = engine();
-    let model = Arc::new(RecordingModel::new(scripted("fake-1", calc_script())));
-    let agent = agent(model.clone(), vec![add_tool()]);
-    for message in ["12 + 7 ?", "Et encore ?"] {
-        let begin = BeginRun {
-            session_id: Some("one-session".into()),
-            ..begin(message)
-        };
-        let (_, state) = run(&engine, &agent, begin).await;
-        assert_eq!(state.status, RunStatus::Completed);
-    }
-    let requests = model.requests();
-    assert_eq!(requests.len(), 4);
+    let requests = requests_of_two_runs().await;
     // The second run's two calls: the first run's messages, then its own.
     let history = requests[1].messages.len() + 1;
     let (first, second) = (&requests[2].messages, &requests[3].messages);
