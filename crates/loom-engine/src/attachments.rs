@@ -233,16 +233,14 @@ pub(crate) async fn inline_images(
     store: Option<&Arc<dyn ArtifactStore>>,
     mut request: ModelRequest,
 ) -> ModelRequest {
-    let has_image = |message: &loom_core::Message| {
-        message.role == Role::User
-            && message.blocks.iter().any(|block| {
-                matches!(&block.kind, BlockKind::Artifact { media_type, .. } if media_type.starts_with("image/"))
-            })
-    };
+    let is_image = |block: &loom_core::Block| matches!(&block.kind, BlockKind::Artifact { media_type, .. } if media_type.starts_with("image/"));
     // Only a message holding an image is copied out of the shared history.
-    for shared in request.messages.iter_mut().filter(|m| has_image(m)) {
+    let with_image = |message: &&mut Arc<loom_core::Message>| {
+        message.role == Role::User && message.blocks.iter().any(is_image)
+    };
+    for shared in request.messages.iter_mut().filter(with_image) {
         let message = Arc::make_mut(shared);
-        for block in &mut message.blocks {
+        for block in message.blocks.iter_mut().filter(|block| is_image(block)) {
             let BlockKind::Artifact {
                 uri,
                 media_type,
@@ -252,9 +250,6 @@ pub(crate) async fn inline_images(
             else {
                 continue;
             };
-            if !media_type.starts_with("image/") {
-                continue;
-            }
             let read = match store {
                 Some(store) => store.get(uri).await,
                 None => Ok(None),

@@ -19,7 +19,7 @@
 
 use std::{sync::Arc, time::Instant};
 
-use loom_core::{BoxFuture, Message, Role, RunState, RunStatus, approval::Approver, event::Effect};
+use loom_core::{BoxFuture, Role, RunState, RunStatus, approval::Approver, event::Effect};
 
 use crate::{
     agent::AgentRuntime,
@@ -143,7 +143,7 @@ impl Engine {
             approver,
             io,
             offer,
-            history: crate::request::shared_history(history),
+            history: crate::request::History::new(history),
             trimmed,
             session_spent,
             children_blocked,
@@ -249,7 +249,7 @@ struct Driver<'a> {
     /// The tools offered to the model.
     offer: Offer,
     /// The conversation of the session's earlier runs, shared by each step's requests.
-    history: Arc<[Arc<Message>]>,
+    history: crate::request::History,
     /// The `session.trimmed` to journal once the run is claimed (the caps cut its history).
     trimmed: Option<loom_core::event::Payload>,
     /// What the session's earlier runs spent, folded when this pilot began; `None` when no

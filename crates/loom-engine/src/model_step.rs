@@ -42,7 +42,7 @@ pub(crate) struct Orchestrator<'a> {
     /// What the session's earlier runs spent, when a session limit applies.
     pub(crate) session_spent: Option<Spent>,
     /// The conversation of the session's earlier runs, shared with each step's requests.
-    pub(crate) history: &'a Arc<[Arc<Message>]>,
+    pub(crate) history: &'a request::History,
     /// The JSON Schema of the agent's output contract, sent as the request's `output_schema`
     /// when the call cannot use tools (a model that declares `native_json` then enforces it).
     pub(crate) output_schema: Option<&'a Value>,
@@ -213,7 +213,7 @@ fn requests(
         .filter(|_| tools.is_empty() || choice == ToolChoice::None)
         .cloned();
     let tools = tools.to_vec();
-    let history = Arc::clone(orchestrator.history);
+    let history = orchestrator.history.clone();
     let state_message = orchestrator.state.clone();
     let names = io.names.clone();
     move |model: &ModelBinding| {

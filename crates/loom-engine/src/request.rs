@@ -17,31 +17,20 @@ mod canonical;
 /// Builds the orchestrator's request for `model`: its `system` prompt, session history, the
 /// run's conversation (tool results in call order, without their full view), and the finalize
 /// hint when tools are no longer allowed. The model's own name, token cap and parameters are
-/// used. The history's messages are shared, not copied (see [`shared_history`]).
+/// used. The history's messages are shared, not copied (see [`History`]).
 pub(crate) fn build(
     system: &str,
     model: &ModelBinding,
     tools: &[BoundTool],
-    history: &[Arc<Message>],
+    history: &History,
     conversation: Vec<Message>,
     finalizing: bool,
     tool_choice: ToolChoice,
 ) -> ModelRequest {
-    let mut messages = Vec::with_capacity(history.len() + conversation.len() + 1);
-    messages.extend(history.iter().cloned());
-    let mut conversation = conversation;
-    without_full_views(&mut conversation);
-    messages.extend(conversation.into_iter().map(Arc::new));
-    if finalizing {
-        messages.push(Arc::new(Message::user(FINALIZE_HINT)));
-    }
-    // `shared_history` removed the history's full views once per run: this only copies a
-    // message of a history that did not come through it.
-    without_full_views_shared(&mut messages);
     ModelRequest {
         model_id: model.model_id.clone(),
         system: system.to_owned(),
-        messages,
+        messages: messages(history, conversation, finalizing),
         tools: tools
             .iter()
             .map(|t| ToolDefinition {
@@ -69,23 +58,35 @@ pub(crate) fn without_full_views(messages: &mut [Message]) {
     }
 }
 
-/// [`without_full_views`] over shared messages: only a message holding a full view is copied.
-fn without_full_views_shared(messages: &mut [Arc<Message>]) {
-    let has_full = |message: &Message| {
-        message.blocks.iter().any(
-            |block| matches!(&block.kind, BlockKind::ToolResult { output, .. } if output.full.is_some()),
-        )
-    };
-    for message in messages.iter_mut().filter(|m| has_full(m)) {
-        without_full_views(std::slice::from_mut(Arc::make_mut(message)));
+/// A session's history as the requests of a run share it: each message once, without its
+/// full views. Made only by [`History::new`], so a request built from it needs no second pass
+/// over the history.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct History(Arc<[Arc<Message>]>);
+
+impl History {
+    /// `messages`, their full views removed, each shared from now on.
+    pub(crate) fn new(mut messages: Vec<Message>) -> History {
+        without_full_views(&mut messages);
+        History(messages.into_iter().map(Arc::new).collect())
     }
 }
 
-/// A session's history as the requests of a run share it: each message once, without its
-/// full views.
-pub(crate) fn shared_history(mut history: Vec<Message>) -> Arc<[Arc<Message>]> {
-    without_full_views(&mut history);
-    history.into_iter().map(Arc::new).collect()
+/// A request's messages: the shared `history`, then the run's `conversation` without its full
+/// views, then the finalize hint when `finalizing`.
+fn messages(
+    history: &History,
+    mut conversation: Vec<Message>,
+    finalizing: bool,
+) -> Vec<Arc<Message>> {
+    without_full_views(&mut conversation);
+    let mut messages = Vec::with_capacity(history.0.len() + conversation.len() + 1);
+    messages.extend(history.0.iter().cloned());
+    messages.extend(conversation.into_iter().map(Arc::new));
+    if finalizing {
+        messages.push(Arc::new(Message::user(FINALIZE_HINT)));
+    }
+    messages
 }
 
 /// Removes the reasoning blocks that `is_own` does not recognise (those of other models: a
@@ -290,30 +291,28 @@ mod tests {
                 Block::text("1 500 €"),
             ],
         };
-        let history = shared_history(vec![Message::user("Prix ?"), result.clone()]);
-        let mut messages: Vec<Arc<Message>> = history.iter().cloned().collect();
-        without_full_views_shared(&mut messages);
-        // The history came without its full view: nothing was copied.
+        let history = History::new(vec![Message::user("Prix ?"), result.clone()]);
+        let mut messages = super::messages(&history, vec![result], false);
+        // The history is shared as it is, without its full view.
         assert!(
             messages
                 .iter()
-                .zip(history.iter())
+                .zip(history.0.iter())
                 .all(|(a, b)| Arc::ptr_eq(a, b))
         );
         let BlockKind::ToolResult { output, .. } = &messages[1].blocks[0].kind else {
             panic!("a tool result");
         };
         assert_eq!(output.full, None);
-        // A message given with a full view is copied without it; the one shared is intact.
-        let given = Arc::new(result);
-        messages.push(Arc::clone(&given));
-        without_full_views_shared(&mut messages);
-        assert!(!Arc::ptr_eq(&messages[2], &given));
+        // The run's own messages lose their full view as well.
         assert_eq!(messages[2], messages[1]);
-        let BlockKind::ToolResult { output, .. } = &given.blocks[0].kind else {
-            panic!("a tool result");
-        };
-        assert!(output.full.is_some());
+        assert_eq!(messages.len(), 3);
+        assert_eq!(
+            super::messages(&history, Vec::new(), true)
+                .last()
+                .map(|m| m.text()),
+            Some(FINALIZE_HINT.to_owned())
+        );
         // Reasoning: only the messages holding another model's are copied.
         messages.extend([Arc::new(theirs), Arc::new(mixed)]);
         let before = messages.clone();

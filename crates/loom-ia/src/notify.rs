@@ -265,29 +265,6 @@ mod tests {
 
     use super::*;
 
-    /// A `run.claimed` of session `s1`, to append.
-    fn claimed() -> Event {
-        let ts = chrono::Utc::now();
-        Event::new(
-            loom_core::event::Envelope {
-                event_id: "e1".into(),
-                ts,
-                tenant_id: "t".into(),
-                session_id: "s1".into(),
-                run_id: "r1".into(),
-                root_run_id: "r1".into(),
-                span_id: "sp".into(),
-                parent_span_id: None,
-                agent: None,
-                role: None,
-            },
-            loom_core::event::Payload::RunClaimed(loom_core::event::RunClaimed {
-                worker_id: "w".into(),
-                lease_until: ts,
-            }),
-        )
-    }
-
     /// A bus whose publish completes only once it is let through, recording what it took.
     #[derive(Debug, Default)]
     struct HeldBus {
@@ -334,7 +311,10 @@ mod tests {
             bus,
             Arc::new(Notices::new()),
         );
-        store.append(vec![claimed()], 0).await.unwrap();
+        store
+            .append(loom_testkit::conformance::events("t", "s1", 1), 0)
+            .await
+            .unwrap();
         // Without yielding to any task: it is already on the bus.
         let Some(Some(Ok(Signal::Appended(notice)))) = signals.next().now_or_never() else {
             panic!("the notice is not on the bus yet");
@@ -347,7 +327,10 @@ mod tests {
             held.clone(),
             Arc::new(Notices::new()),
         );
-        store.append(vec![claimed()], 0).await.unwrap();
+        store
+            .append(loom_testkit::conformance::events("t", "s1", 1), 0)
+            .await
+            .unwrap();
         assert!(held.taken.lock().unwrap().is_empty());
         // Its task waits on the bus with its own waker, and finishes once let through.
         held.through.notify_one();
