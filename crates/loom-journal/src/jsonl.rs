@@ -1,8 +1,8 @@
 //! The JSONL store: one append-only file per session.
 
 use std::{
-    fs::{self, File, OpenOptions},
-    io::{self, BufRead, BufReader, Read, Seek, SeekFrom, Write},
+    fs::{self, File, TryLockError},
+    io::{self, BufRead, BufReader, Read, Seek, SeekFrom},
     path::{Path, PathBuf},
     sync::Arc,
     time::SystemTime,
@@ -16,12 +16,16 @@ use loom_core::{
 use tracing::warn;
 
 use crate::{
-    group::{GroupSync, ToSync},
-    index::{file_id, tenant_index},
-    offsets::{End, OffsetsCache, index_path},
+    group::GroupSync,
+    index::tenant_index,
+    offsets::{OffsetsCache, index_path},
 };
 
-use loom_core::journal::{Batch, Decoded, conflict, safe_id};
+use loom_core::journal::{Batch, Decoded, safe_id};
+
+mod append;
+
+use append::AtOnce;
 
 /// Bytes read by the first backward step when looking for the last line of a journal (the
 /// step doubles until the line is found).
@@ -65,8 +69,11 @@ const REOPEN_ATTEMPTS: usize = 16;
 ///   the line's bytes are appended to `<session>.jsonl.corrupt` (synced), and the journal is
 ///   written anew with the replacement event in its place, then renamed over the old one.
 ///
-/// All file IO runs on tokio's blocking pool, so the futures must be polled inside a tokio
-/// runtime.
+/// File IO that could wait runs on tokio's blocking pool, so the futures must be polled inside
+/// a tokio runtime. What cannot wait is done at once on the caller's thread, where it costs
+/// less than the hand-off to another thread and back: an append that needs no sync, to a
+/// journal that exists, whose lock is free (a write to the page cache; see `jsonl/append.rs`);
+/// a read of a missing journal, or of one of at most 64 KiB whose lock is free.
 #[derive(Debug, Clone)]
 pub struct JsonlStore {
     root: PathBuf,
@@ -105,14 +112,19 @@ impl EventStore for JsonlStore {
         batch: Vec<Event>,
         expected_last_seq: u64,
     ) -> BoxFuture<'_, Result<Vec<Event>, StoreError>> {
-        let root = self.root.clone();
-        let kept = Arc::clone(&self.kept);
         Box::pin(async move {
-            let where_ = root.clone();
-            blocking(&where_, move || {
-                append_blocking(&root, &kept, batch, expected_last_seq)
-            })
-            .await
+            let batch = match Batch::check(batch)? {
+                Ok(batch) => batch,
+                Err(empty) => return Ok(empty),
+            };
+            let journal =
+                Journal::new(&self.root, &self.kept, &batch.tenant_id, &batch.session_id)?;
+            let batch = match journal.try_append_at_once(batch, expected_last_seq)? {
+                AtOnce::Done(events) => return Ok(events),
+                AtOnce::Declined(batch) => batch,
+            };
+            let path = journal.path.clone();
+            blocking(&path, move || journal.append(batch, expected_last_seq)).await
         })
     }
 
@@ -136,8 +148,7 @@ impl EventStore for JsonlStore {
     ) -> BoxFuture<'a, Result<Vec<Arc<Event>>, StoreError>> {
         Box::pin(async move {
             let journal = Journal::new(&self.root, &self.kept, tenant_id, session_id)?;
-            let path = journal.path.clone();
-            blocking(&path, move || journal.read(after_seq)).await
+            read(journal, move |journal, file| journal.read(file, after_seq)).await
         })
     }
 
@@ -148,9 +159,8 @@ impl EventStore for JsonlStore {
     ) -> BoxFuture<'a, Result<u64, StoreError>> {
         Box::pin(async move {
             let journal = Journal::new(&self.root, &self.kept, tenant_id, session_id)?;
-            let path = journal.path.clone();
-            blocking(&path, move || {
-                journal.summary().map(|s| s.map_or(0, |s| s.1.last_seq))
+            read(journal, |journal, file| {
+                journal.summary(file).map(|s| s.map_or(0, |s| s.1.last_seq))
             })
             .await
         })
@@ -277,9 +287,8 @@ impl EventStore for JsonlStore {
     ) -> BoxFuture<'a, Result<Option<u64>, StoreError>> {
         Box::pin(async move {
             let journal = Journal::new(&self.root, &self.kept, tenant_id, session_id)?;
-            let path = journal.path.clone();
             let run = run_id.to_owned();
-            blocking(&path, move || journal.run_start(&run)).await
+            read(journal, move |journal, file| journal.run_start(file, &run)).await
         })
     }
 
@@ -307,9 +316,11 @@ impl EventStore for JsonlStore {
     ) -> BoxFuture<'a, Result<Option<Arc<Event>>, StoreError>> {
         Box::pin(async move {
             let journal = Journal::new(&self.root, &self.kept, tenant_id, session_id)?;
-            let path = journal.path.clone();
             let kind = event_type.to_owned();
-            blocking(&path, move || journal.last_of_type(&kind, before_seq)).await
+            read(journal, move |journal, file| {
+                journal.last_of_type(file, &kind, before_seq)
+            })
+            .await
         })
     }
 
@@ -347,6 +358,30 @@ pub(crate) fn forget(index: &crate::index::RunIndex, path: &Path, session: &str)
     }
 }
 
+/// The largest journal file a read answers at once, on the caller's thread (64 KiB): a read
+/// of it from the page cache costs less than the two thread hand-offs of the blocking pool.
+const READ_AT_ONCE_BYTES: u64 = 64 * 1024;
+
+/// Runs the read `op` on `journal`'s file, opened under its shared lock (`None` when the
+/// journal does not exist): at once, on the caller's thread, when it cannot wait on anything
+/// (no journal, or a file of at most [`READ_AT_ONCE_BYTES`] whose lock is free), else on the
+/// blocking pool.
+async fn read<T, F>(journal: Journal, op: F) -> Result<T, StoreError>
+where
+    T: Send + 'static,
+    F: FnOnce(&Journal, Option<File>) -> Result<T, StoreError> + Send + 'static,
+{
+    if let AtOnceRead::Ready(file) = journal.open_shared_at_once()? {
+        return op(&journal, file);
+    }
+    let path = journal.path.clone();
+    blocking(&path, move || {
+        let file = journal.open_shared()?;
+        op(&journal, file)
+    })
+    .await
+}
+
 /// Runs `f` on the blocking pool.
 async fn blocking<T, F>(path: &Path, f: F) -> Result<T, StoreError>
 where
@@ -367,6 +402,14 @@ pub(crate) fn io_error(path: &Path) -> impl Fn(io::Error) -> StoreError + '_ {
         path: path.display().to_string(),
         source,
     }
+}
+
+/// What [`Journal::open_shared_at_once`] found.
+enum AtOnceRead {
+    /// The journal under its shared lock, `None` when it does not exist.
+    Ready(Option<File>),
+    /// Opening it could wait, or reading it could take long: the blocking pool's work.
+    Wait,
 }
 
 /// One session journal file.
@@ -466,9 +509,34 @@ impl Journal {
         Ok(Some(file))
     }
 
-    /// The file's mtime and summary (`None` when the file does not exist).
-    fn summary(&self) -> Result<Option<(SystemTime, SessionSummary)>, StoreError> {
-        let Some(mut file) = self.open_shared()? else {
+    /// Opens the file for reading under a shared lock if that cannot wait: `Ready(None)` when
+    /// it does not exist, `Ready(Some(file))` when it is at most [`READ_AT_ONCE_BYTES`] long and
+    /// its lock is free, `Wait` otherwise (an append holds it, or it is longer).
+    fn open_shared_at_once(&self) -> Result<AtOnceRead, StoreError> {
+        let file = match File::open(&self.path) {
+            Ok(file) => file,
+            Err(err) if err.kind() == io::ErrorKind::NotFound => {
+                return Ok(AtOnceRead::Ready(None));
+            }
+            Err(err) => return Err(self.io()(err)),
+        };
+        if file.metadata().map_err(self.io())?.len() > READ_AT_ONCE_BYTES {
+            return Ok(AtOnceRead::Wait);
+        }
+        match file.try_lock_shared() {
+            Ok(()) => Ok(AtOnceRead::Ready(Some(file))),
+            Err(TryLockError::WouldBlock) => Ok(AtOnceRead::Wait),
+            Err(TryLockError::Error(err)) => Err(self.io()(err)),
+        }
+    }
+
+    /// The file's mtime and summary (`None` when the file does not exist). `file` is the
+    /// journal opened under its shared lock, `None` when it does not exist.
+    fn summary(
+        &self,
+        file: Option<File>,
+    ) -> Result<Option<(SystemTime, SessionSummary)>, StoreError> {
+        let Some(mut file) = file else {
             return Ok(None);
         };
         let meta = file.metadata().map_err(self.io())?;
@@ -503,212 +571,6 @@ impl Journal {
             }
         }
     }
-
-    /// Opens the file for appending, creating it (and its tenant directory) when missing.
-    fn open_for_append(&self) -> Result<File, StoreError> {
-        let open = || {
-            OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create(true)
-                .truncate(false)
-                .open(&self.path)
-        };
-        match open() {
-            Ok(file) => Ok(file),
-            Err(err) if err.kind() == io::ErrorKind::NotFound => {
-                let Some(dir) = self.path.parent() else {
-                    return Err(self.io()(err));
-                };
-                let root = dir.parent().unwrap_or(Path::new("."));
-                fs::create_dir_all(root).map_err(io_error(root))?;
-                match fs::create_dir(dir) {
-                    // A new tenant directory: make its name durable in the root.
-                    Ok(()) => sync_dir(root)?,
-                    Err(err) if err.kind() == io::ErrorKind::AlreadyExists => {}
-                    Err(err) => return Err(io_error(dir)(err)),
-                }
-                open().map_err(self.io())
-            }
-            Err(err) => Err(self.io()(err)),
-        }
-    }
-
-    /// Opens the file for appending under its exclusive lock, making sure the file locked is
-    /// still the journal (a repair renames a new file over it: an appender that waited for the
-    /// old one's lock opens the new one).
-    pub(crate) fn open_locked(&self) -> Result<File, StoreError> {
-        for _ in 0..REOPEN_ATTEMPTS {
-            let file = self.open_for_append()?;
-            file.lock().map_err(self.io())?;
-            let locked = file_id(&file.metadata().map_err(self.io())?);
-            match fs::metadata(&self.path) {
-                Ok(meta) if file_id(&meta) == locked => return Ok(file),
-                Ok(_) => {}
-                Err(err) if err.kind() == io::ErrorKind::NotFound => {}
-                Err(err) => return Err(self.io()(err)),
-            }
-        }
-        Err(self.io()(io::Error::other(
-            "the journal file kept being replaced while waiting for its lock",
-        )))
-    }
-
-    /// Appends `batch` after `expected`, under the exclusive lock.
-    fn append(&self, mut batch: Batch, expected: u64) -> Result<Vec<Event>, StoreError> {
-        let mut file = self.open_locked()?;
-        let len = file.metadata().map_err(self.io())?.len();
-        let tail = scan_tail(&mut file, len, TAIL_CHUNK).map_err(self.io())?;
-        let last = self
-            .last_event(&mut file, &tail)?
-            .map_or(0, |event| event.seq);
-        if last != expected {
-            return Err(conflict(&self.tenant_id, &self.session_id, expected, last));
-        }
-        if tail.complete_len < len {
-            self.set_aside(&mut file, tail.complete_len, len)?;
-        }
-        batch.assign_seq(last);
-        let mut lines = String::with_capacity(
-            batch
-                .lines()
-                .iter()
-                .map(|line| line.as_str().len() + 1)
-                .sum(),
-        );
-        // Where each line ends in `lines`, for the offset index.
-        let mut ends = Vec::with_capacity(batch.len());
-        // Runs started by the batch, with the offset of their line, for the run index.
-        let mut started = Vec::new();
-        for (event, line) in batch.events().iter().zip(batch.lines()) {
-            // By the envelope's type: a sealed payload (`loom-crypto`) keeps it clear.
-            if event.event_type == "run.started" {
-                started.push((event.run_id.clone(), tail.complete_len + lines.len() as u64));
-            }
-            lines.push_str(line.as_str());
-            lines.push('\n');
-            ends.push(lines.len());
-        }
-        // What must be durable before the append returns: the journal when the batch holds an
-        // event something outside depends on, the directory entry of a new file. Synced in
-        // the store's next group commit (`group.rs`), the file's lock held meanwhile.
-        let mut to_sync = Vec::new();
-        if loom_core::event::must_sync(batch.events()) {
-            let own = file.try_clone().map_err(self.io())?;
-            to_sync.push(ToSync {
-                file: own,
-                directory: false,
-            });
-        }
-        if tail.complete_len == 0
-            && cfg!(unix)
-            && let Some(dir) = self.path.parent()
-        {
-            let directory = File::open(dir).map_err(io_error(dir))?;
-            to_sync.push(ToSync {
-                file: directory,
-                directory: true,
-            });
-        }
-        self.write_at_end(&mut file, tail.complete_len, lines.as_bytes(), to_sync)?;
-        // The batch is written (and durable when it had to be): the offset index follows (a
-        // cache, not synced).
-        let before = End {
-            seq: last,
-            offset: tail.last_line.as_ref().map_or(0, |(offset, _)| *offset),
-            len: tail.complete_len,
-        };
-        let mut start = 0;
-        let written: Vec<&[u8]> = ends
-            .iter()
-            .map(|&end| {
-                let line = &lines.as_bytes()[start..end];
-                start = end;
-                line
-            })
-            .collect();
-        self.index_append(&mut file, before, &written);
-        if let Some(dir) = self.path.parent()
-            && let Err(error) =
-                crate::index::RunIndex::new(dir.to_path_buf()).add(&self.session_id, &started)
-        {
-            warn!(path = %self.path.display(), %error, "could not update the run index");
-        }
-        Ok(batch.into_parts().0)
-    }
-
-    /// Writes `bytes` at `base` (the end of the file), then makes `to_sync` durable in the
-    /// store's group commit (a sync of the file covers every earlier write of it), truncating
-    /// back to `base` if anything fails.
-    fn write_at_end(
-        &self,
-        file: &mut File,
-        base: u64,
-        bytes: &[u8],
-        to_sync: Vec<ToSync>,
-    ) -> Result<(), StoreError> {
-        let result = file
-            .seek(SeekFrom::Start(base))
-            .and_then(|_| file.write_all(bytes))
-            .and_then(|()| self.kept.group.sync(to_sync));
-        if let Err(err) = result {
-            if let Err(undo) = file.set_len(base).and_then(|()| file.sync_data()) {
-                warn!(
-                    path = %self.path.display(),
-                    error = %undo,
-                    "could not truncate the journal back after a failed write"
-                );
-            }
-            return Err(self.io()(err));
-        }
-        Ok(())
-    }
-
-    /// Moves the torn bytes `[complete_len, len)` to `<session>.jsonl.corrupt` (appended, then
-    /// synced) and truncates the journal to its last complete line.
-    fn set_aside(&self, file: &mut File, complete_len: u64, len: u64) -> Result<(), StoreError> {
-        let mut torn = Vec::new();
-        file.seek(SeekFrom::Start(complete_len))
-            .and_then(|_| file.take(len - complete_len).read_to_end(&mut torn))
-            .map_err(self.io())?;
-        torn.push(b'\n');
-        let aside = self.path.with_extension(format!("{EXTENSION}.corrupt"));
-        let mut out = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&aside)
-            .map_err(io_error(&aside))?;
-        let was_empty = out.metadata().map_err(io_error(&aside))?.len() == 0;
-        out.write_all(&torn)
-            .and_then(|()| out.sync_data())
-            .map_err(io_error(&aside))?;
-        if was_empty && let Some(dir) = aside.parent() {
-            sync_dir(dir)?;
-        }
-        file.set_len(complete_len)
-            .and_then(|()| file.sync_data())
-            .map_err(self.io())?;
-        warn!(
-            path = %self.path.display(),
-            bytes = len - complete_len,
-            moved_to = %aside.display(),
-            "journal ended with a torn line (interrupted write); moved it aside"
-        );
-        Ok(())
-    }
-}
-
-fn append_blocking(
-    root: &Path,
-    kept: &Arc<Kept>,
-    batch: Vec<Event>,
-    expected: u64,
-) -> Result<Vec<Event>, StoreError> {
-    let batch = match Batch::check(batch)? {
-        Ok(batch) => batch,
-        Err(empty) => return Ok(empty),
-    };
-    Journal::new(root, kept, &batch.tenant_id, &batch.session_id)?.append(batch, expected)
 }
 
 fn sessions_blocking(
@@ -734,7 +596,7 @@ fn sessions_blocking(
             continue;
         };
         let journal = Journal::new(root, kept, tenant_id, session_id)?;
-        match journal.summary() {
+        match journal.open_shared().and_then(|file| journal.summary(file)) {
             Ok(Some(summary)) if summary.1.last_seq > 0 => found.push(summary),
             // Absent, or empty: created by an append that then met a conflict.
             Ok(_) => {}

@@ -195,8 +195,13 @@ impl Journal {
 
     /// Events with `seq > after`: from the first line after `after` when the index knows where
     /// it is (only the lines returned are decoded), else from the start of the file.
-    pub(crate) fn read(&self, after: u64) -> Result<Vec<Arc<Event>>, StoreError> {
-        let Some(mut file) = self.open_shared()? else {
+    /// `file` is the journal opened under its shared lock, `None` when it does not exist.
+    pub(crate) fn read(
+        &self,
+        file: Option<File>,
+        after: u64,
+    ) -> Result<Vec<Arc<Event>>, StoreError> {
+        let Some(mut file) = file else {
             return Ok(Vec::new());
         };
         if after == 0 {
@@ -268,12 +273,14 @@ impl Journal {
     /// The last event whose envelope's type is `kind` with `seq < before`: a marked type from
     /// the index's marks, any other by reading the file backwards from `before`, a stretch of
     /// lines between two checkpoints at a time. Only the line returned is decoded.
+    /// `file` as for [`Journal::read`].
     pub(crate) fn last_of_type(
         &self,
+        file: Option<File>,
         kind: &str,
         before: u64,
     ) -> Result<Option<Arc<Event>>, StoreError> {
-        let Some(mut file) = self.open_shared()? else {
+        let Some(mut file) = file else {
             return Ok(None);
         };
         let len = file.metadata().map_err(self.io())?.len();
@@ -389,8 +396,13 @@ impl Journal {
 
     /// The seq of the `run.started` of `run_id` in this journal, from the index's marks (its
     /// line checked to be that run's start); `None` when the journal has none.
-    pub(crate) fn run_start(&self, run_id: &str) -> Result<Option<u64>, StoreError> {
-        let Some(mut file) = self.open_shared()? else {
+    /// `file` as for [`Journal::read`].
+    pub(crate) fn run_start(
+        &self,
+        file: Option<File>,
+        run_id: &str,
+    ) -> Result<Option<u64>, StoreError> {
+        let Some(mut file) = file else {
             return Ok(None);
         };
         let len = file.metadata().map_err(self.io())?.len();
