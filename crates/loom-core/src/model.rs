@@ -56,8 +56,10 @@ pub struct ModelRequest {
     pub tool_choice: ToolChoice,
     /// Output token cap.
     pub max_tokens: Option<u32>,
-    /// Provider parameters, passed through as given.
-    pub params: Map<String, Value>,
+    /// Provider parameters, passed through as given. Shared (`Arc`) with the model's binding:
+    /// the same parameters go out in every request of the model, never copied per call (a
+    /// fake model's script is in them). Serialized as the map itself.
+    pub params: Arc<Map<String, Value>>,
     /// JSON Schema the answer must follow, when the provider can enforce it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub output_schema: Option<Value>,

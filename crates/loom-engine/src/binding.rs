@@ -32,8 +32,8 @@ pub struct ModelBinding {
     pub pricing: Pricing,
     /// Output token cap.
     pub max_tokens: Option<u32>,
-    /// Provider parameters.
-    pub params: Map<String, Value>,
+    /// Provider parameters, shared with every request to the model.
+    pub params: Arc<Map<String, Value>>,
     /// How failed calls are tried again.
     pub retry: RetryPolicy,
     /// Bounds on each streamed call.
@@ -66,7 +66,7 @@ impl ModelBinding {
             client,
             pricing: Pricing::default(),
             max_tokens: None,
-            params: Map::new(),
+            params: Arc::default(),
             retry: RetryPolicy::default(),
             timeouts: ModelTimeouts::default(),
             circuit: Some(CircuitSettings::default()),

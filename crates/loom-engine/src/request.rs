@@ -383,9 +383,11 @@ mod tests {
             }],
             tool_choice: ToolChoice::Auto,
             max_tokens: Some(512),
-            params: [("temperature".to_owned(), json!(0.2))]
-                .into_iter()
-                .collect(),
+            params: Arc::new(
+                [("temperature".to_owned(), json!(0.2))]
+                    .into_iter()
+                    .collect(),
+            ),
             output_schema: None,
         };
         assert_eq!(request_hash(&request), reference_hash(&request));

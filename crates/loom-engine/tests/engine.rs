@@ -526,10 +526,11 @@ async fn requests_of_two_runs() -> Vec<loom_core::model::ModelRequest> {
     requests
 }
 
-/// A tool's schema is prepared once, when the agent binds the tool: every request of every
-/// run offers that one schema, not a copy of it.
+/// A tool's schema is prepared once, when the agent binds the tool, and a model's parameters
+/// when the agent binds the model: every request of every run offers that one schema and
+/// carries those parameters, not copies of them.
 #[tokio::test]
-async fn every_request_offers_the_schema_bound_once() {
+async fn every_request_offers_the_schema_and_parameters_bound_once() {
     let requests = requests_of_two_runs().await;
     let bound = &requests[0].tools[0].input_schema;
     assert_eq!(
@@ -538,6 +539,7 @@ async fn every_request_offers_the_schema_bound_once() {
     );
     for request in &requests[1..] {
         assert!(Arc::ptr_eq(bound, &request.tools[0].input_schema));
+        assert!(Arc::ptr_eq(&requests[0].params, &request.params));
     }
 }
 

@@ -796,7 +796,7 @@ async fn the_fallback_gets_its_own_settings_and_no_reasoning_of_other_models() {
     let fallback = Arc::new(RecordingModel::new(scripted("fb-1", script)));
     let mut fb_binding = binding("FB", "fb-1", fallback.clone());
     fb_binding.max_tokens = Some(321);
-    fb_binding.params.insert("temperature".into(), json!(0.2));
+    std::sync::Arc::make_mut(&mut fb_binding.params).insert("temperature".into(), json!(0.2));
     let agent = with_add(agent(main_binding, vec![fb_binding]));
     let (run, state) = run(&s.engine, &agent, "12 + 7 ?").await;
     assert_eq!(state.status, RunStatus::Completed);

@@ -195,6 +195,9 @@ impl SessionWatch {
 pub(crate) struct NotifyingStore {
     bus: Arc<dyn EventBus>,
     notices: Arc<Notices>,
+    /// The tenant and session of the last notice: a run's appends are all to one session, so
+    /// their notices share its names instead of copying them at each append.
+    last_names: Mutex<Option<(Arc<str>, Arc<str>)>>,
 }
 
 impl NotifyingStore {
@@ -204,7 +207,31 @@ impl NotifyingStore {
         bus: Arc<dyn EventBus>,
         notices: Arc<Notices>,
     ) -> Appended<NotifyingStore> {
-        Appended::new(inner, NotifyingStore { bus, notices })
+        Appended::new(
+            inner,
+            NotifyingStore {
+                bus,
+                notices,
+                last_names: Mutex::default(),
+            },
+        )
+    }
+
+    /// `tenant` and `session` as shared names: the last notice's when they are the same.
+    fn names(&self, tenant: &str, session: &str) -> (Arc<str>, Arc<str>) {
+        let mut last = self
+            .last_names
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some((t, s)) = last.as_ref()
+            && **t == *tenant
+            && **s == *session
+        {
+            return (Arc::clone(t), Arc::clone(s));
+        }
+        let names = (Arc::<str>::from(tenant), Arc::<str>::from(session));
+        *last = Some(names.clone());
+        names
     }
 
     /// Tells the local followers, then the other processes (the append never waits for the
@@ -213,9 +240,10 @@ impl NotifyingStore {
         let (Some(first), Some(last)) = (written.first(), written.last()) else {
             return;
         };
+        let (tenant_id, session_id) = self.names(&first.tenant_id, &first.session_id);
         let notice = Notice {
-            tenant_id: Arc::from(first.tenant_id.as_str()),
-            session_id: Arc::from(first.session_id.as_str()),
+            tenant_id,
+            session_id,
             first_seq: first.seq,
             last_seq: last.seq,
         };
@@ -338,6 +366,38 @@ mod tests {
             .await
             .expect("the publish finishes in the background");
         assert_eq!(held.taken.lock().unwrap().len(), 1);
+    }
+
+    /// The notices of one session's appends share its names; another session's carry its own.
+    #[tokio::test]
+    async fn the_notices_of_a_session_share_its_names() {
+        use futures_util::StreamExt;
+
+        let bus = Arc::new(loom_journal::MemoryBus::new());
+        let mut signals = bus.subscribe().await.unwrap();
+        let store = NotifyingStore::wrap(
+            Arc::new(loom_journal::MemoryStore::new()),
+            bus,
+            Arc::new(Notices::new()),
+        );
+        let events = loom_testkit::conformance::events;
+        store.append(events("t", "s1", 1), 0).await.unwrap();
+        store.append(events("t", "s1", 1), 1).await.unwrap();
+        store.append(events("t", "s2", 1), 0).await.unwrap();
+        let mut notices = Vec::new();
+        for _ in 0..3 {
+            let Some(Ok(Signal::Appended(notice))) = signals.next().await else {
+                panic!("a notice per append");
+            };
+            notices.push(notice);
+        }
+        assert!(Arc::ptr_eq(&notices[0].session_id, &notices[1].session_id));
+        assert!(Arc::ptr_eq(&notices[0].tenant_id, &notices[1].tenant_id));
+        assert_eq!(
+            (&*notices[2].tenant_id, &*notices[2].session_id),
+            ("t", "s2")
+        );
+        assert_eq!(notices[1].last_seq, 2);
     }
 
     fn notice(session: &str, seq: u64) -> Notice {

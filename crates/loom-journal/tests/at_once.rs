@@ -39,7 +39,10 @@ fn with_busy_pool(body: impl AsyncFnOnce(Box<dyn FnOnce() + Send>)) {
 
 /// Polls `future` once: `Some` when it was ready.
 fn poll_once<T>(future: &mut Pending<'_, T>) -> Option<Result<T, StoreError>> {
-    match future.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
+    match future
+        .as_mut()
+        .poll(&mut Context::from_waker(Waker::noop()))
+    {
         Poll::Ready(result) => Some(result),
         Poll::Pending => None,
     }
@@ -50,7 +53,10 @@ fn journal_of_two(root: &Path) -> Vec<Event> {
     let runtime = tokio::runtime::Runtime::new().unwrap();
     runtime.block_on(async {
         JsonlStore::new(root)
-            .append(vec![started("t", "s", "r", Map::new()), event("t", "s", "a")], 0)
+            .append(
+                vec![started("t", "s", "r", Map::new()), event("t", "s", "a")],
+                0,
+            )
             .await
             .unwrap()
     })
@@ -68,7 +74,10 @@ fn what_cannot_wait_is_done_at_once_and_the_rest_on_the_blocking_pool() {
         assert_eq!(seqs(&appended), [3, 4]);
         // At once: reads of a small journal, and of a missing one.
         let mut read = store.read("t", "s", 1);
-        assert_eq!(seqs(&poll_once(&mut read).expect("at once").unwrap()), [2, 3, 4]);
+        assert_eq!(
+            seqs(&poll_once(&mut read).expect("at once").unwrap()),
+            [2, 3, 4]
+        );
         let mut last = store.last_seq("t", "s");
         assert_eq!(poll_once(&mut last).expect("at once").unwrap(), 4);
         let mut start = store.run_start("t", "s", "r");
@@ -77,7 +86,12 @@ fn what_cannot_wait_is_done_at_once_and_the_rest_on_the_blocking_pool() {
         let found = poll_once(&mut kind).expect("at once").unwrap();
         assert_eq!(found.map(|e| e.seq), Some(4));
         let mut missing = store.read("t", "none", 0);
-        assert!(poll_once(&mut missing).expect("at once").unwrap().is_empty());
+        assert!(
+            poll_once(&mut missing)
+                .expect("at once")
+                .unwrap()
+                .is_empty()
+        );
         let mut missing_seq = store.last_seq("t", "none");
         assert_eq!(poll_once(&mut missing_seq).expect("at once").unwrap(), 0);
 
@@ -110,7 +124,10 @@ fn a_journal_locked_by_another_append_is_left_to_the_blocking_pool() {
     other.lock().unwrap();
     with_busy_pool(async |release| {
         let mut append = store.append(events("t", "s", 1), 2);
-        assert!(poll_once(&mut append).is_none(), "the append waits its turn");
+        assert!(
+            poll_once(&mut append).is_none(),
+            "the append waits its turn"
+        );
         let mut read = store.read("t", "s", 0);
         assert!(poll_once(&mut read).is_none(), "the read waits its turn");
         release();
@@ -126,7 +143,10 @@ fn a_long_journal_or_a_torn_one_is_left_to_the_blocking_pool() {
     journal_of_two(dir.path());
     let path = dir.path().join("t").join("s.jsonl");
     // A torn last line: set aside (and synced) by the next append, on the pool.
-    let mut file = std::fs::OpenOptions::new().append(true).open(&path).unwrap();
+    let mut file = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&path)
+        .unwrap();
     std::io::Write::write_all(&mut file, b"{\"torn").unwrap();
     let store = JsonlStore::new(dir.path());
     with_busy_pool(async |release| {
@@ -148,7 +168,10 @@ fn a_long_journal_or_a_torn_one_is_left_to_the_blocking_pool() {
     });
     with_busy_pool(async |release| {
         let mut read = store.read("t", "s", 0);
-        assert!(poll_once(&mut read).is_none(), "a long journal is read on the pool");
+        assert!(
+            poll_once(&mut read).is_none(),
+            "a long journal is read on the pool"
+        );
         release();
         assert!(read.await.unwrap().len() > 100);
     });

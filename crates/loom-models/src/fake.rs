@@ -415,7 +415,7 @@ mod tests {
                 .collect(),
             tool_choice: choice,
             max_tokens: None,
-            params: Map::new(),
+            params: Default::default(),
             output_schema: None,
         }
     }

@@ -222,7 +222,7 @@ pub fn build_request(
         ),
     );
 
-    for (key, value) in &request.params {
+    for (key, value) in request.params.iter() {
         if key != "stream" {
             body.insert(key.clone(), value.clone());
         }

@@ -16,7 +16,7 @@
 //! A model declared `capabilities: {streaming: false}` is asked without `stream`, and its
 //! whole `chat.completion` answer (`choices[0].message`) is read into the same chunks.
 
-use std::collections::HashMap;
+use std::{collections::HashMap, sync::Arc};
 
 use loom_core::{
     BoxStream,
@@ -190,9 +190,9 @@ pub fn build_request(
             json!({ "type": "json_schema", "json_schema": format }),
         );
     }
-    let mut params = request.params.clone();
+    let mut params = Arc::clone(&request.params);
     if params.get("max_completion_tokens") == Some(&Value::Bool(true)) {
-        params.remove("max_completion_tokens");
+        Arc::make_mut(&mut params).remove("max_completion_tokens");
     }
     shared::merge_params(&mut body, &params, settings.streaming);
     Value::Object(body)

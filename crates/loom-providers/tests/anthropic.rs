@@ -669,7 +669,7 @@ fn plain_request() -> ModelRequest {
         tools: vec![weather_tool()],
         tool_choice: ToolChoice::Auto,
         max_tokens: None,
-        params: Map::new(),
+        params: Default::default(),
         output_schema: None,
     }
 }
@@ -735,7 +735,7 @@ fn tool_loop_request() -> ModelRequest {
             Message::user("Thanks"),
         ]),
         max_tokens: Some(8000),
-        params,
+        params: params.into(),
         ..plain_request()
     }
 }
@@ -743,7 +743,7 @@ fn tool_loop_request() -> ModelRequest {
 #[test]
 fn request_plain_turn_with_system_and_tools() {
     let mut request = plain_request();
-    request.params.insert("temperature".into(), json!(0.2));
+    std::sync::Arc::make_mut(&mut request.params).insert("temperature".into(), json!(0.2));
     let mut options = options();
     options.max_tokens = Some(1024);
     let body = build_request(&options, &AnthropicSettings::default(), &request);
@@ -872,10 +872,9 @@ fn request_native_json_and_params() {
         "required": ["answer"],
         "additionalProperties": false,
     }));
-    request
-        .params
+    std::sync::Arc::make_mut(&mut request.params)
         .insert("output_config".into(), json!({"effort": "low"}));
-    request.params.insert("stream".into(), json!(false));
+    std::sync::Arc::make_mut(&mut request.params).insert("stream".into(), json!(false));
     let native = AnthropicSettings {
         native_json: true,
         ..AnthropicSettings::default()
@@ -1327,7 +1326,7 @@ fn a_model_that_does_not_stream_is_asked_without_stream_and_read_whole() {
         ..AnthropicSettings::default()
     };
     let mut request = plain_request();
-    request.params.insert("stream".into(), json!(true));
+    std::sync::Arc::make_mut(&mut request.params).insert("stream".into(), json!(true));
     let body = build_request(&options(), &settings, &request);
     assert!(body.get("stream").is_none(), "{body}");
     let mut streamed = build_request(&options(), &AnthropicSettings::default(), &plain_request());

@@ -339,8 +339,7 @@ fn request_never_carries_the_full_view_of_a_result() {
 #[test]
 fn request_native_json_schema() {
     let mut strict = json_schema(true);
-    strict
-        .params
+    std::sync::Arc::make_mut(&mut strict.params)
         .insert("max_completion_tokens".into(), json!(true));
     let body = build_request(&options("", None), &settings(false, true, false), &strict);
     insta::assert_json_snapshot!("chat_json_schema_strict", body);
@@ -371,11 +370,10 @@ fn request_images_with_and_without_vision() {
 #[test]
 fn params_pass_through_and_null_removes() {
     let mut request = plain_turn();
-    request
-        .params
+    std::sync::Arc::make_mut(&mut request.params)
         .insert("max_completion_tokens".into(), json!(300));
-    request.params.insert("stream_options".into(), Value::Null);
-    request.params.insert("stream".into(), json!(false));
+    std::sync::Arc::make_mut(&mut request.params).insert("stream_options".into(), Value::Null);
+    std::sync::Arc::make_mut(&mut request.params).insert("stream".into(), json!(false));
     let body = build_request(&options("", None), &settings(false, false, false), &request);
     assert_eq!(body["max_completion_tokens"], 300);
     assert!(body.get("max_tokens").is_none());
@@ -600,9 +598,8 @@ fn not_streaming() -> ChatSettings {
 #[test]
 fn a_model_that_does_not_stream_is_asked_without_stream() {
     let mut request = plain_turn();
-    request.params.insert("stream".into(), json!(true));
-    request
-        .params
+    std::sync::Arc::make_mut(&mut request.params).insert("stream".into(), json!(true));
+    std::sync::Arc::make_mut(&mut request.params)
         .insert("stream_options".into(), json!({"include_usage": true}));
     let body = build_request(&options("", None), &not_streaming(), &request);
     assert!(body.get("stream").is_none(), "{body}");

@@ -459,7 +459,7 @@ async fn a_model_that_does_not_stream_is_asked_without_stream_and_read_whole() {
         ..ResponsesSettings::default()
     };
     let mut request = plain_turn();
-    request.params.insert("stream".into(), json!(true));
+    std::sync::Arc::make_mut(&mut request.params).insert("stream".into(), json!(true));
     let body = build_request(&options("", None), &settings, &request);
     assert!(body.get("stream").is_none(), "{body}");
     let mut streamed = build_request(

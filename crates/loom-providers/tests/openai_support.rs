@@ -32,7 +32,7 @@ use loom_core::{
     usage::Usage,
 };
 use loom_providers::{ErrorClass, ProviderError, ProviderOptions};
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
 /// `request` with a full view (`ToolOutput::full`, for interfaces only) on every tool result.
@@ -568,7 +568,7 @@ pub(crate) fn request(messages: Vec<Message>) -> ModelRequest {
         tools: vec![weather_tool(), search_tool()],
         tool_choice: ToolChoice::Auto,
         max_tokens: None,
-        params: Map::new(),
+        params: Default::default(),
         output_schema: None,
     }
 }
@@ -576,7 +576,7 @@ pub(crate) fn request(messages: Vec<Message>) -> ModelRequest {
 /// A plain turn: system, two tools (one strict-compatible), one question, a param.
 pub(crate) fn plain_turn() -> ModelRequest {
     let mut r = request(vec![Message::user("What is the weather in Paris?")]);
-    r.params.insert("temperature".into(), json!(0.2));
+    std::sync::Arc::make_mut(&mut r.params).insert("temperature".into(), json!(0.2));
     r
 }
 

@@ -297,8 +297,11 @@ impl Loom {
             if let Some(system) = &variant.system {
                 agent.system = system.clone();
             }
-            for (key, value) in &variant.params {
-                agent.main.params.insert(key.clone(), value.clone());
+            if !variant.params.is_empty() {
+                let params = Arc::make_mut(&mut agent.main.params);
+                for (key, value) in &variant.params {
+                    params.insert(key.clone(), value.clone());
+                }
             }
             let mut steps = BTreeMap::new();
             if variant.model.is_some() {

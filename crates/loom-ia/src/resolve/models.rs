@@ -198,7 +198,7 @@ impl Resolver<'_> {
         let mut binding = ModelBinding::new(model.id.clone(), model.model.clone(), client);
         binding.pricing = model.pricing.clone();
         binding.max_tokens = llm.max_tokens.or(model.max_tokens);
-        binding.params = params;
+        binding.params = Arc::new(params);
         binding.retry = loom_engine::RetryPolicy {
             max_attempts: model.retry.max_attempts,
             initial_delay: duration("retry.initial_delay", model.retry.initial_delay)?,
