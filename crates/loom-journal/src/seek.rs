@@ -446,9 +446,16 @@ impl Journal {
             offsets.push_line(seq, offset, line, line.len() as u64, &mut entries);
             offset += line.len() as u64;
         }
+        let path = index_path(&self.path);
+        if offset < INDEX_FROM {
+            // A journal this short has no index file (`save`): the copy this store keeps takes
+            // the batch's entries when it ended where the batch began, else the next reader
+            // rebuilds it from the file, short. No file is opened for it.
+            self.kept.offsets.extend(&path, before, &offsets);
+            return;
+        }
         let crossed = before.seq / COMPACT_EVERY != offsets.end.seq / COMPACT_EVERY;
         entries.push_str(&offsets.end_line());
-        let path = index_path(&self.path);
         let appended = !crossed
             && Offsets::append_if_at(&path, offsets.file, before, &entries).unwrap_or_else(
                 |error| {

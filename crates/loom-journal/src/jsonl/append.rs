@@ -66,7 +66,7 @@ impl Journal {
         for _ in 0..REOPEN_ATTEMPTS {
             let file = self.open_for_append()?;
             file.lock().map_err(self.io())?;
-            if self.still_named(&file)? {
+            if self.still_named(&file)?.is_some() {
                 return Ok(file);
             }
         }
@@ -75,13 +75,13 @@ impl Journal {
         )))
     }
 
-    /// Whether the journal's path still names `file` (a repair may have renamed another file
-    /// over it, or deleted it).
-    fn still_named(&self, file: &File) -> Result<bool, StoreError> {
-        let held = file_id(&file.metadata().map_err(self.io())?);
+    /// The length of `file` if the journal's path still names it (`None` when a repair has
+    /// renamed another file over it, or deleted it).
+    fn still_named(&self, file: &File) -> Result<Option<u64>, StoreError> {
+        let held = file.metadata().map_err(self.io())?;
         match fs::metadata(&self.path) {
-            Ok(meta) => Ok(file_id(&meta) == held),
-            Err(err) if err.kind() == io::ErrorKind::NotFound => Ok(false),
+            Ok(meta) => Ok((file_id(&meta) == file_id(&held)).then_some(held.len())),
+            Err(err) if err.kind() == io::ErrorKind::NotFound => Ok(None),
             Err(err) => Err(self.io()(err)),
         }
     }
@@ -114,10 +114,9 @@ impl Journal {
             Err(TryLockError::WouldBlock) => return Ok(AtOnce::Declined(batch)),
             Err(TryLockError::Error(err)) => return Err(self.io()(err)),
         }
-        if !self.still_named(&file)? {
+        let Some(len) = self.still_named(&file)? else {
             return Ok(AtOnce::Declined(batch));
-        }
-        let len = file.metadata().map_err(self.io())?.len();
+        };
         let tail = scan_tail(&mut file, len, TAIL_CHUNK).map_err(self.io())?;
         if tail.complete_len == 0 || tail.complete_len < len {
             return Ok(AtOnce::Declined(batch));
