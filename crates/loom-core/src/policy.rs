@@ -136,6 +136,10 @@ impl fmt::Display for DecisionKind {
 
 /// What a policy looks at.
 #[derive(Debug, Clone, PartialEq)]
+#[expect(
+    clippy::large_enum_variant,
+    reason = "one subject per policy point, built and dropped there, never stored in bulk"
+)]
 pub enum Subject {
     /// `before_model`: the request about to be sent.
     Request(ModelRequest),
