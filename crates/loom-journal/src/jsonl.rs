@@ -69,11 +69,13 @@ const REOPEN_ATTEMPTS: usize = 16;
 ///   the line's bytes are appended to `<session>.jsonl.corrupt` (synced), and the journal is
 ///   written anew with the replacement event in its place, then renamed over the old one.
 ///
-/// File IO that could wait runs on tokio's blocking pool, so the futures must be polled inside
-/// a tokio runtime. What cannot wait is done at once on the caller's thread, where it costs
-/// less than the hand-off to another thread and back: an append that needs no sync, to a
-/// journal that exists, whose lock is free (a write to the page cache; see `jsonl/append.rs`);
-/// a read of a missing journal, or of one of at most 64 KiB whose lock is free.
+/// File IO that could wait for a sync or for a lock another holds, or read a long file, runs on
+/// tokio's blocking pool, so the futures must be polled inside a tokio runtime. The rest is
+/// done at once on the caller's thread, where it costs less than the hand-off to another
+/// thread and back: an append that needs no sync and starts no run, to a journal that exists,
+/// is still named by its path, ends with a complete line and whose lock is free (a write to
+/// the page cache; see `jsonl/append.rs`); a read of a missing journal, or of one of at most
+/// 64 KiB whose lock is free.
 #[derive(Debug, Clone)]
 pub struct JsonlStore {
     root: PathBuf,
@@ -120,7 +122,11 @@ impl EventStore for JsonlStore {
             let journal =
                 Journal::new(&self.root, &self.kept, &batch.tenant_id, &batch.session_id)?;
             let batch = match journal.try_append_at_once(batch, expected_last_seq)? {
-                AtOnce::Done(events) => return Ok(events),
+                AtOnce::Done(events) => {
+                    // As for a read done at once (see `read`).
+                    tokio::task::consume_budget().await;
+                    return Ok(events);
+                }
                 AtOnce::Declined(batch) => batch,
             };
             let path = journal.path.clone();
@@ -372,7 +378,11 @@ where
     F: FnOnce(&Journal, Option<File>) -> Result<T, StoreError> + Send + 'static,
 {
     if let AtOnceRead::Ready(file) = journal.open_shared_at_once()? {
-        return op(&journal, file);
+        let read = op(&journal, file);
+        // Done without a hand-off, so without the yield one gave: counted against the task's
+        // budget, a run of such reads still lets the task's neighbours run.
+        tokio::task::consume_budget().await;
+        return read;
     }
     let path = journal.path.clone();
     blocking(&path, move || {
@@ -523,9 +533,21 @@ impl Journal {
         if file.metadata().map_err(self.io())?.len() > READ_AT_ONCE_BYTES {
             return Ok(AtOnceRead::Wait);
         }
-        match file.try_lock_shared() {
-            Ok(()) => Ok(AtOnceRead::Ready(Some(file))),
-            Err(TryLockError::WouldBlock) => Ok(AtOnceRead::Wait),
+        Ok(if self.locked_at_once(file.try_lock_shared())? {
+            AtOnceRead::Ready(Some(file))
+        } else {
+            AtOnceRead::Wait
+        })
+    }
+
+    /// Whether a `try_lock` or `try_lock_shared` took the lock (`false`: another holds it).
+    pub(crate) fn locked_at_once(
+        &self,
+        taken: Result<(), TryLockError>,
+    ) -> Result<bool, StoreError> {
+        match taken {
+            Ok(()) => Ok(true),
+            Err(TryLockError::WouldBlock) => Ok(false),
             Err(TryLockError::Error(err)) => Err(self.io()(err)),
         }
     }

@@ -104,6 +104,11 @@ impl OffsetsCache {
         self.lock().get(path).cloned()
     }
 
+    /// Forgets the index kept for `path` (the next reader loads the file).
+    pub(crate) fn remove(&self, path: &Path) {
+        self.lock().remove(path);
+    }
+
     /// Keeps `offsets` as the index of `path`.
     pub(crate) fn put(&self, path: &Path, offsets: Arc<Offsets>) {
         let mut entries = self.lock();

@@ -434,10 +434,21 @@ impl Journal {
     }
 
     /// Brings the index up to date after an append of `lines` (each line's bytes, newline
-    /// included) at `base`, the journal having ended at `before` (its last line) there: the
-    /// entries are appended to the index when it ends exactly there, else the index is caught
-    /// up or rebuilt from the file. Best effort: the batch is durable already.
-    pub(crate) fn index_append(&self, file: &mut File, before: End, lines: &[&[u8]]) {
+    /// included), the journal having ended at `before` (its last line): the entries are
+    /// appended to the index when it ends exactly there. Otherwise, when `catch_up`, the index
+    /// is caught up or rebuilt from the file; when not (an append done at once, which must not
+    /// read a whole index or journal on the caller's thread), the copy this store keeps takes
+    /// the entries and is saved when it ended at `before`, else it is dropped and the `.idx`
+    /// file left behind, for the next reader to catch up. A journal
+    /// under [`INDEX_FROM`] has no index file: only the kept copy takes the entries, when it
+    /// ended at `before`. Best effort: the batch is durable already.
+    pub(crate) fn index_append(
+        &self,
+        file: &mut File,
+        before: End,
+        lines: &[&[u8]],
+        catch_up: bool,
+    ) {
         let mut offsets = Offsets::new(file.metadata().map(|m| file_id(&m)).unwrap_or_default());
         offsets.end = before;
         let mut entries = String::new();
@@ -465,8 +476,24 @@ impl Journal {
             );
         if appended {
             self.kept.offsets.extend(&path, before, &offsets);
+            return;
         }
-        if !appended && let Err(error) = self.offsets(file, offset) {
+        if !catch_up {
+            // Without reading anything: the kept copy, when it ended where the batch began,
+            // takes its entries and is saved (a journal passing 16 KiB, a compaction);
+            // otherwise it is dropped and the next reader catches the index up.
+            match self.kept.offsets.get(&path) {
+                Some(kept) if kept.file == offsets.file && kept.end == before => {
+                    self.kept.offsets.extend(&path, before, &offsets);
+                    if let Some(extended) = self.kept.offsets.get(&path) {
+                        self.save(&extended);
+                    }
+                }
+                _ => self.kept.offsets.remove(&path),
+            }
+            return;
+        }
+        if let Err(error) = self.offsets(file, offset) {
             warn!(path = %path.display(), %error, "could not bring the offset index up to date");
         }
     }

@@ -109,19 +109,38 @@ fn what_cannot_wait_is_done_at_once_and_the_rest_on_the_blocking_pool() {
     });
 }
 
+/// Holds the lock of the file at `path` from another thread (exclusive, or shared as a reader
+/// does) until the returned sender is used or dropped, or for 10 s at most: work that wrongly
+/// waits for it on the test's thread ends up done, and its test fails instead of hanging.
+fn lock_elsewhere(path: &Path, exclusive: bool) -> mpsc::Sender<()> {
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .unwrap();
+    let (locked, taken) = mpsc::channel();
+    let (release, held) = mpsc::channel::<()>();
+    std::thread::spawn(move || {
+        if exclusive {
+            file.lock().unwrap();
+        } else {
+            file.lock_shared().unwrap();
+        }
+        locked.send(()).unwrap();
+        let _ = held.recv_timeout(std::time::Duration::from_secs(10));
+    });
+    taken.recv().unwrap();
+    release
+}
+
 #[test]
 fn a_journal_locked_by_another_append_is_left_to_the_blocking_pool() {
     let dir = tempfile::tempdir().unwrap();
     journal_of_two(dir.path());
     let store = JsonlStore::new(dir.path());
-    // Another process's append holds the file's exclusive lock.
     let path = dir.path().join("t").join("s.jsonl");
-    let other = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(&path)
-        .unwrap();
-    other.lock().unwrap();
+    // Another process's append holds the file's exclusive lock.
+    let other = lock_elsewhere(&path, true);
     with_busy_pool(async |release| {
         let mut append = store.append(events("t", "s", 1), 2);
         assert!(
@@ -131,9 +150,24 @@ fn a_journal_locked_by_another_append_is_left_to_the_blocking_pool() {
         let mut read = store.read("t", "s", 0);
         assert!(poll_once(&mut read).is_none(), "the read waits its turn");
         release();
-        other.unlock().unwrap();
+        other.send(()).unwrap();
         assert_eq!(seqs(&append.await.unwrap()), [3]);
-        assert_eq!(seqs(&read.await.unwrap()).len(), 3);
+        assert_eq!(read.await.unwrap().len(), 3);
+    });
+
+    // A reader's shared lock: an append waits for it, a read does not.
+    let reader = lock_elsewhere(&path, false);
+    with_busy_pool(async |release| {
+        let mut read = store.last_seq("t", "s");
+        assert_eq!(poll_once(&mut read).expect("at once").unwrap(), 3);
+        let mut append = store.append(events("t", "s", 1), 3);
+        assert!(
+            poll_once(&mut append).is_none(),
+            "the append waits for the reader"
+        );
+        release();
+        reader.send(()).unwrap();
+        assert_eq!(seqs(&append.await.unwrap()), [4]);
     });
 }
 
@@ -175,4 +209,49 @@ fn a_long_journal_or_a_torn_one_is_left_to_the_blocking_pool() {
         release();
         assert!(read.await.unwrap().len() > 100);
     });
+}
+
+/// An append done at once reads nothing beyond the journal's tail: a long journal whose offset
+/// index is missing gets it back from its next reader, not from the append.
+#[test]
+fn an_append_at_once_leaves_a_missing_index_to_the_next_reader() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t").join("s.jsonl");
+    let index = dir.path().join("t").join("s.jsonl.idx");
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let mut seq = 0;
+    runtime.block_on(async {
+        let store = JsonlStore::new(dir.path());
+        while std::fs::metadata(&path).map_or(0, |m| m.len()) <= 32 * 1024 {
+            seq = store
+                .append(events("t", "s", 50), seq)
+                .await
+                .unwrap()
+                .last()
+                .unwrap()
+                .seq;
+        }
+    });
+    assert!(index.exists(), "a journal past 16 KiB has its index");
+    std::fs::remove_file(&index).unwrap();
+    // Another process, nothing kept: the append is done at once and writes no index.
+    let store = JsonlStore::new(dir.path());
+    with_busy_pool(async |release| {
+        let mut append = store.append(events("t", "s", 1), seq);
+        assert_eq!(
+            seqs(&poll_once(&mut append).expect("done at once").unwrap()),
+            [seq + 1]
+        );
+        release();
+    });
+    assert!(!index.exists(), "the append rebuilt the index");
+    runtime.block_on(async {
+        let all = store.read("t", "s", 0).await.unwrap();
+        assert_eq!(all.len() as u64, seq + 1);
+        assert_eq!(
+            seqs(&store.read("t", "s", seq - 1).await.unwrap()),
+            [seq, seq + 1]
+        );
+    });
+    assert!(index.exists(), "the reader rebuilt the index");
 }

@@ -4,7 +4,7 @@
 //! make it wait ([`Journal::try_append_at_once`]).
 
 use std::{
-    fs::{self, File, OpenOptions, TryLockError},
+    fs::{self, File, OpenOptions},
     io::{self, Read, Seek, SeekFrom, Write},
     path::Path,
 };
@@ -18,6 +18,15 @@ use tracing::warn;
 
 use super::{EXTENSION, Journal, REOPEN_ATTEMPTS, TAIL_CHUNK, Tail, io_error, scan_tail, sync_dir};
 use crate::{group::ToSync, index::file_id, offsets::End};
+
+/// On which thread an append runs, which decides how much it may read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// At once, on the caller's thread: nothing read beyond the journal's tail.
+    AtOnce,
+    /// On the blocking pool: the offset index may be caught up or rebuilt from the file.
+    Waiting,
+}
 
 /// What [`Journal::try_append_at_once`] did.
 #[derive(Debug)]
@@ -86,9 +95,11 @@ impl Journal {
         }
     }
 
-    /// Appends `batch` at once, on the caller's thread, when that cannot wait on anything: the
-    /// batch needs no sync ([`must_sync`]), the journal exists and ends with a complete line,
-    /// and its lock is free. An append that needs no sync is a write to the OS's page cache,
+    /// Appends `batch` at once, on the caller's thread, when that cannot wait for a sync or for
+    /// a lock another holds: the batch needs no sync ([`must_sync`]) and starts no run, the
+    /// journal exists, is still named by its path, ends with a complete line, and its lock is
+    /// free. Nothing is read beyond the journal's tail: an offset index that does not end where
+    /// the batch begins is left for the next reader to catch up. An append that needs no sync is a write to the OS's page cache,
     /// so handing it to the blocking pool (a thread woken, then the runtime woken back) would
     /// cost more than the append itself. Anything else gives the batch back untouched, for
     /// [`Journal::append`] on the blocking pool: a sync, a new file (its directory entry is
@@ -99,7 +110,14 @@ impl Journal {
         batch: Batch,
         expected: u64,
     ) -> Result<AtOnce, StoreError> {
-        if must_sync(batch.events()) {
+        // A run's start is always synced (`SYNCED_TYPES`); said here too because it also
+        // takes the tenant's run index, under a lock of its own that could wait.
+        if must_sync(batch.events())
+            || batch
+                .events()
+                .iter()
+                .any(|event| event.event_type == "run.started")
+        {
             return Ok(AtOnce::Declined(batch));
         }
         let mut file = match OpenOptions::new().read(true).write(true).open(&self.path) {
@@ -109,10 +127,8 @@ impl Journal {
             }
             Err(err) => return Err(self.io()(err)),
         };
-        match file.try_lock() {
-            Ok(()) => {}
-            Err(TryLockError::WouldBlock) => return Ok(AtOnce::Declined(batch)),
-            Err(TryLockError::Error(err)) => return Err(self.io()(err)),
+        if !self.locked_at_once(file.try_lock())? {
+            return Ok(AtOnce::Declined(batch));
         }
         let Some(len) = self.still_named(&file)? else {
             return Ok(AtOnce::Declined(batch));
@@ -121,7 +137,7 @@ impl Journal {
         if tail.complete_len == 0 || tail.complete_len < len {
             return Ok(AtOnce::Declined(batch));
         }
-        self.append_locked(file, len, tail, batch, expected)
+        self.append_locked(file, len, tail, batch, expected, Mode::AtOnce)
             .map(AtOnce::Done)
     }
 
@@ -130,7 +146,7 @@ impl Journal {
         let mut file = self.open_locked()?;
         let len = file.metadata().map_err(self.io())?.len();
         let tail = scan_tail(&mut file, len, TAIL_CHUNK).map_err(self.io())?;
-        self.append_locked(file, len, tail, batch, expected)
+        self.append_locked(file, len, tail, batch, expected, Mode::Waiting)
     }
 
     /// Appends `batch` after `expected` to `file`, locked, `len` bytes long and ending with
@@ -142,6 +158,7 @@ impl Journal {
         tail: Tail,
         mut batch: Batch,
         expected: u64,
+        mode: Mode,
     ) -> Result<Vec<Event>, StoreError> {
         let last = self
             .last_event(&mut file, &tail)?
@@ -211,7 +228,7 @@ impl Journal {
                 line
             })
             .collect();
-        self.index_append(&mut file, before, &written);
+        self.index_append(&mut file, before, &written, mode == Mode::Waiting);
         if let Some(dir) = self.path.parent()
             && let Err(error) =
                 crate::index::RunIndex::new(dir.to_path_buf()).add(&self.session_id, &started)
