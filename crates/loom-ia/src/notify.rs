@@ -326,19 +326,25 @@ mod tests {
         }
     }
 
+    /// A memory journal announcing its appends on an in-process bus, and that bus's signals.
+    async fn on_memory_bus() -> (loom_core::bus::Signals, Appended<NotifyingStore>) {
+        let bus = Arc::new(loom_journal::MemoryBus::new());
+        let signals = bus.subscribe().await.unwrap();
+        let store = NotifyingStore::wrap(
+            Arc::new(loom_journal::MemoryStore::new()),
+            bus,
+            Arc::new(Notices::new()),
+        );
+        (signals, store)
+    }
+
     /// The in-process bus takes the notice of an append before the append returns (no task is
     /// spawned for it); a bus that makes the append wait is finished in the background.
     #[tokio::test]
     async fn a_notice_is_published_in_place_when_the_bus_takes_it_at_once() {
         use futures_util::{FutureExt, StreamExt};
 
-        let bus = Arc::new(loom_journal::MemoryBus::new());
-        let mut signals = bus.subscribe().await.unwrap();
-        let store = NotifyingStore::wrap(
-            Arc::new(loom_journal::MemoryStore::new()),
-            bus,
-            Arc::new(Notices::new()),
-        );
+        let (mut signals, store) = on_memory_bus().await;
         store
             .append(loom_testkit::conformance::events("t", "s1", 1), 0)
             .await
@@ -373,13 +379,7 @@ mod tests {
     async fn the_notices_of_a_session_share_its_names() {
         use futures_util::StreamExt;
 
-        let bus = Arc::new(loom_journal::MemoryBus::new());
-        let mut signals = bus.subscribe().await.unwrap();
-        let store = NotifyingStore::wrap(
-            Arc::new(loom_journal::MemoryStore::new()),
-            bus,
-            Arc::new(Notices::new()),
-        );
+        let (mut signals, store) = on_memory_bus().await;
         let events = loom_testkit::conformance::events;
         store.append(events("t", "s1", 1), 0).await.unwrap();
         store.append(events("t", "s1", 1), 1).await.unwrap();

@@ -22,7 +22,7 @@ use crate::{
 
 impl Journal {
     /// The side file keeping the bytes set aside.
-    fn aside_path(&self) -> std::path::PathBuf {
+    pub(crate) fn aside_path(&self) -> std::path::PathBuf {
         self.path.with_extension(format!("{EXTENSION}.corrupt"))
     }
 
@@ -171,7 +171,7 @@ impl Journal {
     }
 
     /// Appends `bytes` to the side file and makes them durable.
-    fn keep_aside(&self, bytes: &[u8]) -> Result<(), StoreError> {
+    pub(crate) fn keep_aside(&self, bytes: &[u8]) -> Result<(), StoreError> {
         let aside = self.aside_path();
         let mut out = OpenOptions::new()
             .create(true)

@@ -16,7 +16,7 @@ use loom_core::{
 };
 use tracing::warn;
 
-use super::{EXTENSION, Journal, REOPEN_ATTEMPTS, TAIL_CHUNK, Tail, io_error, scan_tail, sync_dir};
+use super::{Journal, REOPEN_ATTEMPTS, TAIL_CHUNK, Tail, io_error, scan_tail, sync_dir};
 use crate::{group::ToSync, index::file_id, offsets::End};
 
 /// On which thread an append runs, which decides how much it may read.
@@ -273,26 +273,14 @@ impl Journal {
             .and_then(|_| file.take(len - complete_len).read_to_end(&mut torn))
             .map_err(self.io())?;
         torn.push(b'\n');
-        let aside = self.path.with_extension(format!("{EXTENSION}.corrupt"));
-        let mut out = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&aside)
-            .map_err(io_error(&aside))?;
-        let was_empty = out.metadata().map_err(io_error(&aside))?.len() == 0;
-        out.write_all(&torn)
-            .and_then(|()| out.sync_data())
-            .map_err(io_error(&aside))?;
-        if was_empty && let Some(dir) = aside.parent() {
-            sync_dir(dir)?;
-        }
+        self.keep_aside(&torn)?;
         file.set_len(complete_len)
             .and_then(|()| file.sync_data())
             .map_err(self.io())?;
         warn!(
             path = %self.path.display(),
             bytes = len - complete_len,
-            moved_to = %aside.display(),
+            moved_to = %self.aside_path().display(),
             "journal ended with a torn line (interrupted write); moved it aside"
         );
         Ok(())
