@@ -377,17 +377,20 @@ where
     T: Send + 'static,
     F: FnOnce(&Journal, Option<File>) -> Result<T, StoreError> + Send + 'static,
 {
-    if let AtOnceRead::Ready(file) = journal.open_shared_at_once()? {
-        let read = op(&journal, file);
-        // Done without a hand-off, so without the yield one gave: counted against the task's
-        // budget, a run of such reads still lets the task's neighbours run.
-        tokio::task::consume_budget().await;
-        return read;
-    }
+    let file = match journal.open_shared_at_once()? {
+        AtOnceRead::Ready(file) => {
+            let read = op(&journal, file);
+            // Done without a hand-off, so without the yield one gave: counted against the
+            // task's budget, a run of such reads still lets the task's neighbours run.
+            tokio::task::consume_budget().await;
+            return read;
+        }
+        AtOnceRead::Wait(file) => file,
+    };
     let path = journal.path.clone();
     blocking(&path, move || {
-        let file = journal.open_shared()?;
-        op(&journal, file)
+        file.lock_shared().map_err(journal.io())?;
+        op(&journal, Some(file))
     })
     .await
 }
@@ -418,8 +421,9 @@ pub(crate) fn io_error(path: &Path) -> impl Fn(io::Error) -> StoreError + '_ {
 enum AtOnceRead {
     /// The journal under its shared lock, `None` when it does not exist.
     Ready(Option<File>),
-    /// Opening it could wait, or reading it could take long: the blocking pool's work.
-    Wait,
+    /// Its lock could wait, or reading it could take long: the file, opened, for the
+    /// blocking pool to lock and read.
+    Wait(File),
 }
 
 /// One session journal file.
@@ -510,33 +514,36 @@ impl Journal {
 
     /// Opens the file for reading under a shared lock (`None` when it does not exist).
     pub(crate) fn open_shared(&self) -> Result<Option<File>, StoreError> {
-        let file = match File::open(&self.path) {
-            Ok(file) => file,
-            Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(None),
-            Err(err) => return Err(self.io()(err)),
+        let Some(file) = self.open_existing()? else {
+            return Ok(None);
         };
         file.lock_shared().map_err(self.io())?;
         Ok(Some(file))
+    }
+
+    /// Opens the file for reading, unlocked (`None` when it does not exist).
+    fn open_existing(&self) -> Result<Option<File>, StoreError> {
+        match File::open(&self.path) {
+            Ok(file) => Ok(Some(file)),
+            Err(err) if err.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(err) => Err(self.io()(err)),
+        }
     }
 
     /// Opens the file for reading under a shared lock if that cannot wait: `Ready(None)` when
     /// it does not exist, `Ready(Some(file))` when it is at most [`READ_AT_ONCE_BYTES`] long and
     /// its lock is free, `Wait` otherwise (an append holds it, or it is longer).
     fn open_shared_at_once(&self) -> Result<AtOnceRead, StoreError> {
-        let file = match File::open(&self.path) {
-            Ok(file) => file,
-            Err(err) if err.kind() == io::ErrorKind::NotFound => {
-                return Ok(AtOnceRead::Ready(None));
-            }
-            Err(err) => return Err(self.io()(err)),
+        let Some(file) = self.open_existing()? else {
+            return Ok(AtOnceRead::Ready(None));
         };
         if file.metadata().map_err(self.io())?.len() > READ_AT_ONCE_BYTES {
-            return Ok(AtOnceRead::Wait);
+            return Ok(AtOnceRead::Wait(file));
         }
         Ok(if self.locked_at_once(file.try_lock_shared())? {
             AtOnceRead::Ready(Some(file))
         } else {
-            AtOnceRead::Wait
+            AtOnceRead::Wait(file)
         })
     }
 

@@ -104,11 +104,6 @@ impl OffsetsCache {
         self.lock().get(path).cloned()
     }
 
-    /// Forgets the index kept for `path` (the next reader loads the file).
-    pub(crate) fn remove(&self, path: &Path) {
-        self.lock().remove(path);
-    }
-
     /// Keeps `offsets` as the index of `path`.
     pub(crate) fn put(&self, path: &Path, offsets: Arc<Offsets>) {
         let mut entries = self.lock();
@@ -123,21 +118,20 @@ impl OffsetsCache {
 
     /// Adds the lines `added` indexed (an [`Offsets`] whose `end` follows them, built from
     /// `before`) to the index kept for `path`, when it ends at `before` in the same file:
-    /// what an append that also appended them to the `.idx` file does. Otherwise the entry is
-    /// dropped (the next reader loads the file).
-    pub(crate) fn extend(&self, path: &Path, before: End, added: &Offsets) {
+    /// what an append that also appended them to the `.idx` file does, returning the index
+    /// extended. Otherwise the entry is dropped (the next reader loads the file).
+    pub(crate) fn extend(&self, path: &Path, before: End, added: &Offsets) -> Option<Arc<Offsets>> {
         let mut entries = self.lock();
-        let Some(kept) = entries.get_mut(path) else {
-            return;
-        };
+        let kept = entries.get_mut(path)?;
         if kept.file != added.file || kept.end != before {
             entries.remove(path);
-            return;
+            return None;
         }
-        let kept = Arc::make_mut(kept);
-        kept.at.extend_from_slice(&added.at);
-        kept.marks.extend(added.marks.iter().cloned());
-        kept.end = added.end;
+        let extended = Arc::make_mut(kept);
+        extended.at.extend_from_slice(&added.at);
+        extended.marks.extend(added.marks.iter().cloned());
+        extended.end = added.end;
+        Some(Arc::clone(kept))
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<PathBuf, Arc<Offsets>>> {

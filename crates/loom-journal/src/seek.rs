@@ -482,14 +482,8 @@ impl Journal {
             // Without reading anything: the kept copy, when it ended where the batch began,
             // takes its entries and is saved (a journal passing 16 KiB, a compaction);
             // otherwise it is dropped and the next reader catches the index up.
-            match self.kept.offsets.get(&path) {
-                Some(kept) if kept.file == offsets.file && kept.end == before => {
-                    self.kept.offsets.extend(&path, before, &offsets);
-                    if let Some(extended) = self.kept.offsets.get(&path) {
-                        self.save(&extended);
-                    }
-                }
-                _ => self.kept.offsets.remove(&path),
+            if let Some(extended) = self.kept.offsets.extend(&path, before, &offsets) {
+                self.save(&extended);
             }
             return;
         }
