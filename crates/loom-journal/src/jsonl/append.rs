@@ -99,9 +99,9 @@ impl Journal {
     /// a lock another holds: the batch needs no sync ([`must_sync`]) and starts no run, the
     /// journal exists, is still named by its path, ends with a complete line, and its lock is
     /// free. Nothing is read beyond the journal's tail: an offset index that does not end where
-    /// the batch begins is left for the next reader to catch up. An append that needs no sync is a write to the OS's page cache,
-    /// so handing it to the blocking pool (a thread woken, then the runtime woken back) would
-    /// cost more than the append itself. Anything else gives the batch back untouched, for
+    /// the batch begins is left for the next reader to catch up. An append that needs no sync
+    /// is a write to the OS's page cache, so handing it to the blocking pool (a thread woken,
+    /// then the runtime woken back) would cost more than the append itself. Anything else gives the batch back untouched, for
     /// [`Journal::append`] on the blocking pool: a sync, a new file (its directory entry is
     /// synced), a torn last line (set aside and synced), a lock held by another append (which
     /// may be waiting for its group's sync) or by a reader.
